@@ -1,0 +1,1 @@
+"""Post-Training Studio backend: job spec, store, scheduler, worker and trainers; never imports gradio."""

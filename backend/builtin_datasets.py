@@ -1,0 +1,29 @@
+"""The small sample datasets shipped with the project, so every method runs offline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+BUILTIN_DATASETS_DIR = Path(__file__).parent / "assets" / "datasets"
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    name: str
+    description: str
+    suits: tuple[str, ...]
+
+    @property
+    def path(self) -> Path:
+        return BUILTIN_DATASETS_DIR / f"{self.name}.jsonl"
+
+
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    d.name: d
+    for d in (
+        BuiltinDataset("chat-demo", "72 short chats (arithmetic, capitals, greetings) in `messages` format.", ("sft",)),
+        BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", ("dpo",)),
+        BuiltinDataset("math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)),
+    )
+}

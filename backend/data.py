@@ -1,0 +1,111 @@
+"""Loads a job's dataset (built-in, file or Hub), applies the column mapping and checks it fits the method."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend.builtin_datasets import BUILTIN_DATASETS
+from backend.spec import DatasetSpec, Method, SpecError
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+# Column sets each method accepts, in order of preference: (format name, required columns).
+METHOD_FORMATS: dict[Method, list[tuple[str, tuple[str, ...]]]] = {
+    Method.sft: [
+        ("conversational", ("messages",)),
+        ("prompt-completion", ("prompt", "completion")),
+        ("language-modeling", ("text",)),
+    ],
+    Method.dpo: [("preference", ("prompt", "chosen", "rejected")), ("implicit-preference", ("chosen", "rejected"))],
+    Method.grpo: [("prompt-only", ("prompt",))],
+}
+
+
+def _load_raw(spec: DatasetSpec) -> "Dataset":
+    from datasets import load_dataset
+
+    if spec.source == "builtin":
+        builtin = BUILTIN_DATASETS.get(spec.name)
+        if builtin is None:
+            raise SpecError(
+                [f"dataset.name: no built-in dataset {spec.name!r}; choose one of {', '.join(BUILTIN_DATASETS)}"]
+            )
+        return load_dataset("json", data_files=str(builtin.path), split="train")
+    if spec.source == "file":
+        path = Path(spec.name).expanduser()
+        if not path.is_file():
+            raise SpecError([f"dataset.name: file {spec.name} does not exist"])
+        loader = FILE_LOADERS.get(path.suffix.lower())
+        if loader is None:
+            raise SpecError(
+                [f"dataset.name: {path.name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"]
+            )
+        try:
+            return load_dataset(loader, data_files=str(path), split="train")
+        except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
+            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SpecError(
+                [f"dataset.name: {path.name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
+            ) from None
+    try:
+        return load_dataset(spec.name, spec.config, split=spec.split)
+    except Exception as exc:
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError([f"dataset.name: Hub dataset {spec.name!r} could not be loaded ({cause})"]) from None
+
+
+def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
+    """Rename the user's columns to the names TRL expects (mapping: expected -> user's)."""
+    missing = [src for src in mapping.values() if src not in ds.column_names]
+    if missing:
+        raise SpecError(
+            [
+                f"dataset.columns: column {m!r} is not in the dataset (its columns: {', '.join(ds.column_names)})"
+                for m in missing
+            ]
+        )
+    renames = {src: dst for dst, src in mapping.items() if src != dst}
+    clashing = [dst for dst in renames.values() if dst in ds.column_names and dst not in renames]
+    if clashing:
+        ds = ds.remove_columns(clashing)
+    return ds.rename_columns(renames) if renames else ds
+
+
+def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, ...]]:
+    """The first dataset format of ``method`` whose columns are all present, else an actionable SpecError."""
+    for name, required in METHOD_FORMATS[method]:
+        if all(c in columns for c in required):
+            return name, required
+    wanted = " or ".join("/".join(req) for _, req in METHOD_FORMATS[method])
+    raise SpecError(
+        [
+            f"dataset: {method.value.upper()} needs columns {wanted}; the dataset has {', '.join(columns) or 'none'}. "
+            "Map your columns with dataset.columns (expected name -> your column)."
+        ]
+    )
+
+
+def load_training_dataset(spec: DatasetSpec, method: Method) -> tuple["Dataset", str]:
+    """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format."""
+    ds = _load_raw(spec)
+    ds = apply_column_mapping(ds, spec.columns)
+    fmt, required = detect_format(ds.column_names, method)
+    extra = [c for c in ds.column_names if c not in required]
+    if extra:
+        ds = ds.remove_columns(extra)
+    if spec.max_rows is not None and len(ds) > spec.max_rows:
+        ds = ds.select(range(spec.max_rows))
+    if len(ds) == 0:
+        raise SpecError(["dataset: it has no rows; add examples or pick another split"])
+    empty = [c for c in required if _blank(ds[0][c])]
+    if empty:
+        raise SpecError([f"dataset: column {c!r} is empty in the first row" for c in empty])
+    return ds, fmt
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, (str, list)) and len(value) == 0)

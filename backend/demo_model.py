@@ -1,0 +1,126 @@
+"""Builds the offline demo model: a tiny random Qwen3 with a byte-level BPE tokenizer and TRL's qwen3 template."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+# The name users (and specs) give the built-in model; resolved to a directory under the data dir.
+DEMO_MODEL_ID = "builtin:tiny-qwen3"
+DEMO_MODEL_DIRNAME = "tiny-qwen3"
+# Bump when the recipe changes so an old build on disk is rebuilt rather than silently reused.
+DEMO_MODEL_RECIPE = 1
+
+_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+]
+
+
+def _training_corpus() -> list[str]:
+    """Text the tokenizer's merges are learned from: the shipped demo datasets plus chat-template scaffolding."""
+    from backend.builtin_datasets import BUILTIN_DATASETS_DIR
+
+    lines: list[str] = ["system user assistant tool", "Hello! How can I help you today?"]
+    for path in sorted(BUILTIN_DATASETS_DIR.glob("*.jsonl")):
+        lines.extend(path.read_text(encoding="utf-8").splitlines())
+    return lines
+
+
+def _build_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    from trl.chat_template_utils import qwen3_chat_template
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1024,
+        special_tokens=_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_training_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=_SPECIAL_TOKENS[1:],
+    )
+    fast.chat_template = qwen3_chat_template
+    fast.model_max_length = 2048
+    return fast
+
+
+def build_demo_model(target: Path, seed: int = 0) -> Path:
+    """Build the tiny model into ``target`` (weights deterministic from ``seed``) and return it."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = _build_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True, max_new_tokens=64
+    )
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    (target / "studio_demo.json").write_text(json.dumps({"recipe": DEMO_MODEL_RECIPE, "seed": seed}))
+    return target
+
+
+def _is_current(path: Path) -> bool:
+    marker = path / "studio_demo.json"
+    try:
+        return json.loads(marker.read_text())["recipe"] == DEMO_MODEL_RECIPE
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def ensure_demo_model(models_dir: Path) -> Path:
+    """Return the demo model directory, building it once; safe when several processes ask at the same time."""
+    models_dir.mkdir(parents=True, exist_ok=True)
+    final = models_dir / DEMO_MODEL_DIRNAME
+    if _is_current(final):
+        return final
+    with open(models_dir / f".{DEMO_MODEL_DIRNAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_current(final):
+            return final
+        # Build beside the target and rename, so a crash mid-build never leaves a half model behind.
+        staging = Path(tempfile.mkdtemp(prefix=".building-", dir=models_dir))
+        try:
+            build_demo_model(staging)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return final

@@ -1,0 +1,49 @@
+"""What the machine offers for training: GPUs, bf16 support and free memory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    kind: str  # "cuda" or "cpu"
+    name: str
+    count: int
+    total_memory_gb: float | None
+    free_memory_gb: float | None
+    bf16: bool
+
+    def describe(self) -> str:
+        if self.kind == "cpu":
+            return f"CPU ({os.cpu_count()} cores)"
+        free = f", {self.free_memory_gb:.1f} GB free" if self.free_memory_gb is not None else ""
+        return f"{self.count} x {self.name}{free}"
+
+
+def detect_device() -> DeviceInfo:
+    import torch
+
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info(0)
+        return DeviceInfo(
+            kind="cuda",
+            name=torch.cuda.get_device_name(0),
+            count=torch.cuda.device_count(),
+            total_memory_gb=total / 2**30,
+            free_memory_gb=free / 2**30,
+            bf16=torch.cuda.is_bf16_supported(),
+        )
+    return DeviceInfo(kind="cpu", name="CPU", count=0, total_memory_gb=None, free_memory_gb=None, bf16=False)
+
+
+def gpu_count_without_torch() -> int:
+    """GPUs visible to this process, read without importing torch (the scheduler must start fast)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        return len([d for d in os.listdir("/proc/driver/nvidia/gpus")])
+    except OSError:
+        return 0

@@ -1,0 +1,55 @@
+"""Where the app keeps its data: the SQLite store, job folders and built models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DATA_DIR_ENV = "STUDIO_DATA_DIR"
+
+
+def default_data_dir() -> Path:
+    """``$STUDIO_DATA_DIR``, else a Space's persistent volume (``/data``) when mounted, else ``./data``."""
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser().resolve()
+    if os.environ.get("SPACE_ID") and Path("/data").is_dir() and os.access("/data", os.W_OK):
+        return Path("/data/studio")
+    return Path("data").resolve()
+
+
+class DataPaths:
+    """The layout of one data directory."""
+
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root).resolve() if root is not None else default_data_dir()
+
+    @property
+    def db(self) -> Path:
+        return self.root / "studio.sqlite3"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def scheduler_lock(self) -> Path:
+        return self.root / "scheduler.lock"
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.root / "jobs" / job_id
+
+    def job_log(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "train.log"
+
+    def job_output(self, job_id: str) -> Path:
+        """Trainer output_dir: checkpoints live here."""
+        return self.job_dir(job_id) / "output"
+
+    def job_adapter(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "adapter"
+
+    def ensure(self) -> "DataPaths":
+        (self.root / "jobs").mkdir(parents=True, exist_ok=True)
+        self.models.mkdir(parents=True, exist_ok=True)
+        return self

@@ -1,0 +1,223 @@
+"""The typed job spec: one validated description of a training job, from the form to the worker."""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from backend.demo_model import DEMO_MODEL_ID
+
+SCHEMA_VERSION = 1
+ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+class SpecError(ValueError):
+    """A job spec a person must fix; ``problems`` holds one actionable sentence per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+
+
+def default_model() -> str:
+    """The offline demo model without a network, else a small instruct model from the Hub."""
+    return DEMO_MODEL_ID if hub_offline() else ONLINE_DEFAULT_MODEL
+
+
+class Method(str, Enum):
+    sft = "sft"
+    dpo = "dpo"
+    grpo = "grpo"
+
+
+class _Part(BaseModel):
+    # Unknown keys are refused so a typo in a YAML spec is an error, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Part):
+    name_or_path: str = Field(
+        default_factory=default_model,
+        min_length=1,
+        description="Base model: a Hub id (Qwen/Qwen2.5-0.5B-Instruct), a local folder, or builtin:tiny-qwen3.",
+    )
+    revision: str | None = Field(None, description="Hub branch, tag or commit of the base model.")
+    trust_remote_code: bool = Field(False, description="Run custom modelling code from the model repo.")
+
+
+class DatasetSpec(_Part):
+    source: Literal["builtin", "hub", "file"] = Field(
+        "builtin", description="Where the data comes from: a built-in sample, a Hub dataset id, or a local file."
+    )
+    name: str = Field(
+        "chat-demo",
+        min_length=1,
+        description="Built-in sample name, Hub dataset id, or path to a .jsonl/.json/.csv/.parquet file.",
+    )
+    config: str | None = Field(None, description="Hub dataset configuration (subset) name.")
+    split: str = Field("train", min_length=1, description="Split to train on.")
+    max_rows: int | None = Field(None, gt=0, description="Use at most this many rows (handy for quick tries).")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Column mapping, expected name -> your column (e.g. {messages: conversation}).",
+    )
+
+
+class LoraSpec(_Part):
+    enabled: bool = Field(True, description="Train a LoRA adapter instead of all weights.")
+    r: int = Field(16, gt=0, le=1024, description="LoRA rank: capacity of the adapter.")
+    alpha: int = Field(32, gt=0, description="LoRA scaling (alpha / r multiplies the update).")
+    dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the LoRA branch.")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear", description="Modules that get adapters: 'all-linear' or a list such as [q_proj, v_proj]."
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _non_empty(cls, value):
+        if isinstance(value, list) and not value:
+            raise ValueError("name at least one module, or use 'all-linear'")
+        return value
+
+
+class QuantizationSpec(_Part):
+    mode: Literal["none", "4bit", "8bit"] = Field(
+        "none", description="Load the base model in 4-bit NF4 (double quant, QLoRA) or 8-bit to save memory."
+    )
+
+
+class TrainingSpec(_Part):
+    epochs: float = Field(1.0, gt=0, description="Passes over the dataset (ignored when max_steps is set).")
+    max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
+    learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
+    batch_size: int = Field(2, gt=0, le=1024, description="Examples per device per step.")
+    gradient_accumulation_steps: int = Field(1, gt=0, le=1024, description="Steps whose gradients are summed.")
+    max_length: int = Field(1024, gt=8, le=131072, description="Longest tokenized example; longer ones are cut.")
+    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up the LR.")
+    seed: int = Field(42, ge=0, description="Random seed for data order and adapter init.")
+    logging_steps: int = Field(1, gt=0, description="Log metrics every N steps.")
+    save_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every N steps.")
+    gradient_checkpointing: bool = Field(False, description="Trade compute for memory on long sequences.")
+
+
+class SFTSpec(_Part):
+    completion_only_loss: bool = Field(
+        True, description="Loss on the assistant turns / completion only, not on the prompt."
+    )
+    packing: bool = Field(False, description="Pack several short examples into one sequence.")
+
+
+class OutputSpec(_Part):
+    run_name: str | None = Field(None, max_length=96, description="A name to recognise the job by.")
+    push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
+    hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
+    private: bool = Field(True, description="Create the Hub repo as private.")
+
+
+class JobSpec(_Part):
+    schema_version: int = Field(SCHEMA_VERSION, description="Spec format version.")
+    method: Method = Field(Method.sft, description="sft (demonstrations), dpo (preference pairs) or grpo (rewards).")
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    lora: LoraSpec = Field(default_factory=LoraSpec)
+    quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    sft: SFTSpec = Field(default_factory=SFTSpec)
+    output: OutputSpec = Field(default_factory=OutputSpec)
+    owner: str = Field("local", min_length=1, max_length=96, description="Who submitted the job.")
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value != SCHEMA_VERSION:
+            raise ValueError(f"this app reads spec version {SCHEMA_VERSION}; got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "JobSpec":
+        if self.quantization.mode != "none" and not self.lora.enabled:
+            raise ValueError(
+                "a quantized base model cannot be trained directly: enable LoRA (lora.enabled: true) "
+                "or set quantization.mode to none"
+            )
+        if self.output.push_to_hub and self.output.hub_repo_id is not None and "/" not in self.output.hub_repo_id:
+            raise ValueError("output.hub_repo_id must look like owner/name")
+        return self
+
+    # --- JSON round trip -------------------------------------------------------------------------
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> "JobSpec":
+        return parse_spec(text)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
+        return parse_spec(data)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    where = ".".join(str(p) for p in error["loc"]) or "spec"
+    kind = error["type"]
+    got = error.get("input")
+    if kind == "extra_forbidden":
+        return f"{where}: unknown setting (check the spelling; see the spec fields in the README)"
+    if kind == "missing":
+        return f"{where}: required"
+    msg = error["msg"]
+    msg = msg.removeprefix("Value error, ")
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+        msg = msg.replace("Input should be", "must be")
+    if isinstance(got, (int, float, str)) and not isinstance(got, bool) and kind != "missing":
+        return f"{where}: {msg} (got {got!r})"
+    return f"{where}: {msg}"
+
+
+def parse_spec(data: str | dict[str, Any]) -> JobSpec:
+    """Validate a spec from JSON text or a dict; raise :class:`SpecError` listing every problem."""
+    try:
+        if isinstance(data, str):
+            return JobSpec.model_validate_json(data)
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([_describe(e) for e in exc.errors()]) from None
+
+
+def field_docs(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted field, default, help) for every leaf field: the single source for README and UI help."""
+    rows: list[tuple[str, str, str]] = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows.extend(field_docs(annotation, f"{prefix}{name}."))
+            continue
+        if info.default_factory is not None:
+            default = "(offline: builtin:tiny-qwen3, else Qwen/Qwen2.5-0.5B-Instruct)" if name == "name_or_path" else "{}"
+        else:
+            default = info.default.value if isinstance(info.default, Enum) else info.default
+            default = "null" if default is None else str(default)
+        rows.append((f"{prefix}{name}", default, info.description or ""))
+    return rows
+
+
+def field_help(path: str) -> str:
+    """Help text for one dotted field, for the UI's ``info=``."""
+    return {p: h for p, _, h in field_docs()}[path]
+
+
+def spec_fields_markdown() -> str:
+    lines = ["| field | default | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m backend.spec  -> the README's field table
+    print(spec_fields_markdown())

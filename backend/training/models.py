@@ -1,0 +1,85 @@
+"""Model-side translators: resolve the base model, pick the dtype, and build the PEFT and bitsandbytes configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from backend.demo_model import DEMO_MODEL_ID, ensure_demo_model
+from backend.spec import LoraSpec, ModelSpec, QuantizationSpec
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+    from transformers import BitsAndBytesConfig
+
+
+def resolve_model(model: ModelSpec, models_dir: Path) -> str:
+    """The string ``from_pretrained`` takes: the built demo model's folder, a local folder, or the Hub id."""
+    if model.name_or_path == DEMO_MODEL_ID:
+        return str(ensure_demo_model(models_dir))
+    return model.name_or_path
+
+
+def compute_dtype():
+    """bf16 on GPUs that support it, fp32 elsewhere (CPU training in half precision is slow and unstable)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def compute_dtype_name() -> str:
+    return str(compute_dtype()).removeprefix("torch.")
+
+
+def to_bnb_config(quant: QuantizationSpec) -> "BitsAndBytesConfig | None":
+    from transformers import BitsAndBytesConfig
+
+    if quant.mode == "4bit":
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype(),
+        )
+    if quant.mode == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return None
+
+
+def to_peft_config(lora: LoraSpec) -> "LoraConfig | None":
+    from peft import LoraConfig
+
+    if not lora.enabled:
+        return None
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def model_init_kwargs(model: ModelSpec, quant: QuantizationSpec) -> dict[str, Any]:
+    import torch
+
+    kwargs: dict[str, Any] = {"dtype": compute_dtype(), "trust_remote_code": model.trust_remote_code}
+    if model.revision:
+        kwargs["revision"] = model.revision
+    if quant.mode != "none" and not torch.cuda.is_available():
+        # bitsandbytes quantizes on the device the weights land on; without a GPU that must be the CPU.
+        kwargs["device_map"] = "cpu"
+    return kwargs
+
+
+def load_tokenizer(path: str, model: ModelSpec):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        path, revision=model.revision, trust_remote_code=model.trust_remote_code
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
