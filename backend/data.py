@@ -11,6 +11,7 @@ from backend.spec import DatasetSpec, Method, SpecError
 if TYPE_CHECKING:
     from datasets import Dataset
 
+EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
 FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 # Column sets each method accepts, in order of preference: (format name, required columns).
@@ -47,6 +48,8 @@ def _load_raw(spec: DatasetSpec) -> "Dataset":
         try:
             return load_dataset(loader, data_files=str(path), split="train")
         except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
+            if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
+                raise SpecError([EMPTY_DATASET]) from None
             cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise SpecError(
                 [f"dataset.name: {path.name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
@@ -100,7 +103,7 @@ def load_training_dataset(spec: DatasetSpec, method: Method) -> tuple["Dataset",
     if spec.max_rows is not None and len(ds) > spec.max_rows:
         ds = ds.select(range(spec.max_rows))
     if len(ds) == 0:
-        raise SpecError(["dataset: it has no rows; add examples or pick another split"])
+        raise SpecError([EMPTY_DATASET])
     empty = [c for c in required if _blank(ds[0][c])]
     if empty:
         raise SpecError([f"dataset: column {c!r} is empty in the first row" for c in empty])

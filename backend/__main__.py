@@ -1,0 +1,7 @@
+"""``python -m backend``: the command-line entry (see backend/cli.py)."""
+
+import sys
+
+from backend.cli import main
+
+sys.exit(main())

@@ -1,0 +1,81 @@
+"""The backend facade: the one object the UI and the CLI talk to (submit, list, show, cancel, resume, metrics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backend.paths import DataPaths
+from backend.preflight import check_spec
+from backend.scheduler import Scheduler, spawn_detached, tail_lines
+from backend.spec import JobSpec, parse_spec
+from backend.store import JobRecord, JobStatus, JobStore
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: JobRecord
+    queue_position: int | None
+
+
+class StudioAPI:
+    """Owns the store and, when ``run_scheduler`` is set, an in-process scheduler thread (the app's mode)."""
+
+    def __init__(self, data_dir: Path | str | None = None, run_scheduler: bool = False, **scheduler_kwargs: Any):
+        self.paths = DataPaths(data_dir).ensure()
+        self.store = JobStore(self.paths.db)
+        self.scheduler: Scheduler | None = None
+        if run_scheduler:
+            self.scheduler = Scheduler(self.paths, **scheduler_kwargs).start()
+
+    def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.stop()
+
+    # --- jobs ----------------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None) -> Submitted:
+        """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run."""
+        if not isinstance(spec, JobSpec):
+            spec = parse_spec(spec)
+        if owner is not None and owner != spec.owner:
+            spec = spec.model_copy(update={"owner": owner})
+        check_spec(spec)
+        job = self.store.add(spec)
+        self._kick()
+        return Submitted(job, self.store.queue_position(job.id))
+
+    def _kick(self) -> None:
+        """Make sure some scheduler will pick the queue up."""
+        if self.scheduler is not None:
+            self.scheduler.notify()
+        elif not Scheduler.is_running(self.paths):
+            spawn_detached(self.paths)
+
+    def list_jobs(self, owner: str | None = None) -> list[JobRecord]:
+        return self.store.list(owner=owner)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        return self.store.get(job_id)
+
+    def queue_position(self, job_id: str) -> int | None:
+        return self.store.queue_position(job_id)
+
+    def cancel(self, job_id: str) -> JobStatus:
+        """Queued jobs are cancelled at once; running ones are asked to stop (then killed after a grace period)."""
+        status = self.store.request_cancel(job_id)
+        if status is JobStatus.running:
+            self._kick()
+        return status
+
+    def resume(self, job_id: str) -> JobRecord:
+        """Queue an interrupted job again; it continues from its last checkpoint."""
+        job = self.store.requeue_for_resume(job_id)
+        self._kick()
+        return job
+
+    def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
+        return self.store.metrics(job_id, after_id)
+
+    def log_tail(self, job_id: str, lines: int = 50) -> list[str]:
+        return tail_lines(self.paths.job_log(job_id), lines)

@@ -1,0 +1,212 @@
+"""Command line for power users and scripts: submit, list, show and cancel jobs without a running app."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from backend.api import StudioAPI
+from backend.spec import SpecError
+from backend.store import InvalidTransition, JobNotFound, JobRecord, JobStatus
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _load_spec_file(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise SpecError([f"spec file {path} does not exist"])
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))  # YAML is a superset of JSON
+    except yaml.YAMLError as exc:
+        raise SpecError([f"{path} is not valid YAML or JSON: {exc}"]) from None
+    if not isinstance(data, dict):
+        raise SpecError([f"{path} must hold a mapping of spec fields"])
+    # Relative dataset paths in a spec file are relative to the file, so examples run from any directory.
+    dataset = data.get("dataset")
+    if isinstance(dataset, dict) and dataset.get("source") == "file" and isinstance(dataset.get("name"), str):
+        candidate = Path(dataset["name"]).expanduser()
+        if not candidate.is_absolute():
+            dataset["name"] = str((file.parent / candidate).resolve())
+    return data
+
+
+def _ts(value: float | None) -> str:
+    return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
+    data = job.to_dict()
+    data["queue_position"] = api.queue_position(job.id)
+    metrics = api.metrics(job.id)
+    data["last_metrics"] = next((m for m in reversed(metrics) if "loss" in m), metrics[-1] if metrics else None)
+    return data
+
+
+def _print_record(data: dict[str, Any]) -> None:
+    rows = [
+        ("id", data["id"]),
+        ("status", data["status"] + (f" (#{data['queue_position']} in queue)" if data.get("queue_position") else "")),
+        ("method", data["method"]),
+        ("model", data["model"]),
+        ("dataset", data["dataset"]),
+        ("owner", data["owner"]),
+        ("created", _ts(data["created_at"])),
+        ("started", _ts(data["started_at"])),
+        ("finished", _ts(data["finished_at"])),
+    ]
+    progress = data.get("progress") or {}
+    if progress.get("total_steps"):
+        rows.append(("progress", f"step {progress['step']}/{progress['total_steps']}"))
+    for key in ("adapter_dir", "output_dir", "log_file"):
+        if data["artifacts"].get(key):
+            rows.append((key.replace("_", " "), data["artifacts"][key]))
+    last = data.get("last_metrics")
+    if last:
+        shown = {k: v for k, v in last.items() if k not in {"id", "ts"} and isinstance(v, (int, float))}
+        rows.append(("last metrics", ", ".join(f"{k}={v:.4g}" for k, v in shown.items())))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    if data.get("error"):
+        print(f"{'error':<{width}}  {data['error']}")
+
+
+def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
+    from tqdm import tqdm
+
+    bar = None
+    try:
+        while True:
+            job = api.get_job(job_id)
+            progress = job.progress
+            if not quiet and progress.get("total_steps"):
+                if bar is None:
+                    bar = tqdm(total=progress["total_steps"], desc=job_id, unit="step", dynamic_ncols=True)
+                bar.n = progress["step"]
+                if progress.get("loss") is not None:
+                    bar.set_postfix(loss=f"{progress['loss']:.4f}", refresh=False)
+                bar.refresh()
+            if job.status.finished:
+                return job
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print(f"\nStopped waiting; job {job_id} keeps running. Cancel it with: python -m backend cancel {job_id}",
+              file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def cmd_submit(api: StudioAPI, args) -> int:
+    submitted = api.submit(_load_spec_file(args.spec_file))
+    job = submitted.job
+    if not args.wait:
+        if args.json:
+            print(json.dumps({"id": job.id, "status": job.status.value, "queue_position": submitted.queue_position}))
+        else:
+            print(f"queued {job.id} (#{submitted.queue_position} in queue)")
+        return EXIT_OK
+    if not args.json:
+        print(f"queued {job.id}; waiting for it to finish (Ctrl-C stops waiting, not the job)", file=sys.stderr)
+    job = _wait(api, job.id, quiet=args.json)
+    if args.json:
+        print(json.dumps(_record_json(api, job), indent=2))
+    else:
+        _print_record(_record_json(api, job))
+    return EXIT_OK if job.status is JobStatus.succeeded else EXIT_JOB_FAILED
+
+
+def cmd_list(api: StudioAPI, args) -> int:
+    jobs = api.list_jobs()
+    if args.json:
+        print(json.dumps([_summary(api, j) for j in jobs], indent=2))
+        return EXIT_OK
+    if not jobs:
+        print("no jobs yet")
+        return EXIT_OK
+    print(f"{'id':<24} {'status':<12} {'method':<6} {'progress':<12} {'created':<19}  model")
+    for job in jobs:
+        p = job.progress
+        progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
+        print(f"{job.id:<24} {job.status.value:<12} {job.spec.method.value:<6} {progress:<12} "
+              f"{_ts(job.created_at):<19}  {job.spec.model.name_or_path}")
+    return EXIT_OK
+
+
+def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "method": job.spec.method.value,
+        "model": job.spec.model.name_or_path,
+        "owner": job.owner,
+        "created_at": job.created_at,
+        "queue_position": api.queue_position(job.id),
+        "progress": job.progress,
+    }
+
+
+def cmd_show(api: StudioAPI, args) -> int:
+    data = _record_json(api, api.get_job(args.job_id))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_record(data)
+    return EXIT_OK
+
+
+def cmd_cancel(api: StudioAPI, args) -> int:
+    status = api.cancel(args.job_id)
+    if status is JobStatus.cancelled:
+        print(f"cancelled {args.job_id}")
+    else:
+        print(f"asked {args.job_id} to stop; it ends at the next training step")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m backend",
+        description="Post-Training Studio jobs from the command line (data dir: $STUDIO_DATA_DIR or ./data).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("submit", help="queue a job from a YAML or JSON spec file")
+    p.add_argument("spec_file")
+    p.add_argument("--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("list", help="list jobs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("show", help="show one job: status, error, timestamps, artifacts, last metrics")
+    p.add_argument("job_id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("cancel", help="cancel a queued job or stop a running one")
+    p.add_argument("job_id")
+    p.set_defaults(func=cmd_cancel)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    api = StudioAPI()
+    try:
+        return args.func(api, args)
+    except SpecError as exc:
+        print("The job was not queued:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except (JobNotFound, InvalidTransition) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,115 @@
+"""The worker process: runs one job's TRL trainer, reports to the store and records how it ended.
+
+Started by the scheduler as ``python -m backend.worker --job-id ID --data-dir DIR`` in its own process session,
+with stdout and stderr going to the job's log file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from backend.failures import describe_failure
+from backend.paths import DataPaths
+from backend.spec import JobSpec, Method, SpecError
+from backend.store import JobStatus, JobStore
+
+log = logging.getLogger("studio.worker")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder, or None."""
+    candidates = []
+    for child in output_dir.glob("checkpoint-*"):
+        step = child.name.rsplit("-", 1)[-1]
+        if step.isdigit() and (child / "trainer_state.json").is_file():
+            candidates.append((int(step), child))
+    return max(candidates)[1] if candidates else None
+
+
+def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list):
+    if spec.method is Method.sft:
+        from backend.training.sft import build_sft_trainer
+
+        return build_sft_trainer(spec, paths.job_output(job_id), paths.models, callbacks)
+    raise SpecError([f"method: {spec.method.value} is not available in this version yet"])
+
+
+def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
+    adapter_dir = paths.job_adapter(job_id)
+    trainer.save_model(str(adapter_dir))
+    trainer.processing_class.save_pretrained(str(adapter_dir))
+    (paths.job_dir(job_id) / "spec.json").write_text(spec.model_dump_json(indent=2))
+    final = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
+    (paths.job_dir(job_id) / "final_metrics.json").write_text(json.dumps(final, indent=2))
+    return {"adapter_dir": str(adapter_dir), "final_metrics": final, "global_step": trainer.state.global_step}
+
+
+def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
+    from backend.training.callbacks import StoreReportingCallback
+
+    store = JobStore(paths.db)
+    job = store.get(job_id)
+    spec = job.spec
+    output_dir = paths.job_output(job_id)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    store.merge_artifacts(
+        job_id, {"job_dir": str(paths.job_dir(job_id)), "log_file": str(paths.job_log(job_id)), "output_dir": str(output_dir)}
+    )
+    log.info("job %s: %s of %s on %s (attempt %d)", job_id, spec.method.value.upper(),
+             spec.model.name_or_path, spec.dataset.name, job.attempts)
+    try:
+        callback = StoreReportingCallback(store, job_id, stop_event)
+        trainer = build_trainer(spec, paths, job_id, [callback])
+        resume_from = last_checkpoint(output_dir) if job.resume else None
+        if job.resume:
+            log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
+            store.merge_artifacts(job_id, {"resumed_from": str(resume_from) if resume_from else None})
+        if stop_event.is_set() or store.cancel_requested(job_id):
+            store.finish(job_id, JobStatus.cancelled, "cancelled before training started")
+            return EXIT_OK
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        if callback.cancelled:
+            step = trainer.state.global_step
+            store.finish(job_id, JobStatus.cancelled, f"stopped by request at step {step}")
+            log.info("stopped by request at step %d", step)
+            return EXIT_OK
+        store.merge_artifacts(job_id, save_outputs(trainer, spec, paths, job_id))
+    except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
+        traceback.print_exc()
+        store.finish(job_id, JobStatus.failed, describe_failure(exc))
+        return EXIT_FAILED
+    store.finish(job_id, JobStatus.succeeded)
+    log.info("job %s succeeded", job_id)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run one Post-Training Studio job (started by the scheduler).")
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--data-dir", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    stop_event = threading.Event()
+    # SIGTERM is the scheduler's cooperative stop: the training callback sees the event at the next step.
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    started = time.monotonic()
+    code = run_job(args.job_id, DataPaths(args.data_dir), stop_event)
+    log.info("worker exiting with %d after %.1fs", code, time.monotonic() - started)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

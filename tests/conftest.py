@@ -1,0 +1,105 @@
+"""Shared fixtures: offline mode, one demo model build per session, a fresh data directory per test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import time
+from pathlib import Path
+
+import pytest
+
+from backend.demo_model import ensure_demo_model
+from backend.paths import DataPaths
+from backend.scheduler import Scheduler
+from backend.store import JobStatus, JobStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    models = tmp_path_factory.mktemp("models")
+    ensure_demo_model(models)
+    return models
+
+
+@pytest.fixture()
+def demo_model_path(models_dir) -> Path:
+    return ensure_demo_model(models_dir)
+
+
+@pytest.fixture()
+def data_dir(tmp_path, models_dir, monkeypatch) -> Path:
+    """A fresh data dir whose models/ points at the session's built demo model (built once, not per test)."""
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "models").symlink_to(models_dir, target_is_directory=True)
+    monkeypatch.setenv("STUDIO_DATA_DIR", str(root))
+    return root
+
+
+@pytest.fixture()
+def paths(data_dir) -> DataPaths:
+    return DataPaths(data_dir).ensure()
+
+
+@pytest.fixture()
+def store(paths) -> JobStore:
+    return JobStore(paths.db)
+
+
+@pytest.fixture()
+def scheduler_factory(paths):
+    """Start schedulers on the test's data dir; every one is stopped and its workers killed afterwards."""
+    started: list[Scheduler] = []
+
+    def make(**kwargs) -> Scheduler:
+        sched = Scheduler(paths, poll_interval=0.1, **kwargs).start()
+        started.append(sched)
+        return sched
+
+    yield make
+    for sched in started:
+        sched.stop()
+        for run in list(sched._running.values()):
+            try:
+                os.killpg(run.pid, 9)
+            except ProcessLookupError:
+                pass
+
+
+def tiny_spec(**overrides) -> dict:
+    """A spec dict for the demo model that trains in a few seconds; nested keys merge into the defaults."""
+    spec = {
+        "method": "sft",
+        "model": {"name_or_path": "builtin:tiny-qwen3"},
+        "dataset": {"source": "builtin", "name": "chat-demo"},
+        "training": {"max_steps": 4, "batch_size": 2, "max_length": 128, "learning_rate": 1e-3, "save_steps": 2},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(spec.get(key), dict):
+            spec[key] = {**spec[key], **value}
+        else:
+            spec[key] = value
+    return spec
+
+
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_status(store: JobStore, job_id: str, statuses: set[JobStatus], timeout: float = 180.0):
+    return wait_for(
+        lambda: (j := store.get(job_id)).status in statuses and j, timeout, what=f"{job_id} to reach {statuses}"
+    )

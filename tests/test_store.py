@@ -1,0 +1,131 @@
+"""Store contract tests: every store backend must pass these (today: SQLite on disk, fresh or reopened)."""
+
+import sqlite3
+import threading
+
+import pytest
+
+from backend.spec import parse_spec
+from backend.store import InvalidTransition, JobNotFound, JobStatus, JobStore
+
+
+def _spec(owner="local", **training):
+    return parse_spec({"owner": owner, "training": {"max_steps": 3, **training}})
+
+
+@pytest.fixture(params=["fresh", "reopened"])
+def any_store(request, tmp_path):
+    path = tmp_path / "jobs.sqlite3"
+    if request.param == "reopened":
+        earlier = JobStore(path)  # schema and an ended job created by another instance first
+        earlier.request_cancel(earlier.add(_spec(owner="earlier")).id)
+    return JobStore(path)
+
+
+def test_uses_wal_journal(tmp_path):
+    store = JobStore(tmp_path / "db.sqlite3")
+    con = sqlite3.connect(store.db_path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_add_get_round_trips_spec_and_defaults(any_store):
+    spec = _spec(owner="alice")
+    job = any_store.add(spec)
+    got = any_store.get(job.id)
+    assert got.spec == spec and got.owner == "alice"
+    assert got.status is JobStatus.queued and got.started_at is None and got.artifacts == {}
+
+
+def test_unknown_job_raises(any_store):
+    with pytest.raises(JobNotFound):
+        any_store.get("nope")
+
+
+def test_claim_is_fifo_and_atomic(any_store):
+    ids = [any_store.add(_spec()).id for _ in range(3)]
+    first = any_store.claim_next()
+    assert first.id == ids[0] and first.status is JobStatus.running and first.attempts == 1
+    assert any_store.queue_position(ids[1]) == 1 and any_store.queue_position(ids[2]) == 2
+    assert any_store.queue_position(ids[0]) is None
+
+
+def test_concurrent_claims_never_hand_out_a_job_twice(any_store):
+    for _ in range(20):
+        any_store.add(_spec())
+    claimed, lock = [], threading.Lock()
+
+    def claimer():
+        while (job := any_store.claim_next()) is not None:
+            with lock:
+                claimed.append(job.id)
+
+    threads = [threading.Thread(target=claimer) for _ in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    queued_before = [j.id for j in any_store.list() if j.owner == "local"]
+    assert sorted(claimed) == sorted(set(claimed))
+    assert set(queued_before) <= set(claimed)
+
+
+def test_finish_only_moves_running_jobs(any_store):
+    job = any_store.add(_spec())
+    assert not any_store.finish(job.id, JobStatus.failed, "x")  # still queued
+    assert any_store.claim_next().id == job.id
+    assert any_store.finish(job.id, JobStatus.succeeded)
+    assert not any_store.finish(job.id, JobStatus.failed, "late")  # first final status wins
+    got = any_store.get(job.id)
+    assert got.status is JobStatus.succeeded and got.error is None and got.finished_at
+
+
+def test_finish_rejects_non_final_status(any_store):
+    with pytest.raises(ValueError):
+        any_store.finish("x", JobStatus.running)
+
+
+def test_cancel_queued_is_immediate_running_is_flagged(any_store):
+    a, b = any_store.add(_spec()), any_store.add(_spec())
+    assert any_store.claim_next().id == a.id
+    assert any_store.request_cancel(b.id) is JobStatus.cancelled
+    assert any_store.get(b.id).status is JobStatus.cancelled
+    assert any_store.request_cancel(a.id) is JobStatus.running
+    assert any_store.cancel_requested(a.id) and any_store.get(a.id).status is JobStatus.running
+    with pytest.raises(InvalidTransition):
+        any_store.request_cancel(b.id)
+
+
+def test_resume_only_from_interrupted_and_goes_to_back_of_queue(any_store):
+    a = any_store.add(_spec())
+    assert any_store.claim_next().id == a.id
+    b = any_store.add(_spec())
+    with pytest.raises(InvalidTransition):
+        any_store.requeue_for_resume(a.id)  # running
+    any_store.finish(a.id, JobStatus.interrupted, "app stopped")
+    resumed = any_store.requeue_for_resume(a.id)
+    assert resumed.status is JobStatus.queued and resumed.resume and resumed.error is None
+    assert any_store.queue_position(a.id) == any_store.queue_position(b.id) + 1
+
+
+def test_metrics_are_append_only_and_incremental(any_store):
+    job = any_store.add(_spec())
+    any_store.append_metrics(job.id, 1, {"loss": 2.0})
+    any_store.append_metrics(job.id, 2, {"loss": 1.5, "learning_rate": 1e-4})
+    rows = any_store.metrics(job.id)
+    assert [r["loss"] for r in rows] == [2.0, 1.5] and rows[1]["step"] == 2
+    assert [r["loss"] for r in any_store.metrics(job.id, after_id=rows[0]["id"])] == [1.5]
+
+
+def test_artifacts_merge_and_progress_replace(any_store):
+    job = any_store.add(_spec())
+    any_store.merge_artifacts(job.id, {"log_file": "a"})
+    any_store.merge_artifacts(job.id, {"adapter_dir": "b"})
+    any_store.update_progress(job.id, {"step": 1})
+    any_store.update_progress(job.id, {"step": 2, "total_steps": 4})
+    got = any_store.get(job.id)
+    assert got.artifacts == {"log_file": "a", "adapter_dir": "b"} and got.progress == {"step": 2, "total_steps": 4}
+
+
+def test_list_filters_by_owner_and_status(any_store):
+    a = any_store.add(_spec(owner="alice"))
+    any_store.add(_spec(owner="bob"))
+    assert [j.id for j in any_store.list(owner="alice")] == [a.id]
+    assert all(j.status is JobStatus.queued for j in any_store.list(statuses=[JobStatus.queued]))
