@@ -8,7 +8,8 @@ from typing import Any
 
 from backend.paths import DataPaths
 from backend.preflight import check_spec
-from backend.scheduler import Scheduler, spawn_detached, tail_lines
+from backend.failures import tail_lines
+from backend.scheduler import Scheduler, spawn_detached
 from backend.spec import JobSpec, parse_spec
 from backend.store import JobRecord, JobStatus, JobStore
 

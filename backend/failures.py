@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import signal
+from pathlib import Path
 
 from backend.spec import SpecError
 from backend.store import JobStatus
 
+LOG_TAIL_LINES = 15
 _MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 
 
@@ -42,3 +45,21 @@ def describe_exit(returncode: int | None, cancel_requested: bool) -> tuple[JobSt
             )
         return JobStatus.failed, f"the worker was killed by {sig.name}"
     return JobStatus.failed, f"the worker exited with code {returncode} without reporting a result"
+
+
+def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-n:]
+
+
+def with_log_tail(reason: str, log_path: Path) -> str:
+    """The reason followed by the last lines of the job's log, so the cause is visible without opening the file."""
+    tail = tail_lines(log_path)
+    return reason + ("\nLast log lines:\n" + "\n".join(tail) if tail else "")

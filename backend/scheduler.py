@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.failures import describe_exit, looks_like_oom
+from backend.failures import describe_exit, looks_like_oom, tail_lines, with_log_tail
 from backend.hardware import gpu_count_without_torch
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
@@ -26,19 +26,6 @@ from backend.store import JobStatus, JobStore
 log = logging.getLogger("studio.scheduler")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-LOG_TAIL_LINES = 15
-
-
-def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            text = fh.read().decode("utf-8", errors="replace")
-    except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-n:]
 
 
 def worker_alive(pid: int, job_id: str) -> bool:
@@ -264,12 +251,11 @@ class Scheduler:
         job = self.store.get(run.job_id)
         if job.status is not JobStatus.running:
             return  # the worker recorded its own end
-        tail = tail_lines(run.log_path)
         status, reason = describe_exit(code, job.cancel_requested)
-        if status is JobStatus.failed and looks_like_oom("\n".join(tail)):
-            reason = "Out of memory: " + reason
-        if status is JobStatus.failed and tail:
-            reason += "\nLast log lines:\n" + "\n".join(tail)
+        if status is JobStatus.failed:
+            if looks_like_oom("\n".join(tail_lines(run.log_path))):
+                reason = "Out of memory: " + reason
+            reason = with_log_tail(reason, run.log_path)
         self.store.finish(run.job_id, status, reason)
         log.info("job %s ended %s: %s", run.job_id, status.value, reason.splitlines()[0])
 

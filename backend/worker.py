@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from backend.failures import describe_failure
+from backend.failures import describe_failure, with_log_tail
 from backend.paths import DataPaths
 from backend.spec import JobSpec, Method, SpecError
 from backend.store import JobStatus, JobStore
@@ -87,7 +87,8 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         store.merge_artifacts(job_id, save_outputs(trainer, spec, paths, job_id))
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
-        store.finish(job_id, JobStatus.failed, describe_failure(exc))
+        sys.stderr.flush()
+        store.finish(job_id, JobStatus.failed, with_log_tail(describe_failure(exc), paths.job_log(job_id)))
         return EXIT_FAILED
     store.finish(job_id, JobStatus.succeeded)
     log.info("job %s succeeded", job_id)

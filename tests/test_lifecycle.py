@@ -1,0 +1,231 @@
+"""Worker lifecycle with real processes: run, cancel, crash, SIGKILL, out of memory, restart, resume, ordering."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from backend.api import StudioAPI
+from backend.scheduler import worker_alive
+from backend.store import JobStatus
+from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
+
+pytestmark = pytest.mark.slow
+
+FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
+LONG = {"training": {"max_steps": 100000, "save_steps": 100000}}
+
+
+def _wait_training(store, job_id, min_step=1):
+    return wait_for(lambda: store.get(job_id).progress.get("step", 0) >= min_step, 120, what=f"{job_id} to train")
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_cancel_queued_job_never_starts(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    job = api.submit(tiny_spec()).job
+    assert api.cancel(job.id) is JobStatus.cancelled
+    scheduler_factory()
+    time.sleep(1.0)
+    got = store.get(job.id)
+    assert got.status is JobStatus.cancelled and got.started_at is None and got.pid is None
+    assert not paths.job_log(job.id).exists()
+
+
+def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    long_job = api.submit(tiny_spec(**LONG)).job
+    next_job = api.submit(tiny_spec()).job
+    scheduler_factory()
+    _wait_training(store, long_job.id)
+    pid = store.get(long_job.id).pid
+    assert api.cancel(long_job.id) is JobStatus.running
+    done = wait_status(store, long_job.id, FINAL, timeout=60)
+    assert done.status is JobStatus.cancelled and done.error.startswith("stopped by request at step")
+    wait_for(lambda: _gone(pid), 30, what="the cancelled worker to exit")
+    assert "adapter_dir" not in done.artifacts
+    assert wait_status(store, next_job.id, FINAL).status is JobStatus.succeeded
+
+
+def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    job = api.submit(tiny_spec(**LONG)).job
+    scheduler_factory(cancel_grace_s=1.0)
+    # Cancel once the worker handles SIGTERM but is still loading: it cannot reach a training step within 1 s.
+    wait_for(lambda: paths.job_log(job.id).exists() and "SFT of" in paths.job_log(job.id).read_text(), 60)
+    pid = store.get(job.id).pid
+    started = time.monotonic()
+    api.cancel(job.id)
+    done = wait_status(store, job.id, FINAL, timeout=30)
+    assert done.status is JobStatus.cancelled and "killed after the grace period" in done.error
+    assert time.monotonic() - started < 10
+    wait_for(lambda: _gone(pid), 10, what="killed worker to be gone")
+
+
+def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths, store, scheduler_factory, demo_model_path, tmp_path):
+    model_copy = tmp_path / "model"
+    shutil.copytree(demo_model_path, model_copy)
+    api = StudioAPI(paths.root)
+    bad = api.submit(tiny_spec(model={"name_or_path": str(model_copy)})).job
+    good = api.submit(tiny_spec()).job
+    (model_copy / "model.safetensors").unlink()  # breaks after pre-flight: a real exception inside the worker
+    scheduler_factory()
+    failed = wait_status(store, bad.id, FINAL)
+    assert failed.status is JobStatus.failed
+    assert "Error" in failed.error.splitlines()[0] and "Last log lines:" in failed.error
+    assert "Traceback" in paths.job_log(bad.id).read_text()
+    assert wait_status(store, good.id, FINAL).status is JobStatus.succeeded
+
+
+def test_sigkilled_worker_fails_with_the_signal_named(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    job = api.submit(tiny_spec(**LONG)).job
+    follower = api.submit(tiny_spec()).job
+    scheduler_factory()
+    _wait_training(store, job.id)
+    os.kill(store.get(job.id).pid, signal.SIGKILL)
+    failed = wait_status(store, job.id, FINAL, timeout=30)
+    assert failed.status is JobStatus.failed and "SIGKILL" in failed.error and "out-of-memory killer" in failed.error
+    assert "Last log lines:" in failed.error
+    assert wait_status(store, follower.id, FINAL).status is JobStatus.succeeded
+
+
+def _oversized_model(target, demo_model_path, vocab_size=6_000_000):
+    """The demo model with a 6M-row embedding (1.5 GB): written from zeros in seconds, too big for the cap below."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig
+
+    target.mkdir()
+    config = AutoConfig.from_pretrained(demo_model_path)
+    config.vocab_size = vocab_size
+    config.save_pretrained(target)
+    weights = load_file(demo_model_path / "model.safetensors")
+    weights["model.embed_tokens.weight"] = torch.zeros(vocab_size, config.hidden_size)
+    save_file(weights, target / "model.safetensors", metadata={"format": "pt"})
+    for name in os.listdir(demo_model_path):
+        if "token" in name or name.endswith((".jinja", "generation_config.json")):
+            shutil.copy(demo_model_path / name, target / name)
+    return target
+
+
+def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(paths, store, scheduler_factory, demo_model_path, tmp_path, monkeypatch):
+    huge = _oversized_model(tmp_path / "huge", demo_model_path)
+    monkeypatch.setenv("STUDIO_WORKER_MEMORY_LIMIT_MB", "3500")  # the demo job peaks near 2.6 GB of address space
+    api = StudioAPI(paths.root)
+    job = api.submit(tiny_spec(model={"name_or_path": str(huge)})).job
+    follower = api.submit(tiny_spec()).job
+    scheduler_factory()
+    failed = wait_status(store, job.id, FINAL)
+    assert failed.status is JobStatus.failed
+    assert failed.error.startswith("Out of memory"), failed.error
+    assert wait_status(store, follower.id, FINAL).status is JobStatus.succeeded
+
+
+def _start_scheduler_process(paths):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "backend.scheduler", "--data-dir", str(paths.root)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    app = _start_scheduler_process(paths)
+    try:
+        running = api.submit(tiny_spec(**LONG)).job
+        queued = api.submit(tiny_spec()).job
+        _wait_training(store, running.id)
+        worker_pid = store.get(running.id).pid
+        os.kill(worker_pid, signal.SIGKILL)  # the machine goes down: app and worker both die
+        _kill_group(app)
+    finally:
+        _kill_group(app)
+    wait_for(lambda: _gone(worker_pid), 10)
+    assert store.get(running.id).status is JobStatus.running  # nobody was left to record anything
+    scheduler_factory()  # the app starts again
+    interrupted = wait_status(store, running.id, FINAL, timeout=30)
+    assert interrupted.status is JobStatus.interrupted and "resume it to continue" in interrupted.error
+    assert wait_status(store, queued.id, FINAL).status is JobStatus.succeeded
+
+
+def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    app = _start_scheduler_process(paths)
+    try:
+        job = api.submit(tiny_spec(training={"max_steps": 150, "save_steps": 1000})).job
+        _wait_training(store, job.id)
+    finally:
+        _kill_group(app)  # the worker has its own session: it keeps training
+    pid = store.get(job.id).pid
+    assert worker_alive(pid, job.id)
+    sched = scheduler_factory()
+    wait_for(lambda: job.id in sched._running, 10, what="adoption")
+    done = wait_status(store, job.id, FINAL)
+    assert done.status is JobStatus.succeeded and done.attempts == 1
+
+
+def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_factory):
+    api = StudioAPI(paths.root)
+    app = _start_scheduler_process(paths)
+    try:
+        job = api.submit(tiny_spec(training={"max_steps": 300, "save_steps": 5})).job
+        wait_for(lambda: any(paths.job_output(job.id).glob("checkpoint-*/trainer_state.json")), 120, what="checkpoint")
+        pid = store.get(job.id).pid
+        os.killpg(pid, signal.SIGKILL)
+    finally:
+        _kill_group(app)
+    scheduler_factory()
+    assert wait_status(store, job.id, FINAL, timeout=30).status is JobStatus.interrupted
+    logged_before = len(api.metrics(job.id))
+    api.resume(job.id)
+    done = wait_status(store, job.id, FINAL)
+    assert done.status is JobStatus.succeeded and done.attempts == 2
+    resumed_from = done.artifacts["resumed_from"]
+    checkpoint_step = int(resumed_from.rsplit("-", 1)[1])
+    assert checkpoint_step >= 5 and checkpoint_step % 5 == 0
+    resumed_steps = [m["step"] for m in api.metrics(job.id)[logged_before:] if "loss" in m]
+    assert resumed_steps == list(range(checkpoint_step + 1, 301)), "training continues right after the checkpoint"
+    assert done.progress["step"] == 300
+
+
+def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_order(paths, store, scheduler_factory):
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def submit(owner):
+        api = StudioAPI(paths.root)
+        barrier.wait()
+        results[owner] = api.submit(tiny_spec(), owner=owner).job
+
+    threads = [threading.Thread(target=submit, args=(o,)) for o in ("alice", "bob")]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    first, second = sorted(results.values(), key=lambda j: j.seq)
+    assert {first.owner, second.owner} == {"alice", "bob"}
+    scheduler_factory()
+    a = wait_status(store, first.id, FINAL)
+    b = wait_status(store, second.id, FINAL)
+    assert a.status is b.status is JobStatus.succeeded
+    assert a.finished_at <= b.started_at, "one GPU slot: the second job starts after the first ends"
