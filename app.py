@@ -19,7 +19,7 @@ def build_app(api: StudioAPI) -> gr.Blocks:
 
 
 def main() -> None:
-    api = StudioAPI(run_scheduler=True)
+    api = StudioAPI(scheduler="thread")
     demo = build_app(api)
     demo.queue(default_concurrency_limit=8).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),

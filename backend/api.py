@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from backend.paths import DataPaths
 from backend.preflight import check_spec
@@ -20,14 +20,25 @@ class Submitted:
     queue_position: int | None
 
 
-class StudioAPI:
-    """Owns the store and, when ``run_scheduler`` is set, an in-process scheduler thread (the app's mode)."""
+SchedulerMode = Literal["thread", "detached", "none"]
 
-    def __init__(self, data_dir: Path | str | None = None, run_scheduler: bool = False, **scheduler_kwargs: Any):
+
+class StudioAPI:
+    """The facade over the store and a scheduler.
+
+    ``scheduler`` says who runs the queue: ``"thread"`` runs one inside this process (the app), ``"detached"``
+    starts a background scheduler process when none is running (the CLI and scripts), ``"none"`` leaves it to
+    someone else (tests that start their own).
+    """
+
+    def __init__(
+        self, data_dir: Path | str | None = None, scheduler: SchedulerMode = "detached", **scheduler_kwargs: Any
+    ):
         self.paths = DataPaths(data_dir).ensure()
         self.store = JobStore(self.paths.db)
+        self.mode = scheduler
         self.scheduler: Scheduler | None = None
-        if run_scheduler:
+        if scheduler == "thread":
             self.scheduler = Scheduler(self.paths, **scheduler_kwargs).start()
 
     def close(self) -> None:
@@ -50,7 +61,7 @@ class StudioAPI:
         """Make sure some scheduler will pick the queue up."""
         if self.scheduler is not None:
             self.scheduler.notify()
-        elif not Scheduler.is_running(self.paths):
+        elif self.mode == "detached" and not Scheduler.is_running(self.paths):
             spawn_detached(self.paths)
 
     def list_jobs(self, owner: str | None = None) -> list[JobRecord]:

@@ -34,7 +34,7 @@ def _gone(pid):
 
 
 def test_cancel_queued_job_never_starts(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(tiny_spec()).job
     assert api.cancel(job.id) is JobStatus.cancelled
     scheduler_factory()
@@ -45,7 +45,7 @@ def test_cancel_queued_job_never_starts(paths, store, scheduler_factory):
 
 
 def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     long_job = api.submit(tiny_spec(**LONG)).job
     next_job = api.submit(tiny_spec()).job
     scheduler_factory()
@@ -60,7 +60,7 @@ def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, 
 
 
 def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(tiny_spec(**LONG)).job
     scheduler_factory(cancel_grace_s=1.0)
     # Cancel once the worker handles SIGTERM but is still loading: it cannot reach a training step within 1 s.
@@ -77,7 +77,7 @@ def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, st
 def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths, store, scheduler_factory, demo_model_path, tmp_path):
     model_copy = tmp_path / "model"
     shutil.copytree(demo_model_path, model_copy)
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     bad = api.submit(tiny_spec(model={"name_or_path": str(model_copy)})).job
     good = api.submit(tiny_spec()).job
     (model_copy / "model.safetensors").unlink()  # breaks after pre-flight: a real exception inside the worker
@@ -90,7 +90,7 @@ def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths,
 
 
 def test_sigkilled_worker_fails_with_the_signal_named(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(tiny_spec(**LONG)).job
     follower = api.submit(tiny_spec()).job
     scheduler_factory()
@@ -124,7 +124,7 @@ def _oversized_model(target, demo_model_path, vocab_size=6_000_000):
 def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(paths, store, scheduler_factory, demo_model_path, tmp_path, monkeypatch):
     huge = _oversized_model(tmp_path / "huge", demo_model_path)
     monkeypatch.setenv("STUDIO_WORKER_MEMORY_LIMIT_MB", "3500")  # the demo job peaks near 2.6 GB of address space
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(tiny_spec(model={"name_or_path": str(huge)})).job
     follower = api.submit(tiny_spec()).job
     scheduler_factory()
@@ -151,7 +151,7 @@ def _kill_group(proc):
 
 
 def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
         running = api.submit(tiny_spec(**LONG)).job
@@ -171,7 +171,7 @@ def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds
 
 
 def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
         job = api.submit(tiny_spec(training={"max_steps": 150, "save_steps": 1000})).job
@@ -187,7 +187,7 @@ def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, s
 
 
 def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
         job = api.submit(tiny_spec(training={"max_steps": 300, "save_steps": 5})).job
@@ -215,7 +215,7 @@ def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_ord
     results = {}
 
     def submit(owner):
-        api = StudioAPI(paths.root)
+        api = StudioAPI(paths.root, scheduler="none")
         barrier.wait()
         results[owner] = api.submit(tiny_spec(), owner=owner).job
 

@@ -79,7 +79,7 @@ def test_worker_saves_a_reloadable_adapter(paths, store, scheduler_factory, demo
 
     from backend.api import StudioAPI
 
-    api = StudioAPI(paths.root)
+    api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(tiny_spec()).job
     scheduler_factory()
     done = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed})

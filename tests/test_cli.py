@@ -1,0 +1,98 @@
+"""The command line, run as a real subprocess against a fresh data dir: submit --wait, list, show, cancel."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from backend.paths import DataPaths
+from backend.scheduler import Scheduler
+from backend.store import JobStatus
+from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
+
+pytestmark = pytest.mark.slow
+
+
+def cli(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_submit_wait_json_runs_the_example_to_a_saved_adapter(data_dir):
+    result = cli("submit", "examples/sft-demo.yaml", "--wait", "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "succeeded"
+    assert os.path.isfile(os.path.join(record["artifacts"]["adapter_dir"], "adapter_model.safetensors"))
+    assert record["last_metrics"]["loss"] > 0 and record["progress"]["step"] == 30
+
+    listed = json.loads(cli("list", "--json").stdout)
+    assert [j["id"] for j in listed] == [record["id"]] and listed[0]["status"] == "succeeded"
+    shown = cli("show", record["id"])
+    assert shown.returncode == 0 and "adapter dir" in shown.stdout and "succeeded" in shown.stdout
+    # The detached scheduler the CLI started leaves once the queue is empty.
+    wait_for(lambda: not Scheduler.is_running(DataPaths(data_dir)), 30)
+
+
+def test_submit_wait_shows_a_progress_bar_with_the_loss(data_dir, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(tiny_spec()))
+    result = cli("submit", str(spec), "--wait")
+    assert result.returncode == 0, result.stderr
+    assert "4/4" in result.stderr and "loss=" in result.stderr
+    assert "status" in result.stdout and "succeeded" in result.stdout
+
+
+def test_failed_job_makes_wait_exit_non_zero(data_dir, tmp_path, demo_model_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(demo_model_path, model)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(model={"name_or_path": str(model)})))
+    (model / "tokenizer.json").unlink()  # passes pre-flight (config.json is there), fails in the worker
+    (model / "tokenizer_config.json").unlink()
+    result = cli("submit", str(spec), "--wait", "--json")
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["status"] == "failed"
+
+
+def test_bad_spec_file_is_refused_with_exit_2_and_nothing_queued(data_dir, tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("training:\n  learning_rate: -1\n  batch_size: 0\n")
+    result = cli("submit", str(spec))
+    assert result.returncode == 2
+    assert "The job was not queued" in result.stderr and "training.batch_size: must be greater than 0" in result.stderr
+    assert json.loads(cli("list", "--json").stdout) == []
+    assert cli("submit", str(tmp_path / "missing.yaml")).returncode == 2
+
+
+def test_cancel_a_queued_job_and_unknown_ids(data_dir, store, tmp_path):
+    # Hold the scheduler lock so the submitted job stays queued while we cancel it.
+    holder = Scheduler(DataPaths(data_dir))
+    assert holder.try_acquire()
+    try:
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(yaml.safe_dump(tiny_spec()))
+        submitted = json.loads(cli("submit", str(spec), "--json").stdout)
+        assert submitted["status"] == "queued" and submitted["queue_position"] == 1
+        result = cli("cancel", submitted["id"])
+        assert result.returncode == 0 and "cancelled" in result.stdout
+        assert store.get(submitted["id"]).status is JobStatus.cancelled
+        again = cli("cancel", submitted["id"])
+        assert again.returncode == 2 and "already ended" in again.stderr
+        assert cli("show", "no-such-job").returncode == 2
+    finally:
+        holder.release()
+
+
+def test_submit_without_wait_still_runs_the_job(data_dir, store, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec()))
+    job_id = json.loads(cli("submit", str(spec), "--json").stdout)["id"]
+    assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded

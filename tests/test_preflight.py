@@ -1,0 +1,76 @@
+"""Bad input is refused at submit time with a clear message, and nothing reaches the queue."""
+
+import json
+
+import pytest
+
+from backend.api import StudioAPI
+from backend.spec import SpecError
+from tests.conftest import tiny_spec
+
+
+@pytest.fixture()
+def api(paths):
+    return StudioAPI(paths.root, scheduler="none")
+
+
+def _refused(api, spec, *fragments):
+    with pytest.raises(SpecError) as err:
+        api.submit(spec)
+    text = str(err.value)
+    for fragment in fragments:
+        assert fragment in text, text
+    assert api.list_jobs() == [], "a refused job must not be stored"
+    assert not any((api.paths.root / "jobs").iterdir())
+    return text
+
+
+def test_nonexistent_model_folder(api, tmp_path):
+    _refused(api, tiny_spec(model={"name_or_path": str(tmp_path / "missing")}), "folder", "does not exist")
+
+
+def test_folder_that_is_not_a_model(api, tmp_path):
+    (tmp_path / "notamodel").mkdir()
+    _refused(api, tiny_spec(model={"name_or_path": str(tmp_path / "notamodel")}), "has no config.json")
+
+
+def test_unknown_hub_model_offline(api):
+    _refused(api, tiny_spec(model={"name_or_path": "nobody/does-not-exist"}),
+             "'nobody/does-not-exist' was not found in the local cache (the Hub is offline)")
+
+
+def test_dataset_file_that_is_not_jsonl(api, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("this is { not json\n")
+    _refused(api, tiny_spec(dataset={"source": "file", "name": str(bad)}), "could not be read as JSONL")
+
+
+def test_missing_columns_for_the_method(api, tmp_path):
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
+    _refused(api, tiny_spec(dataset={"source": "file", "name": str(data)}),
+             "SFT needs columns messages or prompt/completion or text", "the dataset has question, answer")
+
+
+def test_empty_dataset(api, tmp_path):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("")
+    _refused(api, tiny_spec(dataset={"source": "file", "name": str(data)}), "dataset")
+
+
+@pytest.mark.parametrize("field, value", [("learning_rate", -1e-4), ("batch_size", 0), ("max_steps", -5), ("epochs", 0)])
+def test_non_positive_hyper_parameters(api, field, value):
+    _refused(api, tiny_spec(training={field: value}), f"training.{field}: must be greater than 0")
+
+
+def test_model_and_data_problems_are_reported_together(api, tmp_path):
+    text = _refused(api, tiny_spec(model={"name_or_path": str(tmp_path / "nope")},
+                                   dataset={"source": "builtin", "name": "nope"}), "model.name_or_path", "dataset.name")
+    assert len(text.splitlines()) == 2
+
+
+def test_a_good_spec_is_queued_with_its_position(api):
+    first = api.submit(tiny_spec())
+    second = api.submit(tiny_spec(), owner="bob")
+    assert first.queue_position == 1 and second.queue_position == 2
+    assert second.job.owner == "bob" and [j.id for j in api.list_jobs()] == [first.job.id, second.job.id]
