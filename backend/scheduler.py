@@ -69,7 +69,7 @@ class Scheduler:
         self,
         paths: DataPaths,
         max_concurrent: int | None = None,
-        poll_interval: float = 0.2,
+        poll_interval: float = 0.5,
         cancel_grace_s: float | None = None,
         exit_when_idle: bool = False,
     ):

@@ -207,6 +207,9 @@ class JobStore:
     # --- scheduling -------------------------------------------------------------------------------
     def claim_next(self) -> JobRecord | None:
         """Atomically move the oldest queued job to running and return it."""
+        with self._connect() as con:  # a plain read first: the scheduler polls, and most polls find nothing
+            if con.execute("SELECT 1 FROM jobs WHERE status = 'queued' LIMIT 1").fetchone() is None:
+                return None
         with self._transaction() as con:
             row = con.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
             if row is None:
@@ -276,10 +279,6 @@ class JobStore:
         return self.get(job_id)
 
     # --- progress, artifacts, metrics -------------------------------------------------------------
-    def update_progress(self, job_id: str, progress: dict[str, Any]) -> None:
-        with self._connect() as con:
-            con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (json.dumps(progress), job_id))
-
     def merge_artifacts(self, job_id: str, artifacts: dict[str, Any]) -> None:
         with self._transaction() as con:
             row = con.execute("SELECT artifacts FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -288,12 +287,15 @@ class JobStore:
             merged = {**json.loads(row["artifacts"]), **artifacts}
             con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (json.dumps(merged), job_id))
 
-    def append_metrics(self, job_id: str, step: int | None, data: dict[str, Any]) -> None:
-        with self._connect() as con:
-            con.execute(
+    def report(self, job_id: str, rows: list[tuple[int | None, float, dict[str, Any]]], progress: dict[str, Any] | None) -> None:
+        """A worker's periodic report in one transaction: buffered metric rows (step, ts, data) and its progress."""
+        with self._transaction() as con:
+            con.executemany(
                 "INSERT INTO metrics (job_id, step, ts, data) VALUES (?, ?, ?, ?)",
-                (job_id, step, time.time(), json.dumps(data)),
+                [(job_id, step, ts, json.dumps(data)) for step, ts, data in rows],
             )
+            if progress is not None:
+                con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (json.dumps(progress), job_id))
 
     def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Metric rows in the order they were logged; ``after_id`` lets a live view fetch only new rows."""

@@ -84,7 +84,9 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             store.finish(job_id, JobStatus.cancelled, f"stopped by request at step {step}")
             log.info("stopped by request at step %d", step)
             return EXIT_OK
-        store.merge_artifacts(job_id, save_outputs(trainer, spec, paths, job_id))
+        outputs = save_outputs(trainer, spec, paths, job_id)
+        outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
+        store.merge_artifacts(job_id, outputs)
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()

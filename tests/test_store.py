@@ -107,9 +107,10 @@ def test_resume_only_from_interrupted_and_goes_to_back_of_queue(any_store):
 
 def test_metrics_are_append_only_and_incremental(any_store):
     job = any_store.add(_spec())
-    any_store.append_metrics(job.id, 1, {"loss": 2.0})
-    any_store.append_metrics(job.id, 2, {"loss": 1.5, "learning_rate": 1e-4})
+    any_store.report(job.id, [(1, 10.0, {"loss": 2.0})], None)
+    any_store.report(job.id, [(2, 11.0, {"loss": 1.5, "learning_rate": 1e-4})], {"step": 2})
     rows = any_store.metrics(job.id)
+    assert rows[0]["ts"] == 10.0 and any_store.get(job.id).progress == {"step": 2}
     assert [r["loss"] for r in rows] == [2.0, 1.5] and rows[1]["step"] == 2
     assert [r["loss"] for r in any_store.metrics(job.id, after_id=rows[0]["id"])] == [1.5]
 
@@ -118,8 +119,8 @@ def test_artifacts_merge_and_progress_replace(any_store):
     job = any_store.add(_spec())
     any_store.merge_artifacts(job.id, {"log_file": "a"})
     any_store.merge_artifacts(job.id, {"adapter_dir": "b"})
-    any_store.update_progress(job.id, {"step": 1})
-    any_store.update_progress(job.id, {"step": 2, "total_steps": 4})
+    any_store.report(job.id, [], {"step": 1})
+    any_store.report(job.id, [], {"step": 2, "total_steps": 4})
     got = any_store.get(job.id)
     assert got.artifacts == {"log_file": "a", "adapter_dir": "b"} and got.progress == {"step": 2, "total_steps": 4}
 

@@ -11,84 +11,95 @@ from transformers import TrainerCallback
 
 from backend.store import JobStore
 
-# Progress and cancel checks touch the database; doing it at most this often keeps per-step overhead negligible.
-_PROGRESS_EVERY_S = 0.5
-_CANCEL_POLL_EVERY_S = 0.5
+# Reports (metrics + progress, one transaction) and cancel checks touch the database; doing each at most this
+# often keeps the per-step cost negligible while live views still update twice a second.
+REPORT_EVERY_S = 0.5
+CANCEL_POLL_EVERY_S = 0.5
 
 
 def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if hasattr(value, "item"):
-        return value.item()
     return value
 
 
 class StoreReportingCallback(TrainerCallback):
-    """Appends every ``on_log`` to the job's metrics, keeps its progress row fresh and stops on cancel."""
+    """Buffers every ``on_log`` into the job's metrics, keeps its progress fresh and stops on cancel.
+
+    ``overhead_s`` is the time spent inside this callback, so the cost of reporting can be measured.
+    """
 
     def __init__(self, store: JobStore, job_id: str, stop_event: threading.Event):
         self.store = store
         self.job_id = job_id
         self.stop_event = stop_event
         self.cancelled = False
+        self.overhead_s = 0.0
+        self._pending: list[tuple[int | None, float, dict[str, Any]]] = []
         self._started = time.monotonic()
-        self._first_step: int | None = None
-        self._last_progress = 0.0
+        self._first_step = 0
+        self._last_report = 0.0
         self._last_cancel_poll = 0.0
+        self._last_loss: float | None = None
 
-    def _report_progress(self, state, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_progress < _PROGRESS_EVERY_S:
-            return
-        self._last_progress = now
+    def _progress(self, state) -> dict[str, Any]:
         step, total = state.global_step, state.max_steps or 0
-        if self._first_step is None:
-            self._first_step = step
         done_here = step - self._first_step
-        eta = None
-        if done_here > 0 and total:
-            eta = (now - self._started) / done_here * (total - step)
-        last_loss = next((e["loss"] for e in reversed(state.log_history) if "loss" in e), None)
-        self.store.update_progress(
-            self.job_id,
-            {
-                "step": step,
-                "total_steps": total,
-                "epoch": state.epoch,
-                "loss": last_loss,
-                "eta_seconds": eta,
-                "updated_at": time.time(),
-            },
-        )
+        eta = (time.monotonic() - self._started) / done_here * (total - step) if done_here > 0 and total else None
+        return {
+            "step": step,
+            "total_steps": total,
+            "epoch": state.epoch,
+            "loss": self._last_loss,
+            "eta_seconds": eta,
+            "updated_at": time.time(),
+        }
+
+    def _flush(self, state, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < REPORT_EVERY_S:
+            return
+        self._last_report = now
+        rows, self._pending = self._pending, []
+        self.store.report(self.job_id, rows, self._progress(state))
 
     def _should_stop(self) -> bool:
-        if self.stop_event.is_set():
-            return True
         now = time.monotonic()
-        if now - self._last_cancel_poll >= _CANCEL_POLL_EVERY_S:
+        if not self.stop_event.is_set() and now - self._last_cancel_poll >= CANCEL_POLL_EVERY_S:
             self._last_cancel_poll = now
             if self.store.cancel_requested(self.job_id):
                 self.stop_event.set()
         return self.stop_event.is_set()
 
     def on_train_begin(self, args, state, control, **kwargs):
+        t0 = time.perf_counter()
         self._started = time.monotonic()
         self._first_step = state.global_step
-        self._report_progress(state, force=True)
+        self._flush(state, force=True)
+        self.overhead_s += time.perf_counter() - t0
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._report_progress(state)
+        t0 = time.perf_counter()
+        self._flush(state)
         if self._should_stop():
             self.cancelled = True
             control.should_training_stop = True
             control.should_save = False
+        self.overhead_s += time.perf_counter() - t0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        t0 = time.perf_counter()
         if logs:
             data = {k: _jsonable(v) for k, v in logs.items()}
             data.setdefault("epoch", state.epoch)
-            self.store.append_metrics(self.job_id, state.global_step, data)
+            if data.get("loss") is not None:
+                self._last_loss = data["loss"]
+            self._pending.append((state.global_step, time.time(), data))
+        self.overhead_s += time.perf_counter() - t0
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._report_progress(state, force=True)
+        t0 = time.perf_counter()
+        self._flush(state, force=True)
+        self.overhead_s += time.perf_counter() - t0

@@ -1,0 +1,42 @@
+"""The baseline for benchmarks/overhead.py: the same SFT run written as a plain TRL script, no app involved."""
+
+import argparse
+import json
+import time
+
+from datasets import load_dataset
+from peft import LoraConfig
+from trl import SFTConfig, SFTTrainer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", required=True)
+parser.add_argument("--data", required=True)
+parser.add_argument("--out", required=True)
+parser.add_argument("--steps", type=int, required=True)
+parser.add_argument("--batch-size", type=int, required=True)
+args = parser.parse_args()
+
+dataset = load_dataset("json", data_files=args.data, split="train")
+trainer = SFTTrainer(
+    model=args.model,
+    train_dataset=dataset,
+    args=SFTConfig(
+        output_dir=args.out,
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=5e-4,
+        max_length=256,
+        logging_steps=1,
+        save_steps=10_000,
+        assistant_only_loss=True,
+        report_to="none",
+        disable_tqdm=True,
+        seed=42,
+        bf16=False,  # the benchmark runs on CPU
+    ),
+    peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM"),
+)
+trainer.train()
+trainer.save_model(args.out + "/adapter")
+# The job is done once the adapter is saved; interpreter teardown after that is not part of either side's time.
+print(json.dumps({"train_runtime": trainer.state.log_history[-1]["train_runtime"], "done_ts": time.time()}))

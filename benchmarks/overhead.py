@@ -1,0 +1,100 @@
+"""Overhead of the app: the same SFT run as a bare TRL script and through the queue + worker.
+
+    python benchmarks/overhead.py [--steps 60] [--repeats 3]
+
+Both wall times run from launch (process start / submit) until the adapter is saved. Prints both, their ratio, the per-step ratio (TRL's own train_runtime in each) and the
+submit -> first-step latency. Runs offline on the demo model; nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from backend.api import StudioAPI  # noqa: E402
+from backend.builtin_datasets import BUILTIN_DATASETS  # noqa: E402
+from backend.demo_model import ensure_demo_model  # noqa: E402
+from backend.store import JobStatus  # noqa: E402
+
+
+def run_bare(model: Path, steps: int, batch: int, work: Path) -> dict:
+    started = time.time()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bare_sft.py"), "--model", str(model),
+         "--data", str(BUILTIN_DATASETS["chat-demo"].path), "--out", str(work), "--steps", str(steps),
+         "--batch-size", str(batch)],
+        capture_output=True, text=True, check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"wall": result["done_ts"] - started, "train_runtime": result["train_runtime"]}
+
+
+def run_app(api: StudioAPI, steps: int, batch: int) -> dict:
+    spec = {
+        "method": "sft",
+        "model": {"name_or_path": "builtin:tiny-qwen3"},
+        "dataset": {"source": "builtin", "name": "chat-demo"},
+        "lora": {"r": 16, "alpha": 32, "dropout": 0.05},
+        "training": {"max_steps": steps, "batch_size": batch, "learning_rate": 5e-4, "max_length": 256,
+                     "save_steps": 10_000, "seed": 42},
+    }
+    started = time.time()
+    job_id = api.submit(spec).job.id
+    # Poll gently (this process shares the 2 cores with the worker); the end time is the worker's own record.
+    while not (job := api.get_job(job_id)).status.finished:
+        time.sleep(0.25)
+    ended = job.finished_at
+    assert job.status is JobStatus.succeeded, job.error
+    metrics = api.metrics(job_id)
+    first_step_ts = next(m["ts"] for m in metrics if m.get("step") == 1)
+    runtime = next(m["train_runtime"] for m in metrics if "train_runtime" in m)
+    return {"wall": ended - started, "train_runtime": runtime, "first_step_latency": first_step_ts - started,
+            "reporting_share": job.artifacts["reporting_overhead_s"] / runtime}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp) / "data"
+        model = ensure_demo_model(data_dir / "models")
+        api = StudioAPI(data_dir, scheduler="thread")
+        bare, app = [], []
+        try:
+            run_bare(model, 2, args.batch_size, Path(tmp) / "warm")  # warm the page cache for both sides
+            for i in range(args.repeats):
+                bare.append(run_bare(model, args.steps, args.batch_size, Path(tmp) / f"bare{i}"))
+                app.append(run_app(api, args.steps, args.batch_size))
+                print(f"run {i + 1}: bare {bare[-1]['wall']:.2f}s  app {app[-1]['wall']:.2f}s", flush=True)
+        finally:
+            api.close()
+
+    med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+    bare_wall, app_wall = med(bare, "wall"), med(app, "wall")
+    bare_step = med(bare, "train_runtime") / args.steps
+    app_step = med(app, "train_runtime") / args.steps
+    print(f"\nSFT, demo model, {args.steps} steps x batch {args.batch_size}, median of {args.repeats} runs, "
+          f"{os.cpu_count()} CPU cores")
+    print(f"whole job   bare TRL {bare_wall:6.2f}s   app {app_wall:6.2f}s   ratio {app_wall / bare_wall:.3f} (target <= 1.10)")
+    print(f"per step    bare TRL {bare_step * 1000:6.1f}ms  app {app_step * 1000:6.1f}ms  ratio {app_step / bare_step:.3f} (target <= 1.03)")
+    print(f"reporting   time inside the app's TrainerCallback: {med(app, 'reporting_share') * 100:.2f}% of train_runtime")
+    print(f"submit -> first step {med(app, 'first_step_latency'):.2f}s")
+
+
+if __name__ == "__main__":
+    main()
