@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -49,6 +49,10 @@ class ModelSpec(_Part):
         description="Base model: a Hub id (Qwen/Qwen2.5-0.5B-Instruct), a local folder, or builtin:tiny-qwen3.",
     )
     revision: str | None = Field(None, description="Hub branch, tag or commit of the base model.")
+    parent_job_id: str | None = Field(
+        None,
+        description="Start from a finished job: its base model plus its adapter, trained further (SFT then DPO/GRPO).",
+    )
     trust_remote_code: bool = Field(False, description="Run custom modelling code from the model repo.")
 
 
@@ -116,6 +120,91 @@ class SFTSpec(_Part):
     packing: bool = Field(False, description="Pack several short examples into one sequence.")
 
 
+class DPOSpec(_Part):
+    beta: float = Field(0.1, gt=0, le=10, description="How far the model may move from the reference (higher: less).")
+    loss_type: Literal["sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm"] = Field(
+        "sigmoid", description="DPO loss: sigmoid is the paper's; ipo and robust are gentler on noisy labels."
+    )
+
+
+RewardName = Literal[
+    "accuracy", "reasoning_accuracy", "think_format", "exact_match", "regex", "valid_json", "length", "keywords"
+]
+REWARD_NAMES: tuple[str, ...] = get_args(RewardName)
+
+
+class RewardSpec(_Part):
+    name: RewardName = Field(description="Which reward function scores each completion.")
+    weight: float = Field(1.0, description="Weight of this reward in the total.")
+    column: str | None = Field(
+        None, description="Dataset column with the expected answer (exact_match; accuracy uses 'solution')."
+    )
+    pattern: str | None = Field(None, description="Regular expression the completion must match (regex).")
+    json_schema: dict[str, Any] | None = Field(None, description="JSON schema the completion must satisfy (valid_json).")
+    target_length: int | None = Field(None, gt=0, description="Wanted completion length (length).")
+    tolerance: int = Field(0, ge=0, description="Lengths within this distance of the target score 1.0 (length).")
+    unit: Literal["chars", "words"] = Field("words", description="How length is counted (length).")
+    include: list[str] = Field(default_factory=list, description="Words the completion must contain (keywords).")
+    exclude: list[str] = Field(default_factory=list, description="Words the completion must not contain (keywords).")
+    case_sensitive: bool = Field(False, description="Match case exactly (exact_match, regex, keywords).")
+
+    @model_validator(mode="after")
+    def _params_fit_the_reward(self) -> "RewardSpec":
+        import re
+
+        if self.name == "exact_match" and not self.column:
+            raise ValueError("exact_match needs column: the dataset column holding the expected answer")
+        if self.name == "regex":
+            if not self.pattern:
+                raise ValueError("regex needs pattern")
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {self.pattern!r} is not a valid regular expression ({exc})") from None
+        if self.name == "valid_json" and self.json_schema is not None:
+            from jsonschema import Draft202012Validator, SchemaError
+
+            try:
+                Draft202012Validator.check_schema(self.json_schema)
+            except SchemaError as exc:
+                raise ValueError(f"json_schema is not a valid JSON schema ({exc.message})") from None
+        if self.name == "length" and self.target_length is None:
+            raise ValueError("length needs target_length")
+        if self.name == "keywords" and not (self.include or self.exclude):
+            raise ValueError("keywords needs include or exclude words")
+        return self
+
+
+def _default_rewards() -> list[RewardSpec]:
+    return [RewardSpec(name="accuracy")]
+
+
+class GRPOSpec(_Part):
+    num_generations: int = Field(4, ge=2, le=64, description="Completions sampled per prompt (the group).")
+    max_completion_length: int = Field(
+        256, gt=0, le=32768, description="Longest completion; for environments, the whole episode."
+    )
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature for the group.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    beta: float = Field(0.0, ge=0, description="KL penalty to the reference model (0 disables it, TRL's default).")
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field("dapo", description="GRPO loss normalisation.")
+    enable_thinking: bool | None = Field(
+        None, description="Qwen3-style chat_template_kwargs enable_thinking (None: the template's default)."
+    )
+    log_completions: bool = Field(True, description="Keep sampled completions and their rewards per step.")
+    rewards: list[RewardSpec] = Field(
+        default_factory=_default_rewards, min_length=1, description="Reward functions and their weights."
+    )
+
+
+class EvalSpec(_Part):
+    holdout_fraction: float = Field(
+        0.0, ge=0, lt=0.9, description="Share of rows held out for the before/after evaluation (0: none)."
+    )
+    holdout_rows: int | None = Field(None, gt=0, description="Or: this many rows held out (overrides the fraction).")
+    compare_base: bool = Field(True, description="Also score the base model on the held-out rows (before/after).")
+
+
 class OutputSpec(_Part):
     run_name: str | None = Field(None, max_length=96, description="A name to recognise the job by.")
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
@@ -132,6 +221,9 @@ class JobSpec(_Part):
     quantization: QuantizationSpec = Field(default_factory=QuantizationSpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     sft: SFTSpec = Field(default_factory=SFTSpec)
+    dpo: DPOSpec = Field(default_factory=DPOSpec)
+    grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    eval: EvalSpec = Field(default_factory=EvalSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     owner: str = Field("local", min_length=1, max_length=96, description="Who submitted the job.")
 
@@ -202,7 +294,12 @@ def field_docs(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[tuple
             rows.extend(field_docs(annotation, f"{prefix}{name}."))
             continue
         if info.default_factory is not None:
-            default = "(offline: builtin:tiny-qwen3, else Qwen/Qwen2.5-0.5B-Instruct)" if name == "name_or_path" else "{}"
+            default = {
+                "name_or_path": "(offline: builtin:tiny-qwen3, else Qwen/Qwen2.5-0.5B-Instruct)",
+                "rewards": "[{name: accuracy}]",
+            }.get(name, "[]" if "list" in str(annotation) else "{}")
+        elif info.is_required():
+            default = "required"
         else:
             default = info.default.value if isinstance(info.default, Enum) else info.default
             default = "null" if default is None else str(default)
@@ -218,6 +315,8 @@ def field_help(path: str) -> str:
 def spec_fields_markdown() -> str:
     lines = ["| field | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs()]
+    lines += ["", "Each entry of `grpo.rewards`:", "", "| field | default | meaning |", "| --- | --- | --- |"]
+    lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs(RewardSpec)]
     return "\n".join(lines)
 
 
