@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from backend.paths import DataPaths
-from backend.preflight import check_spec
+from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.scheduler import Scheduler, spawn_detached
 from backend.spec import JobSpec, parse_spec
@@ -52,6 +52,7 @@ class StudioAPI:
             spec = parse_spec(spec)
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
+        spec = resolve_parent(spec, self.store)
         check_spec(spec)
         job = self.store.add(spec)
         self._kick()

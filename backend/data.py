@@ -92,22 +92,54 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
     )
 
 
-def load_training_dataset(spec: DatasetSpec, method: Method) -> tuple["Dataset", str]:
-    """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format."""
+def load_training_dataset(
+    spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset()
+) -> tuple["Dataset", str]:
+    """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
+
+    ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
+    """
     ds = _load_raw(spec)
     ds = apply_column_mapping(ds, spec.columns)
     fmt, required = detect_format(ds.column_names, method)
-    extra = [c for c in ds.column_names if c not in required]
+    missing = sorted(keep_columns - set(ds.column_names))
+    if missing:
+        raise SpecError(
+            [
+                f"dataset: column {c!r} is needed by the rewards but the dataset has {', '.join(ds.column_names)}; "
+                f"map a column to it with dataset.columns"
+                for c in missing
+            ]
+        )
+    extra = [c for c in ds.column_names if c not in required and c not in keep_columns]
     if extra:
         ds = ds.remove_columns(extra)
     if spec.max_rows is not None and len(ds) > spec.max_rows:
         ds = ds.select(range(spec.max_rows))
     if len(ds) == 0:
         raise SpecError([EMPTY_DATASET])
-    empty = [c for c in required if _blank(ds[0][c])]
-    if empty:
-        raise SpecError([f"dataset: column {c!r} is empty in the first row" for c in empty])
+    problems = []
+    for column in required:
+        blank_rows = [i for i, value in enumerate(ds[column]) if _blank(value)]
+        if blank_rows:
+            problems.append(
+                f"dataset: {len(blank_rows)} of {len(ds)} rows have an empty {column!r} (first: row {blank_rows[0]}); "
+                "fix or drop them"
+            )
+    if problems:
+        raise SpecError(problems)
     return ds, fmt
+
+
+def split_holdout(ds: "Dataset", fraction: float, rows: int | None, seed: int) -> tuple["Dataset", "Dataset | None"]:
+    """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
+    n_eval = rows if rows is not None else int(round(len(ds) * fraction))
+    if n_eval <= 0:
+        return ds, None
+    if n_eval >= len(ds):
+        raise SpecError([f"eval: holding out {n_eval} rows leaves none of the {len(ds)} to train on"])
+    split = ds.train_test_split(test_size=n_eval, seed=seed, shuffle=True)
+    return split["train"], split["test"]
 
 
 def _blank(value) -> bool:

@@ -6,10 +6,9 @@ from pathlib import Path
 
 from backend.data import load_training_dataset
 from backend.demo_model import DEMO_MODEL_ID
-from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline
+from backend.spec import JobSpec, ModelSpec, SpecError, hub_offline
+from backend.store import JobNotFound, JobStatus, JobStore
 
-# Methods whose trainer this version can build; the others are refused at submit rather than failing later.
-AVAILABLE_METHODS = {Method.sft}
 
 
 def check_model(model: ModelSpec) -> None:
@@ -34,12 +33,35 @@ def check_model(model: ModelSpec) -> None:
         raise SpecError([f"model.name_or_path: {name!r} was not found {where}; check the id ({first})"]) from None
 
 
+def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
+    """For a staged job, take the base model and LoRA shape from the finished parent job it continues."""
+    parent_id = spec.model.parent_job_id
+    if parent_id is None:
+        return spec
+    try:
+        parent = store.get(parent_id)
+    except JobNotFound:
+        raise SpecError([f"model.parent_job_id: there is no job {parent_id!r}"]) from None
+    if parent.status is not JobStatus.succeeded or not parent.artifacts.get("adapter_dir"):
+        raise SpecError(
+            [f"model.parent_job_id: job {parent_id} is {parent.status.value}; only a succeeded job's adapter can be trained further"]
+        )
+    if not parent.spec.lora.enabled:
+        raise SpecError([f"model.parent_job_id: job {parent_id} trained all weights, not an adapter; start from its output folder instead"])
+    model = parent.spec.model.model_copy(update={"parent_job_id": parent_id})
+    return spec.model_copy(update={"model": model, "lora": parent.spec.lora})
+
+
 def check_spec(spec: JobSpec) -> None:
     """Raise SpecError with every problem found; return quietly when the job can be queued."""
-    if spec.method not in AVAILABLE_METHODS:
-        raise SpecError([f"method: {spec.method.value} is not available in this version yet; use sft"])
+    from backend.worker import reward_columns
+
     problems: list[str] = []
-    for check in (lambda: check_model(spec.model), lambda: load_training_dataset(spec.dataset, spec.method)):
+    checks = (
+        lambda: check_model(spec.model),
+        lambda: load_training_dataset(spec.dataset, spec.method, reward_columns(spec)),
+    )
+    for check in checks:
         try:
             check()
         except SpecError as exc:

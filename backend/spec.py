@@ -170,8 +170,8 @@ class RewardSpec(_Part):
                 raise ValueError(f"json_schema is not a valid JSON schema ({exc.message})") from None
         if self.name == "length" and self.target_length is None:
             raise ValueError("length needs target_length")
-        if self.name == "keywords" and not (self.include or self.exclude):
-            raise ValueError("keywords needs include or exclude words")
+        if self.name == "keywords" and not any(w.strip() for w in [*self.include, *self.exclude]):
+            raise ValueError("keywords needs include or exclude words (blank words do not count)")
         return self
 
 
@@ -241,6 +241,14 @@ class JobSpec(_Part):
                 "a quantized base model cannot be trained directly: enable LoRA (lora.enabled: true) "
                 "or set quantization.mode to none"
             )
+        if self.method is Method.grpo:
+            per_generation = self.training.batch_size * self.training.gradient_accumulation_steps
+            if per_generation % self.grpo.num_generations:
+                raise ValueError(
+                    f"training.batch_size x training.gradient_accumulation_steps (= {per_generation}) must be a "
+                    f"multiple of grpo.num_generations ({self.grpo.num_generations}): each prompt's whole group "
+                    "is sampled in one generation batch"
+                )
         if self.output.push_to_hub and self.output.hub_repo_id is not None and "/" not in self.output.hub_repo_id:
             raise ValueError("output.hub_repo_id must look like owner/name")
         return self

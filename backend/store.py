@@ -106,6 +106,13 @@ CREATE TABLE IF NOT EXISTS metrics (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, id);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    step INTEGER,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_job ON samples(job_id, id);
 """
 
 
@@ -287,15 +294,33 @@ class JobStore:
             merged = {**json.loads(row["artifacts"]), **artifacts}
             con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (json.dumps(merged), job_id))
 
-    def report(self, job_id: str, rows: list[tuple[int | None, float, dict[str, Any]]], progress: dict[str, Any] | None) -> None:
-        """A worker's periodic report in one transaction: buffered metric rows (step, ts, data) and its progress."""
+    def report(
+        self,
+        job_id: str,
+        rows: list[tuple[int | None, float, dict[str, Any]]],
+        progress: dict[str, Any] | None,
+        samples: list[tuple[int | None, dict[str, Any]]] = (),
+    ) -> None:
+        """A worker's periodic report in one transaction: metric rows (step, ts, data), samples and its progress."""
         with self._transaction() as con:
+            con.executemany(
+                "INSERT INTO samples (job_id, step, data) VALUES (?, ?, ?)",
+                [(job_id, step, json.dumps(data)) for step, data in samples],
+            )
             con.executemany(
                 "INSERT INTO metrics (job_id, step, ts, data) VALUES (?, ?, ?, ?)",
                 [(job_id, step, ts, json.dumps(data)) for step, ts, data in rows],
             )
             if progress is not None:
                 con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (json.dumps(progress), job_id))
+
+    def samples(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
+        """Sampled completions (GRPO) with their rewards, oldest first."""
+        with self._connect() as con:
+            rows = con.execute(
+                "SELECT id, step, data FROM samples WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
+            ).fetchall()
+        return [{"id": r["id"], "step": r["step"], **json.loads(r["data"])} for r in rows]
 
     def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Metric rows in the order they were logged; ``after_id`` lets a live view fetch only new rows."""

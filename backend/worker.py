@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from backend.failures import describe_failure, with_log_tail
+from backend.data import load_training_dataset, split_holdout
 from backend.paths import DataPaths
 from backend.spec import JobSpec, Method, SpecError
 from backend.store import JobStatus, JobStore
@@ -37,12 +38,44 @@ def last_checkpoint(output_dir: Path) -> Path | None:
     return max(candidates)[1] if candidates else None
 
 
-def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list):
+def reward_columns(spec: JobSpec) -> set[str]:
+    if spec.method is not Method.grpo:
+        return set()
+    from backend.rewards import required_columns
+
+    return set().union(*(required_columns(r) for r in spec.grpo.rewards))
+
+
+def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None):
+    """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
+    dataset, fmt = load_training_dataset(spec.dataset, spec.method, reward_columns(spec))
+    train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
+    common = dict(
+        spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks,
+        dataset=train, parent_adapter=parent_adapter,
+    )
     if spec.method is Method.sft:
         from backend.training.sft import build_sft_trainer
 
-        return build_sft_trainer(spec, paths.job_output(job_id), paths.models, callbacks)
-    raise SpecError([f"method: {spec.method.value} is not available in this version yet"])
+        # SFT's held-out loss comes from trainer.evaluate(), so TRL must tokenize those rows too.
+        return build_sft_trainer(dataset_format=fmt, eval_dataset=held_out, **common), held_out
+    if spec.method is Method.dpo:
+        from backend.training.dpo import build_dpo_trainer
+
+        return build_dpo_trainer(**common), held_out
+    from backend.training.grpo import build_grpo_trainer
+
+    return build_grpo_trainer(**common), held_out
+
+
+def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:
+    if spec.model.parent_job_id is None:
+        return None
+    parent = store.get(spec.model.parent_job_id)
+    adapter = parent.artifacts.get("adapter_dir")
+    if parent.status is not JobStatus.succeeded or not adapter or not Path(adapter).is_dir():
+        raise SpecError([f"model.parent_job_id: job {parent.id} has no saved adapter to start from"])
+    return Path(adapter)
 
 
 def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
@@ -53,6 +86,21 @@ def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
     final = {k: v for k, v in trainer.state.log_history[-1].items() if isinstance(v, (int, float))}
     (paths.job_dir(job_id) / "final_metrics.json").write_text(json.dumps(final, indent=2))
     return {"adapter_dir": str(adapter_dir), "final_metrics": final, "global_step": trainer.state.global_step}
+
+
+def run_evaluation(trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str) -> dict:
+    """Before/after scores; a failure here is recorded but does not fail a job whose adapter is already saved."""
+    from backend.evaluation import evaluate_before_after
+
+    log.info("evaluating base and tuned model on %d held-out rows", len(held_out))
+    try:
+        result = evaluate_before_after(trainer, spec, held_out)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("evaluation failed")
+        result = {"error": describe_failure(exc)}
+    (paths.job_dir(job_id) / "evaluation.json").write_text(json.dumps(result, indent=2))
+    log.info("evaluation: %s", result)
+    return result
 
 
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
@@ -70,7 +118,10 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
              spec.model.name_or_path, spec.dataset.name, job.attempts)
     try:
         callback = StoreReportingCallback(store, job_id, stop_event)
-        trainer = build_trainer(spec, paths, job_id, [callback])
+        parent_adapter = parent_adapter_of(store, spec)
+        if parent_adapter is not None:
+            store.merge_artifacts(job_id, {"parent_job_id": spec.model.parent_job_id, "parent_adapter": str(parent_adapter)})
+        trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter)
         resume_from = last_checkpoint(output_dir) if job.resume else None
         if job.resume:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
@@ -87,6 +138,8 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         outputs = save_outputs(trainer, spec, paths, job_id)
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)
+        if held_out is not None:
+            store.merge_artifacts(job_id, {"evaluation": run_evaluation(trainer, spec, held_out, paths, job_id)})
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()

@@ -101,7 +101,7 @@ def test_empty_dataset_is_refused(tmp_path):
 
 def test_empty_required_value_is_refused(tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", [{"messages": []}])
-    with pytest.raises(SpecError, match="column 'messages' is empty"):
+    with pytest.raises(SpecError, match="1 of 1 rows have an empty 'messages'"):
         load_training_dataset(DatasetSpec(source="file", name=str(path)), Method.sft)
 
 

@@ -38,6 +38,8 @@ class StoreReportingCallback(TrainerCallback):
         self.cancelled = False
         self.overhead_s = 0.0
         self._pending: list[tuple[int | None, float, dict[str, Any]]] = []
+        self._pending_samples: list[tuple[int | None, dict[str, Any]]] = []
+        self._sample_source = None
         self._started = time.monotonic()
         self._first_step = 0
         self._last_report = 0.0
@@ -63,7 +65,26 @@ class StoreReportingCallback(TrainerCallback):
             return
         self._last_report = now
         rows, self._pending = self._pending, []
-        self.store.report(self.job_id, rows, self._progress(state))
+        samples, self._pending_samples = self._pending_samples, []
+        self.store.report(self.job_id, rows, self._progress(state), samples)
+
+    def watch_completions(self, trainer) -> None:
+        """Keep the completions a GRPO trainer samples (TRL holds the last generation batch in ``_logs``)."""
+        self._sample_source = trainer
+
+    def _capture_samples(self, step: int) -> None:
+        logs = getattr(self._sample_source, "_logs", None)
+        if not logs or not logs.get("completion"):
+            return
+        rewards = {name: list(values) for name, values in logs["rewards"].items()}
+        advantages = list(logs["advantages"])
+        for i, (prompt, completion) in enumerate(zip(logs["prompt"], logs["completion"])):
+            self._pending_samples.append((step, {
+                "prompt": prompt,
+                "completion": completion,
+                "rewards": {name: _jsonable(values[i]) if i < len(values) else None for name, values in rewards.items()},
+                "advantage": _jsonable(advantages[i]) if i < len(advantages) else None,
+            }))
 
     def _should_stop(self) -> bool:
         now = time.monotonic()
@@ -97,6 +118,8 @@ class StoreReportingCallback(TrainerCallback):
             if data.get("loss") is not None:
                 self._last_loss = data["loss"]
             self._pending.append((state.global_step, time.time(), data))
+            if self._sample_source is not None and "train_runtime" not in data:
+                self._capture_samples(state.global_step)
         self.overhead_s += time.perf_counter() - t0
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -1,0 +1,192 @@
+"""Dataset preview: the first rows rendered exactly as TRL will tokenize them, with token counts against max_length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from backend.data import load_training_dataset
+from backend.spec import JobSpec, Method, SpecError
+
+
+@dataclass(frozen=True)
+class PreviewRow:
+    """One example as the model sees it; preference rows carry the rejected side too."""
+
+    rendered: str  # for preference data: the prompt + chosen sequence
+    n_tokens: int
+    over_max_length: bool  # for preference data: either side is longer than max_length
+    rendered_rejected: str | None = None
+    n_tokens_rejected: int | None = None
+
+    @property
+    def rendered_chosen(self) -> str:
+        return self.rendered
+
+    @property
+    def n_tokens_chosen(self) -> int:
+        return self.n_tokens
+
+    @property
+    def longest(self) -> int:
+        """Tokens of the longest sequence this row feeds the trainer."""
+        return max(self.n_tokens, self.n_tokens_rejected or 0)
+
+
+@dataclass(frozen=True)
+class PreviewSummary:
+    max_tokens: int
+    mean_tokens: float
+    over_max_length: int  # previewed rows with a sequence longer than max_length
+    max_length: int
+
+
+@dataclass(frozen=True)
+class DatasetPreview:
+    format: str
+    columns: list[str]
+    total_rows: int
+    rows: list[PreviewRow]
+    summary: PreviewSummary
+
+
+def preview_dataset(spec: JobSpec, tokenizer, rows: int = 3) -> DatasetPreview:
+    """Load the job's data as training will and render its first ``rows`` examples through ``tokenizer``.
+
+    GRPO rows show the prompt only (with the generation prompt); the sampled completions add up to
+    ``grpo.max_completion_length`` tokens on top during training.
+    """
+    dataset, fmt = load_training_dataset(spec.dataset, spec.method)
+    examples = [dataset[i] for i in range(min(rows, len(dataset)))]
+    if examples:
+        _require_chat_template(examples[0], tokenizer, spec.model.name_or_path)
+    renderer = _Renderer(tokenizer, _chat_template_kwargs(spec, fmt, tokenizer))
+    max_length = spec.training.max_length
+    rendered = [_render_row(example, spec.method, renderer, max_length) for example in examples]
+    return DatasetPreview(
+        format=fmt,
+        columns=list(dataset.column_names),
+        total_rows=len(dataset),
+        rows=rendered,
+        summary=summarize(rendered, max_length),
+    )
+
+
+def summarize(rows: list[PreviewRow], max_length: int) -> PreviewSummary:
+    lengths = [row.longest for row in rows]
+    return PreviewSummary(
+        max_tokens=max(lengths, default=0),
+        mean_tokens=sum(lengths) / len(lengths) if lengths else 0.0,
+        over_max_length=sum(row.over_max_length for row in rows),
+        max_length=max_length,
+    )
+
+
+def _require_chat_template(example: dict[str, Any], tokenizer, model_name: str) -> None:
+    from trl.data_utils import is_conversational
+
+    if is_conversational(example) and not getattr(tokenizer, "chat_template", None):
+        raise SpecError(
+            [
+                f"model.name_or_path: model {model_name} has no chat template; use a chat/instruct model "
+                "or plain text data (text, or prompt/completion strings)"
+            ]
+        )
+
+
+def _chat_template_kwargs(spec: JobSpec, fmt: str, tokenizer) -> dict[str, Any]:
+    """The extra apply_chat_template arguments the trainer will use for this job."""
+    if spec.method is Method.grpo and spec.grpo.enable_thinking is not None:
+        return {"enable_thinking": spec.grpo.enable_thinking}
+    training_template = _sft_training_template(spec, fmt, tokenizer)
+    return {"chat_template": training_template} if training_template else {}
+
+
+def _sft_training_template(spec: JobSpec, fmt: str, tokenizer) -> str | None:
+    """The template SFTTrainer swaps in for assistant-only loss: it can render earlier turns differently
+    (Qwen3's keeps their empty think blocks), so the preview must use it too."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    template = getattr(tokenizer, "chat_template", None)
+    if spec.method is not Method.sft or fmt != "conversational" or not spec.sft.completion_only_loss or not template:
+        return None
+    if has_generation_markers(template):
+        return None
+    try:
+        return get_training_chat_template(tokenizer)
+    except ValueError:  # no known training template: the job trains on the stock template without masks
+        return None
+
+
+class _Renderer:
+    """Turns messages or text into (rendered text, token count) the way TRL's tokenize step does."""
+
+    def __init__(self, tokenizer, template_kwargs: dict[str, Any]):
+        self.tokenizer = tokenizer
+        self.template_kwargs = template_kwargs
+
+    def messages(self, messages: list[dict], add_generation_prompt: bool = False) -> tuple[str, int]:
+        kwargs = {"add_generation_prompt": add_generation_prompt, **self.template_kwargs}
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+        ids = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)["input_ids"]
+        return text, len(ids)
+
+    def text(self, text: str) -> tuple[str, int]:
+        # TRL calls the tokenizer with its defaults, so a BOS token (Llama) counts although it is not in the text.
+        return text, len(self.tokenizer(text=text)["input_ids"])
+
+    def with_eos(self, text: str) -> str:
+        """TRL appends the EOS token to non-conversational targets unless it is already there."""
+        eos = self.tokenizer.eos_token
+        return text if not eos or text.endswith(eos) else text + eos
+
+
+def _render_row(example: dict[str, Any], method: Method, renderer: _Renderer, max_length: int) -> PreviewRow:
+    if method is Method.dpo:
+        return _render_preference(example, renderer, max_length)
+    if method is Method.grpo:
+        rendered, n_tokens = _render_prompt_only(example, renderer)
+    else:
+        rendered, n_tokens = _render_sft(example, renderer)
+    return PreviewRow(rendered=rendered, n_tokens=n_tokens, over_max_length=n_tokens > max_length)
+
+
+def _render_sft(example: dict[str, Any], renderer: _Renderer) -> tuple[str, int]:
+    from trl.data_utils import is_conversational
+
+    if "messages" in example:
+        return renderer.messages(example["messages"])
+    if "prompt" in example:
+        # SFTTrainer templates prompt + completion as one conversation; the prompt alone only marks the loss mask.
+        if is_conversational(example):
+            return renderer.messages(example["prompt"] + example["completion"])
+        return renderer.text(example["prompt"] + renderer.with_eos(example["completion"]))
+    return renderer.text(renderer.with_eos(example["text"]))
+
+
+def _render_preference(example: dict[str, Any], renderer: _Renderer, max_length: int) -> PreviewRow:
+    from trl.data_utils import extract_prompt, is_conversational
+
+    if "prompt" not in example:  # implicit prompt: DPOTrainer splits off the shared leading turns
+        example = extract_prompt(example)
+    if is_conversational(example):
+        chosen = renderer.messages(example["prompt"] + example["chosen"])
+        rejected = renderer.messages(example["prompt"] + example["rejected"])
+    else:
+        chosen = renderer.text(example["prompt"] + renderer.with_eos(example["chosen"]))
+        rejected = renderer.text(example["prompt"] + renderer.with_eos(example["rejected"]))
+    return PreviewRow(
+        rendered=chosen[0],
+        n_tokens=chosen[1],
+        over_max_length=max(chosen[1], rejected[1]) > max_length,
+        rendered_rejected=rejected[0],
+        n_tokens_rejected=rejected[1],
+    )
+
+
+def _render_prompt_only(example: dict[str, Any], renderer: _Renderer) -> tuple[str, int]:
+    from trl.data_utils import is_conversational
+
+    if is_conversational(example):
+        return renderer.messages(example["prompt"], add_generation_prompt=True)
+    return renderer.text(example["prompt"])

@@ -1,0 +1,76 @@
+"""What every method's trainer shares: the starting policy (fresh LoRA or a parent job's adapter) and base args."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backend.spec import JobSpec
+from backend.training import models
+
+
+@dataclass
+class Policy:
+    """Keyword arguments for a TRL trainer's model side."""
+
+    model: Any  # a path TRL loads itself, or a PeftModel carrying a parent job's adapter
+    tokenizer: Any
+    peft_config: Any
+    quantization_config: Any
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "processing_class": self.tokenizer,
+            "peft_config": self.peft_config,
+            "quantization_config": self.quantization_config,
+        }
+
+
+def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = None) -> Policy:
+    """A fresh LoRA on the base model (TRL loads it), or the base with ``parent_adapter`` loaded as trainable."""
+    path = models.resolve_model(spec.model, models_dir)
+    tokenizer = models.load_tokenizer(str(parent_adapter or path), spec.model)
+    if parent_adapter is None:
+        return Policy(path, tokenizer, models.to_peft_config(spec.lora), models.to_bnb_config(spec.quantization))
+
+    from peft import PeftModel, prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=models.to_bnb_config(spec.quantization),
+        **models.model_init_kwargs(spec.model, spec.quantization),
+    )
+    if spec.quantization.mode != "none":
+        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=spec.training.gradient_checkpointing)
+    # Staged training continues the parent's adapter rather than stacking a new one on top.
+    model = PeftModel.from_pretrained(base, str(parent_adapter), is_trainable=True)
+    return Policy(model, tokenizer, None, None)
+
+
+def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
+    """TrainingArguments fields every method sets the same way from the spec."""
+    t = spec.training
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(output_dir),
+        num_train_epochs=t.epochs,
+        max_steps=t.max_steps or -1,
+        learning_rate=t.learning_rate,
+        per_device_train_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        warmup_steps=t.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
+        seed=t.seed,
+        logging_steps=t.logging_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=2,
+        gradient_checkpointing=t.gradient_checkpointing,
+        bf16=models.compute_dtype_name() == "bfloat16",
+        report_to="none",
+        disable_tqdm=True,
+        run_name=spec.output.run_name,
+    )
+    if spec.model.parent_job_id is None:
+        kwargs["model_init_kwargs"] = models.model_init_kwargs(spec.model, spec.quantization)
+    return kwargs

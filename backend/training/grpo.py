@@ -1,0 +1,55 @@
+"""GRPO: translate a JobSpec into TRL's GRPOConfig and build a GRPOTrainer with the job's reward functions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend.spec import JobSpec
+from backend.training.common import base_training_kwargs, load_policy
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+
+def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float]) -> "GRPOConfig":
+    from trl import GRPOConfig
+
+    g = spec.grpo
+    return GRPOConfig(
+        **base_training_kwargs(spec, output_dir),
+        num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        beta=g.beta,
+        loss_type=g.loss_type,
+        chat_template_kwargs={"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else None,
+        log_completions=g.log_completions,
+        num_completions_to_print=2,
+        reward_weights=reward_weights,
+    )
+
+
+def build_grpo_trainer(
+    spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
+    parent_adapter: Path | None = None,
+) -> "GRPOTrainer":
+    from trl import GRPOTrainer
+
+    from backend.rewards import build_rewards
+
+    reward_funcs, weights = build_rewards(spec.grpo.rewards)
+    policy = load_policy(spec, models_dir, parent_adapter)
+    trainer = GRPOTrainer(
+        args=to_grpo_config(spec, output_dir, weights),
+        reward_funcs=reward_funcs,
+        train_dataset=dataset,
+        callbacks=callbacks,
+        **policy.trainer_kwargs(),
+    )
+    for callback in callbacks:
+        if hasattr(callback, "watch_completions"):
+            callback.watch_completions(trainer)
+    return trainer
