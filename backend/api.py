@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ from backend.store import JobRecord, JobStatus, JobStore
 class Submitted:
     job: JobRecord
     queue_position: int | None
+    warnings: list[str] = field(default_factory=list)
 
 
 SchedulerMode = Literal["thread", "detached", "none"]
@@ -53,10 +54,12 @@ class StudioAPI:
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
         spec = resolve_parent(spec, self.store)
-        check_spec(spec)
+        warnings = check_spec(spec, self.paths.models)
         job = self.store.add(spec)
+        if warnings:
+            self.store.merge_artifacts(job.id, {"preflight_warnings": warnings})
         self._kick()
-        return Submitted(job, self.store.queue_position(job.id))
+        return Submitted(job, self.store.queue_position(job.id), warnings)
 
     def _kick(self) -> None:
         """Make sure some scheduler will pick the queue up."""

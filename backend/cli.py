@@ -65,9 +65,14 @@ def _print_record(data: dict[str, Any]) -> None:
     progress = data.get("progress") or {}
     if progress.get("total_steps"):
         rows.append(("progress", f"step {progress['step']}/{progress['total_steps']}"))
-    for key in ("adapter_dir", "output_dir", "log_file"):
+    for key in ("adapter_dir", "output_dir", "log_file", "parent_job_id"):
         if data["artifacts"].get(key):
             rows.append((key.replace("_", " "), data["artifacts"][key]))
+    evaluation = data["artifacts"].get("evaluation") or {}
+    for side in ("base", "tuned"):
+        if evaluation.get(side):
+            scores = ", ".join(f"{k}={v:.4g}" for k, v in evaluation[side].items())
+            rows.append((f"eval {side}", f"{scores} ({evaluation['rows']} held-out rows)"))
     last = data.get("last_metrics")
     if last:
         shown = {k: v for k, v in last.items() if k not in {"id", "ts"} and isinstance(v, (int, float))}
@@ -109,6 +114,8 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
 def cmd_submit(api: StudioAPI, args) -> int:
     submitted = api.submit(_load_spec_file(args.spec_file))
     job = submitted.job
+    for warning in submitted.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if not args.wait:
         if args.json:
             print(json.dumps({"id": job.id, "status": job.status.value, "queue_position": submitted.queue_position}))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from backend.data import load_training_dataset
 from backend.demo_model import DEMO_MODEL_ID
-from backend.spec import JobSpec, ModelSpec, SpecError, hub_offline
+from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline
 from backend.store import JobNotFound, JobStatus, JobStore
 
 
@@ -52,8 +52,8 @@ def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
     return spec.model_copy(update={"model": model, "lora": parent.spec.lora})
 
 
-def check_spec(spec: JobSpec) -> None:
-    """Raise SpecError with every problem found; return quietly when the job can be queued."""
+def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
+    """Raise SpecError with every problem found; return warnings (the job can still be queued)."""
     from backend.worker import reward_columns
 
     problems: list[str] = []
@@ -68,3 +68,30 @@ def check_spec(spec: JobSpec) -> None:
             problems.extend(exc.problems)
     if problems:
         raise SpecError(problems)
+    return advisories(spec, models_dir)
+
+
+def advisories(spec: JobSpec, models_dir: Path) -> list[str]:
+    """What a practitioner would flag before a run: the data rendered through the chat template, and memory."""
+    from backend.hardware import detect_device
+    from backend.memory import check_memory, estimate_memory, load_model_config
+    from backend.preview import preview_dataset
+    from backend.training.models import load_tokenizer, resolve_model
+
+    warnings: list[str] = []
+    tokenizer = load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
+    preview = preview_dataset(spec, tokenizer, rows=8)  # raises SpecError when chat data meets a template-less model
+    if preview.summary.over_max_length:
+        warnings.append(
+            f"{preview.summary.over_max_length} of the first {len(preview.rows)} rows are longer than "
+            f"training.max_length ({spec.training.max_length} tokens) and will be cut; raise max_length if the "
+            "ends of the examples matter"
+        )
+    estimate = estimate_memory(
+        spec, load_model_config(spec, models_dir), detect_device(),
+        prompt_tokens=preview.summary.max_tokens if spec.method is Method.grpo else None,
+    )
+    memory_warning = check_memory(estimate, detect_device())
+    if memory_warning:
+        warnings.append(memory_warning)
+    return warnings

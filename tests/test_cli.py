@@ -39,6 +39,17 @@ def test_submit_wait_json_runs_the_example_to_a_saved_adapter(data_dir):
     wait_for(lambda: not Scheduler.is_running(DataPaths(data_dir)), 30)
 
 
+@pytest.mark.parametrize("example", ["dpo-demo", "grpo-demo"])
+def test_method_examples_finish_with_a_before_after_evaluation(data_dir, example):
+    result = cli("submit", f"examples/{example}.yaml", "--wait", "--json", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(result.stdout)
+    assert record["status"] == "succeeded"
+    evaluation = record["artifacts"]["evaluation"]
+    assert evaluation["rows"] == 8 and set(evaluation["base"]) == set(evaluation["tuned"])
+    assert "eval tuned" in cli("show", record["id"]).stdout
+
+
 def test_submit_wait_shows_a_progress_bar_with_the_loss(data_dir, tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(tiny_spec()))

@@ -74,3 +74,24 @@ def test_a_good_spec_is_queued_with_its_position(api):
     second = api.submit(tiny_spec(), owner="bob")
     assert first.queue_position == 1 and second.queue_position == 2
     assert second.job.owner == "bob" and [j.id for j in api.list_jobs()] == [first.job.id, second.job.id]
+
+
+def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
+    cut = api.submit(tiny_spec(training={"max_length": 16}))
+    assert any("longer than training.max_length (16 tokens)" in w for w in cut.warnings)
+    assert api.get_job(cut.job.id).artifacts["preflight_warnings"] == cut.warnings
+    huge = api.submit(tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000}))
+    assert any(w.startswith("Estimated") and "enable 4-bit loading" in w for w in huge.warnings)
+    assert api.submit(tiny_spec()).warnings == []
+
+
+def test_chat_data_on_a_model_without_chat_template_is_refused(api, demo_model_path, tmp_path):
+    import shutil
+
+    model = tmp_path / "no-template"
+    shutil.copytree(demo_model_path, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    (model / "chat_template.jinja").unlink(missing_ok=True)
+    _refused(api, tiny_spec(model={"name_or_path": str(model)}), "has no chat template")
