@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from backend.paths import DataPaths
 from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.scheduler import Scheduler, spawn_detached
-from backend.spec import JobSpec, parse_spec
+from backend.spec import JobSpec, RewardSpec, parse_spec
 from backend.store import JobRecord, JobStatus, JobStore
+
+if TYPE_CHECKING:
+    from backend.preview import DatasetPreview
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,16 @@ class StudioAPI:
             self.scheduler.stop()
 
     # --- jobs ----------------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None) -> Submitted:
-        """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run."""
+    def _prepare(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None) -> JobSpec:
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
-        spec = resolve_parent(spec, self.store)
+        return resolve_parent(spec, self.store)
+
+    def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None) -> Submitted:
+        """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run."""
+        spec = self._prepare(spec, owner)
         warnings = check_spec(spec, self.paths.models)
         job = self.store.add(spec)
         if warnings:
@@ -67,6 +73,24 @@ class StudioAPI:
             self.scheduler.notify()
         elif self.mode == "detached" and not Scheduler.is_running(self.paths):
             spawn_detached(self.paths)
+
+    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3) -> "DatasetPreview":
+        """The first rows of the job's data rendered exactly as its trainer will see them, with token counts."""
+        from backend.preview import preview_dataset
+        from backend.training.models import load_tokenizer, resolve_model
+
+        spec = self._prepare(spec)
+        tokenizer = load_tokenizer(resolve_model(spec.model, self.paths.models), spec.model)
+        return preview_dataset(spec, tokenizer, rows)
+
+    def score_rewards(
+        self, rewards: list[RewardSpec | dict[str, Any]], completions: list[str], row: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The reward test bench: each reward's score for completions a user typed, before any training."""
+        from backend.rewards import score_completions
+
+        specs = [r if isinstance(r, RewardSpec) else RewardSpec.model_validate(r) for r in rewards]
+        return score_completions(specs, completions, row)
 
     def list_jobs(self, owner: str | None = None) -> list[JobRecord]:
         return self.store.list(owner=owner)

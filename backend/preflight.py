@@ -57,21 +57,21 @@ def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
     from backend.worker import reward_columns
 
     problems: list[str] = []
-    checks = (
-        lambda: check_model(spec.model),
-        lambda: load_training_dataset(spec.dataset, spec.method, reward_columns(spec)),
-    )
-    for check in checks:
-        try:
-            check()
-        except SpecError as exc:
-            problems.extend(exc.problems)
+    loaded = None
+    try:
+        check_model(spec.model)
+    except SpecError as exc:
+        problems.extend(exc.problems)
+    try:
+        loaded = load_training_dataset(spec.dataset, spec.method, reward_columns(spec))
+    except SpecError as exc:
+        problems.extend(exc.problems)
     if problems:
         raise SpecError(problems)
-    return advisories(spec, models_dir)
+    return advisories(spec, models_dir, loaded)
 
 
-def advisories(spec: JobSpec, models_dir: Path) -> list[str]:
+def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> list[str]:
     """What a practitioner would flag before a run: the data rendered through the chat template, and memory."""
     from backend.hardware import detect_device
     from backend.memory import check_memory, estimate_memory, load_model_config
@@ -80,18 +80,20 @@ def advisories(spec: JobSpec, models_dir: Path) -> list[str]:
 
     warnings: list[str] = []
     tokenizer = load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
-    preview = preview_dataset(spec, tokenizer, rows=8)  # raises SpecError when chat data meets a template-less model
+    # Raises SpecError when chat data meets a model without a chat template.
+    preview = preview_dataset(spec, tokenizer, rows=8, loaded=loaded)
     if preview.summary.over_max_length:
         warnings.append(
             f"{preview.summary.over_max_length} of the first {len(preview.rows)} rows are longer than "
             f"training.max_length ({spec.training.max_length} tokens) and will be cut; raise max_length if the "
             "ends of the examples matter"
         )
+    device = detect_device()
     estimate = estimate_memory(
-        spec, load_model_config(spec, models_dir), detect_device(),
+        spec, load_model_config(spec, models_dir), device,
         prompt_tokens=preview.summary.max_tokens if spec.method is Method.grpo else None,
     )
-    memory_warning = check_memory(estimate, detect_device())
+    memory_warning = check_memory(estimate, device)
     if memory_warning:
         warnings.append(memory_warning)
     return warnings

@@ -196,23 +196,15 @@ class Scheduler:
         slot = self._free_slot()
         log_path = self.paths.job_log(job_id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
+        env = {"PYTHONUNBUFFERED": "1"}
         if gpu_count_without_torch() > 1:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
         log_file = open(log_path, "ab")
         try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "backend.worker", "--job-id", job_id, "--data-dir", str(self.paths.root)],
-                cwd=PROJECT_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_memory_limit_preexec(),
+            popen = spawn_backend_process(
+                "backend.worker", ["--job-id", job_id, "--data-dir", str(self.paths.root)], log_file,
+                extra_env=env, preexec_fn=_memory_limit_preexec(),
             )
         except OSError as exc:
             log_file.close()
@@ -284,20 +276,30 @@ def _memory_limit_preexec():
     return apply
 
 
+def spawn_backend_process(module: str, args: list[str], log_file, extra_env: dict[str, str] | None = None,
+                          preexec_fn=None) -> subprocess.Popen:
+    """``python -m module args`` from the project root, in its own process session, output appended to log_file."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],  # an argv list, never a shell string
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
+
+
 def spawn_detached(paths: DataPaths) -> subprocess.Popen:
     """Start a scheduler process that outlives the caller and exits once the queue is empty."""
     paths.ensure()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     with open(paths.root / "scheduler.log", "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "backend.scheduler", "--data-dir", str(paths.root), "--exit-when-idle"],
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        return spawn_backend_process(
+            "backend.scheduler", ["--data-dir", str(paths.root), "--exit-when-idle"], out
         )
 
 

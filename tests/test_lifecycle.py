@@ -3,6 +3,7 @@
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -164,6 +165,9 @@ def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds
         _kill_group(app)
     wait_for(lambda: _gone(worker_pid), 10)
     assert store.get(running.id).status is JobStatus.running  # nobody was left to record anything
+    con = sqlite3.connect(paths.db)
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok", "the store survives the crash intact"
+    con.close()
     scheduler_factory()  # the app starts again
     interrupted = wait_status(store, running.id, FINAL, timeout=30)
     assert interrupted.status is JobStatus.interrupted and "resume it to continue" in interrupted.error

@@ -95,3 +95,20 @@ def test_chat_data_on_a_model_without_chat_template_is_refused(api, demo_model_p
     (model / "tokenizer_config.json").write_text(json.dumps(config))
     (model / "chat_template.jinja").unlink(missing_ok=True)
     _refused(api, tiny_spec(model={"name_or_path": str(model)}), "has no chat template")
+
+
+def test_facade_preview_renders_through_the_chat_template(api):
+    preview = api.preview(tiny_spec(), rows=2)
+    assert preview.format == "conversational" and len(preview.rows) == 2
+    assert "<|im_start|>user" in preview.rows[0].rendered and preview.rows[0].n_tokens > 0
+
+
+def test_facade_reward_bench_scores_typed_completions(api):
+    scored = api.score_rewards(
+        [{"name": "exact_match", "column": "answer", "weight": 2.0}, {"name": "length", "target_length": 1}],
+        ["Paris", "I think it is Lyon"], row={"answer": "paris"},
+    )
+    assert [s["scores"]["exact_match"] for s in scored] == [1.0, 0.0]
+    assert scored[0]["total"] == 3.0
+    with pytest.raises(SpecError, match="answer"):
+        api.score_rewards([{"name": "exact_match", "column": "answer"}], ["x"], row={})

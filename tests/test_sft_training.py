@@ -5,6 +5,7 @@ import threading
 import pytest
 import torch
 
+from backend.data import load_training_dataset
 from backend.spec import parse_spec
 from backend.store import JobStatus, JobStore
 from backend.training.callbacks import StoreReportingCallback
@@ -17,7 +18,8 @@ def _train_in_process(tmp_path, models_dir, **overrides):
     store = JobStore(tmp_path / "db.sqlite3")
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer = build_sft_trainer(spec, tmp_path / "out", models_dir, [callback])
+    dataset, fmt = load_training_dataset(spec.dataset, spec.method)
+    trainer = build_sft_trainer(spec, tmp_path / "out", models_dir, [callback], dataset, fmt)
     return spec, store, job, trainer
 
 
