@@ -6,6 +6,7 @@ from pathlib import Path
 
 from backend.data import load_training_dataset
 from backend.demo_model import DEMO_MODEL_ID
+from backend.rewards import reward_columns
 from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline
 from backend.store import JobNotFound, JobStatus, JobStore
 
@@ -54,8 +55,6 @@ def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
 
 def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
     """Raise SpecError with every problem found; return warnings (the job can still be queued)."""
-    from backend.worker import reward_columns
-
     problems: list[str] = []
     loaded = None
     try:

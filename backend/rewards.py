@@ -8,7 +8,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from backend.spec import RewardSpec, SpecError
+from backend.spec import JobSpec, Method, RewardSpec, SpecError
 
 RewardFunction = Callable[..., list[float | None]]
 
@@ -428,6 +428,13 @@ def required_columns(spec: RewardSpec) -> set[str]:
     if spec.name == "exact_match":
         return {spec.column}
     return set()
+
+
+def reward_columns(spec: JobSpec) -> set[str]:
+    """Dataset columns a job's rewards read (none unless it is a GRPO job)."""
+    if spec.method is not Method.grpo:
+        return set()
+    return set().union(*(required_columns(r) for r in spec.grpo.rewards))
 
 
 def missing_columns(specs: Sequence[RewardSpec], columns: set[str] | Sequence[str]) -> list[str]:

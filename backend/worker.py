@@ -18,6 +18,7 @@ from pathlib import Path
 
 from backend.failures import describe_failure, with_log_tail
 from backend.data import load_training_dataset, split_holdout
+from backend.rewards import reward_columns
 from backend.paths import DataPaths
 from backend.spec import JobSpec, Method, SpecError
 from backend.store import JobStatus, JobStore
@@ -36,14 +37,6 @@ def last_checkpoint(output_dir: Path) -> Path | None:
         if step.isdigit() and (child / "trainer_state.json").is_file():
             candidates.append((int(step), child))
     return max(candidates)[1] if candidates else None
-
-
-def reward_columns(spec: JobSpec) -> set[str]:
-    if spec.method is not Method.grpo:
-        return set()
-    from backend.rewards import required_columns
-
-    return set().union(*(required_columns(r) for r in spec.grpo.rewards))
 
 
 def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None):
