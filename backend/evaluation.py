@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any
 
 from backend.spec import JobSpec, Method
-
-
-@contextlib.contextmanager
-def adapter_disabled(model):
-    """Run the base model: the same weights in memory with the LoRA adapter switched off."""
-    with model.disable_adapter():
-        yield
 
 
 def _messages(value) -> list[dict] | None:
@@ -110,6 +102,6 @@ def evaluate_before_after(trainer, spec: JobSpec, held_out) -> dict[str, Any]:
 
     result: dict[str, Any] = {"rows": len(rows), "tuned": score()}
     if spec.eval.compare_base and hasattr(model, "disable_adapter"):
-        with adapter_disabled(model):
+        with model.disable_adapter():  # the same weights in memory, LoRA switched off: the base model
             result["base"] = score()
     return result

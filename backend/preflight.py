@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.data import load_training_dataset
+from backend.data import load_training_dataset, split_holdout
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
 from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline
 from backend.store import JobNotFound, JobStatus, JobStore
-
 
 
 def check_model(model: ModelSpec) -> None:
@@ -63,6 +62,8 @@ def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
         problems.extend(exc.problems)
     try:
         loaded = load_training_dataset(spec.dataset, spec.method, reward_columns(spec))
+        # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
+        split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     except SpecError as exc:
         problems.extend(exc.problems)
     if problems:

@@ -112,3 +112,7 @@ def test_facade_reward_bench_scores_typed_completions(api):
     assert scored[0]["total"] == 3.0
     with pytest.raises(SpecError, match="answer"):
         api.score_rewards([{"name": "exact_match", "column": "answer"}], ["x"], row={})
+
+
+def test_hold_out_that_leaves_nothing_to_train_on_is_refused_at_submit(api):
+    _refused(api, tiny_spec(eval={"holdout_rows": 72}), "eval: holding out 72 rows leaves none of the 72 to train on")
