@@ -25,5 +25,16 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
         BuiltinDataset("chat-demo", "72 short chats (arithmetic, capitals, greetings) in `messages` format.", ("sft",)),
         BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", ("dpo",)),
         BuiltinDataset("math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)),
+        BuiltinDataset(
+            "echo-demo", "32 prompts for the built-in echo environment, with the `target` text to echo.", ("grpo",)
+        ),
+        BuiltinDataset(
+            "wordle-demo", "32 Wordle prompts for the built-in wordle environment, with the secret `word`.", ("grpo",)
+        ),
+        BuiltinDataset(
+            "arithmetic-demo",
+            "32 calculation prompts for the built-in arithmetic environment, with `a`, `b` and `op` columns.",
+            ("grpo",),
+        ),
     )
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 DEMO_MODEL_ID = "builtin:tiny-qwen3"
 DEMO_MODEL_DIRNAME = "tiny-qwen3"
 # Bump when the recipe changes so an old build on disk is rebuilt rather than silently reused.
-DEMO_MODEL_RECIPE = 1
+DEMO_MODEL_RECIPE = 2
 
 _SPECIAL_TOKENS = [
     "<|endoftext|>",
