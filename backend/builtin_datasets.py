@@ -26,6 +26,10 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
         BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", ("dpo",)),
         BuiltinDataset("math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)),
         BuiltinDataset(
+            "echo-tools-sft", "24 demonstrations of calling the echo environment's echo_message tool (SFT before "
+            "GRPO with builtin:echo), with a `tools` column.", ("sft",),
+        ),
+        BuiltinDataset(
             "echo-demo", "32 prompts for the built-in echo environment, with the `target` text to echo.", ("grpo",)
         ),
         BuiltinDataset(

@@ -78,6 +78,10 @@ def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
     return ds.rename_columns(renames) if renames else ds
 
 
+# Columns a trainer reads when they are there: TRL renders a conversational row's ``tools`` into the chat template.
+OPTIONAL_COLUMNS: dict[Method, tuple[str, ...]] = {Method.sft: ("tools",)}
+
+
 def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, ...]]:
     """The first dataset format of ``method`` whose columns are all present, else an actionable SpecError."""
     for name, required in METHOD_FORMATS[method]:
@@ -93,11 +97,12 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
 
 
 def load_training_dataset(
-    spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset()
+    spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset(), keep_all: bool = False
 ) -> tuple["Dataset", str]:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
 
     ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
+    ``keep_all`` keeps every column (an environment's ``reset`` receives them all).
     """
     ds = _load_raw(spec)
     ds = apply_column_mapping(ds, spec.columns)
@@ -111,7 +116,8 @@ def load_training_dataset(
                 for c in missing
             ]
         )
-    extra = [c for c in ds.column_names if c not in required and c not in keep_columns]
+    kept = set(required) | set(keep_columns) | set(OPTIONAL_COLUMNS.get(method, ()))
+    extra = [] if keep_all else [c for c in ds.column_names if c not in kept]
     if extra:
         ds = ds.remove_columns(extra)
     if spec.max_rows is not None and len(ds) > spec.max_rows:

@@ -13,7 +13,7 @@ from pathlib import Path
 DEMO_MODEL_ID = "builtin:tiny-qwen3"
 DEMO_MODEL_DIRNAME = "tiny-qwen3"
 # Bump when the recipe changes so an old build on disk is rebuilt rather than silently reused.
-DEMO_MODEL_RECIPE = 2
+DEMO_MODEL_RECIPE = 3
 
 _SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -80,6 +80,7 @@ def build_demo_model(target: Path, seed: int = 0) -> Path:
         head_dim=16,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
+        initializer_range=0.2,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

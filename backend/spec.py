@@ -193,8 +193,49 @@ class GRPOSpec(_Part):
     )
     log_completions: bool = Field(True, description="Keep sampled completions and their rewards per step.")
     rewards: list[RewardSpec] = Field(
-        default_factory=_default_rewards, min_length=1, description="Reward functions and their weights."
+        default_factory=_default_rewards,
+        description="Reward functions and their weights (with an environment: extra rewards; default none).",
     )
+
+
+class EnvironmentSpec(_Part):
+    name: str | None = Field(
+        None,
+        description="OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, "
+        "or a built-in (builtin:echo, builtin:wordle, builtin:arithmetic). None: no environment.",
+    )
+    reward: Literal["success", "last", "sum"] = Field(
+        "success",
+        description="Reward read from the environment: success (1.0 when the episode ends with a positive "
+        "reward, else 0.0; binary, as TRL recommends), last (last reward) or sum (all rewards).",
+    )
+    max_tool_calling_iterations: int = Field(
+        8, ge=1, le=64, description="Most model turns (tool calls) per episode."
+    )
+    eval_episodes: int = Field(
+        16, ge=0, le=512,
+        description="Episodes played after training by the base and the tuned model (same seeds) to measure the "
+        "success rate (0: skip).",
+    )
+    timeout_s: float = Field(60.0, gt=0, le=600, description="Longest wait for one environment answer (seconds).")
+
+    @field_validator("name")
+    @classmethod
+    def _known_form(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from backend.environments.registry import BUILTIN_ENVIRONMENTS
+
+        value = value.strip()
+        if value.startswith("builtin:"):
+            if value.removeprefix("builtin:") not in BUILTIN_ENVIRONMENTS:
+                known = ", ".join(f"builtin:{n}" for n in BUILTIN_ENVIRONMENTS)
+                raise ValueError(f"unknown built-in environment {value!r}; the built-ins are {known}")
+            return value
+        from backend.environments.connection import resolve_url
+
+        resolve_url(value)  # raises a readable ValueError for anything that is neither a Space id nor a URL
+        return value
 
 
 class EvalSpec(_Part):
@@ -223,6 +264,7 @@ class JobSpec(_Part):
     sft: SFTSpec = Field(default_factory=SFTSpec)
     dpo: DPOSpec = Field(default_factory=DPOSpec)
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     owner: str = Field("local", min_length=1, max_length=96, description="Who submitted the job.")
@@ -234,6 +276,18 @@ class JobSpec(_Part):
             raise ValueError(f"this app reads spec version {SCHEMA_VERSION}; got {value}")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_rewards_default(cls, data: Any) -> Any:
+        """With an environment, the environment is the reward: the default reward list becomes empty."""
+        if isinstance(data, dict):
+            env = data.get("environment")
+            grpo = data.get("grpo")
+            named = isinstance(env, dict) and env.get("name")
+            if named and (grpo is None or (isinstance(grpo, dict) and "rewards" not in grpo)):
+                data = {**data, "grpo": {**(grpo or {}), "rewards": []}}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> "JobSpec":
         if self.quantization.mode != "none" and not self.lora.enabled:
@@ -241,6 +295,10 @@ class JobSpec(_Part):
                 "a quantized base model cannot be trained directly: enable LoRA (lora.enabled: true) "
                 "or set quantization.mode to none"
             )
+        if self.environment.name and self.method is not Method.grpo:
+            raise ValueError("environment.name is only used by GRPO: set method to grpo or remove the environment")
+        if self.method is Method.grpo and not self.environment.name and not self.grpo.rewards:
+            raise ValueError("grpo.rewards: GRPO needs at least one reward function, or an environment to reward it")
         if self.method is Method.grpo:
             per_generation = self.training.batch_size * self.training.gradient_accumulation_steps
             if per_generation % self.grpo.num_generations:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import ExitStack
 from pathlib import Path
 
 from backend.failures import describe_failure, with_log_tail
@@ -39,9 +40,13 @@ def last_checkpoint(output_dir: Path) -> Path | None:
     return max(candidates)[1] if candidates else None
 
 
-def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None):
+def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None,
+                  environment=None):
     """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
-    dataset, fmt = load_training_dataset(spec.dataset, spec.method, reward_columns(spec))
+    # An environment's reset receives the dataset's columns, so an environment job keeps them all.
+    dataset, fmt = load_training_dataset(
+        spec.dataset, spec.method, reward_columns(spec), keep_all=environment is not None
+    )
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     common = dict(
         spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks,
@@ -58,7 +63,7 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
         return build_dpo_trainer(**common), held_out
     from backend.training.grpo import build_grpo_trainer
 
-    return build_grpo_trainer(**common), held_out
+    return build_grpo_trainer(**common, environment=environment), held_out
 
 
 def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:
@@ -96,6 +101,24 @@ def run_evaluation(trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: s
     return result
 
 
+def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str) -> dict:
+    """Success rate and mean reward of base and tuned over the same seeded episodes; a failure is recorded only."""
+    from backend.environments.episodes import EpisodeSettings, success_rates
+
+    log.info("playing %d evaluation episodes with the base and the tuned model", spec.environment.eval_episodes)
+    try:
+        result = success_rates(
+            trainer.model, trainer.processing_class, environment.factory, rows, EpisodeSettings.from_spec(spec),
+            spec.environment.eval_episodes, spec.training.seed, compare_base=spec.eval.compare_base,
+        )
+    except Exception as exc:  # noqa: BLE001
+        log.exception("environment evaluation failed")
+        result = {"error": describe_failure(exc)}
+    (paths.job_dir(job_id) / "environment_evaluation.json").write_text(json.dumps(result, indent=2))
+    log.info("environment evaluation: %s", result)
+    return result
+
+
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     from backend.training.callbacks import StoreReportingCallback
 
@@ -109,12 +132,19 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     )
     log.info("job %s: %s of %s on %s (attempt %d)", job_id, spec.method.value.upper(),
              spec.model.name_or_path, spec.dataset.name, job.attempts)
+    stack = ExitStack()  # the job's environment server, if it started one, stops with the job
     try:
         callback = StoreReportingCallback(store, job_id, stop_event)
         parent_adapter = parent_adapter_of(store, spec)
         if parent_adapter is not None:
             store.merge_artifacts(job_id, {"parent_job_id": spec.model.parent_job_id, "parent_adapter": str(parent_adapter)})
-        trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter)
+        environment = None
+        if spec.environment.name:
+            from backend.environments.runtime import open_environment
+
+            environment = stack.enter_context(open_environment(spec))
+            store.merge_artifacts(job_id, {"environment": environment.info.summary()})
+        trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment)
         resume_from = last_checkpoint(output_dir) if job.resume else None
         if job.resume:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
@@ -131,13 +161,20 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         outputs = save_outputs(trainer, spec, paths, job_id)
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)
-        if held_out is not None:
+        if held_out is not None and (environment is None or spec.grpo.rewards):
             store.merge_artifacts(job_id, {"evaluation": run_evaluation(trainer, spec, held_out, paths, job_id)})
+        if environment is not None and spec.environment.eval_episodes:
+            rows = held_out if held_out is not None else trainer.train_dataset
+            rows = [rows[i] for i in range(len(rows))]
+            store.merge_artifacts(job_id, {"environment_evaluation": run_environment_evaluation(
+                trainer, spec, environment, rows, paths, job_id)})
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()
         store.finish(job_id, JobStatus.failed, with_log_tail(describe_failure(exc), paths.job_log(job_id)))
         return EXIT_FAILED
+    finally:
+        stack.close()
     store.finish(job_id, JobStatus.succeeded)
     log.info("job %s succeeded", job_id)
     return EXIT_OK

@@ -30,6 +30,18 @@ class EnvironmentStartError(RuntimeError):
     """An environment server exited or stayed silent instead of answering ``/health``."""
 
 
+def _die_with_parent() -> None:
+    """In the child: ask Linux to kill it when the process that started it dies (a killed worker leaves no server).
+
+    The server has its own session, so a cooperative SIGTERM to the worker's group does not reach it mid-episode.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def free_port(host: str = HOST) -> int:
     """A TCP port that is free right now (the OS picks it when binding port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -150,7 +162,7 @@ def start_server_process(
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )
     running = RunningEnvironment(
         name=name, url=f"http://{HOST}:{port}", process=process, log_path=log_path, owned_log_dir=owned

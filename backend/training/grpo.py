@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from backend.environments.runtime import ActiveEnvironment
+
 
 def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float]) -> "GRPOConfig":
     from trl import GRPOConfig
@@ -28,14 +30,17 @@ def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float])
         chat_template_kwargs={"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else None,
         log_completions=g.log_completions,
         num_completions_to_print=2,
-        reward_weights=reward_weights,
+        reward_weights=reward_weights or None,
+        # The environment's loop: how many model turns (tool calls) one episode may take.
+        max_tool_calling_iterations=spec.environment.max_tool_calling_iterations if spec.environment.name else None,
     )
 
 
 def build_grpo_trainer(
     spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
-    parent_adapter: Path | None = None,
+    parent_adapter: Path | None = None, environment: "ActiveEnvironment | None" = None,
 ) -> "GRPOTrainer":
+    """The trainer; with an environment, TRL runs the multi-turn tool loop and adds the environment's reward."""
     from trl import GRPOTrainer
 
     from backend.rewards import build_rewards
@@ -47,6 +52,7 @@ def build_grpo_trainer(
         reward_funcs=reward_funcs,
         train_dataset=dataset,
         callbacks=callbacks,
+        environment_factory=environment.factory if environment is not None else None,
         **policy.trainer_kwargs(),
     )
     for callback in callbacks:

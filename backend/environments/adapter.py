@@ -1,0 +1,381 @@
+"""Turn any running OpenEnv server into the class TRL's ``GRPOTrainer(environment_factory=...)`` expects.
+
+TRL builds one instance per rollout (``__init__`` takes no arguments), calls ``reset(**row)`` before each episode,
+exposes every other public method as a function-calling tool (name, typed signature and an ``Args:`` docstring), and
+reads the reward from ``get_reward``. Everything here is learned from the server itself (``/metadata``, ``/schema``,
+``list_tools``): the adapter never imports an environment's code.
+
+- MCP environments: one method per MCP tool, typed from the tool's input schema.
+- Typed-action environments: one clearly named method whose arguments are the action's fields (never ``step``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from backend.environments.connection import (
+    ConnectionLost,
+    EnvironmentActionError,
+    EnvironmentUnavailable,
+    Session,
+    get_json,
+    probe_capacity,
+)
+
+RewardMode = Literal["success", "last", "sum"]
+_MCP_ACTIONS = {"CallToolAction", "ListToolsAction"}
+_JSON_TYPES: dict[str, type] = {
+    "string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict,
+}
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as the model will see it."""
+
+    name: str
+    description: str
+    parameters: dict[str, dict[str, Any]]  # JSON-schema properties
+    required: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EnvironmentInfo:
+    """What the server says about itself."""
+
+    url: str
+    name: str
+    description: str
+    kind: Literal["mcp", "typed"]
+    tools: tuple[ToolSpec, ...]
+    action_schema: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def summary(self) -> str:
+        names = ", ".join(tool.name for tool in self.tools)
+        return f"{self.name} ({self.kind} environment at {self.url}; tools: {names})"
+
+
+def describe(url: str, *, timeout_s: float = 10.0) -> EnvironmentInfo:
+    """Check ``/health``, read ``/metadata`` and ``/schema``, and list the tools the model will be given."""
+    health = get_json(url, "/health", timeout_s)
+    if str(health.get("status", "")).lower() != "healthy":
+        raise EnvironmentUnavailable(f"the environment at {url} reports status {health.get('status')!r}")
+    metadata = get_json(url, "/metadata", timeout_s)
+    schema = get_json(url, "/schema", timeout_s)
+    action = schema.get("action") or {}
+    name = str(metadata.get("name") or "environment")
+    description = str(metadata.get("description") or "")
+    if action.get("title") in _MCP_ACTIONS or "tool_name" in (action.get("properties") or {}):
+        tools = _list_mcp_tools(url, timeout_s)
+        kind: Literal["mcp", "typed"] = "mcp"
+    else:
+        tools = (_action_tool(action, name),)
+        kind = "typed"
+    return EnvironmentInfo(url=url, name=name, description=description, kind=kind, tools=tools, action_schema=action)
+
+
+def _list_mcp_tools(url: str, timeout_s: float) -> tuple[ToolSpec, ...]:
+    session = Session(url, connect_timeout_s=timeout_s, message_timeout_s=timeout_s)
+    try:
+        observation = session.step({"type": "list_tools"}).observation
+    finally:
+        session.close()
+    tools = []
+    for tool in observation.get("tools") or []:
+        schema = tool.get("input_schema") or tool.get("inputSchema") or {}
+        tools.append(ToolSpec(
+            name=tool["name"], description=(tool.get("description") or "").strip(),
+            parameters=dict(schema.get("properties") or {}), required=tuple(schema.get("required") or ()),
+        ))
+    if not tools:
+        raise EnvironmentUnavailable(f"the MCP environment at {url} lists no tools")
+    return tuple(tools)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _action_tool(action: dict[str, Any], env_name: str) -> ToolSpec:
+    """The tool for a typed action: its fields as arguments, named by the action's ``x-tool-name`` if it has one,
+    else by its only field (``guess``), else by the action's class (``MoveAction`` -> ``move``)."""
+    properties = {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}
+    if not properties:
+        raise EnvironmentUnavailable(f"the action schema of {env_name} has no fields to turn into a tool")
+    title = str(action.get("title") or "")
+    if action.get("x-tool-name"):
+        name = str(action["x-tool-name"])
+    elif len(properties) == 1:
+        name = next(iter(properties))
+    else:
+        name = _snake(re.sub(r"Action$", "", title)) or "act"
+    description = (action.get("description") or f"Take an action in the {env_name} environment.").strip()
+    return ToolSpec(name=name, description=description, parameters=properties, required=tuple(action.get("required") or ()))
+
+
+# --- building the TRL environment class ------------------------------------------------------------------------
+
+def _python_type(prop: dict[str, Any]) -> Any:
+    if "enum" in prop and prop["enum"] and all(isinstance(v, (str, int)) for v in prop["enum"]):
+        return Literal[tuple(prop["enum"])]  # type: ignore[misc]
+    options = prop.get("anyOf") or prop.get("oneOf")
+    if options:
+        kinds = [o for o in options if o.get("type") != "null"]
+        inner = _python_type(kinds[0]) if len(kinds) == 1 else Any
+        return typing.Optional[inner] if len(kinds) < len(options) else inner
+    json_type = prop.get("type")
+    if isinstance(json_type, list):
+        json_type = next((t for t in json_type if t != "null"), "string")
+    if json_type == "array" and isinstance(prop.get("items"), dict) and prop["items"].get("type") in _JSON_TYPES:
+        return list[_JSON_TYPES[prop["items"]["type"]]]
+    return _JSON_TYPES.get(json_type, str)
+
+
+def tool_docstring(tool: ToolSpec) -> str:
+    """The description plus an ``Args:`` section: TRL (through transformers) builds the tool schema from it."""
+    lines = [tool.description.splitlines()[0] if tool.description else f"Call the {tool.name} tool.", ""]
+    extra = tool.description.splitlines()[1:]
+    if any(line.strip() for line in extra):
+        lines += [line.rstrip() for line in extra if not line.strip().lower().startswith("args:")] + [""]
+    if tool.parameters:
+        lines.append("Args:")
+        for pname, prop in tool.parameters.items():
+            text = " ".join(str(prop.get("description") or prop.get("title") or f"The {pname}.").split())
+            if prop.get("enum"):
+                text += f" One of: {', '.join(map(str, prop['enum']))}."
+            lines.append(f"    {pname}: {text}")
+    return "\n".join(lines).strip() + "\n"
+
+
+def _signature(tool: ToolSpec) -> tuple[inspect.Signature, dict[str, Any]]:
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    ordered = sorted(tool.parameters, key=lambda p: p not in tool.required)  # required ones first
+    for pname in ordered:
+        if not _IDENTIFIER.match(pname):
+            raise EnvironmentUnavailable(f"tool {tool.name!r} has an argument {pname!r} that is not a valid name")
+        annotation = _python_type(tool.parameters[pname])
+        default = inspect.Parameter.empty if pname in tool.required else tool.parameters[pname].get("default")
+        params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+        annotations[pname] = annotation
+    annotations["return"] = str
+    return inspect.Signature(params, return_annotation=str), annotations
+
+
+def observation_text(observation: dict[str, Any]) -> str:
+    """An observation as the text the model reads: the single field's value, else ``field: value`` lines."""
+    if "tool_name" in observation and ("result" in observation or "error" in observation):
+        return mcp_result_text(observation.get("result"))
+    fields = {k: v for k, v in observation.items() if k not in ("metadata", "done", "reward") and v not in (None, "")}
+    if not fields:
+        return ""
+    if len(fields) == 1:
+        value = next(iter(fields.values()))
+        return value if isinstance(value, str) else json.dumps(value)
+    return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in fields.items())
+
+
+def mcp_result_text(result: Any) -> str:
+    """The readable part of an MCP CallToolResult (its ``data``, else its text content)."""
+    if isinstance(result, dict):
+        if result.get("data") is not None:
+            data = result["data"]
+            return data if isinstance(data, str) else json.dumps(data)
+        structured = result.get("structured_content") or result.get("structuredContent")
+        if isinstance(structured, dict) and "result" in structured:
+            return str(structured["result"])
+        texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
+        if texts:
+            return "\n".join(texts)
+    return "" if result is None else str(result)
+
+
+def _validate_arguments(tool: ToolSpec, arguments: dict[str, Any]) -> None:
+    import jsonschema
+
+    schema = {"type": "object", "properties": tool.parameters, "required": list(tool.required),
+              "additionalProperties": False}
+    try:
+        jsonschema.validate(arguments, schema)
+    except jsonschema.ValidationError as exc:
+        where = ".".join(map(str, exc.absolute_path)) or "arguments"
+        raise EnvironmentActionError(f"invalid arguments for {tool.name}: {where}: {exc.message}") from None
+
+
+class OpenEnvEpisode:
+    """Base of the generated classes: one rollout's session with the server, its rewards and its end.
+
+    ``reward_mode``: ``success`` is 1.0 when the episode ends with a positive reward, else 0.0 (binary, as TRL's
+    Wordle/Sudoku experiments recommend); ``last`` is the last reward received; ``sum`` adds them up.
+    """
+
+    info: EnvironmentInfo
+    reward_mode: RewardMode = "success"
+    timeout_s: float = 60.0
+
+    def __init__(self) -> None:
+        self._session = Session(self.info.url, connect_timeout_s=min(self.timeout_s, 30.0),
+                                message_timeout_s=self.timeout_s)
+        self._session.connect().request({"type": "state"})  # a refused session (at capacity) fails here, clearly
+        self._unreachable: str | None = None
+        self._begin()
+
+    def _begin(self) -> None:
+        self.rewards: list[float] = []
+        self.done = False
+        self.failed: str | None = None
+        self.actions = 0
+
+    def reset(self, **row: Any) -> str | None:
+        """Start a new episode; dataset columns (other than the prompt) are passed to the server's ``reset``."""
+        self._begin()
+        kwargs = {k: v for k, v in row.items() if k != "prompt" and _is_json(v)}
+        if self._unreachable or not self._session.connected:
+            self._reconnect()
+        try:
+            outcome = self._session.reset(**kwargs)
+        except ConnectionLost:
+            self._reconnect()
+            outcome = self._session.reset(**kwargs)
+        text = observation_text(outcome.observation)
+        # TRL appends this to the last prompt message as is: keep it a separate paragraph.
+        return f"\n\n{text}" if text else None
+
+    def _reconnect(self) -> None:
+        """One new session; when that fails too, the server is gone and the job must stop, not hang or guess."""
+        try:
+            self._session.connect()
+            self._unreachable = None
+        except EnvironmentUnavailable as exc:
+            self._unreachable = str(exc)
+            raise EnvironmentUnavailable(
+                f"the environment server at {self.info.url} stopped answering and a reconnect failed: {exc}"
+            ) from exc
+
+    def _act(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        if self.done:
+            why = f" ({self.failed})" if self.failed else ""
+            raise EnvironmentActionError(f"The episode is over{why}; no more actions are accepted.")
+        _validate_arguments(tool, arguments)
+        payload = ({"type": "call_tool", "tool_name": tool.name, "arguments": arguments}
+                   if self.info.kind == "mcp" else arguments)
+        try:
+            outcome = self._session.step(payload)
+        except ConnectionLost as exc:
+            self.done, self.failed = True, "the connection to the environment was lost"
+            try:
+                self._reconnect()  # so the next episode can start; this one's server-side state is gone
+            except EnvironmentUnavailable:
+                pass
+            raise EnvironmentActionError(f"{exc}; the episode cannot continue") from exc
+        except EnvironmentUnavailable as exc:
+            self.done, self.failed, self._unreachable = True, str(exc), str(exc)
+            raise
+        self.actions += 1
+        if outcome.reward is not None:
+            self.rewards.append(outcome.reward)
+        self.done = outcome.done
+        error = outcome.observation.get("error") if self.info.kind == "mcp" else None
+        if error:
+            message = error.get("message", error) if isinstance(error, dict) else error
+            raise EnvironmentActionError(str(message))
+        return observation_text(outcome.observation)
+
+    def get_reward(self) -> float:
+        """The episode's reward, read from the environment (see ``reward_mode``)."""
+        if self._unreachable:
+            raise EnvironmentUnavailable(f"the environment server at {self.info.url} is unreachable: {self._unreachable}")
+        return episode_reward(self.rewards, self.done, self.failed, self.reward_mode)
+
+    def _close(self) -> None:  # private: TRL turns every public method into a tool
+        self._session.close()
+
+    def __del__(self) -> None:
+        try:
+            self._session.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def episode_reward(rewards: list[float], done: bool, failed: str | None, mode: RewardMode) -> float:
+    """>>> episode_reward([0.0, 1.0], True, None, "success"), episode_reward([0.5, 0.25], False, None, "sum")
+    (1.0, 0.75)
+    """
+    if mode == "sum":
+        return float(sum(rewards))
+    if mode == "last":
+        return float(rewards[-1]) if rewards else 0.0
+    return 1.0 if done and not failed and rewards and rewards[-1] > 0 else 0.0
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _make_tool(tool: ToolSpec):
+    signature, annotations = _signature(tool)
+
+    def call(self, **arguments):
+        return self._act(tool, arguments)
+
+    call.__name__ = call.__qualname__ = tool.name
+    call.__doc__ = tool_docstring(tool)
+    call.__signature__ = signature  # type: ignore[attr-defined]
+    call.__annotations__ = annotations
+    return call
+
+
+def class_name(env_name: str) -> str:
+    """>>> class_name("echo_env"), class_name("wordle")
+    ('EchoEnv', 'WordleEnv')
+    """
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", env_name) if w]
+    base = "".join(w[:1].upper() + w[1:] for w in words) or "OpenEnv"
+    return base if base.endswith("Env") else base + "Env"
+
+
+def environment_class(info: EnvironmentInfo, *, reward_mode: RewardMode = "success", timeout_s: float = 60.0,
+                      name: str | None = None) -> type[OpenEnvEpisode]:
+    """A class for ``environment_factory``: no-argument constructor, ``reset``, one method per tool, ``get_reward``.
+
+    TRL names the environment's reward column after the class, so the class is named after the environment.
+    """
+    reserved = {"reset", "get_reward"} | set(dir(OpenEnvEpisode))
+    members: dict[str, Any] = {"info": info, "reward_mode": reward_mode, "timeout_s": timeout_s,
+                               "__doc__": info.description or f"The {info.name} environment."}
+    for tool in info.tools:
+        if tool.name in reserved or tool.name.startswith("_") or not _IDENTIFIER.match(tool.name):
+            raise EnvironmentUnavailable(f"the environment's tool name {tool.name!r} cannot be used as a tool method")
+        members[tool.name] = _make_tool(tool)
+    return type(class_name(name or info.name), (OpenEnvEpisode,), members)
+
+
+def tool_methods(environment: OpenEnvEpisode) -> list:
+    """The bound tool methods the way TRL finds them (public functions on the class, minus reset/get_reward)."""
+    return [
+        getattr(environment, member)
+        for member, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)
+        if member not in ("reset", "get_reward") and not member.startswith("_")
+    ]
+
+
+def check_sessions(url: str, needed: int, *, timeout_s: float = 10.0) -> None:
+    """Refuse, with the numbers and what to do, when the server allows fewer concurrent sessions than a job needs."""
+    allowed = probe_capacity(url, needed, timeout_s=timeout_s)
+    if allowed < needed:
+        raise EnvironmentUnavailable(
+            f"the environment at {url} accepted only {allowed} concurrent session(s), but this job runs {needed} "
+            f"episodes at once (num_generations x per-device batch x steps per generation). Run your own copy with "
+            f"more sessions (duplicate the Space, or start its image with a higher max_concurrent_envs) or lower "
+            f"the batch size / num_generations."
+        )

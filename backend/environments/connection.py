@@ -1,0 +1,195 @@
+"""Talking to a running OpenEnv server over its own wire protocol: HTTP for /health, /metadata and /schema, one
+WebSocket per session for reset / step.
+
+The client is deliberately small and synchronous (``websockets.sync``): TRL calls environment methods from its
+training loop, one instance per rollout, and every call here has a timeout so a stalled server can never hang a job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+BUILTIN_PREFIX = "builtin:"
+_SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class EnvironmentUnavailable(RuntimeError):
+    """The environment server cannot be reached (or stopped answering): the job cannot go on."""
+
+
+class EnvironmentActionError(RuntimeError):
+    """The environment refused an action or failed while running it; the episode may go on."""
+
+
+class CapacityError(EnvironmentUnavailable):
+    """The server refused a new session because it already holds as many as it allows."""
+
+
+def space_url(space_id: str) -> str:
+    """The URL a Hugging Face Space is served from: ``openenv/echo_env`` -> ``https://openenv-echo-env.hf.space``."""
+    owner, name = space_id.split("/", 1)
+    host = re.sub(r"[^a-z0-9-]", "-", f"{owner}-{name}".lower())
+    return f"https://{host}.hf.space"
+
+
+def resolve_url(reference: str) -> str:
+    """Turn a Space id or a URL into the server's base URL (built-in names are resolved by the launcher)."""
+    reference = reference.strip()
+    if reference.startswith(("http://", "https://")):
+        return reference.rstrip("/")
+    if _SPACE_ID.match(reference):
+        return space_url(reference)
+    raise ValueError(
+        f"{reference!r} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
+        f"or a built-in name such as {BUILTIN_PREFIX}echo"
+    )
+
+
+def auth_headers(url: str) -> dict[str, str]:
+    """A bearer token for private Spaces on hf.space, from HF_TOKEN; nothing for any other host."""
+    token = os.environ.get("HF_TOKEN")
+    if token and ".hf.space" in url:
+        return {"Authorization": f"Bearer {token}"}
+    return {}
+
+
+def get_json(url: str, path: str, timeout_s: float = 10.0) -> Any:
+    """GET ``url + path`` as JSON, with a clear EnvironmentUnavailable when the server cannot be reached."""
+    request = urllib.request.Request(url + path, headers={"Accept": "application/json", **auth_headers(url)})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - URL chosen by the user
+            return json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        raise EnvironmentUnavailable(f"{url}{path} answered HTTP {exc.code} ({exc.reason})") from exc
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EnvironmentUnavailable(f"the environment server at {url} is not reachable ({reason})") from exc
+    except ValueError as exc:
+        raise EnvironmentUnavailable(f"{url}{path} did not answer with JSON; is this an OpenEnv server?") from exc
+
+
+@dataclass
+class StepOutcome:
+    observation: dict[str, Any]
+    reward: float | None
+    done: bool
+
+
+class Session:
+    """One environment session (one server-side environment instance) over a WebSocket."""
+
+    def __init__(self, url: str, *, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0):
+        self.url = url
+        self.ws_url = re.sub(r"^http", "ws", url) + "/ws"
+        self.connect_timeout_s = connect_timeout_s
+        self.message_timeout_s = message_timeout_s
+        self._ws = None
+
+    @property
+    def connected(self) -> bool:
+        return self._ws is not None
+
+    def connect(self) -> "Session":
+        from websockets.sync.client import connect
+
+        self.close()
+        try:
+            self._ws = connect(
+                self.ws_url, open_timeout=self.connect_timeout_s, additional_headers=auth_headers(self.url),
+                max_size=64 * 1024 * 1024, proxy=None,
+            )
+        except Exception as exc:  # noqa: BLE001 - every way a connect fails means the same to the caller
+            raise EnvironmentUnavailable(f"cannot open a session with the environment at {self.url} ({exc})") from exc
+        return self
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one message and return the ``data`` of the answer; errors from the server become exceptions."""
+        from websockets.exceptions import ConnectionClosed
+
+        if self._ws is None:
+            self.connect()
+        try:
+            try:
+                self._ws.send(json.dumps(message))
+            except ConnectionClosed:
+                pass  # a refused session sends its error frame, then hangs up: read that frame below
+            raw = self._ws.recv(timeout=self.message_timeout_s)
+        except TimeoutError as exc:
+            self.close()  # an answer may still arrive later and would be paired with the next request
+            raise EnvironmentUnavailable(
+                f"the environment at {self.url} did not answer within {self.message_timeout_s:.0f} s"
+            ) from exc
+        except (ConnectionClosed, OSError) as exc:
+            self._ws = None
+            raise ConnectionLost(f"the connection to the environment at {self.url} was lost ({exc})") from exc
+        answer = json.loads(raw)
+        if answer.get("type") == "error":
+            data = answer.get("data") or {}
+            code, text = data.get("code", "ERROR"), data.get("message", "unknown error")
+            if code == "CAPACITY_REACHED":
+                self.close()
+                raise CapacityError(f"the environment at {self.url} refused a new session: {text}")
+            if data.get("errors"):
+                text = f"{text}: " + "; ".join(_describe_validation(e) for e in data["errors"])
+            raise EnvironmentActionError(text)
+        return answer.get("data") or {}
+
+    def reset(self, **kwargs: Any) -> StepOutcome:
+        return _outcome(self.request({"type": "reset", "data": kwargs}))
+
+    def step(self, action: dict[str, Any]) -> StepOutcome:
+        return _outcome(self.request({"type": "step", "data": action}))
+
+    def close(self) -> None:
+        if self._ws is None:
+            return
+        ws, self._ws = self._ws, None
+        try:
+            ws.send(json.dumps({"type": "close"}))
+        except Exception:  # noqa: BLE001 - closing a dead socket is not an error
+            pass
+        try:
+            ws.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class ConnectionLost(EnvironmentUnavailable):
+    """The socket dropped mid-session; a new session may still be possible."""
+
+
+def _outcome(data: dict[str, Any]) -> StepOutcome:
+    reward = data.get("reward")
+    return StepOutcome(
+        observation=data.get("observation") or {},
+        reward=None if reward is None else float(reward),
+        done=bool(data.get("done", False)),
+    )
+
+
+def _describe_validation(error: dict[str, Any]) -> str:
+    where = ".".join(str(part) for part in error.get("loc", ()) if part not in ("body", "action"))
+    return f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid"))
+
+
+def probe_capacity(url: str, needed: int, *, timeout_s: float = 10.0) -> int:
+    """Open ``needed`` sessions at once; return how many the server accepted (== needed when it allows enough)."""
+    sessions: list[Session] = []
+    try:
+        for _ in range(needed):
+            session = Session(url, connect_timeout_s=timeout_s, message_timeout_s=timeout_s)
+            try:
+                session.connect().request({"type": "state"})
+            except CapacityError:
+                break
+            sessions.append(session)
+        return len(sessions)
+    finally:
+        for session in sessions:
+            session.close()

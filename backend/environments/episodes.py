@@ -1,0 +1,190 @@
+"""Playing whole episodes outside the trainer, with the same chat template and tool loop GRPO uses.
+
+Used by the dry run (one episode, transcript shown before queueing) and by the success-rate evaluation (N episodes
+by the base and the tuned model under the same seeds). Like TRL: the environment's ``reset`` observation is appended
+to the last prompt message, tool calls are parsed with TRL's ``parse_response``, a tool that raises answers with
+``{"error": ...}``, and ``max_completion_length`` bounds the whole episode (model turns plus tool results).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from backend.environments.adapter import OpenEnvEpisode, episode_reward, tool_methods
+
+
+@dataclass
+class Episode:
+    messages: list[dict[str, Any]]  # the prompt (with the reset observation) and every turn after it
+    prompt_messages: int  # how many of ``messages`` are the prompt
+    reward: float
+    success: bool
+    done: bool
+    tool_calls: int
+    tool_failures: int
+    completion_tokens: int
+    stop_reason: str
+    seed: int
+
+    @property
+    def turns(self) -> list[dict[str, Any]]:
+        return self.messages[self.prompt_messages:]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def transcript(self) -> str:
+        """The episode as Markdown, for people: prompt, each model turn with its tool calls, each tool result."""
+        lines = []
+        for i, message in enumerate(self.messages):
+            role = message["role"]
+            head = f"**{role}**" + (" (prompt)" if i < self.prompt_messages else "")
+            if role == "tool":
+                head = f"**tool `{message.get('name', '?')}`**"
+            lines.append(head)
+            if message.get("content"):
+                lines.append(f"```\n{message['content']}\n```")
+            for call in message.get("tool_calls") or []:
+                fn = call.get("function", {})
+                lines.append(f"- calls `{fn.get('name')}` with `{fn.get('arguments')}`")
+        verdict = "success" if self.success else "no success"
+        lines.append(
+            f"**result**: reward {self.reward:g} ({verdict}); {self.tool_calls} tool call(s), "
+            f"{self.tool_failures} failed; {self.completion_tokens} tokens; stopped: {self.stop_reason}"
+        )
+        return "\n\n".join(lines)
+
+
+@dataclass
+class EpisodeSettings:
+    max_completion_length: int
+    max_iterations: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_spec(cls, spec) -> "EpisodeSettings":
+        g = spec.grpo
+        kwargs = {"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else {}
+        return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p, kwargs)
+
+
+def _prompt_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
+    prompt = row.get("prompt", [{"role": "user", "content": ""}])
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [dict(m) for m in prompt]
+
+
+def _render(tokenizer, messages, tools, settings: EpisodeSettings) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=True,
+        **settings.chat_template_kwargs,
+    )["input_ids"]
+    return list(ids[0]) if ids and isinstance(ids[0], list) else list(ids)
+
+
+def _call_tool(tools: dict[str, Any], call: dict[str, Any]) -> tuple[str, Any, bool]:
+    """(name, result, failed) the way TRL runs a tool call: an exception becomes ``{"error": message}``."""
+    function = call.get("function", {}) if call.get("type", "function") == "function" else {}
+    name = function.get("name", call.get("name", "unknown"))
+    try:
+        if not function:
+            raise ValueError(f"Unsupported tool call type: {call.get('type')}")
+        if name not in tools:
+            raise ValueError(f"Tool {name} not found.")
+        return name, tools[name](**(function.get("arguments") or {})), False
+    except Exception as exc:  # noqa: BLE001 - the model reads the error, as in training
+        return name, {"error": str(exc)}, True
+
+
+def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, Any], settings: EpisodeSettings,
+                 seed: int) -> Episode:
+    """One episode of ``model`` in ``environment`` starting from dataset ``row``."""
+    import torch
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    tokenizer = add_response_schema(tokenizer)
+    messages = _prompt_messages(row)
+    observation = environment.reset(**row)
+    if observation:
+        messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+    prompt_count = len(messages)
+    methods = tool_methods(environment)
+    tools = {m.__name__: m for m in methods}
+    prompt_ids = _render(tokenizer, messages, methods, settings)
+    start = len(prompt_ids)
+    calls = failures = iterations = used = 0
+    stop_reason = "the model answered without a tool call"
+    torch.manual_seed(seed)
+    while True:
+        budget = settings.max_completion_length - (len(prompt_ids) - start)
+        if budget <= 0:
+            stop_reason = "max_completion_length reached"
+            break
+        input_ids = torch.tensor([prompt_ids], device=model.device)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=budget,
+                do_sample=True, temperature=settings.temperature, top_p=settings.top_p,
+                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            )
+        completion = out[0, input_ids.shape[1]:].tolist()
+        used = len(prompt_ids) - start + len(completion)
+        parsed = parse_response(tokenizer, completion, prefix=prompt_ids, tools=methods)
+        messages.append(parsed)
+        tool_calls = parsed.get("tool_calls") or []
+        if not tool_calls:
+            if used >= settings.max_completion_length:
+                stop_reason = "max_completion_length reached"
+            break
+        if iterations >= settings.max_iterations:
+            stop_reason = "max_tool_calling_iterations reached"
+            break
+        iterations += 1
+        for call in tool_calls:
+            calls += 1
+            name, result, failed = _call_tool(tools, call)
+            failures += failed
+            messages.append({"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)})
+        prompt_ids = _render(tokenizer, messages, methods, settings)
+        if environment.done:
+            # The model still gets to read the last tool result; the episode itself is over.
+            stop_reason = "the episode ended"
+    reward = environment.get_reward()
+    success = episode_reward(environment.rewards, environment.done, environment.failed, "success") > 0
+    return Episode(
+        messages=messages, prompt_messages=prompt_count, reward=reward, success=success, done=environment.done,
+        tool_calls=calls, tool_failures=failures, completion_tokens=used, stop_reason=stop_reason, seed=seed,
+    )
+
+
+def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[dict[str, Any]],
+                  settings: EpisodeSettings, episodes: int, seed: int, compare_base: bool = True) -> dict[str, Any]:
+    """Success rate and mean reward of the tuned model and (adapter switched off) the base, over the same episodes.
+
+    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for both models.
+    """
+    environment = factory()
+    try:
+        def play_all() -> dict[str, Any]:
+            played = [play_episode(model, tokenizer, environment, rows[i % len(rows)], settings, seed + i)
+                      for i in range(episodes)]
+            return {
+                "success_rate": sum(e.success for e in played) / len(played),
+                "mean_reward": sum(e.reward for e in played) / len(played),
+                "tool_calls_per_episode": sum(e.tool_calls for e in played) / len(played),
+            }
+
+        was_training = model.training
+        model.eval()
+        result: dict[str, Any] = {"episodes": episodes, "tuned": play_all()}
+        if compare_base and hasattr(model, "disable_adapter"):
+            with model.disable_adapter():
+                result["base"] = play_all()
+        model.train(was_training)
+        return result
+    finally:
+        environment._close()

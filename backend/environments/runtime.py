@@ -1,0 +1,88 @@
+"""An environment for one job (or one dry run): start the built-in server if it is one, describe it, check it can
+hold the job's concurrent episodes, and hand back the class for TRL's ``environment_factory``."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from backend.environments.adapter import EnvironmentInfo, OpenEnvEpisode, check_sessions, describe, environment_class
+from backend.environments.connection import BUILTIN_PREFIX, resolve_url
+from backend.environments.registry import BUILTIN_ENVIRONMENTS, BuiltinEnvironment
+from backend.spec import EnvironmentSpec, JobSpec
+
+log = logging.getLogger("studio.environments")
+
+# Episodes whose model turns and tool results are typically this long, for environments that do not say.
+REMOTE_TOKENS_PER_TURN = 64
+
+
+@dataclass
+class ActiveEnvironment:
+    info: EnvironmentInfo
+    factory: type[OpenEnvEpisode]
+    builtin: BuiltinEnvironment | None
+
+    @property
+    def url(self) -> str:
+        return self.info.url
+
+
+def builtin_of(spec: EnvironmentSpec) -> BuiltinEnvironment | None:
+    if spec.name and spec.name.startswith(BUILTIN_PREFIX):
+        return BUILTIN_ENVIRONMENTS[spec.name.removeprefix(BUILTIN_PREFIX)]
+    return None
+
+
+def display_name(spec: EnvironmentSpec) -> str:
+    """``builtin:echo`` -> ``echo``; ``openenv/echo_env`` -> ``echo_env``; a URL -> its host and path."""
+    name = spec.name or ""
+    if name.startswith(BUILTIN_PREFIX):
+        return name.removeprefix(BUILTIN_PREFIX)
+    if "://" in name:
+        return name.split("://", 1)[1].rstrip("/")
+    return name.split("/")[-1]
+
+
+def concurrent_episodes(spec: JobSpec) -> int:
+    """Episodes TRL runs at once: one per rollout of a generation batch (batch x grad accumulation, one process)."""
+    return spec.training.batch_size * spec.training.gradient_accumulation_steps
+
+
+def typical_episode_tokens(spec: JobSpec) -> int:
+    builtin = builtin_of(spec.environment)
+    if builtin is not None:
+        return builtin.typical_episode_tokens
+    return REMOTE_TOKENS_PER_TURN * min(spec.environment.max_tool_calling_iterations, 4)
+
+
+@contextmanager
+def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[ActiveEnvironment]:
+    """The job's environment, ready for ``environment_factory``; a built-in server is stopped on the way out."""
+    env_spec = spec.environment
+    if not env_spec.name:
+        raise ValueError("the job names no environment")
+    needed = sessions if sessions is not None else concurrent_episodes(spec)
+    builtin = builtin_of(env_spec)
+    server = None
+    try:
+        if builtin is not None:
+            from backend.environments.launcher import start_builtin
+
+            server = start_builtin(builtin.name, max_sessions=max(64, needed + 2))
+            url = server.url
+            log.info("started built-in environment %s at %s (pid %d)", builtin.name, url, server.pid)
+        else:
+            url = resolve_url(env_spec.name)
+        info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))
+        check_sessions(url, needed, timeout_s=min(env_spec.timeout_s, 30.0))
+        log.info("environment: %s; %d concurrent sessions available", info.summary(), needed)
+        factory = environment_class(
+            info, reward_mode=env_spec.reward, timeout_s=env_spec.timeout_s, name=display_name(env_spec)
+        )
+        yield ActiveEnvironment(info=info, factory=factory, builtin=builtin)
+    finally:
+        if server is not None:
+            server.stop()
