@@ -14,6 +14,7 @@ from backend.spec import JobSpec, RewardSpec, parse_spec
 from backend.store import JobRecord, JobStatus, JobStore
 
 if TYPE_CHECKING:
+    from backend.environments.episodes import Episode
     from backend.preview import DatasetPreview
 
 
@@ -91,6 +92,17 @@ class StudioAPI:
 
         specs = [r if isinstance(r, RewardSpec) else RewardSpec.model_validate(r) for r in rewards]
         return score_completions(specs, completions, row)
+
+    def dry_run(self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None) -> "Episode":
+        """One episode of the job's model (base, or its parent job's adapter) in its environment: the transcript
+        (turns, tool calls, tool results) and the reward, before anything is queued."""
+        from backend.environments.dryrun import dry_run
+
+        spec = self._prepare(spec)
+        adapter = None
+        if spec.model.parent_job_id:
+            adapter = Path(self.store.get(spec.model.parent_job_id).artifacts["adapter_dir"])
+        return dry_run(spec, self.paths.models, adapter, row=row, seed=seed)
 
     def list_jobs(self, owner: str | None = None) -> list[JobRecord]:
         return self.store.list(owner=owner)

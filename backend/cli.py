@@ -180,6 +180,15 @@ def cmd_cancel(api: StudioAPI, args) -> int:
     return EXIT_OK
 
 
+def cmd_dry_run(api: StudioAPI, args) -> int:
+    episode = api.dry_run(_load_spec_file(args.spec_file), row=args.row, seed=args.seed)
+    if args.json:
+        print(json.dumps(episode.to_dict(), indent=2, default=str))
+    else:
+        print(episode.transcript())
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m backend",
@@ -191,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("dry-run", help="play one episode of a GRPO environment spec and print the transcript")
+    p.add_argument("spec_file")
+    p.add_argument("--row", type=int, default=0, help="dataset row whose columns start the episode")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default: training.seed)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_dry_run)
     p = sub.add_parser("list", help="list jobs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
@@ -210,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(api, args)
     except SpecError as exc:
-        print("The job was not queued:", file=sys.stderr)
+        print("The job was not queued:" if args.command == "submit" else "Cannot do that:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE

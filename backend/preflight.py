@@ -61,7 +61,9 @@ def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
     except SpecError as exc:
         problems.extend(exc.problems)
     try:
-        loaded = load_training_dataset(spec.dataset, spec.method, reward_columns(spec))
+        loaded = load_training_dataset(
+            spec.dataset, spec.method, reward_columns(spec), keep_all=bool(spec.environment.name)
+        )
         # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
         split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     except SpecError as exc:
@@ -88,6 +90,8 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> list[str]:
             f"training.max_length ({spec.training.max_length} tokens) and will be cut; raise max_length if the "
             "ends of the examples matter"
         )
+    if spec.environment.name:
+        warnings.extend(environment_advisories(spec, tokenizer))
     device = detect_device()
     estimate = estimate_memory(
         spec, load_model_config(spec, models_dir), device,
@@ -96,4 +100,45 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> list[str]:
     memory_warning = check_memory(estimate, device)
     if memory_warning:
         warnings.append(memory_warning)
+    return warnings
+
+
+def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
+    """Problems (raised) and warnings for a GRPO job with an environment: tool-calling template, a reachable server
+    with enough sessions, an episode budget that fits, and a starting point that can earn some reward."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    from backend.environments.adapter import check_sessions, describe
+    from backend.environments.connection import EnvironmentUnavailable, resolve_url
+    from backend.environments.runtime import builtin_of, concurrent_episodes, display_name, typical_episode_tokens
+
+    env = spec.environment
+    if not supports_tool_calling(tokenizer):
+        raise SpecError([
+            f"model.name_or_path: the chat template of {spec.model.name_or_path} cannot render tool calls, so the "
+            "model cannot act in an environment; pick an instruct model whose template supports tools (Qwen2.5/Qwen3)"
+        ])
+    if builtin_of(env) is None:
+        url = resolve_url(env.name)
+        try:
+            info = describe(url, timeout_s=min(env.timeout_s, 15.0))
+            check_sessions(url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0))
+        except EnvironmentUnavailable as exc:
+            raise SpecError([f"environment.name: {exc}"]) from None
+        if not info.tools:
+            raise SpecError([f"environment.name: {info.summary()} offers no tools"])
+    warnings = []
+    typical = typical_episode_tokens(spec)
+    if spec.grpo.max_completion_length < typical:
+        warnings.append(
+            f"grpo.max_completion_length ({spec.grpo.max_completion_length}) is below a typical {display_name(env)} "
+            f"episode (~{typical} tokens of model turns and tool results together); episodes cut off early "
+            f"score 0, so raise it to at least {typical}"
+        )
+    if spec.model.parent_job_id is None:
+        warnings.append(
+            "GRPO learns only from groups where some episodes earn a reward: if the model does not call the "
+            "environment's tools yet, first run SFT on a few tool-call demonstrations and continue from that job "
+            "(model.parent_job_id); try a dry run to see what it does now"
+        )
     return warnings

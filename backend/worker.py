@@ -143,7 +143,9 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             from backend.environments.runtime import open_environment
 
             environment = stack.enter_context(open_environment(spec))
-            store.merge_artifacts(job_id, {"environment": environment.info.summary()})
+            store.merge_artifacts(
+                job_id, {"environment": environment.info.summary(), "environment_server_pid": environment.server_pid}
+            )
         trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment)
         resume_from = last_checkpoint(output_dir) if job.resume else None
         if job.resume:

@@ -148,7 +148,7 @@ def tool_docstring(tool: ToolSpec) -> str:
         for pname, prop in tool.parameters.items():
             text = " ".join(str(prop.get("description") or prop.get("title") or f"The {pname}.").split())
             if prop.get("enum"):
-                text += f" One of: {', '.join(map(str, prop['enum']))}."
+                text = text.rstrip(" .") + f". One of: {', '.join(map(str, prop['enum']))}."
             lines.append(f"    {pname}: {text}")
     return "\n".join(lines).strip() + "\n"
 

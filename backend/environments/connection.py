@@ -102,7 +102,7 @@ class Session:
         try:
             self._ws = connect(
                 self.ws_url, open_timeout=self.connect_timeout_s, additional_headers=auth_headers(self.url),
-                max_size=64 * 1024 * 1024, proxy=None,
+                max_size=64 * 1024 * 1024, proxy=None, close_timeout=2.0,  # not 10 s when the server stalls
             )
         except Exception as exc:  # noqa: BLE001 - every way a connect fails means the same to the caller
             raise EnvironmentUnavailable(f"cannot open a session with the environment at {self.url} ({exc})") from exc

@@ -24,6 +24,7 @@ class ActiveEnvironment:
     info: EnvironmentInfo
     factory: type[OpenEnvEpisode]
     builtin: BuiltinEnvironment | None
+    server_pid: int | None = None  # the built-in server this job started
 
     @property
     def url(self) -> str:
@@ -82,7 +83,7 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
         factory = environment_class(
             info, reward_mode=env_spec.reward, timeout_s=env_spec.timeout_s, name=display_name(env_spec)
         )
-        yield ActiveEnvironment(info=info, factory=factory, builtin=builtin)
+        yield ActiveEnvironment(info=info, factory=factory, builtin=builtin, server_pid=server.pid if server else None)
     finally:
         if server is not None:
             server.stop()
