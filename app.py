@@ -1,4 +1,7 @@
-"""Post-Training Studio: assembles the tabs and launches the Gradio app; nothing else."""
+"""Post-Training Studio: assembles the header and the tabs and launches the Gradio app; nothing else.
+
+`python app.py` honours GRADIO_SERVER_NAME / GRADIO_SERVER_PORT and STUDIO_DATA_DIR.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +10,35 @@ import os
 import gradio as gr
 
 from backend.api import StudioAPI
-from components import train
+from backend.hub_status import hub_status
+from components import chat, header, jobs, train
+
+CSS = ".field-error p { color: #b91c1c; margin: 0; }"
 
 
 def build_app(api: StudioAPI) -> gr.Blocks:
     with gr.Blocks(title="Post-Training Studio") as demo:
-        gr.Markdown("# Post-Training Studio\nPost-train an open LLM with SFT, LoRA and 4-bit loading.")
-        with gr.Tab("Train"):
-            train.build(api)
+        top = header.build()
+        with gr.Tabs():
+            with gr.Tab("Train", id="train"):
+                train_handles = train.build(api)
+            with gr.Tab("Jobs", id="jobs"):
+                jobs.build(api, train_handles)
+            with gr.Tab("Chat", id="chat"):
+                chat.build(api)
+        demo.load(header.status_text, None, top.status, api_name="status")
     return demo
 
 
 def main() -> None:
     api = StudioAPI(scheduler="thread")
+    hub_status()  # start the Hub check now, so the first page load has an answer
     demo = build_app(api)
     demo.queue(default_concurrency_limit=8).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
+        css=CSS,
     )
 
 

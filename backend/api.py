@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -10,10 +11,12 @@ from backend.paths import DataPaths
 from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.scheduler import Scheduler, spawn_detached
-from backend.spec import JobSpec, RewardSpec, parse_spec
-from backend.store import JobRecord, JobStatus, JobStore
+from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
+from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
+from backend.users import User, max_queued_per_user
 
 if TYPE_CHECKING:
+    from backend.chat import GenerationSettings, PreferenceLog
     from backend.environments.episodes import Episode
     from backend.preview import DatasetPreview
 
@@ -43,6 +46,8 @@ class StudioAPI:
         self.store = JobStore(self.paths.db)
         self.mode = scheduler
         self.scheduler: Scheduler | None = None
+        self._chat_models = None  # loaded on the first chat
+        self._chat_lock = threading.Lock()
         if scheduler == "thread":
             self.scheduler = Scheduler(self.paths, **scheduler_kwargs).start()
 
@@ -51,22 +56,68 @@ class StudioAPI:
             self.scheduler.stop()
 
     # --- jobs ----------------------------------------------------------------------------------------
-    def _prepare(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None) -> JobSpec:
+    def _prepare(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+                 ) -> JobSpec:
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
+        if user is not None and spec.model.parent_job_id:
+            try:
+                self.get_job(spec.model.parent_job_id, user)
+            except JobNotFound:
+                raise SpecError([f"model.parent_job_id: there is no job {spec.model.parent_job_id!r}"]) from None
         return resolve_parent(spec, self.store)
 
-    def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None) -> Submitted:
-        """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run."""
-        spec = self._prepare(spec, owner)
+    def _check_quota(self, user: User) -> None:
+        limit = max_queued_per_user()
+        waiting = len(self.store.list(owner=user.name, statuses=[JobStatus.queued]))
+        if waiting >= limit and not user.is_admin:
+            raise SpecError([
+                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
+                "wait for one to start, or cancel one"
+            ])
+
+    def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+               ) -> Submitted:
+        """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run.
+
+        With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped.
+        """
+        if user is not None:
+            owner = user.name
+        spec = self._prepare(spec, owner, user)
+        if user is not None:
+            self._check_quota(user)
         warnings = check_spec(spec, self.paths.models)
         job = self.store.add(spec)
         if warnings:
             self.store.merge_artifacts(job.id, {"preflight_warnings": warnings})
         self._kick()
         return Submitted(job, self.store.queue_position(job.id), warnings)
+
+    def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
+        """Pre-flight without queueing: (warnings, memory estimate text). Raises SpecError like submit would."""
+        from backend.hardware import detect_device
+        from backend.memory import estimate_memory, load_model_config
+
+        spec = self._prepare(spec, user=user)
+        warnings = check_spec(spec, self.paths.models)
+        device = detect_device()
+        estimate = estimate_memory(spec, load_model_config(spec, self.paths.models), device)
+        text = f"Estimated peak memory on {device.describe()}: {estimate.describe()}"
+        if estimate.advice:
+            text += "\nTo need less: " + "; ".join(estimate.advice)
+        return warnings, text
+
+    def upload_dataset(self, source: Path | str, original_name: str, method: str, user: User | None = None
+                       ) -> tuple[Path, str]:
+        """Keep an uploaded dataset file if it loads for ``method``: (path for dataset.name, summary)."""
+        from backend.spec import Method
+        from backend.uploads import keep_upload
+
+        owner = user.name if user is not None else "local"
+        return keep_upload(Path(source), original_name, Method(method), self.paths.root / "uploads", owner)
 
     def _kick(self) -> None:
         """Make sure some scheduler will pick the queue up."""
@@ -93,41 +144,80 @@ class StudioAPI:
         specs = [r if isinstance(r, RewardSpec) else RewardSpec.model_validate(r) for r in rewards]
         return score_completions(specs, completions, row)
 
-    def dry_run(self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None) -> "Episode":
+    def dry_run(self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None,
+                user: User | None = None) -> "Episode":
         """One episode of the job's model (base, or its parent job's adapter) in its environment: the transcript
         (turns, tool calls, tool results) and the reward, before anything is queued."""
         from backend.environments.dryrun import dry_run
 
-        spec = self._prepare(spec)
+        spec = self._prepare(spec, user=user)
         adapter = None
         if spec.model.parent_job_id:
             adapter = Path(self.store.get(spec.model.parent_job_id).artifacts["adapter_dir"])
         return dry_run(spec, self.paths.models, adapter, row=row, seed=seed)
 
-    def list_jobs(self, owner: str | None = None) -> list[JobRecord]:
+    # --- side-by-side chat ----------------------------------------------------------------------------
+    def chat_pair(self, job_id: str, base_history: list[dict], tuned_history: list[dict], message: str,
+                  settings: "GenerationSettings | None" = None, user: User | None = None):
+        """Stream (base answer, tuned answer) so far for a finished job: one base model, adapter on for one side."""
+        from backend.chat import ChatModels
+
+        job = self.get_job(job_id, user)
+        with self._chat_lock:
+            if self._chat_models is None:
+                self._chat_models = ChatModels(self.paths.models)
+        chat = self._chat_models.for_job(job)
+        return chat.stream_pair(base_history, tuned_history, message, settings)
+
+    def preference_log(self, user: User | None = None) -> "PreferenceLog":
+        """Where a user's "this side is better" picks are kept (DPO rows)."""
+        import re
+
+        from backend.chat import PreferenceLog
+
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", user.name if user else "local")
+        return PreferenceLog(self.paths.root / "preferences" / f"{name}.jsonl")
+
+    def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
+        """Jobs, oldest first; a non-admin ``user`` gets only their own."""
+        if user is not None and not user.is_admin:
+            owner = user.name
         return self.store.list(owner=owner)
 
-    def get_job(self, job_id: str) -> JobRecord:
-        return self.store.get(job_id)
+    def get_job(self, job_id: str, user: User | None = None) -> JobRecord:
+        """One job; another user's job is reported as not found (its existence is not theirs to know)."""
+        job = self.store.get(job_id)
+        if user is not None and not user.can_access(job.owner):
+            raise JobNotFound(job_id)
+        return job
 
     def queue_position(self, job_id: str) -> int | None:
         return self.store.queue_position(job_id)
 
-    def cancel(self, job_id: str) -> JobStatus:
+    def cancel(self, job_id: str, user: User | None = None) -> JobStatus:
         """Queued jobs are cancelled at once; running ones are asked to stop (then killed after a grace period)."""
+        self.get_job(job_id, user)
         status = self.store.request_cancel(job_id)
         if status is JobStatus.running:
             self._kick()
         return status
 
-    def resume(self, job_id: str) -> JobRecord:
+    def resume(self, job_id: str, user: User | None = None) -> JobRecord:
         """Queue an interrupted job again; it continues from its last checkpoint."""
+        self.get_job(job_id, user)
         job = self.store.requeue_for_resume(job_id)
         self._kick()
         return job
 
-    def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
+    def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
+        self.get_job(job_id, user)
         return self.store.metrics(job_id, after_id)
 
-    def log_tail(self, job_id: str, lines: int = 50) -> list[str]:
+    def samples(self, job_id: str, user: User | None = None) -> list[dict[str, Any]]:
+        """GRPO's kept completions with their rewards."""
+        self.get_job(job_id, user)
+        return self.store.samples(job_id)
+
+    def log_tail(self, job_id: str, lines: int = 50, user: User | None = None) -> list[str]:
+        self.get_job(job_id, user)
         return tail_lines(self.paths.job_log(job_id), lines)

@@ -1,70 +1,318 @@
-"""Train tab (first version): queue an SFT job on a model and dataset, and see the queue."""
+"""Train tab: base model, dataset (built-in / Hub / upload, preview, column mapping), method with only its settings,
+rewards with their test bench, an environment with a dry run, LoRA and 4-bit, the pre-flight check, and Queue.
+
+Thin over the facade: the form <-> spec mapping lives in ``components/form.py``.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
 from backend.api import StudioAPI
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.demo_model import DEMO_MODEL_ID
-from backend.spec import SpecError, default_model, field_help
+from backend.spec import REWARD_NAMES, SpecError, field_help
+from backend.store import JobStatus
+from components.form import (
+    CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError, builtin_dataset_choices,
+    form_to_spec, route_problems,
+)
+from components.session import require_user, user_from
 
-JOB_COLUMNS = ["id", "status", "method", "model", "progress", "error"]
+FIELD_NAMES = list(FIELDS)
 
 
 @dataclass
 class TrainHandles:
-    jobs_table: gr.Dataframe
-    status: gr.Markdown
+    inputs: dict[str, Any]  # form field name -> component, in FIELDS order
+    errors: dict[str, gr.Markdown]  # section -> the box under it
+    result: gr.Markdown
+
+    def input_list(self) -> list:
+        return [self.inputs[name] for name in FIELD_NAMES]
 
 
-def _jobs_rows(api: StudioAPI) -> list[list[str]]:
-    rows = []
-    for job in reversed(api.list_jobs()):
-        p = job.progress
-        progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""
-        rows.append([job.id, job.status.value, job.spec.method.value, job.spec.model.name_or_path, progress,
-                     (job.error or "").splitlines()[0] if job.error else ""])
-    return rows
+def _problems_markdown(problems: list[str]) -> str:
+    return "\n".join(f"⚠️ {p}" for p in problems)
+
+
+def error_updates(problems: list[str] | None = None, form_error: FormError | None = None) -> list[str]:
+    """One Markdown value per section box (in SECTIONS order): each problem next to the field it is about."""
+    routed = route_problems(problems or [])
+    if form_error is not None:
+        routed[form_error.section].append(str(form_error))
+    return [_problems_markdown(routed[section]) for section in SECTIONS]
+
+
+def finished_job_choices(api: StudioAPI, user) -> list[str]:
+    """Succeeded jobs with an adapter, newest first, as ``<id> · <method> · <name>``."""
+    if user is None:
+        return [""]
+    jobs = [j for j in reversed(api.list_jobs(user=user))
+            if j.status is JobStatus.succeeded and j.artifacts.get("adapter_dir")]
+    return [""] + [f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}" for j in jobs]
+
+
+def _values(args: tuple) -> dict[str, Any]:
+    return dict(zip(FIELD_NAMES, args))
 
 
 def build(api: StudioAPI) -> TrainHandles:
-    with gr.Row():
-        model = gr.Dropdown(
-            choices=[DEMO_MODEL_ID, "Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen3-0.6B"],
-            value=default_model(),
-            allow_custom_value=True,
-            label="Base model",
-            info=field_help("model.name_or_path"),
-        )
-        dataset = gr.Dropdown(
-            choices=list(BUILTIN_DATASETS), value="chat-demo", label="Built-in dataset", info=field_help("dataset.name")
-        )
-    with gr.Row():
-        max_steps = gr.Number(value=30, precision=0, label="Max steps", info=field_help("training.max_steps"))
-        learning_rate = gr.Number(value=5e-4, label="Learning rate", info=field_help("training.learning_rate"))
-        quant = gr.Radio(["none", "4bit", "8bit"], value="none", label="Quantization", info=field_help("quantization.mode"))
-    queue = gr.Button("Queue SFT job", variant="primary")
-    status = gr.Markdown()
-    jobs_table = gr.Dataframe(headers=JOB_COLUMNS, value=lambda: _jobs_rows(api), interactive=False, label="Jobs")
+    inputs: dict[str, Any] = {}
+    errors: dict[str, gr.Markdown] = {}
 
-    def submit(model_name, dataset_name, steps, lr, quant_mode):
-        spec = {
-            "method": "sft",
-            "model": {"name_or_path": model_name},
-            "dataset": {"source": "builtin", "name": dataset_name},
-            "training": {"max_steps": int(steps) if steps else None, "learning_rate": lr},
-            "quantization": {"mode": quant_mode},
-        }
+    gr.Markdown("### 1. Model")
+    with gr.Row():
+        inputs["base_model"] = gr.Dropdown(
+            CURATED_MODELS, value=FIELDS["base_model"], allow_custom_value=True, label="Base model",
+            info="A curated small instruct model, any Hub id, or the offline demo model.", elem_id="base-model",
+        )
+        inputs["parent_job"] = gr.Dropdown(
+            [""], value="", label="…or continue from a finished job", info=field_help("model.parent_job_id"),
+            elem_id="parent-job", allow_custom_value=True,
+        )
+    errors["model"] = gr.Markdown(elem_classes="field-error", elem_id="model-error")
+
+    gr.Markdown("### 2. Dataset")
+    with gr.Row():
+        inputs["dataset_source"] = gr.Radio(DATASET_SOURCES, value="builtin", label="Source", elem_id="dataset-source")
+        inputs["builtin_dataset"] = gr.Dropdown(
+            builtin_dataset_choices(), value=FIELDS["builtin_dataset"], label="Built-in dataset",
+            info=" ".join(f"{n}: {d.description}" for n, d in list(BUILTIN_DATASETS.items())[:3]),
+            elem_id="builtin-dataset", allow_custom_value=True,
+        )
+        inputs["hub_dataset"] = gr.Textbox(label="Hub dataset id", placeholder="trl-lib/Capybara", visible=False)
+        inputs["hub_split"] = gr.Textbox(value="train", label="Split", visible=False)
+    upload = gr.File(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
+                     file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
+    inputs["upload_path"] = gr.Textbox(visible=False)
+    upload_note = gr.Markdown(visible=False)
+    with gr.Row():
+        inputs["column_map"] = gr.Textbox(
+            label="Column mapping", placeholder="messages=conversation, prompt=question",
+            info="expected=your_column, when your columns are named differently",
+        )
+        inputs["max_rows"] = gr.Number(value=None, precision=0, minimum=0, label="Max rows (0: all)",
+                                       info=field_help("dataset.max_rows"))
+    errors["dataset"] = gr.Markdown(elem_classes="field-error", elem_id="dataset-error")
+    with gr.Accordion("Preview: the first rows as the trainer sees them", open=False):
+        preview_button = gr.Button("Render preview", size="sm")
+        preview_out = gr.Markdown(elem_id="dataset-preview")
+
+    gr.Markdown("### 3. Method")
+    inputs["method"] = gr.Radio(["sft", "dpo", "grpo"], value="sft", label="Method", info=field_help("method"),
+                                elem_id="method")
+    with gr.Group(visible=True) as sft_group:
+        with gr.Row():
+            inputs["sft_completion_only"] = gr.Checkbox(True, label="Loss on completions only",
+                                                        info=field_help("sft.completion_only_loss"))
+            inputs["sft_packing"] = gr.Checkbox(False, label="Packing", info=field_help("sft.packing"))
+    with gr.Group(visible=False) as dpo_group:
+        with gr.Row():
+            inputs["dpo_beta"] = gr.Number(0.1, label="beta", info=field_help("dpo.beta"))
+            inputs["dpo_loss_type"] = gr.Dropdown(
+                ["sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm"], value="sigmoid",
+                label="Loss", info=field_help("dpo.loss_type"),
+            )
+    with gr.Group(visible=False) as grpo_group:
+        with gr.Row():
+            inputs["grpo_num_generations"] = gr.Number(4, precision=0, label="Generations per prompt",
+                                                       info=field_help("grpo.num_generations"))
+            inputs["grpo_max_completion_length"] = gr.Number(
+                FIELDS["grpo_max_completion_length"], precision=0, label="Max completion length",
+                info=field_help("grpo.max_completion_length"))
+            inputs["grpo_temperature"] = gr.Number(1.0, label="Temperature", info=field_help("grpo.temperature"))
+        inputs["grpo_rewards"] = gr.Code(
+            FIELDS["grpo_rewards"], language="yaml", label=f"Rewards (YAML list; names: {', '.join(REWARD_NAMES)})",
+        )
+        with gr.Accordion("Reward test bench: score completions before training", open=False):
+            bench_completions = gr.Textbox(lines=3, label="Completions, one per line")
+            bench_row = gr.Textbox(label="Dataset row (JSON) for rewards that read a column",
+                                   placeholder='{"solution": "$4$"}')
+            bench_button = gr.Button("Score", size="sm")
+            bench_out = gr.Dataframe(label="Scores", interactive=False)
+        gr.Markdown("**Environment** (multi-turn agent training with OpenEnv)")
+        with gr.Row():
+            inputs["env_name"] = gr.Dropdown(
+                ENVIRONMENT_CHOICES, value="", allow_custom_value=True, label="Environment",
+                info=field_help("environment.name"), elem_id="env-name",
+            )
+            inputs["env_reward"] = gr.Radio(["success", "last", "sum"], value="success", label="Reward",
+                                            info=field_help("environment.reward"))
+            inputs["env_max_iterations"] = gr.Number(8, precision=0, label="Max tool calls per episode",
+                                                     info=field_help("environment.max_tool_calling_iterations"))
+            inputs["env_eval_episodes"] = gr.Number(16, precision=0, label="Evaluation episodes",
+                                                    info=field_help("environment.eval_episodes"))
+        errors["environment"] = gr.Markdown(elem_classes="field-error", elem_id="environment-error")
+        dry_run_button = gr.Button("Dry run: play one episode", size="sm")
+        transcript = gr.Markdown(elem_id="dry-run-transcript")
+    errors["method"] = gr.Markdown(elem_classes="field-error", elem_id="method-error")
+
+    with gr.Accordion("4. Training settings, LoRA and quantization", open=False):
+        with gr.Row():
+            inputs["max_steps"] = gr.Number(FIELDS["max_steps"], precision=0, label="Max steps",
+                                            info=field_help("training.max_steps"))
+            inputs["learning_rate"] = gr.Number(FIELDS["learning_rate"], step=1e-5, label="Learning rate",
+                                                info=field_help("training.learning_rate"))
+            inputs["batch_size"] = gr.Number(FIELDS["batch_size"], precision=0, label="Batch size",
+                                             info=field_help("training.batch_size"))
+            inputs["grad_accum"] = gr.Number(1, precision=0, label="Gradient accumulation",
+                                             info=field_help("training.gradient_accumulation_steps"))
+            inputs["max_length"] = gr.Number(FIELDS["max_length"], precision=0, label="Max length",
+                                             info=field_help("training.max_length"))
+        with gr.Row():
+            inputs["lora_enabled"] = gr.Checkbox(True, label="LoRA", info=field_help("lora.enabled"))
+            inputs["lora_r"] = gr.Number(16, precision=0, label="LoRA rank", info=field_help("lora.r"))
+            inputs["lora_alpha"] = gr.Number(32, precision=0, label="LoRA alpha", info=field_help("lora.alpha"))
+            inputs["quant_mode"] = gr.Radio(["none", "4bit", "8bit"], value="none", label="Quantization",
+                                            info=field_help("quantization.mode"))
+        with gr.Row():
+            inputs["holdout_rows"] = gr.Number(0, precision=0, label="Held-out rows (before/after evaluation)",
+                                               info=field_help("eval.holdout_rows"))
+            inputs["run_name"] = gr.Textbox(label="Run name", info=field_help("output.run_name"))
+    errors["settings"] = gr.Markdown(elem_classes="field-error", elem_id="settings-error")
+
+    with gr.Row():
+        check_button = gr.Button("Check (pre-flight and memory)", elem_id="check-button")
+        queue_button = gr.Button("Queue", variant="primary", elem_id="queue-button")
+    errors["general"] = gr.Markdown(elem_classes="field-error", elem_id="general-error")
+    result = gr.Markdown(elem_id="queue-result")
+
+    handles = TrainHandles(inputs=inputs, errors=errors, result=result)
+    form = handles.input_list()
+    error_boxes = [errors[s] for s in SECTIONS]
+
+    # --- visibility --------------------------------------------------------------------------------------
+    def on_source(source):
+        return (gr.update(visible=source == "builtin"), gr.update(visible=source == "hub"),
+                gr.update(visible=source == "hub"), gr.update(visible=source == "upload"),
+                gr.update(visible=source == "upload"))
+
+    inputs["dataset_source"].change(
+        on_source, inputs["dataset_source"],
+        [inputs["builtin_dataset"], inputs["hub_dataset"], inputs["hub_split"], upload, upload_note],
+        api_name=False,
+    )
+
+    def on_method(method, current):
+        choices = builtin_dataset_choices(method)
+        return (gr.update(visible=method == "sft"), gr.update(visible=method == "dpo"),
+                gr.update(visible=method == "grpo"),
+                gr.update(choices=choices, value=current if current in choices else choices[0]))
+
+    inputs["method"].change(on_method, [inputs["method"], inputs["builtin_dataset"]],
+                            [sft_group, dpo_group, grpo_group, inputs["builtin_dataset"]], api_name=False)
+
+    # --- upload: kept only if it loads for the method ---------------------------------------------------------
+    def on_upload(file, method, profile: gr.OAuthProfile | None = None):
+        user = require_user(profile)
+        if file is None:
+            return "", gr.update(value="", visible=False), "", gr.update()
+        path = Path(file if isinstance(file, str) else file.name)
         try:
-            submitted = api.submit(spec)
+            kept, summary = api.upload_dataset(path, path.name, method, user)
         except SpecError as exc:
-            return "**Not queued:**\n" + "\n".join(f"- {p}" for p in exc.problems), _jobs_rows(api)
-        return f"Queued **{submitted.job.id}** (#{submitted.queue_position} in queue)", _jobs_rows(api)
+            # The widget is emptied too, so it never shows a file that was not kept.
+            return "", gr.update(value="", visible=False), _problems_markdown(exc.problems), None
+        return str(kept), gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
 
-    queue.click(submit, [model, dataset, max_steps, learning_rate, quant], [status, jobs_table], api_name="submit_job")
-    timer = gr.Timer(2.0)
-    timer.tick(lambda: _jobs_rows(api), None, jobs_table, api_name="list_jobs")
-    return TrainHandles(jobs_table=jobs_table, status=status)
+    upload.upload(on_upload, [upload, inputs["method"]],
+                  [inputs["upload_path"], upload_note, errors["dataset"], upload], api_name="upload_dataset")
+
+    # --- preview, reward bench, dry run -------------------------------------------------------------------------
+    def with_spec(action, args) -> tuple[Any, list[str]]:
+        """Run ``action(spec)`` on the form's spec: (its result, error boxes), or (None, the problems by field)."""
+        try:
+            return action(form_to_spec(_values(args))), error_updates()
+        except FormError as exc:
+            return None, error_updates(form_error=exc)
+        except SpecError as exc:
+            return None, error_updates(exc.problems)
+
+    def on_preview(*args):
+        preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3), args)
+        if preview is None:
+            return "", *boxes
+        parts = [f"**{preview.total_rows} rows**, format `{preview.format}`, columns: {', '.join(preview.columns)}; "
+                 f"longest previewed: {preview.summary.max_tokens} tokens (max_length {preview.summary.max_length})"]
+        for i, row in enumerate(preview.rows):
+            cut = " — **longer than max_length: will be cut**" if row.over_max_length else ""
+            parts.append(f"Row {i} · {row.n_tokens} tokens{cut}\n```\n{row.rendered}\n```")
+            if row.rendered_rejected is not None:
+                parts.append(f"Rejected · {row.n_tokens_rejected} tokens\n```\n{row.rendered_rejected}\n```")
+        return "\n\n".join(parts), *error_updates()
+
+    preview_button.click(on_preview, form, [preview_out, *error_boxes], api_name="preview_dataset")
+
+    def on_bench(rewards_yaml, completions, row_json):
+        from components.form import parse_rewards
+
+        try:
+            rewards = parse_rewards(rewards_yaml)
+            row = json.loads(row_json) if (row_json or "").strip() else None
+            lines = [c for c in (completions or "").splitlines() if c.strip()]
+            if not lines:
+                raise gr.Error("Type at least one completion.")
+            scores = api.score_rewards(rewards, lines, row)
+        except (FormError, ValueError, SpecError) as exc:
+            raise gr.Error(str(exc)) from None
+        return [[c[:80], *(f"{v:.3f}" for v in s.values())] for c, s in zip(lines, scores)]
+
+    bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row], bench_out,
+                       api_name="score_rewards")
+
+    def on_dry_run(*args, profile: gr.OAuthProfile | None = None):
+        user = require_user(profile)
+        try:
+            episode, boxes = with_spec(lambda spec: api.dry_run(spec, user=user), args)
+        except Exception as exc:  # noqa: BLE001 - an unreachable environment, a model that cannot load
+            return "", *error_updates([f"environment: dry run failed: {exc}"])
+        return (episode.transcript() if episode else ""), *boxes
+
+    dry_run_button.click(on_dry_run, form, [transcript, *error_boxes], api_name="dry_run")
+
+    # --- check and queue -----------------------------------------------------------------------------------------
+    def on_check(*args, profile: gr.OAuthProfile | None = None):
+        user = require_user(profile)
+        checked, boxes = with_spec(lambda spec: api.check(spec, user=user), args)
+        if checked is None:
+            return "", *boxes
+        warnings, memory = checked
+        lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {w}" for w in warnings] + [f"```\n{memory}\n```"]
+        return "\n".join(lines), *boxes
+
+    check_button.click(on_check, form, [result, *error_boxes], api_name="check_job")
+
+    def on_queue(*args, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+        user = require_user(profile, token)
+        submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
+        if submitted is None:
+            return "", *boxes
+        place = submitted.queue_position
+        where = "starting now" if place in (None, 1) else f"#{place} in the queue"
+        text = f"Queued **{submitted.job.id}** ({where}). Follow it in the Jobs tab."
+        if submitted.warnings:
+            text += "\n" + "\n".join(f"- ⚠️ {w}" for w in submitted.warnings)
+        return text, *boxes
+
+    queue_button.click(on_queue, form, [result, *error_boxes], api_name="submit_job")
+
+    def submit_spec(spec_json: str, profile: gr.OAuthProfile | None = None) -> str:
+        """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
+        user = require_user(profile)
+        try:
+            return api.submit(json.loads(spec_json), user=user).job.id
+        except SpecError as exc:
+            raise gr.Error("; ".join(exc.problems)) from None
+
+    gr.api(submit_spec, api_name="submit_spec")
+
+    def refresh_parents(profile: gr.OAuthProfile | None = None):
+        return gr.update(choices=finished_job_choices(api, user_from(profile)))
+
+    inputs["parent_job"].focus(refresh_parents, None, inputs["parent_job"], api_name=False)
+    return handles

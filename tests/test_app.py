@@ -1,5 +1,6 @@
 """The app launched as a real process on 127.0.0.1, driven through gradio_client."""
 
+import json
 import os
 import signal
 import socket
@@ -45,24 +46,89 @@ def app_url(data_dir):
         proc.wait(20)
 
 
-def test_app_queues_and_runs_a_job_through_the_api(app_url, store):
+def _form(**values):
+    from components.form import FIELDS
+
+    merged = {**FIELDS, "max_steps": 4, "learning_rate": 1e-3, "batch_size": 2, "max_length": 128, **values}
+    return [merged[name] for name in FIELDS]
+
+
+def _job_id(result_markdown: str) -> str:
+    assert result_markdown.startswith("Queued **"), result_markdown
+    return result_markdown.split("**")[1]
+
+
+def test_app_queues_runs_shows_and_chats_through_the_api(app_url, store):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
-    status, table = client.predict("builtin:tiny-qwen3", "chat-demo", 4, 1e-3, "none", api_name="/submit_job")
-    assert status.startswith("Queued **")
-    job_id = status.split("**")[1]
-    assert table["data"][0][0] == job_id
+    assert "Device:" in client.predict(api_name="/status")
+    result, *errors = client.predict(*_form(), api_name="/submit_job")
+    job_id = _job_id(result)
+    assert not any(errors)
+    rows, picker = client.predict(None, api_name="/list_jobs")
+    assert rows["data"][0][0] == job_id
     done = wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed})
     assert done.status is JobStatus.succeeded, done.error
-    rows = client.predict(api_name="/list_jobs")["data"]
-    assert rows[0][:2] == [job_id, "succeeded"]
+    detail = client.predict(job_id, api_name="/show_job")
+    summary, progress, loss_plot = detail[0], detail[1], detail[2]
+    assert "succeeded" in summary and 'data-fraction="1.000"' in progress
+    assert loss_plot is not None and "loss" in str(loss_plot)
+
+    # Chat: both sides answer, streamed, from one finished job.
+    choices = client.predict(api_name="/chat_jobs")
+    job_choice = next((c for c in choices if c.startswith(job_id)), None)
+    assert job_choice, choices
+    base, tuned, _ = client.predict(job_choice, "Hello!", [], [], "", 0.0, 16, 0, api_name="/chat_send")
+    assert base[-1]["role"] == tuned[-1]["role"] == "assistant"
+    # Gradio 6 chatbots hand back message content as a list of typed parts.
+    assert "Hello!" in str(base[0]["content"]) and "Hello!" in str(tuned[0]["content"])
+    assert base[-1]["content"] and tuned[-1]["content"]
 
 
-def test_app_shows_spec_errors_instead_of_queueing(app_url, store):
+def test_app_cancels_a_running_job(app_url, store):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
-    status, _ = client.predict("nobody/missing-model", "chat-demo", 4, 1e-3, "none", api_name="/submit_job")
-    assert "Not queued" in status and "was not found" in status
+    job_id = client.predict('{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
+                            '"training": {"max_steps": 5000, "batch_size": 2, "max_length": 128}}',
+                            api_name="/submit_spec")
+    wait_for(lambda: store.get(job_id).status is JobStatus.running, 120, what="the job to start")
+    note = client.predict(job_id, api_name="/cancel_job")
+    assert "stop" in note.lower() or "cancelled" in note.lower()
+    done = wait_status(store, job_id, {JobStatus.cancelled, JobStatus.failed}, timeout=90)
+    assert done.status is JobStatus.cancelled, done.error
+
+
+def test_app_shows_spec_errors_next_to_their_fields(app_url, store):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    result, model_error, dataset_error, method_error, env_error, settings_error, general = client.predict(
+        *_form(learning_rate=-1), api_name="/submit_job")
+    assert result == "" and "learning_rate" in settings_error and not model_error
+    result, model_error, *_ = client.predict(*_form(base_model="nobody/missing-model"), api_name="/submit_job")
+    assert result == "" and "was not found" in model_error
     assert store.list() == []
+
+
+def test_app_second_chat_turn_and_a_preference_round_trip(app_url, store):
+    """Gradio hands chat history back as typed parts; a second turn and a saved preference must still work."""
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    job_id = client.predict('{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
+                            '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}',
+                            api_name="/submit_spec")
+    assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
+    base, tuned, _ = client.predict(job_id, "Hi", [], [], "Be brief.", 0.9, 12, 1, api_name="/chat_send")
+    base, tuned, _ = client.predict(job_id, "And again?", base, tuned, "Be brief.", 0.9, 12, 1,
+                                    api_name="/chat_send")
+    assert len(base) == len(tuned) == 4
+    note = client.predict(job_id, base, tuned, "Be brief.", api_name="/prefer_tuned")
+    assert "1 preference rows" in note
+    exported = client.predict(api_name="/export_preferences")
+    rows = [json.loads(line) for line in open(exported, encoding="utf-8")]
+    assert rows[0]["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert rows[0]["prompt"][-1] == {"role": "user", "content": "And again?"}
+    assert isinstance(rows[0]["chosen"][0]["content"], str)

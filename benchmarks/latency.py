@@ -1,0 +1,103 @@
+"""Does the app stay responsive while a job trains? p50/p95 latency of a cheap API call (list jobs), idle and
+during an SFT job on the demo model, through gradio_client against the app launched as a real process.
+
+    python benchmarks/latency.py [--calls 200] [--steps 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the app exited at start-up")
+        try:
+            if urllib.request.urlopen(url, timeout=2).status == 200:
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise SystemExit("the app did not start")
+
+
+def _measure(client, calls: int) -> list[float]:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        client.predict(None, api_name="/list_jobs")
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def _summary(times: list[float]) -> dict[str, float]:
+    ordered = sorted(times)
+    return {
+        "calls": len(times),
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
+        "max_ms": round(ordered[-1], 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=400)
+    args = parser.parse_args()
+    from gradio_client import Client
+
+    data = Path(tempfile.mkdtemp(prefix="studio-latency-"))
+    port = _free_port()
+    env = {**os.environ, "STUDIO_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        _wait_up(url, proc)
+        client = Client(url, verbose=False)
+        _measure(client, 10)  # warm up
+        idle = _summary(_measure(client, args.calls))
+        spec = {"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"},
+                "training": {"max_steps": args.steps, "batch_size": 4, "max_length": 256, "save_steps": 10_000}}
+        job_id = client.predict(json.dumps(spec), api_name="/submit_spec")
+        while True:  # measure only while the job is really training
+            rows = client.predict(None, api_name="/list_jobs")[0]["data"]
+            row = next(r for r in rows if r[0] == job_id)
+            if row[2] == "running" and row[7]:
+                break
+            time.sleep(0.5)
+        training = _summary(_measure(client, args.calls))
+        rows = client.predict(None, api_name="/list_jobs")[0]["data"]
+        still = next(r for r in rows if r[0] == job_id)[2]
+        client.predict(job_id, api_name="/cancel_job")
+        print(json.dumps({"idle": idle, "while_training": training, "job_still_running_at_end": still == "running",
+                          "cpu_cores": os.cpu_count()}, indent=2))
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+if __name__ == "__main__":
+    main()

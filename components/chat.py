@@ -1,0 +1,150 @@
+"""Chat tab: a finished job's base model (left) and tuned model (right) answer the same message side by side,
+streamed at the same time with the same system prompt, sampling settings and seed; pick the better side to save a
+DPO preference row, and export them as a dataset file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from backend.api import StudioAPI
+from backend.chat import GenerationSettings, message_text
+from backend.store import JobNotFound
+from components.form import job_choice_id
+from components.session import require_user, user_from
+from components.train import finished_job_choices
+
+
+@dataclass
+class ChatHandles:
+    job: gr.Dropdown
+    base: gr.Chatbot
+    tuned: gr.Chatbot
+
+
+def _last_user_message(history: list[dict]) -> str | None:
+    for message in reversed(history or []):
+        if message.get("role") == "user":
+            return message_text(message.get("content"))
+    return None
+
+
+def _settings(system, temperature, max_tokens, seed) -> GenerationSettings:
+    return GenerationSettings(system_prompt=system or "", temperature=float(temperature or 0.0),
+                              max_new_tokens=int(max_tokens or 128), seed=int(seed or 0))
+
+
+def build(api: StudioAPI) -> ChatHandles:
+    with gr.Row():
+        job = gr.Dropdown([""], value="", label="Finished job", info="Its base model on the left, tuned on the right",
+                          elem_id="chat-job", allow_custom_value=True)
+        refresh = gr.Button("Refresh jobs", size="sm")
+    with gr.Accordion("System prompt and sampling (the same for both sides)", open=False):
+        system = gr.Textbox(label="System prompt", lines=2)
+        with gr.Row():
+            temperature = gr.Slider(0.0, 1.5, value=0.7, step=0.05, label="Temperature (0: greedy)")
+            max_tokens = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens")
+            seed = gr.Number(0, precision=0, label="Seed")
+    with gr.Row():
+        base = gr.Chatbot(label="Base model", elem_id="chat-base", height=380)
+        tuned = gr.Chatbot(label="Tuned model", elem_id="chat-tuned", height=380)
+    with gr.Row():
+        message = gr.Textbox(placeholder="Ask both models…", show_label=False, scale=5, elem_id="chat-input")
+        send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
+    with gr.Row():
+        regenerate = gr.Button("Regenerate", size="sm")
+        clear = gr.Button("Clear", size="sm")
+        left_better = gr.Button("⬅ Base is better", size="sm", elem_id="left-better")
+        right_better = gr.Button("Tuned is better ➡", size="sm", elem_id="right-better")
+        export = gr.DownloadButton("Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences")
+    note = gr.Markdown(elem_id="chat-note")
+
+    def jobs(profile: gr.OAuthProfile | None = None) -> list[str]:
+        """Finished jobs the user can chat with, as ``<id> · <method> · <name>``."""
+        return finished_job_choices(api, user_from(profile))
+
+    gr.api(jobs, api_name="chat_jobs")
+    refresh.click(lambda profile=None: gr.update(choices=jobs(profile)), None, job, api_name=False)
+    job.focus(lambda profile=None: gr.update(choices=jobs(profile)), None, job, api_name=False)
+
+    def stream(job_choice, text, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,
+               profile: gr.OAuthProfile | None = None):
+        user = require_user(profile)
+        job_id = job_choice_id(job_choice)
+        if not job_id:
+            raise gr.Error("Pick a finished job first.")
+        if not (text or "").strip():
+            raise gr.Error("Type a message.")
+        base_hist, tuned_hist = list(base_hist or []), list(tuned_hist or [])
+        try:
+            pairs = api.chat_pair(job_id, base_hist, tuned_hist, text, _settings(system_prompt, temp, max_new,
+                                                                                  seed_value), user)
+        except JobNotFound:
+            raise gr.Error("That job is not yours or no longer exists.") from None
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
+        asked = {"role": "user", "content": text}
+        for left, right in pairs:
+            yield ([*base_hist, asked, {"role": "assistant", "content": left}],
+                   [*tuned_hist, asked, {"role": "assistant", "content": right}], "")
+
+    inputs = [job, message, base, tuned, system, temperature, max_tokens, seed]
+    send.click(stream, inputs, [base, tuned, message], api_name="chat_send")
+    message.submit(stream, inputs, [base, tuned, message], api_name=False)
+
+    def drop_last_turn(base_hist, tuned_hist):
+        """Both histories without their last exchange, and the message that started it."""
+        text = _last_user_message(base_hist)
+        if text is None:
+            raise gr.Error("Nothing to regenerate yet.")
+        cut = max(i for i, m in enumerate(base_hist) if m.get("role") == "user")
+        cut_tuned = max(i for i, m in enumerate(tuned_hist) if m.get("role") == "user")
+        return base_hist[:cut], tuned_hist[:cut_tuned], text
+
+    def regenerate_turn(job_choice, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,
+                        profile: gr.OAuthProfile | None = None):
+        base_prev, tuned_prev, text = drop_last_turn(base_hist, tuned_hist)
+        # A new seed, so a sampled answer changes (greedy ones stay the same by design).
+        yield from stream(job_choice, text, base_prev, tuned_prev, system_prompt, temp, max_new,
+                          int(seed_value or 0) + 1, profile=profile)
+
+    regenerate.click(regenerate_turn, [job, base, tuned, system, temperature, max_tokens, seed],
+                     [base, tuned, message], api_name="chat_regenerate")
+    clear.click(lambda: ([], [], ""), None, [base, tuned, note], api_name="chat_clear")
+
+    def prefer(side: str):
+        def record(job_choice, base_hist, tuned_hist, system_prompt, profile: gr.OAuthProfile | None = None):
+            user = require_user(profile)
+            text = _last_user_message(base_hist)
+            if text is None or not base_hist or base_hist[-1].get("role") != "assistant":
+                raise gr.Error("Ask something first; then pick the better answer.")
+            left, right = message_text(base_hist[-1]["content"]), message_text(tuned_hist[-1]["content"])
+            better, worse = (left, right) if side == "base" else (right, left)
+            # The prompt is the conversation so far on the preferred side (each side keeps its own answers).
+            history = base_hist if side == "base" else tuned_hist
+            cut = max(i for i, m in enumerate(history) if m.get("role") == "user")
+            prompt = ([{"role": "system", "content": system_prompt}] if (system_prompt or "").strip() else []) + [
+                {"role": m["role"], "content": message_text(m["content"]) or ""} for m in history[: cut + 1]]
+            log = api.preference_log(user)
+            try:
+                log.record(prompt, better, worse, job_choice_id(job_choice))
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
+            return f"Saved: the {side} answer is better ({len(log.rows())} preference rows so far)."
+        return record
+
+    pref_inputs = [job, base, tuned, system]
+    left_better.click(prefer("base"), pref_inputs, note, api_name="prefer_base")
+    right_better.click(prefer("tuned"), pref_inputs, note, api_name="prefer_tuned")
+
+    def export_file(profile: gr.OAuthProfile | None = None):
+        user = require_user(profile)
+        log = api.preference_log(user)
+        try:
+            return str(log.export(log.path.with_name(f"{log.path.stem}-dpo.jsonl")))
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
+
+    export.click(export_file, None, export, api_name="export_preferences")
+    return ChatHandles(job=job, base=base, tuned=tuned)

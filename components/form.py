@@ -1,0 +1,226 @@
+"""The Train form as plain data: form values <-> spec dict, and spec problems routed to the field they are about.
+
+No Gradio here, so the mapping is tested on its own; ``components/train.py`` only lays the fields out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from backend.builtin_datasets import BUILTIN_DATASETS
+from backend.demo_model import DEMO_MODEL_ID
+from backend.environments.registry import BUILTIN_ENVIRONMENTS
+from backend.spec import JobSpec
+
+CURATED_MODELS = [
+    "Qwen/Qwen2.5-0.5B-Instruct",
+    "Qwen/Qwen3-0.6B",
+    "HuggingFaceTB/SmolLM2-360M-Instruct",
+    "Qwen/Qwen2.5-1.5B-Instruct",
+    DEMO_MODEL_ID,
+]
+ENVIRONMENT_CHOICES = ["", *(f"builtin:{name}" for name in BUILTIN_ENVIRONMENTS), "openenv/echo_env"]
+DATASET_SOURCES = ["builtin", "hub", "upload"]
+
+# Form field -> default value. The order is the order of the Gradio inputs (components/train.py).
+FIELDS: dict[str, Any] = {
+    "base_model": DEMO_MODEL_ID,
+    "parent_job": "",
+    "dataset_source": "builtin",
+    "builtin_dataset": "chat-demo",
+    "hub_dataset": "",
+    "hub_split": "train",
+    "upload_path": "",
+    "column_map": "",
+    "max_rows": None,
+    "method": "sft",
+    "sft_completion_only": True,
+    "sft_packing": False,
+    "dpo_beta": 0.1,
+    "dpo_loss_type": "sigmoid",
+    "grpo_num_generations": 4,
+    "grpo_max_completion_length": 128,
+    "grpo_temperature": 1.0,
+    "grpo_rewards": "- name: accuracy\n  weight: 1.0\n",
+    "env_name": "",
+    "env_reward": "success",
+    "env_max_iterations": 8,
+    "env_eval_episodes": 16,
+    "max_steps": 30,
+    "learning_rate": 2e-4,
+    "batch_size": 4,
+    "grad_accum": 1,
+    "max_length": 512,
+    "lora_enabled": True,
+    "lora_r": 16,
+    "lora_alpha": 32,
+    "quant_mode": "none",
+    "holdout_rows": 0,
+    "run_name": "",
+}
+
+# Which box under the form shows a problem, by the spec path it starts with.
+SECTIONS = ("model", "dataset", "method", "environment", "settings", "general")
+_PREFIXES = {
+    "model": "model", "dataset": "dataset", "columns": "dataset", "sft": "method", "dpo": "method",
+    "grpo": "method", "environment": "environment", "training": "settings", "lora": "settings",
+    "quantization": "settings", "eval": "settings", "output": "settings",
+}
+
+
+class FormError(ValueError):
+    """A form value that cannot even be turned into a spec (e.g. unreadable rewards YAML); routed like problems."""
+
+    def __init__(self, section: str, message: str):
+        super().__init__(message)
+        self.section = section
+
+
+def job_choice_id(choice: str | None) -> str | None:
+    """Job pickers show ``<id> · <name>``; the id is the first word."""
+    return choice.split()[0] if choice and choice.strip() else None
+
+
+def parse_column_map(text: str) -> dict[str, str]:
+    """``messages=conversation, prompt=question`` -> ``{"messages": "conversation", "prompt": "question"}``."""
+    mapping = {}
+    for part in (text or "").replace("\n", ",").split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise FormError("dataset", f"column mapping {part.strip()!r} must look like expected=your_column")
+        expected, yours = (p.strip() for p in part.split("=", 1))
+        if not expected or not yours:
+            raise FormError("dataset", f"column mapping {part.strip()!r} must look like expected=your_column")
+        mapping[expected] = yours
+    return mapping
+
+
+def parse_rewards(text: str) -> list[dict[str, Any]]:
+    try:
+        rewards = yaml.safe_load(text or "") or []
+    except yaml.YAMLError as exc:
+        raise FormError("method", f"rewards are not valid YAML: {exc}") from None
+    if not isinstance(rewards, list) or not all(isinstance(r, dict) for r in rewards):
+        raise FormError("method", "rewards must be a YAML list of mappings, e.g. '- name: accuracy'")
+    return rewards
+
+
+def _number(value, cast=float):
+    return None if value in (None, "") else cast(value)
+
+
+def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
+    """The spec dict the form describes (validated later by ``parse_spec``, whose messages name the fields)."""
+    v = {**FIELDS, **values}
+    source = v["dataset_source"]
+    if source == "builtin":
+        dataset = {"source": "builtin", "name": v["builtin_dataset"]}
+    elif source == "hub":
+        if not (v["hub_dataset"] or "").strip():
+            raise FormError("dataset", "give a Hub dataset id, e.g. trl-lib/Capybara")
+        dataset = {"source": "hub", "name": v["hub_dataset"].strip(), "split": v["hub_split"] or "train"}
+    else:
+        if not v["upload_path"]:
+            raise FormError("dataset", "upload a .jsonl, .json, .csv or .parquet file first")
+        dataset = {"source": "file", "name": v["upload_path"]}
+    if v["column_map"]:
+        dataset["columns"] = parse_column_map(v["column_map"])
+    if v["max_rows"]:
+        dataset["max_rows"] = int(v["max_rows"])
+    method = v["method"]
+    spec: dict[str, Any] = {
+        "method": method,
+        "model": {"name_or_path": (v["base_model"] or "").strip(), "parent_job_id": job_choice_id(v["parent_job"])},
+        "dataset": dataset,
+        "lora": {"enabled": bool(v["lora_enabled"]), "r": int(v["lora_r"]), "alpha": int(v["lora_alpha"])},
+        "quantization": {"mode": v["quant_mode"]},
+        "training": {
+            "max_steps": _number(v["max_steps"], int), "learning_rate": _number(v["learning_rate"]),
+            "batch_size": int(v["batch_size"]), "gradient_accumulation_steps": int(v["grad_accum"]),
+            "max_length": int(v["max_length"]),
+        },
+        "eval": {"holdout_rows": int(v["holdout_rows"]) if v["holdout_rows"] else None},
+        "output": {"run_name": v["run_name"] or None},
+    }
+    if method == "sft":
+        spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": bool(v["sft_packing"])}
+    elif method == "dpo":
+        spec["dpo"] = {"beta": float(v["dpo_beta"]), "loss_type": v["dpo_loss_type"]}
+    elif method == "grpo":
+        spec["grpo"] = {
+            "num_generations": int(v["grpo_num_generations"]),
+            "max_completion_length": int(v["grpo_max_completion_length"]),
+            "temperature": float(v["grpo_temperature"]),
+        }
+        rewards = parse_rewards(v["grpo_rewards"])
+        if v["env_name"]:
+            spec["environment"] = {
+                "name": v["env_name"].strip(), "reward": v["env_reward"],
+                "max_tool_calling_iterations": int(v["env_max_iterations"]),
+                "eval_episodes": int(v["env_eval_episodes"]),
+            }
+            spec["grpo"]["rewards"] = rewards  # with an environment, extra rewards only (may be empty)
+        elif rewards:
+            spec["grpo"]["rewards"] = rewards
+    return spec
+
+
+def spec_to_form(spec: JobSpec) -> dict[str, Any]:
+    """A stored job's settings as form values: "clone this job" fills the Train tab with them."""
+    d = spec.dataset
+    source = {"builtin": "builtin", "hub": "hub", "file": "upload"}[d.source]
+    values = {
+        "base_model": spec.model.name_or_path,
+        "parent_job": spec.model.parent_job_id or "",
+        "dataset_source": source,
+        "builtin_dataset": d.name if d.source == "builtin" else FIELDS["builtin_dataset"],
+        "hub_dataset": d.name if d.source == "hub" else "",
+        "hub_split": d.split or "train",
+        "upload_path": d.name if d.source == "file" else "",
+        "column_map": ", ".join(f"{k}={v}" for k, v in (d.columns or {}).items()),
+        "max_rows": d.max_rows,
+        "method": spec.method.value,
+        "sft_completion_only": spec.sft.completion_only_loss,
+        "sft_packing": spec.sft.packing,
+        "dpo_beta": spec.dpo.beta,
+        "dpo_loss_type": spec.dpo.loss_type,
+        "grpo_num_generations": spec.grpo.num_generations,
+        "grpo_max_completion_length": spec.grpo.max_completion_length,
+        "grpo_temperature": spec.grpo.temperature,
+        "grpo_rewards": yaml.safe_dump(
+            [r.model_dump(exclude_defaults=True) | {"name": r.name} for r in spec.grpo.rewards], sort_keys=False
+        ) if spec.grpo.rewards else "",
+        "env_name": spec.environment.name or "",
+        "env_reward": spec.environment.reward,
+        "env_max_iterations": spec.environment.max_tool_calling_iterations,
+        "env_eval_episodes": spec.environment.eval_episodes,
+        "max_steps": spec.training.max_steps,
+        "learning_rate": spec.training.learning_rate,
+        "batch_size": spec.training.batch_size,
+        "grad_accum": spec.training.gradient_accumulation_steps,
+        "max_length": spec.training.max_length,
+        "lora_enabled": spec.lora.enabled,
+        "lora_r": spec.lora.r,
+        "lora_alpha": spec.lora.alpha,
+        "quant_mode": spec.quantization.mode,
+        "holdout_rows": spec.eval.holdout_rows or 0,
+        "run_name": spec.output.run_name or "",
+    }
+    assert values.keys() == FIELDS.keys()
+    return values
+
+
+def route_problems(problems: list[str]) -> dict[str, list[str]]:
+    """Each problem under the section its field belongs to (``dataset: ...`` -> dataset), the rest under general."""
+    routed: dict[str, list[str]] = {section: [] for section in SECTIONS}
+    for problem in problems:
+        head = problem.split(":", 1)[0].split(".", 1)[0].strip()
+        routed[_PREFIXES.get(head, "general")].append(problem)
+    return routed
+
+
+def builtin_dataset_choices(method: str | None = None) -> list[str]:
+    return [name for name, d in BUILTIN_DATASETS.items() if method is None or method in d.suits]

@@ -1,0 +1,243 @@
+"""The UI in a real browser: Playwright drives Debian's Chromium against the app launched on 127.0.0.1.
+
+One app process and one browser page for the module; the tests run in order (queue -> follow the job -> chat with
+it -> a bad upload) and leave screenshots in tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from backend.paths import DataPaths
+from backend.store import JobStatus, JobStore
+from tests.conftest import ROOT, wait_for
+from tests.test_app import _free_port, _up
+
+# Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does it)"),
+]
+
+# What the tests pass along in order (the queued job's id); a failure stops the chain with -x, or skips below.
+STATE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, models_dir):
+    """The app on a free port with its own data dir (models/ links to the session's demo model)."""
+    root = tmp_path_factory.mktemp("browser") / "data"
+    root.mkdir()
+    (root / "models").symlink_to(models_dir, target_is_directory=True)
+    port = _free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "STUDIO_DATA_DIR": str(root),
+           "PYTHONPATH": str(ROOT)}
+    log_path = root.parent / "app.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,
+                                stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for(lambda: _up(url) or proc.poll() is not None, 90, 0.5, "the app to start")
+        assert proc.poll() is None, "the app exited at start-up:\n" + log_path.read_text()[-4000:]
+        yield url, JobStore(DataPaths(root).db)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def page(app):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    url, _ = app
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(30_000)
+        page.goto(url)
+        yield page
+        browser.close()
+
+
+@pytest.fixture()
+def store(app) -> JobStore:
+    return app[1]
+
+
+@pytest.fixture(autouse=True)
+def screenshot_on_failure(request):
+    """A failing test leaves tests/artifacts/failed-<test>.png behind, to see what the page showed."""
+    failed_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed_before and "page" in request.fixturenames:
+        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png",
+                                                   full_page=True)
+
+
+def _job_id() -> str:
+    if "job_id" not in STATE:
+        pytest.skip("needs the job queued by test_queue_an_sft_job_from_the_train_tab")
+    return STATE["job_id"]
+
+
+def test_queue_an_sft_job_from_the_train_tab(page, store):
+    expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+    expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3")
+    expect(page.locator("#builtin-dataset input")).to_have_value("chat-demo")
+    expect(page.locator("#method").get_by_label("sft")).to_be_checked()
+
+    page.get_by_text("4. Training settings, LoRA and quantization").click()
+    for label, value in [("Max steps", "6"), ("Batch size", "2"), ("Max length", "128")]:
+        field = page.get_by_label(label, exact=True)
+        field.fill(value)
+        expect(field).to_have_value(value)
+    page.locator("#queue-button").click()
+
+    result = page.locator("#queue-result")
+    expect(result).to_contain_text("Queued", timeout=30_000)
+    job_id = re.search(r"Queued (\S+)", result.inner_text()).group(1)
+    for box in ("#dataset-error", "#settings-error", "#general-error"):
+        expect(page.locator(box)).to_have_text("")
+    # What the browser typed is what the job runs with.
+    training = store.get(job_id).spec.training
+    assert (training.max_steps, training.batch_size, training.max_length) == (6, 2, 128)
+    STATE["job_id"] = job_id
+    page.screenshot(path=ARTIFACTS / "train.png", full_page=True)
+
+
+def test_jobs_tab_follows_the_job_to_success_and_plots_its_loss(page, store):
+    job_id = _job_id()
+    page.get_by_role("tab", name="Jobs").click()
+    expect(page.locator("#job-picker input")).to_have_value(re.compile(rf"^{job_id} · sft"), timeout=15_000)
+    summary = page.locator("#job-summary")
+    expect(summary).to_contain_text(job_id, timeout=15_000)
+    # The tab polls the store every 2 s; training 6 steps of the demo model takes ~30 s on 2 cores.
+    try:
+        expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"),
+                                        timeout=180_000)
+    finally:
+        job = store.get(job_id)
+    assert job.status is JobStatus.succeeded, job.error
+    expect(summary).to_contain_text(f"{job_id} · succeeded")
+    progress = page.locator("#job-progress .studio-progress")
+    expect(progress).to_have_attribute("data-status", "succeeded")
+    expect(progress).to_have_attribute("data-fraction", "1.000")
+    # The table and the picker refresh on their own tick: wait for them too, so the screenshot agrees with itself.
+    expect(page.locator("#jobs-table")).to_contain_text(re.compile(rf"{job_id}\s+local\s+succeeded"))
+    expect(page.locator("#job-picker input")).to_have_value(f"{job_id} · sft · chat-demo · succeeded")
+    expect(page.locator("#download-button")).to_be_visible()
+
+    # The loss plot: vega-embed draws an SVG with one path per metric line (a canvas if the renderer changes).
+    chart = page.locator("#plot-main .vega-embed")
+    expect(chart.locator("svg .mark-line path, canvas").first).to_be_attached(timeout=20_000)
+    if chart.locator("svg").count():
+        lines = chart.locator("svg .mark-line path")
+        drawn = [d for d in (lines.nth(i).get_attribute("d") or "" for i in range(lines.count()))
+                 if len(re.findall(r"[ML]", d)) >= 2]
+        assert drawn, "the loss plot has no line with at least two points"
+        legend = chart.locator("svg .role-legend-label text").all_text_contents()  # SVG: no innerText
+        assert "loss" in legend, legend
+    else:
+        box = chart.locator("canvas").first.bounding_box()
+        assert box and box["width"] > 50 and box["height"] > 50, box
+    expect(page.locator("#job-log")).to_contain_text("succeeded")
+    page.screenshot(path=ARTIFACTS / "jobs.png", full_page=True)
+
+
+def _bot_texts(page) -> tuple[str, str]:
+    def last(side: str) -> str:
+        bots = page.locator(f"#chat-{side} [data-testid='bot']")
+        return bots.last.inner_text().strip() if bots.count() else ""
+
+    return last("base"), last("tuned")
+
+
+def test_chat_tab_streams_base_and_tuned_answers_side_by_side(page):
+    job_id = _job_id()
+    page.get_by_role("tab", name="Chat").click()
+
+    # Short answers keep the test quick (the demo model is random: it always talks until max tokens).
+    page.get_by_text("System prompt and sampling (the same for both sides)").click()
+    max_tokens = page.get_by_label("number input for Max new tokens")
+    max_tokens.fill("32")
+    max_tokens.press("Tab")
+    expect(page.get_by_label("range slider for Max new tokens")).to_have_value("32")
+
+    # Focusing the picker refreshes its choices; typing the id and Enter picks "<id> · sft · chat-demo".
+    picker = page.locator("#chat-job input")
+    picker.click()
+    expect(page.get_by_role("option", name=re.compile(re.escape(job_id)))).to_be_visible()
+    picker.fill(job_id)
+    picker.press("Enter")
+    expect(picker).to_have_value(f"{job_id} · sft · chat-demo")
+
+    page.locator("#chat-input textarea").fill("Hello")
+    page.locator("#chat-send").click()
+    for side in ("base", "tuned"):
+        expect(page.locator(f"#chat-{side} [data-testid='user']").last).to_have_text("Hello", timeout=15_000)
+
+    # Read both sides while they stream; the answers must end non-empty, and growing text shows streaming.
+    seen: list[tuple[int, int]] = []
+    tracker = page.locator("#chat-tuned [data-testid='status-tracker']")
+
+    def finished() -> bool:
+        base, tuned = _bot_texts(page)
+        seen.append((len(base), len(tuned)))
+        return bool(base and tuned) and "hide" in (tracker.get_attribute("class") or "")
+
+    wait_for(finished, timeout=120, interval=0.1, what="both answers to finish streaming")
+    base, tuned = _bot_texts(page)
+    assert base and tuned
+    grew = len({n for _, n in seen if n}) > 1 or len({n for n, _ in seen if n}) > 1
+    print(f"chat: {len(seen)} reads, streaming observed: {grew}, final lengths {len(base)}/{len(tuned)}")
+    expect(page.locator("#chat-input textarea")).to_have_value("")
+    page.screenshot(path=ARTIFACTS / "chat.png", full_page=True)
+
+
+def test_a_bad_upload_shows_its_error_next_to_the_dataset_and_queues_nothing(page, store, tmp_path):
+    jobs_before = len(store.list())
+    page.get_by_role("tab", name="Train").click()
+    page.locator("#dataset-source").get_by_label("upload").check()
+    upload = page.locator("#dataset-upload")
+    expect(upload).to_be_visible()
+    expect(page.locator("#builtin-dataset")).to_be_hidden()
+
+    not_json = tmp_path / "broken.jsonl"
+    not_json.write_text("this is not JSON\n{\"messages\": [\n")
+    upload.locator("input[type=file]").set_input_files(not_json)
+    dataset_error = page.locator("#dataset-error")
+    expect(dataset_error).to_contain_text("broken.jsonl could not be read as JSONL", timeout=30_000)
+    page.screenshot(path=ARTIFACTS / "bad-upload.png", full_page=True)
+    # The refused file is not left in the widget as if it had been kept.
+    expect(upload.locator("input[type=file]")).to_be_attached()
+    expect(upload.get_by_text("broken.jsonl")).to_have_count(0)
+
+    page.locator("#queue-button").click()
+    expect(dataset_error).to_contain_text("upload a .jsonl, .json, .csv or .parquet file")
+    expect(page.locator("#queue-result")).to_have_text("")
+
+    # A .txt never reaches the server: the upload widget refuses it by extension, with a toast.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    upload.locator("input[type=file]").set_input_files(notes)
+    expect(page.locator(".toast-body")).to_contain_text("Invalid file type: notes.txt")
+    expect(page.locator("#queue-result")).to_have_text("")
+    assert len(store.list()) == jobs_before

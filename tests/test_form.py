@@ -1,0 +1,86 @@
+"""The Train form <-> spec mapping, problem routing, and the Jobs tab's views: plain functions, no browser."""
+
+import pytest
+
+from backend.api import StudioAPI
+from backend.spec import parse_spec
+from backend.store import JobStatus
+from components import job_views
+from components.form import FIELDS, FormError, form_to_spec, parse_column_map, route_problems, spec_to_form
+from tests.conftest import tiny_spec
+
+
+def test_the_default_form_is_a_valid_sft_spec():
+    spec = parse_spec(form_to_spec({}))
+    assert spec.method.value == "sft" and spec.dataset.name == "chat-demo" and spec.lora.enabled
+
+
+@pytest.mark.parametrize("values", [
+    {"method": "dpo", "builtin_dataset": "preferences-demo", "dpo_beta": 0.2, "quant_mode": "4bit"},
+    {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: accuracy\n- name: think_format\n"},
+    {"method": "grpo", "builtin_dataset": "wordle-demo", "env_name": "builtin:wordle", "grpo_rewards": "",
+     "env_reward": "last", "env_eval_episodes": 4},
+    {"dataset_source": "hub", "hub_dataset": "trl-lib/Capybara", "hub_split": "test", "column_map": "messages=conv",
+     "max_rows": 100, "run_name": "x", "holdout_rows": 5},
+])
+def test_form_and_spec_round_trip(values):
+    spec = parse_spec(form_to_spec(values))
+    again = parse_spec(form_to_spec(spec_to_form(spec)))
+    assert again == spec
+
+
+def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():
+    spec = parse_spec(form_to_spec({"method": "grpo", "builtin_dataset": "echo-demo", "env_name": "builtin:echo",
+                                    "grpo_rewards": ""}))
+    assert spec.grpo.rewards == [] and spec.environment.name == "builtin:echo"
+
+
+@pytest.mark.parametrize("values, section, fragment", [
+    ({"dataset_source": "hub", "hub_dataset": " "}, "dataset", "give a Hub dataset id"),
+    ({"dataset_source": "upload"}, "dataset", "upload a .jsonl"),
+    ({"column_map": "messages"}, "dataset", "must look like expected=your_column"),
+    ({"method": "grpo", "grpo_rewards": "- name: [unclosed"}, "method", "not valid YAML"),
+    ({"method": "grpo", "grpo_rewards": "accuracy"}, "method", "YAML list of mappings"),
+])
+def test_unreadable_form_values_name_their_section(values, section, fragment):
+    with pytest.raises(FormError) as err:
+        form_to_spec(values)
+    assert err.value.section == section and fragment in str(err.value)
+
+
+def test_problems_are_routed_next_to_their_field():
+    routed = route_problems([
+        "dataset: SFT needs columns messages", "training.learning_rate: must be greater than 0",
+        "environment.name: not reachable", "model.name_or_path: not found", "grpo.rewards: needs one",
+        "spec: something global",
+    ])
+    assert routed["dataset"] and routed["settings"] and routed["environment"] and routed["model"]
+    assert routed["method"] == ["grpo.rewards: needs one"] and routed["general"] == ["spec: something global"]
+    assert parse_column_map("a=b, c = d\ne=f") == {"a": "b", "c": "d", "e": "f"}
+    assert list(FIELDS)[0] == "base_model"
+
+
+def test_job_views_from_real_records(paths, store):
+    api = StudioAPI(paths.root, scheduler="none")
+    job = api.submit(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"},
+                               grpo={"num_generations": 2})).job
+    rows = job_views.table_rows(api, api.list_jobs())
+    assert rows[0][0] == job.id and rows[0][2] == "queued" and rows[0][6] == 1
+    store.report(job.id, [(1, 0.0, {"loss": 0.5, "reward": 0.25, "rewards/accuracy/mean": 0.25, "kl": 0.01,
+                                    "tools/call_frequency": 0.5})],
+                 {"step": 1, "total_steps": 4, "eta_seconds": 75, "loss": 0.5},
+                 [(1, {"prompt": [{"role": "user", "content": "2+2?"}],
+                       "completion": [{"role": "assistant", "content": "4"}], "rewards": {"accuracy": 1.0},
+                       "advantage": 0.5})])
+    frames = job_views.plot_frames("grpo", api.metrics(job.id))
+    assert set(frames["loss"]["metric"]) == {"loss"} and frames["lr"] is None
+    assert set(frames["method"]["metric"]) == {"reward", "rewards/accuracy/mean"}
+    assert set(frames["extra"]["metric"]) == {"kl", "tools/call_frequency"}
+    assert job_views.plot_frames("sft", [])["loss"] is None
+    samples = job_views.sample_rows(api.samples(job.id))
+    assert samples == [[1, "2+2?", "assistant: 4", "accuracy=1.00", "0.50"]]
+    html = job_views.progress_html(store.get(job.id))
+    assert 'data-fraction="0.250"' in html
+    assert job_views.eta_text(75) == "1m 15s"
+    assert job_views.adapter_archive(api, store.get(job.id)) is None, "no adapter before the job succeeds"
+    assert job.status is JobStatus.queued
