@@ -13,6 +13,7 @@ from backend.failures import tail_lines
 from backend.scheduler import Scheduler, spawn_detached
 from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
+from backend.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.users import User, max_queued_per_user
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class StudioAPI:
 
         With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped.
         """
+        if on_zero_gpu():
+            raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         if user is not None:
             owner = user.name
         spec = self._prepare(spec, owner, user)

@@ -68,6 +68,13 @@ def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
         split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     except SpecError as exc:
         problems.extend(exc.problems)
+    if spec.training.num_gpus > 1:
+        from backend.hardware import gpu_count_without_torch
+
+        have = gpu_count_without_torch()
+        if have < spec.training.num_gpus:
+            problems.append(f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
+                            f"{have}; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor")
     if problems:
         raise SpecError(problems)
     return advisories(spec, models_dir, loaded)

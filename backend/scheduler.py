@@ -56,6 +56,7 @@ class _Running:
     log_path: Path
     term_sent_at: float | None = None
     log_file: object | None = field(default=None, repr=False)
+    gpus: int = 1
 
     def exit_code(self) -> tuple[bool, int | None]:
         if self.popen is not None:
@@ -173,7 +174,8 @@ class Scheduler:
         for job in self.store.list(statuses=[JobStatus.running]):
             if job.pid and worker_alive(job.pid, job.id) and len(self._running) < self.max_concurrent:
                 log.info("adopting running worker %d for job %s", job.pid, job.id)
-                self._running[job.id] = _Running(job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id))
+                self._running[job.id] = _Running(job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id),
+                                                 gpus=job.spec.training.num_gpus)
                 continue
             reason = "the app stopped while this job was running and its worker is gone; resume it to continue"
             checkpoint_note = " from its last checkpoint" if any(self.paths.job_output(job.id).glob("checkpoint-*")) else ""
@@ -183,35 +185,39 @@ class Scheduler:
     def tick(self) -> None:
         self._reap_and_enforce_cancels()
         while len(self._running) < self.max_concurrent:
+            waiting = self.store.list(statuses=[JobStatus.queued])
+            # A multi-GPU job takes the whole machine: it waits for the others to finish, and others wait for it.
+            if waiting and self._running and (
+                waiting[0].spec.training.num_gpus > 1 or any(r.gpus > 1 for r in self._running.values())
+            ):
+                break
             job = self.store.claim_next()
             if job is None:
                 break
-            self._launch(job.id)
+            self._launch(job.id, job.spec.training.num_gpus)
 
     def _free_slot(self) -> int:
         used = {r.slot for r in self._running.values()}
         return next(i for i in range(self.max_concurrent + 1) if i not in used)
 
-    def _launch(self, job_id: str) -> None:
+    def _launch(self, job_id: str, gpus: int = 1) -> None:
         slot = self._free_slot()
         log_path = self.paths.job_log(job_id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1"}
-        if gpu_count_without_torch() > 1:
+        if gpus == 1 and gpu_count_without_torch() > 1:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
+        module, args = worker_command(job_id, self.paths, gpus)
         log_file = open(log_path, "ab")
         try:
-            popen = spawn_backend_process(
-                "backend.worker", ["--job-id", job_id, "--data-dir", str(self.paths.root)], log_file,
-                extra_env=env, preexec_fn=_memory_limit_preexec(),
-            )
+            popen = spawn_backend_process(module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec())
         except OSError as exc:
             log_file.close()
             self.store.finish(job_id, JobStatus.failed, f"could not start the worker process: {exc}")
             return
         self.store.set_pid(job_id, popen.pid)
-        self._running[job_id] = _Running(job_id, popen.pid, slot, popen, log_path, log_file=log_file)
+        self._running[job_id] = _Running(job_id, popen.pid, slot, popen, log_path, log_file=log_file, gpus=gpus)
         log.info("job %s started in worker %d (slot %d)", job_id, popen.pid, slot)
 
     def _reap_and_enforce_cancels(self) -> None:
@@ -274,6 +280,16 @@ def _memory_limit_preexec():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     return apply
+
+
+def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, list[str]]:
+    """(module, args) that run a job: ``backend.worker`` itself, or through ``accelerate launch`` (DDP, one process
+    per GPU) when the job asks for several GPUs."""
+    args = ["--job-id", job_id, "--data-dir", str(paths.root)]
+    if gpus <= 1:
+        return "backend.worker", args
+    return "accelerate.commands.launch", ["--multi_gpu", "--num_processes", str(gpus), "--num_machines", "1",
+                                          "--mixed_precision", "no", "--module", "backend.worker", *args]
 
 
 def spawn_backend_process(module: str, args: list[str], log_file, extra_env: dict[str, str] | None = None,

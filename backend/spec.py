@@ -108,6 +108,10 @@ class TrainingSpec(_Part):
     seed: int = Field(42, ge=0, description="Random seed for data order and adapter init.")
     logging_steps: int = Field(1, gt=0, description="Log metrics every N steps.")
     save_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every N steps.")
+    num_gpus: int = Field(
+        1, ge=1, le=64,
+        description="GPUs for this job: more than 1 launches the worker with accelerate (DDP) on the whole machine.",
+    )
     gradient_checkpointing: bool = Field(
         True, description="Recompute activations in the backward pass: less memory, ~20-30% more compute (TRL's default)."
     )
@@ -192,6 +196,13 @@ class GRPOSpec(_Part):
         None, description="Qwen3-style chat_template_kwargs enable_thinking (None: the template's default)."
     )
     log_completions: bool = Field(True, description="Keep sampled completions and their rewards per step.")
+    use_vllm: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Generate with vLLM in colocate mode: auto (when a CUDA GPU and vLLM are present), on, or off.",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, lt=1, description="Share of GPU memory vLLM may take in colocate mode (the rest trains)."
+    )
     rewards: list[RewardSpec] = Field(
         default_factory=_default_rewards,
         description="Reward functions and their weights (with an environment: extra rewards; default none).",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -119,10 +120,34 @@ def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths:
     return result
 
 
+class SecondaryRankStore:
+    """The store as seen by DDP ranks other than 0 (``accelerate launch``): they read the job and train, and rank 0
+    alone reports metrics, artifacts and the final status."""
+
+    def __init__(self, store: JobStore):
+        self._store = store
+
+    def get(self, job_id: str):
+        return self._store.get(job_id)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return self._store.cancel_requested(job_id)
+
+    def __getattr__(self, name: str):
+        if name in {"merge_artifacts", "report", "finish", "set_pid"}:
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+
+
+def process_rank() -> int:
+    """This process's rank under ``accelerate launch`` (0 when not distributed)."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     from backend.training.callbacks import StoreReportingCallback
 
-    store = JobStore(paths.db)
+    store = JobStore(paths.db) if process_rank() == 0 else SecondaryRankStore(JobStore(paths.db))
     job = store.get(job_id)
     spec = job.spec
     output_dir = paths.job_output(job_id)
@@ -160,6 +185,8 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             store.finish(job_id, JobStatus.cancelled, f"stopped by request at step {step}")
             log.info("stopped by request at step %d", step)
             return EXIT_OK
+        if process_rank() != 0:
+            return EXIT_OK  # rank 0 saves, evaluates and records the result
         outputs = save_outputs(trainer, spec, paths, job_id)
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)

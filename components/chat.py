@@ -10,6 +10,7 @@ import gradio as gr
 
 from backend.api import StudioAPI
 from backend.chat import GenerationSettings, message_text
+from backend.space_runtime import gpu_task
 from backend.store import JobNotFound
 from components.form import job_choice_id
 from components.session import require_user, user_from
@@ -68,6 +69,7 @@ def build(api: StudioAPI) -> ChatHandles:
     refresh.click(lambda profile=None: gr.update(choices=jobs(profile)), None, job, api_name=False)
     job.focus(lambda profile=None: gr.update(choices=jobs(profile)), None, job, api_name=False)
 
+    @gpu_task(duration=120)  # on ZeroGPU the chat borrows a GPU per message; elsewhere a no-op
     def stream(job_choice, text, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,
                profile: gr.OAuthProfile | None = None):
         user = require_user(profile)

@@ -21,19 +21,20 @@ SAMPLE_COLUMNS = ["step", "prompt", "completion", "rewards", "advantage"]
 
 # Which logged metrics each plot shows, per method (TRL's own metric names).
 PLOTS: dict[str, dict[str, list[str]]] = {
-    "sft": {"loss": ["loss"], "lr": ["learning_rate"], "method": ["mean_token_accuracy"], "extra": []},
+    "sft": {"loss": ["loss"], "lr": ["learning_rate"], "method": ["mean_token_accuracy"], "extra": [], "length": []},
     "dpo": {
         "loss": ["loss"], "lr": ["learning_rate"],
         "method": ["rewards/margins", "rewards/accuracies"],
-        "extra": [],
+        "extra": [], "length": [],
     },
     "grpo": {
         "loss": ["loss"], "lr": ["learning_rate"],
         "method": ["reward", "reward_std", "frac_reward_zero_std"],  # + rewards/<name>/mean, added below
         "extra": ["kl", "completions/clipped_ratio", "tools/call_frequency", "tools/failure_frequency"],
+        "length": ["completions/mean_length"],
     },
 }
-PLOT_NAMES = ("loss", "lr", "method", "extra")
+PLOT_NAMES = ("loss", "lr", "method", "extra", "length")
 
 
 def _short(text: str, n: int) -> str:

@@ -51,6 +51,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
                                   elem_id="plot-method", height=300)
         plot_extra = gr.LinePlot(x="step", y="value", color="metric", label="GRPO: KL, clipped ratio, tool calls",
                                  elem_id="plot-extra", height=300, visible=False)
+    plot_length = gr.LinePlot(x="step", y="value", color="metric", label="GRPO: mean completion length (tokens)",
+                              elem_id="plot-length", height=240, visible=False)
     evaluation = gr.Markdown(elem_id="job-evaluation")
     samples = gr.Dataframe(headers=job_views.SAMPLE_COLUMNS, value=[], interactive=False,
                            label="Sampled completions (GRPO)", elem_id="job-samples", visible=False)
@@ -68,8 +70,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     def show_job(selected, profile: gr.OAuthProfile | None = None):
         user = user_from(profile)
         job_id = job_choice_id(selected)
-        empty = ("", "", None, None, None, gr.update(value=None, visible=False), "",
-                 gr.update(value=[], visible=False), "", gr.update(visible=False))
+        hidden = gr.update(value=None, visible=False)
+        empty = ("", "", None, None, None, hidden, hidden, "", gr.update(value=[], visible=False), "",
+                 gr.update(visible=False))
         if not job_id or user is None:
             return empty
         try:
@@ -84,13 +87,15 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             job_views.summary_markdown(api, job),
             job_views.progress_html(job),
             plots["loss"], plots["lr"], plots["method"], gr.update(value=plots["extra"], visible=grpo),
+            gr.update(value=plots["length"], visible=grpo),
             job_views.evaluation_markdown(job),
             gr.update(value=job_views.sample_rows(api.samples(job_id, user=user)) if grpo else [], visible=grpo),
             "\n".join(api.log_tail(job_id, 40, user=user)),
             gr.update(visible=adapter is not None, value=str(adapter) if adapter else None),
         )
 
-    detail = [summary, progress, plot_loss, plot_lr, plot_method, plot_extra, evaluation, samples, log, download]
+    detail = [summary, progress, plot_loss, plot_lr, plot_method, plot_extra, plot_length, evaluation, samples, log,
+              download]
     timer = gr.Timer(REFRESH_S)
     timer.tick(list_jobs, picker, [table, picker], api_name="list_jobs")
     timer.tick(show_job, picker, detail, api_name="show_job")

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import gradio as gr
 
+from backend.space_runtime import on_space
 from backend.users import User, hub_user, local_user
-
-
-def on_space() -> bool:
-    return bool(os.environ.get("SPACE_ID"))
 
 
 def user_from(profile: gr.OAuthProfile | None, token: gr.OAuthToken | None = None) -> User | None:

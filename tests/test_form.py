@@ -75,7 +75,7 @@ def test_job_views_from_real_records(paths, store):
     frames = job_views.plot_frames("grpo", api.metrics(job.id))
     assert set(frames["loss"]["metric"]) == {"loss"} and frames["lr"] is None
     assert set(frames["method"]["metric"]) == {"reward", "rewards/accuracy/mean"}
-    assert set(frames["extra"]["metric"]) == {"kl", "tools/call_frequency"}
+    assert set(frames["extra"]["metric"]) == {"kl", "tools/call_frequency"} and frames["length"] is None
     assert job_views.plot_frames("sft", [])["loss"] is None
     samples = job_views.sample_rows(api.samples(job.id))
     assert samples == [[1, "2+2?", "assistant: 4", "accuracy=1.00", "0.50"]]

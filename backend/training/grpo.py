@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.spec import JobSpec
+from backend.spec import JobSpec, SpecError
 from backend.training.common import base_training_kwargs, load_policy
+
+log = logging.getLogger("studio.grpo")
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -15,7 +18,36 @@ if TYPE_CHECKING:
     from backend.environments.runtime import ActiveEnvironment
 
 
-def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float]) -> "GRPOConfig":
+def vllm_available() -> bool:
+    """A CUDA GPU and an importable vLLM: colocated generation is possible."""
+    import importlib.util
+
+    import torch
+
+    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+
+
+def vllm_settings(spec: JobSpec, available: bool | None = None) -> tuple[dict, str]:
+    """GRPOConfig kwargs for generation, and a notice saying which engine generates and why."""
+    mode = spec.grpo.use_vllm
+    if mode == "off":
+        return {"use_vllm": False}, "generation: transformers (grpo.use_vllm is off)"
+    available = vllm_available() if available is None else available
+    if not available:
+        if mode == "on":
+            raise SpecError(["grpo.use_vllm: vLLM needs a CUDA GPU and the vllm package (requirements-gpu.txt); "
+                             "set it to auto or off to generate with transformers"])
+        return {"use_vllm": False}, ("generation: transformers; vLLM colocate mode needs a CUDA GPU and the vllm "
+                                     "package (requirements-gpu.txt), so generation is slower here")
+    return (
+        {"use_vllm": True, "vllm_mode": "colocate",
+         "vllm_gpu_memory_utilization": spec.grpo.vllm_gpu_memory_utilization},
+        f"generation: vLLM colocate mode, {spec.grpo.vllm_gpu_memory_utilization:.0%} of GPU memory",
+    )
+
+
+def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float],
+                   vllm_kwargs: dict | None = None) -> "GRPOConfig":
     from trl import GRPOConfig
 
     g = spec.grpo
@@ -33,6 +65,7 @@ def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float])
         reward_weights=reward_weights or None,
         # The environment's loop: how many model turns (tool calls) one episode may take.
         max_tool_calling_iterations=spec.environment.max_tool_calling_iterations if spec.environment.name else None,
+        **(vllm_kwargs or {"use_vllm": False}),
     )
 
 
@@ -46,9 +79,11 @@ def build_grpo_trainer(
     from backend.rewards import build_rewards
 
     reward_funcs, weights = build_rewards(spec.grpo.rewards)
+    vllm_kwargs, notice = vllm_settings(spec)
+    log.info(notice)
     policy = load_policy(spec, models_dir, parent_adapter)
     trainer = GRPOTrainer(
-        args=to_grpo_config(spec, output_dir, weights),
+        args=to_grpo_config(spec, output_dir, weights, vllm_kwargs),
         reward_funcs=reward_funcs,
         train_dataset=dataset,
         callbacks=callbacks,
