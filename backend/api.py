@@ -18,6 +18,7 @@ from backend.users import User, max_queued_per_user
 
 if TYPE_CHECKING:
     from backend.chat import GenerationSettings, PreferenceLog
+    from backend.publish import PushResult
     from backend.environments.episodes import Episode
     from backend.preview import DatasetPreview
 
@@ -49,8 +50,10 @@ class StudioAPI:
         self.scheduler: Scheduler | None = None
         self._chat_models = None  # loaded on the first chat
         self._chat_lock = threading.Lock()
+        # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
+        self._tokens: dict[str, str] = {}
         if scheduler == "thread":
-            self.scheduler = Scheduler(self.paths, **scheduler_kwargs).start()
+            self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def close(self) -> None:
         if self.scheduler is not None:
@@ -94,6 +97,8 @@ class StudioAPI:
             self._check_quota(user)
         warnings = check_spec(spec, self.paths.models)
         job = self.store.add(spec)
+        if spec.output.push_to_hub and user is not None and user.token:
+            self._tokens[job.id] = user.token
         if warnings:
             self.store.merge_artifacts(job.id, {"preflight_warnings": warnings})
         self._kick()
@@ -121,6 +126,11 @@ class StudioAPI:
 
         owner = user.name if user is not None else "local"
         return keep_upload(Path(source), original_name, Method(method), self.paths.root / "uploads", owner)
+
+    def _secret_env(self, job_id: str) -> dict[str, str]:
+        """What the scheduler adds to a worker's environment: the token of the user who asked it to push."""
+        token = self._tokens.pop(job_id, None)
+        return {"HF_TOKEN": token} if token else {}
 
     def _kick(self) -> None:
         """Make sure some scheduler will pick the queue up."""
@@ -158,6 +168,31 @@ class StudioAPI:
         if spec.model.parent_job_id:
             adapter = Path(self.store.get(spec.model.parent_job_id).artifacts["adapter_dir"])
         return dry_run(spec, self.paths.models, adapter, row=row, seed=seed)
+
+    # --- the Hub -------------------------------------------------------------------------------------
+    def push_to_hub(self, job_id: str, user: User | None = None, repo_id: str | None = None,
+                    private: bool | None = None, token: str | None = None) -> "PushResult":
+        """Push a finished job's adapter with its model card (a retry after a failed auto-push, or a first push).
+
+        The token is the signed-in user's (or HF_TOKEN locally); it is used for this call and kept nowhere.
+        """
+        import os
+
+        from backend.publish import push_job
+
+        job = self.get_job(job_id, user)
+        token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
+        return push_job(job, self.paths, self.store, token, repo_id=repo_id or None, private=private)
+
+    def send_to_hf_jobs(self, spec: JobSpec | dict[str, Any] | str, user: User, flavor: str, timeout: str = "6h"
+                        ) -> str:
+        """Run the job on Hugging Face Jobs instead of this machine; returns the HF job id (tracked by the caller)."""
+        from backend.hf_jobs import submit_remote
+
+        spec = self._prepare(spec, user.name, user)
+        if not user.token:
+            raise SpecError(["sign in with Hugging Face (a token with the jobs scope) to use Hugging Face Jobs"])
+        return submit_remote(spec, user.token, flavor=flavor, timeout=timeout, namespace=user.name)
 
     # --- side-by-side chat ----------------------------------------------------------------------------
     def chat_pair(self, job_id: str, base_history: list[dict], tuned_history: list[dict], message: str,

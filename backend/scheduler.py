@@ -73,6 +73,7 @@ class Scheduler:
         poll_interval: float = 0.5,
         cancel_grace_s: float | None = None,
         exit_when_idle: bool = False,
+        secret_env=None,
     ):
         self.paths = paths.ensure()
         self.store = JobStore(paths.db)
@@ -82,6 +83,8 @@ class Scheduler:
             cancel_grace_s if cancel_grace_s is not None else float(os.environ.get("STUDIO_CANCEL_GRACE_S", "20"))
         )
         self.exit_when_idle = exit_when_idle
+        # job id -> extra environment for its worker (the user's Hub token): held in memory, never stored.
+        self.secret_env = secret_env or (lambda job_id: {})
         self._running: dict[str, _Running] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -208,6 +211,7 @@ class Scheduler:
         if gpus == 1 and gpu_count_without_torch() > 1:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
+        env.update(self.secret_env(job_id))
         module, args = worker_command(job_id, self.paths, gpus)
         log_file = open(log_path, "ab")
         try:

@@ -206,7 +206,24 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         stack.close()
     store.finish(job_id, JobStatus.succeeded)
     log.info("job %s succeeded", job_id)
+    if spec.output.push_to_hub:
+        push_to_hub(store, paths, job_id)
     return EXIT_OK
+
+
+def push_to_hub(store: JobStore, paths: DataPaths, job_id: str) -> None:
+    """The spec's auto-push once the job has succeeded: a failed push is recorded (hub_error), never a failed job.
+
+    The token is the submitting user's, handed to this process in HF_TOKEN by the scheduler (memory only).
+    """
+    from backend.publish import PushError, push_job
+
+    try:
+        result = push_job(store.get(job_id), paths, store, os.environ.get("HF_TOKEN"))
+    except PushError as exc:
+        log.warning("push to the Hub failed: %s", exc)
+        return
+    log.info("pushed to %s (%s)", result.url, result.commit_url)
 
 
 def main(argv: list[str] | None = None) -> int:

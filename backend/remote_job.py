@@ -1,0 +1,78 @@
+"""The entry point a Hugging Face job runs inside the studio's image: the same worker, the same spec, then a push.
+
+    python -m backend.remote_job --spec-b64 B64 [--job-id ID]
+
+The container's disk goes away with it, so success means "the adapter is on the Hub": the exit code is 0 only when
+training succeeded and the push did too. The token comes in the HF_TOKEN secret and is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from backend.hf_jobs import decode_spec
+from backend.paths import DataPaths
+from backend.spec import SpecError
+from backend.store import JobStatus, JobStore
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger("studio.remote_job")
+
+
+def run_remote(spec_b64: str, job_id: str | None = None) -> int:
+    try:
+        spec = decode_spec(spec_b64)
+    except SpecError as exc:
+        print("The spec cannot run:", *exc.problems, sep="\n  - ", file=sys.stderr)
+        return EXIT_USAGE
+    token = os.environ.get("HF_TOKEN", "").strip()
+    if not token:
+        print("HF_TOKEN is not set: the job needs the user's token (sent as a secret) to push its adapter",
+              file=sys.stderr)
+        return EXIT_USAGE
+    paths = DataPaths(os.environ.get("STUDIO_DATA_DIR")).ensure()
+    store = JobStore(paths.db)
+    job = store.add(spec, job_id=job_id)
+    claimed = store.claim_next()
+    if claimed is None or claimed.id != job.id:
+        print(f"could not start job {job.id} in the fresh store", file=sys.stderr)
+        return EXIT_FAILED
+
+    from backend.publish import PushError, push_job
+    from backend.worker import run_job
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # a cancelled HF job stops at the next training step
+    code = run_job(job.id, paths, stop)
+    done = store.get(job.id)
+    if code != 0 or done.status is not JobStatus.succeeded:
+        print(f"job {job.id} ended {done.status.value}: {done.error or ''}", file=sys.stderr)
+        return EXIT_FAILED
+    if done.artifacts.get("hub"):  # the worker's own auto-push (output.push_to_hub) already went through
+        log.info("adapter pushed to %s", done.artifacts["hub"].get("url"))
+        return EXIT_OK
+    try:
+        result = push_job(done, paths, store, token)
+    except PushError as exc:
+        print(f"training succeeded but the push failed: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    log.info("adapter pushed to %s", result.url)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run one Post-Training Studio job on Hugging Face Jobs.")
+    parser.add_argument("--spec-b64", required=True)
+    parser.add_argument("--job-id", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_remote(args.spec_b64, args.job_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

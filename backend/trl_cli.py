@@ -1,0 +1,297 @@
+"""The TRL command-line config equivalent to a job: a YAML file that ``trl sft|dpo|grpo --config FILE`` accepts.
+
+The keys are the fields of the dataclasses TRL's scripts parse (``trl/scripts/{sft,dpo,grpo}.py``: ScriptArguments
+or GRPOScriptArguments, the method's config, ModelConfig). What the CLI cannot express (a built-in or local
+dataset, the app's own reward functions, an OpenEnv environment, a held-out evaluation) becomes a YAML comment
+that says what to do instead, so the file stays valid and honest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from backend.builtin_datasets import BUILTIN_DATASETS
+from backend.demo_model import DEMO_MODEL_ID
+from backend.spec import JobSpec, Method
+
+# Placeholders for what must be uploaded to the Hub before the CLI can use it.
+PLACEHOLDER_NAMESPACE = "YOUR_USERNAME"
+
+# The app's rewards TRL's GRPO script knows by name (its ``reward_funcs_registry``).
+TRL_REWARD_NAMES = {
+    "accuracy": "accuracy_reward",
+    "reasoning_accuracy": "reasoning_accuracy_reward",
+    "think_format": "think_format_reward",
+}
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+
+
+def hub_model_id(name_or_path: str) -> str | None:
+    """The Hub id of a base model, or None for the built-in demo model and local folders."""
+    if name_or_path == DEMO_MODEL_ID or name_or_path.startswith("builtin:"):
+        return None
+    if name_or_path.startswith(("/", ".", "~")) or Path(name_or_path).expanduser().exists():
+        return None
+    return name_or_path if _HUB_ID.match(name_or_path) else None
+
+
+def slug(text: str) -> str:
+    """A repo- and folder-safe name: letters, digits, dots, dashes and underscores; at most 96 characters."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
+    return cleaned[:96] or "adapter"
+
+
+def default_output_dir(spec: JobSpec) -> str:
+    if spec.output.run_name:
+        return slug(spec.output.run_name)
+    base = spec.model.name_or_path.rstrip("/").split("/")[-1].removeprefix("builtin:")
+    return slug(f"{base}-{spec.method.value}-lora" if spec.lora.enabled else f"{base}-{spec.method.value}")
+
+
+def _placeholder_dataset_id(spec: JobSpec) -> str:
+    stem = Path(spec.dataset.name).stem if spec.dataset.source == "file" else spec.dataset.name
+    return f"{PLACEHOLDER_NAMESPACE}/{slug(stem)}"
+
+
+def _placeholder_model_id(spec: JobSpec) -> str:
+    return f"{PLACEHOLDER_NAMESPACE}/{slug(spec.model.name_or_path.removeprefix('builtin:'))}"
+
+
+def _builtin_is_conversational(name: str) -> bool:
+    """Whether a shipped sample's rows are chats (``messages``); read from its first line."""
+    builtin = BUILTIN_DATASETS.get(name)
+    if builtin is None:
+        return False
+    with open(builtin.path, encoding="utf-8") as fh:
+        first = fh.readline()
+    return bool(first.strip()) and "messages" in json.loads(first)
+
+
+def _model_section(spec: JobSpec) -> dict[str, Any]:
+    hub_id = hub_model_id(spec.model.name_or_path)
+    if hub_id is not None:
+        section: dict[str, Any] = {"model_name_or_path": hub_id}
+    elif spec.model.name_or_path.startswith("builtin:"):
+        section = {"model_name_or_path": _placeholder_model_id(spec)}
+    else:
+        section = {"model_name_or_path": spec.model.name_or_path}
+    if spec.model.revision:
+        section["model_revision"] = spec.model.revision
+    if spec.model.trust_remote_code:
+        section["trust_remote_code"] = True
+    return section
+
+
+def _dataset_section(spec: JobSpec) -> dict[str, Any]:
+    d = spec.dataset
+    if d.source != "hub":
+        return {"dataset_name": _placeholder_dataset_id(spec)}
+    section: dict[str, Any] = {"dataset_name": d.name}
+    if d.config:
+        section["dataset_config"] = d.config
+    section["dataset_train_split"] = d.split.split("[")[0]  # TRL indexes the loaded splits by name: no slices
+    return section
+
+
+def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
+    t = spec.training
+    section: dict[str, Any] = {
+        "output_dir": output_dir,
+        "learning_rate": t.learning_rate,
+        "num_train_epochs": t.epochs,
+    }
+    if t.max_steps is not None:
+        section["max_steps"] = t.max_steps
+    section.update(
+        per_device_train_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        # transformers 5 (TRL 1.16) folded warmup_ratio into warmup_steps: a float below 1 is a ratio of the steps.
+        warmup_steps=t.warmup_ratio,
+        seed=t.seed,
+        logging_steps=t.logging_steps,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=2,
+        gradient_checkpointing=t.gradient_checkpointing,
+        report_to="none",
+    )
+    if spec.method is not Method.grpo:  # the app bounds GRPO by max_completion_length instead
+        section["max_length"] = t.max_length
+    if spec.output.run_name:
+        section["run_name"] = spec.output.run_name
+    return section
+
+
+def _method_section(spec: JobSpec) -> dict[str, Any]:
+    if spec.method is Method.sft:
+        section: dict[str, Any] = {"completion_only_loss": spec.sft.completion_only_loss, "packing": spec.sft.packing}
+        if spec.dataset.source == "builtin" and _builtin_is_conversational(spec.dataset.name):
+            # For chats the app's completion-only loss is TRL's assistant-only loss.
+            section["assistant_only_loss"] = spec.sft.completion_only_loss
+        return section
+    if spec.method is Method.dpo:
+        return {"beta": spec.dpo.beta, "loss_type": [spec.dpo.loss_type]}
+    g = spec.grpo
+    section = {
+        "num_generations": g.num_generations,
+        "max_completion_length": g.max_completion_length,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "beta": g.beta,
+        "loss_type": g.loss_type,
+        "log_completions": g.log_completions,
+    }
+    if g.enable_thinking is not None:
+        section["chat_template_kwargs"] = {"enable_thinking": g.enable_thinking}
+    known = [TRL_REWARD_NAMES[r.name] for r in g.rewards if r.name in TRL_REWARD_NAMES]
+    if known:
+        section["reward_funcs"] = known
+    if g.rewards and len(known) == len(g.rewards):
+        section["reward_weights"] = [r.weight for r in g.rewards]
+    if g.use_vllm == "on":
+        section.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization)
+    return section
+
+
+def _peft_section(spec: JobSpec) -> dict[str, Any]:
+    lora = spec.lora
+    if not lora.enabled:
+        return {"use_peft": False}
+    targets = lora.target_modules
+    return {
+        "use_peft": True,
+        "lora_r": lora.r,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "lora_target_modules": targets if isinstance(targets, str) else list(targets),
+    }
+
+
+def _quantization_section(spec: JobSpec) -> dict[str, Any]:
+    if spec.quantization.mode == "4bit":
+        return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "use_bnb_nested_quant": True}
+    if spec.quantization.mode == "8bit":
+        return {"load_in_8bit": True}
+    return {}
+
+
+def _sections(spec: JobSpec, output_dir: str | None) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("model", _model_section(spec)),
+        ("dataset", _dataset_section(spec)),
+        ("training", _training_section(spec, output_dir or default_output_dir(spec))),
+        (spec.method.value, _method_section(spec)),
+        ("LoRA", _peft_section(spec)),
+        ("quantization", _quantization_section(spec)),
+    ]
+
+
+def trl_cli_config(spec: JobSpec, output_dir: str | None = None) -> dict[str, Any]:
+    """The ``--config`` mapping for ``trl <method>``: every key is a field TRL's script parses."""
+    config: dict[str, Any] = {}
+    for _, section in _sections(spec, output_dir):
+        config.update(section)
+    return config
+
+
+def _reward_description(reward) -> str:
+    params = reward.model_dump(exclude={"name", "weight"}, exclude_defaults=True)
+    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return f"{reward.name}({shown}) weight {reward.weight}" if shown else f"{reward.name} weight {reward.weight}"
+
+
+def trl_cli_notes(spec: JobSpec) -> list[str]:
+    """What the job did that the TRL CLI config cannot say: one sentence each, rendered as comments."""
+    notes: list[str] = []
+    if spec.model.name_or_path.startswith("builtin:"):
+        notes.append(
+            f"model: {spec.model.name_or_path} is the app's tiny random demo model, not a Hub model; push its "
+            f"folder to {_placeholder_model_id(spec)} or put a real Hub model id in model_name_or_path."
+        )
+    elif hub_model_id(spec.model.name_or_path) is None:
+        notes.append(f"model: {spec.model.name_or_path} is a local folder on the machine that trained this job.")
+    if spec.model.parent_job_id:
+        notes.append(
+            f"model: this job continued the LoRA adapter of job {spec.model.parent_job_id}; the TRL CLI starts a "
+            "fresh adapter, so run that earlier stage first and merge its adapter into the base model."
+        )
+    d = spec.dataset
+    if d.source == "builtin":
+        file = BUILTIN_DATASETS[d.name].path.name if d.name in BUILTIN_DATASETS else f"{d.name}.jsonl"
+        notes.append(
+            f"dataset: the built-in sample {d.name!r} is not on the Hub; upload backend/assets/datasets/{file} "
+            f"(hf upload {_placeholder_dataset_id(spec)} {file} --repo-type dataset) and set dataset_name to it."
+        )
+    elif d.source == "file":
+        notes.append(
+            f"dataset: the local file {Path(d.name).name} is not on the Hub; upload it (hf upload "
+            f"{_placeholder_dataset_id(spec)} {Path(d.name).name} --repo-type dataset) and set dataset_name to it."
+        )
+    if d.columns:
+        renames = ", ".join(f"{theirs} -> {ours}" for ours, theirs in d.columns.items())
+        notes.append(f"dataset: the app renamed columns ({renames}); rename them in the uploaded dataset too.")
+    if d.source == "hub" and "[" in d.split:
+        notes.append(f"dataset: the app loaded the slice {d.split!r}; TRL's CLI takes a whole split by name.")
+    if d.max_rows:
+        notes.append(f"dataset: the app used only the first {d.max_rows} rows.")
+    if spec.eval.holdout_fraction or spec.eval.holdout_rows:
+        held = spec.eval.holdout_rows or f"{spec.eval.holdout_fraction:.0%} of the"
+        notes.append(f"evaluation: the app held out {held} rows for a before/after evaluation; the CLI trains on all.")
+    if spec.method is Method.grpo:
+        custom = [r for r in spec.grpo.rewards if r.name not in TRL_REWARD_NAMES]
+        if spec.grpo.rewards:
+            listed = "; ".join(_reward_description(r) for r in spec.grpo.rewards)
+            notes.append(f"rewards: the app scored completions with {listed}.")
+        if custom:
+            names = ", ".join(r.name for r in custom)
+            notes.append(
+                f"rewards: {names}: the app's own rewards (backend/rewards.py), not in TRL's registry; TRL's CLI takes "
+                "such functions as dotted import paths in reward_funcs (e.g. my_rewards.length_reward), with "
+                "reward_weights in the same order."
+            )
+        if spec.environment.name:
+            notes.append(
+                f"environment: the OpenEnv environment {spec.environment.name} rewarded each episode "
+                f"({spec.environment.reward}, up to {spec.environment.max_tool_calling_iterations} tool calls); "
+                "the TRL CLI cannot attach an environment: use GRPOTrainer(environment_factory=...) in a script."
+            )
+        if spec.grpo.use_vllm == "auto":
+            notes.append("generation: the app uses vLLM colocate mode when a CUDA GPU and vllm are present "
+                         "(use_vllm: true, vllm_mode: colocate).")
+    notes.append("precision: TRL's configs train in bf16 by default; on a CPU or a GPU without bf16 add --bf16 false.")
+    if spec.training.num_gpus > 1:
+        notes.append(f"launch: the app trained on {spec.training.num_gpus} GPUs; add --num_processes "
+                     f"{spec.training.num_gpus} to the trl command.")
+    return notes
+
+
+def _comment(text: str, width: int = 100) -> list[str]:
+    words, lines, line = text.split(), [], "#"
+    for word in words:
+        if len(line) + 1 + len(word) > width and line != "#":
+            lines.append(line)
+            line = "#  "
+        line += " " + word
+    lines.append(line)
+    return lines
+
+
+def trl_cli_yaml(spec: JobSpec, output_dir: str | None = None) -> str:
+    """The config as commented YAML: run it with ``trl <method> --config training_config.yaml``."""
+    lines = [
+        "# TRL CLI equivalent of this Post-Training Studio job (TRL 1.16):",
+        f"#   trl {spec.method.value} --config training_config.yaml",
+    ]
+    for note in trl_cli_notes(spec):
+        lines += _comment(note)
+    for title, section in _sections(spec, output_dir):
+        if not section:
+            continue
+        lines += ["", f"# {title}", yaml.safe_dump(section, sort_keys=False, default_flow_style=False).rstrip()]
+    return "\n".join(lines) + "\n"
