@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from backend.paths import DataPaths
 from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
+from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, spawn_detached
 from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
@@ -46,6 +47,7 @@ class StudioAPI:
     ):
         self.paths = DataPaths(data_dir).ensure()
         self.store = JobStore(self.paths.db)
+        self.remote = RemoteRegistry(self.paths.db)
         self.mode = scheduler
         self.scheduler: Scheduler | None = None
         self._chat_models = None  # loaded on the first chat
@@ -186,13 +188,44 @@ class StudioAPI:
 
     def send_to_hf_jobs(self, spec: JobSpec | dict[str, Any] | str, user: User, flavor: str, timeout: str = "6h"
                         ) -> str:
-        """Run the job on Hugging Face Jobs instead of this machine; returns the HF job id (tracked by the caller)."""
+        """Run the job on Hugging Face Jobs instead of this machine; returns the HF job id, recorded for the user.
+
+        The same worker runs there with the same spec (``python -m backend.remote_job`` in the studio's image) and
+        pushes the adapter with the user's token, sent as a secret.
+        """
         from backend.hf_jobs import submit_remote
 
         spec = self._prepare(spec, user.name, user)
         if not user.token:
             raise SpecError(["sign in with Hugging Face (a token with the jobs scope) to use Hugging Face Jobs"])
-        return submit_remote(spec, user.token, flavor=flavor, timeout=timeout, namespace=user.name)
+        hf_job_id = submit_remote(spec, user.token, flavor=flavor, timeout=timeout, namespace=user.name)
+        self.remote.add(hf_job_id, user.name, spec.to_json(), flavor)
+        return hf_job_id
+
+    def _remote_job(self, hf_job_id: str, user: User):
+        record = self.remote.get(hf_job_id)
+        if record is None or not user.can_access(record.owner):
+            raise JobNotFound(hf_job_id)
+        return record
+
+    def list_remote_jobs(self, user: User) -> list:
+        return self.remote.list(owner=None if user.is_admin else user.name)
+
+    def remote_job_status(self, hf_job_id: str, user: User, log_lines: int = 60) -> tuple[str, str, list[str]]:
+        """(stage, sentence, last log lines) of a job sent to Hugging Face Jobs, read with the user's token."""
+        from backend.hf_jobs import remote_logs, remote_status
+
+        record = self._remote_job(hf_job_id, user)
+        status = remote_status(hf_job_id, user.token, namespace=record.owner)
+        self.remote.record_status(hf_job_id, status.stage, status.message)
+        return status.stage, status.message, remote_logs(hf_job_id, user.token, tail=log_lines,
+                                                         namespace=record.owner)
+
+    def cancel_remote_job(self, hf_job_id: str, user: User) -> None:
+        from backend.hf_jobs import cancel_remote
+
+        record = self._remote_job(hf_job_id, user)
+        cancel_remote(hf_job_id, user.token, namespace=record.owner)
 
     # --- side-by-side chat ----------------------------------------------------------------------------
     def chat_pair(self, job_id: str, base_history: list[dict], tuned_history: list[dict], message: str,

@@ -262,7 +262,8 @@ def _api(token: str | None, endpoint: str | None) -> HfApi:
         raise RemoteJobError(
             "No Hugging Face token: sign in with Hugging Face (or set HF_TOKEN locally) to use Hugging Face Jobs."
         )
-    return HfApi(endpoint=endpoint, token=token.strip())
+    # HF_ENDPOINT is read now, not at import, like backend.publish does (a self-hosted or test Hub).
+    return HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token.strip())
 
 
 def _server_detail(exc: HfHubHTTPError) -> str:

@@ -18,6 +18,7 @@ import yaml
 from backend.builtin_datasets import BUILTIN_DATASETS
 from backend.demo_model import DEMO_MODEL_ID
 from backend.spec import JobSpec, Method
+from backend.training.common import base_training_kwargs
 
 # Placeholders for what must be uploaded to the Hub before the CLI can use it.
 PLACEHOLDER_NAMESPACE = "YOUR_USERNAME"
@@ -108,19 +109,13 @@ def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
     }
     if t.max_steps is not None:
         section["max_steps"] = t.max_steps
-    section.update(
-        per_device_train_batch_size=t.batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        # transformers 5 (TRL 1.16) folded warmup_ratio into warmup_steps: a float below 1 is a ratio of the steps.
-        warmup_steps=t.warmup_ratio,
-        seed=t.seed,
-        logging_steps=t.logging_steps,
-        save_strategy="steps",
-        save_steps=t.save_steps,
-        save_total_limit=2,
-        gradient_checkpointing=t.gradient_checkpointing,
-        report_to="none",
-    )
+    # The same TrainingArguments the app's trainers get (warmup ratio as warmup_steps, saving, logging, seed),
+    # minus what the CLI machine decides for itself (precision, progress bars, run name).
+    shared = base_training_kwargs(spec, Path(output_dir))
+    section.update({key: shared[key] for key in (
+        "per_device_train_batch_size", "gradient_accumulation_steps", "warmup_steps", "seed", "logging_steps",
+        "save_strategy", "save_steps", "save_total_limit", "gradient_checkpointing", "report_to",
+    )})
     if spec.method is not Method.grpo:  # the app bounds GRPO by max_completion_length instead
         section["max_length"] = t.max_length
     if spec.output.run_name:

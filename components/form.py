@@ -59,6 +59,9 @@ FIELDS: dict[str, Any] = {
     "quant_mode": "none",
     "holdout_rows": 0,
     "run_name": "",
+    "push_to_hub": False,
+    "hub_repo_id": "",
+    "hub_private": True,
 }
 
 # Which box under the form shows a problem, by the spec path it starts with.
@@ -143,7 +146,8 @@ def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
             "max_length": int(v["max_length"]),
         },
         "eval": {"holdout_rows": int(v["holdout_rows"]) if v["holdout_rows"] else None},
-        "output": {"run_name": v["run_name"] or None},
+        "output": {"run_name": v["run_name"] or None, "push_to_hub": bool(v["push_to_hub"]),
+                   "hub_repo_id": (v["hub_repo_id"] or "").strip() or None, "private": bool(v["hub_private"])},
     }
     if method == "sft":
         spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": bool(v["sft_packing"])}
@@ -208,6 +212,9 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "quant_mode": spec.quantization.mode,
         "holdout_rows": spec.eval.holdout_rows or 0,
         "run_name": spec.output.run_name or "",
+        "push_to_hub": spec.output.push_to_hub,
+        "hub_repo_id": spec.output.hub_repo_id or "",
+        "hub_private": spec.output.private,
     }
     assert values.keys() == FIELDS.keys()
     return values

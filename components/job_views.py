@@ -111,6 +111,12 @@ def summary_markdown(api: StudioAPI, job: JobRecord) -> str:
     if job.error:
         lines.append(f"**Error:** {html.escape(job.error.splitlines()[0])}")
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")
+    hub = job.artifacts.get("hub")
+    if hub:
+        lines.append(f"On the Hub: [{hub['repo_id']}]({hub['url']})" + (" (private)" if hub.get("private") else ""))
+    elif job.artifacts.get("hub_error"):
+        lines.append(f"**Push to the Hub failed:** {html.escape(job.artifacts['hub_error'])} (the adapter is kept; "
+                     "push again below)")
     for warning in job.artifacts.get("preflight_warnings") or []:
         lines.append(f"⚠️ {warning}")
     return "\n\n".join(lines)
@@ -188,3 +194,12 @@ def adapter_archive(api: StudioAPI, job: JobRecord) -> Path | None:
         partial = shutil.make_archive(str(target.with_suffix("")) + ".partial", "zip", adapter)
         Path(partial).rename(target)
     return target
+
+
+REMOTE_COLUMNS = ["HF job id", "owner", "method", "model", "flavor", "stage", "sent"]
+
+
+def remote_rows(records) -> list[list[Any]]:
+    return [[r.hf_job_id, r.owner, r.spec.get("method"), _short(r.spec.get("model", {}).get("name_or_path", ""), 40),
+             r.flavor, r.last_stage or "", time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))]
+            for r in reversed(records)]

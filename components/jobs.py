@@ -40,7 +40,11 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         resume_button = gr.Button("Resume", elem_id="resume-button", size="sm")
         clone_button = gr.Button("Clone settings into Train", elem_id="clone-button", size="sm")
         download = gr.DownloadButton("Download adapter", visible=False, elem_id="download-button", size="sm")
-    action_note = gr.Markdown()
+    with gr.Row():
+        push_repo = gr.Textbox(label="Hub repo (empty: the job's setting, else you/<run name>)", scale=3)
+        push_private = gr.Checkbox(True, label="Private", scale=1)
+        push_button = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1)
+    action_note = gr.Markdown(elem_id="job-action-note")
     with gr.Row():
         plot_loss = gr.LinePlot(x="step", y="value", color="metric", label="Loss", elem_id="plot-main", height=300)
         plot_lr = gr.LinePlot(x="step", y="value", color="metric", label="Learning rate", elem_id="plot-lr",
@@ -124,6 +128,63 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         return f"Queued again: {job.id} continues from its last checkpoint."
 
     resume_button.click(resume, picker, action_note, api_name="resume_job")
+
+    def push(selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+        from backend.publish import PushError
+
+        user = require_user(profile, token)
+        try:
+            result = api.push_to_hub(job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None,
+                                     private=bool(private))
+        except JobNotFound:
+            raise gr.Error("Pick one of your jobs first.") from None
+        except PushError as exc:
+            return f"⚠️ Not pushed: {exc}"
+        return f"Pushed to [{result.repo_id}]({result.url}) in one commit ({len(result.files)} files)."
+
+    push_button.click(push, [picker, push_repo, push_private], action_note, api_name="push_to_hub")
+
+    with gr.Accordion("Jobs on Hugging Face Jobs", open=False):
+        remote_table = gr.Dataframe(headers=job_views.REMOTE_COLUMNS, value=[], interactive=False,
+                                    elem_id="remote-table")
+        with gr.Row():
+            remote_id = gr.Textbox(label="HF job id", scale=3)
+            remote_refresh = gr.Button("Refresh status and logs", size="sm", scale=1)
+            remote_cancel = gr.Button("Cancel it", size="sm", scale=1)
+        remote_status = gr.Markdown()
+        remote_log = gr.Code(label="Remote log (last lines)", language=None, lines=10)
+
+    def refresh_remote(hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+        from backend.hf_jobs import RemoteJobError
+
+        user = require_user(profile, token)
+        rows = job_views.remote_rows(api.list_remote_jobs(user))
+        if not (hf_id or "").strip():
+            return rows, "", ""
+        try:
+            stage, sentence, lines = api.remote_job_status(hf_id.strip(), user)
+        except JobNotFound:
+            return rows, "No such job of yours.", ""
+        except RemoteJobError as exc:
+            return rows, f"⚠️ {exc}", ""
+        return job_views.remote_rows(api.list_remote_jobs(user)), f"**{stage}**: {sentence}", "\n".join(lines)
+
+    remote_refresh.click(refresh_remote, remote_id, [remote_table, remote_status, remote_log],
+                         api_name="remote_status")
+
+    def cancel_remote(hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+        from backend.hf_jobs import RemoteJobError
+
+        user = require_user(profile, token)
+        try:
+            api.cancel_remote_job((hf_id or "").strip(), user)
+        except JobNotFound:
+            raise gr.Error("No such job of yours.") from None
+        except RemoteJobError as exc:
+            raise gr.Error(str(exc)) from None
+        return "Asked Hugging Face Jobs to cancel it; refresh to see the stage."
+
+    remote_cancel.click(cancel_remote, remote_id, remote_status, api_name="cancel_remote")
 
     if train is not None:
         def clone(selected, profile: gr.OAuthProfile | None = None):

@@ -174,11 +174,25 @@ def build(api: StudioAPI) -> TrainHandles:
             inputs["holdout_rows"] = gr.Number(0, precision=0, label="Held-out rows (before/after evaluation)",
                                                info=field_help("eval.holdout_rows"))
             inputs["run_name"] = gr.Textbox(label="Run name", info=field_help("output.run_name"))
+        with gr.Row():
+            inputs["push_to_hub"] = gr.Checkbox(False, label="Push to the Hub when done",
+                                                info=field_help("output.push_to_hub"))
+            inputs["hub_repo_id"] = gr.Textbox(label="Hub repo", placeholder="you/my-adapter",
+                                               info=field_help("output.hub_repo_id"))
+            inputs["hub_private"] = gr.Checkbox(True, label="Private repo", info=field_help("output.private"))
     errors["settings"] = gr.Markdown(elem_classes="field-error", elem_id="settings-error")
 
     with gr.Row():
         check_button = gr.Button("Check (pre-flight and memory)", elem_id="check-button")
         queue_button = gr.Button("Queue", variant="primary", elem_id="queue-button")
+    with gr.Accordion("…or run it on Hugging Face Jobs (your account, billed to you)", open=False):
+        with gr.Row():
+            hf_flavor = gr.Dropdown(["l4x1", "a10g-small", "a10g-large", "l40sx1", "a100-large", "h200", "t4-small",
+                                     "cpu-upgrade"], value="l4x1", label="Hardware flavor")
+            hf_timeout = gr.Textbox("6h", label="Timeout", info="e.g. 90m, 6h")
+            hf_button = gr.Button("Send to Hugging Face Jobs", elem_id="hf-jobs-button")
+        gr.Markdown("The same worker runs there with the same spec and pushes the adapter to your account "
+                    "(turn on *Push to the Hub*); follow it in the Jobs tab.")
     errors["general"] = gr.Markdown(elem_classes="field-error", elem_id="general-error")
     result = gr.Markdown(elem_id="queue-result")
 
@@ -300,6 +314,21 @@ def build(api: StudioAPI) -> TrainHandles:
         return text, *boxes
 
     queue_button.click(on_queue, form, [result, *error_boxes], api_name="submit_job")
+
+    def on_hf_jobs(*args, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+        from backend.hf_jobs import RemoteJobError
+
+        user = require_user(profile, token)
+        *form_args, flavor, timeout = args
+        try:
+            hf_id, boxes = with_spec(lambda spec: api.send_to_hf_jobs(spec, user, flavor, timeout), form_args)
+        except RemoteJobError as exc:
+            return "", *error_updates([f"spec: {exc}"])
+        if hf_id is None:
+            return "", *boxes
+        return f"Sent to Hugging Face Jobs as **{hf_id}** ({flavor}). Follow it in the Jobs tab.", *boxes
+
+    hf_button.click(on_hf_jobs, [*form, hf_flavor, hf_timeout], [result, *error_boxes], api_name="send_to_hf_jobs")
 
     def submit_spec(spec_json: str, profile: gr.OAuthProfile | None = None) -> str:
         """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
