@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from backend.paths import DataPaths
+from backend.paths import DataPaths, safe_name
 from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.remote_registry import RemoteRegistry
@@ -165,11 +165,10 @@ class StudioAPI:
         (turns, tool calls, tool results) and the reward, before anything is queued."""
         from backend.environments.dryrun import dry_run
 
+        from backend.worker import parent_adapter_of
+
         spec = self._prepare(spec, user=user)
-        adapter = None
-        if spec.model.parent_job_id:
-            adapter = Path(self.store.get(spec.model.parent_job_id).artifacts["adapter_dir"])
-        return dry_run(spec, self.paths.models, adapter, row=row, seed=seed)
+        return dry_run(spec, self.paths.models, parent_adapter_of(self.store, spec), row=row, seed=seed)
 
     # --- the Hub -------------------------------------------------------------------------------------
     def push_to_hub(self, job_id: str, user: User | None = None, repo_id: str | None = None,
@@ -242,12 +241,9 @@ class StudioAPI:
 
     def preference_log(self, user: User | None = None) -> "PreferenceLog":
         """Where a user's "this side is better" picks are kept (DPO rows)."""
-        import re
-
         from backend.chat import PreferenceLog
 
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", user.name if user else "local")
-        return PreferenceLog(self.paths.root / "preferences" / f"{name}.jsonl")
+        return PreferenceLog(self.paths.root / "preferences" / f"{safe_name(user.name if user else 'local')}.jsonl")
 
     def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""

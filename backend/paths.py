@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
@@ -53,3 +54,8 @@ class DataPaths:
         (self.root / "jobs").mkdir(parents=True, exist_ok=True)
         self.models.mkdir(parents=True, exist_ok=True)
         return self
+
+
+def safe_name(text: str) -> str:
+    """``text`` usable as one path component (user names, uploaded file stems): anything else becomes ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
 from pathlib import Path
 
 from backend.data import FILE_LOADERS, load_training_dataset
+from backend.paths import safe_name
 from backend.spec import DatasetSpec, Method, SpecError
 
 MAX_UPLOAD_BYTES = 512 * 2**20
@@ -25,8 +25,8 @@ def keep_upload(source: Path, original_name: str, method: Method, uploads_dir: P
         raise SpecError([f"dataset: {original_name} is empty"])
     if source.stat().st_size > MAX_UPLOAD_BYTES:
         raise SpecError([f"dataset: {original_name} is larger than {MAX_UPLOAD_BYTES // 2**20} MB; use a Hub dataset"])
-    safe_owner = re.sub(r"[^A-Za-z0-9_.-]", "_", owner)
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(original_name).stem)[:64] or "data"
+    safe_owner = safe_name(owner)
+    stem = safe_name(Path(original_name).stem)[:64] or "data"
     target = uploads_dir / safe_owner / f"{uuid.uuid4().hex[:8]}-{stem}{suffix}"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)

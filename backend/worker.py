@@ -87,37 +87,35 @@ def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
     return {"adapter_dir": str(adapter_dir), "final_metrics": final, "global_step": trainer.state.global_step}
 
 
+def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> dict:
+    """Run an evaluation and write ``<name>.json``; a failure is recorded, never a failed job (the adapter is saved)."""
+    try:
+        result = compute()
+    except Exception as exc:  # noqa: BLE001
+        log.exception("%s failed", name)
+        result = {"error": describe_failure(exc)}
+    (paths.job_dir(job_id) / f"{name}.json").write_text(json.dumps(result, indent=2))
+    log.info("%s: %s", name, result)
+    return result
+
+
 def run_evaluation(trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str) -> dict:
-    """Before/after scores; a failure here is recorded but does not fail a job whose adapter is already saved."""
+    """Before/after scores on the held-out rows."""
     from backend.evaluation import evaluate_before_after
 
     log.info("evaluating base and tuned model on %d held-out rows", len(held_out))
-    try:
-        result = evaluate_before_after(trainer, spec, held_out)
-    except Exception as exc:  # noqa: BLE001
-        log.exception("evaluation failed")
-        result = {"error": describe_failure(exc)}
-    (paths.job_dir(job_id) / "evaluation.json").write_text(json.dumps(result, indent=2))
-    log.info("evaluation: %s", result)
-    return result
+    return recorded_evaluation("evaluation", lambda: evaluate_before_after(trainer, spec, held_out), paths, job_id)
 
 
 def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str) -> dict:
-    """Success rate and mean reward of base and tuned over the same seeded episodes; a failure is recorded only."""
+    """Success rate and mean reward of base and tuned over the same seeded episodes."""
     from backend.environments.episodes import EpisodeSettings, success_rates
 
     log.info("playing %d evaluation episodes with the base and the tuned model", spec.environment.eval_episodes)
-    try:
-        result = success_rates(
-            trainer.model, trainer.processing_class, environment.factory, rows, EpisodeSettings.from_spec(spec),
-            spec.environment.eval_episodes, spec.training.seed, compare_base=spec.eval.compare_base,
-        )
-    except Exception as exc:  # noqa: BLE001
-        log.exception("environment evaluation failed")
-        result = {"error": describe_failure(exc)}
-    (paths.job_dir(job_id) / "environment_evaluation.json").write_text(json.dumps(result, indent=2))
-    log.info("environment evaluation: %s", result)
-    return result
+    return recorded_evaluation("environment_evaluation", lambda: success_rates(
+        trainer.model, trainer.processing_class, environment.factory, rows, EpisodeSettings.from_spec(spec),
+        spec.environment.eval_episodes, spec.training.seed, compare_base=spec.eval.compare_base,
+    ), paths, job_id)
 
 
 class SecondaryRankStore:

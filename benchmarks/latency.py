@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,12 +19,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from backend.environments.launcher import free_port  # noqa: E402 - after the path, so it runs from anywhere
 
 
 def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -68,7 +64,7 @@ def main() -> None:
     from gradio_client import Client
 
     data = Path(tempfile.mkdtemp(prefix="studio-latency-"))
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "STUDIO_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
            "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,

@@ -3,23 +3,17 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
 
 import pytest
 
+from backend.environments.launcher import free_port
 from backend.store import JobStatus
 from tests.conftest import ROOT, wait_for, wait_status
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _up(url):
@@ -31,7 +25,7 @@ def _up(url):
 
 @pytest.fixture()
 def app_url(data_dir):
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,

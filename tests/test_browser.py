@@ -20,7 +20,8 @@ from playwright.sync_api import expect, sync_playwright
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.conftest import ROOT, wait_for
-from tests.test_app import _free_port, _up
+from backend.environments.launcher import free_port
+from tests.test_app import _up
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
 CHROMIUM = "/usr/bin/chromium"
@@ -42,7 +43,7 @@ def app(tmp_path_factory, models_dir):
     root = tmp_path_factory.mktemp("browser") / "data"
     root.mkdir()
     (root / "models").symlink_to(models_dir, target_is_directory=True)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "STUDIO_DATA_DIR": str(root),
            "PYTHONPATH": str(ROOT)}
