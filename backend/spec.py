@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import unicodedata
 from enum import Enum
 from typing import Any, Literal, get_args
 
@@ -12,6 +15,12 @@ from backend.demo_model import DEMO_MODEL_ID
 
 SCHEMA_VERSION = 1
 ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+# numpy's and torch's seeding accept at most an unsigned 32-bit integer.
+MAX_SEED = 2**32 - 1
+# A refusal quotes the user's input; a 20 MB field must not become a 20 MB reply.
+ECHO_LIMIT = 80
+PROBLEM_LIMIT = 500
+MAX_FREE_FORM_DEPTH = 64
 
 
 class SpecError(ValueError):
@@ -20,6 +29,51 @@ class SpecError(ValueError):
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("\n".join(problems))
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, with an ellipsis when something was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def quote_input(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """The user's input as it appears in a refusal: its repr, at most ``limit`` characters."""
+    if isinstance(value, str) and len(value) > limit:
+        value = value[: limit + 1]  # repr of a huge string first would cost as much as the string
+    return shorten(repr(value), limit)
+
+
+_HUB_NAME_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
+_HUB_REPO_ID = re.compile(rf"{_HUB_NAME_PART}/{_HUB_NAME_PART}")
+HUB_REPO_ID_RULE = (
+    "owner/name, each part 1-96 letters, digits, '-', '_' or '.', without '--' or '..' and not starting or "
+    "ending with '-' or '.'"
+)
+
+
+def is_hub_repo_id(text: str) -> bool:
+    """Whether ``text`` is a repo id the Hub accepts (``HUB_REPO_ID_RULE``)."""
+    return _HUB_REPO_ID.fullmatch(text) is not None
+
+
+def _free_form_problem(value: Any, max_depth: int = MAX_FREE_FORM_DEPTH) -> str | None:
+    """Why free-form JSON-like data (a JSON schema) cannot be stored, or None: NaN or infinity, or too deep."""
+    pending: list[tuple[Any, str, int]] = [(value, "", 0)]  # a loop, not recursion: the depth is the user's choice
+    while pending:
+        item, path, depth = pending.pop()
+        if depth > max_depth:
+            return f"must not nest deeper than {max_depth} levels"
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"must hold only finite numbers (got {item!r} at {shorten(path, ECHO_LIMIT)})"
+        children = item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ()
+        pending.extend((child, f"{path}.{key}" if path else str(key), depth + 1) for key, child in children)
+    return None
+
+
+def _refuse_control_characters(value: str | None) -> str | None:
+    if value is not None and any(unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029" for ch in value):
+        raise ValueError("must not contain control characters such as line breaks or tabs")
+    return value
 
 
 def hub_offline() -> bool:
@@ -38,8 +92,9 @@ class Method(str, Enum):
 
 
 class _Part(BaseModel):
-    # Unknown keys are refused so a typo in a YAML spec is an error, not a silently ignored setting.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Unknown keys are refused so a typo in a YAML spec is an error, not a silently ignored setting. NaN and
+    # infinity are refused because JSON cannot carry them: stored, they would come back as null and poison the row.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Part):
@@ -105,7 +160,7 @@ class TrainingSpec(_Part):
     gradient_accumulation_steps: int = Field(1, gt=0, le=1024, description="Steps whose gradients are summed.")
     max_length: int = Field(1024, gt=8, le=131072, description="Longest tokenized example; longer ones are cut.")
     warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up the LR.")
-    seed: int = Field(42, ge=0, description="Random seed for data order and adapter init.")
+    seed: int = Field(42, ge=0, le=MAX_SEED, description="Random seed for data order and adapter init.")
     logging_steps: int = Field(1, gt=0, description="Log metrics every N steps.")
     save_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every N steps.")
     num_gpus: int = Field(
@@ -152,10 +207,16 @@ class RewardSpec(_Part):
     exclude: list[str] = Field(default_factory=list, description="Words the completion must not contain (keywords).")
     case_sensitive: bool = Field(False, description="Match case exactly (exact_match, regex, keywords).")
 
+    @field_validator("json_schema")
+    @classmethod
+    def _finite_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = _free_form_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _params_fit_the_reward(self) -> "RewardSpec":
-        import re
-
         if self.name == "exact_match" and not self.column:
             raise ValueError("exact_match needs column: the dataset column holding the expected answer")
         if self.name == "regex":
@@ -163,8 +224,11 @@ class RewardSpec(_Part):
                 raise ValueError("regex needs pattern")
             try:
                 re.compile(self.pattern)
-            except re.error as exc:
-                raise ValueError(f"pattern {self.pattern!r} is not a valid regular expression ({exc})") from None
+            except (re.error, RecursionError, OverflowError) as exc:  # deep nesting overflows re's parser
+                reason = exc if isinstance(exc, re.error) else "nested too deeply"
+                raise ValueError(
+                    f"pattern {quote_input(self.pattern)} is not a valid regular expression ({reason})"
+                ) from None
         if self.name == "valid_json" and self.json_schema is not None:
             from jsonschema import Draft202012Validator, SchemaError
 
@@ -241,7 +305,7 @@ class EnvironmentSpec(_Part):
         if value.startswith("builtin:"):
             if value.removeprefix("builtin:") not in BUILTIN_ENVIRONMENTS:
                 known = ", ".join(f"builtin:{n}" for n in BUILTIN_ENVIRONMENTS)
-                raise ValueError(f"unknown built-in environment {value!r}; the built-ins are {known}")
+                raise ValueError(f"unknown built-in environment; the built-ins are {known}")
             return value
         from backend.environments.connection import resolve_url
 
@@ -263,6 +327,15 @@ class OutputSpec(_Part):
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
     private: bool = Field(True, description="Create the Hub repo as private.")
 
+    _plain_run_name = field_validator("run_name")(_refuse_control_characters)
+
+    @field_validator("hub_repo_id")
+    @classmethod
+    def _valid_repo_id(cls, value: str | None) -> str | None:
+        if value is not None and not is_hub_repo_id(value):
+            raise ValueError(f"must be a Hub repo id: {HUB_REPO_ID_RULE}")
+        return value
+
 
 class JobSpec(_Part):
     schema_version: int = Field(SCHEMA_VERSION, description="Spec format version.")
@@ -279,6 +352,8 @@ class JobSpec(_Part):
     eval: EvalSpec = Field(default_factory=EvalSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     owner: str = Field("local", min_length=1, max_length=96, description="Who submitted the job.")
+
+    _plain_owner = field_validator("owner")(_refuse_control_characters)
 
     @field_validator("schema_version")
     @classmethod
@@ -318,8 +393,6 @@ class JobSpec(_Part):
                     f"multiple of grpo.num_generations ({self.grpo.num_generations}): each prompt's whole group "
                     "is sampled in one generation batch"
                 )
-        if self.output.push_to_hub and self.output.hub_repo_id is not None and "/" not in self.output.hub_repo_id:
-            raise ValueError("output.hub_repo_id must look like owner/name")
         return self
 
     # --- JSON round trip -------------------------------------------------------------------------
@@ -336,7 +409,8 @@ class JobSpec(_Part):
 
 
 def _describe(error: dict[str, Any]) -> str:
-    where = ".".join(str(p) for p in error["loc"]) or "spec"
+    # Dict keys in the location are the user's input too (an unknown setting, a column mapping).
+    where = ".".join(shorten(str(p), ECHO_LIMIT) for p in error["loc"]) or "spec"
     kind = error["type"]
     got = error.get("input")
     if kind == "extra_forbidden":
@@ -344,11 +418,12 @@ def _describe(error: dict[str, Any]) -> str:
     if kind == "missing":
         return f"{where}: required"
     msg = error["msg"]
-    msg = msg.removeprefix("Value error, ")
-    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+    # A validator elsewhere (an environment URL check) may quote the input at any length.
+    msg = shorten(msg.removeprefix("Value error, "), PROBLEM_LIMIT)
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}:
         msg = msg.replace("Input should be", "must be")
     if isinstance(got, (int, float, str)) and not isinstance(got, bool) and kind != "missing":
-        return f"{where}: {msg} (got {got!r})"
+        return f"{where}: {msg} (got {quote_input(got)})"
     return f"{where}: {msg}"
 
 

@@ -86,3 +86,99 @@ def test_help_text_is_written_once_and_documented_in_readme():
     assert "LoRA rank" in field_help("lora.r")
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert spec_fields_markdown() in readme, "README's spec table is stale: python -m backend.spec > table"
+
+
+def _grpo_reward(**reward) -> dict:
+    return {"method": "grpo", "grpo": {"rewards": [reward]}}
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"training": {"epochs": float("inf")}}, "training.epochs: must be a finite number (got inf)"),
+        ({"training": {"learning_rate": "nan"}}, "training.learning_rate: must be a finite number (got 'nan')"),
+        ({"training": {"max_steps": float("inf")}}, "training.max_steps: must be a finite number (got inf)"),
+        ({"grpo": {"beta": float("inf")}}, "grpo.beta: must be a finite number (got inf)"),
+        (_grpo_reward(name="accuracy", weight=float("nan")), "grpo.rewards.0.weight: must be a finite number (got nan)"),
+        (
+            _grpo_reward(name="valid_json", json_schema={"type": "object", "properties": {"x": {"maximum": float("inf")}}}),
+            "grpo.rewards.0.json_schema: must hold only finite numbers (got inf at properties.x.maximum)",
+        ),
+    ],
+)
+def test_non_finite_numbers_are_refused_with_one_sentence_per_field(data, expected):
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    assert err.value.problems == [expected]
+
+
+def test_non_finite_numbers_in_json_text_are_refused():
+    with pytest.raises(SpecError) as err:
+        parse_spec('{"training": {"epochs": Infinity}, "grpo": {"temperature": NaN}}')
+    assert err.value.problems == [
+        "training.epochs: must be a finite number (got inf)",
+        "grpo.temperature: must be a finite number (got nan)",
+    ]
+
+
+def test_a_json_schema_nested_without_end_is_refused_not_a_crash():
+    schema: dict = {}
+    inner = schema
+    for _ in range(5000):
+        inner["items"] = {}
+        inner = inner["items"]
+    with pytest.raises(SpecError) as err:
+        parse_spec(_grpo_reward(name="valid_json", json_schema=schema))
+    assert err.value.problems == ["grpo.rewards.0.json_schema: must not nest deeper than 64 levels"]
+
+
+@pytest.mark.parametrize("repo_id", ["me/x", "Org_1/my.adapter-v2", "a/" + "b" * 96])
+def test_valid_hub_repo_ids_are_accepted(repo_id):
+    assert parse_spec({"output": {"hub_repo_id": repo_id}}).output.hub_repo_id == repo_id
+
+
+@pytest.mark.parametrize(
+    "repo_id", ["no-slash", "a/b/c", "a--b/c", "a/b..c", "-a/b", "a/b.", "a/" + "b" * 97, "a b/c", "a/ü", ""]
+)
+def test_hub_repo_id_follows_the_hubs_rules_even_without_a_push(repo_id):
+    with pytest.raises(SpecError) as err:
+        parse_spec({"output": {"hub_repo_id": repo_id, "push_to_hub": False}})
+    [problem] = err.value.problems
+    assert problem.startswith("output.hub_repo_id: must be a Hub repo id: owner/name")
+
+
+@pytest.mark.parametrize("field, data", [
+    ("output.run_name", {"output": {"run_name": "line one\nline two"}}),
+    ("output.run_name", {"output": {"run_name": "bell\x07"}}),
+    ("owner", {"owner": "ali\x00ce"}),
+    ("owner", {"owner": "al\u2028ice"}),
+])
+def test_names_refuse_control_characters(field, data):
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    [problem] = err.value.problems
+    assert problem.startswith(f"{field}: must not contain control characters")
+
+
+def test_seed_is_bounded_by_what_numpy_and_torch_accept():
+    assert parse_spec({"training": {"seed": 2**32 - 1}}).training.seed == 2**32 - 1
+    with pytest.raises(SpecError) as err:
+        parse_spec({"training": {"seed": 2**32}})
+    assert err.value.problems == ["training.seed: must be less than or equal to 4294967295 (got 4294967296)"]
+
+
+@pytest.mark.parametrize("data", [
+    {"output": {"run_name": "x" * 20_000_000}},
+    {"k" * 20_000_000: 1},
+    {"dataset": {"columns": {"messages": "c", "k" * 1_000_000: 3}}},
+    _grpo_reward(name="regex", pattern="(" * 100_000),
+    _grpo_reward(name="regex", pattern="[" + "x" * 100_000),
+    {"method": "grpo", "environment": {"name": "builtin:" + "z" * 1_000_000}},
+    {"method": "grpo", "environment": {"name": "not an env " * 100_000}},
+    "{" + " " * 1_000_000,
+])
+def test_a_huge_input_gives_a_short_refusal(data):
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    assert err.value.problems and all(len(p) < 700 for p in err.value.problems), [len(p) for p in err.value.problems]
+    assert any("\u2026" in p for p in err.value.problems), "the echoed input is cut with an ellipsis"

@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from backend.spec import quote_input
+
 BUILTIN_PREFIX = "builtin:"
 _SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -46,7 +48,7 @@ def resolve_url(reference: str) -> str:
     if _SPACE_ID.match(reference):
         return space_url(reference)
     raise ValueError(
-        f"{reference!r} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
+        f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
         f"or a built-in name such as {BUILTIN_PREFIX}echo"
     )
 
