@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
 from backend.paths import DataPaths
-from backend.spec import JobSpec
+from backend.spec import HUB_REPO_ID_RULE, JobSpec, is_hub_repo_id, quote_input
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
 from backend.trl_cli import hub_model_id, slug, trl_cli_yaml
 
@@ -172,8 +171,8 @@ def push_job(
         raise _fail(store, job, f"job {job.id} is {job.status.value} and has no saved adapter to push", token)
     if not token or not token.strip():
         raise _fail(store, job, "no Hugging Face token: sign in, or set HF_TOKEN to a token with write access", token)
-    if target and not re.fullmatch(r"[^/\s]+/[^/\s]+", target):
-        raise _fail(store, job, f"the hub repo id {target!r} must look like owner/name", token)
+    if target and not is_hub_repo_id(target):
+        raise _fail(store, job, f"the hub repo id {quote_input(target)} must look like {HUB_REPO_ID_RULE}", token)
     if constants.is_offline_mode():
         raise _fail(store, job, "the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); the adapter is kept "
                                 f"at {adapter_dir}; retry later", token)
