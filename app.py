@@ -6,11 +6,13 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import gradio as gr
 
 from backend.api import StudioAPI
 from backend.hub_status import hub_status
+from backend.store import StoreError
 from components import chat, header, jobs, train
 
 CSS = ".field-error p { color: #b91c1c; margin: 0; }"
@@ -31,7 +33,11 @@ def build_app(api: StudioAPI) -> gr.Blocks:
 
 
 def main() -> None:
-    api = StudioAPI(scheduler="thread")
+    try:
+        api = StudioAPI(scheduler="thread")
+    except StoreError as exc:  # a damaged store: one sentence on what to do, not a traceback
+        print(exc, file=sys.stderr)
+        raise SystemExit(2) from None
     hub_status()  # start the Hub check now, so the first page load has an answer
     demo = build_app(api)
     demo.queue(default_concurrency_limit=8).launch(

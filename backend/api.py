@@ -12,7 +12,7 @@ from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, spawn_detached
-from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
+from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec, quote_input
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
 from backend.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.users import User, max_queued_per_user
@@ -72,33 +72,27 @@ class StudioAPI:
             try:
                 self.get_job(spec.model.parent_job_id, user)
             except JobNotFound:
-                raise SpecError([f"model.parent_job_id: there is no job {spec.model.parent_job_id!r}"]) from None
+                missing = quote_input(spec.model.parent_job_id)
+                raise SpecError([f"model.parent_job_id: there is no job {missing}"]) from None
         return resolve_parent(spec, self.store)
-
-    def _check_quota(self, user: User) -> None:
-        limit = max_queued_per_user()
-        waiting = len(self.store.list(owner=user.name, statuses=[JobStatus.queued]))
-        if waiting >= limit and not user.is_admin:
-            raise SpecError([
-                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
-                "wait for one to start, or cancel one"
-            ])
 
     def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
                ) -> Submitted:
         """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run.
 
-        With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped.
+        With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped
+        (QuotaExceeded, unless they are an admin).
         """
         if on_zero_gpu():
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         if user is not None:
             owner = user.name
         spec = self._prepare(spec, owner, user)
-        if user is not None:
-            self._check_quota(user)
+        queue_limit = max_queued_per_user() if user is not None and not user.is_admin else None
+        if queue_limit is not None:
+            self.store.check_queue_room(spec.owner, queue_limit)  # answer before the slow pre-flight
         warnings = check_spec(spec, self.paths.models)
-        job = self.store.add(spec)
+        job = self.store.add(spec, max_queued_for_owner=queue_limit)
         if spec.output.push_to_hub and user is not None and user.token:
             self._tokens[job.id] = user.token
         if warnings:
@@ -250,6 +244,11 @@ class StudioAPI:
         if user is not None and not user.is_admin:
             owner = user.name
         return self.store.list(owner=owner)
+
+    def unreadable_jobs(self, user: User | None = None) -> list[tuple[str, str]]:
+        """(job id, reason) of the rows ``list_jobs`` leaves out because they cannot be read, for a notice."""
+        owner = user.name if user is not None and not user.is_admin else None
+        return self.store.unreadable_rows(owner=owner)
 
     def get_job(self, job_id: str, user: User | None = None) -> JobRecord:
         """One job; another user's job is reported as not found (its existence is not theirs to know)."""

@@ -14,7 +14,7 @@ import yaml
 
 from backend.api import StudioAPI
 from backend.spec import SpecError
-from backend.store import InvalidTransition, JobNotFound, JobRecord, JobStatus
+from backend.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -132,8 +132,17 @@ def cmd_submit(api: StudioAPI, args) -> int:
     return EXIT_OK if job.status is JobStatus.succeeded else EXIT_JOB_FAILED
 
 
+def _warn_unreadable(api: StudioAPI) -> None:
+    unreadable = api.unreadable_jobs()
+    if unreadable:
+        print(f"warning: {len(unreadable)} job row(s) could not be read and are not listed:", file=sys.stderr)
+        for job_id, reason in unreadable:
+            print(f"  - {job_id}: {reason}", file=sys.stderr)
+
+
 def cmd_list(api: StudioAPI, args) -> int:
     jobs = api.list_jobs()
+    _warn_unreadable(api)
     if args.json:
         print(json.dumps([_summary(api, j) for j in jobs], indent=2))
         return EXIT_OK
@@ -221,14 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    api = StudioAPI()
     try:
+        api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
         print("The job was not queued:" if args.command == "submit" else "Cannot do that:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE
-    except (JobNotFound, InvalidTransition) as exc:
+    except (JobNotFound, InvalidTransition, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -7,8 +7,8 @@ from pathlib import Path
 from backend.data import load_training_dataset, split_holdout
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
-from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline
-from backend.store import JobNotFound, JobStatus, JobStore
+from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline, quote_input, shorten
+from backend.store import JobNotFound, JobStatus, JobStore, UnreadableJob
 
 
 def check_model(model: ModelSpec) -> None:
@@ -29,8 +29,10 @@ def check_model(model: ModelSpec) -> None:
         AutoConfig.from_pretrained(name, revision=model.revision, trust_remote_code=model.trust_remote_code)
     except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors for the same "not found"
         where = "in the local cache (the Hub is offline)" if hub_offline() else "on the Hub"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError([f"model.name_or_path: {name!r} was not found {where}; check the id ({first})"]) from None
+        first = shorten(str(exc).strip().splitlines()[0], 200) if str(exc).strip() else type(exc).__name__
+        raise SpecError(
+            [f"model.name_or_path: {quote_input(name)} was not found {where}; check the id ({first})"]
+        ) from None
 
 
 def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
@@ -41,7 +43,9 @@ def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
     try:
         parent = store.get(parent_id)
     except JobNotFound:
-        raise SpecError([f"model.parent_job_id: there is no job {parent_id!r}"]) from None
+        raise SpecError([f"model.parent_job_id: there is no job {quote_input(parent_id)}"]) from None
+    except UnreadableJob as exc:
+        raise SpecError([f"model.parent_job_id: {exc}"]) from None
     if parent.status is not JobStatus.succeeded or not parent.artifacts.get("adapter_dir"):
         raise SpecError(
             [f"model.parent_job_id: job {parent_id} is {parent.status.value}; only a succeeded job's adapter can be trained further"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 import uuid
@@ -12,7 +13,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Iterator
 
-from backend.spec import JobSpec
+from pydantic_core import PydanticSerializationError
+
+from backend.spec import JobSpec, SpecError, parse_spec, shorten
+
+# SQLite's primary result codes for a damaged file and for a file that is not a database at all.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 
 class JobStatus(str, Enum):
@@ -39,6 +45,89 @@ class JobNotFound(KeyError):
 
 class InvalidTransition(ValueError):
     """An action that does not fit the job's current status (e.g. resuming a job that succeeded)."""
+
+
+class StoreError(RuntimeError):
+    """A problem with the job store that a person must act on; ``str()`` is one sentence saying what to do."""
+
+
+class StoreCorrupt(StoreError):
+    """The database file is damaged or is not SQLite at all: the app cannot start on it."""
+
+    def __init__(self, db_path: Path, detail: str):
+        self.db_path = db_path
+        super().__init__(
+            f"The job store {db_path} is damaged or is not a SQLite database ({shorten(detail, 200)}): stop the app, "
+            f"move that file aside together with any {db_path.name}-wal and {db_path.name}-shm beside it (or restore "
+            "them from a backup) and start again; a fresh, empty store is created in its place."
+        )
+
+
+class UnreadableJob(StoreError):
+    """A job row this version cannot read (written by an older version or edited by hand); lists skip it."""
+
+    def __init__(self, job_id: str, reason: str):
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(
+            f"job {job_id} cannot be read ({reason}); it was stored by another version of the app or edited by "
+            "hand, so it is left out of job lists and never started"
+        )
+
+
+class QuotaExceeded(SpecError):
+    """The owner already has as many jobs waiting as one user may; nothing was queued."""
+
+    def __init__(self, waiting: int, limit: int):
+        self.waiting = waiting
+        self.limit = limit
+        super().__init__([
+            f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
+            "wait for one to start, or cancel one"
+        ])
+
+
+def _finite_or_none(value: Any) -> Any:
+    """``value`` with every NaN and infinity (a diverged loss) replaced by None, which JSON can carry."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
+
+
+def _json_text(value: Any) -> str:
+    """Strict JSON for a column: any JSON reader loads it back (Python's own NaN extension is never written)."""
+    return json.dumps(_finite_or_none(value), allow_nan=False)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """A stored JSON object, or None when the text is not one (a damaged or hand-edited row)."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def storable_spec_json(spec: JobSpec) -> str:
+    """The spec as stored, once it is known to read back as the same spec; SpecError (nothing stored) if not."""
+    try:
+        text = spec.to_json()
+    except PydanticSerializationError as exc:
+        raise SpecError([f"spec: cannot be written as JSON ({shorten(str(exc), 200)})"]) from None
+    if parse_spec(text) != spec:  # parse_spec raises SpecError itself when the text no longer validates
+        raise SpecError(["spec: does not read back unchanged from JSON (a value JSON cannot carry); fix the values"])
+    return text
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in {_SQLITE_CORRUPT, _SQLITE_NOTADB}
+    return "malformed" in str(exc) or "not a database" in str(exc)
 
 
 @dataclass
@@ -124,11 +213,21 @@ class JobStore:
     """All job state. Every method opens its own short connection, so it is safe across threads and processes."""
 
     def __init__(self, db_path: Path | str):
+        """Open (or create) the store; raise StoreCorrupt when the file is damaged or not a SQLite database."""
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(_SCHEMA)
+        try:
+            with self._connect() as con:
+                # quick_check walks every page once (no index cross-checks): damage is found at start, not mid-job.
+                verdict = [row[0] for row in con.execute("PRAGMA quick_check").fetchall()]
+                if verdict != ["ok"]:
+                    raise StoreCorrupt(self.db_path, "; ".join(verdict[:3]))
+                con.execute("PRAGMA journal_mode=WAL")
+                con.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            if not _is_corruption(exc):
+                raise
+            raise StoreCorrupt(self.db_path, str(exc)) from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -154,18 +253,30 @@ class JobStore:
 
     @staticmethod
     def _record(row: sqlite3.Row) -> JobRecord:
+        """The row as a JobRecord; UnreadableJob when any part of it cannot be read back."""
+        try:
+            spec = parse_spec(row["spec"])
+        except SpecError as exc:
+            raise UnreadableJob(row["id"], f"its spec is not valid: {exc.problems[0]}") from None
+        try:
+            status = JobStatus(row["status"])
+        except ValueError:
+            raise UnreadableJob(row["id"], f"its status {shorten(repr(row['status']), 40)} is unknown") from None
+        artifacts, progress = _json_object(row["artifacts"]), _json_object(row["progress"])
+        if artifacts is None or progress is None:
+            raise UnreadableJob(row["id"], f"its {'artifacts' if artifacts is None else 'progress'} are not JSON")
         return JobRecord(
             id=row["id"],
             seq=row["seq"],
             owner=row["owner"],
-            status=JobStatus(row["status"]),
-            spec=JobSpec.model_validate_json(row["spec"]),
+            status=status,
+            spec=spec,
             created_at=row["created_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
             error=row["error"],
-            artifacts=json.loads(row["artifacts"]),
-            progress=json.loads(row["progress"]),
+            artifacts=artifacts,
+            progress=progress,
             pid=row["pid"],
             cancel_requested=bool(row["cancel_requested"]),
             resume=bool(row["resume"]),
@@ -173,23 +284,44 @@ class JobStore:
         )
 
     # --- creating and reading ---------------------------------------------------------------------
-    def add(self, spec: JobSpec, job_id: str | None = None) -> JobRecord:
+    def add(self, spec: JobSpec, job_id: str | None = None, max_queued_for_owner: int | None = None) -> JobRecord:
+        """Queue a job. The spec is written only if it reads back unchanged (SpecError otherwise); with
+        ``max_queued_for_owner`` the owner's waiting jobs are counted in the same transaction as the insert, so
+        concurrent submissions cannot overshoot the limit (QuotaExceeded, nothing queued)."""
         job_id = job_id or new_job_id()
-        with self._connect() as con:
+        spec_json = storable_spec_json(spec)
+        with self._transaction() as con:
+            if max_queued_for_owner is not None:
+                self._refuse_over_quota(con, spec.owner, max_queued_for_owner)
             con.execute(
                 "INSERT INTO jobs (id, owner, spec, status, created_at) VALUES (?, ?, ?, ?, ?)",
-                (job_id, spec.owner, spec.to_json(), JobStatus.queued.value, time.time()),
+                (job_id, spec.owner, spec_json, JobStatus.queued.value, time.time()),
             )
         return self.get(job_id)
 
+    @staticmethod
+    def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int) -> None:
+        waiting = con.execute(
+            "SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)
+        ).fetchone()[0]
+        if waiting >= limit:
+            raise QuotaExceeded(waiting, limit)
+
+    def check_queue_room(self, owner: str, limit: int) -> None:
+        """QuotaExceeded when ``owner`` already has ``limit`` jobs waiting: an early answer before slow checks
+        (``add`` with ``max_queued_for_owner`` is what enforces the limit)."""
+        with self._connect() as con:
+            self._refuse_over_quota(con, owner, limit)
+
     def get(self, job_id: str) -> JobRecord:
+        """One job; JobNotFound, or UnreadableJob (a sentence) for a row this version cannot read."""
         with self._connect() as con:
             row = con.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
         return self._record(row)
 
-    def list(self, owner: str | None = None, statuses: list[JobStatus] | None = None) -> list[JobRecord]:
+    def _read_rows(self, owner: str | None, statuses: list[JobStatus] | None) -> list[JobRecord | UnreadableJob]:
         query, args = "SELECT * FROM jobs WHERE 1=1", []
         if owner is not None:
             query += " AND owner = ?"
@@ -199,7 +331,22 @@ class JobStore:
             args.extend(s.value for s in statuses)
         with self._connect() as con:
             rows = con.execute(query + " ORDER BY seq", args).fetchall()
-        return [self._record(r) for r in rows]
+        read: list[JobRecord | UnreadableJob] = []
+        for row in rows:
+            try:
+                read.append(self._record(row))
+            except UnreadableJob as exc:
+                read.append(exc)
+        return read
+
+    def list(self, owner: str | None = None, statuses: list[JobStatus] | None = None) -> list[JobRecord]:
+        """The readable jobs, oldest first; a row that cannot be read is skipped (see ``unreadable_rows``)."""
+        return [r for r in self._read_rows(owner, statuses) if isinstance(r, JobRecord)]
+
+    def unreadable_rows(self, owner: str | None = None, statuses: list[JobStatus] | None = None
+                        ) -> list[tuple[str, str]]:
+        """(job id, reason) for each row ``list`` skips because it cannot be read."""
+        return [(r.job_id, r.reason) for r in self._read_rows(owner, statuses) if isinstance(r, UnreadableJob)]
 
     def queue_position(self, job_id: str) -> int | None:
         """1 for the next job to start; None when the job is not queued."""
@@ -213,14 +360,26 @@ class JobStore:
 
     # --- scheduling -------------------------------------------------------------------------------
     def claim_next(self) -> JobRecord | None:
-        """Atomically move the oldest queued job to running and return it."""
+        """Atomically move the oldest queued job to running and return it.
+
+        A queued row that cannot be read is marked failed with the reason on the way, so it never blocks the queue.
+        """
         with self._connect() as con:  # a plain read first: the scheduler polls, and most polls find nothing
             if con.execute("SELECT 1 FROM jobs WHERE status = 'queued' LIMIT 1").fetchone() is None:
                 return None
         with self._transaction() as con:
-            row = con.execute("SELECT id FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
-            if row is None:
-                return None
+            while True:
+                row = con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
+                if row is None:
+                    return None
+                try:
+                    self._record(row)
+                    break
+                except UnreadableJob as exc:
+                    con.execute(
+                        "UPDATE jobs SET status = 'failed', finished_at = ?, error = ? WHERE id = ?",
+                        (time.time(), str(exc), row["id"]),
+                    )
             con.execute(
                 "UPDATE jobs SET status = 'running', started_at = ?, finished_at = NULL, error = NULL, pid = NULL, "
                 "attempts = attempts + 1 WHERE id = ?",
@@ -292,7 +451,7 @@ class JobStore:
             if row is None:
                 raise JobNotFound(job_id)
             merged = {**json.loads(row["artifacts"]), **artifacts}
-            con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (json.dumps(merged), job_id))
+            con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (_json_text(merged), job_id))
 
     def report(
         self,
@@ -301,18 +460,28 @@ class JobStore:
         progress: dict[str, Any] | None,
         samples: list[tuple[int | None, dict[str, Any]]] = (),
     ) -> None:
-        """A worker's periodic report in one transaction: metric rows (step, ts, data), samples and its progress."""
+        """A worker's periodic report in one transaction: metric rows (step, ts, data), samples and its progress.
+
+        A NaN or infinite value (a diverged loss) is stored as null: the row stays readable by every JSON reader.
+        """
         with self._transaction() as con:
             con.executemany(
                 "INSERT INTO samples (job_id, step, data) VALUES (?, ?, ?)",
-                [(job_id, step, json.dumps(data)) for step, data in samples],
+                [(job_id, step, _json_text(data)) for step, data in samples],
             )
             con.executemany(
                 "INSERT INTO metrics (job_id, step, ts, data) VALUES (?, ?, ?, ?)",
-                [(job_id, step, ts, json.dumps(data)) for step, ts, data in rows],
+                [(job_id, step, ts, _json_text(data)) for step, ts, data in rows],
             )
             if progress is not None:
-                con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (json.dumps(progress), job_id))
+                con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (_json_text(progress), job_id))
+
+    def forget_reports_after(self, job_id: str, step: int) -> None:
+        """Delete the metrics and samples logged after ``step``: a job resumed from its checkpoint at ``step``
+        logs those steps again, and each step must be plotted once."""
+        with self._transaction() as con:
+            con.execute("DELETE FROM metrics WHERE job_id = ? AND step > ?", (job_id, step))
+            con.execute("DELETE FROM samples WHERE job_id = ? AND step > ?", (job_id, step))
 
     def samples(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Sampled completions (GRPO) with their rewards, oldest first."""
@@ -320,7 +489,7 @@ class JobStore:
             rows = con.execute(
                 "SELECT id, step, data FROM samples WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
             ).fetchall()
-        return [{"id": r["id"], "step": r["step"], **json.loads(r["data"])} for r in rows]
+        return [{"id": r["id"], "step": r["step"], **data} for r in rows if (data := _json_object(r["data"])) is not None]
 
     def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Metric rows in the order they were logged; ``after_id`` lets a live view fetch only new rows."""
@@ -328,4 +497,9 @@ class JobStore:
             rows = con.execute(
                 "SELECT id, step, ts, data FROM metrics WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
             ).fetchall()
-        return [{"id": r["id"], "step": r["step"], "ts": r["ts"], **json.loads(r["data"])} for r in rows]
+        # A damaged row is skipped rather than taking the whole plot down.
+        return [
+            {"id": r["id"], "step": r["step"], "ts": r["ts"], **data}
+            for r in rows
+            if (data := _json_object(r["data"])) is not None
+        ]

@@ -31,13 +31,17 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """N of a ``checkpoint-N`` folder: the global step training continues from."""
+    return int(checkpoint.name.rsplit("-", 1)[-1])
+
+
 def last_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete ``checkpoint-N`` folder, or None."""
     candidates = []
     for child in output_dir.glob("checkpoint-*"):
-        step = child.name.rsplit("-", 1)[-1]
-        if step.isdigit() and (child / "trainer_state.json").is_file():
-            candidates.append((int(step), child))
+        if child.name.rsplit("-", 1)[-1].isdigit() and (child / "trainer_state.json").is_file():
+            candidates.append((checkpoint_step(child), child))
     return max(candidates)[1] if candidates else None
 
 
@@ -132,7 +136,7 @@ class SecondaryRankStore:
         return self._store.cancel_requested(job_id)
 
     def __getattr__(self, name: str):
-        if name in {"merge_artifacts", "report", "finish", "set_pid"}:
+        if name in {"merge_artifacts", "report", "finish", "set_pid", "forget_reports_after"}:
             return lambda *args, **kwargs: None
         raise AttributeError(name)
 
@@ -174,6 +178,8 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         if job.resume:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
             store.merge_artifacts(job_id, {"resumed_from": str(resume_from) if resume_from else None})
+            # The earlier attempt logged steps past the checkpoint that this one logs again: keep each step once.
+            store.forget_reports_after(job_id, checkpoint_step(resume_from) if resume_from else 0)
         if stop_event.is_set() or store.cancel_requested(job_id):
             store.finish(job_id, JobStatus.cancelled, "cancelled before training started")
             return EXIT_OK
