@@ -204,15 +204,19 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
         _kill_group(app)
     scheduler_factory()
     assert wait_status(store, job.id, FINAL, timeout=30).status is JobStatus.interrupted
-    logged_before = len(api.metrics(job.id))
+    last_id_before = max((m["id"] for m in api.metrics(job.id)), default=0)
     api.resume(job.id)
     done = wait_status(store, job.id, FINAL)
     assert done.status is JobStatus.succeeded and done.attempts == 2
     resumed_from = done.artifacts["resumed_from"]
     checkpoint_step = int(resumed_from.rsplit("-", 1)[1])
     assert checkpoint_step >= 5 and checkpoint_step % 5 == 0
-    resumed_steps = [m["step"] for m in api.metrics(job.id)[logged_before:] if "loss" in m]
+    metrics = api.metrics(job.id)
+    resumed_steps = [m["step"] for m in metrics if m["id"] > last_id_before and "loss" in m]
     assert resumed_steps == list(range(checkpoint_step + 1, RESUME_STEPS + 1)), "training continues after the checkpoint"
+    # Steps between the checkpoint and the kill ran twice; the plot shows each once (the second run's).
+    loss_steps = [m["step"] for m in metrics if "loss" in m]
+    assert loss_steps == sorted(set(loss_steps)), "each step is stored once"
     assert done.progress["step"] == RESUME_STEPS
 
 

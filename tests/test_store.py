@@ -1,12 +1,13 @@
 """Store contract tests: every store backend must pass these (today: SQLite on disk, fresh or reopened)."""
 
+import json
 import sqlite3
 import threading
 
 import pytest
 
-from backend.spec import parse_spec
-from backend.store import InvalidTransition, JobNotFound, JobStatus, JobStore
+from backend.spec import SpecError, parse_spec
+from backend.store import InvalidTransition, JobNotFound, JobStatus, JobStore, QuotaExceeded
 
 
 def _spec(owner="local", **training):
@@ -130,3 +131,71 @@ def test_list_filters_by_owner_and_status(any_store):
     any_store.add(_spec(owner="bob"))
     assert [j.id for j in any_store.list(owner="alice")] == [a.id]
     assert all(j.status is JobStatus.queued for j in any_store.list(statuses=[JobStatus.queued]))
+
+
+def _strict_json(text):
+    """json.loads that refuses Python's NaN/Infinity extension, as a browser or another language would."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_spec_that_would_not_read_back_is_refused_and_nothing_is_stored(any_store):
+    spec = _spec(owner="alice")
+    # model_copy skips validation, as any code building a spec by hand could: the store is the last guard.
+    poisoned = spec.model_copy(update={"training": spec.training.model_copy(update={"epochs": float("inf")})})
+    before = [j.id for j in any_store.list()]
+    with pytest.raises(SpecError) as err:
+        any_store.add(poisoned)
+    assert err.value.problems == ["training.epochs: Input should be a valid number"]
+    assert [j.id for j in any_store.list()] == before and any_store.unreadable_rows() == []
+    assert any_store.add(spec).spec == spec, "the store keeps working"
+
+
+def test_non_finite_metrics_progress_samples_and_artifacts_are_stored_as_strict_json(any_store):
+    job = any_store.add(_spec())
+    nan, inf = float("nan"), float("inf")
+    any_store.report(job.id, [(1, 10.0, {"loss": nan, "grad_norm": inf, "nested": [1.0, -inf]})],
+                     {"step": 1, "loss": nan}, samples=[(1, {"completion": "x", "rewards": {"r": -inf}})])
+    any_store.merge_artifacts(job.id, {"evaluation": {"tuned": {"eval_loss": nan}}})
+    [row] = any_store.metrics(job.id)
+    assert row["loss"] is None and row["grad_norm"] is None and row["nested"] == [1.0, None]
+    got = any_store.get(job.id)
+    assert got.progress["loss"] is None and got.artifacts["evaluation"]["tuned"]["eval_loss"] is None
+    assert any_store.samples(job.id)[0]["rewards"] == {"r": None}
+    con = sqlite3.connect(any_store.db_path)
+    texts = [r[0] for r in con.execute("SELECT data FROM metrics UNION ALL SELECT data FROM samples "
+                                       "UNION ALL SELECT progress FROM jobs UNION ALL SELECT artifacts FROM jobs")]
+    con.close()
+    [_strict_json(text) for text in texts]
+
+
+def test_add_with_a_queue_limit_refuses_past_it_and_stores_nothing(any_store):
+    kept = [any_store.add(_spec(owner="alice"), max_queued_for_owner=2) for _ in range(2)]
+    with pytest.raises(QuotaExceeded) as err:
+        any_store.add(_spec(owner="alice"), max_queued_for_owner=2)
+    assert err.value.problems == [
+        "you already have 2 job(s) waiting in the queue and the limit per user is 2: wait for one to start, or cancel one"
+    ]
+    with pytest.raises(QuotaExceeded):
+        any_store.check_queue_room("alice", 2)
+    assert [j.id for j in any_store.list(owner="alice")] == [j.id for j in kept]
+    any_store.add(_spec(owner="bob"), max_queued_for_owner=2)  # bob is not held up by alice
+    any_store.request_cancel(kept[0].id)
+    any_store.add(_spec(owner="alice"), max_queued_for_owner=2)  # a cancelled job frees its place
+
+
+def test_a_resumed_job_keeps_each_step_once(any_store):
+    job = any_store.add(_spec())
+    first_attempt = [(step, float(step), {"loss": 10.0 - step}) for step in range(1, 8)]
+    any_store.report(job.id, first_attempt, None, samples=[(step, {"completion": f"a{step}"}) for step in range(1, 8)])
+    kept_ids = [m["id"] for m in any_store.metrics(job.id)][:4]
+
+    any_store.forget_reports_after(job.id, 4)  # the worker resumes from checkpoint-4
+    any_store.report(job.id, [(step, 100.0 + step, {"loss": 1.0 / step}) for step in range(5, 10)], None,
+                     samples=[(step, {"completion": f"b{step}"}) for step in range(5, 10)])
+
+    rows = any_store.metrics(job.id)
+    assert [r["step"] for r in rows] == list(range(1, 10))
+    assert [r["id"] for r in rows[:4]] == kept_ids and all(r["ts"] > 100 for r in rows[4:])
+    assert [s["completion"] for s in any_store.samples(job.id)] == ["a1", "a2", "a3", "a4", "b5", "b6", "b7", "b8", "b9"]
