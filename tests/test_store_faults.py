@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from backend.api import StudioAPI
-from backend.spec import parse_spec
+from backend.spec import SpecError, parse_spec
 from backend.store import JobStatus, JobStore, QuotaExceeded, StoreCorrupt, UnreadableJob
 from backend.users import User
 from tests.conftest import tiny_spec
@@ -141,9 +141,13 @@ def test_the_cli_says_the_store_is_damaged_and_exits_2(data_dir, damage):
         assert "Traceback" not in result.stderr
 
 
-def test_the_app_says_the_store_is_damaged_and_exits_2(data_dir, capsys):
+def test_the_app_says_the_store_is_damaged_and_exits_2(data_dir, capsys, monkeypatch):
     import app  # in this process: a subprocess would pay gradio's import again for one line of output
 
+    def launch_refused(api):
+        raise AssertionError("the app went on to build its UI on a damaged store")
+
+    monkeypatch.setattr(app, "build_app", launch_refused)  # a missed check fails here instead of serving forever
     db = _damaged_database(data_dir / "studio.sqlite3")
     with pytest.raises(SystemExit) as exited:
         app.main()
@@ -199,7 +203,7 @@ def test_concurrent_submits_through_the_facade_respect_the_limit(paths, monkeypa
         barrier.wait()
         try:
             api.submit(tiny_spec(), user=User(OWNERS[i % len(OWNERS)]))
-        except QuotaExceeded as exc:
+        except SpecError as exc:  # QuotaExceeded is one, and what a user sees either way
             refused.append(exc)
         except BaseException as exc:  # noqa: BLE001
             unexpected.append(exc)
@@ -209,5 +213,5 @@ def test_concurrent_submits_through_the_facade_respect_the_limit(paths, monkeypa
     [t.join() for t in threads]
     assert unexpected == []
     assert {o: len(api.list_jobs(user=User(o))) for o in OWNERS} == {o: LIMIT for o in OWNERS}
-    assert len(refused) == 20 - LIMIT * len(OWNERS)
+    assert len(refused) == 20 - LIMIT * len(OWNERS) and all(isinstance(e, QuotaExceeded) for e in refused)
     api.submit(tiny_spec(), user=User("admin", is_admin=True))  # an admin is never capped
