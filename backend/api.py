@@ -141,12 +141,13 @@ class StudioAPI:
         elif self.mode == "detached" and not Scheduler.is_running(self.paths):
             spawn_detached(self.paths)
 
-    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3) -> "DatasetPreview":
+    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3, user: User | None = None
+                ) -> "DatasetPreview":
         """The first rows of the job's data rendered exactly as its trainer will see them, with token counts."""
         from backend.preview import preview_dataset
         from backend.training.models import load_tokenizer, resolve_model
 
-        spec = self._prepare(spec)
+        spec = self._prepare(spec, user=user)
         tokenizer = load_tokenizer(resolve_model(spec.model, self.paths.models), spec.model)
         return preview_dataset(spec, tokenizer, rows)
 

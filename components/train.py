@@ -21,7 +21,7 @@ from components.form import (
     CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError, builtin_dataset_choices,
     form_to_spec, route_problems,
 )
-from components.session import require_user, user_from
+from components.session import as_user, require_user, user_from
 
 FIELD_NAMES = list(FIELDS)
 
@@ -222,8 +222,8 @@ def build(api: StudioAPI) -> TrainHandles:
                             [sft_group, dpo_group, grpo_group, inputs["builtin_dataset"]], api_name=False)
 
     # --- upload: kept only if it loads for the method ---------------------------------------------------------
-    def on_upload(file, method, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
+    @as_user
+    def on_upload(user, file, method):
         if file is None:
             return "", gr.update(value="", visible=False), "", gr.update()
         path = Path(file if isinstance(file, str) else file.name)
@@ -247,8 +247,9 @@ def build(api: StudioAPI) -> TrainHandles:
         except SpecError as exc:
             return None, error_updates(exc.problems)
 
-    def on_preview(*args):
-        preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3), args)
+    @as_user
+    def on_preview(user, *args):
+        preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3, user=user), args)
         if preview is None:
             return "", *boxes
         parts = [f"**{preview.total_rows} rows**, format `{preview.format}`, columns: {', '.join(preview.columns)}; "
@@ -262,7 +263,8 @@ def build(api: StudioAPI) -> TrainHandles:
 
     preview_button.click(on_preview, form, [preview_out, *error_boxes], api_name="preview_dataset")
 
-    def on_bench(rewards_yaml, completions, row_json):
+    @as_user
+    def on_bench(user, rewards_yaml, completions, row_json):
         from components.form import parse_rewards
 
         try:
@@ -279,8 +281,8 @@ def build(api: StudioAPI) -> TrainHandles:
     bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row], bench_out,
                        api_name="score_rewards")
 
-    def on_dry_run(*args, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
+    @as_user
+    def on_dry_run(user, *args):
         try:
             episode, boxes = with_spec(lambda spec: api.dry_run(spec, user=user), args)
         except Exception as exc:  # noqa: BLE001 - an unreachable environment, a model that cannot load
@@ -290,8 +292,8 @@ def build(api: StudioAPI) -> TrainHandles:
     dry_run_button.click(on_dry_run, form, [transcript, *error_boxes], api_name="dry_run")
 
     # --- check and queue -----------------------------------------------------------------------------------------
-    def on_check(*args, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
+    @as_user
+    def on_check(user, *args):
         checked, boxes = with_spec(lambda spec: api.check(spec, user=user), args)
         if checked is None:
             return "", *boxes
@@ -301,8 +303,8 @@ def build(api: StudioAPI) -> TrainHandles:
 
     check_button.click(on_check, form, [result, *error_boxes], api_name="check_job")
 
-    def on_queue(*args, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
-        user = require_user(profile, token)
+    @as_user
+    def on_queue(user, *args):
         submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
         if submitted is None:
             return "", *boxes
@@ -315,10 +317,10 @@ def build(api: StudioAPI) -> TrainHandles:
 
     queue_button.click(on_queue, form, [result, *error_boxes], api_name="submit_job")
 
-    def on_hf_jobs(*args, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+    @as_user
+    def on_hf_jobs(user, *args):
         from backend.hf_jobs import RemoteJobError
 
-        user = require_user(profile, token)
         *form_args, flavor, timeout = args
         try:
             hf_id, boxes = with_spec(lambda spec: api.send_to_hf_jobs(spec, user, flavor, timeout), form_args)
