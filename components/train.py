@@ -15,13 +15,13 @@ import gradio as gr
 
 from backend.api import StudioAPI
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.spec import REWARD_NAMES, SpecError, field_help
+from backend.spec import REWARD_NAMES, SpecError, field_help, load_spec_text
 from backend.store import JobStatus
 from components.form import (
     CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError, builtin_dataset_choices,
     form_to_spec, route_problems,
 )
-from components.session import as_user, require_user, user_from
+from components.session import as_user, require_user
 
 FIELD_NAMES = list(FIELDS)
 
@@ -336,14 +336,15 @@ def build(api: StudioAPI) -> TrainHandles:
         """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
         user = require_user(profile)
         try:
-            return api.submit(json.loads(spec_json), user=user).job.id
+            return api.submit(load_spec_text(spec_json), user=user).job.id
         except SpecError as exc:
             raise gr.Error("; ".join(exc.problems)) from None
 
     gr.api(submit_spec, api_name="submit_spec")
 
-    def refresh_parents(profile: gr.OAuthProfile | None = None):
-        return gr.update(choices=finished_job_choices(api, user_from(profile)))
+    @as_user(signed_in=False)
+    def refresh_parents(user):
+        return gr.update(choices=finished_job_choices(api, user))
 
     inputs["parent_job"].focus(refresh_parents, None, inputs["parent_job"], api_name=False)
     return handles
