@@ -57,13 +57,16 @@ class ModelSpec(_Part):
 
 
 class DatasetSpec(_Part):
-    source: Literal["builtin", "hub", "file"] = Field(
-        "builtin", description="Where the data comes from: a built-in sample, a Hub dataset id, or a local file."
+    source: Literal["builtin", "hub", "upload", "file"] = Field(
+        "builtin",
+        description="Where the data comes from: a built-in sample, a Hub dataset id, a file you uploaded, "
+        "or a file on this machine (local use only).",
     )
     name: str = Field(
         "chat-demo",
         min_length=1,
-        description="Built-in sample name, Hub dataset id, or path to a .jsonl/.json/.csv/.parquet file.",
+        description="Built-in sample name, Hub dataset id, upload id (from Dataset -> Upload), "
+        "or path to a .jsonl/.json/.csv/.parquet file.",
     )
     config: str | None = Field(None, description="Hub dataset configuration (subset) name.")
     split: str = Field("train", min_length=1, description="Split to train on.")

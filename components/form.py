@@ -6,6 +6,7 @@ No Gradio here, so the mapping is tested on its own; ``components/train.py`` onl
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -33,7 +34,7 @@ FIELDS: dict[str, Any] = {
     "builtin_dataset": "chat-demo",
     "hub_dataset": "",
     "hub_split": "train",
-    "upload_path": "",
+    "upload_id": "",  # what StudioAPI.upload_dataset returned; never a path on the server
     "column_map": "",
     "max_rows": None,
     "method": "sft",
@@ -151,9 +152,11 @@ def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
             raise FormError("dataset", "give a Hub dataset id, e.g. trl-lib/Capybara")
         dataset = {"source": "hub", "name": v["hub_dataset"].strip(), "split": v["hub_split"] or "train"}
     else:
-        if not v["upload_path"]:
+        upload = (v["upload_id"] or "").strip()
+        if not upload:
             raise FormError("dataset", "upload a .jsonl, .json, .csv or .parquet file first")
-        dataset = {"source": "file", "name": v["upload_path"]}
+        # A cloned local job names its file by path; the backend lets only the person at this machine use one.
+        dataset = {"source": "file" if Path(upload).is_absolute() else "upload", "name": upload}
     if v["column_map"]:
         dataset["columns"] = parse_column_map(v["column_map"])
     max_rows = _number(v, "max_rows", "dataset.max_rows", int, optional=True)
@@ -205,7 +208,7 @@ def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
 def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     """A stored job's settings as form values: "clone this job" fills the Train tab with them."""
     d = spec.dataset
-    source = {"builtin": "builtin", "hub": "hub", "file": "upload"}[d.source]
+    source = {"builtin": "builtin", "hub": "hub", "upload": "upload", "file": "upload"}[d.source]
     values = {
         "base_model": spec.model.name_or_path,
         "parent_job": spec.model.parent_job_id or "",
@@ -213,7 +216,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "builtin_dataset": d.name if d.source == "builtin" else FIELDS["builtin_dataset"],
         "hub_dataset": d.name if d.source == "hub" else "",
         "hub_split": d.split or "train",
-        "upload_path": d.name if d.source == "file" else "",
+        "upload_id": d.name if d.source in ("upload", "file") else "",
         "column_map": ", ".join(f"{k}={v}" for k, v in (d.columns or {}).items()),
         "max_rows": d.max_rows,
         "method": spec.method.value,
@@ -248,6 +251,20 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     }
     assert values.keys() == FIELDS.keys()
     return values
+
+
+def bench_table(scored: list[dict[str, Any]]) -> dict[str, list]:
+    """The reward bench's result as a table: completion (cut to 80 characters), each reward's score, total, notes.
+
+    A reward that does not apply to a completion (None) shows "-", as TRL skips it.
+    """
+    rewards = list(scored[0]["scores"]) if scored else []
+    rows = [
+        [s["completion"][:80], *("-" if v is None else f"{v:.3f}" for v in s["scores"].values()), f"{s['total']:.3f}",
+         "; ".join(s.get("notes", []))]
+        for s in scored
+    ]
+    return {"headers": ["completion", *rewards, "total", "notes"], "data": rows}
 
 
 def route_problems(problems: list[str]) -> dict[str, list[str]]:

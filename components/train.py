@@ -89,7 +89,7 @@ def build(api: StudioAPI) -> TrainHandles:
         inputs["hub_split"] = gr.Textbox(value="train", label="Split", visible=False)
     upload = gr.File(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
                      file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
-    inputs["upload_path"] = gr.Textbox(visible=False)
+    inputs["upload_id"] = gr.Textbox(visible=False)  # an id only: the server resolves it in the user's own folder
     upload_note = gr.Markdown(visible=False)
     with gr.Row():
         inputs["column_map"] = gr.Textbox(
@@ -228,14 +228,14 @@ def build(api: StudioAPI) -> TrainHandles:
             return "", gr.update(value="", visible=False), "", gr.update()
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            kept, summary = api.upload_dataset(path, path.name, method, user)
+            upload_id, summary = api.upload_dataset(path, path.name, method, user)
         except SpecError as exc:
             # The widget is emptied too, so it never shows a file that was not kept.
             return "", gr.update(value="", visible=False), _problems_markdown(exc.problems), None
-        return str(kept), gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
+        return upload_id, gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
 
     upload.upload(on_upload, [upload, inputs["method"]],
-                  [inputs["upload_path"], upload_note, errors["dataset"], upload], api_name="upload_dataset")
+                  [inputs["upload_id"], upload_note, errors["dataset"], upload], api_name="upload_dataset")
 
     # --- preview, reward bench, dry run -------------------------------------------------------------------------
     def with_spec(action, args) -> tuple[Any, list[str]]:
@@ -265,18 +265,20 @@ def build(api: StudioAPI) -> TrainHandles:
 
     @as_user
     def on_bench(user, rewards_yaml, completions, row_json):
-        from components.form import parse_rewards
+        from components.form import bench_table, parse_rewards
 
+        lines = [c for c in (completions or "").splitlines() if c.strip()]
+        if not lines:
+            raise gr.Error("Type at least one completion.")
         try:
             rewards = parse_rewards(rewards_yaml)
             row = json.loads(row_json) if (row_json or "").strip() else None
-            lines = [c for c in (completions or "").splitlines() if c.strip()]
-            if not lines:
-                raise gr.Error("Type at least one completion.")
-            scores = api.score_rewards(rewards, lines, row)
+            if row is not None and not isinstance(row, dict):
+                raise FormError("method", 'the dataset row must be a JSON object, e.g. {"solution": "$4$"}')
+            scored = api.score_rewards(rewards, lines, row, user=user)
         except (FormError, ValueError, SpecError) as exc:
-            raise gr.Error(str(exc)) from None
-        return [[c[:80], *(f"{v:.3f}" for v in s.values())] for c, s in zip(lines, scores)]
+            raise gr.Error(str(exc)[:500]) from None
+        return bench_table(scored)
 
     bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row], bench_out,
                        api_name="score_rewards")
