@@ -7,14 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from backend.access import authorize_spec, readable_job
 from backend.paths import DataPaths, safe_name
 from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
+from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, spawn_detached
-from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec, quote_input
+from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
-from backend.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
+from backend.space_runtime import ZERO_GPU_REFUSAL, on_space, on_zero_gpu
 from backend.users import User, max_queued_per_user
 
 if TYPE_CHECKING:
@@ -32,6 +34,13 @@ class Submitted:
 
 
 SchedulerMode = Literal["thread", "detached", "none"]
+
+# Actions that run code a user wrote (reward patterns) or a model and an environment (dry runs): signed-in users only,
+# a few calls a minute each, off the request thread with a time limit.
+BENCH_CALLS_PER_MINUTE = 20
+BENCH_TIME_LIMIT_S = 10.0
+DRY_RUNS_PER_MINUTE = 5
+DRY_RUN_TIME_LIMIT_S = 300.0
 
 
 class StudioAPI:
@@ -54,27 +63,41 @@ class StudioAPI:
         self._chat_lock = threading.Lock()
         # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
         self._tokens: dict[str, str] = {}
+        self._bench_calls = RateLimiter("reward bench", BENCH_CALLS_PER_MINUTE)
+        self._bench_time = TimeLimit("reward bench", BENCH_TIME_LIMIT_S,
+                                     advice="use fewer or shorter completions, or simpler patterns")
+        self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
+        self._dry_run_time = TimeLimit("dry run", DRY_RUN_TIME_LIMIT_S, workers=1,
+                                       advice="lower environment.max_tool_calling_iterations or "
+                                              "grpo.max_completion_length, or try a smaller model")
         if scheduler == "thread":
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def close(self) -> None:
         if self.scheduler is not None:
             self.scheduler.stop()
+        self._bench_time.close()
+        self._dry_run_time.close()
 
     # --- jobs ----------------------------------------------------------------------------------------
     def _prepare(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
                  ) -> JobSpec:
+        """The parsed spec, owned by ``user`` and holding only what they may read (backend/access.py), parent
+        resolved. ``user=None`` is a trusted caller in this process (the CLI, tests)."""
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
-        if user is not None and spec.model.parent_job_id:
-            try:
-                self.get_job(spec.model.parent_job_id, user)
-            except JobNotFound:
-                missing = quote_input(spec.model.parent_job_id)
-                raise SpecError([f"model.parent_job_id: there is no job {missing}"]) from None
+        spec = authorize_spec(spec, user, self.store, self.paths)
         return resolve_parent(spec, self.store)
+
+    def _uploads_of(self, spec: JobSpec) -> Path:
+        return self.paths.uploads(spec.owner)
+
+    def _require_user(self, user: User | None, what: str) -> None:
+        """Actions that run user code or a model are for signed-in users; None is trusted only off a Space."""
+        if user is None and on_space():
+            raise SpecError([f"{what}: sign in with Hugging Face first (button at the top right)"])
 
     def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
                ) -> Submitted:
@@ -91,7 +114,7 @@ class StudioAPI:
         queue_limit = max_queued_per_user() if user is not None and not user.is_admin else None
         if queue_limit is not None:
             self.store.check_queue_room(spec.owner, queue_limit)  # answer before the slow pre-flight
-        warnings = check_spec(spec, self.paths.models)
+        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec))
         job = self.store.add(spec, max_queued_for_owner=queue_limit)
         if spec.output.push_to_hub and user is not None and user.token:
             self._tokens[job.id] = user.token
@@ -106,7 +129,7 @@ class StudioAPI:
         from backend.memory import estimate_memory, load_model_config
 
         spec = self._prepare(spec, user=user)
-        warnings = check_spec(spec, self.paths.models)
+        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec))
         device = detect_device()
         estimate = estimate_memory(spec, load_model_config(spec, self.paths.models), device)
         text = f"Estimated peak memory on {device.describe()}: {estimate.describe()}"
@@ -115,13 +138,23 @@ class StudioAPI:
         return warnings, text
 
     def upload_dataset(self, source: Path | str, original_name: str, method: str, user: User | None = None
-                       ) -> tuple[Path, str]:
-        """Keep an uploaded dataset file if it loads for ``method``: (path for dataset.name, summary)."""
+                       ) -> tuple[str, str]:
+        """Keep an uploaded dataset file if it loads for ``method``: (upload id, summary).
+
+        The spec names it as ``dataset: {source: upload, name: <upload id>}``; the id resolves only in the
+        uploader's own folder. ``source`` is the web server's temporary copy: removed when the upload is refused, so
+        a refused file leaves nothing anywhere (the studio's copy and the check's datasets cache go too).
+        """
         from backend.spec import Method
         from backend.uploads import keep_upload
 
+        self._require_user(user, "dataset upload")
         owner = user.name if user is not None else "local"
-        return keep_upload(Path(source), original_name, Method(method), self.paths.root / "uploads", owner)
+        try:
+            return keep_upload(Path(source), original_name, Method(method), self.paths.uploads(owner))
+        except SpecError:
+            Path(source).unlink(missing_ok=True)
+            raise
 
     def _secret_env(self, job_id: str) -> dict[str, str]:
         """What the scheduler adds to a worker's environment: the token of the user who asked it to push."""
@@ -135,34 +168,55 @@ class StudioAPI:
         elif self.mode == "detached" and not Scheduler.is_running(self.paths):
             spawn_detached(self.paths)
 
-    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3) -> "DatasetPreview":
+    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3, user: User | None = None
+                ) -> "DatasetPreview":
         """The first rows of the job's data rendered exactly as its trainer will see them, with token counts."""
         from backend.preview import preview_dataset
         from backend.training.models import load_tokenizer, resolve_model
 
-        spec = self._prepare(spec)
+        spec = self._prepare(spec, user=user)
         tokenizer = load_tokenizer(resolve_model(spec.model, self.paths.models), spec.model)
-        return preview_dataset(spec, tokenizer, rows)
+        return preview_dataset(spec, tokenizer, rows, uploads_dir=self._uploads_of(spec))
 
     def score_rewards(
-        self, rewards: list[RewardSpec | dict[str, Any]], completions: list[str], row: dict[str, Any] | None = None
+        self, rewards: list[RewardSpec | dict[str, Any]], completions: list[str], row: dict[str, Any] | None = None,
+        user: User | None = None,
     ) -> list[dict[str, Any]]:
-        """The reward test bench: each reward's score for completions a user typed, before any training."""
-        from backend.rewards import score_completions
+        """The reward test bench: each reward's score for completions a user typed, before any training.
 
+        Signed-in users only on a Space, ``BENCH_CALLS_PER_MINUTE`` per user, input capped (see
+        ``backend.rewards.bench_input_problems``) and scored off the request thread within ``BENCH_TIME_LIMIT_S``.
+        Raises SpecError (RateLimited, TimedOut) with the sentence to show.
+        """
+        from backend.rewards import bench_input_problems, score_completions
+
+        self._require_user(user, "reward bench")
+        problems = bench_input_problems(rewards, completions, row)
+        if problems:
+            raise SpecError(problems)
         specs = [r if isinstance(r, RewardSpec) else RewardSpec.model_validate(r) for r in rewards]
-        return score_completions(specs, completions, row)
+        if user is not None:
+            self._bench_calls.check(user.name)
+        return self._bench_time.run(lambda: score_completions(specs, completions, row))
 
     def dry_run(self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None,
                 user: User | None = None) -> "Episode":
         """One episode of the job's model (base, or its parent job's adapter) in its environment: the transcript
         (turns, tool calls, tool results) and the reward, before anything is queued."""
         from backend.environments.dryrun import dry_run
-
         from backend.worker import parent_adapter_of
 
+        self._require_user(user, "dry run")
         spec = self._prepare(spec, user=user)
-        return dry_run(spec, self.paths.models, parent_adapter_of(self.store, spec), row=row, seed=seed)
+        adapter = parent_adapter_of(self.store, spec)
+
+        def play() -> "Episode":
+            return dry_run(spec, self.paths.models, adapter, row=row, seed=seed, uploads_dir=self._uploads_of(spec))
+
+        if user is None:  # a trusted caller (the CLI) waits as long as its model needs
+            return play()
+        self._dry_run_calls.check(user.name)
+        return self._dry_run_time.run(play)
 
     # --- the Hub -------------------------------------------------------------------------------------
     def push_to_hub(self, job_id: str, user: User | None = None, repo_id: str | None = None,
@@ -252,10 +306,7 @@ class StudioAPI:
 
     def get_job(self, job_id: str, user: User | None = None) -> JobRecord:
         """One job; another user's job is reported as not found (its existence is not theirs to know)."""
-        job = self.store.get(job_id)
-        if user is not None and not user.can_access(job.owner):
-            raise JobNotFound(job_id)
-        return job
+        return readable_job(self.store, job_id, user)
 
     def queue_position(self, job_id: str) -> int | None:
         return self.store.queue_position(job_id)

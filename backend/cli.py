@@ -10,10 +10,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from backend.api import StudioAPI
-from backend.spec import SpecError
+from backend.environments.connection import EnvironmentUnavailable
+from backend.environments.launcher import EnvironmentStartError
+from backend.spec import SpecError, load_spec_text
 from backend.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
@@ -24,11 +24,9 @@ def _load_spec_file(path: str) -> dict[str, Any]:
     if not file.is_file():
         raise SpecError([f"spec file {path} does not exist"])
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise SpecError([f"{path} is not valid YAML or JSON: {exc}"]) from None
-    if not isinstance(data, dict):
-        raise SpecError([f"{path} must hold a mapping of spec fields"])
+        data = load_spec_text(file.read_bytes(), where=path)  # JSON or YAML
+    except OSError as exc:
+        raise SpecError([f"spec file {path} cannot be read ({exc.strerror})"]) from None
     # Relative dataset paths in a spec file are relative to the file, so examples run from any directory.
     dataset = data.get("dataset")
     if isinstance(dataset, dict) and dataset.get("source") == "file" and isinstance(dataset.get("name"), str):
@@ -240,4 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except (JobNotFound, InvalidTransition, StoreError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (EnvironmentUnavailable, EnvironmentStartError) as exc:
+        # An environment that is down or refuses sessions is the user's to fix (start it, fix the URL), not a bug.
+        print(f"error: the environment cannot be used: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,12 +1,13 @@
-"""Loads a job's dataset (built-in, file or Hub), applies the column mapping and checks it fits the method."""
+"""Loads a job's dataset (built-in, upload, file or Hub), applies the column mapping and checks it fits the method."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backend.access import UPLOAD_AGAIN, upload_display_name, upload_file
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.spec import DatasetSpec, Method, SpecError
+from backend.spec import DatasetSpec, Method, SpecError, quote_input
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -26,7 +27,7 @@ METHOD_FORMATS: dict[Method, list[tuple[str, tuple[str, ...]]]] = {
 }
 
 
-def _load_raw(spec: DatasetSpec) -> "Dataset":
+def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Path | None = None) -> "Dataset":
     from datasets import load_dataset
 
     if spec.source == "builtin":
@@ -35,30 +36,52 @@ def _load_raw(spec: DatasetSpec) -> "Dataset":
             raise SpecError(
                 [f"dataset.name: no built-in dataset {spec.name!r}; choose one of {', '.join(BUILTIN_DATASETS)}"]
             )
-        return load_dataset("json", data_files=str(builtin.path), split="train")
+        return load_dataset("json", data_files=str(builtin.path), split="train", cache_dir=_cache(cache_dir))
+    if spec.source == "upload":
+        if uploads_dir is None:  # a caller that forgot whose uploads these are must not guess
+            raise SpecError([f"dataset.name: upload {quote_input(spec.name)} has no owner here; {UPLOAD_AGAIN}"])
+        path = upload_file(uploads_dir, spec.name)
+        return load_file(path, upload_display_name(spec.name), cache_dir)
     if spec.source == "file":
         path = Path(spec.name).expanduser()
         if not path.is_file():
             raise SpecError([f"dataset.name: file {spec.name} does not exist"])
-        loader = FILE_LOADERS.get(path.suffix.lower())
-        if loader is None:
-            raise SpecError(
-                [f"dataset.name: {path.name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"]
-            )
-        try:
-            return load_dataset(loader, data_files=str(path), split="train")
-        except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
-            if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
-                raise SpecError([EMPTY_DATASET]) from None
-            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise SpecError(
-                [f"dataset.name: {path.name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
-            ) from None
+        return load_file(path, path.name, cache_dir)
     try:
-        return load_dataset(spec.name, spec.config, split=spec.split)
+        return load_dataset(spec.name, spec.config, split=spec.split, cache_dir=_cache(cache_dir))
     except Exception as exc:
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError([f"dataset.name: Hub dataset {spec.name!r} could not be loaded ({cause})"]) from None
+
+
+def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> "Dataset":
+    """A .jsonl/.json/.csv/.parquet file as a Dataset; errors name the file as its owner knows it.
+
+    With ``cache_dir`` the Arrow copy datasets makes goes there (and the rows are held in memory), so a caller that
+    removes the folder afterwards leaves nothing in the shared datasets cache.
+    """
+    from datasets import load_dataset
+
+    loader = FILE_LOADERS.get(path.suffix.lower())
+    if loader is None:
+        raise SpecError(
+            [f"dataset.name: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"]
+        )
+    try:
+        return load_dataset(loader, data_files=str(path), split="train", cache_dir=_cache(cache_dir),
+                            keep_in_memory=cache_dir is not None)
+    except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
+        if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
+            raise SpecError([EMPTY_DATASET]) from None
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        cause = cause.replace(path.name, display_name)
+        raise SpecError(
+            [f"dataset.name: {display_name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
+        ) from None
+
+
+def _cache(cache_dir: Path | None) -> str | None:
+    return str(cache_dir) if cache_dir is not None else None
 
 
 def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
@@ -97,14 +120,17 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
 
 
 def load_training_dataset(
-    spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset(), keep_all: bool = False
+    spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset(), keep_all: bool = False,
+    uploads_dir: Path | None = None, cache_dir: Path | None = None,
 ) -> tuple["Dataset", str]:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
 
     ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
     ``keep_all`` keeps every column (an environment's ``reset`` receives them all).
+    ``uploads_dir`` is the job owner's uploads folder, where a ``source: upload`` id is looked up.
+    ``cache_dir`` keeps datasets' Arrow copy out of the shared cache (see ``load_file``).
     """
-    ds = _load_raw(spec)
+    ds = _load_raw(spec, uploads_dir, cache_dir)
     ds = apply_column_mapping(ds, spec.columns)
     fmt, required = detect_format(ds.column_names, method)
     missing = sorted(keep_columns - set(ds.column_names))

@@ -179,9 +179,10 @@ def remote_problems(spec: JobSpec) -> list[str]:
             "model.parent_job_id: the parent's adapter is on this machine, not on the remote one; "
             "run staged training here, or start the remote job from a Hub model"
         )
-    if spec.dataset.source == "file":
+    if spec.dataset.source in ("file", "upload"):
+        what = "an uploaded file" if spec.dataset.source == "upload" else "a local file"
         problems.append(
-            "dataset.source: a local file is not on the remote machine; push it to the Hub as a dataset "
+            f"dataset.source: {what} is not on the remote machine; push it to the Hub as a dataset "
             "and use source 'hub' (or pick a built-in dataset)"
         )
     env = spec.environment.name or ""

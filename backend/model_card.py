@@ -7,6 +7,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.access import dataset_file_name
 from backend.spec import JobSpec, Method
 from backend.trl_cli import PLACEHOLDER_NAMESPACE, hub_model_id, slug, trl_cli_yaml
 
@@ -122,7 +123,9 @@ def _dataset_text(spec: JobSpec) -> str:
         return text + f", split `{d.split}`"
     if d.source == "builtin":
         return f"the app's built-in sample `{d.name}`"
-    return f"a local file `{Path(d.name).name}`"
+    if d.source == "upload":
+        return f"an uploaded file `{dataset_file_name(d)}`"
+    return f"a local file `{dataset_file_name(d)}`"
 
 
 def settings_rows(spec: JobSpec, artifacts: dict[str, Any]) -> list[tuple[str, Any]]:

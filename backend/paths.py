@@ -50,6 +50,12 @@ class DataPaths:
     def job_adapter(self, job_id: str) -> Path:
         return self.job_dir(job_id) / "adapter"
 
+    def uploads(self, owner: str) -> Path:
+        """The folder holding one user's kept uploads; an upload id resolves only inside it."""
+        folder = safe_name(owner)
+        # safe_name keeps dots, and "." or ".." as a folder would be the uploads root or the data dir itself.
+        return self.root / "uploads" / (folder if folder.strip(".") else folder.replace(".", "_"))
+
     def ensure(self) -> "DataPaths":
         (self.root / "jobs").mkdir(parents=True, exist_ok=True)
         self.models.mkdir(parents=True, exist_ok=True)

@@ -56,8 +56,11 @@ def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
     return spec.model_copy(update={"model": model, "lora": parent.spec.lora})
 
 
-def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
-    """Raise SpecError with every problem found; return warnings (the job can still be queued)."""
+def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> list[str]:
+    """Raise SpecError with every problem found; return warnings (the job can still be queued).
+
+    ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
+    """
     problems: list[str] = []
     loaded = None
     try:
@@ -66,7 +69,8 @@ def check_spec(spec: JobSpec, models_dir: Path) -> list[str]:
         problems.extend(exc.problems)
     try:
         loaded = load_training_dataset(
-            spec.dataset, spec.method, reward_columns(spec), keep_all=bool(spec.environment.name)
+            spec.dataset, spec.method, reward_columns(spec), keep_all=bool(spec.environment.name),
+            uploads_dir=uploads_dir,
         )
         # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
         split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.data import load_training_dataset
@@ -53,14 +54,16 @@ class DatasetPreview:
     summary: PreviewSummary
 
 
-def preview_dataset(spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple["Dataset", str] | None = None) -> DatasetPreview:
+def preview_dataset(spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple["Dataset", str] | None = None,
+                    uploads_dir: Path | None = None) -> DatasetPreview:
     """Load the job's data as training will and render its first ``rows`` examples through ``tokenizer``.
 
-    ``loaded`` is the (dataset, format) pair from ``load_training_dataset`` when the caller has it already.
+    ``loaded`` is the (dataset, format) pair from ``load_training_dataset`` when the caller has it already;
+    ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
     GRPO rows show the prompt only (with the generation prompt); the sampled completions add up to
     ``grpo.max_completion_length`` tokens on top during training.
     """
-    dataset, fmt = loaded or load_training_dataset(spec.dataset, spec.method)
+    dataset, fmt = loaded or load_training_dataset(spec.dataset, spec.method, uploads_dir=uploads_dir)
     examples = [dataset[i] for i in range(min(rows, len(dataset)))]
     if examples:
         _require_chat_template(examples[0], tokenizer, spec.model.name_or_path)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.access import dataset_file_name
 from backend.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
 from backend.paths import DataPaths
 from backend.spec import HUB_REPO_ID_RULE, JobSpec, is_hub_repo_id, quote_input
@@ -66,7 +67,7 @@ def _account(api: "HfApi") -> tuple[str, set[str], str | None]:
 
 def _dataset_label(spec: JobSpec) -> str:
     """The dataset as the commit names it: a local file by its name only, not its path on this machine."""
-    return Path(spec.dataset.name).name if spec.dataset.source == "file" else spec.dataset.name
+    return dataset_file_name(spec.dataset) if spec.dataset.source in ("file", "upload") else spec.dataset.name
 
 
 def _metrics_jsonl(metrics: list[dict[str, Any]]) -> bytes:

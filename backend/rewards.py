@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import regex
+
 from backend.spec import JobSpec, Method, RewardSpec, SpecError
+
+log = logging.getLogger(__name__)
 
 RewardFunction = Callable[..., list[float | None]]
 
@@ -22,6 +28,21 @@ NON_REWARD_COLUMNS = frozenset({"prompt", "completion", "completion_ids"})
 # answer sits at the end of a completion, so the math rewards read only this many trailing characters.
 MATH_TAIL_CHARS = 32_768
 THINK_END = "</think>"
+# A user's pattern can backtrack exponentially ("(a|aa)+$"); Python's re cannot be interrupted and holds the GIL, so
+# user patterns run on the ``regex`` package with a time limit per match (and release the GIL while matching).
+USER_PATTERN_TIMEOUT_S = 0.1
+
+
+def search_user_pattern(pattern: "regex.Pattern", text: str) -> bool | None:
+    """Whether a user's compiled pattern occurs in ``text``; None when it ran out of time.
+
+    >>> search_user_pattern(regex.compile("(a|aa)+$"), "a" * 40 + "b") is None
+    True
+    """
+    try:
+        return pattern.search(text, timeout=USER_PATTERN_TIMEOUT_S, concurrent=True) is not None
+    except TimeoutError:
+        return None
 
 
 # --- reading completions -----------------------------------------------------------------------------------
@@ -221,21 +242,29 @@ class ExactMatch:
 
 
 class RegexMatch:
-    r"""1.0 if the pattern occurs anywhere in the completion (``re.search``), else 0.0.
+    r"""1.0 if the pattern occurs anywhere in the completion (a search), else 0.0.
 
-    Case is ignored unless ``case_sensitive``. The pattern is the user's: it is compiled once and
-    checked for validity by RewardSpec, but its running time on long completions is the user's choice.
+    Case is ignored unless ``case_sensitive``. The pattern is the user's, so each search may take at most
+    ``USER_PATTERN_TIMEOUT_S``: one that runs longer scores 0.0, is logged, and its index is kept in
+    ``timed_out`` (for the test bench to say so).
 
     >>> RegexMatch(r"answer: \d+")(["Answer: 42", "no idea"])
     [1.0, 0.0]
     """
 
     def __init__(self, pattern: str, case_sensitive: bool = False):
-        self.pattern = re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
+        self.pattern = regex.compile(pattern, regex.V0 if case_sensitive else regex.V0 | regex.IGNORECASE)
+        self.timed_out: list[int] = []
         self.__name__ = "regex"
 
     def __call__(self, completions, **kwargs) -> list[float]:
-        return [1.0 if self.pattern.search(completion_text(c)) else 0.0 for c in completions]
+        found = [search_user_pattern(self.pattern, completion_text(c)) for c in completions]
+        self.timed_out = [index for index, hit in enumerate(found) if hit is None]
+        if self.timed_out:
+            log.warning("%s reward: pattern %r ran past %.1f s on %d of %d completions; they score 0.0",
+                        self.__name__, self.pattern.pattern[:80], USER_PATTERN_TIMEOUT_S, len(self.timed_out),
+                        len(found))
+        return [1.0 if hit else 0.0 for hit in found]
 
 
 class ValidJSON:
@@ -276,14 +305,57 @@ class ValidJSON:
 
     def validator(self):
         if self._validator is None:
-            from jsonschema import Draft202012Validator
-
-            self._validator = Draft202012Validator(self.json_schema)
+            self._validator = _time_limited_pattern_validator()(self.json_schema)
         return self._validator
 
     def __getstate__(self) -> dict[str, Any]:
         # jsonschema validators hold local functions and cannot be pickled; rebuild one after unpickling.
         return {**self.__dict__, "_validator": None}
+
+
+def _time_limited_pattern_validator():
+    """Draft 2020-12 with the schema's own regexes (pattern, patternProperties) run like every user pattern:
+    on ``regex`` with a time limit, a timeout counting as no match. (unevaluatedProperties still uses re.)"""
+    from jsonschema import Draft202012Validator, ValidationError, validators
+
+    def matches(pattern: str, text: str) -> bool:
+        try:
+            return bool(search_user_pattern(_compiled(pattern), text))
+        except regex.error:
+            return False
+
+    def pattern(validator, pattern_text, instance, schema):
+        if validator.is_type(instance, "string") and not matches(pattern_text, instance):
+            yield ValidationError(f"{instance[:80]!r} does not match {pattern_text[:80]!r}")
+
+    def pattern_properties(validator, patterns, instance, schema):
+        if not validator.is_type(instance, "object"):
+            return
+        for pattern_text, subschema in patterns.items():
+            for key, value in instance.items():
+                if matches(pattern_text, key):
+                    yield from validator.descend(value, subschema, path=key, schema_path=pattern_text)
+
+    def additional_properties(validator, allowed, instance, schema):
+        if not validator.is_type(instance, "object"):
+            return
+        named, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
+        extras = [key for key in instance
+                  if key not in named and not any(matches(p, key) for p in patterns)]
+        if validator.is_type(allowed, "object"):
+            for key in extras:
+                yield from validator.descend(instance[key], allowed, path=key)
+        elif not allowed and extras:
+            yield ValidationError(f"additional properties are not allowed ({', '.join(map(repr, extras[:5]))})")
+
+    return validators.extend(Draft202012Validator, {
+        "pattern": pattern, "patternProperties": pattern_properties, "additionalProperties": additional_properties,
+    })
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> "regex.Pattern":
+    return regex.compile(pattern, regex.V0)
 
 
 def unfence(text: str) -> str:
@@ -450,15 +522,47 @@ def missing_columns(specs: Sequence[RewardSpec], columns: set[str] | Sequence[st
 # --- the reward test bench ---------------------------------------------------------------------------------
 
 
+# What one bench call may score: enough to try rewards by hand, too little to tie up the app.
+BENCH_MAX_COMPLETIONS = 32
+BENCH_MAX_COMPLETION_CHARS = 8_000
+BENCH_MAX_ROW_CHARS = 16_000
+BENCH_MAX_REWARDS = 16
+
+
+def bench_input_problems(specs: Sequence[Any], completions: Sequence[Any], row: dict[str, Any] | None) -> list[str]:
+    """Sentences for bench input over the limits (nothing is scored then); empty when it fits."""
+    problems = []
+    if len(specs) > BENCH_MAX_REWARDS:
+        problems.append(f"rewards: the bench scores at most {BENCH_MAX_REWARDS} rewards at once; "
+                        f"you gave {len(specs)}, remove some")
+    if len(completions) > BENCH_MAX_COMPLETIONS:
+        problems.append(f"completions: the bench scores at most {BENCH_MAX_COMPLETIONS} completions at once; "
+                        f"you gave {len(completions)}, score them in parts")
+    longest = max((len(completion_text(c)) for c in completions), default=0)
+    if longest > BENCH_MAX_COMPLETION_CHARS:
+        problems.append(f"completions: each may be at most {BENCH_MAX_COMPLETION_CHARS:,} characters; the longest has "
+                        f"{longest:,}, shorten it")
+    if row is not None:
+        size = len(json.dumps(row, default=str))
+        if size > BENCH_MAX_ROW_CHARS:
+            problems.append(f"row: the dataset row may be at most {BENCH_MAX_ROW_CHARS:,} characters of JSON; "
+                            f"it has {size:,}, keep only the columns the rewards read")
+    return problems
+
+
 def score_completions(
     specs: Sequence[RewardSpec], completions: Sequence[Any], row: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Score typed completions with every reward, as GRPO would for one dataset row.
 
-    Returns one ``{"completion", "scores", "total"}`` per completion. ``scores`` maps each reward's
+    Returns one ``{"completion", "scores", "total", "notes"}`` per completion. ``scores`` maps each reward's
     name to its score, None where the reward does not apply; ``total`` is the weighted sum with None
-    counted as 0, as TRL sums rewards. Raises SpecError when the row lacks a column a reward needs.
+    counted as 0, as TRL sums rewards; ``notes`` says where a user pattern ran out of time (scored 0.0).
+    Raises SpecError when the input is over the bench's limits or the row lacks a column a reward needs.
     """
+    problems = bench_input_problems(specs, completions, row)
+    if problems:
+        raise SpecError(problems)
     row = dict(row or {})
     problems = missing_columns(specs, row)
     if problems:
@@ -466,8 +570,15 @@ def score_completions(
     functions, weights = build_rewards(specs)
     reward_kwargs = _row_as_batch(row, len(completions))
     scores_by_reward = {fn.__name__: fn(completions=list(completions), **reward_kwargs) for fn in functions}
+    notes: dict[int, list[str]] = {}
+    for fn in functions:
+        for index in getattr(fn, "timed_out", ()):
+            notes.setdefault(index, []).append(
+                f"{fn.__name__}: the pattern ran past {USER_PATTERN_TIMEOUT_S} s and scored 0.0; simplify it"
+            )
     return [
-        _scored(completion, {name: scores[index] for name, scores in scores_by_reward.items()}, functions, weights)
+        {**_scored(completion, {name: scores[index] for name, scores in scores_by_reward.items()}, functions, weights),
+         "notes": notes.get(index, [])}
         for index, completion in enumerate(completions)
     ]
 

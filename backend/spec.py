@@ -37,14 +37,15 @@ def shorten(text: str, limit: int) -> str:
 
 
 def quote_input(value: Any, limit: int = ECHO_LIMIT) -> str:
-    """The user's input as it appears in a refusal: its repr, at most ``limit`` characters."""
-    if isinstance(value, str) and len(value) > limit:
-        value = value[: limit + 1]  # repr of a huge string first would cost as much as the string
+    """The user's input quoted for a refusal, cut to ``limit`` characters so a huge value is never replayed."""
+    if isinstance(value, str):
+        return repr(shorten(value, limit))
     return shorten(repr(value), limit)
 
 
-_HUB_NAME_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
-_HUB_REPO_ID = re.compile(rf"{_HUB_NAME_PART}/{_HUB_NAME_PART}")
+# One part of a Hub id (owner or name), by the Hub's rules; backend/access.py builds model and dataset ids from it.
+HUB_NAME_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
+_HUB_REPO_ID = re.compile(rf"{HUB_NAME_PART}/{HUB_NAME_PART}")
 HUB_REPO_ID_RULE = (
     "owner/name, each part 1-96 letters, digits, '-', '_' or '.', without '--' or '..' and not starting or "
     "ending with '-' or '.'"
@@ -112,13 +113,16 @@ class ModelSpec(_Part):
 
 
 class DatasetSpec(_Part):
-    source: Literal["builtin", "hub", "file"] = Field(
-        "builtin", description="Where the data comes from: a built-in sample, a Hub dataset id, or a local file."
+    source: Literal["builtin", "hub", "upload", "file"] = Field(
+        "builtin",
+        description="Where the data comes from: a built-in sample, a Hub dataset id, a file you uploaded, "
+        "or a file on this machine (local use only).",
     )
     name: str = Field(
         "chat-demo",
         min_length=1,
-        description="Built-in sample name, Hub dataset id, or path to a .jsonl/.json/.csv/.parquet file.",
+        description="Built-in sample name, Hub dataset id, upload id (from Dataset -> Upload), "
+        "or path to a .jsonl/.json/.csv/.parquet file.",
     )
     config: str | None = Field(None, description="Hub dataset configuration (subset) name.")
     split: str = Field("train", min_length=1, description="Split to train on.")
@@ -435,6 +439,46 @@ def parse_spec(data: str | dict[str, Any]) -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError([_describe(e) for e in exc.errors()]) from None
+
+
+MAX_SPEC_BYTES = 1 << 20
+
+
+def load_spec_text(text: str | bytes, where: str = "spec") -> dict[str, Any]:
+    """A spec mapping from JSON or YAML text (a file, an API call); every way it can be unreadable is a SpecError.
+
+    ``where`` names the source in the sentence (a file path, ``spec``). Size is capped before parsing, and deep
+    nesting (a RecursionError in the parsers) is refused like any other malformed input.
+    """
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError([f"{where}: {len(text)} bytes is larger than a spec can be ({MAX_SPEC_BYTES} bytes)"])
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SpecError([f"{where}: not UTF-8 text (byte {exc.start}); save it as UTF-8 JSON or YAML"]) from None
+    try:
+        data = _json_or_yaml(text, where)
+    except RecursionError:
+        raise SpecError([f"{where}: nested too deeply to be a spec"]) from None
+    if not isinstance(data, dict):
+        raise SpecError([f"{where}: must be a mapping of spec fields (got {type(data).__name__})"])
+    return data
+
+
+def _json_or_yaml(text: str, where: str) -> Any:
+    import json
+
+    import yaml
+
+    try:
+        return json.loads(text)
+    except ValueError as json_error:  # YAML is a superset of JSON in all but a few corners, so JSON goes first
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as yaml_error:
+            cause = json_error if text.lstrip().startswith("{") else yaml_error
+            raise SpecError([f"{where}: not valid JSON or YAML ({str(cause).splitlines()[0][:120]})"]) from None
 
 
 def field_docs(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[tuple[str, str, str]]:

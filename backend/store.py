@@ -489,7 +489,9 @@ class JobStore:
             rows = con.execute(
                 "SELECT id, step, data FROM samples WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
             ).fetchall()
-        return [{"id": r["id"], "step": r["step"], **data} for r in rows if (data := _json_object(r["data"])) is not None]
+        return [
+            {"id": r["id"], "step": r["step"], **data} for r in rows if (data := _json_object(r["data"])) is not None
+        ]
 
     def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Metric rows in the order they were logged; ``after_id`` lets a live view fetch only new rows."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from backend.access import dataset_file_name
 from backend.builtin_datasets import BUILTIN_DATASETS
 from backend.demo_model import DEMO_MODEL_ID
 from backend.spec import JobSpec, Method
@@ -56,7 +57,7 @@ def default_output_dir(spec: JobSpec) -> str:
 
 
 def _placeholder_dataset_id(spec: JobSpec) -> str:
-    stem = Path(spec.dataset.name).stem if spec.dataset.source == "file" else spec.dataset.name
+    stem = Path(dataset_file_name(spec.dataset)).stem if spec.dataset.source in ("file", "upload") else spec.dataset.name
     return f"{PLACEHOLDER_NAMESPACE}/{slug(stem)}"
 
 
@@ -223,10 +224,11 @@ def trl_cli_notes(spec: JobSpec) -> list[str]:
             f"dataset: the built-in sample {d.name!r} is not on the Hub; upload backend/assets/datasets/{file} "
             f"(hf upload {_placeholder_dataset_id(spec)} {file} --repo-type dataset) and set dataset_name to it."
         )
-    elif d.source == "file":
+    elif d.source in ("file", "upload"):
+        file = dataset_file_name(d)
         notes.append(
-            f"dataset: the local file {Path(d.name).name} is not on the Hub; upload it (hf upload "
-            f"{_placeholder_dataset_id(spec)} {Path(d.name).name} --repo-type dataset) and set dataset_name to it."
+            f"dataset: the {'uploaded' if d.source == 'upload' else 'local'} file {file} is not on the Hub; upload it "
+            f"(hf upload {_placeholder_dataset_id(spec)} {file} --repo-type dataset) and set dataset_name to it."
         )
     if d.columns:
         renames = ", ".join(f"{theirs} -> {ours}" for ours, theirs in d.columns.items())

@@ -16,6 +16,8 @@ DEFAULT_MAX_QUEUED_PER_USER = 3
 class User:
     name: str
     is_admin: bool = False
+    # The person at this machine (``local_user()``): only they may name files and folders on it. A Space admin is not.
+    local: bool = False
     # The user's Hub token (OAuth on a Space, HF_TOKEN locally): held in memory only, never stored.
     token: str | None = field(default=None, repr=False, compare=False)
 
@@ -32,7 +34,8 @@ def admins() -> set[str]:
 
 def local_user() -> User:
     """The person running the app on their own machine: ``STUDIO_LOCAL_USER`` (default ``local``), an admin."""
-    return User(os.environ.get("STUDIO_LOCAL_USER", "local"), is_admin=True, token=os.environ.get("HF_TOKEN"))
+    return User(os.environ.get("STUDIO_LOCAL_USER", "local"), is_admin=True, local=True,
+                token=os.environ.get("HF_TOKEN"))
 
 
 def hub_user(username: str, token: str | None = None) -> User:

@@ -50,7 +50,8 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
     """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
     # An environment's reset receives the dataset's columns, so an environment job keeps them all.
     dataset, fmt = load_training_dataset(
-        spec.dataset, spec.method, reward_columns(spec), keep_all=environment is not None
+        spec.dataset, spec.method, reward_columns(spec), keep_all=environment is not None,
+        uploads_dir=paths.uploads(spec.owner),  # the owner the job was stored under: whose upload the id names
     )
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     common = dict(

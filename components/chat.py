@@ -13,7 +13,7 @@ from backend.chat import GenerationSettings, message_text
 from backend.space_runtime import gpu_task
 from backend.store import JobNotFound
 from components.form import job_choice_id
-from components.session import require_user, user_from
+from components.session import as_user, require_user, user_from
 from components.train import finished_job_choices
 
 
@@ -66,8 +66,12 @@ def build(api: StudioAPI) -> ChatHandles:
         return finished_job_choices(api, user_from(profile))
 
     gr.api(jobs, api_name="chat_jobs")
-    refresh.click(lambda profile=None: gr.update(choices=jobs(profile)), None, job, api_name=False)
-    job.focus(lambda profile=None: gr.update(choices=jobs(profile)), None, job, api_name=False)
+    @as_user(signed_in=False)
+    def refresh_choices(user):
+        return gr.update(choices=finished_job_choices(api, user))
+
+    refresh.click(refresh_choices, None, job, api_name=False)
+    job.focus(refresh_choices, None, job, api_name=False)
 
     @gpu_task(duration=120)  # on ZeroGPU the chat borrows a GPU per message; elsewhere a no-op
     def stream(job_choice, text, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,

@@ -5,6 +5,8 @@ No Gradio here, so the mapping is tested on its own; ``components/train.py`` onl
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -32,7 +34,7 @@ FIELDS: dict[str, Any] = {
     "builtin_dataset": "chat-demo",
     "hub_dataset": "",
     "hub_split": "train",
-    "upload_path": "",
+    "upload_id": "",  # what StudioAPI.upload_dataset returned; never a path on the server
     "column_map": "",
     "max_rows": None,
     "method": "sft",
@@ -111,13 +113,37 @@ def parse_rewards(text: str) -> list[dict[str, Any]]:
     return rewards
 
 
-def _number(value, cast=float):
-    return None if value in (None, "") else cast(value)
+def _number(values: dict[str, Any], name: str, path: str, cast=float, optional: bool = False):
+    """Form field ``name`` (spec field ``path``) as a finite number; an empty, non-numeric, infinite or (for whole
+    numbers) fractional value is a FormError naming the field, never a TypeError or OverflowError."""
+    raw, section = values[name], _PREFIXES[path.split(".")[0]]
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        if optional:
+            return None
+        raise FormError(section, f"{path}: empty; give a number")
+    try:
+        number = float(raw)
+    except (TypeError, ValueError):
+        raise FormError(section, f"{path}: {str(raw)[:40]!r} is not a number") from None
+    if isinstance(raw, bool) or not math.isfinite(number):
+        raise FormError(section, f"{path}: must be a finite number (got {str(raw)[:40]})")
+    if cast is int:
+        if not number.is_integer():
+            raise FormError(section, f"{path}: must be a whole number (got {number:g})")
+        return int(number)
+    return number
 
 
 def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
     """The spec dict the form describes (validated later by ``parse_spec``, whose messages name the fields)."""
-    v = {**FIELDS, **values}
+    try:
+        return _form_to_spec({**FIELDS, **values})
+    except (TypeError, AttributeError) as exc:  # an API caller sent e.g. a list where the form has a text box
+        raise FormError("general", f"the form sent a value of the wrong type ({str(exc)[:80]}); "
+                        "send text, numbers and booleans as the Train tab does") from None
+
+
+def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
     source = v["dataset_source"]
     if source == "builtin":
         dataset = {"source": "builtin", "name": v["builtin_dataset"]}
@@ -126,45 +152,52 @@ def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
             raise FormError("dataset", "give a Hub dataset id, e.g. trl-lib/Capybara")
         dataset = {"source": "hub", "name": v["hub_dataset"].strip(), "split": v["hub_split"] or "train"}
     else:
-        if not v["upload_path"]:
+        upload = (v["upload_id"] or "").strip()
+        if not upload:
             raise FormError("dataset", "upload a .jsonl, .json, .csv or .parquet file first")
-        dataset = {"source": "file", "name": v["upload_path"]}
+        # A cloned local job names its file by path; the backend lets only the person at this machine use one.
+        dataset = {"source": "file" if Path(upload).is_absolute() else "upload", "name": upload}
     if v["column_map"]:
         dataset["columns"] = parse_column_map(v["column_map"])
-    if v["max_rows"]:
-        dataset["max_rows"] = int(v["max_rows"])
+    max_rows = _number(v, "max_rows", "dataset.max_rows", int, optional=True)
+    if max_rows:
+        dataset["max_rows"] = max_rows
     method = v["method"]
     spec: dict[str, Any] = {
         "method": method,
         "model": {"name_or_path": (v["base_model"] or "").strip(), "parent_job_id": job_choice_id(v["parent_job"])},
         "dataset": dataset,
-        "lora": {"enabled": bool(v["lora_enabled"]), "r": int(v["lora_r"]), "alpha": int(v["lora_alpha"])},
+        "lora": {"enabled": bool(v["lora_enabled"]), "r": _number(v, "lora_r", "lora.r", int),
+                 "alpha": _number(v, "lora_alpha", "lora.alpha", int)},
         "quantization": {"mode": v["quant_mode"]},
         "training": {
-            "max_steps": _number(v["max_steps"], int), "learning_rate": _number(v["learning_rate"]),
-            "batch_size": int(v["batch_size"]), "gradient_accumulation_steps": int(v["grad_accum"]),
-            "max_length": int(v["max_length"]),
+            "max_steps": _number(v, "max_steps", "training.max_steps", int, optional=True),
+            "learning_rate": _number(v, "learning_rate", "training.learning_rate"),
+            "batch_size": _number(v, "batch_size", "training.batch_size", int),
+            "gradient_accumulation_steps": _number(v, "grad_accum", "training.gradient_accumulation_steps", int),
+            "max_length": _number(v, "max_length", "training.max_length", int),
         },
-        "eval": {"holdout_rows": int(v["holdout_rows"]) if v["holdout_rows"] else None},
+        "eval": {"holdout_rows": _number(v, "holdout_rows", "eval.holdout_rows", int, optional=True) or None},
         "output": {"run_name": v["run_name"] or None, "push_to_hub": bool(v["push_to_hub"]),
                    "hub_repo_id": (v["hub_repo_id"] or "").strip() or None, "private": bool(v["hub_private"])},
     }
     if method == "sft":
         spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": bool(v["sft_packing"])}
     elif method == "dpo":
-        spec["dpo"] = {"beta": float(v["dpo_beta"]), "loss_type": v["dpo_loss_type"]}
+        spec["dpo"] = {"beta": _number(v, "dpo_beta", "dpo.beta"), "loss_type": v["dpo_loss_type"]}
     elif method == "grpo":
         spec["grpo"] = {
-            "num_generations": int(v["grpo_num_generations"]),
-            "max_completion_length": int(v["grpo_max_completion_length"]),
-            "temperature": float(v["grpo_temperature"]),
+            "num_generations": _number(v, "grpo_num_generations", "grpo.num_generations", int),
+            "max_completion_length": _number(v, "grpo_max_completion_length", "grpo.max_completion_length", int),
+            "temperature": _number(v, "grpo_temperature", "grpo.temperature"),
         }
         rewards = parse_rewards(v["grpo_rewards"])
         if v["env_name"]:
             spec["environment"] = {
                 "name": v["env_name"].strip(), "reward": v["env_reward"],
-                "max_tool_calling_iterations": int(v["env_max_iterations"]),
-                "eval_episodes": int(v["env_eval_episodes"]),
+                "max_tool_calling_iterations": _number(v, "env_max_iterations",
+                                                       "environment.max_tool_calling_iterations", int),
+                "eval_episodes": _number(v, "env_eval_episodes", "environment.eval_episodes", int),
             }
             spec["grpo"]["rewards"] = rewards  # with an environment, extra rewards only (may be empty)
         elif rewards:
@@ -175,7 +208,7 @@ def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
 def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     """A stored job's settings as form values: "clone this job" fills the Train tab with them."""
     d = spec.dataset
-    source = {"builtin": "builtin", "hub": "hub", "file": "upload"}[d.source]
+    source = {"builtin": "builtin", "hub": "hub", "upload": "upload", "file": "upload"}[d.source]
     values = {
         "base_model": spec.model.name_or_path,
         "parent_job": spec.model.parent_job_id or "",
@@ -183,7 +216,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "builtin_dataset": d.name if d.source == "builtin" else FIELDS["builtin_dataset"],
         "hub_dataset": d.name if d.source == "hub" else "",
         "hub_split": d.split or "train",
-        "upload_path": d.name if d.source == "file" else "",
+        "upload_id": d.name if d.source in ("upload", "file") else "",
         "column_map": ", ".join(f"{k}={v}" for k, v in (d.columns or {}).items()),
         "max_rows": d.max_rows,
         "method": spec.method.value,
@@ -218,6 +251,20 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     }
     assert values.keys() == FIELDS.keys()
     return values
+
+
+def bench_table(scored: list[dict[str, Any]]) -> dict[str, list]:
+    """The reward bench's result as a table: completion (cut to 80 characters), each reward's score, total, notes.
+
+    A reward that does not apply to a completion (None) shows "-", as TRL skips it.
+    """
+    rewards = list(scored[0]["scores"]) if scored else []
+    rows = [
+        [s["completion"][:80], *("-" if v is None else f"{v:.3f}" for v in s["scores"].values()), f"{s['total']:.3f}",
+         "; ".join(s.get("notes", []))]
+        for s in scored
+    ]
+    return {"headers": ["completion", *rewards, "total", "notes"], "data": rows}
 
 
 def route_problems(problems: list[str]) -> dict[str, list[str]]:

@@ -15,13 +15,13 @@ import gradio as gr
 
 from backend.api import StudioAPI
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.spec import REWARD_NAMES, SpecError, field_help
+from backend.spec import REWARD_NAMES, SpecError, field_help, load_spec_text
 from backend.store import JobStatus
 from components.form import (
     CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError, builtin_dataset_choices,
     form_to_spec, route_problems,
 )
-from components.session import require_user, user_from
+from components.session import as_user, require_user
 
 FIELD_NAMES = list(FIELDS)
 
@@ -89,7 +89,7 @@ def build(api: StudioAPI) -> TrainHandles:
         inputs["hub_split"] = gr.Textbox(value="train", label="Split", visible=False)
     upload = gr.File(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
                      file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
-    inputs["upload_path"] = gr.Textbox(visible=False)
+    inputs["upload_id"] = gr.Textbox(visible=False)  # an id only: the server resolves it in the user's own folder
     upload_note = gr.Markdown(visible=False)
     with gr.Row():
         inputs["column_map"] = gr.Textbox(
@@ -222,20 +222,20 @@ def build(api: StudioAPI) -> TrainHandles:
                             [sft_group, dpo_group, grpo_group, inputs["builtin_dataset"]], api_name=False)
 
     # --- upload: kept only if it loads for the method ---------------------------------------------------------
-    def on_upload(file, method, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
+    @as_user
+    def on_upload(user, file, method):
         if file is None:
             return "", gr.update(value="", visible=False), "", gr.update()
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            kept, summary = api.upload_dataset(path, path.name, method, user)
+            upload_id, summary = api.upload_dataset(path, path.name, method, user)
         except SpecError as exc:
             # The widget is emptied too, so it never shows a file that was not kept.
             return "", gr.update(value="", visible=False), _problems_markdown(exc.problems), None
-        return str(kept), gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
+        return upload_id, gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
 
     upload.upload(on_upload, [upload, inputs["method"]],
-                  [inputs["upload_path"], upload_note, errors["dataset"], upload], api_name="upload_dataset")
+                  [inputs["upload_id"], upload_note, errors["dataset"], upload], api_name="upload_dataset")
 
     # --- preview, reward bench, dry run -------------------------------------------------------------------------
     def with_spec(action, args) -> tuple[Any, list[str]]:
@@ -247,8 +247,9 @@ def build(api: StudioAPI) -> TrainHandles:
         except SpecError as exc:
             return None, error_updates(exc.problems)
 
-    def on_preview(*args):
-        preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3), args)
+    @as_user
+    def on_preview(user, *args):
+        preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3, user=user), args)
         if preview is None:
             return "", *boxes
         parts = [f"**{preview.total_rows} rows**, format `{preview.format}`, columns: {', '.join(preview.columns)}; "
@@ -262,25 +263,28 @@ def build(api: StudioAPI) -> TrainHandles:
 
     preview_button.click(on_preview, form, [preview_out, *error_boxes], api_name="preview_dataset")
 
-    def on_bench(rewards_yaml, completions, row_json):
-        from components.form import parse_rewards
+    @as_user
+    def on_bench(user, rewards_yaml, completions, row_json):
+        from components.form import bench_table, parse_rewards
 
+        lines = [c for c in (completions or "").splitlines() if c.strip()]
+        if not lines:
+            raise gr.Error("Type at least one completion.")
         try:
             rewards = parse_rewards(rewards_yaml)
             row = json.loads(row_json) if (row_json or "").strip() else None
-            lines = [c for c in (completions or "").splitlines() if c.strip()]
-            if not lines:
-                raise gr.Error("Type at least one completion.")
-            scores = api.score_rewards(rewards, lines, row)
+            if row is not None and not isinstance(row, dict):
+                raise FormError("method", 'the dataset row must be a JSON object, e.g. {"solution": "$4$"}')
+            scored = api.score_rewards(rewards, lines, row, user=user)
         except (FormError, ValueError, SpecError) as exc:
-            raise gr.Error(str(exc)) from None
-        return [[c[:80], *(f"{v:.3f}" for v in s.values())] for c, s in zip(lines, scores)]
+            raise gr.Error(str(exc)[:500]) from None
+        return bench_table(scored)
 
     bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row], bench_out,
                        api_name="score_rewards")
 
-    def on_dry_run(*args, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
+    @as_user
+    def on_dry_run(user, *args):
         try:
             episode, boxes = with_spec(lambda spec: api.dry_run(spec, user=user), args)
         except Exception as exc:  # noqa: BLE001 - an unreachable environment, a model that cannot load
@@ -290,8 +294,8 @@ def build(api: StudioAPI) -> TrainHandles:
     dry_run_button.click(on_dry_run, form, [transcript, *error_boxes], api_name="dry_run")
 
     # --- check and queue -----------------------------------------------------------------------------------------
-    def on_check(*args, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
+    @as_user
+    def on_check(user, *args):
         checked, boxes = with_spec(lambda spec: api.check(spec, user=user), args)
         if checked is None:
             return "", *boxes
@@ -301,8 +305,8 @@ def build(api: StudioAPI) -> TrainHandles:
 
     check_button.click(on_check, form, [result, *error_boxes], api_name="check_job")
 
-    def on_queue(*args, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
-        user = require_user(profile, token)
+    @as_user
+    def on_queue(user, *args):
         submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
         if submitted is None:
             return "", *boxes
@@ -315,10 +319,10 @@ def build(api: StudioAPI) -> TrainHandles:
 
     queue_button.click(on_queue, form, [result, *error_boxes], api_name="submit_job")
 
-    def on_hf_jobs(*args, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+    @as_user
+    def on_hf_jobs(user, *args):
         from backend.hf_jobs import RemoteJobError
 
-        user = require_user(profile, token)
         *form_args, flavor, timeout = args
         try:
             hf_id, boxes = with_spec(lambda spec: api.send_to_hf_jobs(spec, user, flavor, timeout), form_args)
@@ -334,14 +338,15 @@ def build(api: StudioAPI) -> TrainHandles:
         """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
         user = require_user(profile)
         try:
-            return api.submit(json.loads(spec_json), user=user).job.id
+            return api.submit(load_spec_text(spec_json), user=user).job.id
         except SpecError as exc:
             raise gr.Error("; ".join(exc.problems)) from None
 
     gr.api(submit_spec, api_name="submit_spec")
 
-    def refresh_parents(profile: gr.OAuthProfile | None = None):
-        return gr.update(choices=finished_job_choices(api, user_from(profile)))
+    @as_user(signed_in=False)
+    def refresh_parents(user):
+        return gr.update(choices=finished_job_choices(api, user))
 
     inputs["parent_job"].focus(refresh_parents, None, inputs["parent_job"], api_name=False)
     return handles

@@ -1,43 +1,20 @@
 """The app launched as a real process on 127.0.0.1, driven through gradio_client."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import urllib.request
 
 import pytest
 
-from backend.environments.launcher import free_port
 from backend.store import JobStatus
-from tests.conftest import ROOT, wait_for, wait_status
+from tests.apps import launch_app
+from tests.conftest import wait_for, wait_status
 
 pytestmark = pytest.mark.slow
 
 
-def _up(url):
-    try:
-        return urllib.request.urlopen(url, timeout=2).status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture()
 def app_url(data_dir):
-    port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for(lambda: _up(url) or proc.poll() is not None, 90, 0.5, "the app to start")
-        assert proc.poll() is None, "the app exited at start-up"
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(20)
+    with launch_app(data_dir) as app:
+        yield app.url
 
 
 def _form(**values):

@@ -6,12 +6,7 @@ it -> a bad upload) and leave screenshots in tests/artifacts/.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +14,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
+from tests.apps import data_dir_with_models, launch_app
 from tests.conftest import ROOT, wait_for
-from backend.environments.launcher import free_port
-from tests.test_app import _up
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
 CHROMIUM = "/usr/bin/chromium"
@@ -40,29 +34,9 @@ STATE: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, models_dir):
     """The app on a free port with its own data dir (models/ links to the session's demo model)."""
-    root = tmp_path_factory.mktemp("browser") / "data"
-    root.mkdir()
-    (root / "models").symlink_to(models_dir, target_is_directory=True)
-    port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "STUDIO_DATA_DIR": str(root),
-           "PYTHONPATH": str(ROOT)}
-    log_path = root.parent / "app.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,
-                                stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for(lambda: _up(url) or proc.poll() is not None, 90, 0.5, "the app to start")
-        assert proc.poll() is None, "the app exited at start-up:\n" + log_path.read_text()[-4000:]
-        yield url, JobStore(DataPaths(root).db)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    root = data_dir_with_models(tmp_path_factory.mktemp("browser") / "data", models_dir)
+    with launch_app(root) as running:
+        yield running.url, JobStore(DataPaths(root).db)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,9 @@ from backend.api import StudioAPI
 from backend.spec import parse_spec
 from backend.store import JobStatus
 from components import job_views
-from components.form import FIELDS, FormError, form_to_spec, parse_column_map, route_problems, spec_to_form
+from components.form import (
+    FIELDS, FormError, bench_table, form_to_spec, parse_column_map, route_problems, spec_to_form,
+)
 from tests.conftest import tiny_spec
 
 
@@ -22,11 +24,35 @@ def test_the_default_form_is_a_valid_sft_spec():
      "env_reward": "last", "env_eval_episodes": 4},
     {"dataset_source": "hub", "hub_dataset": "trl-lib/Capybara", "hub_split": "test", "column_map": "messages=conv",
      "max_rows": 100, "run_name": "x", "holdout_rows": 5},
+    {"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"},
 ])
 def test_form_and_spec_round_trip(values):
     spec = parse_spec(form_to_spec(values))
     again = parse_spec(form_to_spec(spec_to_form(spec)))
     assert again == spec
+
+
+def test_an_upload_is_named_by_its_id_and_a_cloned_local_file_by_its_path():
+    assert form_to_spec({"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"})["dataset"] == {
+        "source": "upload", "name": "0123456789ab-chats.jsonl"}
+    # Only the local admin may use a file source; the backend refuses it for everyone else (tests/test_access.py).
+    local = parse_spec(tiny_spec(dataset={"source": "file", "name": "/home/me/rows.jsonl"}))
+    assert form_to_spec(spec_to_form(local))["dataset"] == {"source": "file", "name": "/home/me/rows.jsonl"}
+
+
+def test_the_reward_bench_table_shows_each_score_and_the_total(paths):
+    api = StudioAPI(paths.root, scheduler="none")
+    scored = api.score_rewards(
+        [{"name": "exact_match", "column": "answer", "weight": 2.0}, {"name": "accuracy"},
+         {"name": "regex", "pattern": "(a|aa)+$"}],
+        ["Paris", "a" * 40 + "b"], row={"answer": "paris", "solution": "no math here"},
+    )
+    table = bench_table(scored)
+    assert table["headers"] == ["completion", "exact_match", "accuracy", "regex", "total", "notes"]
+    assert table["data"][0] == ["Paris", "1.000", "-", "0.000", "2.000", ""]
+    assert table["data"][1][:5] == ["a" * 40 + "b", "0.000", "-", "0.000", "0.000"]
+    assert "regex: the pattern ran past 0.1 s" in table["data"][1][5]
+    assert bench_table([]) == {"headers": ["completion", "total", "notes"], "data": []}
 
 
 def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():

@@ -203,6 +203,36 @@ def test_regex_on_a_megabyte_completion():
     assert RegexMatch(r"\bneedle\b")([MEGABYTE + "needle", MEGABYTE]) == [1.0, 0.0]
 
 
+@pytest.mark.parametrize(("pattern", "text"), [
+    ("(a+)+$", "a" * 30 + "b"),  # ~19 s with Python's re
+    ("(a|aa)+$", "a" * 40 + "b"),  # exponential for the regex package too, so its timeout is what ends it
+    ("^(\\w+\\s?)*$", "an input that is long enough to hurt " * 3 + "!"),
+])
+def test_a_catastrophic_pattern_gives_up_after_its_time_limit_and_scores_zero(pattern, text):
+    reward = RegexMatch(pattern)
+    start = time.monotonic()
+    assert reward([text, "a"]) == [0.0, 1.0]
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_pattern_that_runs_out_of_time_is_logged_and_remembered():
+    reward = RegexMatch("(a|aa)+$")
+    assert reward(["a", "a" * 40 + "b"]) == [1.0, 0.0]
+    assert reward.timed_out == [1]
+    assert reward(["a"]) == [1.0] and reward.timed_out == []
+
+
+def test_a_schema_pattern_is_time_limited_too():
+    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": "(a|aa)+$"}},
+              "patternProperties": {"(x|xx)+$": {"type": "integer"}}, "additionalProperties": False}
+    reward = ValidJSON(schema)
+    start = time.monotonic()
+    scores = reward(['{"id": "%s"}' % ("a" * 40 + "b"), '{"id": "aaa"}', '{"%s": 1}' % ("x" * 40 + "y"),
+                     '{"xx": 1}', '{"xx": "no"}', '{"other": 1}'])
+    assert time.monotonic() - start < 2.0
+    assert scores == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
+
+
 # --- valid_json ------------------------------------------------------------------------------------
 
 
@@ -362,9 +392,9 @@ def test_score_completions_totals_weighted_scores():
     row = {"prompt": "Capital of France?", "answer": "Paris"}
     results = score_completions(specs, ["Paris", "Paris, France", "Lyon"], row=row)
     assert results == [
-        {"completion": "Paris", "scores": {"exact_match": 1.0, "keywords": 0.5}, "total": 2.25},
-        {"completion": "Paris, France", "scores": {"exact_match": 0.0, "keywords": 1.0}, "total": 0.5},
-        {"completion": "Lyon", "scores": {"exact_match": 0.0, "keywords": 0.0}, "total": 0.0},
+        {"completion": "Paris", "scores": {"exact_match": 1.0, "keywords": 0.5}, "total": 2.25, "notes": []},
+        {"completion": "Paris, France", "scores": {"exact_match": 0.0, "keywords": 1.0}, "total": 0.5, "notes": []},
+        {"completion": "Lyon", "scores": {"exact_match": 0.0, "keywords": 0.0}, "total": 0.0, "notes": []},
     ]
 
 

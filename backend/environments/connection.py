@@ -13,12 +13,16 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 from typing import Any
 
 from backend.spec import quote_input
 
 BUILTIN_PREFIX = "builtin:"
+HUB_ENDPOINT = "https://huggingface.co"
 _SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# One DNS label under hf.space: where the Hub serves a Space. Deeper names are not the Hub's to vouch for.
+_SPACE_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.hf\.space")
 
 
 class EnvironmentUnavailable(RuntimeError):
@@ -53,19 +57,51 @@ def resolve_url(reference: str) -> str:
     )
 
 
+def token_may_go_to(url: str) -> bool:
+    """Whether a Hugging Face token may be sent to ``url``: https, no user-info, and the host is one Space
+    (``<one label>.hf.space``) or the Hub itself (``HF_ENDPOINT``'s host, default huggingface.co).
+
+    >>> token_may_go_to("https://openenv-echo-env.hf.space/ws"), token_may_go_to("http://attacker/x.hf.space")
+    (True, False)
+    """
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    if parts.scheme.lower() not in ("https", "wss") or "@" in parts.netloc or not parts.hostname:
+        return False
+    host = parts.hostname.lower().rstrip(".")
+    hub_host = (urlsplit(os.environ.get("HF_ENDPOINT") or HUB_ENDPOINT).hostname or "").lower()
+    return _SPACE_HOST.fullmatch(host) is not None or host == hub_host
+
+
 def auth_headers(url: str) -> dict[str, str]:
-    """A bearer token for private Spaces on hf.space, from HF_TOKEN; nothing for any other host."""
+    """A bearer token (HF_TOKEN) for private Spaces and the Hub; nothing for any other URL (see token_may_go_to)."""
     token = os.environ.get("HF_TOKEN")
-    if token and ".hf.space" in url:
+    if token and token_may_go_to(url):
         return {"Authorization": f"Bearer {token}"}
     return {}
+
+
+class _TokenStaysOnRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib copies every header onto a redirect, to any host: the token follows only where it may go."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        follow = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if follow is not None and not token_may_go_to(newurl):
+            follow.remove_header("Authorization")
+        return follow
+
+
+_OPENER = urllib.request.build_opener(_TokenStaysOnRedirect)
 
 
 def get_json(url: str, path: str, timeout_s: float = 10.0) -> Any:
     """GET ``url + path`` as JSON, with a clear EnvironmentUnavailable when the server cannot be reached."""
     request = urllib.request.Request(url + path, headers={"Accept": "application/json", **auth_headers(url)})
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - URL chosen by the user
+        with _OPENER.open(request, timeout=timeout_s) as response:  # noqa: S310 - URL chosen by the user
             return json.loads(response.read().decode("utf-8"))
     except urllib.error.HTTPError as exc:
         raise EnvironmentUnavailable(f"{url}{path} answered HTTP {exc.code} ({exc.reason})") from exc

@@ -17,11 +17,13 @@ from backend.spec import JobSpec, SpecError
 
 
 def dry_run(spec: JobSpec, models_dir: Path, adapter_dir: Path | None = None, row: int = 0,
-            seed: int | None = None) -> Episode:
-    """Play one episode on dataset row ``row`` (the job's own data, every column passed to the environment)."""
+            seed: int | None = None, uploads_dir: Path | None = None) -> Episode:
+    """Play one episode on dataset row ``row`` (the job's own data, every column passed to the environment).
+
+    ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``)."""
     if not spec.environment.name:
         raise SpecError(["environment.name: a dry run needs an environment"])
-    dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True)
+    dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True, uploads_dir=uploads_dir)
     if not 0 <= row < len(dataset):
         raise SpecError([f"dry run: row {row} is outside the dataset's {len(dataset)} rows"])
     model, tokenizer = load_for_inference(spec.model, spec.quantization, models_dir, adapter_dir)

@@ -1,0 +1,153 @@
+"""Who may read what: the one ownership rule for the jobs, uploads, files, Hub names and parent jobs a request names.
+
+``user=None`` is a trusted caller in this process (the CLI, scripts, tests) and keeps the full reach it always had.
+The local admin (``User.local``: the person at this machine) may also name files and folders on it. Everyone else,
+a Space admin included, reads only the built-in assets, their own uploads (by upload id, never by path) and the Hub.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from backend.demo_model import DEMO_MODEL_ID
+from backend.paths import DataPaths
+from backend.spec import HUB_NAME_PART, DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
+from backend.store import JobNotFound, JobRecord, JobStore
+from backend.users import User
+
+UPLOAD_INSTEAD = "upload the file instead (Dataset -> Upload)"
+UPLOAD_AGAIN = "upload the file again (Dataset -> Upload)"
+UPLOAD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+HUB_ID = re.compile(rf"(?:{HUB_NAME_PART}/)?{HUB_NAME_PART}")
+# What keep_upload names a kept file: random hex, the uploaded file's cleaned stem, its suffix. One path component.
+UPLOAD_ID = re.compile(r"[0-9a-f]{12}-[A-Za-z0-9_.-]{1,64}\.(?:jsonl|json|csv|parquet)")
+
+
+def may_name_server_paths(user: User | None) -> bool:
+    """Trusted in-process callers and the person at this machine may point the studio at files on it."""
+    return user is None or user.local
+
+
+# --- jobs --------------------------------------------------------------------------------------------------------
+
+
+def readable_job(store: JobStore, job_id: str, user: User | None) -> JobRecord:
+    """The job if ``user`` may read it; another user's job is JobNotFound (its existence is not theirs to know)."""
+    job = store.get(job_id)
+    if user is not None and not user.can_access(job.owner):
+        raise JobNotFound(job_id)
+    return job
+
+
+def parent_job_problems(model: ModelSpec, user: User | None, store: JobStore) -> list[str]:
+    """A staged job may continue only a job its submitter may read."""
+    parent_id = model.parent_job_id
+    if parent_id is None or user is None:
+        return []  # resolve_parent still refuses a parent that does not exist
+    try:
+        readable_job(store, parent_id, user)
+    except JobNotFound:
+        return [f"model.parent_job_id: there is no job {quote_input(parent_id)}"]
+    return []
+
+
+# --- uploads -----------------------------------------------------------------------------------------------------
+
+
+def is_upload_id(text: str) -> bool:
+    return UPLOAD_ID.fullmatch(text) is not None
+
+
+def upload_display_name(upload_id: str) -> str:
+    """The uploaded file's name as its owner knows it: the id without its random prefix."""
+    return upload_id.split("-", 1)[1] if is_upload_id(upload_id) else Path(upload_id).name
+
+
+def dataset_file_name(dataset: DatasetSpec) -> str:
+    """A file dataset's name without where it lives on this machine (for model cards, commits, CLI configs)."""
+    return upload_display_name(dataset.name) if dataset.source == "upload" else Path(dataset.name).name
+
+
+def upload_file(uploads_dir: Path, upload_id: str) -> Path:
+    """The kept file an upload id names inside one user's uploads folder; SpecError for anything else."""
+    if not is_upload_id(upload_id):
+        if _looks_like_path(upload_id):
+            raise SpecError([f"dataset.name: {quote_input(upload_id)} is a path on the server; {UPLOAD_INSTEAD}"])
+        raise SpecError([f"dataset.name: {quote_input(upload_id)} is not an upload id; {UPLOAD_AGAIN}"])
+    path = uploads_dir / upload_id
+    # The id is one component by its pattern; the resolved check also refuses a link planted in the folder.
+    if not path.is_file() or path.resolve().parent != uploads_dir.resolve():
+        raise SpecError([f"dataset.name: there is no upload {quote_input(upload_id)} of yours; {UPLOAD_AGAIN}"])
+    return path
+
+
+# --- specs -------------------------------------------------------------------------------------------------------
+
+
+def authorize_spec(spec: JobSpec, user: User | None, store: JobStore, paths: DataPaths) -> JobSpec:
+    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use."""
+    if user is not None and spec.owner != user.name:
+        spec = spec.model_copy(update={"owner": user.name})
+    problems = [
+        *dataset_problems(spec.dataset, user, paths.uploads(spec.owner)),
+        *model_problems(spec.model, user),
+        *parent_job_problems(spec.model, user, store),
+    ]
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def dataset_problems(dataset: DatasetSpec, user: User | None, uploads_dir: Path) -> list[str]:
+    """Whether ``user`` may read the dataset: built-ins, their own uploads, the Hub, and paths only if local."""
+    if dataset.source == "upload":
+        try:
+            upload_file(uploads_dir, dataset.name)
+        except SpecError as exc:
+            return exc.problems
+        return []
+    if may_name_server_paths(user) or dataset.source == "builtin":
+        return []
+    if dataset.source == "file":
+        return [f"dataset.name: {quote_input(dataset.name)} is a path on the server; {UPLOAD_INSTEAD}"]
+    problem = hub_name_problem("dataset.name", dataset.name, "dataset", UPLOAD_INSTEAD)
+    return [problem] if problem else []
+
+
+def model_problems(model: ModelSpec, user: User | None) -> list[str]:
+    if may_name_server_paths(user):
+        return []
+    problems = []
+    if model.name_or_path != DEMO_MODEL_ID:
+        problem = hub_name_problem(
+            "model.name_or_path", model.name_or_path, "model", "push the model to the Hub and give its id"
+        )
+        if problem:
+            problems.append(problem)
+    if model.trust_remote_code and not user.is_admin:
+        # A repository's own modelling code would run in this process, with every user's data in reach.
+        problems.append(
+            "model.trust_remote_code: running a model repository's own code is not allowed on a shared Space; "
+            "pick a model transformers supports natively"
+        )
+    return problems
+
+
+def hub_name_problem(field: str, name: str, what: str, instead: str) -> str | None:
+    """None when ``name`` can only mean a Hub repo; else why not, in one sentence."""
+    if HUB_ID.fullmatch(name) is None:
+        if _looks_like_path(name):
+            return f"{field}: {quote_input(name)} is a path on the server; {instead}"
+        return f"{field}: {quote_input(name)} is not a Hub {what} id; give one like owner/name"
+    # datasets and transformers read a local folder of the same name before asking the Hub.
+    if Path(name).exists():
+        return (f"{field}: {quote_input(name)} names a folder on the server, not a Hub {what}; "
+                "give its Hub id (owner/name)")
+    return None
+
+
+def _looks_like_path(text: str) -> bool:
+    return (text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or ".." in text
+            or text.lower().endswith(UPLOAD_SUFFIXES))

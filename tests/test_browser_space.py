@@ -1,0 +1,104 @@
+"""The Train tab in a real browser on an emulated Space: a signed-in stranger checks, dry-runs and queues; a visitor
+who has not signed in is told to.
+
+The sign-in is Gradio's own session cookie, signed as the Space's OAuth callback would sign it (tests/apps.py),
+set in Chromium before the page loads.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from backend.paths import DataPaths
+from backend.store import JobStore
+from tests.apps import data_dir_with_models, launch_app, session_cookie
+from tests.conftest import ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does it)"),
+]
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory, models_dir):
+    root = data_dir_with_models(tmp_path_factory.mktemp("browser-space") / "data", models_dir)
+    with launch_app(root, space=True) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        yield chromium
+        chromium.close()
+
+
+def _page(browser, url: str, username: str | None):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    if username:
+        context.add_cookies([{"name": "session", "value": session_cookie(username), "url": url}])
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(url)
+    return page
+
+
+def _open_settings(page, **values: str) -> None:
+    page.get_by_text("4. Training settings, LoRA and quantization").click()
+    for label, value in values.items():
+        field = page.get_by_label(label, exact=True)
+        field.fill(value)
+        expect(field).to_have_value(value)
+
+
+def test_a_signed_in_stranger_checks_and_queues_from_the_train_tab(space, browser):
+    page = _page(browser, space.url, "alice")
+    expect(page.locator("#header-status")).to_contain_text("Signed in as alice", timeout=30_000)
+    _open_settings(page, **{"Max steps": "3", "Batch size": "2", "Max length": "128"})
+    page.locator("#check-button").click()
+    result = page.locator("#queue-result")
+    expect(result).to_contain_text("Pre-flight passed", timeout=60_000)
+    page.locator("#queue-button").click()
+    expect(result).to_contain_text("Queued", timeout=30_000)
+    job_id = re.search(r"Queued (\S+)", result.inner_text()).group(1)
+    expect(page.locator("#general-error")).to_have_text("")
+    job = JobStore(DataPaths(space.data_dir).db).get(job_id)
+    assert job.owner == "alice" and job.spec.training.max_steps == 3
+    page.screenshot(path=ARTIFACTS / "space-train-signed-in.png", full_page=True)
+
+
+def test_a_signed_in_stranger_dry_runs_an_environment(space, browser):
+    page = _page(browser, space.url, "bob")
+    expect(page.locator("#header-status")).to_contain_text("Signed in as bob", timeout=30_000)
+    page.locator("#method").get_by_label("grpo").check()
+    page.locator("#builtin-dataset input").fill("echo-demo")
+    page.locator("#builtin-dataset input").press("Enter")
+    page.locator("#env-name input").fill("builtin:echo")
+    page.locator("#env-name input").press("Enter")
+    page.get_by_label("Max completion length", exact=True).fill("32")
+    _open_settings(page, **{"Batch size": "4"})
+    page.get_by_role("button", name="Dry run: play one episode").click()
+    expect(page.locator("#dry-run-transcript")).to_contain_text(re.compile("reward", re.I), timeout=120_000)
+    expect(page.locator("#environment-error")).to_have_text("")
+    page.screenshot(path=ARTIFACTS / "space-dry-run.png", full_page=True)
+
+
+def test_a_visitor_is_told_to_sign_in_and_queues_nothing(space, browser):
+    store = JobStore(DataPaths(space.data_dir).db)
+    before = len(store.list())
+    page = _page(browser, space.url, None)
+    expect(page.locator("#header-status")).to_contain_text("Not signed in", timeout=30_000)
+    page.locator("#queue-button").click()
+    expect(page.get_by_text("Sign in with Hugging Face first").first).to_be_visible(timeout=30_000)
+    assert len(store.list()) == before

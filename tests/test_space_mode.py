@@ -1,0 +1,113 @@
+"""The app as it runs on a shared Space: visitors, two signed-in users and the Space's owner, through the real API.
+
+One app process for the module, launched with the platform's settings (tests/apps.py); every caller is a
+gradio_client carrying a session cookie signed exactly as Gradio checks it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gradio_client.exceptions import AppError
+
+from backend.paths import DataPaths
+from backend.store import JobStatus, JobStore
+from tests.apps import SPACE_OWNER, data_dir_with_models, launch_app, session_cookie
+from tests.conftest import wait_status
+from tests.test_app import _form, _job_id
+
+pytestmark = pytest.mark.slow
+
+SIGN_IN = "Sign in with Hugging Face first"
+TINY_SPEC = ('{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
+             '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}')
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory, models_dir):
+    root = data_dir_with_models(tmp_path_factory.mktemp("space") / "data", models_dir)
+    with launch_app(root, space=True) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def store(space) -> JobStore:
+    return JobStore(DataPaths(space.data_dir).db)
+
+
+@pytest.fixture(scope="module")
+def alices_job(space, store) -> str:
+    """A finished job of alice's (the other user's target in the isolation tests)."""
+    job_id = space.client("alice").predict(TINY_SPEC, api_name="/submit_spec")
+    done = wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed})
+    assert done.status is JobStatus.succeeded, done.error
+    return job_id
+
+
+def _refused(call, *args, api_name: str, expect: str = SIGN_IN) -> str:
+    with pytest.raises(AppError) as refused:
+        call.predict(*args, api_name=api_name)
+    assert expect in str(refused.value), (api_name, str(refused.value))
+    return str(refused.value)
+
+
+def test_a_visitor_can_look_but_not_queue_check_preview_bench_or_dry_run(space, store):
+    visitor = space.client()
+    forged_cookie = session_cookie("mallory", secret="not-the-space-secret")
+    forged = type(visitor)(space.url, verbose=False, headers={"Cookie": f"session={forged_cookie}"})
+    for caller in (visitor, forged):  # a cookie signed with another key is no sign-in at all
+        assert caller.predict(api_name="/status").startswith("Not signed in")
+        rows, _ = caller.predict(None, api_name="/list_jobs")
+        assert rows["data"] == [] or rows["data"] == [[""] * len(rows["headers"])]
+        for api_name in ("/submit_job", "/check_job", "/dry_run", "/preview_dataset"):
+            _refused(caller, *_form(), api_name=api_name)
+        _refused(caller, TINY_SPEC, api_name="/submit_spec")
+        _refused(caller, "- name: length\n  target_length: 3\n", "a b c", "", api_name="/score_rewards")
+        _refused(caller, "x", api_name="/cancel_job")
+        _refused(caller, "x", "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send")
+    assert store.list() == []
+    assert space.serving()
+
+
+def test_a_signed_in_user_checks_previews_and_queues_from_the_train_tab(space, store):
+    alice = space.client("alice")
+    assert alice.predict(api_name="/status").startswith("Signed in as **alice**")
+    checked, *boxes = alice.predict(*_form(), api_name="/check_job")
+    assert checked.startswith("✅ Pre-flight passed."), (checked, boxes)
+    preview, *boxes = alice.predict(*_form(), api_name="/preview_dataset")
+    assert "rows**" in preview and not any(boxes), boxes
+    queued, *boxes = alice.predict(*_form(max_steps=2), api_name="/submit_job")
+    job = store.get(_job_id(queued))
+    assert job.owner == "alice" and not any(boxes)
+    assert store.get(alice.predict(TINY_SPEC, api_name="/submit_spec")).owner == "alice"
+
+
+def test_a_signed_in_user_dry_runs_an_environment(space):
+    transcript, *boxes = space.client("alice").predict(
+        *_form(method="grpo", builtin_dataset="echo-demo", env_name="builtin:echo", grpo_rewards="",
+               grpo_max_completion_length=32, env_max_iterations=1, batch_size=4), api_name="/dry_run")
+    assert not any(boxes), boxes
+    assert "reward" in transcript.lower(), transcript
+
+
+def test_another_user_can_see_or_touch_none_of_it(space, store, alices_job):
+    bob = space.client("bob")
+    rows, picker = bob.predict(None, api_name="/list_jobs")
+    assert alices_job not in str(rows) and alices_job not in str(picker)
+    assert bob.predict(alices_job, api_name="/show_job")[0] == "Job not found."
+    for api_name in ("/cancel_job", "/resume_job", "/clone_job"):
+        _refused(bob, alices_job, api_name=api_name, expect="Pick one of your jobs")
+    _refused(bob, alices_job, "bob/stolen", True, api_name="/push_to_hub", expect="Pick one of your jobs")
+    _refused(bob, alices_job, "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send", expect="not yours")
+    assert all(not c.startswith(alices_job) for c in bob.predict(api_name="/chat_jobs"))
+    # Continuing from her adapter, through the form's picker or a spec, is refused as if the job did not exist.
+    _, model_error, *_ = bob.predict(*_form(parent_job=alices_job), api_name="/submit_job")
+    assert "there is no job" in model_error
+    continued = {**json.loads(TINY_SPEC), "model": {"parent_job_id": alices_job}}
+    _refused(bob, json.dumps(continued), api_name="/submit_spec", expect="there is no job")
+    assert [j.owner for j in store.list()].count("bob") == 0
+    # The Space's owner is an admin: sees everyone's jobs.
+    rows, _ = space.client(SPACE_OWNER).predict(None, api_name="/list_jobs")
+    assert alices_job in str(rows)
+    assert space.serving()
