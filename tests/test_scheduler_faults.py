@@ -18,7 +18,7 @@ from backend.scheduler import worker_alive
 from backend.spec import parse_spec
 from backend.store import JobStatus, JobStore
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
-from tests.test_lifecycle import FINAL, RESUME_STEPS, _kill_group, _start_scheduler_process, _wait_training
+from tests.test_lifecycle import FINAL, _kill_group, _start_scheduler_process, _wait_training
 
 LONG = {"training": {"max_steps": 100000, "save_steps": 100000}}
 slow = pytest.mark.slow
@@ -193,11 +193,12 @@ def test_killed_scheduler_then_lost_worker_leaves_a_resumable_job_and_no_slot_ta
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
-        job = api.submit(tiny_spec(training={"max_steps": RESUME_STEPS, "save_steps": 5})).job
+        job = api.submit(tiny_spec(training={"max_steps": 30, "save_steps": 2})).job
         wait_for(lambda: any(paths.job_output(job.id).glob("checkpoint-*/trainer_state.json")), 120, what="checkpoint")
+        pid = store.get(job.id).pid
+        os.kill(pid, signal.SIGSTOP)  # frozen, still alive: nothing below can race the end of training
     finally:
-        _kill_group(app)  # kill -9 of the scheduler's process: its worker has its own session and trains on
-    pid = store.get(job.id).pid
+        _kill_group(app)  # kill -9 of the scheduler's process: its worker has its own session and lives on
     assert worker_alive(pid, job.id)
     sched = scheduler_factory()
     wait_for(lambda: sched.health().running == 1, 10, what="the live worker to be adopted")
