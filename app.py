@@ -20,7 +20,7 @@ CSS = ".field-error p { color: #b91c1c; margin: 0; }"
 
 def build_app(api: StudioAPI) -> gr.Blocks:
     with gr.Blocks(title="Post-Training Studio") as demo:
-        top = header.build()
+        top = header.build(api)
         with gr.Tabs():
             with gr.Tab("Train", id="train"):
                 train_handles = train.build(api)
@@ -28,7 +28,7 @@ def build_app(api: StudioAPI) -> gr.Blocks:
                 jobs.build(api, train_handles)
             with gr.Tab("Chat", id="chat"):
                 chat.build(api)
-        demo.load(header.status_text, None, top.status, api_name="status")
+        demo.load(top.refresh, None, top.status, api_name="status")
     return demo
 
 

@@ -13,7 +13,7 @@ from backend.preflight import check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
-from backend.scheduler import Scheduler, spawn_detached
+from backend.scheduler import Scheduler, SchedulerHealth, spawn_detached
 from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
 from backend.space_runtime import ZERO_GPU_REFUSAL, on_space, on_zero_gpu
@@ -78,6 +78,11 @@ class StudioAPI:
             self.scheduler.stop()
         self._bench_time.close()
         self._dry_run_time.close()
+
+    def scheduler_health(self) -> SchedulerHealth | None:
+        """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);
+        None when this process runs no scheduler (``detached``/``none`` modes: another process owns the queue)."""
+        return self.scheduler.health() if self.scheduler is not None else None
 
     # --- jobs ----------------------------------------------------------------------------------------
     def _prepare(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import itertools
 import logging
 import os
 import signal
@@ -18,14 +19,26 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.failures import describe_exit, looks_like_oom, tail_lines, with_log_tail
+from backend.failures import (
+    describe_exit,
+    describe_failure,
+    disk_full_reason,
+    looks_like_oom,
+    oom_evidence,
+    oom_kill_count,
+    tail_lines,
+    with_log_tail,
+)
 from backend.hardware import gpu_count_without_torch
 from backend.paths import DataPaths
-from backend.store import JobStatus, JobStore
+from backend.store import JobRecord, JobStatus, JobStore
 
 log = logging.getLogger("studio.scheduler")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+FINAL_STATUSES = [JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted]
+# After SIGTERM, how long a lingering worker gets before SIGKILL: its job is already recorded, nothing is lost.
+LINGERING_TERM_TO_KILL_S = 2.0
 
 
 def worker_alive(pid: int, job_id: str) -> bool:
@@ -38,6 +51,30 @@ def worker_alive(pid: int, job_id: str) -> bool:
     except OSError:
         return False
     return state != b"Z" and job_id.encode() in cmdline and b"backend.worker" in cmdline
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+@dataclass(frozen=True)
+class SchedulerHealth:
+    """How the queue's scheduler is doing, for the header (``StudioAPI.scheduler_health``).
+
+    ``ok``: alive and the last tick went through. ``last_error`` is the latest tick failure as one sentence; it stays
+    after recovery (with ``last_error_at``, a ``time.time()``) so a flaky disk is visible, while
+    ``consecutive_failures`` drops back to 0. ``owns_queue`` is False while another process's scheduler holds the
+    data directory (this one waits). ``alive`` is False once the loop has stopped, or died (``last_error`` says why).
+    """
+
+    ok: bool
+    alive: bool
+    owns_queue: bool
+    running: int
+    consecutive_failures: int
+    last_error: str | None
+    last_error_at: float | None
+    last_tick_at: float | None
 
 
 def default_max_concurrent() -> int:
@@ -57,6 +94,10 @@ class _Running:
     term_sent_at: float | None = None
     log_file: object | None = field(default=None, repr=False)
     gpus: int = 1
+    launched_monotonic: float | None = None  # kernel-log timestamps are compared with this
+    oom_kills_at_launch: int | None = None  # the cgroup's oom_kill counter when the worker started
+    final_seen_at: float | None = None  # when the job row was first seen final while the process lived on
+    lingering_term_sent: bool = False
 
     def exit_code(self) -> tuple[bool, int | None]:
         if self.popen is not None:
@@ -74,6 +115,8 @@ class Scheduler:
         cancel_grace_s: float | None = None,
         exit_when_idle: bool = False,
         secret_env=None,
+        final_grace_s: float | None = None,
+        backoff_cap_s: float = 30.0,
     ):
         self.paths = paths.ensure()
         self.store = JobStore(paths.db)
@@ -82,6 +125,12 @@ class Scheduler:
         self.cancel_grace_s = (
             cancel_grace_s if cancel_grace_s is not None else float(os.environ.get("STUDIO_CANCEL_GRACE_S", "20"))
         )
+        # A worker whose job is final gets this long to exit before it is killed: it may hang in interpreter
+        # shutdown (seen with open websockets) and would hold its slot, and the queue, forever.
+        self.final_grace_s = final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+        # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
+        self.push_grace_s = _seconds_from_env("STUDIO_PUSH_GRACE_S", 1800)
+        self.backoff_cap_s = backoff_cap_s
         self.exit_when_idle = exit_when_idle
         # job id -> extra environment for its worker (the user's Hub token): held in memory, never stored.
         self.secret_env = secret_env or (lambda job_id: {})
@@ -90,6 +139,15 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock_file = None
+        self._reconciled = False
+        # job id -> reason, for jobs that could not be launched and whose failure could not be written yet (full disk)
+        self._unrecorded_failures: dict[str, str] = {}
+        self._consecutive_failures = 0
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._last_tick_at: float | None = None
+        self._died = False
+        self._idle = False  # run_until_idle's view after the last step
 
     # --- ownership of the data directory ------------------------------------------------------------
     def try_acquire(self) -> bool:
@@ -142,6 +200,20 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def health(self) -> SchedulerHealth:
+        """A snapshot for the UI: whether the loop is alive and ticking, and its latest error."""
+        alive = self._thread.is_alive() if self._thread is not None else self._lock_file is not None and not self._died
+        return SchedulerHealth(
+            ok=alive and self._consecutive_failures == 0,
+            alive=alive,
+            owns_queue=self._lock_file is not None,
+            running=len(self._running),
+            consecutive_failures=self._consecutive_failures,
+            last_error=self._last_error,
+            last_error_at=self._last_error_at,
+            last_tick_at=self._last_tick_at,
+        )
+
     def _serve(self) -> None:
         while not self._stop.is_set():
             if self.try_acquire():
@@ -150,20 +222,26 @@ class Scheduler:
         else:
             return
         try:
-            self.reconcile()
             while not self._stop.is_set():
-                self.tick()
-                self._wake.wait(self.poll_interval)
-                self._wake.clear()
+                if self._step():
+                    self._wake.wait(self.poll_interval)
+                    self._wake.clear()
+                else:
+                    self._stop.wait(self._backoff_delay())
+        except BaseException as exc:  # not an Exception (SystemExit, KeyboardInterrupt...): the thread ends here
+            self._died = True
+            self._note_failure(exc, "the scheduler stopped")
+            raise
         finally:
             self.release()
 
     def run_until_idle(self) -> None:
         """Serve until nothing runs or waits (the CLI's detached mode); must already hold the lock."""
-        self.reconcile()
         while True:
-            self.tick()
-            if not self._running and not self.store.list(statuses=[JobStatus.queued]):
+            if not self._step(lambda: not self._running and not self.store.list(statuses=[JobStatus.queued])):
+                time.sleep(self._backoff_delay())
+                continue
+            if self._idle:
                 self.release()
                 # A submitter may have seen the lock held just before we let go: look once more after releasing.
                 if self.store.list(statuses=[JobStatus.queued]) and self.try_acquire():
@@ -171,21 +249,62 @@ class Scheduler:
                 return
             time.sleep(self.poll_interval)
 
+    def _step(self, then=None) -> bool:
+        """Reconcile (until that has worked once), tick, then ``then()`` into ``self._idle``; False when any raised.
+
+        Nothing a tick meets may end the loop: it is logged, shown by ``health()``, retried after a growing delay.
+        """
+        try:
+            if not self._reconciled:
+                self.reconcile()
+                self._reconciled = True
+            self.tick()
+            self._idle = then() if then is not None else False
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self._note_failure(exc)
+            return False
+        self._consecutive_failures = 0
+        self._last_tick_at = time.time()
+        return True
+
+    def _note_failure(self, exc: BaseException, what: str = "a scheduler tick failed") -> None:
+        self._consecutive_failures += 1
+        self._last_error = f"{what}: {disk_full_reason(exc, self.paths.root) or describe_failure(exc)}"
+        self._last_error_at = time.time()
+        log.error("%s (%d in a row); retrying in %.1fs", self._last_error, self._consecutive_failures,
+                  self._backoff_delay(), exc_info=exc)
+
+    def _backoff_delay(self) -> float:
+        return min(self.backoff_cap_s, self.poll_interval * 2 ** self._consecutive_failures)
+
     # --- the work ------------------------------------------------------------------------------------
     def reconcile(self) -> None:
-        """After a restart: adopt workers still alive, mark jobs whose worker is gone as interrupted."""
+        """After a restart: adopt workers still alive, mark jobs whose worker is gone as interrupted.
+
+        A live worker of a job that already ended is adopted too, so it is stopped after the grace period rather
+        than holding its GPU memory unseen.
+        """
         for job in self.store.list(statuses=[JobStatus.running]):
             if job.pid and worker_alive(job.pid, job.id) and len(self._running) < self.max_concurrent:
-                log.info("adopting running worker %d for job %s", job.pid, job.id)
-                self._running[job.id] = _Running(job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id),
-                                                 gpus=job.spec.training.num_gpus)
+                self._adopt(job)
                 continue
             reason = "the app stopped while this job was running and its worker is gone; resume it to continue"
-            checkpoint_note = " from its last checkpoint" if any(self.paths.job_output(job.id).glob("checkpoint-*")) else ""
-            if self.store.finish(job.id, JobStatus.interrupted, reason + checkpoint_note):
+            if self.store.finish(job.id, JobStatus.interrupted, reason + self._checkpoint_note(job.id)):
                 log.info("job %s marked interrupted", job.id)
+        for job in self.store.list(statuses=FINAL_STATUSES):
+            if job.pid and job.id not in self._running and worker_alive(job.pid, job.id):
+                self._adopt(job)
+
+    def _adopt(self, job: JobRecord) -> None:
+        log.info("adopting worker %d of %s job %s", job.pid, job.status.value, job.id)
+        self._running[job.id] = _Running(job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id),
+                                         gpus=job.spec.training.num_gpus)
+
+    def _checkpoint_note(self, job_id: str) -> str:
+        return " from its last checkpoint" if any(self.paths.job_output(job_id).glob("checkpoint-*")) else ""
 
     def tick(self) -> None:
+        self._record_unrecorded_failures()
         self._reap_and_enforce_cancels()
         while len(self._running) < self.max_concurrent:
             waiting = self.store.list(statuses=[JobStatus.queued])
@@ -197,44 +316,100 @@ class Scheduler:
             job = self.store.claim_next()
             if job is None:
                 break
-            self._launch(job.id, job.spec.training.num_gpus)
+            try:
+                self._launch(job)
+            except Exception as exc:
+                self._fail_unlaunched(job.id, exc)
+                raise  # and the loop counts it, so health() shows it
 
     def _free_slot(self) -> int:
         used = {r.slot for r in self._running.values()}
-        return next(i for i in range(self.max_concurrent + 1) if i not in used)
+        return next(i for i in itertools.count() if i not in used)
 
-    def _launch(self, job_id: str, gpus: int = 1) -> None:
+    def _launch(self, job: JobRecord) -> None:
+        gpus = job.spec.training.num_gpus
         slot = self._free_slot()
-        log_path = self.paths.job_log(job_id)
+        log_path = self.paths.job_log(job.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1"}
         if gpus == 1 and gpu_count_without_torch() > 1:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
-        env.update(self.secret_env(job_id))
-        module, args = worker_command(job_id, self.paths, gpus)
-        log_file = open(log_path, "ab")
+        env.update(self.secret_env(job.id))
+        module, args = worker_command(job.id, self.paths, gpus)
+        log_file = open(log_path, "ab", buffering=0)  # unbuffered: a failed write must not fail again at close
+        popen = None
         try:
+            # Marks where each attempt starts (a resumed job appends here), and finds a full disk before a worker runs.
+            log_file.write(f"--- attempt {job.attempts} started {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
+            oom_kills = oom_kill_count()
             popen = spawn_backend_process(module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec())
-        except OSError as exc:
+            self.store.set_pid(job.id, popen.pid)
+        except BaseException:
+            if popen is not None:  # started, but nobody would know its pid: it must not train unseen
+                _kill_group(popen.pid)
+                popen.wait()
             log_file.close()
-            self.store.finish(job_id, JobStatus.failed, f"could not start the worker process: {exc}")
-            return
-        self.store.set_pid(job_id, popen.pid)
-        self._running[job_id] = _Running(job_id, popen.pid, slot, popen, log_path, log_file=log_file, gpus=gpus)
-        log.info("job %s started in worker %d (slot %d)", job_id, popen.pid, slot)
+            raise
+        self._running[job.id] = _Running(job.id, popen.pid, slot, popen, log_path, log_file=log_file, gpus=gpus,
+                                         launched_monotonic=time.monotonic(), oom_kills_at_launch=oom_kills)
+        log.info("job %s started in worker %d (slot %d)", job.id, popen.pid, slot)
+
+    def _fail_unlaunched(self, job_id: str, exc: BaseException) -> None:
+        """A claimed job whose worker could not start ends failed with the cause (retried if even that write fails)."""
+        reason = disk_full_reason(exc, self.paths.root) or f"could not start the worker process ({describe_failure(exc)})"
+        self._unrecorded_failures[job_id] = reason
+        self._record_unrecorded_failures()
+
+    def _record_unrecorded_failures(self) -> None:
+        for job_id, reason in list(self._unrecorded_failures.items()):
+            try:
+                self.store.finish(job_id, JobStatus.failed, reason)
+            except Exception:  # noqa: BLE001 - kept, and tried again next tick
+                log.warning("could not record job %s as failed yet; will retry", job_id, exc_info=True)
+                continue
+            del self._unrecorded_failures[job_id]
+            log.info("job %s failed: %s", job_id, reason)
 
     def _reap_and_enforce_cancels(self) -> None:
         for job_id, run in list(self._running.items()):
             exited, code = run.exit_code()
             if exited:
-                del self._running[job_id]
                 if run.log_file is not None:
                     run.log_file.close()
-                self._record_exit(run, code)
+                self._record_exit(run, code)  # if this raises, the entry stays and the next tick tries again
+                del self._running[job_id]
                 continue
-            if self.store.cancel_requested(job_id):
+            job = self.store.get(job_id)
+            if job.status.finished:
+                self._stop_lingering_worker(run, job)
+            elif job.cancel_requested:
                 self._stop_worker(run)
+
+    def _stop_lingering_worker(self, run: _Running, job: JobRecord) -> None:
+        """The job has its final status but the process lives on: SIGTERM after the grace period, SIGKILL soon after.
+
+        The recorded status stands; only the slot is freed.
+        """
+        now = time.monotonic()
+        if run.final_seen_at is None:
+            run.final_seen_at = now
+        pushing = (job.status is JobStatus.succeeded and job.spec.output.push_to_hub
+                   and "hub" not in job.artifacts and "hub_error" not in job.artifacts)
+        grace = max(self.final_grace_s, self.push_grace_s) if pushing else self.final_grace_s
+        lingered = now - run.final_seen_at
+        try:
+            if lingered > grace + LINGERING_TERM_TO_KILL_S:
+                os.killpg(run.pid, signal.SIGKILL)
+                log.warning("job %s is %s but worker %d did not exit; killed it to free slot %d",
+                            run.job_id, job.status.value, run.pid, run.slot)
+            elif lingered > grace and not run.lingering_term_sent:
+                os.killpg(run.pid, signal.SIGTERM)
+                run.lingering_term_sent = True
+                log.warning("job %s is %s but worker %d is still running after %.0fs; stopping it",
+                            run.job_id, job.status.value, run.pid, grace)
+        except ProcessLookupError:
+            pass
 
     def _stop_worker(self, run: _Running) -> None:
         now = time.monotonic()
@@ -252,10 +427,18 @@ class Scheduler:
     def _record_exit(self, run: _Running, code: int | None) -> None:
         job = self.store.get(run.job_id)
         if job.status is not JobStatus.running:
+            if run.final_seen_at is not None:
+                log.info("worker %d of job %s is gone; slot %d is free", run.pid, run.job_id, run.slot)
             return  # the worker recorded its own end
-        status, reason = describe_exit(code, job.cancel_requested)
+        log_text = "\n".join(tail_lines(run.log_path))
+        evidence = None
+        if code == -signal.SIGKILL:
+            evidence = oom_evidence(run.pid, log_text, run.oom_kills_at_launch, run.launched_monotonic)
+        status, reason = describe_exit(code, job.cancel_requested, evidence)
+        if status is JobStatus.interrupted:
+            reason += self._checkpoint_note(run.job_id)
         if status is JobStatus.failed:
-            if looks_like_oom("\n".join(tail_lines(run.log_path))):
+            if looks_like_oom(log_text):
                 reason = "Out of memory: " + reason
             reason = with_log_tail(reason, run.log_path)
         self.store.finish(run.job_id, status, reason)
@@ -269,6 +452,13 @@ class Scheduler:
                 return True
             time.sleep(0.1)
         return False
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _memory_limit_preexec():
@@ -339,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     scheduler.start()
     while scheduler._thread.is_alive():
         scheduler._thread.join(0.5)
-    return 0
+    return 1 if scheduler._died else 0
 
 
 if __name__ == "__main__":

@@ -249,4 +249,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # The job's final status is recorded: end now. A normal exit runs interpreter shutdown, which joins leftover
+    # threads and runs __del__ methods (an episode's websocket closing joins a reader thread that can no longer run)
+    # and was seen hanging for an hour while holding the job's slot. Nothing still pending matters once we get here.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

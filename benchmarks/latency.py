@@ -1,7 +1,9 @@
 """Does the app stay responsive while a job trains? p50/p95 latency of a cheap API call (list jobs), idle and
 during an SFT job on the demo model, through gradio_client against the app launched as a real process.
 
-    python benchmarks/latency.py [--calls 200] [--steps 400]
+    python benchmarks/latency.py [--calls 200] [--steps 400] [--jobs 200]
+
+``--jobs N`` fills the store with N finished jobs (with metrics rows) first, as on a Space used for a while.
 """
 
 from __future__ import annotations
@@ -56,14 +58,33 @@ def _summary(times: list[float]) -> dict[str, float]:
     }
 
 
+def _fill_store(data: Path, jobs: int) -> None:
+    """N finished jobs of several owners, each with 50 metric rows, written through the real store."""
+    from backend.paths import DataPaths
+    from backend.spec import parse_spec
+    from backend.store import JobStatus, JobStore
+
+    store = JobStore(DataPaths(data).ensure().db)
+    for i in range(jobs):
+        spec = parse_spec({"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, "owner": f"user{i % 7}",
+                           "output": {"run_name": f"run {i}"}})
+        job = store.add(spec)
+        store.claim_next()
+        store.report(job.id, [(step, time.time(), {"loss": 1.0 / step}) for step in range(1, 51)],
+                     {"step": 50, "total_steps": 50})
+        store.finish(job.id, JobStatus.succeeded if i % 5 else JobStatus.failed)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--jobs", type=int, default=0, help="finished jobs in the store before measuring")
     args = parser.parse_args()
     from gradio_client import Client
 
     data = Path(tempfile.mkdtemp(prefix="studio-latency-"))
+    _fill_store(data, args.jobs)
     port = free_port()
     env = {**os.environ, "STUDIO_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
            "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
@@ -88,8 +109,8 @@ def main() -> None:
         rows = client.predict(None, api_name="/list_jobs")[0]["data"]
         still = next(r for r in rows if r[0] == job_id)[2]
         client.predict(job_id, api_name="/cancel_job")
-        print(json.dumps({"idle": idle, "while_training": training, "job_still_running_at_end": still == "running",
-                          "cpu_cores": os.cpu_count()}, indent=2))
+        print(json.dumps({"jobs_in_store": args.jobs + 1, "idle": idle, "while_training": training,
+                          "job_still_running_at_end": still == "running", "cpu_cores": os.cpu_count()}, indent=2))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)

@@ -4,28 +4,50 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Callable
 
 import gradio as gr
 
 from backend.hardware import detect_device
 from backend.hub_status import hub_status
 from backend.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
-from components.session import on_space, user_from
+from components.session import as_user, on_space
+
+
+STATUS_REFRESH_S = 10
 
 
 @dataclass
 class HeaderHandles:
     status: gr.Markdown
     login: gr.LoginButton | None
+    refresh: Callable[..., str]  # the status line's handler, also run on page load (api_name "status")
 
 
-def status_text(profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None) -> str:
-    user = user_from(profile, token)
+def status_text(user, health) -> str:
+    """The header line: who is signed in, the device, the Hub, the job queue's health; then any notices."""
     who = (f"Signed in as **{user.name}**" + (" (admin)" if user.is_admin and on_space() else "")) if user else \
         "Not signed in: sign in with Hugging Face to train"
     device = detect_device()
     where = device.describe() if device.kind == "cuda" else f"{device.describe()}: small models and the demo model only"
-    return f"{who} · Device: {where} · {hub_status()}" + "".join(f"\n\n⚠️ {n}" for n in notices(user, device))
+    line = f"{who} · Device: {where} · {hub_status()}"
+    queue, problem = queue_status(health)
+    line += f" · {queue}" if queue else ""
+    return line + "".join(f"\n\n⚠️ {n}" for n in [*([problem] if problem else []), *notices(user, device)])
+
+
+def queue_status(health) -> tuple[str | None, str | None]:
+    """(short queue state for the line, a notice when something is wrong) from ``StudioAPI.scheduler_health()``."""
+    if health is None:
+        return None, None
+    if not health.alive:
+        return "Queue: stopped", (f"The job queue has stopped ({health.last_error or 'no reason recorded'}). Queued "
+                                  "jobs are kept; restart the app (on a Space: Settings -> Restart) to serve them.")
+    if not health.owns_queue:
+        return "Queue: waiting for another scheduler of this data directory", None
+    if health.consecutive_failures:
+        return "Queue: retrying", f"The job queue hit an error and keeps retrying: {health.last_error}"
+    return f"Queue: ok, {health.running} running", None
 
 
 def notices(user, device) -> list[str]:
@@ -43,7 +65,8 @@ def notices(user, device) -> list[str]:
     return found
 
 
-def build() -> HeaderHandles:
+def build(api) -> HeaderHandles:
+    """The header; its status line is filled on page load and refreshed every STATUS_REFRESH_S."""
     with gr.Row(equal_height=True):
         gr.Markdown("# Post-Training Studio\nSFT, DPO and GRPO (with OpenEnv environments) for open LLMs, "
                     "with LoRA and 4-bit loading.", elem_id="title")
@@ -51,4 +74,11 @@ def build() -> HeaderHandles:
             gr.DuplicateButton("Duplicate this Space", size="sm")
         login = gr.LoginButton() if on_space() else None
     status = gr.Markdown(elem_id="header-status")
-    return HeaderHandles(status=status, login=login)
+
+    @as_user(signed_in=False)
+    def refresh(user) -> str:
+        return status_text(user, api.scheduler_health())
+
+    refresh.__name__ = "status"
+    gr.on([gr.Timer(STATUS_REFRESH_S).tick], refresh, None, status, api_name=False, show_progress="hidden")
+    return HeaderHandles(status=status, login=login, refresh=refresh)

@@ -39,6 +39,7 @@ from backend.environments.connection import (
     resolve_url,
     space_url,
 )
+from backend.environments.runtime import open_environment
 from backend.environments.launcher import (
     PROJECT_ROOT,
     RunningEnvironment,
@@ -46,6 +47,9 @@ from backend.environments.launcher import (
     start_builtin,
     start_server_process,
 )
+
+from backend.spec import parse_spec
+from tests.conftest import tiny_spec
 
 pytestmark = pytest.mark.slow
 
@@ -454,6 +458,17 @@ def test_a_second_instance_on_a_one_session_server_is_refused(open_episode):
     assert "1 of 1" in first.add_note(title="t", body="b") and first.get_reward() == 1.0
     first._close()  # frees the slot
     assert open_episode("notes_single").reset(goal=2)
+
+
+def test_leaving_a_jobs_environment_closes_every_session_still_pooled():
+    """TRL keeps its instances to the end; their sockets must be closed when the job's environment closes, not by
+    ``__del__`` at interpreter exit, where closing joins a reader thread that can no longer run (a hung worker)."""
+    spec = parse_spec(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "echo-demo"},
+                                environment={"name": "builtin:echo"}, grpo={"num_generations": 2}))
+    with open_environment(spec, sessions=2) as environment:
+        pooled = [environment.factory(), environment.factory()]
+        assert all(episode._session.connected for episode in pooled)
+    assert not any(episode._session.connected for episode in pooled)
 
 
 # --- addresses --------------------------------------------------------------------------------------------------

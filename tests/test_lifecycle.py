@@ -1,4 +1,5 @@
-"""Worker lifecycle with real processes: run, cancel, crash, SIGKILL, out of memory, restart, resume, ordering."""
+"""Worker lifecycle with real processes: run, cancel, crash, out of memory, restart, resume, ordering (kills and other
+faults: test_scheduler_faults.py)."""
 
 import os
 import shutil
@@ -90,19 +91,6 @@ def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths,
     assert "Error" in failed.error.splitlines()[0] and "Last log lines:" in failed.error
     assert "Traceback" in paths.job_log(bad.id).read_text()
     assert wait_status(store, good.id, FINAL).status is JobStatus.succeeded
-
-
-def test_sigkilled_worker_fails_with_the_signal_named(paths, store, scheduler_factory):
-    api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(**LONG)).job
-    follower = api.submit(tiny_spec()).job
-    scheduler_factory()
-    _wait_training(store, job.id)
-    os.kill(store.get(job.id).pid, signal.SIGKILL)
-    failed = wait_status(store, job.id, FINAL, timeout=30)
-    assert failed.status is JobStatus.failed and "SIGKILL" in failed.error and "out-of-memory killer" in failed.error
-    assert "Last log lines:" in failed.error
-    assert wait_status(store, follower.id, FINAL).status is JobStatus.succeeded
 
 
 def _oversized_model(target, demo_model_path, vocab_size=6_000_000):

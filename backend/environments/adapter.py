@@ -14,9 +14,11 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
 import typing
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from backend.environments.connection import (
     ConnectionLost,
@@ -218,10 +220,13 @@ class OpenEnvEpisode:
     info: EnvironmentInfo
     reward_mode: RewardMode = "success"
     timeout_s: float = 60.0
+    # Every instance still alive (TRL pools them out of our reach): environment_class gives each class its own set.
+    _live: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
     def __init__(self) -> None:
         self._session = Session(self.info.url, connect_timeout_s=min(self.timeout_s, 30.0),
                                 message_timeout_s=self.timeout_s)
+        type(self)._live.add(self)
         self._session.connect().request({"type": "state"})  # a refused session (at capacity) fails here, clearly
         self._unreachable: str | None = None
         self._begin()
@@ -296,7 +301,19 @@ class OpenEnvEpisode:
     def _close(self) -> None:  # private: TRL turns every public method into a tool
         self._session.close()
 
+    @classmethod
+    def _close_all(cls) -> None:
+        """Close the session of every instance still alive, once the trainer and the evaluation are done with them.
+
+        Left to ``__del__`` they would be closed during interpreter shutdown, where closing joins the socket's reader
+        thread, which can no longer run: the worker hung there after recording its job's status.
+        """
+        for environment in list(cls._live):
+            environment._close()
+
     def __del__(self) -> None:
+        if sys.is_finalizing():  # see _close_all: the process is ending and takes its sockets with it
+            return
         try:
             self._session.close()
         except Exception:  # noqa: BLE001
@@ -352,7 +369,7 @@ def environment_class(info: EnvironmentInfo, *, reward_mode: RewardMode = "succe
     """
     reserved = {"reset", "get_reward"} | set(dir(OpenEnvEpisode))
     members: dict[str, Any] = {"info": info, "reward_mode": reward_mode, "timeout_s": timeout_s,
-                               "__doc__": info.description or f"The {info.name} environment."}
+                               "_live": weakref.WeakSet(), "__doc__": info.description or f"The {info.name} environment."}
     for tool in info.tools:
         if tool.name in reserved or tool.name.startswith("_") or not _IDENTIFIER.match(tool.name):
             raise EnvironmentUnavailable(f"the environment's tool name {tool.name!r} cannot be used as a tool method")

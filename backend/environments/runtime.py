@@ -67,7 +67,7 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
         raise ValueError("the job names no environment")
     needed = sessions if sessions is not None else concurrent_episodes(spec)
     builtin = builtin_of(env_spec)
-    server = None
+    server = factory = None
     try:
         if builtin is not None:
             from backend.environments.launcher import start_builtin
@@ -85,5 +85,7 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
         )
         yield ActiveEnvironment(info=info, factory=factory, builtin=builtin, server_pid=server.pid if server else None)
     finally:
+        if factory is not None:
+            factory._close_all()  # explicitly, now: never left to interpreter shutdown (see _close_all)
         if server is not None:
             server.stop()
