@@ -80,10 +80,15 @@ def test_queue_an_sft_job_from_the_train_tab(page, store):
     expect(page.locator("#method").get_by_label("sft")).to_be_checked()
 
     page.get_by_text("4. Training settings, LoRA and quantization").click()
-    for label, value in [("Max steps", "6"), ("Batch size", "2"), ("Max length", "128")]:
+    typed = [("Max steps", "30", "6"), ("Batch size", "4", "2"), ("Max length", "512", "128")]
+    for label, default, _ in typed:  # the accordion's fields are mounted with the form's defaults before we type
+        expect(page.get_by_label(label, exact=True)).to_have_value(default)
+    for label, _, value in typed:
         field = page.get_by_label(label, exact=True)
         field.fill(value)
-        expect(field).to_have_value(value)
+        field.press("Tab")  # as a user leaves the field
+    for label, _, value in typed:
+        expect(page.get_by_label(label, exact=True)).to_have_value(value)
     page.locator("#queue-button").click()
 
     result = page.locator("#queue-result")

@@ -189,7 +189,7 @@ def test_a_dead_environment_server_fails_the_job_with_a_clear_error(paths, store
 def test_environment_spec_rules():
     with pytest.raises(SpecError, match="only used by GRPO"):
         parse_spec(tiny_spec(environment={"name": "builtin:echo"}))
-    with pytest.raises(SpecError, match="unknown built-in environment 'builtin:chess'"):
+    with pytest.raises(SpecError, match=r"unknown built-in environment.*\(got 'builtin:chess'\)"):
         parse_spec(grpo_env("builtin:chess", {"source": "builtin", "name": "echo-demo"}))
     with pytest.raises(SpecError, match="is not an environment"):
         parse_spec(grpo_env("not an env", {"source": "builtin", "name": "echo-demo"}))

@@ -28,8 +28,12 @@ def test_a_multi_gpu_job_is_launched_through_accelerate_launch_with_one_process_
 def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkeypatch):
     launched = []
     scheduler = Scheduler(paths, max_concurrent=4)
-    monkeypatch.setattr(scheduler, "_launch", lambda job_id, gpus=1: launched.append((job_id, gpus)) or
-                        scheduler._running.__setitem__(job_id, type("R", (), {"gpus": gpus})()))
+    def fake_launch(job):
+        gpus = job.spec.training.num_gpus
+        launched.append((job.id, gpus))
+        scheduler._running[job.id] = type("R", (), {"gpus": gpus, "slot": len(scheduler._running)})()
+
+    monkeypatch.setattr(scheduler, "_launch", fake_launch)
     monkeypatch.setattr(scheduler, "_reap_and_enforce_cancels", lambda: None)
     one = store.add(parse_spec(tiny_spec()))
     big = store.add(parse_spec(tiny_spec(training={"num_gpus": 2})))
