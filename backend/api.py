@@ -147,19 +147,18 @@ class StudioAPI:
         """Keep an uploaded dataset file if it loads for ``method``: (upload id, summary).
 
         The spec names it as ``dataset: {source: upload, name: <upload id>}``; the id resolves only in the
-        uploader's own folder. ``source`` is the web server's temporary copy: removed when the upload is refused, so
-        a refused file leaves nothing anywhere (the studio's copy and the check's datasets cache go too).
+        uploader's own folder. ``source`` is the web server's temporary copy: always removed, so a kept file exists
+        once (the studio's copy) and a refused one nowhere (the studio's copy and the check's datasets cache go too).
         """
         from backend.spec import Method
         from backend.uploads import keep_upload
 
-        self._require_user(user, "dataset upload")
-        owner = user.name if user is not None else "local"
         try:
+            self._require_user(user, "dataset upload")
+            owner = user.name if user is not None else "local"
             return keep_upload(Path(source), original_name, Method(method), self.paths.uploads(owner))
-        except SpecError:
+        finally:  # kept or refused, the studio's own copy (or nothing) is all that should remain
             Path(source).unlink(missing_ok=True)
-            raise
 
     def _secret_env(self, job_id: str) -> dict[str, str]:
         """What the scheduler adds to a worker's environment: the token of the user who asked it to push."""

@@ -7,11 +7,13 @@ Thin over the facade: the form <-> spec mapping lives in ``components/form.py``.
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.utils import NamedString
 
 from backend.api import StudioAPI
 from backend.builtin_datasets import BUILTIN_DATASETS
@@ -22,6 +24,19 @@ from components.form import (
     form_to_spec, route_problems,
 )
 from components.session import as_user, require_user
+
+
+class DatasetUpload(gr.File):
+    """gr.File that hands the handler the uploaded file's path and nothing more.
+
+    Gradio 6.31's File creates an empty NamedTemporaryFile in its cache on every upload and never removes it
+    (gradio/components/file.py, _process_single_file); on a public Space that is one stray file per upload.
+    """
+
+    is_template = True  # rendered by the frontend's own File component
+
+    def _process_single_file(self, f):  # no file_types check here: the upload check answers with a sentence
+        return NamedString(f.path)
 
 FIELD_NAMES = list(FIELDS)
 
@@ -57,6 +72,17 @@ def finished_job_choices(api: StudioAPI, user) -> list[str]:
     return [""] + [f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}" for j in jobs]
 
 
+def _bench_row(text: str | None) -> Any:
+    """The bench's dataset row from its JSON text box (None when empty)."""
+    if not (text or "").strip():
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FormError("method", f"the dataset row is not valid JSON ({str(exc)[:80]}); "
+                        'write an object such as {"solution": "$4$"}') from None
+
+
 def _values(args: tuple) -> dict[str, Any]:
     return dict(zip(FIELD_NAMES, args))
 
@@ -87,8 +113,10 @@ def build(api: StudioAPI) -> TrainHandles:
         )
         inputs["hub_dataset"] = gr.Textbox(label="Hub dataset id", placeholder="trl-lib/Capybara", visible=False)
         inputs["hub_split"] = gr.Textbox(value="train", label="Split", visible=False)
-    upload = gr.File(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
-                     file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
+    # file_types filters the browser's file picker; on the server the upload check refuses other files with a
+    # sentence and removes them (DatasetUpload skips Gradio's own check, which left them in its temp folder).
+    upload = DatasetUpload(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
+                           file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
     inputs["upload_id"] = gr.Textbox(visible=False)  # an id only: the server resolves it in the user's own folder
     upload_note = gr.Markdown(visible=False)
     with gr.Row():
@@ -228,10 +256,13 @@ def build(api: StudioAPI) -> TrainHandles:
             return "", gr.update(value="", visible=False), "", gr.update()
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            upload_id, summary = api.upload_dataset(path, path.name, method, user)
+            upload_id, summary = api.upload_dataset(path, path.name, method, user)  # removes gradio's copy
         except SpecError as exc:
             # The widget is emptied too, so it never shows a file that was not kept.
             return "", gr.update(value="", visible=False), _problems_markdown(exc.problems), None
+        finally:
+            with suppress(OSError):  # and the folder gradio made for it, once empty
+                path.parent.rmdir()
         return upload_id, gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
 
     upload.upload(on_upload, [upload, inputs["method"]],
@@ -272,7 +303,7 @@ def build(api: StudioAPI) -> TrainHandles:
             raise gr.Error("Type at least one completion.")
         try:
             rewards = parse_rewards(rewards_yaml)
-            row = json.loads(row_json) if (row_json or "").strip() else None
+            row = _bench_row(row_json)
             if row is not None and not isinstance(row, dict):
                 raise FormError("method", 'the dataset row must be a JSON object, e.g. {"solution": "$4$"}')
             scored = api.score_rewards(rewards, lines, row, user=user)

@@ -8,7 +8,6 @@ import torch
 from safetensors.torch import load_file
 
 from backend.api import StudioAPI
-from backend.paths import DataPaths
 from backend.preflight import resolve_parent
 from backend.spec import SpecError, parse_spec
 from backend.store import JobStatus

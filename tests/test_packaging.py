@@ -135,7 +135,6 @@ def test_oauth_asks_for_the_least_scopes_for_adapters_and_jobs():
 # --- Dockerfile ------------------------------------------------------------------------------------------------
 def test_dockerfile_follows_the_docker_spaces_conventions():
     instructions = dockerfile_instructions()
-    keywords = [keyword for keyword, _ in instructions]
     by_keyword = lambda k: [args for keyword, args in instructions if keyword == k]  # noqa: E731
 
     (base,) = by_keyword("FROM")
