@@ -26,18 +26,6 @@ from components.form import (
 from components.session import as_user, require_user
 
 
-class DatasetUpload(gr.File):
-    """gr.File that hands the handler the uploaded file's path and nothing more.
-
-    Gradio 6.31's File creates an empty NamedTemporaryFile in its cache on every upload and never removes it
-    (gradio/components/file.py, _process_single_file); on a public Space that is one stray file per upload.
-    """
-
-    is_template = True  # rendered by the frontend's own File component
-
-    def _process_single_file(self, f):  # no file_types check here: the upload check answers with a sentence
-        return NamedString(f.path)
-
 FIELD_NAMES = list(FIELDS)
 
 
@@ -114,9 +102,13 @@ def build(api: StudioAPI) -> TrainHandles:
         inputs["hub_dataset"] = gr.Textbox(label="Hub dataset id", placeholder="trl-lib/Capybara", visible=False)
         inputs["hub_split"] = gr.Textbox(value="train", label="Split", visible=False)
     # file_types filters the browser's file picker; on the server the upload check refuses other files with a
-    # sentence and removes them (DatasetUpload skips Gradio's own check, which left them in its temp folder).
-    upload = DatasetUpload(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
-                           file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
+    # sentence and removes them.
+    upload = gr.File(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
+                     file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
+    # Gradio 6.31's File.preprocess checks file_types (refusing with its own message, the file left in its temp
+    # folder) and creates an empty temp file per upload that nobody removes (gradio/components/file.py). The
+    # handler needs only the path.
+    upload._process_single_file = lambda f: NamedString(f.path)
     inputs["upload_id"] = gr.Textbox(visible=False)  # an id only: the server resolves it in the user's own folder
     upload_note = gr.Markdown(visible=False)
     with gr.Row():
