@@ -8,6 +8,7 @@ import sqlite3
 import time
 import uuid
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -209,6 +210,13 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
+@lru_cache(maxsize=4096)
+def _stored_spec(text: str) -> JobSpec:
+    """A stored spec, parsed once per process: the Jobs tab lists every job every 2 s, and validating 200 specs
+    each time was most of the request. Safe because specs are frozen models and the key is the exact text."""
+    return parse_spec(text)
+
+
 class JobStore:
     """All job state. Every method opens its own short connection, so it is safe across threads and processes."""
 
@@ -255,7 +263,7 @@ class JobStore:
     def _record(row: sqlite3.Row) -> JobRecord:
         """The row as a JobRecord; UnreadableJob when any part of it cannot be read back."""
         try:
-            spec = parse_spec(row["spec"])
+            spec = _stored_spec(row["spec"])
         except SpecError as exc:
             raise UnreadableJob(row["id"], f"its spec is not valid: {exc.problems[0]}") from None
         try:

@@ -27,3 +27,17 @@ def test_the_header_says_how_the_queue_is_doing(paths, monkeypatch):
     line, notice = queue_status(api.scheduler_health())
     assert line == "Queue: stopped" and "restart the app" in notice
     assert queue_status(None) == (None, None)  # no scheduler in this process: nothing to say
+
+
+def test_the_jobs_refresh_is_answered_directly_not_through_the_queue(paths):
+    """Every open Jobs tab lists its jobs every 2 s: a cheap read that must not wait in Gradio's queue behind long
+    handlers (benchmarks/latency.py measured it)."""
+    from app import build_app
+
+    api = StudioAPI(paths.root, scheduler="none")
+    try:
+        demo = build_app(api)
+        listing = [d for d in demo.config["dependencies"] if d.get("api_name") == "list_jobs"]
+        assert listing and all(d["queue"] is False for d in listing)
+    finally:
+        api.close()

@@ -199,3 +199,20 @@ def test_a_resumed_job_keeps_each_step_once(any_store):
     assert [r["step"] for r in rows] == list(range(1, 10))
     assert [r["id"] for r in rows[:4]] == kept_ids and all(r["ts"] > 100 for r in rows[4:])
     assert [s["completion"] for s in any_store.samples(job.id)] == ["a1", "a2", "a3", "a4", "b5", "b6", "b7", "b8", "b9"]
+
+
+def test_listing_parses_each_stored_spec_once(any_store, monkeypatch):
+    """The Jobs tab lists every job every 2 s: a stored spec is validated once per process, not on every read."""
+    import backend.store as store_module
+
+    calls = []
+    real = store_module.parse_spec
+    monkeypatch.setattr(store_module, "parse_spec", lambda text: calls.append(text) or real(text))
+    store_module._stored_spec.cache_clear()
+    for i in range(3):
+        any_store.add(parse_spec({"method": "sft", "output": {"run_name": f"cached-{i}"}}))
+    calls.clear()  # add() reads each spec back once to check it round-trips
+    store_module._stored_spec.cache_clear()
+    first = any_store.list()
+    assert len(calls) == len(first) >= 3
+    assert any_store.list() == first and len(calls) == len(first), "a second listing parsed the specs again"
