@@ -7,25 +7,18 @@ it -> a bad upload) and leave screenshots in tests/artifacts/.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.conftest import ROOT, wait_for
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium
+from tests.conftest import wait_for
 
-# Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = ROOT / "tests" / "artifacts"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does it)"),
-]
+pytestmark = BROWSER_MARKS
 
 # What the tests pass along in order (the queued job's id); a failure stops the chain with -x, or skips below.
 STATE: dict[str, str] = {}
@@ -41,15 +34,12 @@ def app(tmp_path_factory, models_dir):
 
 @pytest.fixture(scope="module")
 def page(app):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     url, _ = app
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+    with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(30_000)
         page.goto(url)
         yield page
-        browser.close()
 
 
 @pytest.fixture()

@@ -8,24 +8,17 @@ set in Chromium before the page loads.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from backend.paths import DataPaths
 from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
-from tests.conftest import ROOT
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = ROOT / "tests" / "artifacts"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does it)"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +30,8 @@ def space(tmp_path_factory, models_dir):
 
 @pytest.fixture(scope="module")
 def browser():
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
-        yield chromium
-        chromium.close()
+    with chromium() as browser:
+        yield browser
 
 
 def _page(browser, url: str, username: str | None):
