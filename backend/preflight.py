@@ -125,6 +125,7 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
 
     from backend.environments.adapter import check_sessions, describe
     from backend.environments.connection import EnvironmentUnavailable, resolve_url
+    from backend.environments.probe import probe_rewards
     from backend.environments.runtime import builtin_of, concurrent_episodes, display_name, typical_episode_tokens
 
     env = spec.environment
@@ -133,16 +134,19 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
             f"model.name_or_path: the chat template of {spec.model.name_or_path} cannot render tool calls, so the "
             "model cannot act in an environment; pick an instruct model whose template supports tools (Qwen2.5/Qwen3)"
         ])
+    warnings = []
     if builtin_of(env) is None:
         url = resolve_url(env.name)
         try:
             info = describe(url, timeout_s=min(env.timeout_s, 15.0))
-            check_sessions(url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0))
+            check_sessions(url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0),
+                           least=spec.grpo.num_generations)
+            if not info.tools:
+                raise SpecError([f"environment.name: {info.summary()} offers no tools"])
+            never_rewards = probe_rewards(info, timeout_s=min(env.timeout_s, 15.0)).warning(display_name(env))
         except EnvironmentUnavailable as exc:
             raise SpecError([f"environment.name: {exc}"]) from None
-        if not info.tools:
-            raise SpecError([f"environment.name: {info.summary()} offers no tools"])
-    warnings = []
+        warnings += [never_rewards] if never_rewards else []
     typical = typical_episode_tokens(spec)
     if spec.grpo.max_completion_length < typical:
         warnings.append(

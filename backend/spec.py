@@ -297,6 +297,11 @@ class EnvironmentSpec(_Part):
         "success rate (0: skip).",
     )
     timeout_s: float = Field(60.0, gt=0, le=600, description="Longest wait for one environment answer (seconds).")
+    observation_template: str | None = Field(
+        None, max_length=2000,
+        description="How the model reads an observation, for the rare environment that needs a layout: a format "
+        "string over its fields, e.g. '{board}\\nLegal moves: {legal_moves}'. None: the fields as short text.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -314,6 +319,18 @@ class EnvironmentSpec(_Part):
         from backend.environments.connection import resolve_url
 
         resolve_url(value)  # raises a readable ValueError for anything that is neither a Space id nor a URL
+        return value
+
+    @field_validator("observation_template")
+    @classmethod
+    def _plain_fields(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from backend.environments.observations import template_problem
+
+        problem = template_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 

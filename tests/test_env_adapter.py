@@ -71,6 +71,10 @@ def servers() -> Iterator[dict[str, RunningEnvironment]]:
         started["counter"] = start_server_process(
             [sys.executable, str(SERVERS_DIR / "counter_server.py")], name="counter", wait=False
         )
+        started["counter_quirky"] = start_server_process(  # as some real environments: see the quirk tests
+            [sys.executable, str(SERVERS_DIR / "counter_server.py"), "--strict-state", "--no-reward"],
+            name="counter_quirky", wait=False,
+        )
         started["notes"] = start_server_process(
             [sys.executable, str(SERVERS_DIR / "notes_mcp_server.py")], name="notes", wait=False
         )
@@ -346,7 +350,10 @@ def test_reward_modes_with_graded_rewards(graded_url, points, expected):
         environment = environment_class(info, reward_mode=mode, timeout_s=5)()
         try:
             assert environment.reset() == "\n\nClimb three times."
-            assert [environment.climb(points=p) for p in points] == [f"climbed {p}" for p in points]
+            answers = [environment.climb(points=p) for p in points]
+            # The model reads each step's reward after the step's own text, and when the episode is over.
+            assert answers == [f"climbed {p}\nreward: {p / 10:g}" for p in points[:-1]] + [
+                f"climbed {points[-1]}\nreward: {points[-1] / 10:g}\nThe episode is over."]
             assert environment.get_reward() == pytest.approx(reward)
         finally:
             environment._close()
@@ -389,7 +396,7 @@ def test_environment_side_errors_carry_the_servers_message(open_episode):
     notes.add_note(title="a", body="one")
     with pytest.raises(EnvironmentActionError, match="a note titled 'a' already exists"):
         notes.add_note(title="a", body="again")
-    assert not notes.done and notes.count_notes() == "1"
+    assert not notes.done and notes.count_notes().splitlines()[0] == "1"
 
 
 # --- a server that dies or stalls -------------------------------------------------------------------------------
@@ -423,8 +430,11 @@ def test_a_stalled_server_times_out_instead_of_hanging(servers, open_episode):
     started = time.monotonic()
     os.kill(counter.pid, signal.SIGSTOP)
     try:
-        with pytest.raises(EnvironmentUnavailable, match=r"did not answer within 1 s"):
+        # The step's timeout ends the episode; the next episode's new session is what finds the server gone.
+        with pytest.raises(EnvironmentActionError, match=r"did not answer within 1 s"):
             environment.counter(step_by=1)
+        with pytest.raises(EnvironmentUnavailable, match="stopped answering and a reconnect failed"):
+            environment.reset(target=8)
         with pytest.raises(EnvironmentUnavailable, match="unreachable"):
             environment.get_reward()
     finally:
@@ -447,7 +457,64 @@ def test_check_sessions_says_how_many_were_accepted_and_what_to_do(servers):
     message = str(caught.value)
     assert f"the environment at {url} accepted only 1 concurrent session(s)" in message
     assert "this job runs 4 episodes at once" in message
-    assert "duplicate the Space" in message and "lower the batch size / num_generations" in message
+    # GRPO plays at least num_generations (>= 2) episodes at once: a smaller batch can never fit one session.
+    assert "duplicate the Space" in message and "max_concurrent_envs" in message and "no batch size fits" in message
+    assert "lower the batch" not in message
+    with pytest.raises(EnvironmentUnavailable) as caught:
+        check_sessions(url, 4, least=1)
+    assert "lower the batch size x gradient accumulation to at most 1" in str(caught.value)
+
+
+def test_a_server_that_has_no_state_before_reset_still_opens_episodes(open_episode):
+    """One code environment answered "Environment not initialized. Call reset() first." to the adapter's first
+    message (a state request that checks the session was accepted), so no episode could start."""
+    environment = open_episode("counter_quirky")
+    assert "count: 0" in environment.reset(target=3)
+    assert "Target reached!" in environment.counter(step_by=3) and environment.done
+
+
+def test_an_environment_that_never_rewards_is_reported_before_training(infos):
+    from backend.environments.probe import probe_rewards
+
+    silent = probe_rewards(infos["counter_quirky"])
+    assert silent.actions >= 2 and silent.rewarded == 0
+    assert "gave no reward for any of" in silent.warning("counter")
+    rewarding = probe_rewards(infos["counter"])  # random moves rarely win, but every answer carries a reward
+    assert rewarding.rewarded == rewarding.actions > 0 and rewarding.warning("counter") is None
+
+
+def test_a_slow_step_ends_the_episode_not_the_job(open_episode):
+    """A step slower than the timeout on a healthy server (slow model-written code, say) is a failed tool call the
+    model is told about and an episode that is over; the reward is read, the next episode starts."""
+    environment = open_episode("counter", timeout_s=1.0)
+    environment.reset(target=7, slow_s=3)
+    started = time.monotonic()
+    with pytest.raises(EnvironmentActionError, match="did not answer within 1 s; the episode is over"):
+        environment.counter(step_by=1)
+    assert time.monotonic() - started < 5
+    assert environment.get_reward() == 0.0  # read, not raised: the server is fine
+    with pytest.raises(EnvironmentActionError, match="episode is over"):
+        environment.counter(step_by=1)
+    assert "count: 0" in environment.reset(target=9)
+    assert "count: 2" in environment.counter(step_by=2)
+
+
+def test_the_environment_evaluation_fits_in_the_sessions_training_used(servers, demo_model_path):
+    """TRL keeps its rollout instances (and their sessions) to the end; the evaluation after training needs one
+    more, so on a server with exactly the sessions training used it was refused (CapacityError)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.environments.episodes import EpisodeSettings, success_rates
+
+    factory = environment_class(describe(servers["notes_single"].url), timeout_s=10.0)
+    pooled = factory()  # the only session, held as TRL holds its pool
+    model = AutoModelForCausalLM.from_pretrained(demo_model_path)
+    tokenizer = AutoTokenizer.from_pretrained(demo_model_path)
+    result = success_rates(model, tokenizer, factory, [{"prompt": PROMPT, "goal": 1}],
+                           EpisodeSettings(max_completion_length=8, max_iterations=1), episodes=1, seed=0,
+                           compare_base=False)
+    assert result["episodes"] == 1 and "success_rate" in result["tuned"]
+    assert not pooled._session.connected
 
 
 def test_a_second_instance_on_a_one_session_server_is_refused(open_episode):

@@ -15,25 +15,26 @@ import inspect
 import json
 import re
 import sys
-import typing
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from backend.environments.observations import observation_text as render_observation
+from backend.environments.schema import argument_text, inline_refs, python_type, snake, split_docstring
 from backend.environments.connection import (
+    CapacityError,
     ConnectionLost,
     EnvironmentActionError,
     EnvironmentUnavailable,
     Session,
+    StepTimeout,
     get_json,
     probe_capacity,
 )
 
 RewardMode = Literal["success", "last", "sum"]
 _MCP_ACTIONS = {"CallToolAction", "ListToolsAction"}
-_JSON_TYPES: dict[str, type] = {
-    "string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict,
-}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -70,7 +71,7 @@ def describe(url: str, *, timeout_s: float = 10.0) -> EnvironmentInfo:
         raise EnvironmentUnavailable(f"the environment at {url} reports status {health.get('status')!r}")
     metadata = get_json(url, "/metadata", timeout_s)
     schema = get_json(url, "/schema", timeout_s)
-    action = schema.get("action") or {}
+    action = inline_refs(schema.get("action") or {})
     name = str(metadata.get("name") or "environment")
     description = str(metadata.get("description") or "")
     if action.get("title") in _MCP_ACTIONS or "tool_name" in (action.get("properties") or {}):
@@ -90,68 +91,57 @@ def _list_mcp_tools(url: str, timeout_s: float) -> tuple[ToolSpec, ...]:
         session.close()
     tools = []
     for tool in observation.get("tools") or []:
-        schema = tool.get("input_schema") or tool.get("inputSchema") or {}
+        schema = inline_refs(tool.get("input_schema") or tool.get("inputSchema") or {})
+        description, described = split_docstring(tool.get("description") or "")
         tools.append(ToolSpec(
-            name=tool["name"], description=(tool.get("description") or "").strip(),
-            parameters=dict(schema.get("properties") or {}), required=tuple(schema.get("required") or ()),
+            name=tool["name"], description=description,
+            parameters=_with_descriptions(schema.get("properties") or {}, described),
+            required=tuple(schema.get("required") or ()),
         ))
     if not tools:
         raise EnvironmentUnavailable(f"the MCP environment at {url} lists no tools")
     return tuple(tools)
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+# A single field with one of these names says nothing about the action: ``action(action=...)`` reads badly.
+_GENERIC_FIELDS = {"action", "command", "input", "value", "data", "payload", "move"}
+
+
+def _with_descriptions(properties: dict[str, Any], described: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The properties, each given the docstring's description where the schema has none of its own."""
+    return {name: ({**prop, "description": described[name]} if not prop.get("description") and name in described
+                   else dict(prop)) for name, prop in properties.items()}
 
 
 def _action_tool(action: dict[str, Any], env_name: str) -> ToolSpec:
     """The tool for a typed action: its fields as arguments, named by the action's ``x-tool-name`` if it has one,
-    else by its only field (``guess``), else by the action's class (``MoveAction`` -> ``move``)."""
-    properties = {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}
+    else by its only field (``guess``) unless that name is generic, else by the action's class (``MoveAction`` ->
+    ``move``, ``REPLAction`` -> ``repl``)."""
+    description, described = split_docstring(action.get("description") or "")
+    properties = _with_descriptions(
+        {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}, described)
     if not properties:
         raise EnvironmentUnavailable(f"the action schema of {env_name} has no fields to turn into a tool")
-    title = str(action.get("title") or "")
+    title = re.sub(r"Action$", "", str(action.get("title") or ""))
     if action.get("x-tool-name"):
         name = str(action["x-tool-name"])
-    elif len(properties) == 1:
+    elif len(properties) == 1 and next(iter(properties)) not in _GENERIC_FIELDS:
         name = next(iter(properties))
     else:
-        name = _snake(re.sub(r"Action$", "", title)) or "act"
-    description = (action.get("description") or f"Take an action in the {env_name} environment.").strip()
-    return ToolSpec(name=name, description=description, parameters=properties, required=tuple(action.get("required") or ()))
+        name = snake(title) if _IDENTIFIER.match(snake(title)) else "act"
+    return ToolSpec(name=name, description=description or f"Take an action in the {env_name} environment.",
+                    parameters=properties, required=tuple(action.get("required") or ()))
 
 
 # --- building the TRL environment class ------------------------------------------------------------------------
 
-def _python_type(prop: dict[str, Any]) -> Any:
-    if "enum" in prop and prop["enum"] and all(isinstance(v, (str, int)) for v in prop["enum"]):
-        return Literal[tuple(prop["enum"])]  # type: ignore[misc]
-    options = prop.get("anyOf") or prop.get("oneOf")
-    if options:
-        kinds = [o for o in options if o.get("type") != "null"]
-        inner = _python_type(kinds[0]) if len(kinds) == 1 else Any
-        return typing.Optional[inner] if len(kinds) < len(options) else inner
-    json_type = prop.get("type")
-    if isinstance(json_type, list):
-        json_type = next((t for t in json_type if t != "null"), "string")
-    if json_type == "array" and isinstance(prop.get("items"), dict) and prop["items"].get("type") in _JSON_TYPES:
-        return list[_JSON_TYPES[prop["items"]["type"]]]
-    return _JSON_TYPES.get(json_type, str)
-
-
 def tool_docstring(tool: ToolSpec) -> str:
     """The description plus an ``Args:`` section: TRL (through transformers) builds the tool schema from it."""
-    lines = [tool.description.splitlines()[0] if tool.description else f"Call the {tool.name} tool.", ""]
-    extra = tool.description.splitlines()[1:]
-    if any(line.strip() for line in extra):
-        lines += [line.rstrip() for line in extra if not line.strip().lower().startswith("args:")] + [""]
+    prose, _ = split_docstring(tool.description)  # a section left in the description would end it early
+    lines = [prose or f"Call the {tool.name} tool.", ""]
     if tool.parameters:
         lines.append("Args:")
-        for pname, prop in tool.parameters.items():
-            text = " ".join(str(prop.get("description") or prop.get("title") or f"The {pname}.").split())
-            if prop.get("enum"):
-                text = text.rstrip(" .") + f". One of: {', '.join(map(str, prop['enum']))}."
-            lines.append(f"    {pname}: {text}")
+        lines += [f"    {pname}: {argument_text(pname, prop)}" for pname, prop in tool.parameters.items()]
     return "\n".join(lines).strip() + "\n"
 
 
@@ -162,7 +152,7 @@ def _signature(tool: ToolSpec) -> tuple[inspect.Signature, dict[str, Any]]:
     for pname in ordered:
         if not _IDENTIFIER.match(pname):
             raise EnvironmentUnavailable(f"tool {tool.name!r} has an argument {pname!r} that is not a valid name")
-        annotation = _python_type(tool.parameters[pname])
+        annotation = python_type(tool.parameters[pname])
         default = inspect.Parameter.empty if pname in tool.required else tool.parameters[pname].get("default")
         params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
         annotations[pname] = annotation
@@ -170,17 +160,13 @@ def _signature(tool: ToolSpec) -> tuple[inspect.Signature, dict[str, Any]]:
     return inspect.Signature(params, return_annotation=str), annotations
 
 
-def observation_text(observation: dict[str, Any]) -> str:
-    """An observation as the text the model reads: the single field's value, else ``field: value`` lines."""
+def observation_text(observation: dict[str, Any], *, previous: dict[str, Any] | None = None,
+                     reward: float | None = None, done: bool = False, template: str | None = None) -> str:
+    """What the model reads after a reset or an action (``observations.render_observation``); an MCP tool's result
+    is its readable part."""
     if "tool_name" in observation and ("result" in observation or "error" in observation):
-        return mcp_result_text(observation.get("result"))
-    fields = {k: v for k, v in observation.items() if k not in ("metadata", "done", "reward") and v not in (None, "")}
-    if not fields:
-        return ""
-    if len(fields) == 1:
-        value = next(iter(fields.values()))
-        return value if isinstance(value, str) else json.dumps(value)
-    return "\n".join(f"{k}: {v if isinstance(v, str) else json.dumps(v)}" for k, v in fields.items())
+        observation = {"result": mcp_result_text(observation.get("result")), "metadata": observation.get("metadata")}
+    return render_observation(observation, previous=previous, reward=reward, done=done, template=template)
 
 
 def mcp_result_text(result: Any) -> str:
@@ -220,6 +206,7 @@ class OpenEnvEpisode:
     info: EnvironmentInfo
     reward_mode: RewardMode = "success"
     timeout_s: float = 60.0
+    observation_template: str | None = None
     # Every instance still alive (TRL pools them out of our reach): environment_class gives each class its own set.
     _live: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
@@ -227,7 +214,7 @@ class OpenEnvEpisode:
         self._session = Session(self.info.url, connect_timeout_s=min(self.timeout_s, 30.0),
                                 message_timeout_s=self.timeout_s)
         type(self)._live.add(self)
-        self._session.connect().request({"type": "state"})  # a refused session (at capacity) fails here, clearly
+        self._session.open_checked()  # a refused session (at capacity) fails here, clearly
         self._unreachable: str | None = None
         self._begin()
 
@@ -236,6 +223,7 @@ class OpenEnvEpisode:
         self.done = False
         self.failed: str | None = None
         self.actions = 0
+        self._previous: dict[str, Any] = {}  # the last observation, so a growing history is shown by its new part
 
     def reset(self, **row: Any) -> str | None:
         """Start a new episode; dataset columns (other than the prompt) are passed to the server's ``reset``."""
@@ -248,14 +236,27 @@ class OpenEnvEpisode:
         except ConnectionLost:
             self._reconnect()
             outcome = self._session.reset(**kwargs)
-        text = observation_text(outcome.observation)
+        self._previous = outcome.observation
+        text = observation_text(outcome.observation, template=self.observation_template)
         # TRL appends this to the last prompt message as is: keep it a separate paragraph.
         return f"\n\n{text}" if text else None
 
     def _reconnect(self) -> None:
-        """One new session; when that fails too, the server is gone and the job must stop, not hang or guess."""
+        """One new session; when that fails too, the server is gone and the job must stop, not hang or guess.
+
+        A session whose step timed out keeps its slot on the server until the step finishes, so a server at capacity
+        is asked again for up to ``timeout_s``.
+        """
+        deadline = time.monotonic() + self.timeout_s
         try:
-            self._session.connect()
+            while True:
+                try:
+                    self._session.open_checked()
+                    break
+                except CapacityError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.5)
             self._unreachable = None
         except EnvironmentUnavailable as exc:
             self._unreachable = str(exc)
@@ -279,6 +280,13 @@ class OpenEnvEpisode:
             except EnvironmentUnavailable:
                 pass
             raise EnvironmentActionError(f"{exc}; the episode cannot continue") from exc
+        except StepTimeout as exc:
+            # Slow model-written code is normal in a code environment: the episode ends (a failed tool call the model
+            # is told about), not the job. The next reset opens a new session; only if that fails is the server gone.
+            self.done, self.failed = True, f"no answer within {self.timeout_s:g} s"
+            raise EnvironmentActionError(
+                f"The environment did not answer within {self.timeout_s:g} s; the episode is over."
+            ) from exc
         except EnvironmentUnavailable as exc:
             self.done, self.failed, self._unreachable = True, str(exc), str(exc)
             raise
@@ -290,7 +298,10 @@ class OpenEnvEpisode:
         if error:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise EnvironmentActionError(str(message))
-        return observation_text(outcome.observation)
+        text = observation_text(outcome.observation, previous=self._previous, reward=outcome.reward, done=outcome.done,
+                                template=self.observation_template)
+        self._previous = outcome.observation
+        return text
 
     def get_reward(self) -> float:
         """The episode's reward, read from the environment (see ``reward_mode``)."""
@@ -353,22 +364,26 @@ def _make_tool(tool: ToolSpec):
 
 
 def class_name(env_name: str) -> str:
-    """>>> class_name("echo_env"), class_name("wordle")
-    ('EchoEnv', 'WordleEnv')
+    """The class (and so the reward metric) name for an environment.
+
+    >>> [class_name(n) for n in ("echo_env", "wordle", "127.0.0.1:8001", "Connect4Environment")]
+    ['EchoEnv', 'WordleEnv', 'OpenEnv', 'Connect4Env']
     """
     words = [w for w in re.split(r"[^A-Za-z0-9]+", env_name) if w]
-    base = "".join(w[:1].upper() + w[1:] for w in words) or "OpenEnv"
+    base = "".join(w[:1].upper() + w[1:] for w in words).lstrip("0123456789") or "OpenEnv"
+    base = re.sub(r"Environment$", "Env", base)  # servers often report their class name: Connect4Environment
     return base if base.endswith("Env") else base + "Env"
 
 
 def environment_class(info: EnvironmentInfo, *, reward_mode: RewardMode = "success", timeout_s: float = 60.0,
-                      name: str | None = None) -> type[OpenEnvEpisode]:
+                      name: str | None = None, observation_template: str | None = None) -> type[OpenEnvEpisode]:
     """A class for ``environment_factory``: no-argument constructor, ``reset``, one method per tool, ``get_reward``.
 
     TRL names the environment's reward column after the class, so the class is named after the environment.
     """
     reserved = {"reset", "get_reward"} | set(dir(OpenEnvEpisode))
     members: dict[str, Any] = {"info": info, "reward_mode": reward_mode, "timeout_s": timeout_s,
+                               "observation_template": observation_template,
                                "_live": weakref.WeakSet(), "__doc__": info.description or f"The {info.name} environment."}
     for tool in info.tools:
         if tool.name in reserved or tool.name.startswith("_") or not _IDENTIFIER.match(tool.name):
@@ -386,13 +401,24 @@ def tool_methods(environment: OpenEnvEpisode) -> list:
     ]
 
 
-def check_sessions(url: str, needed: int, *, timeout_s: float = 10.0) -> None:
-    """Refuse, with the numbers and what to do, when the server allows fewer concurrent sessions than a job needs."""
+def check_sessions(url: str, needed: int, *, timeout_s: float = 10.0, least: int = 2) -> None:
+    """Refuse, with the numbers and what to do, when the server allows fewer concurrent sessions than a job needs.
+
+    ``least`` is the fewest episodes any job of this kind runs at once (GRPO compares at least 2 completions of a
+    prompt): below it, lowering the batch can never be enough, and the advice says so.
+    """
     allowed = probe_capacity(url, needed, timeout_s=timeout_s)
-    if allowed < needed:
-        raise EnvironmentUnavailable(
-            f"the environment at {url} accepted only {allowed} concurrent session(s), but this job runs {needed} "
-            f"episodes at once (num_generations x per-device batch x steps per generation). Run your own copy with "
-            f"more sessions (duplicate the Space, or start its image with a higher max_concurrent_envs) or lower "
-            f"the batch size / num_generations."
-        )
+    if allowed >= needed:
+        return
+    more = ("run your own copy with more sessions (duplicate the Space and raise max_concurrent_envs in the "
+            "create_app call of its server/app.py)")
+    if allowed < least:
+        advice = (f"GRPO plays at least {least} episodes at once (one per completion of a prompt), so no batch "
+                  f"size fits: {more}")
+    else:
+        advice = (f"{more}, or lower the batch size x gradient accumulation to at most {allowed} (a multiple of "
+                  f"num_generations)")
+    raise EnvironmentUnavailable(
+        f"the environment at {url} accepted only {allowed} concurrent session(s), but this job runs {needed} "
+        f"episodes at once (per-device batch x gradient accumulation). To train on it, {advice}."
+    )

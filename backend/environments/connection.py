@@ -146,6 +146,16 @@ class Session:
             raise EnvironmentUnavailable(f"cannot open a session with the environment at {self.url} ({exc})") from exc
         return self
 
+    def open_checked(self) -> "Session":
+        """Connect and make sure the server kept the session: a server at capacity refuses it here (CapacityError).
+        A server that answers the check with "not initialized, call reset() first" has kept it all the same."""
+        self.connect()
+        try:
+            self.request({"type": "state"})
+        except EnvironmentActionError:
+            pass
+        return self
+
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one message and return the ``data`` of the answer; errors from the server become exceptions."""
         from websockets.exceptions import ConnectionClosed
@@ -160,7 +170,7 @@ class Session:
             raw = self._ws.recv(timeout=self.message_timeout_s)
         except TimeoutError as exc:
             self.close()  # an answer may still arrive later and would be paired with the next request
-            raise EnvironmentUnavailable(
+            raise StepTimeout(
                 f"the environment at {self.url} did not answer within {self.message_timeout_s:.0f} s"
             ) from exc
         except (ConnectionClosed, OSError) as exc:
@@ -202,6 +212,11 @@ class ConnectionLost(EnvironmentUnavailable):
     """The socket dropped mid-session; a new session may still be possible."""
 
 
+class StepTimeout(EnvironmentUnavailable):
+    """No answer within the message timeout. The session is closed; the server may be slow rather than gone, which
+    only a new session can tell."""
+
+
 def _outcome(data: dict[str, Any]) -> StepOutcome:
     reward = data.get("reward")
     return StepOutcome(
@@ -223,7 +238,7 @@ def probe_capacity(url: str, needed: int, *, timeout_s: float = 10.0) -> int:
         for _ in range(needed):
             session = Session(url, connect_timeout_s=timeout_s, message_timeout_s=timeout_s)
             try:
-                session.connect().request({"type": "state"})
+                session.open_checked()
             except CapacityError:
                 break
             sessions.append(session)

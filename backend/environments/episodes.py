@@ -43,6 +43,8 @@ class Episode:
             if role == "tool":
                 head = f"**tool `{message.get('name', '?')}`**"
             lines.append(head)
+            if message.get("reasoning_content"):  # a thinking model's reasoning: shown, it is most of the tokens
+                lines.append(f"> *reasoning:* {' '.join(str(message['reasoning_content']).split())}")
             if message.get("content"):
                 lines.append(f"```\n{message['content']}\n```")
             for call in message.get("tool_calls") or []:
@@ -165,8 +167,10 @@ def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[di
                   settings: EpisodeSettings, episodes: int, seed: int, compare_base: bool = True) -> dict[str, Any]:
     """Success rate and mean reward of the tuned model and (adapter switched off) the base, over the same episodes.
 
-    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for both models.
+    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for both models. The sessions TRL kept open
+    for its rollouts are closed first: a server with exactly the sessions training needed has none left otherwise.
     """
+    factory._close_all()
     environment = factory()
     try:
         def play_all() -> dict[str, Any]:

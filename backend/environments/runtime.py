@@ -47,6 +47,14 @@ def display_name(spec: EnvironmentSpec) -> str:
     return name.split("/")[-1]
 
 
+def reward_name(spec: EnvironmentSpec, info: EnvironmentInfo) -> str:
+    """What the environment's class, and so TRL's ``rewards/<Env>/mean`` metric, is named after: the built-in or
+    Space name, or for a URL the name the server gives itself (a host and port make no metric name)."""
+    if "://" in (spec.name or "") and info.name and info.name.lower() not in ("environment", "env"):
+        return info.name
+    return display_name(spec)
+
+
 def concurrent_episodes(spec: JobSpec) -> int:
     """Episodes TRL runs at once: one per rollout of a generation batch (batch x grad accumulation, one process)."""
     return spec.training.batch_size * spec.training.gradient_accumulation_steps
@@ -78,10 +86,12 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
         else:
             url = resolve_url(env_spec.name)
         info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))
-        check_sessions(url, needed, timeout_s=min(env_spec.timeout_s, 30.0))
+        check_sessions(url, needed, timeout_s=min(env_spec.timeout_s, 30.0),
+                       least=min(needed, spec.grpo.num_generations))
         log.info("environment: %s; %d concurrent sessions available", info.summary(), needed)
         factory = environment_class(
-            info, reward_mode=env_spec.reward, timeout_s=env_spec.timeout_s, name=display_name(env_spec)
+            info, reward_mode=env_spec.reward, timeout_s=env_spec.timeout_s, name=reward_name(env_spec, info),
+            observation_template=env_spec.observation_template,
         )
         yield ActiveEnvironment(info=info, factory=factory, builtin=builtin, server_pid=server.pid if server else None)
     finally:

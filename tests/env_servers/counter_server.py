@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import time
 from typing import Any, Literal
 
 import uvicorn
@@ -16,6 +17,8 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
 
 MAX_MOVES = 5
+STRICT_STATE = False  # --strict-state
+NO_REWARD = False  # --no-reward
 
 
 class CounterAction(Action):
@@ -42,6 +45,7 @@ class CounterState(State):
     moves: int = 0
     started: bool = False
     done: bool = False
+    slow_s: float = 0.0
 
 
 class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterState]):
@@ -55,11 +59,13 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
 
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, target: int | None = None, start: int = 0,
-        **kwargs: Any,
+        slow_s: float = 0.0, **kwargs: Any,
     ) -> CounterObservation:
-        """Start counting from ``start`` towards ``target`` (random 5..30 when not given)."""
+        """Start counting from ``start`` towards ``target`` (random 5..30 when not given); every move of the episode
+        then takes ``slow_s`` seconds (a slow but healthy server, as a code environment running slow code)."""
         goal = random.Random(seed).randint(5, 30) if target is None else int(target)
-        self._state = CounterState(episode_id=episode_id, count=int(start), target=goal, started=True)
+        self._state = CounterState(episode_id=episode_id, count=int(start), target=goal, started=True,
+                                   slow_s=float(slow_s))
         return CounterObservation(
             count=int(start), target=goal, moves_left=MAX_MOVES,
             message=f"Move the counter from {start} to exactly {goal} in at most {MAX_MOVES} moves.",
@@ -72,6 +78,7 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
             raise RuntimeError("call reset before moving the counter")
         if state.done:
             raise RuntimeError("the episode is over; call reset to play again")
+        time.sleep(state.slow_s)
         state.count += action.step_by if action.direction == "up" else -action.step_by
         state.moves += 1
         state.step_count += 1
@@ -80,11 +87,13 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
         message = "Target reached!" if won else f"The counter is at {state.count}."
         return CounterObservation(
             count=state.count, target=state.target, moves_left=MAX_MOVES - state.moves, message=message,
-            reward=1.0 if won else 0.0, done=state.done,
+            reward=None if NO_REWARD else 1.0 if won else 0.0, done=state.done,
         )
 
     @property
     def state(self) -> CounterState:
+        if STRICT_STATE and not self._state.started:  # as some code environments answer a state before reset
+            raise RuntimeError("Environment not initialized. Call reset() first.")
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:
@@ -98,7 +107,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--max-sessions", type=int, default=8)
+    parser.add_argument("--strict-state", action="store_true", help="refuse to report the state before a reset")
+    parser.add_argument("--no-reward", action="store_true", help="never give a reward (as some environments do)")
     args = parser.parse_args()
+    global STRICT_STATE, NO_REWARD
+    STRICT_STATE, NO_REWARD = args.strict_state, args.no_reward
     app = create_app(
         CounterEnvironment, CounterAction, CounterObservation, env_name="counter",
         max_concurrent_envs=args.max_sessions, state_cls=CounterState,
