@@ -18,7 +18,7 @@ from backend.environments.connection import EnvironmentActionError
 @dataclass(frozen=True)
 class RewardProbe:
     episodes: int
-    actions: int  # tool calls the server answered (refused ones included)
+    actions: int  # tool calls the server answered (refused ones included; not those refused by our own check)
     rewarded: int  # answers that carried a reward value (0.0 counts)
 
     def warning(self, name: str) -> str | None:
@@ -72,15 +72,15 @@ def probe_rewards(info: EnvironmentInfo, *, episodes: int = 2, actions_per_episo
             environment.reset(seed=seed + episode)
             for _ in range(actions_per_episode):
                 tool = rng.choice(info.tools)
-                before = len(environment.rewards)
                 try:
                     getattr(environment, tool.name)(**random_arguments(tool, rng))
                 except EnvironmentActionError:
-                    pass  # refused by the server (an illegal move): still an answer
-                actions += 1
-                rewarded += len(environment.rewards) > before
+                    pass  # refused by the server (an illegal move) still counts as an answer, in the episode's tally
                 if environment.done:
                     break
+            # The episode keeps the count: actions the server answered and the rewards that came with them.
+            actions += environment.actions
+            rewarded += len(environment.rewards)
     finally:
         environment._close()
     return RewardProbe(episodes=episodes, actions=actions, rewarded=rewarded)
