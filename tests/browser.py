@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -33,3 +34,26 @@ def chromium() -> Iterator:
             yield browser
         finally:
             browser.close()
+
+
+SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"
+
+
+def fill_settings(page, **values: str) -> None:
+    """Open the training-settings accordion and type ``values`` by field label, as a user would.
+
+    The accordion mounts its fields when it first opens and sets them to the form's defaults as it does; text typed
+    before that lands is overwritten (a CI run saw "3" become "30"). So each field is first seen holding a value, then
+    typed into and left with Tab, and only then are all checked.
+    """
+    from playwright.sync_api import expect
+
+    page.get_by_text(SETTINGS_ACCORDION).click()
+    fields = {label: page.get_by_label(label, exact=True) for label in values}
+    for field in fields.values():
+        expect(field).to_have_value(re.compile(r"\S"))
+    for label, field in fields.items():
+        field.fill(values[label])
+        field.press("Tab")
+    for label, field in fields.items():
+        expect(field).to_have_value(values[label])

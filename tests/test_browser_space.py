@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings
 
 
 pytestmark = BROWSER_MARKS
@@ -44,18 +44,10 @@ def _page(browser, url: str, username: str | None):
     return page
 
 
-def _open_settings(page, **values: str) -> None:
-    page.get_by_text("4. Training settings, LoRA and quantization").click()
-    for label, value in values.items():
-        field = page.get_by_label(label, exact=True)
-        field.fill(value)
-        expect(field).to_have_value(value)
-
-
 def test_a_signed_in_stranger_checks_and_queues_from_the_train_tab(space, browser):
     page = _page(browser, space.url, "alice")
     expect(page.locator("#header-status")).to_contain_text("Signed in as alice", timeout=30_000)
-    _open_settings(page, **{"Max steps": "3", "Batch size": "2", "Max length": "128"})
+    fill_settings(page, **{"Max steps": "3", "Batch size": "2", "Max length": "128"})
     page.locator("#check-button").click()
     result = page.locator("#queue-result")
     expect(result).to_contain_text("Pre-flight passed", timeout=60_000)
@@ -77,7 +69,7 @@ def test_a_signed_in_stranger_dry_runs_an_environment(space, browser):
     page.locator("#env-name input").fill("builtin:echo")
     page.locator("#env-name input").press("Enter")
     page.get_by_label("Max completion length", exact=True).fill("32")
-    _open_settings(page, **{"Batch size": "4"})
+    fill_settings(page, **{"Batch size": "4"})
     page.get_by_role("button", name="Dry run: play one episode").click()
     expect(page.locator("#dry-run-transcript")).to_contain_text(re.compile("reward", re.I), timeout=120_000)
     expect(page.locator("#environment-error")).to_have_text("")
