@@ -36,7 +36,8 @@ def check_model(model: ModelSpec) -> None:
 
 
 def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
-    """For a staged job, take the base model and LoRA shape from the finished parent job it continues."""
+    """For a staged job, take the base model and LoRA shape from the parent job it continues (finished, or still
+    queued or running: the job then waits for it)."""
     parent_id = spec.model.parent_job_id
     if parent_id is None:
         return spec
@@ -46,10 +47,11 @@ def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
         raise SpecError([f"model.parent_job_id: there is no job {quote_input(parent_id)}"]) from None
     except UnreadableJob as exc:
         raise SpecError([f"model.parent_job_id: {exc}"]) from None
-    if parent.status is not JobStatus.succeeded or not parent.artifacts.get("adapter_dir"):
-        raise SpecError(
-            [f"model.parent_job_id: job {parent_id} is {parent.status.value}; only a succeeded job's adapter can be trained further"]
-        )
+    # A queued or running parent is a staged pair: this job waits for it in the queue (store.claim_next).
+    staged = parent.status in (JobStatus.queued, JobStatus.running)
+    if not staged and (parent.status is not JobStatus.succeeded or not parent.artifacts.get("adapter_dir")):
+        raise SpecError([f"model.parent_job_id: job {parent_id} is {parent.status.value}; only the adapter of a job "
+                         f"that succeeded, or is queued or running, can be trained further"])
     if not parent.spec.lora.enabled:
         raise SpecError([f"model.parent_job_id: job {parent_id} trained all weights, not an adapter; start from its output folder instead"])
     model = parent.spec.model.model_copy(update={"parent_job_id": parent_id})

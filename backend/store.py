@@ -368,26 +368,28 @@ class JobStore:
 
     # --- scheduling -------------------------------------------------------------------------------
     def claim_next(self) -> JobRecord | None:
-        """Atomically move the oldest queued job to running and return it.
+        """Atomically move the oldest queued job that can start to running and return it.
 
-        A queued row that cannot be read is marked failed with the reason on the way, so it never blocks the queue.
+        A staged job waits while the job it continues is queued or running (others pass it); it fails with the reason
+        when that job ended without an adapter. A queued row that cannot be read is marked failed with the reason on
+        the way. Neither ever blocks the queue.
         """
         with self._connect() as con:  # a plain read first: the scheduler polls, and most polls find nothing
             if con.execute("SELECT 1 FROM jobs WHERE status = 'queued' LIMIT 1").fetchone() is None:
                 return None
         with self._transaction() as con:
-            while True:
-                row = con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY seq LIMIT 1").fetchone()
-                if row is None:
-                    return None
+            for row in con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY seq").fetchall():
                 try:
-                    self._record(row)
-                    break
+                    problem = _parent_problem(con, self._record(row))
                 except UnreadableJob as exc:
-                    con.execute(
-                        "UPDATE jobs SET status = 'failed', finished_at = ?, error = ? WHERE id = ?",
-                        (time.time(), str(exc), row["id"]),
-                    )
+                    problem = str(exc)
+                if problem is None:
+                    break
+                if problem != WAITING:
+                    con.execute("UPDATE jobs SET status = 'failed', finished_at = ?, error = ? WHERE id = ?",
+                                (time.time(), problem, row["id"]))
+            else:
+                return None
             con.execute(
                 "UPDATE jobs SET status = 'running', started_at = ?, finished_at = NULL, error = NULL, pid = NULL, "
                 "attempts = attempts + 1 WHERE id = ?",
@@ -513,3 +515,21 @@ class JobStore:
             for r in rows
             if (data := _json_object(r["data"])) is not None
         ]
+
+
+WAITING = "waiting for its parent job"
+
+
+def _parent_problem(con: sqlite3.Connection, job: JobRecord) -> str | None:
+    """None when ``job`` can start now; WAITING while its parent job is queued or running; else why it never will."""
+    parent_id = job.spec.model.parent_job_id
+    if parent_id is None:
+        return None
+    row = con.execute("SELECT status, artifacts FROM jobs WHERE id = ?", (parent_id,)).fetchone()
+    status = row["status"] if row else "gone"
+    if status in ("queued", "running"):
+        return WAITING
+    if status == "succeeded" and (_json_object(row["artifacts"]) or {}).get("adapter_dir"):
+        return None
+    return (f"the job it continues ({parent_id}) ended {status} with no adapter to start from; queue this job "
+            f"again once that one has succeeded")

@@ -216,3 +216,32 @@ def test_listing_parses_each_stored_spec_once(any_store, monkeypatch):
     first = any_store.list()
     assert len(calls) == len(first) >= 3
     assert any_store.list() == first and len(calls) == len(first), "a second listing parsed the specs again"
+
+
+def _staged(parent_id: str):
+    return parse_spec({"training": {"max_steps": 3}, "model": {"parent_job_id": parent_id}})
+
+
+def test_a_staged_job_waits_for_its_parent_without_blocking_the_queue(any_store):
+    parent = any_store.add(_spec())
+    child = any_store.add(_staged(parent.id))
+    other = any_store.add(_spec())
+    assert any_store.claim_next().id == parent.id
+    assert any_store.claim_next().id == other.id, "the waiting child lets the next job pass"
+    assert any_store.claim_next() is None and any_store.get(child.id).status is JobStatus.queued
+    any_store.merge_artifacts(parent.id, {"adapter_dir": "/somewhere/adapter"})
+    any_store.finish(parent.id, JobStatus.succeeded)
+    assert any_store.claim_next().id == child.id
+
+
+@pytest.mark.parametrize("ending", [JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted])
+def test_a_staged_job_whose_parent_ended_without_an_adapter_fails_with_the_reason(any_store, ending):
+    parent = any_store.add(_spec())
+    child = any_store.add(_staged(parent.id))
+    any_store.claim_next()
+    any_store.finish(parent.id, ending, "stopped")
+    assert any_store.claim_next() is None
+    failed = any_store.get(child.id)
+    assert failed.status is JobStatus.failed
+    assert failed.error == (f"the job it continues ({parent.id}) ended {ending.value} with no adapter to start from; "
+                            "queue this job again once that one has succeeded")
