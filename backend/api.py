@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +16,7 @@ from backend.failures import tail_lines
 from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, SchedulerHealth, spawn_detached
-from backend.spec import JobSpec, RewardSpec, SpecError, parse_spec
+from backend.spec import JobSpec, Method, RewardSpec, SpecError, parse_spec
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
 from backend.space_runtime import ZERO_GPU_REFUSAL, on_space, on_zero_gpu
 from backend.users import User, max_queued_per_user
@@ -31,6 +33,16 @@ class Submitted:
     job: JobRecord
     queue_position: int | None
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """A tool-use warm-up: the demonstrations written (summary, upload id), the SFT job and the GRPO job after it."""
+
+    demonstrations: str
+    upload_id: str
+    sft: Submitted
+    grpo: Submitted
 
 
 SchedulerMode = Literal["thread", "detached", "none"]
@@ -221,6 +233,48 @@ class StudioAPI:
             return play()
         self._dry_run_calls.check(user.name)
         return self._dry_run_time.run(play)
+
+    def warm_up(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None, *, rows: int = 32,
+                steps: int | None = None, learning_rate: float | None = None) -> "WarmUp":
+        """Tool-use warm-up for a GRPO environment job: write SFT demonstrations by playing the environment itself
+        (backend/environments/warmup.py), keep them as the user's upload, and queue SFT on them, then the GRPO job
+        from that adapter (it waits for the SFT in the queue). Raises SpecError (nothing queued, nothing kept) when
+        either job could not run."""
+        from backend.environments.runtime import open_environment
+        from backend.environments.warmup import demonstrate, warmup_spec
+        from backend.data import load_training_dataset
+        from backend.uploads import keep_upload
+
+        self._require_user(user, "warm-up")
+        if user is not None:
+            self._dry_run_calls.check(user.name)  # it plays the environment up to rows x 4 times
+        owner = user.name if user is not None else None
+        spec = self._prepare(spec, owner, user)
+        if spec.method != "grpo" or not spec.environment.name:
+            raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
+        if not 1 <= rows <= 1000:
+            raise SpecError([f"warm-up: rows must be between 1 and 1000, not {rows}"])
+        check_spec(spec, self.paths.models, self._uploads_of(spec))  # refuse before playing anything
+        dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True, uploads_dir=self._uploads_of(spec))
+        prompts = [dataset[i] for i in range(min(len(dataset), rows))]
+        with open_environment(spec, sessions=1) as active:
+            episode_env = active.factory()
+            try:
+                shown = demonstrate(episode_env, prompts, count=rows, seed=spec.training.seed)
+            finally:
+                episode_env._close()
+        with tempfile.TemporaryDirectory(prefix="studio-warmup-") as tmp:
+            path = Path(tmp) / f"warmup-{safe_name(spec.environment.name)[:40]}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in shown.rows))
+            upload_id, _ = keep_upload(path, path.name, Method.sft, self._uploads_of(spec))
+        sft = self.submit(warmup_spec(spec, upload_id, len(shown.rows), steps, learning_rate), owner, user)
+        try:
+            grpo = self.submit(spec.model_copy(update={"model": spec.model.model_copy(
+                update={"parent_job_id": sft.job.id})}), owner, user)
+        except Exception:
+            self.store.request_cancel(sft.job.id)  # never half a pair
+            raise
+        return WarmUp(shown.summary(), upload_id, sft, grpo)
 
     # --- the Hub -------------------------------------------------------------------------------------
     def push_to_hub(self, job_id: str, user: User | None = None, repo_id: str | None = None,

@@ -196,6 +196,28 @@ def cmd_dry_run(api: StudioAPI, args) -> int:
     return EXIT_OK
 
 
+def cmd_warm_up(api: StudioAPI, args) -> int:
+    warm = api.warm_up(_load_spec_file(args.spec_file), rows=args.rows, steps=args.steps)
+    for warning in warm.sft.warnings + warm.grpo.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    sft, grpo = warm.sft.job, warm.grpo.job
+    if not args.json:
+        print(f"wrote {warm.demonstrations} (upload {warm.upload_id})")
+        print(f"queued {sft.id} (SFT warm-up), then {grpo.id} (GRPO from its adapter; waits for it)")
+    if not args.wait:
+        if args.json:
+            print(json.dumps({"demonstrations": warm.demonstrations, "upload_id": warm.upload_id,
+                              "sft": sft.id, "grpo": grpo.id}))
+        return EXIT_OK
+    done = [_wait(api, job_id, quiet=args.json) for job_id in (sft.id, grpo.id)]
+    if args.json:
+        print(json.dumps([_record_json(api, job) for job in done], indent=2))
+    else:
+        for job in done:
+            _print_record(_record_json(api, job))
+    return EXIT_OK if all(job.status is JobStatus.succeeded for job in done) else EXIT_JOB_FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m backend",
@@ -213,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: training.seed)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_dry_run)
+    p = sub.add_parser("warm-up", help="for a GRPO environment spec: write tool-call demonstrations by playing the "
+                                        "environment, queue SFT on them, then the GRPO job from that adapter")
+    p.add_argument("spec_file")
+    p.add_argument("--rows", type=int, default=32, help="demonstration episodes to write (default 32)")
+    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: 200 for the demo model, else 2 "
+                                                            "passes over the demonstrations)")
+    p.add_argument("--wait", action="store_true", help="wait for both jobs; exit 1 unless both succeed")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_warm_up)
     p = sub.add_parser("list", help="list jobs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
@@ -232,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
-        print("The job was not queued:" if args.command == "submit" else "Cannot do that:", file=sys.stderr)
+        print("The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE

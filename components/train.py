@@ -168,7 +168,12 @@ def build(api: StudioAPI) -> TrainHandles:
             inputs["env_eval_episodes"] = gr.Number(16, precision=0, label="Evaluation episodes",
                                                     info=field_help("environment.eval_episodes"))
         errors["environment"] = gr.Markdown(elem_classes="field-error", elem_id="environment-error")
-        dry_run_button = gr.Button("Dry run: play one episode", size="sm")
+        with gr.Row():
+            dry_run_button = gr.Button("Dry run: play one episode", size="sm")
+            warm_up_button = gr.Button("Warm up on this environment", size="sm", elem_id="warm-up-button")
+        gr.Markdown("*Warm up* writes tool-call demonstrations by playing the environment with your prompts, queues "
+                    "SFT on them, then this GRPO job from that adapter: a model that has never called these tools "
+                    "gives GRPO nothing to learn from.")
         transcript = gr.Markdown(elem_id="dry-run-transcript")
     errors["method"] = gr.Markdown(elem_classes="field-error", elem_id="method-error")
 
@@ -315,6 +320,22 @@ def build(api: StudioAPI) -> TrainHandles:
         return (episode.transcript() if episode else ""), *boxes
 
     dry_run_button.click(on_dry_run, form, [transcript, *error_boxes], api_name="dry_run")
+
+    @as_user
+    def on_warm_up(user, *args):
+        try:
+            warm, boxes = with_spec(lambda spec: api.warm_up(spec, user=user), args)
+        except Exception as exc:  # noqa: BLE001 - an unreachable environment, one that refuses every call
+            return "", *error_updates([f"environment: warm-up failed: {exc}"])
+        if warm is None:
+            return "", *boxes
+        text = (f"Wrote {warm.demonstrations}. Queued **{warm.sft.job.id}** (SFT warm-up), then "
+                f"**{warm.grpo.job.id}** (this GRPO job, from the warm-up's adapter; it waits for it). "
+                f"Follow them in the Jobs tab.")
+        warnings = warm.sft.warnings + warm.grpo.warnings
+        return text + "".join(f"\n- ⚠️ {w}" for w in warnings), *boxes
+
+    warm_up_button.click(on_warm_up, form, [result, *error_boxes], api_name="warm_up")
 
     # --- check and queue -----------------------------------------------------------------------------------------
     @as_user

@@ -84,3 +84,28 @@ def test_a_visitor_is_told_to_sign_in_and_queues_nothing(space, browser):
     page.locator("#queue-button").click()
     expect(page.get_by_text("Sign in with Hugging Face first").first).to_be_visible(timeout=30_000)
     assert len(store.list()) == before
+
+
+def test_a_signed_in_stranger_warms_up_on_an_environment_in_one_click(space, browser):
+    store = JobStore(DataPaths(space.data_dir).db)
+    page = _page(browser, space.url, "carol")
+    expect(page.locator("#header-status")).to_contain_text("Signed in as carol", timeout=30_000)
+    page.locator("#method").get_by_label("grpo").check()
+    page.locator("#builtin-dataset input").fill("echo-demo")
+    page.locator("#builtin-dataset input").press("Enter")
+    page.locator("#env-name input").fill("builtin:echo")
+    page.locator("#env-name input").press("Enter")
+    page.get_by_label("Max completion length", exact=True).fill("96")
+    fill_settings(page, **{"Batch size": "4", "Max steps": "2"})
+    page.locator("#warm-up-button").click()
+    result = page.locator("#queue-result")
+    expect(result).to_contain_text("demonstration episodes of echo_message", timeout=120_000)
+    sft_id, grpo_id = re.findall(r"Queued (\S+) \(SFT warm-up\), then (\S+)", result.inner_text())[0]
+    for job_id in (grpo_id, sft_id):  # the test needs the queue, not the training
+        store.request_cancel(job_id)
+    sft, grpo = store.get(sft_id), store.get(grpo_id)
+    assert sft.owner == grpo.owner == "carol" and sft.spec.method == "sft"
+    assert grpo.spec.model.parent_job_id == sft_id and grpo.spec.training.max_steps == 2
+    upload = DataPaths(space.data_dir).uploads("carol") / sft.spec.dataset.name
+    assert sft.spec.dataset.source == "upload" and upload.is_file(), "the demonstrations are carol's own upload"
+    page.screenshot(path=ARTIFACTS / "space-warm-up.png", full_page=True)

@@ -1,5 +1,5 @@
-"""GRPO with OpenEnv environments through the real queue: SFT on tool-call demonstrations, then GRPO against the
-built-in echo server; dry runs; the server's lifecycle with the job; a dead server failing the job; spec and
+"""GRPO with OpenEnv environments through the real queue: the example's warm-up (demonstrations written by the
+built-in echo server, SFT on them) then GRPO against it; dry runs; the server's lifecycle with the job; a dead server failing the job; spec and
 pre-flight refusals."""
 
 import json
@@ -14,18 +14,11 @@ from safetensors.torch import load_file
 
 from backend.api import StudioAPI
 from backend.environments.launcher import start_server_process
-from backend.spec import SpecError, parse_spec
+from backend.spec import SpecError, load_spec_text, parse_spec
 from backend.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
-
-# Enough SFT for the tiny model to write `<tool_call>{"name": "echo_message", ...}</tool_call>` (loss ~0.1).
-SFT_TOOL_CALLS = {
-    "method": "sft", "dataset": {"source": "builtin", "name": "echo-tools-sft"}, "lora": {"r": 16, "alpha": 32},
-    "training": {"max_steps": 200, "batch_size": 4, "max_length": 512, "learning_rate": 1e-2, "save_steps": 1000},
-}
-
 
 def grpo_env(env: str, dataset: dict, **overrides) -> dict:
     spec = {
@@ -52,53 +45,76 @@ def _alive(pid: int) -> bool:
         return False
 
 
+EXAMPLE = ROOT / "examples" / "grpo-env-demo.yaml"
+
+
 @pytest.fixture(scope="module")
-def sft_tool_job(tmp_path_factory, models_dir):
-    """One SFT job on echo tool-call demonstrations, shared by the tests that continue from it."""
+def warmed(tmp_path_factory, models_dir):
+    """The GRPO environment example, warmed up: demonstrations written by the built-in echo server, SFT on them,
+    then the example's GRPO job from that adapter, queued together (the GRPO job waits for the SFT)."""
     root = tmp_path_factory.mktemp("envdata")
     (root / "models").symlink_to(models_dir, target_is_directory=True)
-    api = StudioAPI(root, scheduler="thread", poll_interval=0.1)
+    api = StudioAPI(root, scheduler="thread", poll_interval=0.1, max_concurrent=2)
     try:
-        job = api.submit(tiny_spec(**SFT_TOOL_CALLS)).job
-        done = wait_status(api.store, job.id, FINAL, timeout=400)
-        assert done.status is JobStatus.succeeded, done.error
-        yield api, done
+        warm = api.warm_up(load_spec_text(EXAMPLE.read_text(), EXAMPLE.name), rows=32)
+        assert warm.grpo.job.spec.model.parent_job_id == warm.sft.job.id
+        sft = wait_status(api.store, warm.sft.job.id, FINAL, timeout=400)
+        assert sft.status is JobStatus.succeeded, sft.error
+        yield api, warm, sft
     finally:
         api.close()
 
 
+def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_tool_format(warmed):
+    api, warm, sft = warmed
+    assert warm.demonstrations == "32 demonstration episodes of echo_message (32 earned a reward)"
+    rows = [json.loads(line) for line in (api.paths.uploads("local") / warm.upload_id).read_text().splitlines()]
+    assert len(rows) == 32
+    first = rows[0]
+    user, call, answer, closing = first["messages"]
+    assert user["content"].endswith("attempts_left: 3"), "the prompt carries the reset observation, as in GRPO"
+    arguments = call["tool_calls"][0]["function"]["arguments"]
+    assert answer == {"role": "tool", "name": "echo_message",
+                      "content": f"{arguments['message']}\nreward: 1\nThe episode is over."}
+    assert closing == {"role": "assistant", "content": "Done."}
+    # The tools column is what TRL hands the chat template during GRPO: the JSON schema of the tool methods.
+    assert first["tools"][0]["function"]["name"] == "echo_message"
+    assert set(first["tools"][0]["function"]["parameters"]["properties"]) == {"message"}
+    assert sft.spec.training.max_steps == 200 and sft.spec.dataset.source == "upload"
+
+
 @pytest.mark.slow
-def test_sft_then_grpo_against_the_builtin_echo_server_calls_tools_and_trains_on_its_reward(sft_tool_job):
-    api, sft = sft_tool_job
-    grpo = api.submit(grpo_env("builtin:echo", {"source": "builtin", "name": "echo-demo"},
-                               model={"parent_job_id": sft.id})).job
-    done = wait_status(api.store, grpo.id, FINAL, timeout=400)
+def test_the_example_warms_up_then_learns_from_the_environment(warmed):
+    """examples/grpo-env-demo.yaml demonstrates what it is named for: tool calls during training, groups that score
+    differently, a LoRA that moves, and base vs tuned success rates."""
+    api, warm, sft = warmed
+    done = wait_status(api.store, warm.grpo.job.id, FINAL, timeout=400)
     assert done.status is JobStatus.succeeded, done.error
 
-    rows = api.metrics(grpo.id)
+    rows = api.metrics(done.id)
     calls = [r["tools/call_frequency"] for r in rows if "tools/call_frequency" in r]
     assert calls and max(calls) > 0, f"the model never called a tool: {calls}"
     assert any("tools/failure_frequency" in r for r in rows)
     env_rewards = [r["rewards/EchoEnv/mean"] for r in rows if "rewards/EchoEnv/mean" in r]
-    assert len(env_rewards) == 3, "the environment's reward is logged every step"
+    assert len(env_rewards) == 4, "the environment's reward is logged every step"
+    zero_std = [r["frac_reward_zero_std"] for r in rows if "frac_reward_zero_std" in r]
+    assert zero_std and min(zero_std) < 1, f"no group ever scored differently, nothing to learn: {zero_std}"
     assert "echo" in done.artifacts["environment"] and "echo_message" in done.artifacts["environment"]
 
-    # The adapter was saved and moved away from the SFT adapter it started from.
+    # The adapter was saved and moved away from the warm-up adapter it started from.
     start = load_file(f"{sft.artifacts['adapter_dir']}/adapter_model.safetensors")
     trained = load_file(f"{done.artifacts['adapter_dir']}/adapter_model.safetensors")
     assert start.keys() == trained.keys()
-    if any(r["frac_reward_zero_std"] < 1 for r in rows if "frac_reward_zero_std" in r):
-        # Some group's episodes scored differently, so there was an advantage to follow: the adapter moved.
-        assert any(not torch.equal(start[k], trained[k]) for k in start)
+    assert any(not torch.equal(start[k], trained[k]) for k in start)
 
     # Sampled episodes are kept with the environment's reward.
-    samples = api.store.samples(grpo.id)
+    samples = api.store.samples(done.id)
     assert samples and all("EchoEnv" in s["rewards"] for s in samples)
     assert any(m.get("tool_calls") for s in samples for m in s["completion"]), "a kept sample shows a tool call"
 
     # Success rate of base and tuned over the same seeded episodes.
     result = done.artifacts["environment_evaluation"]
-    assert result["episodes"] == 4 and set(result) >= {"base", "tuned"}
+    assert result["episodes"] == 8 and set(result) >= {"base", "tuned"}
     for side in ("base", "tuned"):
         assert 0.0 <= result[side]["success_rate"] <= 1.0 and "mean_reward" in result[side]
     assert result["tuned"]["tool_calls_per_episode"] > result["base"]["tool_calls_per_episode"]
@@ -108,8 +124,8 @@ def test_sft_then_grpo_against_the_builtin_echo_server_calls_tools_and_trains_on
 
 
 @pytest.mark.slow
-def test_dry_run_of_the_sft_model_shows_the_tool_call_its_result_and_the_reward(sft_tool_job):
-    api, sft = sft_tool_job
+def test_dry_run_of_the_warmed_up_model_shows_the_tool_call_its_result_and_the_reward(warmed):
+    api, _, sft = warmed
     # Near-greedy: the tiny model's tool calls are reliable only at a low temperature.
     spec = grpo_env("builtin:echo", {"source": "builtin", "name": "echo-demo"}, model={"parent_job_id": sft.id},
                     grpo={"temperature": 0.05})
