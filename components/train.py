@@ -246,6 +246,16 @@ def build(api: StudioAPI) -> TrainHandles:
     inputs["method"].change(on_method, [inputs["method"], inputs["builtin_dataset"]],
                             [sft_group, dpo_group, grpo_group, inputs["builtin_dataset"]], api_name=False)
 
+    def on_environment(env_name, rewards):
+        # The default reward (accuracy on a `solution` column) is for prompt datasets; with an environment its
+        # reward is the environment's, and the editor holds extra rewards only: start it empty.
+        if env_name and (rewards or "").strip() == FIELDS["grpo_rewards"].strip():
+            return ""
+        return gr.update()
+
+    inputs["env_name"].change(on_environment, [inputs["env_name"], inputs["grpo_rewards"]], inputs["grpo_rewards"],
+                              api_name=False)
+
     # --- upload: kept only if it loads for the method ---------------------------------------------------------
     @as_user
     def on_upload(user, file, method):

@@ -100,6 +100,8 @@ def test_a_signed_in_stranger_warms_up_on_an_environment_in_one_click(space, bro
     page.locator("#warm-up-button").click()
     result = page.locator("#queue-result")
     expect(result).to_contain_text("demonstration episodes of echo_message", timeout=120_000)
+    for box in ("#dataset-error", "#environment-error", "#general-error"):
+        expect(page.locator(box)).to_have_text("")
     sft_id, grpo_id = re.findall(r"Queued (\S+) \(SFT warm-up\), then (\S+)", result.inner_text())[0]
     for job_id in (grpo_id, sft_id):  # the test needs the queue, not the training
         store.request_cancel(job_id)

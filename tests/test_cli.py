@@ -107,3 +107,23 @@ def test_submit_without_wait_still_runs_the_job(data_dir, store, tmp_path):
     spec.write_text(yaml.safe_dump(tiny_spec()))
     job_id = json.loads(cli("submit", str(spec), "--json").stdout)["id"]
     assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
+
+
+def test_warm_up_queues_the_sft_then_the_grpo_job_that_waits_for_it(data_dir, store):
+    holder = Scheduler(DataPaths(data_dir))  # hold the queue: this test is about what is queued, not the training
+    assert holder.try_acquire()
+    try:
+        result = cli("warm-up", "examples/grpo-env-demo.yaml", "--rows", "4", "--steps", "5", "--json")
+        assert result.returncode == 0, result.stderr[-3000:]
+        out = json.loads(result.stdout)
+        assert out["demonstrations"] == "4 demonstration episodes of echo_message (4 earned a reward)"
+        sft, grpo = store.get(out["sft"]), store.get(out["grpo"])
+        assert (sft.spec.method.value, sft.spec.training.max_steps, sft.spec.dataset.name) == ("sft", 5, out["upload_id"])
+        assert grpo.spec.model.parent_job_id == sft.id and grpo.status is sft.status is JobStatus.queued
+        refused = cli("warm-up", "examples/sft-demo.yaml")
+        assert refused.returncode == 2 and "a warm-up is for a GRPO job with an environment" in refused.stderr
+        assert len(store.list()) == 2, "a refused warm-up queues nothing"
+    finally:
+        for job in store.list():
+            store.request_cancel(job.id)
+        holder.release()
