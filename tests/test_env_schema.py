@@ -134,6 +134,32 @@ def test_observations_keep_the_feedback_and_do_not_repeat_history():
     assert len(huge) < 1400 and "more characters" in huge
 
 
+def test_a_history_that_grows_inside_a_message_is_shown_by_its_new_part():
+    """TextArena (OpenEnv's textarena_env) keeps a game's whole log in one message whose text grows each turn, and
+    sends it twice (``messages`` and ``metadata.raw_messages``). Shown whole, every turn repeated the log, and once
+    it passed the field cap the cap cut the end: the model never saw the answer to its latest guess."""
+    intro = "[GAME] You are Player 0. You are playing Guess The Number. " + "Rules. " * 100
+
+    def turn(log: str) -> dict:
+        message = {"sender_id": -1, "content": log, "category": "MESSAGE"}
+        return {"prompt": "GuessTheNumber-v0", "messages": [message], "turn": log.count("[Player]"),
+                "metadata": {"raw_messages": [message], "env_id": "GuessTheNumber-v0"}}
+
+    log = intro
+    previous = turn(log)
+    for guess in range(1, 10):
+        log += f"\n[Player] [{guess}]\n[GAME] The target number is higher than {guess}."
+        observation = turn(log)
+        text = observation_text(observation, previous=previous, reward=0.0)
+        previous = observation
+        assert f"The target number is higher than {guess}." in text, text
+        assert "Rules." not in text and len(text) < 600, text  # only the new part, not the log again
+    # Whatever is not a grown history is shown whole.
+    assert "env_id: GuessTheNumber-v0" in text and "turn: 9" in text, text
+    other = {"sender_id": 0, "content": "A different message", "category": "MESSAGE"}
+    assert "A different message" in observation_text({"messages": [other]}, previous=previous)
+
+
 def test_an_observation_template_lays_out_the_fields():
     spec = parse_spec(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "echo-demo"},
                                 training={"batch_size": 4}, grpo={"num_generations": 2},

@@ -53,23 +53,41 @@ def render_value(value: Any) -> str:
 
 
 def _new_part(value: Any, before: Any) -> Any:
-    """The part of ``value`` added since ``before`` when it only grew (a history), else ``value``."""
-    if isinstance(value, list) and isinstance(before, list) and before and value[:len(before)] == before:
-        if len(value) > len(before):
-            return value[len(before):]
-        return f"(unchanged, {len(value)} items)" if len(value) > 10 else value
+    """The part of ``value`` added since ``before`` when it only grew (a history), else ``value``.
+
+    It looks inside too: a list whose last item grew (TextArena keeps a game's log in one message whose text gets
+    longer each turn) shows that item's new part, and so does a dict for each of its fields that grew.
+
+    >>> _new_part([{"id": 1, "log": "x" * 50 + "\\nthen y"}], [{"id": 1, "log": "x" * 50}])
+    [{'id': 1, 'log': 'then y'}]
+    """
+    if isinstance(value, list) and isinstance(before, list) and before:
+        if value[:len(before)] == before:
+            if len(value) > len(before):
+                return value[len(before):]
+            return f"(unchanged, {len(value)} items)" if len(value) > 10 else value
+        if len(value) == len(before) and value[:-1] == before[:-1]:
+            last = _new_part(value[-1], before[-1])
+            return [last] if last is not value[-1] else value
+        return value
+    if isinstance(value, dict) and isinstance(before, dict) and value.keys() == before.keys():
+        parts = {key: _new_part(item, before[key]) for key, item in value.items()}
+        return parts if any(parts[key] is not value[key] for key in value) else value
     if isinstance(value, str) and isinstance(before, str) and len(before) > 40 and value.startswith(before):
         return value[len(before):].lstrip("\n")
     return value
 
 
-def _feedback(observation: dict[str, Any], reward: float | None, done: bool) -> list[str]:
+def _feedback(observation: dict[str, Any], previous: dict[str, Any], reward: float | None, done: bool) -> list[str]:
     lines = []
     metadata = observation.get("metadata")
     if isinstance(metadata, dict):
-        # Scalars (messages, flags) and lists (a maze some servers keep here); dicts are bookkeeping.
-        lines += [_labelled(key, render_value(value)) for key, value in metadata.items()
-                  if (_scalar(value) or isinstance(value, list)) and not _empty(value)]
+        # Scalars (messages, flags) and lists (a maze some servers keep here); dicts are bookkeeping. A history kept
+        # here is shown by its new part, as the observation's own fields are.
+        before = previous.get("metadata") if isinstance(previous.get("metadata"), dict) else {}
+        shown = {key: _new_part(value, before.get(key)) for key, value in metadata.items()
+                 if _scalar(value) or isinstance(value, list)}
+        lines += [_labelled(key, render_value(value)) for key, value in shown.items() if not _empty(value)]
     if reward is not None:
         lines.append(f"reward: {reward:g}")
     if done:
@@ -101,7 +119,7 @@ def observation_text(observation: dict[str, Any], *, previous: dict[str, Any] | 
         body = render_value(next(iter(fields.values())))
     else:
         body = "\n".join(_labelled(key, render_value(value)) for key, value in fields.items())
-    return "\n".join(part for part in [body, *_feedback(observation, reward, done)] if part)
+    return "\n".join(part for part in [body, *_feedback(observation, previous, reward, done)] if part)
 
 
 def _labelled(key: str, text: str) -> str:
