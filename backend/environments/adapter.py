@@ -411,7 +411,9 @@ def check_sessions(url: str, needed: int, *, timeout_s: float = 10.0, least: int
     if allowed >= needed:
         return
     more = ("run your own copy with more sessions (duplicate the Space and raise max_concurrent_envs in the "
-            "create_app call of its server/app.py)")
+            "create_app call of its server/app.py, or the MAX_CONCURRENT_ENVS variable where the server reads one; "
+            "openenv starts more than one session only for an environment class that declares "
+            "SUPPORTS_CONCURRENT_SESSIONS = True, which is right when each instance keeps its own state)")
     if allowed < least:
         advice = (f"GRPO plays at least {least} episodes at once (one per completion of a prompt), so no batch "
                   f"size fits: {more}")
