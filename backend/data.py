@@ -163,6 +163,17 @@ def load_training_dataset(
     return ds, fmt
 
 
+def conversational_prompts(ds: "Dataset") -> "Dataset":
+    """Plain-text prompts as one user message each; conversations as they are.
+
+    With an environment, TRL appends the reset observation to the prompt's last message: a plain-text prompt column
+    failed the first training step (``string indices must be integers``)."""
+    if "prompt" not in ds.column_names or not any(isinstance(p, str) for p in ds["prompt"]):
+        return ds
+    return ds.map(lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}] if isinstance(row["prompt"], str)
+                               else row["prompt"]})
+
+
 def split_holdout(ds: "Dataset", fraction: float, rows: int | None, seed: int) -> tuple["Dataset", "Dataset | None"]:
     """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
     n_eval = rows if rows is not None else int(round(len(ds) * fraction))

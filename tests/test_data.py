@@ -108,3 +108,14 @@ def test_empty_required_value_is_refused(tmp_path):
 def test_hub_dataset_offline_gives_a_clear_error():
     with pytest.raises(SpecError, match="Hub dataset 'someone/not-cached' could not be loaded"):
         load_training_dataset(DatasetSpec(source="hub", name="someone/not-cached"), Method.sft)
+
+
+def test_plain_text_prompts_become_one_user_message_for_an_environment():
+    from datasets import Dataset
+
+    from backend.data import conversational_prompts
+
+    plain = conversational_prompts(Dataset.from_list([{"prompt": "Go.", "target": "x"}]))
+    assert plain[0] == {"prompt": [{"role": "user", "content": "Go."}], "target": "x"}
+    chat = Dataset.from_list([{"prompt": [{"role": "user", "content": "Go."}]}])
+    assert conversational_prompts(chat)[0] == chat[0]

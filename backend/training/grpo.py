@@ -76,6 +76,7 @@ def build_grpo_trainer(
     """The trainer; with an environment, TRL runs the multi-turn tool loop and adds the environment's reward."""
     from trl import GRPOTrainer
 
+    from backend.data import conversational_prompts
     from backend.rewards import build_rewards
 
     reward_funcs, weights = build_rewards(spec.grpo.rewards)
@@ -85,7 +86,7 @@ def build_grpo_trainer(
     trainer = GRPOTrainer(
         args=to_grpo_config(spec, output_dir, weights, vllm_kwargs),
         reward_funcs=reward_funcs,
-        train_dataset=dataset,
+        train_dataset=conversational_prompts(dataset) if environment is not None else dataset,
         callbacks=callbacks,
         environment_factory=environment.factory if environment is not None else None,
         **policy.trainer_kwargs(),
