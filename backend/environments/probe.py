@@ -18,7 +18,7 @@ from backend.environments.connection import EnvironmentActionError
 @dataclass(frozen=True)
 class RewardProbe:
     episodes: int
-    actions: int  # tool calls the server answered (refused ones included; not those refused by our own check)
+    actions: int  # tool calls the server carried out (an MCP tool's error counts; a typed server's refusal does not)
     rewarded: int  # answers that carried a reward value (0.0 counts)
 
     def warning(self, name: str) -> str | None:
@@ -75,7 +75,7 @@ def probe_rewards(info: EnvironmentInfo, *, episodes: int = 2, actions_per_episo
                 try:
                     getattr(environment, tool.name)(**random_arguments(tool, rng))
                 except EnvironmentActionError:
-                    pass  # refused by the server (an illegal move) still counts as an answer, in the episode's tally
+                    pass  # refused (an illegal move): the episode's tally says whether it counted
                 if environment.done:
                     break
             # The episode keeps the count: actions the server answered and the rewards that came with them.
