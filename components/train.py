@@ -321,22 +321,24 @@ def build(api: StudioAPI) -> TrainHandles:
     bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row], bench_out,
                        api_name="score_rewards")
 
+    def with_environment(what: str, action, args) -> tuple[Any, list[str]]:
+        """``with_spec`` for actions that play the environment: any failure (an unreachable server, a model that
+        cannot load, calls all refused) becomes a sentence in the environment's error box."""
+        try:
+            return with_spec(action, args)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            return None, error_updates([f"environment: {what} failed: {exc}"])
+
     @as_user
     def on_dry_run(user, *args):
-        try:
-            episode, boxes = with_spec(lambda spec: api.dry_run(spec, user=user), args)
-        except Exception as exc:  # noqa: BLE001 - an unreachable environment, a model that cannot load
-            return "", *error_updates([f"environment: dry run failed: {exc}"])
+        episode, boxes = with_environment("dry run", lambda spec: api.dry_run(spec, user=user), args)
         return (episode.transcript() if episode else ""), *boxes
 
     dry_run_button.click(on_dry_run, form, [transcript, *error_boxes], api_name="dry_run")
 
     @as_user
     def on_warm_up(user, *args):
-        try:
-            warm, boxes = with_spec(lambda spec: api.warm_up(spec, user=user), args)
-        except Exception as exc:  # noqa: BLE001 - an unreachable environment, one that refuses every call
-            return "", *error_updates([f"environment: warm-up failed: {exc}"])
+        warm, boxes = with_environment("warm-up", lambda spec: api.warm_up(spec, user=user), args)
         if warm is None:
             return "", *boxes
         text = (f"Wrote {warm.demonstrations}. Queued **{warm.sft.job.id}** (SFT warm-up), then "

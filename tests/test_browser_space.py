@@ -60,14 +60,18 @@ def test_a_signed_in_stranger_checks_and_queues_from_the_train_tab(space, browse
     page.screenshot(path=ARTIFACTS / "space-train-signed-in.png", full_page=True)
 
 
+def _pick_echo_environment(page) -> None:
+    """GRPO on the echo prompts against the built-in echo environment, picked as a user does."""
+    page.locator("#method").get_by_label("grpo").check()
+    for box, value in (("#builtin-dataset input", "echo-demo"), ("#env-name input", "builtin:echo")):
+        page.locator(box).fill(value)
+        page.locator(box).press("Enter")
+
+
 def test_a_signed_in_stranger_dry_runs_an_environment(space, browser):
     page = _page(browser, space.url, "bob")
     expect(page.locator("#header-status")).to_contain_text("Signed in as bob", timeout=30_000)
-    page.locator("#method").get_by_label("grpo").check()
-    page.locator("#builtin-dataset input").fill("echo-demo")
-    page.locator("#builtin-dataset input").press("Enter")
-    page.locator("#env-name input").fill("builtin:echo")
-    page.locator("#env-name input").press("Enter")
+    _pick_echo_environment(page)
     page.get_by_label("Max completion length", exact=True).fill("32")
     fill_settings(page, **{"Batch size": "4"})
     page.get_by_role("button", name="Dry run: play one episode").click()
@@ -90,11 +94,7 @@ def test_a_signed_in_stranger_warms_up_on_an_environment_in_one_click(space, bro
     store = JobStore(DataPaths(space.data_dir).db)
     page = _page(browser, space.url, "carol")
     expect(page.locator("#header-status")).to_contain_text("Signed in as carol", timeout=30_000)
-    page.locator("#method").get_by_label("grpo").check()
-    page.locator("#builtin-dataset input").fill("echo-demo")
-    page.locator("#builtin-dataset input").press("Enter")
-    page.locator("#env-name input").fill("builtin:echo")
-    page.locator("#env-name input").press("Enter")
+    _pick_echo_environment(page)
     page.get_by_label("Max completion length", exact=True).fill("96")
     fill_settings(page, **{"Batch size": "4", "Max steps": "2"})
     page.locator("#warm-up-button").click()
