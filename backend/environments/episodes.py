@@ -73,11 +73,15 @@ class EpisodeSettings:
         return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p, kwargs)
 
 
-def _prompt_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
+def opening_messages(environment: OpenEnvEpisode, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Start an episode on ``row`` and return its prompt as TRL builds it: the row's prompt (plain text as one user
+    message) with the environment's reset observation joined to the last message."""
     prompt = row.get("prompt", [{"role": "user", "content": ""}])
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    return [dict(m) for m in prompt]
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    observation = environment.reset(**row)
+    if observation:
+        messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+    return messages
 
 
 def _render(tokenizer, messages, tools, settings: EpisodeSettings) -> list[int]:
@@ -109,10 +113,7 @@ def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, A
     from trl.chat_template_utils import add_response_schema, parse_response
 
     tokenizer = add_response_schema(tokenizer)
-    messages = _prompt_messages(row)
-    observation = environment.reset(**row)
-    if observation:
-        messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+    messages = opening_messages(environment, row)
     prompt_count = len(messages)
     methods = tool_methods(environment)
     tools = {m.__name__: m for m in methods}

@@ -27,6 +27,7 @@ from typing import Any
 
 from backend.environments.adapter import OpenEnvEpisode, ToolSpec, tool_methods
 from backend.environments.connection import EnvironmentActionError
+from backend.environments.episodes import opening_messages
 from backend.environments.probe import random_arguments
 from backend.spec import JobSpec
 
@@ -72,20 +73,10 @@ def candidate_arguments(tool: ToolSpec, row: dict[str, Any], rng: random.Random,
     return list(unique.values())[:count]
 
 
-def _prompt_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
-    prompt = row.get("prompt", "")
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    return [dict(m) for m in prompt]
-
-
 def _play(environment: OpenEnvEpisode, row: dict[str, Any], tool: ToolSpec, arguments: dict[str, Any]
           ) -> tuple[float, list[dict[str, Any]]] | None:
     """One episode of one call: (summed reward, the conversation), or None when the environment refused the call."""
-    messages = _prompt_messages(row)
-    observation = environment.reset(**row)
-    if observation:  # as TRL joins it to the last prompt message during GRPO
-        messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+    messages = opening_messages(environment, row)  # as GRPO will see it
     try:
         answer = getattr(environment, tool.name)(**arguments)
     except EnvironmentActionError:
