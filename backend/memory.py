@@ -19,8 +19,13 @@ NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
 INT8_BYTES_PER_PARAM = 1.0
 LORA_BYTES_PER_PARAM = 4 + 4 + 8  # PEFT keeps adapters in fp32: weight, gradient and AdamW's two moments
 LOGIT_BYTES = 4  # the loss upcasts logits to fp32
-# The CUDA context, cuBLAS workspaces and allocator slack on a GPU; torch and transformers themselves on a CPU.
-RUNTIME_OVERHEAD = {"cuda": 1 * GB, "cpu": GB // 2}
+# Memory no tensor of the job holds, counted apart from the tensors (the calibration table in
+# tests/test_memory_calibration.py checks both: tensors against torch's peak allocated, the total against
+# nvidia-smi). On a GPU: the CUDA context with cuBLAS workspaces, plus the caching allocator's reserve beyond the
+# allocated peak; on a CPU: torch, transformers and TRL themselves.
+CUDA_CONTEXT_BYTES = int(0.75 * GB)
+ALLOCATOR_SLACK = 0.20  # reserved beyond the allocated peak, as a fraction of it
+CPU_RUNTIME_BYTES = 1 * GB  # measured: the trainer process's RSS before its first tensor
 # Model types whose attention projections have biases although their config does not say so.
 QKV_BIAS_MODEL_TYPES = {"qwen2"}
 # Model types with a per-head RMSNorm on queries and keys.
@@ -147,6 +152,12 @@ class MemoryEstimate:
     breakdown: list[tuple[str, int]]  # (what, bytes), summing to total_bytes
     parameters: int
     advice: list[str] = field(default_factory=list)  # settings that would shrink the estimate, most effective first
+    runtime_bytes: int = 0  # the last breakdown items: the CUDA context and allocator reserve, or the CPU runtime
+
+    @property
+    def tensor_bytes(self) -> int:
+        """The job's own tensors at their peak: what torch.cuda.max_memory_allocated measures on a GPU."""
+        return self.total_bytes - self.runtime_bytes
 
     def describe(self) -> str:
         lines = [f"{label}: {format_bytes(size)}" for label, size in self.breakdown]
@@ -158,12 +169,15 @@ def estimate_memory(
     config: "PretrainedConfig",
     device: DeviceInfo | None = None,
     prompt_tokens: int | None = None,
+    sequence_tokens: int | None = None,
 ) -> MemoryEstimate:
-    """Peak memory of one training process, roughly (expect +-30%): a guard against hopeless jobs, not a planner.
+    """Peak memory of one training process: within +-25% of the measured peaks in the calibration table
+    (tests/test_memory_calibration.py) when the sequence lengths are known, an upper bound when they are not.
 
     ``device`` decides the precision (bf16 on a bf16 GPU, else fp32, as the trainer chooses); by default this
-    machine's. ``prompt_tokens`` is the GRPO prompt length (e.g. the dataset preview's longest); by default
-    training.max_length, an upper bound.
+    machine's. ``prompt_tokens`` is the GRPO prompt length (e.g. the dataset preview's longest);
+    ``sequence_tokens`` the longest SFT/DPO example a batch holds (the collator pads to it; packing fills
+    training.max_length). Both default to training.max_length, an upper bound.
     """
     if device is None:
         from backend.hardware import detect_device
@@ -174,6 +188,8 @@ def estimate_memory(
     dtype_bytes = 2 if device.kind == "cuda" and device.bf16 else 4
     t = spec.training
     batch, seq_len = t.batch_size, t.max_length
+    if sequence_tokens and not (spec.method is Method.sft and spec.sft.packing):
+        seq_len = min(sequence_tokens, t.max_length)
     if spec.method is Method.dpo:
         batch *= 2  # chosen and rejected go through the model in one concatenated batch
     if spec.method is Method.grpo:
@@ -184,16 +200,26 @@ def estimate_memory(
     if _needs_reference_copy(spec):
         items.append(("reference model (a frozen copy of the weights)", items[0][1]))
     items.append((_activations_label(spec), _activation_bytes(spec, s, batch * seq_len, dtype_bytes)))
-    items.append(("logits (fp32)", batch * seq_len * s.vocab * LOGIT_BYTES))
+    if t.use_liger_kernel:
+        # Liger's fused linear + cross-entropy works through the tokens in chunks of about hidden/vocab of them.
+        items.append(("logits (Liger fused, chunked)", batch * seq_len * s.hidden * LOGIT_BYTES))
+    else:
+        items.append(("logits (fp32)", batch * seq_len * s.vocab * LOGIT_BYTES))
     if spec.method is Method.grpo:
         items += _generation(spec, s, seq_len, dtype_bytes)
-    items.append(("runtime overhead", RUNTIME_OVERHEAD.get(device.kind, RUNTIME_OVERHEAD["cpu"])))
-    items = [(label, int(size)) for label, size in items]
+    tensors = sum(size for _, size in items)
+    if device.kind == "cuda":
+        runtime = [("CUDA context and cuBLAS workspaces", CUDA_CONTEXT_BYTES),
+                   (f"allocator reserve (~{ALLOCATOR_SLACK:.0%} of the tensors)", tensors * ALLOCATOR_SLACK)]
+    else:
+        runtime = [("runtime (torch, transformers, TRL)", CPU_RUNTIME_BYTES)]
+    items = [(label, int(size)) for label, size in items + runtime]
     return MemoryEstimate(
         total_bytes=sum(size for _, size in items),
         breakdown=items,
         parameters=params.total,
         advice=_advice(spec),
+        runtime_bytes=sum(size for _, size in items[-len(runtime):]),
     )
 
 
@@ -229,8 +255,14 @@ def _needs_reference_copy(spec: JobSpec) -> bool:
     return spec.method is Method.dpo or (spec.method is Method.grpo and spec.grpo.beta > 0)
 
 
+def checkpointing(spec: JobSpec) -> bool:
+    """Whether the job recomputes activations: training.gradient_checkpointing, on when left empty (TRL's
+    default; auto-tune decides before training starts)."""
+    return spec.training.gradient_checkpointing is not False
+
+
 def _activations_label(spec: JobSpec) -> str:
-    return "activations" + (" (gradient checkpointing)" if spec.training.gradient_checkpointing else "")
+    return "activations" + (" (gradient checkpointing)" if checkpointing(spec) else "")
 
 
 def _activation_bytes(spec: JobSpec, s: _Shape, tokens: int, dtype_bytes: int) -> int:
@@ -247,7 +279,7 @@ def _activation_bytes(spec: JobSpec, s: _Shape, tokens: int, dtype_bytes: int) -
         targets = ALL_LINEAR if spec.lora.target_modules == "all-linear" else spec.lora.target_modules
         linears = s.layer_linears()
         per_layer += sum(linears[t][0] for t in {t.rsplit(".", 1)[-1] for t in targets} if t in linears)
-    if spec.training.gradient_checkpointing:
+    if checkpointing(spec):
         per_token = s.layers * s.hidden + per_layer
     else:
         per_token = s.layers * per_layer
@@ -270,7 +302,7 @@ def _advice(spec: JobSpec) -> list[str]:
         advice.append("enable 4-bit loading")
     if not spec.lora.enabled:
         advice.append("enable LoRA")
-    if not spec.training.gradient_checkpointing:
+    if not checkpointing(spec):
         advice.append("turn on gradient checkpointing")
     if spec.method is Method.grpo:
         advice.append("use fewer generations or a shorter max completion length")

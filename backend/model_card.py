@@ -129,7 +129,10 @@ def _dataset_text(spec: JobSpec) -> str:
 
 
 def settings_rows(spec: JobSpec, artifacts: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The training settings a reader needs to judge or repeat the run."""
+    """The training settings a reader needs to judge or repeat the run (as run: auto-tune's choices applied)."""
+    from backend.autotune import as_run
+
+    spec = as_run(spec, artifacts)
     t = spec.training
     rows: list[tuple[str, Any]] = [
         ("method", spec.method.value.upper()),
@@ -156,10 +159,14 @@ def settings_rows(spec: JobSpec, artifacts: dict[str, Any]) -> list[tuple[str, A
         ("max length (tokens)", t.max_length),
         ("warmup ratio", t.warmup_ratio),
         ("seed", t.seed),
-        ("gradient checkpointing", "on" if t.gradient_checkpointing else "off"),
+        ("gradient checkpointing", {True: "on", False: "off", None: "auto"}[t.gradient_checkpointing]),
     ]
+    if t.attn_implementation:
+        rows.append(("attention", t.attn_implementation))
+    if t.use_liger_kernel:
+        rows.append(("Liger kernels", "on"))
     if spec.method is Method.sft:
-        rows += [("completion-only loss", spec.sft.completion_only_loss), ("packing", spec.sft.packing)]
+        rows += [("completion-only loss", spec.sft.completion_only_loss), ("packing", {True: "on", False: "off", None: "auto"}[spec.sft.packing])]
     elif spec.method is Method.dpo:
         rows += [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)]
     else:

@@ -171,8 +171,22 @@ class TrainingSpec(_Part):
         1, ge=1, le=64,
         description="GPUs for this job: more than 1 launches the worker with accelerate (DDP) on the whole machine.",
     )
-    gradient_checkpointing: bool = Field(
-        True, description="Recompute activations in the backward pass: less memory, ~20-30% more compute (TRL's default)."
+    gradient_checkpointing: bool | None = Field(
+        None, description="Recompute activations in the backward pass: less memory, ~20-30% more compute. Empty: "
+        "off when auto_tune finds the job fits without it, else on (TRL's default)."
+    )
+    auto_tune: bool = Field(
+        True, description="Fill the speed settings left empty (gradient checkpointing, packing, fused kernels, "
+        "attention) and split the batch between device and accumulation from the memory estimate and the device; "
+        "the job log and the Jobs tab say what was chosen and why."
+    )
+    use_liger_kernel: bool | None = Field(
+        None, description="Liger's fused kernels (linear + cross-entropy without the full fp32 logits). Empty: on "
+        "when auto_tune runs on a CUDA GPU with liger-kernel installed."
+    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3"] | None = Field(
+        None, description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "
+        "bf16 CUDA GPU, else PyTorch's sdpa."
     )
 
 
@@ -180,7 +194,10 @@ class SFTSpec(_Part):
     completion_only_loss: bool = Field(
         True, description="Loss on the assistant turns / completion only, not on the prompt."
     )
-    packing: bool = Field(False, description="Pack several short examples into one sequence.")
+    packing: bool | None = Field(
+        None, description="Pack several short examples into one max_length sequence (best-fit, no attention across "
+        "examples). Empty: on when auto_tune finds the examples short on a GPU."
+    )
 
 
 class DPOSpec(_Part):

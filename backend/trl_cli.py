@@ -126,7 +126,7 @@ def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
 
 def _method_section(spec: JobSpec) -> dict[str, Any]:
     if spec.method is Method.sft:
-        section: dict[str, Any] = {"completion_only_loss": spec.sft.completion_only_loss, "packing": spec.sft.packing}
+        section: dict[str, Any] = {"completion_only_loss": spec.sft.completion_only_loss, "packing": bool(spec.sft.packing)}
         if spec.dataset.source == "builtin" and _builtin_is_conversational(spec.dataset.name):
             # For chats the app's completion-only loss is TRL's assistant-only loss.
             section["assistant_only_loss"] = spec.sft.completion_only_loss

@@ -45,14 +45,34 @@ def last_checkpoint(output_dir: Path) -> Path | None:
     return max(candidates)[1] if candidates else None
 
 
-def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None,
-                  environment=None):
-    """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
+def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
+    """(dataset, format) as the job's trainer reads it."""
     # An environment's reset receives the dataset's columns, so an environment job keeps them all.
-    dataset, fmt = load_training_dataset(
+    return load_training_dataset(
         spec.dataset, spec.method, reward_columns(spec), keep_all=environment is not None,
         uploads_dir=paths.uploads(spec.owner),  # the owner the job was stored under: whose upload the id names
     )
+
+
+def tuned_spec(job, spec: JobSpec, paths: DataPaths, loaded, store) -> JobSpec:
+    """The spec with auto-tune's choices for this machine (logged and kept in ``artifacts["auto_tune"]``); a
+    resumed job keeps its first attempt's choices, so its checkpoint still matches."""
+    from backend.autotune import as_run, plan, record
+
+    if job.resume and job.artifacts.get("auto_tune"):
+        log.info("auto-tune: keeping the first attempt's choices")
+        return as_run(spec, job.artifacts)
+    tuning = plan(spec, paths.models, loaded)
+    for choice in tuning.choices:
+        log.info("auto-tune: %s", choice)
+    store.merge_artifacts(job.id, {"auto_tune": record(tuning)})
+    return tuning.spec
+
+
+def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None,
+                  environment=None, loaded=None):
+    """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
+    dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     common = dict(
         spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks,
@@ -174,7 +194,9 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             store.merge_artifacts(
                 job_id, {"environment": environment.info.summary(), "environment_server_pid": environment.server_pid}
             )
-        trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment)
+        loaded = load_job_dataset(spec, paths, environment)
+        spec = tuned_spec(job, spec, paths, loaded, store)
+        trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment, loaded)
         resume_from = last_checkpoint(output_dir) if job.resume else None
         if job.resume:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")

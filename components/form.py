@@ -27,6 +27,9 @@ ENVIRONMENT_CHOICES = ["", *(f"builtin:{name}" for name in BUILTIN_ENVIRONMENTS)
 DATASET_SOURCES = ["builtin", "hub", "upload"]
 
 # Form field -> default value. The order is the order of the Gradio inputs (components/train.py).
+# A setting auto-tune may decide: "auto" leaves it empty in the spec.
+TRI_STATE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+
 FIELDS: dict[str, Any] = {
     "base_model": DEMO_MODEL_ID,
     "parent_job": "",
@@ -39,7 +42,7 @@ FIELDS: dict[str, Any] = {
     "max_rows": None,
     "method": "sft",
     "sft_completion_only": True,
-    "sft_packing": False,
+    "sft_packing": "auto",
     "dpo_beta": 0.1,
     "dpo_loss_type": "sigmoid",
     "grpo_num_generations": 4,
@@ -182,7 +185,7 @@ def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
                    "hub_repo_id": (v["hub_repo_id"] or "").strip() or None, "private": bool(v["hub_private"])},
     }
     if method == "sft":
-        spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": bool(v["sft_packing"])}
+        spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": TRI_STATE[v["sft_packing"] or "auto"]}
     elif method == "dpo":
         spec["dpo"] = {"beta": _number(v, "dpo_beta", "dpo.beta"), "loss_type": v["dpo_loss_type"]}
     elif method == "grpo":
@@ -221,7 +224,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "max_rows": d.max_rows,
         "method": spec.method.value,
         "sft_completion_only": spec.sft.completion_only_loss,
-        "sft_packing": spec.sft.packing,
+        "sft_packing": {value: name for name, value in TRI_STATE.items()}[spec.sft.packing],
         "dpo_beta": spec.dpo.beta,
         "dpo_loss_type": spec.dpo.loss_type,
         "grpo_num_generations": spec.grpo.num_generations,

@@ -21,7 +21,7 @@ from backend.spec import REWARD_NAMES, SpecError, field_help, load_spec_text
 from backend.store import JobStatus
 from components.form import (
     CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError, builtin_dataset_choices,
-    form_to_spec, route_problems,
+    TRI_STATE, form_to_spec, route_problems,
 )
 from components.session import as_user, require_user
 
@@ -130,7 +130,8 @@ def build(api: StudioAPI) -> TrainHandles:
         with gr.Row():
             inputs["sft_completion_only"] = gr.Checkbox(True, label="Loss on completions only",
                                                         info=field_help("sft.completion_only_loss"))
-            inputs["sft_packing"] = gr.Checkbox(False, label="Packing", info=field_help("sft.packing"))
+            inputs["sft_packing"] = gr.Radio(list(TRI_STATE), value="auto", label="Packing",
+                                             info=field_help("sft.packing"))
     with gr.Group(visible=False) as dpo_group:
         with gr.Row():
             inputs["dpo_beta"] = gr.Number(0.1, label="beta", info=field_help("dpo.beta"))

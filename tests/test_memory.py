@@ -233,5 +233,5 @@ def test_read_available_ram(tmp_path):
 def test_demo_job_fits_easily(models_dir):
     job = spec()
     estimate = estimate_memory(job, load_model_config(job, models_dir), CPU)
-    assert estimate.total_bytes < 1 * GB
+    assert estimate.total_bytes < 1.5 * GB  # mostly the runtime: torch, transformers and TRL themselves
     assert check_memory(estimate, CPU, available_ram_bytes=4 * GB) is None

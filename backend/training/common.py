@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.memory import checkpointing
 from backend.spec import JobSpec
 from backend.training import models
 
@@ -40,10 +41,10 @@ def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = N
 
     base = AutoModelForCausalLM.from_pretrained(
         path, quantization_config=models.to_bnb_config(spec.quantization),
-        **models.model_init_kwargs(spec.model, spec.quantization),
+        **models.model_init_kwargs(spec.model, spec.quantization, spec.training.attn_implementation),
     )
     if spec.quantization.mode != "none":
-        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=spec.training.gradient_checkpointing)
+        base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=checkpointing(spec))
     # Staged training continues the parent's adapter rather than stacking a new one on top.
     model = PeftModel.from_pretrained(base, str(parent_adapter), is_trainable=True)
     return Policy(model, tokenizer, None, None)
@@ -65,12 +66,14 @@ def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
         save_strategy="steps",
         save_steps=t.save_steps,
         save_total_limit=2,
-        gradient_checkpointing=t.gradient_checkpointing,
+        gradient_checkpointing=checkpointing(spec),
+        use_liger_kernel=bool(t.use_liger_kernel),
         bf16=models.compute_dtype_name() == "bfloat16",
         report_to="none",
         disable_tqdm=True,
         run_name=spec.output.run_name,
     )
     if spec.model.parent_job_id is None:
-        kwargs["model_init_kwargs"] = models.model_init_kwargs(spec.model, spec.quantization)
+        kwargs["model_init_kwargs"] = models.model_init_kwargs(spec.model, spec.quantization,
+                                                               t.attn_implementation)
     return kwargs

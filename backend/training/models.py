@@ -62,10 +62,13 @@ def to_peft_config(lora: LoraSpec) -> "LoraConfig | None":
     )
 
 
-def model_init_kwargs(model: ModelSpec, quant: QuantizationSpec) -> dict[str, Any]:
+def model_init_kwargs(model: ModelSpec, quant: QuantizationSpec, attn_implementation: str | None = None
+                      ) -> dict[str, Any]:
     import torch
 
     kwargs: dict[str, Any] = {"dtype": compute_dtype(), "trust_remote_code": model.trust_remote_code}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
     if model.revision:
         kwargs["revision"] = model.revision
     if quant.mode != "none" and not torch.cuda.is_available():

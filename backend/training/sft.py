@@ -37,7 +37,7 @@ def to_sft_config(spec: JobSpec, output_dir: Path, dataset_format: str, assistan
     return SFTConfig(
         **base_training_kwargs(spec, output_dir),
         max_length=spec.training.max_length,
-        packing=spec.sft.packing,
+        packing=bool(spec.sft.packing),  # best-fit decreasing (TRL's default strategy), padding-free
         assistant_only_loss=completion_only and dataset_format == "conversational" and assistant_masks,
         completion_only_loss=completion_only if dataset_format == "prompt-completion" else None,
     )

@@ -1,0 +1,199 @@
+"""training.auto_tune: the fast settings a job can afford, chosen from the memory estimate and the device.
+
+What the spec leaves empty (gradient checkpointing, SFT packing, Liger kernels, the attention kernel) is decided
+here, once, before the trainer is built; what the user set is kept. With auto_tune off the empty fields take TRL's
+defaults. Every decision comes with a sentence saying what was chosen and why: the job log and the Jobs tab show
+them, so a job that runs slower or faster than expected says so itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from backend.hardware import DeviceInfo
+from backend.memory import GB, MemoryEstimate, estimate_memory, format_bytes, read_available_ram
+from backend.spec import JobSpec, Method
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+# Plan to fill at most this much of the free memory: fragmentation and other processes need the rest.
+HEADROOM = 0.85
+# Pack when a typical example fills at most this fraction of training.max_length.
+PACK_WHEN_SHORTER_THAN = 0.25
+# Examples sampled to measure lengths (rendered with the chat template, as the trainer tokenizes them).
+LENGTH_SAMPLE_ROWS = 64
+
+
+@dataclass(frozen=True)
+class ExampleLengths:
+    """Token counts of a sample of the job's examples (for GRPO: its prompts)."""
+
+    longest: int
+    median: int
+
+
+@dataclass(frozen=True)
+class Tuning:
+    spec: JobSpec  # every speed setting decided
+    choices: list[str]  # one sentence per decision
+    estimate: MemoryEstimate  # of the tuned job
+    budget_bytes: int | None  # what the job may use on this device, when known
+    settings: dict[str, Any] = field(default_factory=dict)  # spec path -> the value auto-tune chose
+
+    def describe(self) -> str:
+        return "\n".join(f"- {choice}" for choice in self.choices)
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths: ExampleLengths | None,
+         available_ram: int | None = None, is_installed: Callable[[str], bool] = installed) -> Tuning:
+    """Decide the empty speed settings of ``spec`` for ``device`` (pure: the caller measures lengths and memory)."""
+    t = spec.training
+    budget = _budget(device, available_ram)
+    changes: dict[str, Any] = {}
+    choices: list[str] = []
+    cuda = device.kind == "cuda"
+
+    def decide(path: str, value: Any, reason: str) -> None:
+        changes[path] = value
+        choices.append(reason)
+
+    if not t.auto_tune:
+        defaults = {"training.gradient_checkpointing": True, "training.use_liger_kernel": False}
+        if spec.method is Method.sft:
+            defaults["sft.packing"] = False
+        for path, value in defaults.items():
+            if _get(spec, path) is None:
+                changes[path] = value
+        choices.append("auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
+                       "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)")
+        tuned = _apply(spec, changes)
+        return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
+
+    # Attention: flash attention needs the flash-attn package, a CUDA GPU and 16-bit weights.
+    if t.attn_implementation is None:
+        if cuda and device.bf16 and is_installed("flash_attn"):
+            decide("training.attn_implementation", "flash_attention_2", "attention: flash_attention_2 (flash-attn is "
+                   "installed on this GPU)")
+        else:
+            why = "flash-attn is not installed" if cuda else "flash attention needs a CUDA GPU"
+            decide("training.attn_implementation", "sdpa", f"attention: sdpa, PyTorch's fused attention ({why})")
+    # Liger: a fused linear + cross-entropy never materializes the fp32 logits, the largest term at a large vocabulary.
+    if t.use_liger_kernel is None:
+        if cuda and is_installed("liger_kernel"):
+            decide("training.use_liger_kernel", True, "Liger kernels: on (fused linear + cross-entropy: the fp32 "
+                   "logits are never held whole)")
+        else:
+            why = "liger-kernel is not installed" if cuda else "Liger's kernels need a CUDA GPU"
+            decide("training.use_liger_kernel", False, f"Liger kernels: off ({why})")
+    # Packing (SFT): short examples padded to the longest in a batch leave the GPU idle; packed, a sequence holds many.
+    if spec.method is Method.sft and spec.sft.packing is None:
+        if not cuda:
+            decide("sft.packing", False, "packing: off (on a CPU packing gains no speed; set sft.packing to pack anyway)")
+        elif lengths is None or lengths.median > t.max_length * PACK_WHEN_SHORTER_THAN:
+            typical = f"~{lengths.median} tokens" if lengths else "of unknown length"
+            decide("sft.packing", False, f"packing: off (examples are {typical} against max_length {t.max_length})")
+        else:
+            per_sequence = max(1, t.max_length // max(lengths.median, 1))
+            decide("sft.packing", True, f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
+                   f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)")
+
+    # Gradient checkpointing: off whenever the job fits without it (it recomputes every layer's forward pass).
+    if t.gradient_checkpointing is None:
+        without = _estimate(_apply(spec, {**changes, "training.gradient_checkpointing": False}), config, device, lengths)
+        if budget is None or without.total_bytes <= budget:
+            where = f" of the {format_bytes(budget)} it may use" if budget else ""
+            decide("training.gradient_checkpointing", False, "gradient checkpointing: off (the job fits without it: "
+                   f"{format_bytes(without.total_bytes)}{where}), which saves recomputing the forward pass")
+        else:
+            decide("training.gradient_checkpointing", True, "gradient checkpointing: on (without it the job needs "
+                   f"{format_bytes(without.total_bytes)}, more than the {format_bytes(budget)} it may use)")
+
+    # Batch: on a GPU, more examples per device and fewer accumulation steps, same effective batch.
+    if cuda and t.gradient_accumulation_steps > 1:
+        effective = t.batch_size * t.gradient_accumulation_steps
+        for per_device in sorted((d for d in range(t.batch_size + 1, effective + 1) if effective % d == 0),
+                                 reverse=True):
+            trial = {**changes, "training.batch_size": per_device,
+                     "training.gradient_accumulation_steps": effective // per_device}
+            if budget is None or _estimate(_apply(spec, trial), config, device, lengths).total_bytes <= budget:
+                changes.update(trial)
+                choices.append(f"batch: {per_device} per device x {effective // per_device} accumulation steps "
+                               f"(was {t.batch_size} x {t.gradient_accumulation_steps}; the same {effective} examples "
+                               "per optimizer step, fewer and fuller passes)")
+                break
+
+    tuned = _apply(spec, changes)
+    return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
+
+
+def measure_lengths(spec: JobSpec, tokenizer, loaded: tuple[Any, str]) -> ExampleLengths | None:
+    """Token lengths of the first examples, rendered as the trainer will render them."""
+    from backend.preview import preview_dataset
+
+    preview = preview_dataset(spec, tokenizer, rows=LENGTH_SAMPLE_ROWS, loaded=loaded)
+    lengths = sorted(row.longest for row in preview.rows)
+    if not lengths:
+        return None
+    return ExampleLengths(longest=lengths[-1], median=lengths[len(lengths) // 2])
+
+
+def plan(spec: JobSpec, models_dir: Path, loaded: tuple[Any, str], tokenizer=None,
+         device: DeviceInfo | None = None) -> Tuning:
+    """Tune ``spec`` for this machine: measure its examples, read the model config and the free memory."""
+    from backend.hardware import detect_device
+    from backend.memory import load_model_config
+    from backend.training.models import load_tokenizer, resolve_model
+
+    tokenizer = tokenizer or load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
+    device = device or detect_device()
+    lengths = measure_lengths(spec, tokenizer, loaded)
+    return tune(spec, load_model_config(spec, models_dir), device, lengths,
+                available_ram=None if device.kind == "cuda" else read_available_ram())
+
+
+def as_run(spec: JobSpec, artifacts: dict[str, Any]) -> JobSpec:
+    """The spec as the worker ran it: the user's, with auto-tune's choices (``artifacts["auto_tune"]``) applied."""
+    settings = (artifacts.get("auto_tune") or {}).get("settings") or {}
+    return _apply(spec, settings) if settings else spec
+
+
+def record(tuning: Tuning) -> dict[str, Any]:
+    """What a job keeps of its tuning (``artifacts["auto_tune"]``): the sentences, the settings and the estimate."""
+    return {"choices": tuning.choices, "settings": tuning.settings,
+            "estimate_bytes": tuning.estimate.total_bytes, "estimate_tensor_bytes": tuning.estimate.tensor_bytes,
+            "budget_bytes": tuning.budget_bytes}
+
+
+def _budget(device: DeviceInfo, available_ram: int | None) -> int | None:
+    if device.kind == "cuda":
+        return int(device.free_memory_gb * GB * HEADROOM) if device.free_memory_gb is not None else None
+    return int(available_ram * HEADROOM) if available_ram is not None else None
+
+
+def _estimate(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLengths | None) -> MemoryEstimate:
+    longest = lengths.longest if lengths else None
+    if spec.method is Method.grpo:
+        return estimate_memory(spec, config, device, prompt_tokens=longest)
+    return estimate_memory(spec, config, device, sequence_tokens=longest)
+
+
+def _get(spec: JobSpec, path: str) -> Any:
+    part, name = path.split(".")
+    return getattr(getattr(spec, part), name)
+
+
+def _apply(spec: JobSpec, changes: dict[str, Any]) -> JobSpec:
+    """``spec`` with ``changes`` (spec path -> value) applied, validated like any spec."""
+    data = spec.model_dump()
+    for path, value in changes.items():
+        part, name = path.split(".")
+        data[part][name] = value
+    return JobSpec.model_validate(data)

@@ -1,0 +1,93 @@
+"""training.auto_tune: what it chooses for a device, and why, from the memory estimate and the examples' lengths."""
+
+import pytest
+
+from backend.autotune import ExampleLengths, as_run, record, tune
+from backend.hardware import DeviceInfo
+from backend.memory import GB
+from backend.spec import parse_spec
+from tests.conftest import tiny_spec
+from tests.test_memory_calibration import _config
+
+H200 = DeviceInfo(kind="cuda", name="NVIDIA H200", count=1, total_memory_gb=139.8, free_memory_gb=139.0, bf16=True)
+SMALL_GPU = DeviceInfo(kind="cuda", name="NVIDIA T4", count=1, total_memory_gb=15.0, free_memory_gb=2.3, bf16=False)
+CPU = DeviceInfo(kind="cpu", name="CPU", count=0, total_memory_gb=None, free_memory_gb=None, bf16=False)
+SHORT = ExampleLengths(longest=40, median=30)  # chat-demo with the demo tokenizer
+QWEN3_06B = _config("qwen3-0.6b")
+
+
+def _tune(device=H200, lengths=SHORT, installed=(), available_ram=None, **overrides):
+    spec = parse_spec(tiny_spec(**overrides))
+    return tune(spec, QWEN3_06B, device, lengths, available_ram=available_ram, is_installed=lambda m: m in installed)
+
+
+def test_a_short_sft_job_on_a_large_gpu_gets_every_speed_setting_with_a_reason():
+    tuning = _tune(installed=("flash_attn", "liger_kernel"), training={"max_length": 1024})
+    t = tuning.spec.training
+    assert t.gradient_checkpointing is False and t.use_liger_kernel is True
+    assert t.attn_implementation == "flash_attention_2" and tuning.spec.sft.packing is True
+    text = tuning.describe()
+    assert "gradient checkpointing: off (the job fits without it" in text
+    assert "packing: on (examples are ~30 tokens, so one 1024-token sequence holds about 34" in text
+    assert "Liger kernels: on" in text and "attention: flash_attention_2" in text
+    assert tuning.estimate.total_bytes <= tuning.budget_bytes
+
+
+def test_without_the_optional_kernels_it_says_what_to_install():
+    text = _tune().describe()
+    assert "attention: sdpa, PyTorch's fused attention (flash-attn is not installed)" in text
+    assert "Liger kernels: off (liger-kernel is not installed)" in text
+
+
+def test_a_job_that_does_not_fit_without_checkpointing_keeps_it():
+    tuning = _tune(device=SMALL_GPU, training={"batch_size": 16, "max_length": 1024}, lengths=ExampleLengths(900, 800))
+    assert tuning.spec.training.gradient_checkpointing is True
+    assert "gradient checkpointing: on (without it the job needs" in tuning.describe()
+    assert tuning.spec.sft.packing is False and "packing: off (examples are ~800 tokens" in tuning.describe()
+
+
+def test_on_a_cpu_checkpointing_goes_when_ram_allows_and_nothing_is_packed():
+    tuning = _tune(device=CPU, available_ram=16 * GB)
+    assert tuning.spec.training.gradient_checkpointing is False
+    assert tuning.spec.sft.packing is False and "on a CPU packing gains no speed" in tuning.describe()
+    assert tuning.spec.training.attn_implementation == "sdpa" and tuning.spec.training.use_liger_kernel is False
+
+
+def test_what_the_user_set_is_kept():
+    tuning = _tune(training={"gradient_checkpointing": True, "attn_implementation": "eager"}, sft={"packing": False},
+                   installed=("flash_attn",))
+    t = tuning.spec.training
+    assert t.gradient_checkpointing is True and t.attn_implementation == "eager" and tuning.spec.sft.packing is False
+    assert set(tuning.settings) == {"training.use_liger_kernel"}
+
+
+def test_auto_tune_off_takes_trls_defaults():
+    tuning = _tune(training={"auto_tune": False}, installed=("flash_attn", "liger_kernel"))
+    t = tuning.spec.training
+    assert t.gradient_checkpointing is True and t.use_liger_kernel is False and tuning.spec.sft.packing is False
+    assert t.attn_implementation is None
+    assert tuning.choices == ["auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
+                              "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"]
+
+
+def test_on_a_gpu_accumulation_moves_into_the_batch_keeping_the_effective_batch():
+    tuning = _tune(training={"batch_size": 2, "gradient_accumulation_steps": 8})
+    t = tuning.spec.training
+    assert (t.batch_size, t.gradient_accumulation_steps) == (16, 1)
+    assert "batch: 16 per device x 1 accumulation steps (was 2 x 8; the same 16 examples" in tuning.describe()
+    cpu = _tune(device=CPU, available_ram=16 * GB, training={"batch_size": 2, "gradient_accumulation_steps": 8})
+    assert (cpu.spec.training.batch_size, cpu.spec.training.gradient_accumulation_steps) == (2, 8)
+
+
+@pytest.mark.parametrize("method", ["dpo", "grpo"])
+def test_other_methods_are_tuned_without_packing(method):
+    data = {"dpo": {"source": "builtin", "name": "preferences-demo"}, "grpo": {"source": "builtin", "name": "math-demo"}}
+    tuning = _tune(method=method, dataset=data[method], training={"batch_size": 4})
+    assert tuning.spec.sft.packing is None and tuning.spec.training.gradient_checkpointing is False
+
+
+def test_the_recorded_choices_replay_onto_the_users_spec():
+    spec = parse_spec(tiny_spec())
+    tuning = tune(spec, QWEN3_06B, H200, SHORT, is_installed=lambda m: False)
+    ran = as_run(spec, {"auto_tune": record(tuning)})
+    assert ran == tuning.spec and spec.training.gradient_checkpointing is None
