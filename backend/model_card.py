@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.access import dataset_file_name
+from backend.performance import TOKENS_COUNTED, performance_line
 from backend.spec import JobSpec, Method
 from backend.trl_cli import PLACEHOLDER_NAMESPACE, hub_model_id, slug, trl_cli_yaml
 
@@ -216,6 +217,17 @@ def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, 
     return lines
 
 
+def _performance_lines(performance: dict[str, Any] | None) -> list[str]:
+    """The run's speed on its device: tokens/s, median step time, peak memory and MFU where the device is known."""
+    line = performance_line(performance)
+    if not line:
+        return []
+    note = f"Tokens are {TOKENS_COUNTED}; the step time is the median over {performance.get('steps')} steps."
+    if performance.get("mfu") is None:
+        note += " MFU is left out where the device's peak bf16 FLOP/s is not known (a CPU, or a GPU not in the table)."
+    return ["## Training performance", "", line, "", note, ""]
+
+
 def _lineage_lines(spec: JobSpec, artifacts: dict[str, Any], parent: "JobRecord | None") -> list[str]:
     parent_id = spec.model.parent_job_id
     if not parent_id:
@@ -360,6 +372,7 @@ def build_model_card(
         rows += sorted(final.items())
         lines += _table(("metric", "value"), rows) + [""]
     lines += _evaluation_lines(job.artifacts.get("evaluation"), job.artifacts.get("environment_evaluation"))
+    lines += _performance_lines(job.artifacts.get("performance"))
     if plot_path is not None:
         lines += ["## Training curves", "", f"![training curves]({Path(plot_path).name})", ""]
     lines += _lineage_lines(spec, job.artifacts, parent)

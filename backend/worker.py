@@ -112,6 +112,16 @@ def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
     return {"adapter_dir": str(adapter_dir), "final_metrics": final, "global_step": trainer.state.global_step}
 
 
+def record_performance(store: JobStore, job_id: str, summary: dict | None) -> None:
+    """Keep the run's speed figures as the ``performance`` artifact (a stopped run's too) and say them in the log."""
+    if summary is None:
+        return
+    from backend.performance import performance_line
+
+    store.merge_artifacts(job_id, {"performance": summary})
+    log.info("performance: %s", performance_line(summary))
+
+
 def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> dict:
     """Run an evaluation and write ``<name>.json``; a failure is recorded, never a failed job (the adapter is saved)."""
     try:
@@ -207,6 +217,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             store.finish(job_id, JobStatus.cancelled, "cancelled before training started")
             return EXIT_OK
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        record_performance(store, job_id, callback.performance.summary())
         if callback.cancelled:
             step = trainer.state.global_step
             store.finish(job_id, JobStatus.cancelled, f"stopped by request at step {step}")

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from backend.api import StudioAPI
+from backend.performance import live_figures, performance_line
 from backend.store import JobRecord, JobStatus
 
 TABLE_COLUMNS = ["id", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA", "created"]
@@ -99,7 +100,8 @@ def progress_html(job: JobRecord) -> str:
     )
 
 
-def summary_markdown(api: StudioAPI, job: JobRecord) -> str:
+def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any]] | None = None) -> str:
+    """The detail's heading lines; ``metrics`` (the job's logged rows) give a running job's latest speed figures."""
     lines = [f"**{job.id}** · {job.status.value} · {job.spec.method.value.upper()} of "
              f"`{job.spec.model.name_or_path}` on `{job.spec.dataset.name}` · owner {job.owner}"]
     if job.status is JobStatus.queued:
@@ -108,6 +110,9 @@ def summary_markdown(api: StudioAPI, job: JobRecord) -> str:
         lines.append(f"Continues job {job.spec.model.parent_job_id}")
     if job.spec.environment.name:
         lines.append(f"Environment: {job.artifacts.get('environment') or job.spec.environment.name}")
+    figures = performance_line(job.artifacts.get("performance") or live_figures(metrics or []))
+    if figures:
+        lines.append(f"Performance: {figures}")
     if job.error:
         lines.append(f"**Error:** {html.escape(job.error.splitlines()[0])}")
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")

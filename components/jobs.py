@@ -88,7 +88,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         adapter = job_views.adapter_archive(api, job)
         grpo = job.spec.method.value == "grpo"
         return (
-            job_views.summary_markdown(api, job),
+            job_views.summary_markdown(api, job, metrics),
             job_views.progress_html(job),
             plots["loss"], plots["lr"], plots["method"], gr.update(value=plots["extra"], visible=grpo),
             gr.update(value=plots["length"], visible=grpo),

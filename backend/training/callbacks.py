@@ -10,6 +10,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from backend.store import JobStore
+from backend.training.performance import PerformanceMeter
 
 # Reports (metrics + progress, one transaction) and cancel checks touch the database; doing each at most this
 # often keeps the per-step cost negligible while live views still update twice a second.
@@ -28,6 +29,8 @@ def _jsonable(value: Any) -> Any:
 class StoreReportingCallback(TrainerCallback):
     """Buffers every ``on_log`` into the job's metrics, keeps its progress fresh and stops on cancel.
 
+    Each training log row also carries the run's ``perf/*`` figures (step time, tokens/s, peak memory, MFU) from
+    ``performance``, whose ``summary()`` the worker keeps as the job's ``performance`` artifact.
     ``overhead_s`` is the time spent inside this callback, so the cost of reporting can be measured.
     """
 
@@ -45,6 +48,7 @@ class StoreReportingCallback(TrainerCallback):
         self._last_report = 0.0
         self._last_cancel_poll = 0.0
         self._last_loss: float | None = None
+        self.performance = PerformanceMeter()
 
     def _progress(self, state) -> dict[str, Any]:
         step, total = state.global_step, state.max_steps or 0
@@ -94,14 +98,22 @@ class StoreReportingCallback(TrainerCallback):
                 self.stop_event.set()
         return self.stop_event.is_set()
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def _job_spec(self):
+        try:
+            return self.store.get(self.job_id).spec
+        except Exception:  # noqa: BLE001 - without the spec the figures only leave out the method's extra passes
+            return None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         t0 = time.perf_counter()
         self._started = time.monotonic()
         self._first_step = state.global_step
         self._flush(state, force=True)
+        self.performance.start(args, state, model, self._job_spec())
         self.overhead_s += time.perf_counter() - t0
 
     def on_step_end(self, args, state, control, **kwargs):
+        self.performance.step_end()
         t0 = time.perf_counter()
         self._flush(state)
         if self._should_stop():
@@ -109,6 +121,7 @@ class StoreReportingCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = False
         self.overhead_s += time.perf_counter() - t0
+        self.performance.mark()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         t0 = time.perf_counter()
@@ -117,10 +130,18 @@ class StoreReportingCallback(TrainerCallback):
             data.setdefault("epoch", state.epoch)
             if data.get("loss") is not None:
                 self._last_loss = data["loss"]
+            data.update(self.performance.figures(data))
             self._pending.append((state.global_step, time.time(), data))
             if self._sample_source is not None and "train_runtime" not in data:
                 self._capture_samples(state.global_step)
         self.overhead_s += time.perf_counter() - t0
+        self.performance.mark()
+
+    def on_save(self, args, state, control, **kwargs):
+        self.performance.mark()  # a checkpoint save is not part of the next step's time
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.performance.mark()
 
     def on_train_end(self, args, state, control, **kwargs):
         t0 = time.perf_counter()
