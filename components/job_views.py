@@ -113,6 +113,9 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     figures = performance_line(job.artifacts.get("performance") or live_figures(metrics or []))
     if figures:
         lines.append(f"Performance: {figures}")
+    choices = (job.artifacts.get("auto_tune") or {}).get("choices")
+    if choices:
+        lines.append("Auto-tune: " + "; ".join(html.escape(choice) for choice in choices))
     if job.error:
         lines.append(f"**Error:** {html.escape(job.error.splitlines()[0])}")
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")

@@ -105,6 +105,9 @@ def test_job_views_from_real_records(paths, store):
     assert job_views.plot_frames("sft", [])["loss"] is None
     samples = job_views.sample_rows(api.samples(job.id))
     assert samples == [[1, "2+2?", "assistant: 4", "accuracy=1.00", "0.50"]]
+    store.merge_artifacts(job.id, {"auto_tune": {"choices": ["gradient checkpointing: off (fits)", "packing: off"]}})
+    assert "Auto-tune: gradient checkpointing: off (fits); packing: off" in job_views.summary_markdown(
+        api, store.get(job.id))
     html = job_views.progress_html(store.get(job.id))
     assert 'data-fraction="0.250"' in html
     assert job_views.eta_text(75) == "1m 15s"
