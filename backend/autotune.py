@@ -60,6 +60,13 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
     changes: dict[str, Any] = {}
     choices: list[str] = []
     cuda = device.kind == "cuda"
+    if (budget is not None and cuda and spec.method is Method.grpo and spec.grpo.use_vllm != "off"
+            and is_installed("vllm") and device.total_memory_gb):
+        # vLLM colocate mode takes its share of the whole GPU before training allocates anything.
+        kept = int(device.total_memory_gb * GB * spec.grpo.vllm_gpu_memory_utilization)
+        budget = max(budget - kept, 0)
+        choices.append(f"memory: vLLM colocate keeps {spec.grpo.vllm_gpu_memory_utilization:.0%} of the GPU "
+                       f"({format_bytes(kept)}) for generation; training plans within the other {format_bytes(budget)}")
 
     def decide(path: str, value: Any, reason: str) -> None:
         changes[path] = value

@@ -86,6 +86,16 @@ def test_other_methods_are_tuned_without_packing(method):
     assert tuning.spec.sft.packing is None and tuning.spec.training.gradient_checkpointing is False
 
 
+def test_vllm_colocate_memory_is_taken_out_of_the_budget():
+    grpo = dict(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, training={"batch_size": 4},
+                grpo={"vllm_gpu_memory_utilization": 0.5})
+    plain = _tune(**grpo)
+    colocated = _tune(installed=("vllm",), **grpo)
+    assert colocated.budget_bytes < plain.budget_bytes
+    assert "memory: vLLM colocate keeps 50% of the GPU (69.9 GB) for generation" in colocated.describe()
+    assert "vLLM" not in _tune(installed=("vllm",), **{**grpo, "grpo": {"use_vllm": "off"}}).describe()
+
+
 def test_the_recorded_choices_replay_onto_the_users_spec():
     spec = parse_spec(tiny_spec())
     tuning = tune(spec, QWEN3_06B, H200, SHORT, is_installed=lambda m: False)
