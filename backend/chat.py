@@ -17,49 +17,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from transformers.generation.streamers import BaseStreamer
 
 from backend.inference import load_for_inference
+from backend.mixed_batch import SIDE_ADAPTERS, TUNED_ADAPTER, GenerationSettings, eos_ids, mixed_generate
 from backend.spec import ModelSpec, QuantizationSpec
 
 if TYPE_CHECKING:
     from backend.store import JobRecord
 
 Message = dict[str, str]
-
-# PEFT's name for "no adapter" in a mixed-adapter batch, and the name PeftModel.from_pretrained gives the loaded one.
-BASE_ADAPTER = "__base__"
-TUNED_ADAPTER = "default"
-# Row order of every batched generation: the base side first, the tuned side second.
-SIDE_ADAPTERS = (BASE_ADAPTER, TUNED_ADAPTER)
-
-
-@dataclass
-class GenerationSettings:
-    """What both sides share for one turn: the system prompt, the sampling settings and the seed."""
-
-    system_prompt: str = ""
-    max_new_tokens: int = 128
-    temperature: float = 0.7  # 0 means greedy decoding
-    top_p: float = 0.95
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        # UI sliders hand over floats; accept 128.0 but refuse what cannot mean anything.
-        self.max_new_tokens = int(self.max_new_tokens)
-        self.seed = int(self.seed)
-        self.temperature = float(self.temperature)
-        self.top_p = float(self.top_p)
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens is {self.max_new_tokens}; the answer needs room for at least 1 token")
-        if self.temperature < 0:
-            raise ValueError(
-                f"temperature is {self.temperature}; use 0 for greedy answers or a positive value to sample"
-            )
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p is {self.top_p}; it must be above 0 and at most 1 (1 keeps every token)")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
 
 @dataclass(frozen=True)
 class ChatTarget:
@@ -232,13 +196,7 @@ class ComparisonChat:
         )
 
     def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for value in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
-            if isinstance(value, int):
-                ids.add(value)
-            elif value:
-                ids.update(value)
-        return ids
+        return eos_ids(self.model, self.tokenizer)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -310,36 +268,17 @@ class ComparisonChat:
         self, prompts: list[str], settings: GenerationSettings, streamer: PairStreamer, stop: threading.Event
     ) -> None:
         """Run the batched generation (in a background thread), reporting a failure through the streamer."""
-        import torch
         from transformers import StoppingCriteriaList
 
         try:
             with self._generating:
                 self._check_open()
-                model = self.model
-                device = model.get_base_model().device
-                enc = self.tokenizer(
-                    prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-                ).to(device)
-                sampling: dict[str, Any] = (
-                    {"do_sample": False}
-                    if settings.greedy
-                    else {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p}
+                mixed_generate(
+                    self.model, self.tokenizer, prompts, SIDE_ADAPTERS, settings,
+                    eos_token_id=sorted(self._eos_ids()),
+                    streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([_StopWhenAsked(stop)]),
                 )
-                cuda = [device.index or 0] if device.type == "cuda" else []
-                # fork_rng keeps the seed from leaking into (or being disturbed by) the process's own RNG use.
-                with torch.random.fork_rng(devices=cuda), torch.inference_mode():
-                    torch.manual_seed(settings.seed)
-                    model.generate(
-                        **enc,
-                        adapter_names=list(SIDE_ADAPTERS),
-                        max_new_tokens=settings.max_new_tokens,
-                        pad_token_id=self.tokenizer.pad_token_id,
-                        eos_token_id=sorted(self._eos_ids()),
-                        streamer=streamer,
-                        stopping_criteria=StoppingCriteriaList([_StopWhenAsked(stop)]),
-                        **sampling,
-                    )
         except BaseException as error:  # the reader re-raises it in the caller's thread
             streamer.fail(error)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from backend.mixed_batch import BASE_ADAPTER, GenerationSettings, adapter_name, mixed_generate, mixed_logprobs
 from backend.spec import JobSpec, Method
 
 
@@ -23,85 +24,119 @@ def _render(tokenizer, prompt, completion=None) -> tuple[str, str]:
     return prompt, prompt + (completion or "")
 
 
-def completion_logprob(model, tokenizer, prompt, completion) -> float:
-    """Sum of the model's log-probabilities of the completion's tokens given the prompt."""
-    import torch
-
-    prompt_text, full_text = _render(tokenizer, prompt, completion)
-    n_prompt = len(tokenizer(prompt_text, add_special_tokens=False).input_ids)
-    ids = tokenizer(full_text, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, :-1].float()
-    logprobs = torch.log_softmax(logits, dim=-1)
-    targets = ids[0, 1:]
-    token_lp = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
-    return float(token_lp[n_prompt - 1 :].sum())
+# Sequences per forward pass: a held-out set of any size is scored in chunks of this many rows (both sides counted).
+BATCH_ROWS = 16
 
 
-def _preference_scores(model, tokenizer, rows) -> dict[str, float]:
-    margins = []
+def _sides(model, compare_base: bool) -> list[str | None]:
+    """The adapter of each side to score, tuned first; None alone for a model without an adapter (tuned only)."""
+    tuned = adapter_name(model)
+    if tuned is None:
+        return [None]
+    return [tuned, BASE_ADAPTER] if compare_base else [tuned]
+
+
+def _chunks(items: list, size: int = BATCH_ROWS):
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _per_side(sides: list[str | None], values: list[tuple[str | None, Any]]) -> dict[str | None, list]:
+    by_side: dict[str | None, list] = {side: [] for side in sides}
+    for side, value in values:
+        by_side[side].append(value)
+    return by_side
+
+
+def _preference_scores(model, tokenizer, rows, sides) -> dict[str | None, dict[str, float]]:
+    """Preference accuracy and mean log-prob margin (chosen minus rejected) per side, every side in the same batches."""
+    # Per row and side: the chosen text, then the rejected one (2 x sides sequences per row).
+    items = []
     for row in rows:
         prompt = row.get("prompt", [] if _messages(row["chosen"]) is not None else "")
-        margins.append(
-            completion_logprob(model, tokenizer, prompt, row["chosen"])
-            - completion_logprob(model, tokenizer, prompt, row["rejected"])
-        )
+        for side in sides:
+            items += [(side, _render(tokenizer, prompt, row["chosen"])), (side, _render(tokenizer, prompt, row["rejected"]))]
+    logprobs = []
+    for chunk in _chunks(items):
+        logprobs += mixed_logprobs(model, tokenizer, [text for _, text in chunk], [side for side, _ in chunk])
+    margins = _per_side(sides, [(items[i][0], logprobs[i] - logprobs[i + 1]) for i in range(0, len(items), 2)])
     return {
-        "preference_accuracy": sum(m > 0 for m in margins) / len(margins),
-        "logprob_margin": sum(margins) / len(margins),
+        side: {
+            "preference_accuracy": sum(m > 0 for m in values) / len(values),
+            "logprob_margin": sum(values) / len(values),
+        }
+        for side, values in margins.items()
     }
 
 
-def _generate(model, tokenizer, prompt, spec: JobSpec, seed: int) -> str:
-    import torch
+def generate_completions(model, tokenizer, prompts, sides, settings: GenerationSettings) -> dict[str | None, list[str]]:
+    """Each prompt's completion under each side, all sides in the same batches.
 
-    prompt_text, _ = _render(tokenizer, prompt)
-    enc = tokenizer(prompt_text, add_special_tokens=False, return_tensors="pt").to(model.device)
-    torch.manual_seed(seed)
-    out = model.generate(
-        **enc, max_new_tokens=spec.grpo.max_completion_length, do_sample=True,
-        temperature=spec.grpo.temperature, top_p=spec.grpo.top_p, pad_token_id=tokenizer.pad_token_id,
-    )
-    return tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    Prompt i is sampled with seed ``settings.seed + i`` on every side (its own random stream), so a completion does
+    not depend on how the rows are batched, and base and tuned draw the same random numbers for the same prompt.
+    """
+    texts = [_render(tokenizer, prompt)[0] for prompt in prompts]
+    items = [(i, side) for i in range(len(prompts)) for side in sides]
+    completions = []
+    for chunk in _chunks(items):
+        ids = mixed_generate(
+            model, tokenizer, [texts[i] for i, _ in chunk], [side for _, side in chunk], settings,
+            row_seeds=[settings.seed + i for i, _ in chunk],
+        )
+        completions += [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
+    return _per_side(sides, [(side, text) for (_, side), text in zip(items, completions)])
 
 
-def _reward_scores(model, tokenizer, rows, spec: JobSpec) -> dict[str, float]:
+def _reward_scores(model, tokenizer, rows, sides, spec: JobSpec) -> dict[str | None, dict[str, float]]:
     from backend.rewards import build_rewards
 
     funcs, weights = build_rewards(spec.grpo.rewards)
-    seed = spec.training.seed
-    completions, prompts = [], []
-    for i, row in enumerate(rows):
-        text = _generate(model, tokenizer, row["prompt"], spec, seed + i)
-        conversational = _messages(row["prompt"]) is not None
-        completions.append([{"role": "assistant", "content": text}] if conversational else text)
-        prompts.append(row["prompt"])
+    settings = GenerationSettings(
+        max_new_tokens=spec.grpo.max_completion_length, temperature=spec.grpo.temperature, top_p=spec.grpo.top_p,
+        seed=spec.training.seed,
+    )
+    prompts = [row["prompt"] for row in rows]
     columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
-    scores, total = {}, [0.0] * len(rows)
-    for func, weight in zip(funcs, weights):
-        values = func(completions=completions, prompts=prompts, **columns)
-        values = [0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
-        scores[f"reward/{func.__name__}"] = sum(values) / len(values)
-        total = [t + weight * v for t, v in zip(total, values)]
-    scores["reward/total"] = sum(total) / len(total)
-    return scores
+    result = {}
+    for side, texts in generate_completions(model, tokenizer, prompts, sides, settings).items():
+        completions = [
+            [{"role": "assistant", "content": text}] if _messages(prompt) is not None else text
+            for prompt, text in zip(prompts, texts)
+        ]
+        scores, total = {}, [0.0] * len(rows)
+        for func, weight in zip(funcs, weights):
+            values = func(completions=completions, prompts=prompts, **columns)
+            values = [0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
+            scores[f"reward/{func.__name__}"] = sum(values) / len(values)
+            total = [t + weight * v for t, v in zip(total, values)]
+        scores["reward/total"] = sum(total) / len(total)
+        result[side] = scores
+    return result
 
 
 def evaluate_before_after(trainer, spec: JobSpec, held_out) -> dict[str, Any]:
-    """Scores of the base and the tuned model on the same held-out rows, per the job's method."""
+    """Scores of the base and the tuned model on the same held-out rows, per the job's method.
+
+    Both come from the trainer's model, loaded once: the base is that model with its adapter off. DPO and GRPO score
+    both sides in the same batches (PEFT's mixed-adapter rows); SFT's held-out loss is the trainer's own evaluation,
+    run with the adapter on and then off.
+    """
     model, tokenizer = trainer.model, trainer.processing_class
     model.eval()
     rows = [held_out[i] for i in range(len(held_out))]
-
-    def score() -> dict[str, float]:
-        if spec.method is Method.sft:
-            return {"eval_loss": trainer.evaluate()["eval_loss"]}
-        if spec.method is Method.dpo:
-            return _preference_scores(model, tokenizer, rows)
-        return _reward_scores(model, tokenizer, rows, spec)
-
-    result: dict[str, Any] = {"rows": len(rows), "tuned": score()}
-    if spec.eval.compare_base and hasattr(model, "disable_adapter"):
-        with model.disable_adapter():  # the same weights in memory, LoRA switched off: the base model
-            result["base"] = score()
+    result: dict[str, Any] = {"rows": len(rows)}
+    if spec.method is Method.sft:
+        result["tuned"] = {"eval_loss": trainer.evaluate()["eval_loss"]}
+        if spec.eval.compare_base and adapter_name(model) is not None:
+            with model.disable_adapter():  # the same weights in memory, LoRA switched off: the base model
+                result["base"] = {"eval_loss": trainer.evaluate()["eval_loss"]}
+        return result
+    sides = _sides(model, spec.eval.compare_base)
+    if spec.method is Method.dpo:
+        scores = _preference_scores(model, tokenizer, rows, sides)
+    else:
+        scores = _reward_scores(model, tokenizer, rows, sides, spec)
+    result["tuned"] = scores[sides[0]]
+    if BASE_ADAPTER in scores:
+        result["base"] = scores[BASE_ADAPTER]
     return result

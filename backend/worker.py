@@ -74,6 +74,7 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
     """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
     dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
+    log.info("dataset ready: %d rows to train on, %d held out", len(train), len(held_out) if held_out else 0)
     common = dict(
         spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks,
         dataset=train, parent_adapter=parent_adapter,
@@ -207,6 +208,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         loaded = load_job_dataset(spec, paths, environment)
         spec = tuned_spec(job, spec, paths, loaded, store)
         trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment, loaded)
+        log.info("trainer ready: model loaded and data prepared")
         resume_from = last_checkpoint(output_dir) if job.resume else None
         if job.resume:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
@@ -226,6 +228,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         if process_rank() != 0:
             return EXIT_OK  # rank 0 saves, evaluates and records the result
         outputs = save_outputs(trainer, spec, paths, job_id)
+        log.info("saved the adapter to %s", outputs["adapter_dir"])
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)
         if held_out is not None and (environment is None or spec.grpo.rewards):
@@ -276,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM is the scheduler's cooperative stop: the training callback sees the event at the next step.
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
     started = time.monotonic()
+    log.info("worker started")  # the job's next line comes once the training libraries are imported
     code = run_job(args.job_id, DataPaths(args.data_dir), stop_event)
     log.info("worker exiting with %d after %.1fs", code, time.monotonic() - started)
     return code
