@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +37,17 @@ def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = N
     if parent_adapter is None:
         return Policy(path, tokenizer, models.to_peft_config(spec.lora), models.to_bnb_config(spec.quantization))
 
+    import torch
     from peft import PeftModel, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(
-        path, quantization_config=models.to_bnb_config(spec.quantization),
-        **models.model_init_kwargs(spec.model, spec.quantization, spec.training.attn_implementation),
-    )
+    kwargs = models.model_init_kwargs(spec.model, spec.quantization, spec.training.attn_implementation)
+    if torch.cuda.is_available() and "device_map" not in kwargs:
+        # Straight onto this process's GPU (its LOCAL_RANK under accelerate launch), as TRL loads a fresh model,
+        # rather than onto the CPU and copied over afterwards.
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    base = AutoModelForCausalLM.from_pretrained(path, quantization_config=models.to_bnb_config(spec.quantization),
+                                                **kwargs)
     if spec.quantization.mode != "none":
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=checkpointing(spec))
     # Staged training continues the parent's adapter rather than stacking a new one on top.
