@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -171,6 +172,23 @@ sys.exit(3)
     assert started[0] == ["-m", "backend.worker", "--job-id", single.id, "--data-dir", str(paths.root)]
     assert started[1][:2] == ["-m", "accelerate.commands.launch"]
     assert started[1][-6:] == ["--module", "backend.worker", "--job-id", multi.id, "--data-dir", str(paths.root)]
+
+
+def test_a_hugging_face_job_reruns_its_entry_point_under_the_trainer_python(tmp_path):
+    """The image's `python -m backend.remote_job` is the app's python; the job trains under /opt/trainer's."""
+    seen = tmp_path / "seen.json"
+    recorder = executable(tmp_path / "trainer-python", f"""#!{sys.executable}
+import json, os, sys
+json.dump({{"argv": sys.argv[1:], "app": os.environ.get({APP_PYTHON_VAR!r})}}, open({str(seen)!r}, "w"))
+""")
+    command = [sys.executable, "-m", "backend.remote_job", "--spec-b64", "e30="]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), TRAINER_PYTHON_VAR: str(recorder)}
+    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=120)
+    assert json.loads(seen.read_text()) == {"argv": ["-m", "backend.remote_job", "--spec-b64", "e30="],
+                                            "app": sys.executable}
+    refused = subprocess.run(command, cwd=ROOT, env={**env, TRAINER_PYTHON_VAR: "/nowhere/python"},
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.startswith(f"{TRAINER_PYTHON_VAR} is set to '/nowhere/python'")
 
 
 def test_a_builtin_environment_server_starts_under_the_app_python(tmp_path, monkeypatch):
