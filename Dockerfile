@@ -1,4 +1,7 @@
 # Post-Training Studio on your own NVIDIA GPU, as a Docker Space, or as the image of a Hugging Face job.
+# Two Python environments: /opt/venv runs the app (gradio, openenv, the built-in environment servers) and
+# /opt/trainer runs the training workers (torch, TRL, vLLM), whose pins conflict with the app's
+# (STUDIO_TRAINER_PYTHON tells the scheduler which interpreter starts a worker).
 #   docker build -t post-training-studio .
 #   docker run --gpus all -p 7860:7860 -v studio-data:/home/user/data post-training-studio
 # Follows the Docker Spaces conventions: runs as uid 1000 with HOME=/home/user, listens on 0.0.0.0:7860.
@@ -26,7 +29,8 @@ RUN apt-get update \
 RUN (userdel --remove ubuntu 2>/dev/null || true) \
     && useradd --create-home --uid 1000 user \
     && python3 -m venv /opt/venv \
-    && chown -R 1000:1000 /opt/venv
+    && python3 -m venv /opt/trainer \
+    && chown -R 1000:1000 /opt/venv /opt/trainer
 
 USER 1000
 ENV HOME=/home/user \
@@ -35,14 +39,17 @@ ENV HOME=/home/user \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     STUDIO_DATA_DIR=/home/user/data \
+    STUDIO_TRAINER_PYTHON=/opt/trainer/bin/python \
     GRADIO_SERVER_NAME=0.0.0.0 \
     GRADIO_SERVER_PORT=7860
 # /home/user/app is also where a Gradio Space's image keeps the code, so HF Jobs runs either image the same way.
 WORKDIR /home/user/app
 
-# Requirements first: editing the code does not reinstall torch.
-COPY --chown=1000:1000 requirements.txt requirements-gpu.txt ./
-RUN pip install --no-cache-dir -r requirements-gpu.txt
+# Requirements first: editing the code does not reinstall torch. The trainer's environment gets vLLM, which cannot
+# be installed beside gradio and openenv; `python` on PATH stays the app's.
+COPY --chown=1000:1000 requirements.txt requirements-gpu.txt requirements-trainer.txt requirements-trainer-gpu.txt ./
+RUN pip install --no-cache-dir -r requirements-gpu.txt \
+    && /opt/trainer/bin/pip install --no-cache-dir -r requirements-trainer-gpu.txt
 
 COPY --chown=1000:1000 . .
 RUN mkdir -p /home/user/data

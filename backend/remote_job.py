@@ -16,11 +16,14 @@ import sys
 import threading
 
 from backend.hf_jobs import decode_spec
+from backend.interpreters import APP_PYTHON_VAR, InterpreterError, trainer_python
 from backend.paths import DataPaths
 from backend.spec import SpecError
 from backend.store import JobStatus, JobStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# Set before re-running under the trainer's interpreter: the second process trains where it is (never a loop).
+REEXECUTED_VAR = "STUDIO_REMOTE_JOB_REEXECUTED"
 log = logging.getLogger("studio.remote_job")
 
 
@@ -65,11 +68,29 @@ def run_remote(spec_b64: str, job_id: str | None = None) -> int:
     return EXIT_OK
 
 
+def run_under_the_trainer_python(argv: list[str]) -> None:
+    """Re-run this entry point under ``STUDIO_TRAINER_PYTHON`` when that is another interpreter (the Dockerfile's
+    /opt/trainer, which has vLLM), as the scheduler does for its workers; returns only when this one is it."""
+    python = trainer_python()
+    if python == sys.executable:
+        return
+    os.environ[APP_PYTHON_VAR] = sys.executable  # built-in environment servers need the app's openenv
+    os.environ[REEXECUTED_VAR] = python
+    os.execv(python, [python, "-m", "backend.remote_job", *argv])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run one Post-Training Studio job on Hugging Face Jobs.")
     parser.add_argument("--spec-b64", required=True)
     parser.add_argument("--job-id", default=None)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if not os.environ.get(REEXECUTED_VAR):
+        try:
+            run_under_the_trainer_python(argv)
+        except InterpreterError as exc:
+            print(exc, file=sys.stderr)
+            return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return run_remote(args.spec_b64, args.job_id)
 

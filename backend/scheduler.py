@@ -30,6 +30,7 @@ from backend.failures import (
     with_log_tail,
 )
 from backend.hardware import gpu_count_without_torch
+from backend.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.paths import DataPaths
 from backend.store import JobRecord, JobStatus, JobStore
 
@@ -148,6 +149,10 @@ class Scheduler:
         self._last_tick_at: float | None = None
         self._died = False
         self._idle = False  # run_until_idle's view after the last step
+        try:
+            log.info("training workers run under %s", trainer_python())
+        except InterpreterError as exc:  # said now, in the log and in health(); each job fails with it at launch
+            self._refuse_interpreter(None, exc)
 
     # --- ownership of the data directory ------------------------------------------------------------
     def try_acquire(self) -> bool:
@@ -318,6 +323,8 @@ class Scheduler:
                 break
             try:
                 self._launch(job)
+            except InterpreterError as exc:  # a setting, not a fault of this tick: the job fails, the queue moves on
+                self._refuse_interpreter(job.id, exc)
             except Exception as exc:
                 self._fail_unlaunched(job.id, exc)
                 raise  # and the loop counts it, so health() shows it
@@ -336,6 +343,9 @@ class Scheduler:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
         env.update(self.secret_env(job.id))
+        python = trainer_python()
+        # The worker may run in the trainer's environment; built-in environment servers need this (the app's) one.
+        env[APP_PYTHON_VAR] = app_python()
         module, args = worker_command(job.id, self.paths, gpus)
         log_file = open(log_path, "ab", buffering=0)  # unbuffered: a failed write must not fail again at close
         popen = None
@@ -343,7 +353,8 @@ class Scheduler:
             # Marks where each attempt starts (a resumed job appends here), and finds a full disk before a worker runs.
             log_file.write(f"--- attempt {job.attempts} started {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             oom_kills = oom_kill_count()
-            popen = spawn_backend_process(module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec())
+            popen = spawn_backend_process(module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec(),
+                                          python=python)
             self.store.set_pid(job.id, popen.pid)
         except BaseException:
             if popen is not None:  # started, but nobody would know its pid: it must not train unseen
@@ -360,6 +371,14 @@ class Scheduler:
         reason = disk_full_reason(exc, self.paths.root) or f"could not start the worker process ({describe_failure(exc)})"
         self._unrecorded_failures[job_id] = reason
         self._record_unrecorded_failures()
+
+    def _refuse_interpreter(self, job_id: str | None, exc: InterpreterError) -> None:
+        """A misconfigured interpreter: the sentence goes to the log and health(), and the job (if any) fails with it."""
+        log.error("%s", exc)
+        self._last_error, self._last_error_at = str(exc), time.time()
+        if job_id is not None:
+            self._unrecorded_failures[job_id] = str(exc)
+            self._record_unrecorded_failures()
 
     def _record_unrecorded_failures(self) -> None:
         for job_id, reason in list(self._unrecorded_failures.items()):
@@ -478,7 +497,8 @@ def _memory_limit_preexec():
 
 def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, list[str]]:
     """(module, args) that run a job: ``backend.worker`` itself, or through ``accelerate launch`` (DDP, one process
-    per GPU) when the job asks for several GPUs."""
+    per GPU) when the job asks for several GPUs. Either runs under the trainer's interpreter, and accelerate starts
+    its processes with its own ``sys.executable``, so every rank trains in the trainer's environment."""
     args = ["--job-id", job_id, "--data-dir", str(paths.root)]
     if gpus <= 1:
         return "backend.worker", args
@@ -487,13 +507,16 @@ def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, l
 
 
 def spawn_backend_process(module: str, args: list[str], log_file, extra_env: dict[str, str] | None = None,
-                          preexec_fn=None) -> subprocess.Popen:
-    """``python -m module args`` from the project root, in its own process session, output appended to log_file."""
+                          preexec_fn=None, python: str | None = None) -> subprocess.Popen:
+    """``python -m module args`` from the project root, in its own process session, output appended to log_file.
+
+    ``python`` defaults to this process's interpreter; workers get the trainer's (``interpreters.trainer_python``).
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.update(extra_env or {})
     return subprocess.Popen(
-        [sys.executable, "-m", module, *args],  # an argv list, never a shell string
+        [python or sys.executable, "-m", module, *args],  # an argv list, never a shell string
         cwd=PROJECT_ROOT,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Which environment trains (STUDIO_TRAINER_PYTHON): the first thing a job log says.
+    log.info("worker for job %s running under %s (Python %s)", args.job_id, sys.executable, sys.version.split()[0])
     stop_event = threading.Event()
     # SIGTERM is the scheduler's cooperative stop: the training callback sees the event at the next step.
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())

@@ -161,6 +161,39 @@ def test_dockerfile_installs_gpu_requirements_before_copying_the_code():
     assert requirement_copy < install < code_copy
 
 
+def test_dockerfile_builds_the_app_and_the_trainer_environments():
+    instructions = dockerfile_instructions()
+    runs = [args for keyword, args in instructions if keyword == "RUN"]
+    assert any("python3 -m venv /opt/venv" in run and "python3 -m venv /opt/trainer" in run for run in runs)
+    env = env_values(instructions)
+    assert env["STUDIO_TRAINER_PYTHON"] == "/opt/trainer/bin/python"
+    assert env["PATH"].split(":")[0] == "/opt/venv/bin"  # `python` (the app, the scheduler) is the app's
+    install = next(i for i, (k, a) in enumerate(instructions) if k == "RUN" and "requirements-trainer-gpu.txt" in a)
+    assert "/opt/trainer/bin/pip install --no-cache-dir -r requirements-trainer-gpu.txt" in instructions[install][1]
+    requirement_copy = next(i for i, (k, a) in enumerate(instructions) if k == "COPY" and "requirements-gpu.txt" in a)
+    copied = set(instructions[requirement_copy][1].split())
+    # the trainer file includes requirements-trainer.txt, so both must be there before the install
+    assert {"requirements-trainer.txt", "requirements-trainer-gpu.txt"} <= copied and requirement_copy < install
+
+
+def test_trainer_requirements_pin_what_the_app_pins_and_leave_out_the_apps_packages():
+    app = requirement_pins(ROOT / "requirements.txt")
+    trainer = requirement_pins(ROOT / "requirements-trainer.txt")
+    assert not set(trainer) & {"gradio", "spaces", "openenv", "openenv-core", "fastmcp", "mcp"}
+    assert {"torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes"} <= set(trainer)
+    for name in set(trainer) & set(app) - {"pillow"}:
+        assert trainer[name].specifier == app[name].specifier, f"{name}: {trainer[name]} vs {app[name]}"
+    # pillow's <13 is gradio's; vLLM needs >=13, so the trainer keeps only the app's lower bound
+    assert str(trainer["pillow"].specifier) == next(str(s) for s in app["pillow"].specifier if s.operator == ">=")
+
+    gpu_lines = (ROOT / "requirements-trainer-gpu.txt").read_text().splitlines()
+    assert "-r requirements-trainer.txt" in gpu_lines
+    trainer_gpu = requirement_pins(ROOT / "requirements-trainer-gpu.txt")
+    assert exact_pin(trainer_gpu["torch"]) == exact_pin(requirement_pins(ROOT / "requirements-gpu.txt")["torch"])
+    exact_pin(trainer_gpu["vllm"])
+    assert "vllm" not in requirement_pins(ROOT / "requirements-gpu.txt")  # it cannot be installed beside the app
+
+
 def test_gpu_requirements_agree_with_the_space_requirements():
     space = requirement_pins(ROOT / "requirements.txt")
     gpu_file = (ROOT / "requirements-gpu.txt").read_text()
@@ -182,3 +215,12 @@ def test_hadolint_passes():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_ci_checks_that_the_trainer_gpu_requirements_resolve_before_the_readmes_test_command():
+    script = (ROOT / ".ci" / "run").read_text()
+    readme_command = "pip install -r requirements-cpu.txt -r requirements-dev.txt && python -m pytest"
+    assert readme_command in (ROOT / "README.md").read_text() and readme_command in script
+    check = re.search(r"pip\" install [^\n]*--dry-run --ignore-installed \\\n[^\n]*-r requirements-trainer-gpu.txt",
+                      script)
+    assert check and check.start() < script.index(readme_command)

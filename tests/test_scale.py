@@ -73,10 +73,12 @@ def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):
     assert config.use_vllm and config.vllm_mode == "colocate" and config.vllm_gpu_memory_utilization == 0.3
     kwargs, notice = vllm_settings(spec, available=False)
     assert kwargs == {"use_vllm": False} and "needs a CUDA GPU" in notice
+    # vLLM cannot be installed beside the app: the notice says which environment it goes into
+    assert "requirements-trainer-gpu.txt into the trainer environment, STUDIO_TRAINER_PYTHON's" in notice
     assert vllm_settings(spec)[0] == {"use_vllm": False}, "this machine has no CUDA GPU"
     forced = parse_spec(tiny_spec(method="grpo", grpo={"num_generations": 2, "use_vllm": "on"},
                                   dataset={"source": "builtin", "name": "math-demo"}))
-    with pytest.raises(SpecError, match="vLLM needs a CUDA GPU"):
+    with pytest.raises(SpecError, match="vLLM needs a CUDA GPU and the vllm package in the trainer's environment"):
         vllm_settings(forced, available=False)
 
 

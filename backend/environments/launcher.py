@@ -20,6 +20,7 @@ from types import TracebackType
 
 from backend.environments.registry import builtin_environment
 from backend.environments.serving import DEFAULT_MAX_SESSIONS
+from backend.interpreters import InterpreterError, app_python
 
 HOST = "127.0.0.1"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -180,10 +181,17 @@ def start_builtin(
 ) -> RunningEnvironment:
     """Start the built-in environment ``name`` (see registry.BUILTIN_ENVIRONMENTS) on 127.0.0.1.
 
+    The server runs under the app's interpreter (``interpreters.app_python``): it needs openenv, which the trainer's
+    environment, where the worker that calls this may run, does not have.
+
     Raises KeyError for an unknown name and EnvironmentStartError (with the log tail) if the server fails to start.
     """
     builtin = builtin_environment(name)
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
-    argv = [sys.executable, "-m", builtin.module, "--host", HOST, "--max-sessions", str(max_sessions)]
+    try:
+        python = app_python()
+    except InterpreterError as exc:
+        raise EnvironmentStartError(str(exc)) from None
+    argv = [python, "-m", builtin.module, "--host", HOST, "--max-sessions", str(max_sessions)]
     return start_server_process(argv, name=name, timeout_s=timeout_s, wait=wait, log_dir=log_dir)

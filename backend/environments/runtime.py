@@ -82,7 +82,8 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
 
             server = start_builtin(builtin.name, max_sessions=max(64, needed + 2))
             url = server.url
-            log.info("started built-in environment %s at %s (pid %d)", builtin.name, url, server.pid)
+            log.info("started built-in environment %s at %s (pid %d, under %s)", builtin.name, url, server.pid,
+                     server.process.args[0])
         else:
             url = resolve_url(env_spec.name)
         info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))

@@ -18,8 +18,13 @@ if TYPE_CHECKING:
     from backend.environments.runtime import ActiveEnvironment
 
 
+# vLLM cannot be installed beside the app (gradio, openenv): it goes into the environment the worker runs in.
+VLLM_INSTALL = "pip install -r requirements-trainer-gpu.txt into the trainer environment, STUDIO_TRAINER_PYTHON's"
+
+
 def vllm_available() -> bool:
-    """A CUDA GPU and an importable vLLM: colocated generation is possible."""
+    """A CUDA GPU and an importable vLLM: colocated generation is possible. Asked in the worker, so it is the trainer
+    environment's vLLM that counts."""
     import importlib.util
 
     import torch
@@ -35,10 +40,10 @@ def vllm_settings(spec: JobSpec, available: bool | None = None) -> tuple[dict, s
     available = vllm_available() if available is None else available
     if not available:
         if mode == "on":
-            raise SpecError(["grpo.use_vllm: vLLM needs a CUDA GPU and the vllm package (requirements-gpu.txt); "
-                             "set it to auto or off to generate with transformers"])
+            raise SpecError([f"grpo.use_vllm: vLLM needs a CUDA GPU and the vllm package in the trainer's environment "
+                             f"({VLLM_INSTALL}); set it to auto or off to generate with transformers"])
         return {"use_vllm": False}, ("generation: transformers; vLLM colocate mode needs a CUDA GPU and the vllm "
-                                     "package (requirements-gpu.txt), so generation is slower here")
+                                     f"package ({VLLM_INSTALL}), so generation is slower here")
     return (
         {"use_vllm": True, "vllm_mode": "colocate",
          "vllm_gpu_memory_utilization": spec.grpo.vllm_gpu_memory_utilization},
