@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from backend.access import authorize_spec, readable_job
 from backend.paths import DataPaths, safe_name
-from backend.preflight import check_spec, resolve_parent
+from backend.preflight import check_and_plan, check_spec, resolve_parent
 from backend.failures import tail_lines
 from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
@@ -141,18 +141,17 @@ class StudioAPI:
         return Submitted(job, self.store.queue_position(job.id), warnings)
 
     def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
-        """Pre-flight without queueing: (warnings, memory estimate text). Raises SpecError like submit would."""
+        """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
+        text). Raises SpecError like submit would."""
         from backend.hardware import detect_device
-        from backend.memory import estimate_memory, load_model_config
 
         spec = self._prepare(spec, user=user)
-        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec))
-        device = detect_device()
-        estimate = estimate_memory(spec, load_model_config(spec, self.paths.models), device)
-        text = f"Estimated peak memory on {device.describe()}: {estimate.describe()}"
+        warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
+        estimate = tuning.estimate
+        text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"
         if estimate.advice:
             text += "\nTo need less: " + "; ".join(estimate.advice)
-        return warnings, text
+        return warnings, text + "\nAuto-tune on this machine:\n" + tuning.describe()
 
     def upload_dataset(self, source: Path | str, original_name: str, method: str, user: User | None = None
                        ) -> tuple[str, str]:

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 HEADROOM = 0.85
 # Pack when a typical example fills at most this fraction of training.max_length.
 PACK_WHEN_SHORTER_THAN = 0.25
+# training.batch_size: auto on a GPU tries powers of two up to this; on a CPU bigger batches gain little.
+AUTO_BATCH_GPU_MAX = 64
+AUTO_BATCH_CPU = 4
 # Examples sampled to measure lengths (rendered with the chat template, as the trainer tokenizes them).
 LENGTH_SAMPLE_ROWS = 64
 
@@ -73,11 +76,12 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
         choices.append(reason)
 
     if not t.auto_tune:
-        defaults = {"training.gradient_checkpointing": True, "training.use_liger_kernel": False}
+        defaults = {"training.gradient_checkpointing": True, "training.use_liger_kernel": False,
+                    "training.batch_size": _smallest_auto_batch(spec)}
         if spec.method is Method.sft:
             defaults["sft.packing"] = False
         for path, value in defaults.items():
-            if _get(spec, path) is None:
+            if _get(spec, path) in (None, "auto"):
                 changes[path] = value
         choices.append("auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
                        "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)")
@@ -112,6 +116,9 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
             decide("sft.packing", True, f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
                    f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)")
 
+    if t.batch_size == "auto":
+        _decide_batch(spec, config, device, lengths, budget, changes, choices)
+
     # Gradient checkpointing: off whenever the job fits without it (it recomputes every layer's forward pass).
     if t.gradient_checkpointing is None:
         without = _estimate(_apply(spec, {**changes, "training.gradient_checkpointing": False}), config, device, lengths)
@@ -124,7 +131,7 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
                    f"{format_bytes(without.total_bytes)}, more than the {format_bytes(budget)} it may use)")
 
     # Batch: on a GPU, more examples per device and fewer accumulation steps, same effective batch.
-    if cuda and t.gradient_accumulation_steps > 1:
+    if cuda and t.gradient_accumulation_steps > 1 and t.batch_size != "auto":
         effective = t.batch_size * t.gradient_accumulation_steps
         for per_device in sorted((d for d in range(t.batch_size + 1, effective + 1) if effective % d == 0),
                                  reverse=True):
@@ -139,6 +146,43 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
 
     tuned = _apply(spec, changes)
     return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
+
+
+def _smallest_auto_batch(spec: JobSpec) -> int:
+    return spec.grpo.num_generations if spec.method is Method.grpo else 1
+
+
+def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLengths | None, budget: int | None,
+                  changes: dict[str, Any], choices: list[str]) -> None:
+    """training.batch_size: auto. GRPO: one generation group per step (rollouts, not memory, bound its batch).
+    A CPU: a small batch. A GPU: the largest power of two that fits without gradient checkpointing when that is
+    left to auto-tune (else with it), so the GPU is kept busy."""
+    path = "training.batch_size"
+    if spec.method is Method.grpo:
+        n = spec.grpo.num_generations
+        changes[path] = n
+        choices.append(f"batch: {n} per device (auto: one generation group of grpo.num_generations)")
+        return
+    if device.kind != "cuda":
+        changes[path] = AUTO_BATCH_CPU
+        choices.append(f"batch: {AUTO_BATCH_CPU} per device (auto on a CPU, where bigger batches gain little speed)")
+        return
+    checkpointing = [False, True] if spec.training.gradient_checkpointing is None else [spec.training.gradient_checkpointing]
+    for recompute in checkpointing:
+        size = AUTO_BATCH_GPU_MAX
+        while size >= 1:
+            trial = {**changes, path: size, "training.gradient_checkpointing": recompute}
+            estimate = _estimate(_apply(spec, trial), config, device, lengths)
+            if budget is None or estimate.total_bytes <= budget:
+                changes[path] = size
+                where = f" of {format_bytes(budget)}" if budget else ""
+                choices.append(f"batch: {size} per device (auto: the largest power of two up to "
+                               f"{AUTO_BATCH_GPU_MAX} that fits{' with' if recompute else ' without'} gradient "
+                               f"checkpointing, {format_bytes(estimate.total_bytes)}{where})")
+                return
+            size //= 2
+    changes[path] = 1
+    choices.append("batch: 1 per device (auto: not even one example fits the estimate; expect out-of-memory)")
 
 
 def measure_lengths(spec: JobSpec, tokenizer, loaded: tuple[Any, str]) -> ExampleLengths | None:

@@ -187,7 +187,8 @@ def estimate_memory(
     params = parameter_breakdown(config)
     dtype_bytes = 2 if device.kind == "cuda" and device.bf16 else 4
     t = spec.training
-    batch, seq_len = t.batch_size, t.max_length
+    # An auto batch not decided yet is estimated at its smallest: one example, or one generation group for GRPO.
+    batch, seq_len = t.batch_or(spec.grpo.num_generations if spec.method is Method.grpo else 1), t.max_length
     if sequence_tokens and not (spec.method is Method.sft and spec.sft.packing):
         seq_len = min(sequence_tokens, t.max_length)
     if spec.method is Method.dpo:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from backend.data import load_training_dataset, split_holdout
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
-from backend.spec import JobSpec, Method, ModelSpec, SpecError, hub_offline, quote_input, shorten
+from backend.spec import JobSpec, ModelSpec, SpecError, hub_offline, quote_input, shorten
 from backend.store import JobNotFound, JobStatus, JobStore, UnreadableJob
+
+if TYPE_CHECKING:
+    from backend.autotune import Tuning
 
 
 def check_model(model: ModelSpec) -> None:
@@ -63,6 +67,11 @@ def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None)
 
     ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
     """
+    return check_and_plan(spec, models_dir, uploads_dir)[0]
+
+
+def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> tuple[list[str], "Tuning"]:
+    """:func:`check_spec`, and what auto-tune would choose for the job on this machine (with its estimate)."""
     problems: list[str] = []
     loaded = None
     try:
@@ -90,10 +99,12 @@ def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None)
     return advisories(spec, models_dir, loaded)
 
 
-def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> list[str]:
-    """What a practitioner would flag before a run: the data rendered through the chat template, and memory."""
+def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], "Tuning"]:
+    """What a practitioner would flag before a run: the data rendered through the chat template, and memory (the
+    estimate of the job as auto-tune would run it, from the examples' measured lengths)."""
+    from backend.autotune import plan
     from backend.hardware import detect_device
-    from backend.memory import check_memory, estimate_memory, load_model_config
+    from backend.memory import check_memory
     from backend.preview import preview_dataset
     from backend.training.models import load_tokenizer, resolve_model
 
@@ -110,14 +121,11 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> list[str]:
     if spec.environment.name:
         warnings.extend(environment_advisories(spec, tokenizer))
     device = detect_device()
-    estimate = estimate_memory(
-        spec, load_model_config(spec, models_dir), device,
-        prompt_tokens=preview.summary.max_tokens if spec.method is Method.grpo else None,
-    )
-    memory_warning = check_memory(estimate, device)
+    tuning = plan(spec, models_dir, loaded or load_training_dataset(spec.dataset, spec.method), tokenizer, device)
+    memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
         warnings.append(memory_warning)
-    return warnings
+    return warnings, tuning
 
 
 def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:

@@ -160,7 +160,10 @@ class TrainingSpec(_Part):
     epochs: float = Field(1.0, gt=0, description="Passes over the dataset (ignored when max_steps is set).")
     max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
-    batch_size: int = Field(2, gt=0, le=1024, description="Examples per device per step.")
+    batch_size: int | Literal["auto"] = Field(
+        2, description="Examples per device per step, 1-1024; auto: auto_tune picks the largest that fits (a power "
+        "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO)."
+    )
     gradient_accumulation_steps: int = Field(1, gt=0, le=1024, description="Steps whose gradients are summed.")
     max_length: int = Field(1024, gt=8, le=131072, description="Longest tokenized example; longer ones are cut.")
     warmup_ratio: float = Field(0.0, ge=0, lt=1, description="Fraction of steps spent warming up the LR.")
@@ -188,6 +191,24 @@ class TrainingSpec(_Part):
         None, description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "
         "bf16 CUDA GPU, else PyTorch's sdpa."
     )
+
+
+    @field_validator("batch_size", mode="before")
+    @classmethod
+    def _batch_size(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise ValueError("must be a whole number from 1 to 1024, or auto")
+        if not 1 <= value <= 1024:
+            raise ValueError("must be from 1 to 1024, or auto")
+        return int(value)
+
+    def batch_or(self, auto: int) -> int:
+        """training.batch_size, or ``auto`` in its place while auto-tune has not decided it yet."""
+        return auto if self.batch_size == "auto" else self.batch_size
 
 
 class SFTSpec(_Part):
@@ -424,7 +445,8 @@ class JobSpec(_Part):
         if self.method is Method.grpo and not self.environment.name and not self.grpo.rewards:
             raise ValueError("grpo.rewards: GRPO needs at least one reward function, or an environment to reward it")
         if self.method is Method.grpo:
-            per_generation = self.training.batch_size * self.training.gradient_accumulation_steps
+            # An auto batch becomes one generation group (auto-tune), always a multiple.
+            per_generation = self.training.batch_or(self.grpo.num_generations) * self.training.gradient_accumulation_steps
             if per_generation % self.grpo.num_generations:
                 raise ValueError(
                     f"training.batch_size x training.gradient_accumulation_steps (= {per_generation}) must be a "

@@ -117,6 +117,8 @@ def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
         "per_device_train_batch_size", "gradient_accumulation_steps", "warmup_steps", "seed", "logging_steps",
         "save_strategy", "save_steps", "save_total_limit", "gradient_checkpointing", "report_to",
     )})
+    if shared["auto_find_batch_size"]:
+        section["auto_find_batch_size"] = True
     if spec.method is not Method.grpo:  # the app bounds GRPO by max_completion_length instead
         section["max_length"] = t.max_length
     if spec.output.run_name:

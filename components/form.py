@@ -137,6 +137,11 @@ def _number(values: dict[str, Any], name: str, path: str, cast=float, optional: 
     return number
 
 
+def _auto(number: int | None) -> int | str:
+    """An empty number field left for auto-tune to decide."""
+    return "auto" if number is None else number
+
+
 def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
     """The spec dict the form describes (validated later by ``parse_spec``, whose messages name the fields)."""
     try:
@@ -176,7 +181,7 @@ def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
         "training": {
             "max_steps": _number(v, "max_steps", "training.max_steps", int, optional=True),
             "learning_rate": _number(v, "learning_rate", "training.learning_rate"),
-            "batch_size": _number(v, "batch_size", "training.batch_size", int),
+            "batch_size": _auto(_number(v, "batch_size", "training.batch_size", int, optional=True)),
             "gradient_accumulation_steps": _number(v, "grad_accum", "training.gradient_accumulation_steps", int),
             "max_length": _number(v, "max_length", "training.max_length", int),
         },
@@ -239,7 +244,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "env_eval_episodes": spec.environment.eval_episodes,
         "max_steps": spec.training.max_steps,
         "learning_rate": spec.training.learning_rate,
-        "batch_size": spec.training.batch_size,
+        "batch_size": None if spec.training.batch_size == "auto" else spec.training.batch_size,
         "grad_accum": spec.training.gradient_accumulation_steps,
         "max_length": spec.training.max_length,
         "lora_enabled": spec.lora.enabled,

@@ -101,3 +101,60 @@ def test_the_recorded_choices_replay_onto_the_users_spec():
     tuning = tune(spec, QWEN3_06B, H200, SHORT, is_installed=lambda m: False)
     ran = as_run(spec, {"auto_tune": record(tuning)})
     assert ran == tuning.spec and spec.training.gradient_checkpointing is None
+
+
+def test_an_auto_batch_is_the_largest_power_of_two_that_fits_the_gpu():
+    big = _tune(training={"batch_size": "auto"}, sft={"packing": False})
+    l4 = DeviceInfo(kind="cuda", name="NVIDIA L4", count=1, total_memory_gb=22.0, free_memory_gb=8.0, bf16=True)
+    small = _tune(device=l4, training={"batch_size": "auto", "max_length": 1024}, sft={"packing": False},
+                  lengths=ExampleLengths(1000, 900))
+    assert big.spec.training.batch_size == 64 and big.spec.training.gradient_checkpointing is False
+    assert "batch: 64 per device (auto: the largest power of two up to 64 that fits without gradient" in big.describe()
+    b = small.spec.training.batch_size
+    assert 1 <= b < 64 and b & (b - 1) == 0 and small.estimate.total_bytes <= small.budget_bytes
+
+
+def test_an_auto_batch_elsewhere_is_small_or_one_generation_group():
+    assert _tune(device=CPU, available_ram=16 * GB, training={"batch_size": "auto"}).spec.training.batch_size == 4
+    grpo = _tune(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, training={"batch_size": "auto"},
+                 grpo={"num_generations": 6})
+    assert grpo.spec.training.batch_size == 6
+    off = _tune(training={"batch_size": "auto", "auto_tune": False})
+    assert off.spec.training.batch_size == 1
+
+
+@pytest.mark.parametrize("value, problem", [
+    (0, "training.batch_size: must be from 1 to 1024, or auto (got 0)"),
+    ("big", "training.batch_size: must be a whole number from 1 to 1024, or auto (got 'big')"),
+    (2.5, "training.batch_size: must be a whole number from 1 to 1024, or auto (got 2.5)"),
+])
+def test_a_batch_size_is_a_whole_number_or_auto(value, problem):
+    from backend.spec import SpecError
+
+    with pytest.raises(SpecError) as caught:
+        parse_spec(tiny_spec(training={"batch_size": value}))
+    assert caught.value.problems == [problem]
+
+
+def test_the_forms_empty_batch_field_is_auto_and_round_trips():
+    from components.form import FIELDS, form_to_spec, spec_to_form
+
+    values = {**FIELDS, "batch_size": None}
+    spec = parse_spec(form_to_spec(values))
+    assert spec.training.batch_size == "auto"
+    assert spec_to_form(spec)["batch_size"] is None
+    assert parse_spec(form_to_spec({**FIELDS, "batch_size": 4})).training.batch_size == 4
+
+
+def test_check_shows_what_auto_tune_will_choose_on_this_machine_and_submit_stores_the_users_spec(data_dir):
+    from backend.api import StudioAPI
+
+    api = StudioAPI(data_dir, scheduler="none")
+    _, text = api.check(tiny_spec(training={"batch_size": "auto"}))
+    assert "\nAuto-tune on this machine:\n" in text
+    assert "- batch: 4 per device (auto on a CPU, where bigger batches gain little speed)" in text
+    assert "- gradient checkpointing: off (the job fits without it" in text
+    # The estimate is of the job as it will run: 4 examples of their measured length, not 1 x max_length.
+    assert "activations:" in text and "runtime (torch, transformers, TRL)" in text
+    job = api.submit(tiny_spec(training={"batch_size": "auto"})).job
+    assert job.spec.training.batch_size == "auto", "the stored spec is the user's; the worker tunes it"

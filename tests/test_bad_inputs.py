@@ -98,7 +98,7 @@ SPEC_CASES = [
 
 # (case id, form overrides for /submit_job, a piece of the expected sentence)
 FORM_CASES = [
-    ("empty-batch-size", {"batch_size": None}, "training.batch_size: empty"),
+    ("zero-batch-size", {"batch_size": 0}, "training.batch_size: must be from 1 to 1024, or auto"),  # empty is auto
     ("empty-lora-rank", {"lora_r": None}, "lora.r: empty"),
     ("text-learning-rate", {"learning_rate": "fast"}, "is not a number"),
     ("infinite-learning-rate", {"learning_rate": "inf"}, "finite number"),

@@ -78,7 +78,7 @@ def test_bad_spec_file_is_refused_with_exit_2_and_nothing_queued(data_dir, tmp_p
     spec.write_text("training:\n  learning_rate: -1\n  batch_size: 0\n")
     result = cli("submit", str(spec))
     assert result.returncode == 2
-    assert "The job was not queued" in result.stderr and "training.batch_size: must be greater than 0" in result.stderr
+    assert "The job was not queued" in result.stderr and "training.batch_size: must be from 1 to 1024, or auto" in result.stderr
     assert json.loads(cli("list", "--json").stdout) == []
     assert cli("submit", str(tmp_path / "missing.yaml")).returncode == 2
 

@@ -58,9 +58,12 @@ def test_empty_dataset(api, tmp_path):
     _refused(api, tiny_spec(dataset={"source": "file", "name": str(data)}), "dataset")
 
 
-@pytest.mark.parametrize("field, value", [("learning_rate", -1e-4), ("batch_size", 0), ("max_steps", -5), ("epochs", 0)])
-def test_non_positive_hyper_parameters(api, field, value):
-    _refused(api, tiny_spec(training={field: value}), f"training.{field}: must be greater than 0")
+@pytest.mark.parametrize("field, value, problem", [
+    ("learning_rate", -1e-4, "must be greater than 0"), ("batch_size", 0, "must be from 1 to 1024, or auto"),
+    ("max_steps", -5, "must be greater than 0"), ("epochs", 0, "must be greater than 0"),
+])
+def test_non_positive_hyper_parameters(api, field, value, problem):
+    _refused(api, tiny_spec(training={field: value}), f"training.{field}: {problem}")
 
 
 def test_model_and_data_problems_are_reported_together(api, tmp_path):
@@ -80,7 +83,9 @@ def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
     cut = api.submit(tiny_spec(training={"max_length": 16}))
     assert any("longer than training.max_length (16 tokens)" in w for w in cut.warnings)
     assert api.get_job(cut.job.id).artifacts["preflight_warnings"] == cut.warnings
-    huge = api.submit(tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000}))
+    # Packed, every sequence fills max_length (short rows alone would not: the estimate counts their real length).
+    huge = api.submit(tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000},
+                                sft={"packing": True}))
     assert any(w.startswith("Estimated") and "enable 4-bit loading" in w for w in huge.warnings)
     assert api.submit(tiny_spec()).warnings == []
 

@@ -44,7 +44,7 @@ def test_json_round_trip_is_lossless():
     "data, expected",
     [
         ({"training": {"learning_rate": -1}}, "training.learning_rate: must be greater than 0 (got -1)"),
-        ({"training": {"batch_size": 0}}, "training.batch_size: must be greater than 0 (got 0)"),
+        ({"training": {"batch_size": 0}}, "training.batch_size: must be from 1 to 1024, or auto (got 0)"),
         ({"training": {"max_steps": 0}}, "training.max_steps: must be greater than 0 (got 0)"),
         ({"training": {"epochs": 0}}, "training.epochs: must be greater than 0 (got 0)"),
         ({"lora": {"r": -4}}, "lora.r: must be greater than 0 (got -4)"),

@@ -193,3 +193,10 @@ def test_full_fine_tuning_and_all_linear_round_trip(lora, tmp_path):
     assert model_args.use_peft is spec.lora.enabled
     if spec.lora.enabled:
         assert model_args.lora_target_modules == "all-linear"
+
+
+def test_an_auto_batch_becomes_trls_own_batch_search(tmp_path):
+    spec = parse_spec({**SFT, "training": {**SFT["training"], "batch_size": "auto"}})
+    _, args, _, _ = parse_like_trl_cli("sft", trl_cli_yaml(spec), tmp_path)
+    assert args.auto_find_batch_size is True and args.per_device_train_batch_size == 16
+    assert not parse_like_trl_cli("sft", trl_cli_yaml(parse_spec(SFT)), tmp_path)[1].auto_find_batch_size

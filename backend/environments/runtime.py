@@ -57,7 +57,7 @@ def reward_name(spec: EnvironmentSpec, info: EnvironmentInfo) -> str:
 
 def concurrent_episodes(spec: JobSpec) -> int:
     """Episodes TRL runs at once: one per rollout of a generation batch (batch x grad accumulation, one process)."""
-    return spec.training.batch_size * spec.training.gradient_accumulation_steps
+    return spec.training.batch_or(spec.grpo.num_generations) * spec.training.gradient_accumulation_steps
 
 
 def typical_episode_tokens(spec: JobSpec) -> int:

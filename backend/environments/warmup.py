@@ -135,7 +135,7 @@ def warmup_spec(spec: JobSpec, upload_id: str, rows: int, steps: int | None = No
     t = spec.training
     demo = spec.model.name_or_path.startswith("builtin:")
     default_steps = (DEMO_MODEL_WARMUP["max_steps"] if demo else
-                     max(10, math.ceil(WARMUP_EPOCHS * rows / (t.batch_size * t.gradient_accumulation_steps))))
+                     max(10, math.ceil(WARMUP_EPOCHS * rows / (t.batch_or(4) * t.gradient_accumulation_steps))))
     name = spec.output.run_name or spec.environment.name or "environment"
     return {
         "method": "sft", "owner": spec.owner,

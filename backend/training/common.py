@@ -12,6 +12,9 @@ from backend.spec import JobSpec
 from backend.training import models
 
 
+AUTO_FIND_BATCH_START = 16
+
+
 @dataclass
 class Policy:
     """Keyword arguments for a TRL trainer's model side."""
@@ -63,7 +66,9 @@ def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
         num_train_epochs=t.epochs,
         max_steps=t.max_steps or -1,
         learning_rate=t.learning_rate,
-        per_device_train_batch_size=t.batch_size,
+        # The worker's spec is tuned (an int); an untuned auto (the TRL CLI export) starts here and halves on OOM.
+        per_device_train_batch_size=t.batch_or(AUTO_FIND_BATCH_START),
+        auto_find_batch_size=t.batch_size == "auto",
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         warmup_steps=t.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
         seed=t.seed,
