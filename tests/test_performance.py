@@ -8,7 +8,6 @@ import threading
 import pytest
 
 import backend.performance
-from backend.api import StudioAPI
 from backend.memory import parameter_breakdown
 from backend.model_card import build_model_card
 from backend.performance import (
@@ -19,7 +18,7 @@ from backend.store import JobStatus
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
 from components.job_views import summary_markdown
-from tests.conftest import tiny_spec, wait_status
+from tests.conftest import tiny_spec
 
 # Qwen3-0.6B's shape (its config.json), built without a download.
 QWEN3_0_6B = dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
@@ -80,16 +79,12 @@ def _assert_figures_on_every_training_row(rows):
     return logged
 
 
-@pytest.mark.slow
-def test_an_sft_job_records_shows_and_publishes_its_figures(paths, store, scheduler_factory, demo_model_path):
+def check_the_figures_of_a_finished_sft_job(api, done, demo_model_path):
+    """A real 4-step SFT job records, shows and publishes its figures. Called by the worker test in
+    tests/test_sft_training.py, which runs that job once for both."""
     from transformers import AutoConfig
 
-    api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec()).job
-    scheduler_factory()
-    done = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed})
-    assert done.status is JobStatus.succeeded, done.error
-    metrics = api.metrics(job.id)
+    metrics = api.metrics(done.id)
     logged = _assert_figures_on_every_training_row(metrics)
     assert [m["step"] for m in logged] == [1, 2, 3, 4]
 

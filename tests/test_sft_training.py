@@ -13,6 +13,7 @@ from backend.store import JobStatus, JobStore
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.sft import build_sft_trainer
 from tests.conftest import tiny_spec, wait_status
+from tests.test_performance import check_the_figures_of_a_finished_sft_job
 
 
 def _train_in_process(tmp_path, models_dir, **overrides):
@@ -95,6 +96,7 @@ def test_worker_saves_a_reloadable_adapter(paths, store, scheduler_factory, demo
     assert "auto-tune: gradient checkpointing: off (the job fits without it" in Path(done.artifacts["log_file"]).read_text()
     ran = json.loads((Path(done.artifacts["job_dir"]) / "spec.json").read_text())["training"]
     assert ran["gradient_checkpointing"] is False and ran["attn_implementation"] == "sdpa"
+    check_the_figures_of_a_finished_sft_job(api, done, demo_model_path)
     assert PeftConfig.from_pretrained(adapter).r == 16
     base = AutoModelForCausalLM.from_pretrained(demo_model_path)
     tuned = PeftModel.from_pretrained(base, adapter)
