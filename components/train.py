@@ -184,7 +184,7 @@ def build(api: StudioAPI) -> TrainHandles:
                                             info=field_help("training.max_steps"))
             inputs["learning_rate"] = gr.Number(FIELDS["learning_rate"], step=1e-5, label="Learning rate",
                                                 info=field_help("training.learning_rate"))
-            inputs["batch_size"] = gr.Number(FIELDS["batch_size"], precision=0, label="Batch size (empty: auto)",
+            inputs["batch_size"] = gr.Number(FIELDS["batch_size"], precision=0, label="Batch size",
                                              info=field_help("training.batch_size"))
             inputs["grad_accum"] = gr.Number(1, precision=0, label="Gradient accumulation",
                                              info=field_help("training.gradient_accumulation_steps"))
