@@ -45,6 +45,9 @@ def main() -> None:
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
         css=CSS,
+        # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
+        # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.
+        allowed_paths=[str(api.paths.downloads)],
     )
 
 

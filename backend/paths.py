@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from pathlib import Path
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
@@ -56,9 +57,28 @@ class DataPaths:
         # safe_name keeps dots, and "." or ".." as a folder would be the uploads root or the data dir itself.
         return self.root / "uploads" / (folder if folder.strip(".") else folder.replace(".", "_"))
 
+    @property
+    def downloads(self) -> Path:
+        """Files handed to a browser (adapter zips, exports): the only part of the data dir the web server may read.
+
+        The app passes this folder, not the data dir, to Gradio's ``allowed_paths``: the store, uploads and other
+        users' jobs stay unreachable by URL.
+        """
+        return self.root / "downloads"
+
+    def new_download(self, name: str) -> Path:
+        """A fresh path ``downloads/<random>/<name>`` for one file handed to one browser (its folder is created).
+
+        The random folder makes the URL unguessable by other users and keeps two requests for the same file apart.
+        """
+        folder = self.downloads / secrets.token_hex(16)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / safe_name(name)
+
     def ensure(self) -> "DataPaths":
         (self.root / "jobs").mkdir(parents=True, exist_ok=True)
         self.models.mkdir(parents=True, exist_ok=True)
+        self.downloads.mkdir(parents=True, exist_ok=True)
         return self
 
 
