@@ -13,7 +13,7 @@ import gradio as gr
 from backend.api import StudioAPI
 from backend.hub_status import hub_status
 from backend.store import StoreError
-from components import chat, header, jobs, train
+from components import chat, header, jobs, links, train
 
 CSS = ".field-error p { color: #b91c1c; margin: 0; }"
 
@@ -21,14 +21,15 @@ CSS = ".field-error p { color: #b91c1c; margin: 0; }"
 def build_app(api: StudioAPI) -> gr.Blocks:
     with gr.Blocks(title="Post-Training Studio") as demo:
         top = header.build(api)
-        with gr.Tabs():
-            with gr.Tab("Train", id="train"):
+        with gr.Tabs() as tabs:
+            with gr.Tab("Train", id="train") as train_tab:
                 train_handles = train.build(api)
-            with gr.Tab("Jobs", id="jobs"):
-                jobs.build(api, train_handles)
-            with gr.Tab("Chat", id="chat"):
+            with gr.Tab("Jobs", id="jobs") as jobs_tab:
+                jobs_handles = jobs.build(api, train_handles)
+            with gr.Tab("Chat", id="chat") as chat_tab:
                 chat.build(api)
         demo.load(top.refresh, None, top.status, api_name="status")
+        links.install(demo, tabs, {"train": train_tab, "jobs": jobs_tab, "chat": chat_tab}, jobs_handles.picker)
     return demo
 
 
