@@ -409,6 +409,14 @@ class StudioAPI:
         self._kick()
         return job
 
+    def trackio_dashboard(self, job_id: str, user: User | None = None) -> str | None:
+        """For a job that logs to trackio (``output.trackio``), the command that opens trackio's dashboard of its
+        owner's runs (the Jobs tab shows it); None for a job without trackio."""
+        from backend.tracking import dashboard_command
+
+        job = self.get_job(job_id, user)
+        return dashboard_command(self.paths, job.owner) if job.spec.output.trackio else None
+
     def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
         self.get_job(job_id, user)
         return self.store.metrics(job_id, after_id)

@@ -280,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Which environment trains (STUDIO_TRAINER_PYTHON): the first thing a job log says.
     log.info("worker for job %s running under %s (Python %s)", args.job_id, sys.executable, sys.version.split()[0])
+    # trackio (output.trackio) reads its folder when first imported: the data dir's, never ~/.cache/huggingface.
+    from backend.tracking import TRACKIO_DIR_ENV, trackio_dir
+
+    os.environ[TRACKIO_DIR_ENV] = str(trackio_dir(DataPaths(args.data_dir)))
     stop_event = threading.Event()
     # SIGTERM is the scheduler's cooperative stop: the training callback sees the event at the next step.
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
