@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -16,10 +17,28 @@ from backend.store import StoreError
 from components import chat, header, jobs, links, train
 
 CSS = ".field-error p { color: #b91c1c; margin: 0; }"
+log = logging.getLogger("studio.app")
+
+
+class StudioBlocks(gr.Blocks):
+    """gr.Blocks whose user errors log one line: Gradio prints the traceback of every gr.Error it meets (unless
+    raised with print_exception=False), though a gr.Error is a sentence for the user, not a bug. Other exceptions
+    (real bugs) keep their traceback."""
+
+    async def process_api(self, block_fn, *args, **kwargs):
+        try:
+            return await super().process_api(block_fn, *args, **kwargs)
+        except gr.Error as exc:
+            if exc.print_exception:
+                fn = self.fns[block_fn] if isinstance(block_fn, int) else block_fn
+                log.warning("%s refused: %s", getattr(fn, "api_name", None) or getattr(fn, "name", "a handler"),
+                            " ".join(str(exc.message).split()))
+                exc.print_exception = False
+            raise
 
 
 def build_app(api: StudioAPI) -> gr.Blocks:
-    with gr.Blocks(title="Post-Training Studio") as demo:
+    with StudioBlocks(title="Post-Training Studio") as demo:
         top = header.build(api)
         with gr.Tabs() as tabs:
             with gr.Tab("Train", id="train") as train_tab:

@@ -17,7 +17,7 @@ from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, SchedulerHealth, spawn_detached
 from backend.spec import JobSpec, Method, RewardSpec, SpecError, parse_spec
-from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
+from backend.store import RESUMABLE_STATUSES, InvalidTransition, JobNotFound, JobRecord, JobStatus, JobStore
 from backend.space_runtime import ZERO_GPU_REFUSAL, on_space, on_zero_gpu
 from backend.users import User, max_queued_per_user
 
@@ -376,12 +376,46 @@ class StudioAPI:
             self._kick()
         return status
 
+    def resume_refusal(self, job: JobRecord) -> str | None:
+        """Why ``job`` cannot be resumed, as a sentence for the UI; None when it can.
+
+        Interrupted, cancelled and failed jobs resume from their last ``checkpoint-N`` folder. An interrupted job
+        without one may start again from the beginning (as before); a cancelled or failed one needs a checkpoint.
+        """
+        from backend.worker import last_checkpoint
+
+        if job.status not in RESUMABLE_STATUSES:
+            if job.status is JobStatus.succeeded:
+                return "This job finished; clone it to train again."
+            return f"This job is {job.status.value}; only an interrupted, cancelled or failed job can be resumed."
+        if job.status is JobStatus.interrupted or last_checkpoint(self.paths.job_output(job.id)) is not None:
+            return None
+        return (f"This job is {job.status.value} and saved no checkpoint before it stopped, so there is nothing to "
+                "resume from; clone it to start again (a smaller training.save_steps saves checkpoints sooner).")
+
+    def resumable(self, job: JobRecord) -> bool:
+        """Whether ``job`` can be resumed now (the Jobs tab enables its Resume button from this)."""
+        return self.resume_refusal(job) is None
+
     def resume(self, job_id: str, user: User | None = None) -> JobRecord:
-        """Queue an interrupted job again; it continues from its last checkpoint."""
-        self.get_job(job_id, user)
+        """Queue an interrupted, cancelled or failed job again; it continues from its last checkpoint.
+
+        Raises InvalidTransition with ``resume_refusal``'s sentence when it cannot.
+        """
+        refusal = self.resume_refusal(self.get_job(job_id, user))
+        if refusal is not None:
+            raise InvalidTransition(refusal)
         job = self.store.requeue_for_resume(job_id)
         self._kick()
         return job
+
+    def trackio_dashboard(self, job_id: str, user: User | None = None) -> str | None:
+        """For a job that logs to trackio (``output.trackio``), the command that opens trackio's dashboard of its
+        owner's runs (the Jobs tab shows it); None for a job without trackio."""
+        from backend.tracking import dashboard_command
+
+        job = self.get_job(job_id, user)
+        return dashboard_command(self.paths, job.owner) if job.spec.output.trackio else None
 
     def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
         self.get_job(job_id, user)

@@ -219,7 +219,7 @@ def estimate_memory(
         total_bytes=sum(size for _, size in items),
         breakdown=items,
         parameters=params.total,
-        advice=_advice(spec),
+        advice=_advice(spec, device),
         runtime_bytes=sum(size for _, size in items[-len(runtime):]),
     )
 
@@ -297,9 +297,10 @@ def _generation(spec: JobSpec, s: _Shape, seq_len: int, dtype_bytes: int) -> lis
     ]
 
 
-def _advice(spec: JobSpec) -> list[str]:
+def _advice(spec: JobSpec, device: DeviceInfo) -> list[str]:
     advice = []
-    if spec.quantization.mode != "4bit":
+    # bitsandbytes' 4-bit loading is for CUDA: on a CPU it does not lower the need (the trainer cannot use it there).
+    if spec.quantization.mode != "4bit" and device.kind == "cuda":
         advice.append("enable 4-bit loading")
     if not spec.lora.enabled:
         advice.append("enable LoRA")

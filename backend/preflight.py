@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from backend.data import load_training_dataset, split_holdout
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
-from backend.spec import JobSpec, ModelSpec, SpecError, hub_offline, quote_input, shorten
+from backend.hub_status import HUB_UNREACHABLE, hub_offline, hub_reachable
+from backend.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
 from backend.store import JobNotFound, JobStatus, JobStore, UnreadableJob
 
 if TYPE_CHECKING:
@@ -27,16 +28,37 @@ def check_model(model: ModelSpec) -> None:
         if not (path / "config.json").is_file():
             raise SpecError([f"model.name_or_path: {name} has no config.json; is it a saved transformers model?"])
         return
+    if not hub_reachable():
+        # Only the local cache can answer: asked without any network (and none of the client's ~23 s of retries).
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json", revision=model.revision), str):
+            return
+        raise SpecError([f"model.name_or_path: {quote_input(name)} is not in the local cache and "
+                         f"{HUB_UNREACHABLE}{_offline_note()}; pick a local folder or {DEMO_MODEL_ID}, or try "
+                         "again once the Hub can be reached"])
     from transformers import AutoConfig
 
     try:
         AutoConfig.from_pretrained(name, revision=model.revision, trust_remote_code=model.trust_remote_code)
     except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors for the same "not found"
-        where = "in the local cache (the Hub is offline)" if hub_offline() else "on the Hub"
         first = shorten(str(exc).strip().splitlines()[0], 200) if str(exc).strip() else type(exc).__name__
         raise SpecError(
-            [f"model.name_or_path: {quote_input(name)} was not found {where}; check the id ({first})"]
+            [f"model.name_or_path: {quote_input(name)} was not found on the Hub; check the id ({first})"]
         ) from None
+
+
+def _offline_note() -> str:
+    return " (HF_HUB_OFFLINE is set)" if hub_offline() else ""
+
+
+def check_hub_dataset(spec: JobSpec) -> None:
+    """A Hub dataset with the Hub unreachable: refused at once (with HF_HUB_OFFLINE set, ``datasets`` reads its
+    cache without waiting, so that case is left to it)."""
+    if spec.dataset.source == "hub" and not hub_offline() and not hub_reachable():
+        raise SpecError([f"dataset.name: Hub dataset {quote_input(spec.dataset.name)} cannot be loaded: "
+                         f"{HUB_UNREACHABLE}; set HF_HUB_OFFLINE=1 to use a copy in the local cache, or upload "
+                         "the data as a file"])
 
 
 def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
@@ -79,6 +101,7 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
     except SpecError as exc:
         problems.extend(exc.problems)
     try:
+        check_hub_dataset(spec)
         loaded = load_training_dataset(
             spec.dataset, spec.method, reward_columns(spec), keep_all=bool(spec.environment.name),
             uploads_dir=uploads_dir,

@@ -460,7 +460,11 @@ class Scheduler:
             if looks_like_oom(log_text):
                 reason = "Out of memory: " + reason
             reason = with_log_tail(reason, run.log_path)
-        self.store.finish(run.job_id, status, reason)
+        if status is JobStatus.cancelled:  # not an error: how it stopped is a note beside the step it reached
+            self.store.finish(run.job_id, status, None,
+                              {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason})
+        else:
+            self.store.finish(run.job_id, status, reason)
         log.info("job %s ended %s: %s", run.job_id, status.value, reason.splitlines()[0])
 
     def wait_idle(self, timeout: float) -> bool:

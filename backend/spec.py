@@ -385,6 +385,8 @@ class OutputSpec(_Part):
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
     private: bool = Field(True, description="Create the Hub repo as private.")
+    trackio: bool = Field(False, description="Also log the run to trackio, Hugging Face's local-first experiment "
+                          "tracker (kept in the data dir; the Jobs tab says how to open its dashboard).")
 
     _plain_run_name = field_validator("run_name")(_refuse_control_characters)
 

@@ -35,6 +35,12 @@ class JobStatus(str, Enum):
         return self in {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 
 
+# Ended jobs that may be queued again to continue from a checkpoint (the facade checks that one exists).
+RESUMABLE_STATUSES = frozenset({JobStatus.interrupted, JobStatus.cancelled, JobStatus.failed})
+# Artifacts that describe how an attempt ended: a resumed attempt starts without them.
+ATTEMPT_END_ARTIFACTS = ("cancelled_at_step", "cancel_note")
+
+
 class JobNotFound(KeyError):
     def __init__(self, job_id: str):
         super().__init__(job_id)
@@ -149,6 +155,17 @@ class JobRecord:
     resume: bool = False
     attempts: int = 0
 
+    @property
+    def cancelled_at_step(self) -> int | None:
+        """For a cancelled job, the training step it stopped at (None: it was cancelled before training a step).
+
+        A cancel is not an error: ``error`` stays None and the UI says "Cancelled at step N" from this.
+        """
+        if self.status is not JobStatus.cancelled:
+            return None
+        step = self.artifacts.get("cancelled_at_step", self.progress.get("step"))
+        return int(step) if step else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -161,6 +178,7 @@ class JobRecord:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "error": self.error,
+            "cancelled_at_step": self.cancelled_at_step,
             "artifacts": self.artifacts,
             "progress": self.progress,
             "attempts": self.attempts,
@@ -401,16 +419,27 @@ class JobStore:
         with self._connect() as con:
             con.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
 
-    def finish(self, job_id: str, status: JobStatus, error: str | None = None) -> bool:
-        """Move a running job to a final status; False when it was no longer running (someone finished it first)."""
+    def finish(self, job_id: str, status: JobStatus, error: str | None = None,
+               artifacts: dict[str, Any] | None = None) -> bool:
+        """Move a running job to a final status, merging ``artifacts`` in the same transaction; False when it was no
+        longer running (someone finished it first, and nothing is written)."""
         if not status.finished:
             raise ValueError(f"{status.value} is not a final status")
-        with self._connect() as con:
-            cur = con.execute(
-                "UPDATE jobs SET status = ?, error = ?, finished_at = ? WHERE id = ? AND status = 'running'",
-                (status.value, error, time.time(), job_id),
-            )
-        return cur.rowcount == 1
+        if artifacts is None:
+            with self._connect() as con:
+                cur = con.execute(
+                    "UPDATE jobs SET status = ?, error = ?, finished_at = ? WHERE id = ? AND status = 'running'",
+                    (status.value, error, time.time(), job_id),
+                )
+            return cur.rowcount == 1
+        with self._transaction() as con:
+            row = con.execute("SELECT artifacts FROM jobs WHERE id = ? AND status = 'running'", (job_id,)).fetchone()
+            if row is None:
+                return False
+            merged = {**json.loads(row["artifacts"]), **artifacts}
+            con.execute("UPDATE jobs SET status = ?, error = ?, finished_at = ?, artifacts = ? WHERE id = ?",
+                        (status.value, error, time.time(), _json_text(merged), job_id))
+        return True
 
     def request_cancel(self, job_id: str) -> JobStatus:
         """Cancel a queued job at once, or flag a running one for a cooperative stop. Returns the status after."""
@@ -421,7 +450,7 @@ class JobStore:
             status = JobStatus(row["status"])
             if status is JobStatus.queued:
                 con.execute(
-                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, error = 'cancelled before it started' "
+                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, error = NULL "
                     "WHERE id = ?",
                     (time.time(), job_id),
                 )
@@ -437,20 +466,22 @@ class JobStore:
         return bool(row and row["cancel_requested"])
 
     def requeue_for_resume(self, job_id: str) -> JobRecord:
-        """Put an interrupted job back in the queue; the worker continues from its last checkpoint."""
+        """Put an interrupted, cancelled or failed job back in the queue; the worker continues from its last
+        checkpoint. The previous attempt's error and cancel notes are cleared (the log keeps them)."""
         with self._transaction() as con:
-            row = con.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = con.execute("SELECT status, artifacts FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
-            if row["status"] != JobStatus.interrupted.value:
+            if row["status"] not in {s.value for s in RESUMABLE_STATUSES}:
                 raise InvalidTransition(
-                    f"job {job_id} is {row['status']}; only an interrupted job can be resumed"
+                    f"job {job_id} is {row['status']}; only an interrupted, cancelled or failed job can be resumed"
                 )
+            artifacts = {k: v for k, v in json.loads(row["artifacts"]).items() if k not in ATTEMPT_END_ARTIFACTS}
             # A resumed job goes to the back of the queue: a fresh seq keeps the queue strictly ordered.
             con.execute(
                 "UPDATE jobs SET status = 'queued', resume = 1, cancel_requested = 0, pid = NULL, error = NULL, "
-                "finished_at = NULL, seq = (SELECT MAX(seq) + 1 FROM jobs) WHERE id = ?",
-                (job_id,),
+                "finished_at = NULL, artifacts = ?, seq = (SELECT MAX(seq) + 1 FROM jobs) WHERE id = ?",
+                (_json_text(artifacts), job_id),
             )
         return self.get(job_id)
 

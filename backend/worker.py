@@ -216,14 +216,17 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             # The earlier attempt logged steps past the checkpoint that this one logs again: keep each step once.
             store.forget_reports_after(job_id, checkpoint_step(resume_from) if resume_from else 0)
         if stop_event.is_set() or store.cancel_requested(job_id):
-            store.finish(job_id, JobStatus.cancelled, "cancelled before training started")
+            # A cancel is not an error: the UI says "Cancelled" (at the checkpoint's step when resumed from one).
+            store.finish(job_id, JobStatus.cancelled, None,
+                         {"cancelled_at_step": checkpoint_step(resume_from) if resume_from else 0})
+            log.info("cancelled before training started")
             return EXIT_OK
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         record_performance(store, job_id, callback.performance.summary())
         if callback.cancelled:
             step = trainer.state.global_step
-            store.finish(job_id, JobStatus.cancelled, f"stopped by request at step {step}")
-            log.info("stopped by request at step %d", step)
+            store.finish(job_id, JobStatus.cancelled, None, {"cancelled_at_step": step})
+            log.info("cancelled by request at step %d", step)
             return EXIT_OK
         if process_rank() != 0:
             return EXIT_OK  # rank 0 saves, evaluates and records the result
@@ -277,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Which environment trains (STUDIO_TRAINER_PYTHON): the first thing a job log says.
     log.info("worker for job %s running under %s (Python %s)", args.job_id, sys.executable, sys.version.split()[0])
+    # trackio (output.trackio) reads its folder when first imported: the data dir's, never ~/.cache/huggingface.
+    from backend.tracking import TRACKIO_DIR_ENV, trackio_dir
+
+    os.environ[TRACKIO_DIR_ENV] = str(trackio_dir(DataPaths(args.data_dir)))
     stop_event = threading.Event()
     # SIGTERM is the scheduler's cooperative stop: the training callback sees the event at the next step.
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())

@@ -67,6 +67,7 @@ FIELDS: dict[str, Any] = {
     "push_to_hub": False,
     "hub_repo_id": "",
     "hub_private": True,
+    "trackio": False,
 }
 
 # Which box under the form shows a problem, by the spec path it starts with.
@@ -187,7 +188,8 @@ def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
         },
         "eval": {"holdout_rows": _number(v, "holdout_rows", "eval.holdout_rows", int, optional=True) or None},
         "output": {"run_name": v["run_name"] or None, "push_to_hub": bool(v["push_to_hub"]),
-                   "hub_repo_id": (v["hub_repo_id"] or "").strip() or None, "private": bool(v["hub_private"])},
+                   "hub_repo_id": (v["hub_repo_id"] or "").strip() or None, "private": bool(v["hub_private"]),
+                   "trackio": bool(v["trackio"])},
     }
     if method == "sft":
         spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": TRI_STATE[v["sft_packing"] or "auto"]}
@@ -256,6 +258,7 @@ def spec_to_form(spec: JobSpec) -> dict[str, Any]:
         "push_to_hub": spec.output.push_to_hub,
         "hub_repo_id": spec.output.hub_repo_id or "",
         "hub_private": spec.output.private,
+        "trackio": spec.output.trackio,
     }
     assert values.keys() == FIELDS.keys()
     return values

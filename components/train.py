@@ -206,6 +206,7 @@ def build(api: StudioAPI) -> TrainHandles:
             inputs["hub_repo_id"] = gr.Textbox(label="Hub repo", placeholder="you/my-adapter",
                                                info=field_help("output.hub_repo_id"))
             inputs["hub_private"] = gr.Checkbox(True, label="Private repo", info=field_help("output.private"))
+            inputs["trackio"] = gr.Checkbox(False, label="Track with trackio", info=field_help("output.trackio"))
     errors["settings"] = gr.Markdown(elem_classes="field-error", elem_id="settings-error")
 
     with gr.Row():

@@ -79,7 +79,7 @@ def test_app_shows_spec_errors_next_to_their_fields(app_url, store):
         *_form(learning_rate=-1), api_name="/submit_job")
     assert result == "" and "learning_rate" in settings_error and not model_error
     result, model_error, *_ = client.predict(*_form(base_model="nobody/missing-model"), api_name="/submit_job")
-    assert result == "" and "was not found" in model_error
+    assert result == "" and "the Hub is not reachable from this machine" in model_error
     assert store.list() == []
 
 
@@ -103,3 +103,49 @@ def test_app_second_chat_turn_and_a_preference_round_trip(app_url, store):
     assert rows[0]["prompt"][0] == {"role": "system", "content": "Be brief."}
     assert rows[0]["prompt"][-1] == {"role": "user", "content": "And again?"}
     assert isinstance(rows[0]["chosen"][0]["content"], str)
+
+
+def test_a_user_error_logs_one_line_and_no_traceback(data_dir):
+    """A gr.Error is a sentence for the user: the app's log gets that sentence once, not Gradio's traceback."""
+    from gradio_client import Client
+
+    with launch_app(data_dir) as app:
+        client = Client(app.url, verbose=False)
+        with pytest.raises(Exception, match="Pick one of your jobs first"):
+            client.predict(None, api_name="/cancel_job")  # no job picked
+        log = wait_for(lambda: (text := app.log_path.read_text(errors="replace")) and "Pick one" in text and text,
+                       10, what="the refusal in the app's log")
+    lines = [line for line in log.splitlines() if "Pick one of your jobs first" in line]
+    assert lines == ["cancel_job refused: Pick one of your jobs first."], log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_real_bug_in_a_handler_still_logs_its_traceback(capfd, caplog):
+    import gradio as gr
+    from gradio_client import Client
+
+    from app import StudioBlocks
+    from backend.environments.launcher import free_port
+
+    def broken():
+        raise RuntimeError("a real bug")
+
+    def refused():
+        raise gr.Error("a sentence for the user")
+
+    with StudioBlocks() as demo:
+        out = gr.Textbox()
+        gr.Button("a").click(broken, None, out, api_name="broken")
+        gr.Button("b").click(refused, None, out, api_name="refused")
+    demo.queue().launch(server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(demo.local_url, verbose=False)
+        with pytest.raises(Exception):
+            client.predict(api_name="/refused")
+        with pytest.raises(Exception):
+            client.predict(api_name="/broken")
+    finally:
+        demo.close()
+    err = capfd.readouterr().err
+    assert "refused refused: a sentence for the user" in [r.getMessage() for r in caplog.records]
+    assert err.count("Traceback") == 1 and "RuntimeError: a real bug" in err

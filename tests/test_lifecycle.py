@@ -57,7 +57,9 @@ def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, 
     pid = store.get(long_job.id).pid
     assert api.cancel(long_job.id) is JobStatus.running
     done = wait_status(store, long_job.id, FINAL, timeout=60)
-    assert done.status is JobStatus.cancelled and done.error.startswith("stopped by request at step")
+    # A cancel is not an error: the UI reads "Cancelled at step N" from the step kept with it.
+    assert done.status is JobStatus.cancelled and done.error is None
+    assert done.cancelled_at_step == done.artifacts["cancelled_at_step"] == done.progress["step"] >= 1
     wait_for(lambda: _gone(pid), 30, what="the cancelled worker to exit")
     assert "adapter_dir" not in done.artifacts
     assert wait_status(store, next_job.id, FINAL).status is JobStatus.succeeded
@@ -73,7 +75,8 @@ def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, st
     started = time.monotonic()
     api.cancel(job.id)
     done = wait_status(store, job.id, FINAL, timeout=30)
-    assert done.status is JobStatus.cancelled and "killed after the grace period" in done.error
+    assert done.status is JobStatus.cancelled and done.error is None
+    assert "killed after the grace period" in done.artifacts["cancel_note"]
     assert time.monotonic() - started < 10
     wait_for(lambda: _gone(pid), 10, what="killed worker to be gone")
 
@@ -206,6 +209,42 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
     loss_steps = [m["step"] for m in metrics if "loss" in m]
     assert loss_steps == sorted(set(loss_steps)), "each step is stored once"
     assert done.progress["step"] == RESUME_STEPS
+
+
+def _stop_after_first_checkpoint(paths, store, sched, api, how):
+    """Run a 30-step job until its first checkpoint, then end it ``how`` ("cancel": by request; "kill": SIGKILL of
+    the worker, which the live scheduler records as failed). The worker is frozen (SIGSTOP) meanwhile, so training
+    cannot finish first."""
+    job = api.submit(tiny_spec(training={"max_steps": 30, "save_steps": 2})).job
+    wait_for(lambda: any(paths.job_output(job.id).glob("checkpoint-*/trainer_state.json")), 120, what="checkpoint")
+    pid = store.get(job.id).pid
+    os.killpg(pid, signal.SIGSTOP)
+    if how == "kill":
+        os.killpg(pid, signal.SIGKILL)
+    else:
+        api.cancel(job.id)
+        wait_for(lambda: sched._running[job.id].term_sent_at is not None, 10, what="the stop request to be sent")
+        os.killpg(pid, signal.SIGCONT)
+    return wait_status(store, job.id, FINAL, timeout=60)
+
+
+@pytest.mark.parametrize("how, status", [("cancel", JobStatus.cancelled), ("kill", JobStatus.failed)])
+def test_a_cancelled_or_failed_job_with_a_checkpoint_resumes_and_finishes(paths, store, scheduler_factory, how, status):
+    api = StudioAPI(paths.root, scheduler="none")
+    sched = scheduler_factory()
+    stopped = _stop_after_first_checkpoint(paths, store, sched, api, how)
+    assert stopped.status is status, stopped.error
+    if status is JobStatus.cancelled:
+        assert stopped.error is None and stopped.cancelled_at_step >= 2
+    else:
+        assert "killed" in stopped.error
+    assert api.resumable(stopped) and api.resume_refusal(stopped) is None
+    api.resume(stopped.id)
+    done = wait_status(store, stopped.id, FINAL)
+    assert done.status is JobStatus.succeeded and done.attempts == 2
+    assert done.error is None and "cancelled_at_step" not in done.artifacts, "the first attempt's ending is gone"
+    assert int(done.artifacts["resumed_from"].rsplit("-", 1)[1]) >= 2
+    assert done.progress["step"] == 30 and not api.resumable(done)
 
 
 def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_order(paths, store, scheduler_factory):

@@ -217,6 +217,23 @@ def test_cpu_uses_available_ram():
     assert check_memory(estimate, CPU, available_ram_bytes=512 * GB) is None
 
 
+def test_on_a_cpu_4bit_is_never_advised(paths):
+    """bitsandbytes' 4-bit loading does not help on a CPU: neither the estimate, the warning nor Check advise it."""
+    job = spec(lora={"enabled": False}, training={"batch_size": 16, "max_length": 4096})
+    estimate = estimate_memory(job, qwen25_05b_config(), CPU)
+    assert estimate.advice and not any("4-bit" in a for a in estimate.advice)
+    warning = check_memory(estimate, CPU, available_ram_bytes=1 * GB)
+    assert "4-bit" not in warning and "enable LoRA" in warning
+    assert any("4-bit" in a for a in estimate_memory(job, qwen25_05b_config(), A10G).advice)  # a GPU still hears it
+
+    from backend.api import StudioAPI
+    from backend.hardware import detect_device
+
+    if detect_device().kind == "cpu":  # this machine's own Check result
+        _, text = StudioAPI(paths.root, scheduler="none").check(tiny_spec())
+        assert "To need less:" in text and "4-bit" not in text
+
+
 def test_unknown_free_memory_gives_no_warning():
     estimate = estimate_memory(spec(), qwen25_05b_config(), A10G)
     unknown = DeviceInfo(kind="cuda", name="GPU", count=1, total_memory_gb=None, free_memory_gb=None, bf16=True)

@@ -36,7 +36,76 @@ def test_folder_that_is_not_a_model(api, tmp_path):
 
 def test_unknown_hub_model_offline(api):
     _refused(api, tiny_spec(model={"name_or_path": "nobody/does-not-exist"}),
-             "'nobody/does-not-exist' was not found in the local cache (the Hub is offline)")
+             "'nobody/does-not-exist' is not in the local cache and the Hub is not reachable from this machine "
+             "(HF_HUB_OFFLINE is set)")
+
+
+# Check and submit a Hub model id and a Hub dataset id in a fresh process (huggingface_hub reads HF_ENDPOINT and
+# HF_HUB_OFFLINE when imported), timing only the calls.
+_HUB_LOOKUPS = """
+import json, sys, time
+from backend.api import StudioAPI
+from backend.spec import SpecError
+api = StudioAPI(sys.argv[1], scheduler="none")
+import datasets, huggingface_hub  # imported before the clock starts: importing is not looking up
+out = []
+for spec in ({"method": "sft", "model": {"name_or_path": "nobody/does-not-exist"}},
+             {"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"},
+              "dataset": {"source": "hub", "name": "nobody/no-data"}}):
+    for call in (api.check, api.submit):
+        started = time.monotonic()
+        try:
+            call(spec)
+            message = None
+        except SpecError as exc:
+            message = str(exc)
+        out.append({"seconds": time.monotonic() - started, "message": message})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("env", [{"HF_ENDPOINT": "http://127.0.0.1:9"}, {"HF_HUB_OFFLINE": "1"}],
+                         ids=["unreachable-endpoint", "hf-hub-offline"])
+def test_hub_lookups_without_a_hub_fail_at_once_saying_so(paths, env):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT")}
+    run = subprocess.run([sys.executable, "-c", _HUB_LOOKUPS, str(paths.root)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env={**clean, "PYTHONPATH": str(ROOT), **env})
+    assert run.returncode == 0, run.stderr[-3000:]
+    model_check, model_submit, data_check, data_submit = json.loads(run.stdout.splitlines()[-1])
+    for result in (model_check, model_submit):
+        assert result["seconds"] < 2, result
+        assert "the Hub is not reachable from this machine" in result["message"], result
+        assert "was not found" not in result["message"] and "check the id" not in result["message"]
+    for result in (data_check, data_submit):
+        assert result["seconds"] < 2 and result["message"] and "dataset.name" in result["message"], result
+    if "HF_ENDPOINT" in env:
+        assert "the Hub is not reachable from this machine" in data_check["message"]
+    assert StudioAPI(paths.root, scheduler="none").list_jobs() == []
+
+
+def test_any_http_answer_means_the_hub_is_reachable(monkeypatch):
+    """A Hub that answers, even with an error status (a test server without that route), is reachable."""
+    import http.server
+    import threading
+
+    from backend import hub_status
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+        assert hub_status.hub_reachable()
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+        assert not hub_status.hub_reachable()  # another endpoint: probed again, not the cached answer
+    finally:
+        server.shutdown()
 
 
 def test_dataset_file_that_is_not_jsonl(api, tmp_path):
@@ -86,7 +155,10 @@ def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
     # Packed, every sequence fills max_length (short rows alone would not: the estimate counts their real length).
     huge = api.submit(tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000},
                                 sft={"packing": True}))
-    assert any(w.startswith("Estimated") and "enable 4-bit loading" in w for w in huge.warnings)
+    from backend.hardware import detect_device
+
+    on_gpu = detect_device().kind == "cuda"  # 4-bit loading is advised only where it helps
+    assert any(w.startswith("Estimated") and "enable LoRA" in w and ("4-bit" in w) == on_gpu for w in huge.warnings)
     assert api.submit(tiny_spec()).warnings == []
 
 

@@ -86,6 +86,7 @@ def test_help_text_is_written_once_and_documented_in_readme():
     assert "LoRA rank" in field_help("lora.r")
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert spec_fields_markdown() in readme, "README's spec table is stale: python -m backend.spec > table"
+    assert readme.count("Each entry of `grpo.rewards`:") == 1, "the rewards table is in the README once"
 
 
 def _grpo_reward(**reward) -> dict:

@@ -83,6 +83,15 @@ def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
         disable_tqdm=True,
         run_name=spec.output.run_name,
     )
+    if spec.output.trackio:
+        from backend.tracking import trackio_training_kwargs, trackio_unavailable
+
+        missing = trackio_unavailable()
+        if missing:  # tracking is never required: the job trains and says why nothing reached trackio
+            print(f"output.trackio: {missing}; training without it", flush=True)
+        else:
+            # output_dir is the job's jobs/<id>/output (DataPaths.job_output): its parent names the job.
+            kwargs.update(trackio_training_kwargs(spec.owner, Path(output_dir).parent.name, spec.output.run_name))
     if spec.model.parent_job_id is None:
         kwargs["model_init_kwargs"] = models.model_init_kwargs(spec.model, spec.quantization,
                                                                t.attn_implementation)
