@@ -383,6 +383,16 @@ class StudioAPI:
         self._kick()
         return job
 
+    def resumable(self, job: JobRecord) -> bool:
+        """Whether Resume makes sense for ``job``: interrupted, or cancelled/failed with a checkpoint saved in its
+        output folder (read only: nothing is queued)."""
+        if job.status is JobStatus.interrupted:
+            return True
+        if job.status not in (JobStatus.cancelled, JobStatus.failed):
+            return False
+        output = self.paths.job_output(job.id)
+        return output.is_dir() and any(p.is_dir() for p in output.glob("checkpoint-*"))
+
     def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
         self.get_job(job_id, user)
         return self.store.metrics(job_id, after_id)
