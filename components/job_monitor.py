@@ -156,11 +156,12 @@ def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None 
                       if r.get("step") is not None and (v := _number(r.get(name))) is not None]
             strong, faint = PALETTE[i % len(PALETTE)]
             values = [v for _, v in series]
-            smooth = family.smooth and len(series) >= 3
-            shown = ema(values) if smooth else values
+            # Both series from the first point on: the chart fixes its legend when first drawn, and is drawn
+            # again only when its colours change, i.e. when a series appears.
+            shown = ema(values) if family.smooth else values
             points += [{"step": s, "value": v, "series": name} for (s, _), v in zip(series, shown)]
             colors[name] = strong
-            if smooth:
+            if family.smooth:
                 raw_points += [{"step": s, "value": v, "series": name + RAW_SUFFIX} for s, v in series]
                 colors[name + RAW_SUFFIX] = faint
         views[family.key] = PlotView(pd.DataFrame(points + raw_points), colors, x_lim, family.unit_for(method),
@@ -278,6 +279,19 @@ def best_and_worst(samples: list[dict[str, Any]], weights: dict[str, float] | No
 
 # --- comparing jobs --------------------------------------------------------------------------------------------
 COMPARE_METRICS = ("loss", "reward", "eval_loss", "rewards/margins", "rewards/accuracies", "mean_token_accuracy")
+
+
+def compare_labels(jobs: list[tuple[str, str | None]]) -> list[str]:
+    """Short legend labels for (job id, run name) pairs: the run name, with the id's tail where names repeat; the
+    id for unnamed jobs (a legend cuts labels past ~25 characters).
+
+    >>> compare_labels([("20261201-1-abc123", "lr-1e-3"), ("20261201-2-def456", None)])
+    ['lr-1e-3', '20261201-2-def456']
+    >>> compare_labels([("20261201-1-abc123", "run"), ("20261201-2-def456", "run")])
+    ['run · abc123', 'run · def456']
+    """
+    names = [name or job_id for job_id, name in jobs]
+    return [f"{name} · {job_id[-6:]}" if names.count(name) > 1 else name for name, (job_id, _) in zip(names, jobs)]
 
 
 def compare_frame(curves: Iterable[tuple[str, list[dict[str, Any]]]], metric: str, smooth: bool = True

@@ -112,13 +112,21 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
               prepare_button, evaluation, samples_note, samples, log_rows, log]
 
     def listing(user: User | None, selected) -> tuple[list[JobRecord], list, dict, JobRecord | None]:
-        """One read of the user's jobs: (jobs, table rows, picker update, the picked job from that same read)."""
+        """One read of the user's jobs: (jobs, table rows, picker update, the picked job from that same read).
+
+        The picker's values are job ids (its labels carry the status), so a tick only sends the choices and never
+        overwrites a job the user has just picked; it sets the value only when none of the user's jobs is picked
+        (then the newest) or when it holds a label rather than an id (a deep link may set either).
+        """
         jobs = api.list_jobs(user=user) if user else []
-        choices = [job_views.choice(j) for j in reversed(jobs)]
-        keep = next((c for c in choices if job_choice_id(c) == job_choice_id(selected)), None)
-        value = keep or (choices[0] if choices else None)
-        picked = next((j for j in jobs if j.id == job_choice_id(value)), None)
-        return jobs, job_views.table_rows(api, jobs), gr.update(choices=choices, value=value), picked
+        newest_first = list(reversed(jobs))
+        choices = [(job_views.choice(j), j.id) for j in newest_first]
+        wanted = job_choice_id(selected)
+        picked = next((j for j in jobs if j.id == wanted), None) or (newest_first[0] if newest_first else None)
+        update = gr.update(choices=choices)
+        if picked is None or picked.id != selected:
+            update = gr.update(choices=choices, value=picked.id if picked else None)
+        return jobs, job_views.table_rows(api, jobs), update, picked
 
     def list_jobs(selected, profile: gr.OAuthProfile | None = None):
         """The user's jobs table and picker (the picker keeps the current choice, else picks the newest)."""
@@ -130,7 +138,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         user = user_from(profile)
         jobs, rows, picker_update, picked = listing(user, selected)
         note = SIGN_IN_FIRST if user is None else job_views.EMPTY_JOBS
-        return [gr.update(visible=not jobs, value=note), gr.update(visible=bool(jobs)), rows, picker_update,
+        return [gr.update(visible=not jobs, value=note), gr.update(visible=bool(jobs)), gr.update(visible=bool(jobs)),
+                rows, picker_update,
                 gr.update(choices=[(job_views.choice(j), j.id) for j in reversed(jobs)]),
                 *detail_updates(user, picked)]
 
@@ -146,7 +155,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             return ["Job not found.", *detail_updates(None, None)[1:]]
         return detail_updates(user, job)
 
-    with gr.Accordion("Compare jobs", open=False, elem_id="compare-box"):
+    with gr.Column(visible=False) as compare_box, gr.Accordion("Compare jobs", open=False, elem_id="compare-box"):
         with gr.Row():
             compare_jobs = gr.Dropdown([], multiselect=True, label="Jobs to compare", elem_id="compare-jobs",
                                        info="Two or more of your jobs: a sweep, or the stages of a staged run",
@@ -156,32 +165,41 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         compare_note = gr.Markdown(elem_id="compare-note")
         compare_plot = gr.LinePlot(x="step", y="value", color="job", x_title="step", y_title="smoothed value",
                                    color_title="", elem_id="compare-plot", visible=False)
+        compare_again = gr.Button("Compare again (latest steps)", size="sm")
 
     def compare(job_ids, metric, profile: gr.OAuthProfile | None = None):
         """Overlay ``metric`` (smoothed) of the picked jobs in one plot."""
         user = user_from(profile)
         if user is None or not job_ids:
             return gr.update(visible=False, value=None), "Pick two or more jobs to compare."
-        curves = []
+        jobs = []
         for job_id in job_ids:
             try:
-                job = api.get_job(job_id, user)
+                jobs.append(api.get_job(job_id, user))
             except JobNotFound:
                 continue
-            curves.append((f"{job.id} · {job.spec.output.run_name or job.spec.method.value}",
-                           api.metrics(job.id, user=user)))
+        labels = job_monitor.compare_labels([(job.id, job.spec.output.run_name) for job in jobs])
+        curves = [(label, api.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
         frame = job_monitor.compare_frame(curves, metric or "loss")
         if frame is None:
             return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet."
-        return (gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)"),
+        # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
+        colors = {label: job_monitor.PALETTE[i % len(job_monitor.PALETTE)][0] for i, label in enumerate(labels)}
+        return (gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors),
                 f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).")
 
+    # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot
+    # is drawn afresh, so a changed selection hides it first. Revisit when Gradio redraws legends on new data.
+    def hidden():
+        return gr.update(visible=False)
+
     for trigger in (compare_jobs.change, compare_metric.change):
-        trigger(compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_visibility="private")
-    gr.Button("Compare again (latest steps)", size="sm").click(
+        trigger(hidden, None, compare_plot, api_visibility="private", queue=False).then(
+            compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_visibility="private")
+    compare_again.click(hidden, None, compare_plot, api_visibility="private", queue=False).then(
         compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_name="compare_jobs")
 
-    everything = [empty_note, jobs_list, table, picker, compare_jobs, *detail]
+    everything = [empty_note, jobs_list, compare_box, table, picker, compare_jobs, *detail]
     timer = gr.Timer(REFRESH_S)
     # A cheap read every 2 s for every open tab: answered directly, not through Gradio's queue, whose round trip
     # (and one-at-a-time default per event) was most of its latency (benchmarks/latency.py).
@@ -192,7 +210,10 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         Context.root_block.load(refresh, picker, everything, api_visibility="private", **quiet)
     if isinstance(Context.block, gr.Tab):
         Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
-    picker.change(show_job, picker, detail, api_name="show_job", show_progress="hidden")
+    # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
+    picker.change(lambda: [gr.update(visible=False)] * len(plots), None, list(plots.values()),
+                  api_visibility="private", queue=False).then(
+        show_job, picker, detail, api_name="show_job", show_progress="hidden")
     picker.change(lambda: gr.update(value=None, visible=False), None, download, api_visibility="private", queue=False)
     picker.focus(list_jobs, picker, [table, picker], api_name="list_jobs", queue=False)
 

@@ -55,18 +55,26 @@ def test_each_metric_family_gets_its_own_plot_with_units_integer_steps_and_a_fai
     assert job_monitor.plot_views("sft", [])["loss"] is None
 
 
+def _lines(view) -> set[str]:
+    """The metrics a plot draws; each smoothed one comes with its faint raw line."""
+    series = set(view.frame["series"])
+    smoothed = {name for name in series if not name.endswith(job_monitor.RAW_SUFFIX)}
+    assert series == smoothed | {name + job_monitor.RAW_SUFFIX for name in smoothed}, series
+    return smoothed
+
+
 def test_dpo_and_grpo_families():
     dpo = job_monitor.plot_views("dpo", [{"step": 1, "loss": 0.69, "rewards/margins": 0.1, "rewards/accuracies": 0.5,
                                           "rewards/chosen": 0.2, "rewards/rejected": 0.1}])
-    assert set(dpo["margins"].frame["series"]) == {"rewards/margins"}
-    assert set(dpo["preference_accuracy"].frame["series"]) == {"rewards/accuracies"}
-    assert set(dpo["chosen_rejected"].frame["series"]) == {"rewards/chosen", "rewards/rejected"}
+    assert _lines(dpo["margins"]) == {"rewards/margins"}
+    assert _lines(dpo["preference_accuracy"]) == {"rewards/accuracies"}
+    assert _lines(dpo["chosen_rejected"]) == {"rewards/chosen", "rewards/rejected"}
     grpo = job_monitor.plot_views("grpo", [{"step": s, "reward": 0.5, "rewards/accuracy/mean": 0.5, "kl": 0.01,
                                             "completions/mean_length": 20.0, "completions/clipped_ratio": 0.25,
                                             "frac_reward_zero_std": 1.0} for s in (1, 2)])
-    assert set(grpo["reward"].frame["series"]) == {"reward", "rewards/accuracy/mean"}
+    assert _lines(grpo["reward"]) == {"reward", "rewards/accuracy/mean"}
     assert grpo["length"].y_title == "tokens" and grpo["kl"].y_title == "nats"
-    assert set(grpo["fractions"].frame["series"]) == {"frac_reward_zero_std", "completions/clipped_ratio"}
+    assert _lines(grpo["fractions"]) == {"frac_reward_zero_std", "completions/clipped_ratio"}
     assert grpo["token_accuracy"] is None and dpo["reward"] is None
 
 
