@@ -17,8 +17,9 @@ import pandas as pd
 # TensorBoard's default smoothing weight: each point keeps 60 % of the running average.
 SMOOTHING = 0.6
 # The step axis spans at least this many steps, so that the plotting library's "nice" ticks land on whole steps
-# (about one tick per 40 px: a span of 12 steps gives ticks 1 apart or more on plots up to ~650 px wide).
-MIN_X_SPAN = 12
+# (Vega-Lite draws about one tick per 40 px and rounds the tick step to 1, 2 or 5 times a power of ten: a span of 24
+# steps gives ticks 1 apart or more on plots up to ~1300 px wide, a plot alone on its row or in full screen).
+MIN_X_SPAN = 24
 RAW_SUFFIX = " (raw)"
 
 # Strong colours for the smoothed series and a faint tint of each for the raw one.
@@ -109,7 +110,7 @@ def step_axis(rows: list[dict[str, Any]], total_steps: int | None = None) -> lis
     runs), never past the job's planned total.
 
     >>> step_axis([{"step": 6}], 6), step_axis([{"step": 130}], 1000), step_axis([{"step": 130}], 140)
-    ([0, 12], [0, 200], [0, 140])
+    ([0, 24], [0, 200], [0, 140])
     """
     last = max((int(r["step"]) for r in rows if r.get("step") is not None), default=0)
     end = 1

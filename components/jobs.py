@@ -185,7 +185,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet."
         # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
         colors = {label: job_monitor.PALETTE[i % len(job_monitor.PALETTE)][0] for i, label in enumerate(labels)}
-        return (gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors),
+        x_lim = job_monitor.step_axis([row for _, rows in curves for row in rows if row.get(metric) is not None])
+        return (gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
                 f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).")
 
     # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot
@@ -211,7 +212,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     if isinstance(Context.block, gr.Tab):
         Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
     # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
-    picker.change(lambda: [gr.update(visible=False)] * len(plots), None, list(plots.values()),
+    picker.change(lambda: [*[gr.update(visible=False)] * len(plots), ""], None, [*plots.values(), action_note],
                   api_visibility="private", queue=False).then(
         show_job, picker, detail, api_name="show_job", show_progress="hidden")
     picker.change(lambda: gr.update(value=None, visible=False), None, download, api_visibility="private", queue=False)

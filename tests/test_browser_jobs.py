@@ -95,6 +95,14 @@ def _legend(page, plot_id: str, expected: list[str]) -> None:
         assert _inside(label.bounding_box(), frame), f"legend entry {label.text_content()!r} of {plot_id} is cut off"
 
 
+def _whole_steps(page, plot_id: str) -> None:
+    """The plot's step axis is labelled in whole steps (not 1.0, 1.5, 2.0)."""
+    x_ticks = page.locator(f"#{plot_id} svg g.role-axis[aria-label^='X-axis'] .role-axis-label text")
+    expect(x_ticks.first).to_be_attached()
+    ticks = x_ticks.all_text_contents()
+    assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), f"{plot_id}: steps not whole: {ticks}"
+
+
 def test_an_empty_jobs_tab_says_what_to_do_and_draws_no_empty_plots(page):
     page.get_by_role("tab", name="Jobs").click()
     expect(page.locator("#jobs-empty")).to_contain_text("No jobs yet: queue one in the Train tab")
@@ -141,10 +149,8 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     _legend(page, "plot-lr", ["learning_rate"])
     expect(page.locator("#plot-main svg .role-axis-title text").filter(has_text="cross-entropy (nats/token)")
            ).to_have_count(1)
-    x_ticks = page.locator("#plot-main svg g.role-axis[aria-label^='X-axis'] .role-axis-label text")
-    expect(x_ticks.first).to_be_attached()
-    ticks = x_ticks.all_text_contents()
-    assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), f"the step axis is not in whole steps: {ticks}"
+    for plot_id in ("plot-main", "plot-lr", "plot-throughput"):  # the last one alone on its row: full width
+        _whole_steps(page, plot_id)
 
     # The log as rows of the metrics that matter for SFT; the raw log one click away.
     rows = page.locator("#job-log-rows")
@@ -191,6 +197,7 @@ def test_compare_overlays_the_loss_of_two_jobs(page):
         chooser.click()
         page.get_by_role("option", name=re.compile(re.escape(job_id))).click()
     _legend(page, "compare-plot", ["sft-short", "sft-long"])
+    _whole_steps(page, "compare-plot")
 
 
 def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(page, app, store):

@@ -49,7 +49,7 @@ def test_each_metric_family_gets_its_own_plot_with_units_integer_steps_and_a_fai
     assert raw == pytest.approx([2.8, 2.6, 2.4, 2.2, 2.0, 1.8])
     assert smooth[0] == pytest.approx(raw[0]) and smooth[-1] > raw[-1]  # the average lags the falling raw loss
     assert loss.frame["step"].dtype.kind == "i"
-    # A 6-step job gets a 12-step axis: whole-number ticks.
+    # A 6-step job gets a longer axis: whole-number ticks.
     assert loss.x_lim == [0, job_monitor.MIN_X_SPAN]
     # The learning rate is a schedule, not noise: drawn once, unsmoothed.
     assert set(views["lr"].frame["series"]) == {"learning_rate"}
@@ -80,9 +80,10 @@ def test_dpo_and_grpo_families():
 
 
 def test_the_step_axis_grows_in_few_nice_steps_and_stops_at_the_planned_total():
-    assert job_monitor.step_axis([{"step": 13}], 1000) == [0, 20]
+    assert job_monitor.step_axis([{"step": 13}], 1000) == [0, 24]
     assert job_monitor.step_axis([{"step": 21}], 1000) == [0, 50]
     assert job_monitor.step_axis([{"step": 21}], 30) == [0, 30]
+    assert job_monitor.step_axis([{"step": 51}], 1000) == [0, 100]
     assert job_monitor.step_axis([], None) == [0, job_monitor.MIN_X_SPAN]
 
 
