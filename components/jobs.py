@@ -239,9 +239,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             status = api.cancel(job_choice_id(selected) or "", user)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
         except Exception as exc:  # InvalidTransition: already finished
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(str(exc), print_exception=False) from None
         if status is JobStatus.cancelled:
             return "Cancelled before it started."
         return "Asked to stop: it ends at its next training step."
@@ -254,9 +254,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             job = api.resume(job_choice_id(selected) or "", user)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
         except Exception as exc:  # noqa: BLE001 - InvalidTransition: not resumable; the message says so
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(str(exc), print_exception=False) from None
         return f"Queued again: {job.id} continues from its last checkpoint."
 
     resume_button.click(resume, picker, action_note, api_name="resume_job").then(
@@ -270,7 +270,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             result = api.push_to_hub(job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None,
                                      private=bool(private))
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
         except PushError as exc:
             return f"⚠️ Not pushed: {exc}"
         return f"Pushed to [{result.repo_id}]({result.url}) in one commit ({len(result.files)} files)."
@@ -312,9 +312,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             api.cancel_remote_job((hf_id or "").strip(), user)
         except JobNotFound:
-            raise gr.Error("No such job of yours.") from None
+            raise gr.Error("No such job of yours.", print_exception=False) from None
         except RemoteJobError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(str(exc), print_exception=False) from None
         return "Asked Hugging Face Jobs to cancel it; refresh to see the stage."
 
     remote_cancel.click(cancel_remote, remote_id, remote_status, api_name="cancel_remote")
@@ -325,7 +325,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             try:
                 job = api.get_job(job_choice_id(selected) or "", user)
             except JobNotFound:
-                raise gr.Error("Pick one of your jobs first.") from None
+                raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
             values = spec_to_form(job.spec)
             return [*(values[name] for name in FIELD_NAMES),
                     f"Settings of {job.id} copied into the Train tab."]
