@@ -1,4 +1,5 @@
-"""What the Jobs tab shows, computed from store records: table rows, summaries, plot frames, samples, evaluations.
+"""What the Jobs tab shows, computed from store records: table rows, summaries, which actions a job allows,
+evaluations, the adapter download (plots, log rows and samples are in ``components/job_monitor.py``).
 
 No Gradio here: these are plain functions, tested without a browser.
 """
@@ -6,37 +7,21 @@ No Gradio here: these are plain functions, tested without a browser.
 from __future__ import annotations
 
 import html
+import ipaddress
+import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from backend.api import StudioAPI
 from backend.performance import live_figures, performance_line
 from backend.store import JobRecord, JobStatus
 
-TABLE_COLUMNS = ["id", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA", "created"]
-SAMPLE_COLUMNS = ["step", "prompt", "completion", "rewards", "advantage"]
-
-# Which logged metrics each plot shows, per method (TRL's own metric names).
-PLOTS: dict[str, dict[str, list[str]]] = {
-    "sft": {"loss": ["loss"], "lr": ["learning_rate"], "method": ["mean_token_accuracy"], "extra": [], "length": []},
-    "dpo": {
-        "loss": ["loss"], "lr": ["learning_rate"],
-        "method": ["rewards/margins", "rewards/accuracies"],
-        "extra": [], "length": [],
-    },
-    "grpo": {
-        "loss": ["loss"], "lr": ["learning_rate"],
-        "method": ["reward", "reward_std", "frac_reward_zero_std"],  # + rewards/<name>/mean, added below
-        "extra": ["kl", "completions/clipped_ratio", "tools/call_frequency", "tools/failure_frequency"],
-        "length": ["completions/mean_length"],
-    },
-}
-PLOT_NAMES = ("loss", "lr", "method", "extra", "length")
-
+TABLE_COLUMNS = ["id", "run name", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA",
+                 "created"]
+EMPTY_JOBS = "No jobs yet: queue one in the Train tab, then follow it here."
 
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
@@ -44,7 +29,9 @@ def _short(text: str, n: int) -> str:
 
 
 def eta_text(seconds: float | None) -> str:
-    """>>> eta_text(3725), eta_text(59), eta_text(None)
+    """A duration as the table shows it.
+
+    >>> eta_text(3725), eta_text(59), eta_text(None)
     ('1h 2m', '59s', '')
     """
     if seconds is None:
@@ -58,6 +45,7 @@ def eta_text(seconds: float | None) -> str:
 
 
 def progress_fraction(job: JobRecord) -> float:
+    """How far a job got, 0 to 1 (1 once it succeeded)."""
     if job.status is JobStatus.succeeded:
         return 1.0
     p = job.progress or {}
@@ -65,18 +53,21 @@ def progress_fraction(job: JobRecord) -> float:
 
 
 def choice(job: JobRecord) -> str:
+    """The picker's label of a job: "<id> · <method> · <run name or dataset> · <status>"."""
     name = job.spec.output.run_name or job.spec.dataset.name
     return f"{job.id} · {job.spec.method.value} · {name} · {job.status.value}"
 
 
 def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
+    """The jobs table, newest first (``jobs`` come oldest first, as the store lists them)."""
     rows = []
     for job in reversed(jobs):
         p = job.progress or {}
         progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""
         queue = api.queue_position(job.id) if job.status is JobStatus.queued else None
         rows.append([
-            job.id, job.owner, job.status.value, job.spec.method.value, _short(job.spec.model.name_or_path, 40),
+            job.id, _short(job.spec.output.run_name or "", 30), job.owner, job.status.value, job.spec.method.value,
+            _short(job.spec.model.name_or_path, 40),
             _short(job.spec.dataset.name, 30), queue or "", progress,
             eta_text(p.get("eta_seconds")) if job.status is JobStatus.running else "",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(job.created_at)),
@@ -85,6 +76,7 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
 
 
 def progress_html(job: JobRecord) -> str:
+    """The progress bar with steps, ETA and the latest loss; ``data-status``/``data-fraction`` for tests."""
     fraction = progress_fraction(job)
     p = job.progress or {}
     label = f"{p.get('step', 0)}/{p.get('total_steps') or '?'} steps"
@@ -104,21 +96,28 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     """The detail's heading lines; ``metrics`` (the job's logged rows) give a running job's latest speed figures."""
     lines = [f"**{job.id}** · {job.status.value} · {job.spec.method.value.upper()} of "
              f"`{job.spec.model.name_or_path}` on `{job.spec.dataset.name}` · owner {job.owner}"]
+    if job.spec.output.run_name:
+        lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
     if job.status is JobStatus.queued:
         lines.append(f"Place in the queue: {api.queue_position(job.id)}")
     if job.spec.model.parent_job_id:
         lines.append(f"Continues job {job.spec.model.parent_job_id}")
     if job.spec.environment.name:
-        lines.append(f"Environment: {job.artifacts.get('environment') or job.spec.environment.name}")
+        lines.append(f"Environment: {environment_text(job)}")
     figures = performance_line(job.artifacts.get("performance") or live_figures(metrics or []))
     if figures:
         lines.append(f"Performance: {figures}")
     choices = (job.artifacts.get("auto_tune") or {}).get("choices")
     if choices:
         lines.append("Auto-tune: " + "; ".join(html.escape(choice) for choice in choices))
-    if job.error:
+    if job.status is JobStatus.cancelled:
+        lines.append(f"**{cancelled_sentence(job)}**" + (": it can resume from its last checkpoint (Resume)"
+                                                         if api.resumable(job) else ""))
+    elif job.error:
         lines.append(f"**Error:** {html.escape(job.error.splitlines()[0])}")
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")
+    elif job.status is JobStatus.interrupted:
+        lines.append("**Interrupted** (the app stopped while it ran): Resume continues from its last checkpoint")
     hub = job.artifacts.get("hub")
     if hub:
         lines.append(f"On the Hub: [{hub['repo_id']}]({hub['url']})" + (" (private)" if hub.get("private") else ""))
@@ -130,43 +129,102 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     return "\n\n".join(lines)
 
 
-def plot_frames(method: str, metrics: list[dict[str, Any]]) -> dict[str, pd.DataFrame | None]:
-    """Long-format frames (step, value, metric) for each plot; None when there is nothing to draw yet."""
-    wanted = {name: list(keys) for name, keys in PLOTS[method].items()}
-    if method == "grpo":
-        per_reward = sorted({k for row in metrics for k in row if k.startswith("rewards/") and k.endswith("/mean")})
-        wanted["method"] += per_reward
-    frames: dict[str, pd.DataFrame | None] = {}
-    for name, keys in wanted.items():
-        points = [
-            {"step": row["step"], "value": float(row[k]), "metric": k}
-            for row in metrics for k in keys
-            if row.get("step") is not None and isinstance(row.get(k), (int, float))
-        ]
-        frames[name] = pd.DataFrame(points) if points else None
-    return frames
+def cancelled_sentence(job: JobRecord) -> str:
+    """How a cancelled job reads: "Cancelled at step N", "Cancelled before it started", never as an error.
+
+    >>> from types import SimpleNamespace as J
+    >>> cancelled_sentence(J(error="stopped by request at step 12", progress={"step": 12}))
+    'Cancelled at step 12'
+    >>> cancelled_sentence(J(error="cancelled before it started", progress={}))
+    'Cancelled before it started'
+    """
+    error = job.error or ""
+    found = re.search(r"at step (\d+)", error)
+    step = int(found.group(1)) if found else (job.progress or {}).get("step")
+    if "before" in error and "start" in error:
+        return "Cancelled before it started" if not step else f"Cancelled before training started (step {step})"
+    sentence = f"Cancelled at step {step}" if step else "Cancelled"
+    if "grace period" in error:  # the worker did not stop on its own and was killed
+        sentence += " (the worker was stopped after the grace period)"
+    return sentence
 
 
-def sample_rows(samples: list[dict[str, Any]], limit: int = 24) -> list[list[Any]]:
-    rows = []
-    for s in samples[-limit:][::-1]:
-        prompt = s.get("prompt")
-        prompt_text = prompt[-1]["content"] if isinstance(prompt, list) and prompt else prompt
-        completion = s.get("completion")
-        if isinstance(completion, list):
-            parts = []
-            for m in completion:
-                text = m.get("content") or ""
-                for call in m.get("tool_calls") or []:
-                    fn = call.get("function", {})
-                    text += f" [calls {fn.get('name')}({fn.get('arguments')})]"
-                parts.append(f"{m.get('role')}: {text}")
-            completion = " | ".join(parts)
-        rewards = ", ".join(f"{k}={v:.2f}" for k, v in (s.get("rewards") or {}).items() if isinstance(v, (int, float)))
-        advantage = s.get("advantage")
-        rows.append([s.get("step"), _short(prompt_text or "", 80), _short(completion or "", 160), rewards,
-                     f"{advantage:.2f}" if isinstance(advantage, (int, float)) else ""])
-    return rows
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+
+
+def is_loopback_url(url: str) -> bool:
+    """True for URLs on this machine only (127.x, ::1, localhost, 0.0.0.0): dead links once their server stopped.
+
+    >>> is_loopback_url("http://127.0.0.1:4123"), is_loopback_url("https://x.hf.space"), is_loopback_url("ws://[::1]:9")
+    (True, False, True)
+    """
+    from urllib.parse import urlparse
+
+    host = (urlparse(url).hostname or "").lower()
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def environment_text(job: JobRecord) -> str:
+    """The environment line: its name and what it offers; its URL only while the job runs or when it is not on
+    this machine (a built-in's 127.0.0.1 port is gone once the job ended)."""
+    name = job.spec.environment.name
+    described = str(job.artifacts.get("environment") or "")
+    if not described:
+        return f"`{name}`"
+    if job.status is not JobStatus.running:
+        def drop_local(match: re.Match) -> str:
+            return "" if is_loopback_url(match.group(1)) else match.group(0)
+
+        described = re.sub(r" at (\S+?)(?=[;)]|$)", drop_local, described)
+    if is_loopback_url(name) and job.status is not JobStatus.running:
+        return html.escape(described)
+    return f"`{name}`: {html.escape(described)}" if described != name else f"`{name}`"
+
+
+@dataclass(frozen=True)
+class JobActions:
+    """Which buttons make sense for a job in its state."""
+
+    cancel: bool
+    resume: bool
+    push: bool
+    download: bool
+
+
+def job_actions(api: StudioAPI, job: JobRecord | None) -> JobActions:
+    """Cancel: queued or running; Resume: the facade says it is resumable; Push and Download: succeeded with an
+    adapter on disk."""
+    if job is None:
+        return JobActions(False, False, False, False)
+    has_adapter = job.status is JobStatus.succeeded and _adapter_dir(job) is not None
+    return JobActions(cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
+                      resume=api.resumable(job), push=has_adapter, download=has_adapter)
+
+
+def _adapter_dir(job: JobRecord) -> Path | None:
+    adapter = job.artifacts.get("adapter_dir")
+    return Path(adapter) if adapter and Path(adapter).is_dir() else None
+
+
+def prepare_adapter_zip(api: StudioAPI, job: JobRecord) -> Path:
+    """Zip a succeeded job's adapter into a fresh, unguessable ``downloads/<random>/`` path (the only folder the web
+    server may serve) and return it; the file appears whole or not at all (written beside it, then renamed).
+
+    Raises ValueError with a sentence when the job has no adapter to download.
+    """
+    adapter = _adapter_dir(job) if job.status is JobStatus.succeeded else None
+    if adapter is None:
+        raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
+    target = api.paths.new_download(f"adapter-{job.spec.output.run_name or job.id}.zip")
+    partial = shutil.make_archive(str(target.parent / ".partial"), "zip", adapter)
+    Path(partial).replace(target)
+    return target
 
 
 def _table(title: str, result: dict[str, Any]) -> str:
@@ -190,18 +248,6 @@ def evaluation_markdown(job: JobRecord) -> str:
         parts.append(f"Environment evaluation failed: {env_eval['error']}" if "error" in env_eval else
                      _table(f"Environment success over {env_eval.get('episodes')} episodes (same seeds)", env_eval))
     return "\n\n".join(parts)
-
-
-def adapter_archive(api: StudioAPI, job: JobRecord) -> Path | None:
-    """A zip of the job's saved adapter for download, made once per job."""
-    adapter = job.artifacts.get("adapter_dir")
-    if job.status is not JobStatus.succeeded or not adapter or not Path(adapter).is_dir():
-        return None
-    target = api.paths.job_dir(job.id) / f"adapter-{job.id}.zip"
-    if not target.is_file():
-        partial = shutil.make_archive(str(target.with_suffix("")) + ".partial", "zip", adapter)
-        Path(partial).rename(target)
-    return target
 
 
 REMOTE_COLUMNS = ["HF job id", "owner", "method", "model", "flavor", "stage", "sent"]

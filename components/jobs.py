@@ -1,8 +1,11 @@
-"""Jobs tab: the user's jobs (all of them for an admin), and for the picked one: status, progress with ETA, live log
-tail, live plots per method, GRPO samples, the before/after evaluation; cancel, resume, clone, download.
+"""Jobs tab: the user's jobs (all of them for an admin), and for the picked one: status, progress with ETA, one
+small-multiple plot per metric family, the training log as rows (raw log one click away), GRPO samples, the
+before/after evaluation; cancel, resume, clone, push and download, each enabled only when it makes sense; and a
+compare view overlaying several jobs' curves.
 
 Everything is read from the store on a timer, so a closed tab never stops a job and a reloaded page shows the same
-state. The data shaping lives in ``components/job_views.py`` (no Gradio there).
+state. The table and the detail come from one read per tick, so they never disagree. The data shaping lives in
+``components/job_views.py`` and ``components/job_monitor.py`` (no Gradio there).
 """
 
 from __future__ import annotations
@@ -10,15 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.context import Context
 
 from backend.api import StudioAPI
-from backend.store import JobNotFound, JobStatus
-from components import job_views
+from backend.store import JobNotFound, JobRecord, JobStatus
+from backend.users import User
+from components import job_monitor, job_views
 from components.form import job_choice_id, spec_to_form
-from components.session import require_user, user_from
+from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train import FIELD_NAMES, TrainHandles
 
 REFRESH_S = 2.0
+RAW_LOG_LINES = 400
 
 
 @dataclass
@@ -28,108 +34,233 @@ class JobsHandles:
     summary: gr.Markdown
 
 
+def _plot_id(key: str) -> str:
+    return "plot-main" if key == "loss" else f"plot-{key.replace('_', '-')}"
+
+
 def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
-    table = gr.Dataframe(headers=job_views.TABLE_COLUMNS, value=[], interactive=False, label="Jobs",
-                         elem_id="jobs-table")
-    picker = gr.Dropdown([], label="Job", info="Pick a job to follow it live", elem_id="job-picker",
-                         allow_custom_value=True)
-    summary = gr.Markdown(elem_id="job-summary")
-    progress = gr.HTML(elem_id="job-progress")
-    with gr.Row():
-        cancel_button = gr.Button("Cancel", elem_id="cancel-button", size="sm")
-        resume_button = gr.Button("Resume", elem_id="resume-button", size="sm")
-        clone_button = gr.Button("Clone settings into Train", elem_id="clone-button", size="sm")
-        download = gr.DownloadButton("Download adapter", visible=False, elem_id="download-button", size="sm")
-    with gr.Row():
-        push_repo = gr.Textbox(label="Hub repo (empty: the job's setting, else you/<run name>)", scale=3)
-        push_private = gr.Checkbox(True, label="Private", scale=1)
-        push_button = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1)
-    action_note = gr.Markdown(elem_id="job-action-note")
-    with gr.Row():
-        plot_loss = gr.LinePlot(x="step", y="value", color="metric", label="Loss", elem_id="plot-main", height=300)
-        plot_lr = gr.LinePlot(x="step", y="value", color="metric", label="Learning rate", elem_id="plot-lr",
-                              height=300)
-    with gr.Row():
-        plot_method = gr.LinePlot(x="step", y="value", color="metric",
-                                  label="Method: token accuracy (SFT), margins and accuracy (DPO), rewards (GRPO)",
-                                  elem_id="plot-method", height=300)
-        plot_extra = gr.LinePlot(x="step", y="value", color="metric", label="GRPO: KL, clipped ratio, tool calls",
-                                 elem_id="plot-extra", height=300, visible=False)
-    plot_length = gr.LinePlot(x="step", y="value", color="metric", label="GRPO: mean completion length (tokens)",
-                              elem_id="plot-length", height=240, visible=False)
-    evaluation = gr.Markdown(elem_id="job-evaluation")
-    samples = gr.Dataframe(headers=job_views.SAMPLE_COLUMNS, value=[], interactive=False,
-                           label="Sampled completions (GRPO)", elem_id="job-samples", visible=False)
-    log = gr.Code(label="Log (last lines)", language=None, elem_id="job-log", lines=12)
+    empty_note = gr.Markdown(job_views.EMPTY_JOBS, elem_id="jobs-empty")
+    with gr.Column(visible=False) as jobs_list:
+        table = gr.Dataframe(headers=job_views.TABLE_COLUMNS, value=[], interactive=False, label="Jobs",
+                             elem_id="jobs-table")
+        picker = gr.Dropdown([], label="Job", info="Pick a job to follow it live", elem_id="job-picker",
+                             allow_custom_value=True)
+    with gr.Column(visible=False, elem_id="job-detail") as detail_box:
+        summary = gr.Markdown(elem_id="job-summary")
+        progress = gr.HTML(elem_id="job-progress")
+        with gr.Row():
+            cancel_button = gr.Button("Cancel", elem_id="cancel-button", size="sm", interactive=False)
+            resume_button = gr.Button("Resume from checkpoint", elem_id="resume-button", size="sm", interactive=False)
+            clone_button = gr.Button("Clone settings into Train", elem_id="clone-button", size="sm")
+            prepare_button = gr.Button("Prepare adapter zip", elem_id="prepare-download-button", size="sm",
+                                       interactive=False)
+            download = gr.DownloadButton("Download adapter", visible=False, elem_id="download-button", size="sm")
+        with gr.Row():
+            push_repo = gr.Textbox(label="Hub repo (empty: the job's setting, else you/<run name>)", scale=3)
+            push_private = gr.Checkbox(True, label="Private", scale=1)
+            push_button = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1, interactive=False)
+        action_note = gr.Markdown(elem_id="job-action-note")
+        with gr.Row(elem_id="job-plots"):
+            plots = {family.key: gr.LinePlot(x="step", y="value", color="series", x_title="step",
+                                             y_title=family.unit, label=family.title, color_title="",
+                                             elem_id=_plot_id(family.key), visible=False, min_width=380)
+                     for family in job_monitor.FAMILIES}
+        evaluation = gr.Markdown(elem_id="job-evaluation")
+        samples_note = gr.Markdown(elem_id="job-samples-best")
+        samples = gr.Dataframe(value=None, interactive=False, label="Sampled completions (GRPO), newest step first",
+                               elem_id="job-samples", visible=False, wrap=True)
+        log_rows = gr.Dataframe(value=None, interactive=False, label="Training log (newest first)",
+                                elem_id="job-log-rows", visible=False)
+        with gr.Accordion("Raw log", open=False, elem_id="job-raw-log"):
+            log = gr.Code(label=f"Log (last {RAW_LOG_LINES} lines)", language=None, elem_id="job-log", lines=16,
+                          max_lines=40, show_line_numbers=False)
+
+    def detail_updates(user: User | None, job: JobRecord | None) -> list:
+        """Every detail output for ``job`` (None: hidden), in the order of ``detail``."""
+        if job is None or user is None:
+            return [gr.update(value=""), "", *(gr.update(visible=False, value=None) for _ in plots),
+                    gr.update(visible=False), *(gr.update(interactive=False) for _ in range(4)), "", "",
+                    gr.update(visible=False, value=None), gr.update(visible=False, value=None), ""]
+        method = job.spec.method.value
+        metrics = api.metrics(job.id, user=user)
+        views = job_monitor.plot_views(method, metrics, (job.progress or {}).get("total_steps"))
+        plot_updates = []
+        for key in plots:
+            view = views[key]
+            plot_updates.append(gr.update(visible=False, value=None) if view is None else gr.update(
+                visible=True, value=view.frame, color_map=view.color_map, x_lim=view.x_lim, y_title=view.y_title))
+        actions = job_views.job_actions(api, job)
+        grpo = method == "grpo"
+        kept = api.samples(job.id, user=user) if grpo else []
+        weights = {r.name: r.weight for r in job.spec.grpo.rewards} if grpo else {}
+        rows = job_monitor.log_rows(method, metrics)
+        return [
+            job_views.summary_markdown(api, job, metrics),
+            job_views.progress_html(job),
+            *plot_updates,
+            gr.update(visible=True),
+            gr.update(interactive=actions.cancel), gr.update(interactive=actions.resume),
+            gr.update(interactive=actions.push), gr.update(interactive=actions.download),
+            job_views.evaluation_markdown(job),
+            job_monitor.best_and_worst(kept, weights),
+            gr.update(value=job_monitor.samples_table(kept, weights), visible=bool(kept)),
+            gr.update(value=rows, visible=not rows.empty),
+            "\n".join(api.log_tail(job.id, RAW_LOG_LINES, user=user)),
+        ]
+
+    detail = [summary, progress, *plots.values(), detail_box, cancel_button, resume_button, push_button,
+              prepare_button, evaluation, samples_note, samples, log_rows, log]
+
+    def listing(user: User | None, selected) -> tuple[list[JobRecord], list, dict, JobRecord | None]:
+        """One read of the user's jobs: (jobs, table rows, picker update, the picked job from that same read).
+
+        The picker's values are job ids (its labels carry the status), so a tick only sends the choices and never
+        overwrites a job the user has just picked; it sets the value only when none of the user's jobs is picked
+        (then the newest) or when it holds a label rather than an id (a deep link may set either).
+        """
+        jobs = api.list_jobs(user=user) if user else []
+        newest_first = list(reversed(jobs))
+        choices = [(job_views.choice(j), j.id) for j in newest_first]
+        wanted = job_choice_id(selected)
+        picked = next((j for j in jobs if j.id == wanted), None) or (newest_first[0] if newest_first else None)
+        update = gr.update(choices=choices)
+        if picked is None or picked.id != selected:
+            update = gr.update(choices=choices, value=picked.id if picked else None)
+        return jobs, job_views.table_rows(api, jobs), update, picked
 
     def list_jobs(selected, profile: gr.OAuthProfile | None = None):
         """The user's jobs table and picker (the picker keeps the current choice, else picks the newest)."""
+        _, rows, picker_update, _ = listing(user_from(profile), selected)
+        return rows, picker_update
+
+    def refresh(selected, profile: gr.OAuthProfile | None = None):
+        """The whole tab from one read: empty state, table, picker, compare choices and the picked job's detail."""
         user = user_from(profile)
-        jobs = api.list_jobs(user=user) if user else []
-        rows = job_views.table_rows(api, jobs)
-        choices = [job_views.choice(j) for j in reversed(jobs)]
-        keep = next((c for c in choices if job_choice_id(c) == job_choice_id(selected)), None)
-        return rows, gr.update(choices=choices, value=keep or (choices[0] if choices else None))
+        jobs, rows, picker_update, picked = listing(user, selected)
+        note = SIGN_IN_FIRST if user is None else job_views.EMPTY_JOBS
+        return [gr.update(visible=not jobs, value=note), gr.update(visible=bool(jobs)), gr.update(visible=bool(jobs)),
+                rows, picker_update,
+                gr.update(choices=[(job_views.choice(j), j.id) for j in reversed(jobs)]),
+                *detail_updates(user, picked)]
 
     def show_job(selected, profile: gr.OAuthProfile | None = None):
+        """The picked job's detail at once (not at the next tick)."""
         user = user_from(profile)
         job_id = job_choice_id(selected)
-        hidden = gr.update(value=None, visible=False)
-        empty = ("", "", None, None, None, hidden, hidden, "", gr.update(value=[], visible=False), "",
-                 gr.update(visible=False))
         if not job_id or user is None:
-            return empty
+            return detail_updates(None, None)
         try:
             job = api.get_job(job_id, user)
         except JobNotFound:
-            return ("Job not found.", *empty[1:])
-        metrics = api.metrics(job_id, user=user)
-        plots = job_views.plot_frames(job.spec.method.value, metrics)
-        adapter = job_views.adapter_archive(api, job)
-        grpo = job.spec.method.value == "grpo"
-        return (
-            job_views.summary_markdown(api, job, metrics),
-            job_views.progress_html(job),
-            plots["loss"], plots["lr"], plots["method"], gr.update(value=plots["extra"], visible=grpo),
-            gr.update(value=plots["length"], visible=grpo),
-            job_views.evaluation_markdown(job),
-            gr.update(value=job_views.sample_rows(api.samples(job_id, user=user)) if grpo else [], visible=grpo),
-            "\n".join(api.log_tail(job_id, 40, user=user)),
-            gr.update(visible=adapter is not None, value=str(adapter) if adapter else None),
-        )
+            return ["Job not found.", *detail_updates(None, None)[1:]]
+        return detail_updates(user, job)
 
-    detail = [summary, progress, plot_loss, plot_lr, plot_method, plot_extra, plot_length, evaluation, samples, log,
-              download]
+    with gr.Column(visible=False) as compare_box, gr.Accordion("Compare jobs", open=False, elem_id="compare-box"):
+        with gr.Row():
+            compare_jobs = gr.Dropdown([], multiselect=True, label="Jobs to compare", elem_id="compare-jobs",
+                                       info="Two or more of your jobs: a sweep, or the stages of a staged run",
+                                       scale=3)
+            compare_metric = gr.Dropdown(list(job_monitor.COMPARE_METRICS), value="loss", label="Metric",
+                                         allow_custom_value=True, elem_id="compare-metric", scale=1)
+        compare_note = gr.Markdown(elem_id="compare-note")
+        compare_plot = gr.LinePlot(x="step", y="value", color="job", x_title="step", y_title="smoothed value",
+                                   color_title="", elem_id="compare-plot", visible=False)
+        compare_again = gr.Button("Compare again (latest steps)", size="sm")
+
+    def compare(job_ids, metric, profile: gr.OAuthProfile | None = None):
+        """Overlay ``metric`` (smoothed) of the picked jobs in one plot."""
+        user = user_from(profile)
+        if user is None or not job_ids:
+            return gr.update(visible=False, value=None), "Pick two or more jobs to compare."
+        jobs = []
+        for job_id in job_ids:
+            try:
+                jobs.append(api.get_job(job_id, user))
+            except JobNotFound:
+                continue
+        labels = job_monitor.compare_labels([(job.id, job.spec.output.run_name) for job in jobs])
+        curves = [(label, api.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
+        frame = job_monitor.compare_frame(curves, metric or "loss")
+        if frame is None:
+            return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet."
+        # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
+        colors = {label: job_monitor.PALETTE[i % len(job_monitor.PALETTE)][0] for i, label in enumerate(labels)}
+        x_lim = job_monitor.step_axis([row for _, rows in curves for row in rows if row.get(metric) is not None])
+        return (gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
+                f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).")
+
+    # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot
+    # is drawn afresh, so a changed selection hides it first. Revisit when Gradio redraws legends on new data.
+    def hidden():
+        return gr.update(visible=False)
+
+    for trigger in (compare_jobs.change, compare_metric.change):
+        trigger(hidden, None, compare_plot, api_visibility="private", queue=False).then(
+            compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_visibility="private")
+    compare_again.click(hidden, None, compare_plot, api_visibility="private", queue=False).then(
+        compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_name="compare_jobs")
+
+    everything = [empty_note, jobs_list, compare_box, table, picker, compare_jobs, *detail]
     timer = gr.Timer(REFRESH_S)
     # A cheap read every 2 s for every open tab: answered directly, not through Gradio's queue, whose round trip
     # (and one-at-a-time default per event) was most of its latency (benchmarks/latency.py).
-    timer.tick(list_jobs, picker, [table, picker], api_name="list_jobs", queue=False)
-    timer.tick(show_job, picker, detail, api_name="show_job")
-    picker.change(show_job, picker, detail, api_name=False)
+    quiet = {"queue": False, "show_progress": "hidden"}
+    timer.tick(refresh, picker, everything, api_name="refresh_jobs", **quiet)
+    # The first view without waiting for a tick: on page load and when the Jobs tab is opened.
+    if Context.root_block is not None:
+        Context.root_block.load(refresh, picker, everything, api_visibility="private", **quiet)
+    if isinstance(Context.block, gr.Tab):
+        Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
+    # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
+    picker.change(lambda: [*[gr.update(visible=False)] * len(plots), ""], None, [*plots.values(), action_note],
+                  api_visibility="private", queue=False).then(
+        show_job, picker, detail, api_name="show_job", show_progress="hidden")
+    picker.change(lambda: gr.update(value=None, visible=False), None, download, api_visibility="private", queue=False)
+    picker.focus(list_jobs, picker, [table, picker], api_name="list_jobs", queue=False)
+
+    def prepare(selected, profile: gr.OAuthProfile | None = None):
+        """Zip the picked job's adapter into a fresh downloads path (on click only, never in the refresh)."""
+        user = require_user(profile)
+        try:
+            job = api.get_job(job_choice_id(selected) or "", user)
+            path = job_views.prepare_adapter_zip(api, job)
+        except JobNotFound:
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+        except ValueError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        size_mb = path.stat().st_size / 1e6
+        return (gr.update(value=str(path), visible=True),
+                f"Adapter zip ready ({size_mb:.1f} MB): click **Download adapter**.")
+
+    prepare_button.click(prepare, picker, [download, action_note], api_name="prepare_download")
 
     def cancel(selected, profile: gr.OAuthProfile | None = None):
         user = require_user(profile)
         try:
             status = api.cancel(job_choice_id(selected) or "", user)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
         except Exception as exc:  # InvalidTransition: already finished
-            raise gr.Error(str(exc)) from None
-        return "Cancelled." if status is JobStatus.cancelled else "Asked to stop: it ends at its next training step."
+            raise gr.Error(str(exc), print_exception=False) from None
+        if status is JobStatus.cancelled:
+            return "Cancelled before it started."
+        return "Asked to stop: it ends at its next training step."
 
-    cancel_button.click(cancel, picker, action_note, api_name="cancel_job")
+    cancel_button.click(cancel, picker, action_note, api_name="cancel_job").then(
+        refresh, picker, everything, api_visibility="private", show_progress="hidden")
 
     def resume(selected, profile: gr.OAuthProfile | None = None):
         user = require_user(profile)
         try:
             job = api.resume(job_choice_id(selected) or "", user)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
-        except Exception as exc:  # noqa: BLE001 - only interrupted jobs resume; the message says so
-            raise gr.Error(str(exc)) from None
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+        except Exception as exc:  # noqa: BLE001 - InvalidTransition: not resumable; the message says so
+            raise gr.Error(str(exc), print_exception=False) from None
         return f"Queued again: {job.id} continues from its last checkpoint."
 
-    resume_button.click(resume, picker, action_note, api_name="resume_job")
+    resume_button.click(resume, picker, action_note, api_name="resume_job").then(
+        refresh, picker, everything, api_visibility="private", show_progress="hidden")
 
     def push(selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
         from backend.publish import PushError
@@ -139,7 +270,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             result = api.push_to_hub(job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None,
                                      private=bool(private))
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
+            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
         except PushError as exc:
             return f"⚠️ Not pushed: {exc}"
         return f"Pushed to [{result.repo_id}]({result.url}) in one commit ({len(result.files)} files)."
@@ -181,9 +312,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             api.cancel_remote_job((hf_id or "").strip(), user)
         except JobNotFound:
-            raise gr.Error("No such job of yours.") from None
+            raise gr.Error("No such job of yours.", print_exception=False) from None
         except RemoteJobError as exc:
-            raise gr.Error(str(exc)) from None
+            raise gr.Error(str(exc), print_exception=False) from None
         return "Asked Hugging Face Jobs to cancel it; refresh to see the stage."
 
     remote_cancel.click(cancel_remote, remote_id, remote_status, api_name="cancel_remote")
@@ -194,7 +325,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             try:
                 job = api.get_job(job_choice_id(selected) or "", user)
             except JobNotFound:
-                raise gr.Error("Pick one of your jobs first.") from None
+                raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
             values = spec_to_form(job.spec)
             return [*(values[name] for name in FIELD_NAMES),
                     f"Settings of {job.id} copied into the Train tab."]

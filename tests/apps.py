@@ -111,7 +111,12 @@ def launch_app(data_dir: Path, space: bool = False, extra_env: dict[str, str] | 
                ) -> Iterator[RunningApp]:
     """``python app.py`` on a free port of 127.0.0.1; stopped (its whole process group) afterwards."""
     port = free_port()
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+    # As on a Space with persistent storage (/data/studio): the data dir lies outside the working directory and
+    # outside the app's temp folder, the two places Gradio serves files from unless told otherwise.
+    app_tmp = data_dir.parent / f"app-tmp-{port}"
+    app_tmp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(app_tmp), "GRADIO_TEMP_DIR": str(app_tmp / "gradio"),
+           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "STUDIO_DATA_DIR": str(data_dir),
            "PYTHONPATH": str(ROOT), **(SPACE_ENV if space else {}), **(extra_env or {})}
     if not space:

@@ -113,7 +113,8 @@ def test_jobs_tab_follows_the_job_to_success_and_plots_its_loss(page, store):
     # The table and the picker refresh on their own tick: wait for them too, so the screenshot agrees with itself.
     expect(page.locator("#jobs-table")).to_contain_text(re.compile(rf"{job_id}\s+local\s+succeeded"))
     expect(page.locator("#job-picker input")).to_have_value(f"{job_id} · sft · chat-demo · succeeded")
-    expect(page.locator("#download-button")).to_be_visible()
+    # The adapter zip is made on request (tests/test_browser_jobs.py downloads it): its button is offered now.
+    expect(page.locator("#prepare-download-button")).to_be_enabled()
 
     # The loss plot: vega-embed draws an SVG with one path per metric line (a canvas if the renderer changes).
     chart = page.locator("#plot-main .vega-embed")
@@ -128,6 +129,7 @@ def test_jobs_tab_follows_the_job_to_success_and_plots_its_loss(page, store):
     else:
         box = chart.locator("canvas").first.bounding_box()
         assert box and box["width"] > 50 and box["height"] > 50, box
+    page.get_by_text("Raw log").click()  # the log reads as rows; the raw text is one click away
     expect(page.locator("#job-log")).to_contain_text("succeeded")
     page.screenshot(path=ARTIFACTS / "jobs.png", full_page=True)
 

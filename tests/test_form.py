@@ -5,7 +5,7 @@ import pytest
 from backend.api import StudioAPI
 from backend.spec import parse_spec
 from backend.store import JobStatus
-from components import job_views
+from components import job_monitor, job_views
 from components.form import (
     FIELDS, FormError, bench_table, form_to_spec, parse_column_map, route_problems, spec_to_form,
 )
@@ -91,25 +91,28 @@ def test_job_views_from_real_records(paths, store):
     job = api.submit(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"},
                                grpo={"num_generations": 2})).job
     rows = job_views.table_rows(api, api.list_jobs())
-    assert rows[0][0] == job.id and rows[0][2] == "queued" and rows[0][6] == 1
+    assert rows[0][0] == job.id and rows[0][3] == "queued" and rows[0][7] == 1
     store.report(job.id, [(1, 0.0, {"loss": 0.5, "reward": 0.25, "rewards/accuracy/mean": 0.25, "kl": 0.01,
                                     "tools/call_frequency": 0.5})],
                  {"step": 1, "total_steps": 4, "eta_seconds": 75, "loss": 0.5},
                  [(1, {"prompt": [{"role": "user", "content": "2+2?"}],
                        "completion": [{"role": "assistant", "content": "4"}], "rewards": {"accuracy": 1.0},
                        "advantage": 0.5})])
-    frames = job_views.plot_frames("grpo", api.metrics(job.id))
-    assert set(frames["loss"]["metric"]) == {"loss"} and frames["lr"] is None
-    assert set(frames["method"]["metric"]) == {"reward", "rewards/accuracy/mean"}
-    assert set(frames["extra"]["metric"]) == {"kl", "tools/call_frequency"} and frames["length"] is None
-    assert job_views.plot_frames("sft", [])["loss"] is None
-    samples = job_views.sample_rows(api.samples(job.id))
-    assert samples == [[1, "2+2?", "assistant: 4", "accuracy=1.00", "0.50"]]
+    views = job_monitor.plot_views("grpo", api.metrics(job.id))
+    assert set(views["loss"].frame["series"]) == {"loss", "loss (raw)"} and views["lr"] is None
+    assert set(views["reward"].frame["series"]) == {"reward", "reward (raw)", "rewards/accuracy/mean",
+                                                    "rewards/accuracy/mean (raw)"}
+    assert set(views["kl"].color_map) == {"kl", "kl (raw)"} and set(views["tools"].color_map) == {
+        "tools/call_frequency", "tools/call_frequency (raw)"} and views["length"] is None
+    assert job_monitor.plot_views("sft", [])["loss"] is None
+    samples = job_monitor.samples_table(api.samples(job.id))
+    assert samples.values.tolist() == [[1, "2+2?", "assistant: 4", "1", "1", "0.5"]]
+    assert list(samples.columns) == ["step", "prompt", "completion", "accuracy", "total", "advantage"]
     store.merge_artifacts(job.id, {"auto_tune": {"choices": ["gradient checkpointing: off (fits)", "packing: off"]}})
     assert "Auto-tune: gradient checkpointing: off (fits); packing: off" in job_views.summary_markdown(
         api, store.get(job.id))
     html = job_views.progress_html(store.get(job.id))
     assert 'data-fraction="0.250"' in html
     assert job_views.eta_text(75) == "1m 15s"
-    assert job_views.adapter_archive(api, store.get(job.id)) is None, "no adapter before the job succeeds"
+    assert not job_views.job_actions(api, store.get(job.id)).download, "no adapter before the job succeeds"
     assert job.status is JobStatus.queued

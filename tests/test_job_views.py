@@ -1,0 +1,199 @@
+"""The Jobs tab's views as plain functions (no Gradio, no browser): plots per metric family, log rows, samples, the
+compare frame, button states, the cancelled wording, the environment line and the adapter zip."""
+
+from __future__ import annotations
+
+import dataclasses
+import doctest
+import zipfile
+
+import pytest
+
+from backend.api import StudioAPI
+from backend.spec import parse_spec
+from backend.store import JobStatus
+from components import job_monitor, job_views
+from tests.conftest import tiny_spec
+
+
+@pytest.fixture()
+def api(tmp_path):
+    return StudioAPI(tmp_path / "data", scheduler="none")
+
+
+def _job(api: StudioAPI, **overrides):
+    return api.store.add(parse_spec(tiny_spec(**overrides)))
+
+
+def test_the_doctests_hold():
+    assert doctest.testmod(job_monitor).failed == 0
+    assert doctest.testmod(job_views).failed == 0
+
+
+SFT_ROWS = [{"step": s, "ts": 1_700_000_000 + s, "loss": 3.0 - 0.2 * s, "learning_rate": 1e-3 * (7 - s) / 6,
+             "grad_norm": 1.5, "mean_token_accuracy": 0.1 * s} for s in range(1, 7)]
+
+
+def test_each_metric_family_gets_its_own_plot_with_units_integer_steps_and_a_faint_raw_line():
+    views = job_monitor.plot_views("sft", SFT_ROWS, total_steps=6)
+    shown = {key for key, view in views.items() if view is not None}
+    assert shown == {"loss", "lr", "grad_norm", "token_accuracy"}  # loss and lr never share a scale
+    loss = views["loss"]
+    assert set(loss.frame["series"]) == {"loss", "loss (raw)"}
+    assert loss.y_title == "cross-entropy (nats/token)" and views["token_accuracy"].y_title.startswith("fraction")
+    # The smoothed line is strong, the raw one a faint tint; both named in the legend.
+    assert loss.color_map["loss"] == job_monitor.PALETTE[0][0]
+    assert loss.color_map["loss (raw)"] == job_monitor.PALETTE[0][1]
+    raw = loss.frame[loss.frame["series"] == "loss (raw)"]["value"].tolist()
+    smooth = loss.frame[loss.frame["series"] == "loss"]["value"].tolist()
+    assert raw == pytest.approx([2.8, 2.6, 2.4, 2.2, 2.0, 1.8])
+    assert smooth[0] == pytest.approx(raw[0]) and smooth[-1] > raw[-1]  # the average lags the falling raw loss
+    assert loss.frame["step"].dtype.kind == "i"
+    # A 6-step job gets a longer axis: whole-number ticks.
+    assert loss.x_lim == [0, job_monitor.MIN_X_SPAN]
+    # The learning rate is a schedule, not noise: drawn once, unsmoothed.
+    assert set(views["lr"].frame["series"]) == {"learning_rate"}
+    assert job_monitor.plot_views("sft", [])["loss"] is None
+
+
+def _lines(view) -> set[str]:
+    """The metrics a plot draws; each smoothed one comes with its faint raw line."""
+    series = set(view.frame["series"])
+    smoothed = {name for name in series if not name.endswith(job_monitor.RAW_SUFFIX)}
+    assert series == smoothed | {name + job_monitor.RAW_SUFFIX for name in smoothed}, series
+    return smoothed
+
+
+def test_dpo_and_grpo_families():
+    dpo = job_monitor.plot_views("dpo", [{"step": 1, "loss": 0.69, "rewards/margins": 0.1, "rewards/accuracies": 0.5,
+                                          "rewards/chosen": 0.2, "rewards/rejected": 0.1}])
+    assert _lines(dpo["margins"]) == {"rewards/margins"}
+    assert _lines(dpo["preference_accuracy"]) == {"rewards/accuracies"}
+    assert _lines(dpo["chosen_rejected"]) == {"rewards/chosen", "rewards/rejected"}
+    grpo = job_monitor.plot_views("grpo", [{"step": s, "reward": 0.5, "rewards/accuracy/mean": 0.5, "kl": 0.01,
+                                            "completions/mean_length": 20.0, "completions/clipped_ratio": 0.25,
+                                            "frac_reward_zero_std": 1.0} for s in (1, 2)])
+    assert _lines(grpo["reward"]) == {"reward", "rewards/accuracy/mean"}
+    assert grpo["length"].y_title == "tokens" and grpo["kl"].y_title == "nats"
+    assert _lines(grpo["fractions"]) == {"frac_reward_zero_std", "completions/clipped_ratio"}
+    assert grpo["token_accuracy"] is None and dpo["reward"] is None
+
+
+def test_the_step_axis_grows_in_few_nice_steps_and_stops_at_the_planned_total():
+    assert job_monitor.step_axis([{"step": 13}], 1000) == [0, 24]
+    assert job_monitor.step_axis([{"step": 21}], 1000) == [0, 50]
+    assert job_monitor.step_axis([{"step": 21}], 30) == [0, 30]
+    assert job_monitor.step_axis([{"step": 51}], 1000) == [0, 100]
+    assert job_monitor.step_axis([], None) == [0, job_monitor.MIN_X_SPAN]
+
+
+def test_log_rows_show_time_step_and_the_methods_metrics_newest_first():
+    rows = job_monitor.log_rows("sft", [*SFT_ROWS, {"step": 6, "ts": 1_700_000_010, "train_runtime": 12.0}])
+    assert list(rows.columns) == ["time", "step", "loss", "eval loss", "token acc", "lr", "grad norm"]
+    assert rows.iloc[0]["step"] == 6 and rows.iloc[-1]["step"] == 1 and len(rows) == 6  # summary row left out
+    assert rows.iloc[0]["loss"] == "1.8" and rows.iloc[0]["lr"] == "1.67e-04" and ":" in rows.iloc[0]["time"]
+    grpo = job_monitor.log_rows("grpo", [{"step": 1, "ts": 1.0, "reward": 0.5, "kl": 0.0, "reward_std": 0.1,
+                                          "completions/mean_length": 12.5}])
+    assert list(grpo.columns)[:6] == ["time", "step", "reward", "reward std", "kl", "length (tokens)"]
+    dpo = job_monitor.log_rows("dpo", [{"step": 1, "ts": 1.0, "rewards/margins": 0.25}])
+    assert "margin" in dpo.columns and dpo.iloc[0]["margin"] == "0.25"
+
+
+def _sample(step, completion, **rewards):
+    return {"step": step, "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+            "completion": [{"role": "assistant", "content": completion}], "rewards": rewards, "advantage": 0.0}
+
+
+def test_samples_table_has_a_column_per_reward_and_a_weighted_total_and_names_the_best_and_worst():
+    samples = [_sample(1, "old", accuracy=1.0, length=1.0), _sample(2, "five", accuracy=0.0, length=0.5),
+               _sample(2, "4", accuracy=1.0, length=0.25), _sample(2, "four", accuracy=0.0, length=None)]
+    table = job_monitor.samples_table(samples, {"accuracy": 2.0})
+    assert list(table.columns) == ["step", "prompt", "completion", "accuracy", "length", "total", "advantage"]
+    assert table["completion"].tolist() == ["assistant: 4", "assistant: five", "assistant: four", "assistant: old"]
+    assert table.iloc[0][["prompt", "accuracy", "length", "total"]].tolist() == ["2+2?", "1", "0.25", "2.25"]
+    assert table.iloc[2]["length"] == ""
+    note = job_monitor.best_and_worst(samples, {"accuracy": 2.0})
+    assert "Step 2: 3 completions" in note
+    assert "**Best** (total 2.25): assistant: 4" in note and "**Worst** (total 0): assistant: four" in note
+    assert job_monitor.best_and_worst([]) == ""
+
+
+def test_compare_overlays_one_metric_of_several_jobs():
+    frame = job_monitor.compare_frame([("a · lr 1e-3", SFT_ROWS), ("b · lr 1e-4", SFT_ROWS[:2]),
+                                       ("c · dpo", [{"step": 1, "rewards/margins": 0.1}])], "loss")
+    assert list(dict.fromkeys(frame["job"])) == ["a · lr 1e-3", "b · lr 1e-4"]
+    assert len(frame) == 8
+    assert job_monitor.compare_frame([("c", [{"step": 1, "kl": 0.1}])], "loss") is None
+
+
+def test_run_name_column_and_choice(api):
+    job = _job(api, output={"run_name": "sweep-lr-1e-3"})
+    row = job_views.table_rows(api, [job])[0]
+    assert dict(zip(job_views.TABLE_COLUMNS, row))["run name"] == "sweep-lr-1e-3"
+    assert job_views.choice(job) == f"{job.id} · sft · sweep-lr-1e-3 · queued"
+
+
+def test_buttons_follow_the_jobs_state(api):
+    job = _job(api)
+    queued = job_views.job_actions(api, job)
+    assert (queued.cancel, queued.resume, queued.push, queued.download) == (True, False, False, False)
+    running = job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.running))
+    assert running.cancel and not running.resume
+    stopping = job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.running, cancel_requested=True))
+    assert not stopping.cancel
+    assert job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.interrupted)).resume
+    cancelled = dataclasses.replace(job, status=JobStatus.cancelled, error="stopped by request at step 2")
+    assert not job_views.job_actions(api, cancelled).resume and not job_views.job_actions(api, cancelled).cancel
+    (api.paths.job_output(job.id) / "checkpoint-2").mkdir(parents=True)
+    assert job_views.job_actions(api, cancelled).resume
+    assert job_views.job_actions(api, dataclasses.replace(cancelled, status=JobStatus.failed)).resume
+    adapter = api.paths.job_adapter(job.id)
+    adapter.mkdir(parents=True)
+    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    actions = job_views.job_actions(api, done)
+    assert (actions.cancel, actions.resume, actions.push, actions.download) == (False, False, True, True)
+    assert job_views.job_actions(api, None) == job_views.JobActions(False, False, False, False)
+
+
+def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
+    job = dataclasses.replace(_job(api), status=JobStatus.cancelled, error="stopped by request at step 1218",
+                              progress={"step": 1218, "total_steps": 2000})
+    summary = job_views.summary_markdown(api, job)
+    assert "**Cancelled at step 1218**" in summary and "Error" not in summary and "stopped by request" not in summary
+    (api.paths.job_output(job.id) / "checkpoint-1200").mkdir(parents=True)
+    assert "it can resume from its last checkpoint" in job_views.summary_markdown(api, job)
+    killed = dataclasses.replace(job, error="stopped by request (the worker was killed after the grace period)")
+    assert job_views.cancelled_sentence(killed).startswith("Cancelled at step 1218")
+
+
+def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
+    described = "echo_env (mcp environment at http://127.0.0.1:41234; tools: echo)"
+    job = dataclasses.replace(_job(api, method="grpo", environment={"name": "builtin:echo"},
+                                   dataset={"source": "builtin", "name": "math-demo"}, grpo={"num_generations": 2}),
+                              artifacts={"environment": described})
+    running = job_views.environment_text(dataclasses.replace(job, status=JobStatus.running))
+    assert "http://127.0.0.1:41234" in running
+    done = job_views.environment_text(dataclasses.replace(job, status=JobStatus.succeeded))
+    assert "127.0.0.1" not in done and "builtin:echo" in done and "echo_env (mcp environment; tools: echo)" in done
+    remote = dataclasses.replace(job, status=JobStatus.succeeded,
+                                 artifacts={"environment": "wordle (typed environment at https://u-w.hf.space; "
+                                                           "tools: guess)"})
+    assert "https://u-w.hf.space" in job_views.environment_text(remote)
+    assert "127.0.0.1" not in job_views.summary_markdown(api, dataclasses.replace(job, status=JobStatus.failed))
+
+
+def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
+    job = _job(api)
+    with pytest.raises(ValueError, match="no saved adapter"):
+        job_views.prepare_adapter_zip(api, job)
+    adapter = api.paths.job_adapter(job.id)
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    first, second = job_views.prepare_adapter_zip(api, done), job_views.prepare_adapter_zip(api, done)
+    assert first != second  # two clicks (or two users) never share, or race on, one file
+    for path in (first, second):
+        assert path.parent.parent == api.paths.downloads and path.name == f"adapter-{job.id}.zip"
+        assert "adapter_config.json" in zipfile.ZipFile(path).namelist()
+        assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left beside it
+    assert not list(api.paths.job_dir(job.id).glob("*.zip")), "nothing is written into the job folder"
