@@ -118,6 +118,9 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")
     elif job.status is JobStatus.interrupted:
         lines.append("**Interrupted** (the app stopped while it ran): Resume continues from its last checkpoint")
+    tracking = api.trackio_dashboard(job.id)
+    if tracking:
+        lines.append(f"Tracked with trackio: open its dashboard with `{tracking}`")
     hub = job.artifacts.get("hub")
     if hub:
         lines.append(f"On the Hub: [{hub['repo_id']}]({hub['url']})" + (" (private)" if hub.get("private") else ""))
@@ -133,19 +136,18 @@ def cancelled_sentence(job: JobRecord) -> str:
     """How a cancelled job reads: "Cancelled at step N", "Cancelled before it started", never as an error.
 
     >>> from types import SimpleNamespace as J
-    >>> cancelled_sentence(J(error="stopped by request at step 12", progress={"step": 12}))
+    >>> cancelled_sentence(J(cancelled_at_step=12, artifacts={}))
     'Cancelled at step 12'
-    >>> cancelled_sentence(J(error="cancelled before it started", progress={}))
+    >>> cancelled_sentence(J(cancelled_at_step=None, artifacts={}))
     'Cancelled before it started'
+    >>> cancelled_sentence(J(cancelled_at_step=3, artifacts={"cancel_note": "stopped by request (the worker was "
+    ...                                                                       "killed after the grace period)"}))
+    'Cancelled at step 3 (the worker did not stop on its own and was killed after the grace period)'
     """
-    error = job.error or ""
-    found = re.search(r"at step (\d+)", error)
-    step = int(found.group(1)) if found else (job.progress or {}).get("step")
-    if "before" in error and "start" in error:
-        return "Cancelled before it started" if not step else f"Cancelled before training started (step {step})"
-    sentence = f"Cancelled at step {step}" if step else "Cancelled"
-    if "grace period" in error:  # the worker did not stop on its own and was killed
-        sentence += " (the worker was stopped after the grace period)"
+    step = job.cancelled_at_step
+    sentence = f"Cancelled at step {step}" if step else "Cancelled before it started"
+    if "grace period" in ((job.artifacts or {}).get("cancel_note") or ""):
+        sentence += " (the worker did not stop on its own and was killed after the grace period)"
     return sentence
 
 

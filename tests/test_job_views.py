@@ -142,9 +142,12 @@ def test_buttons_follow_the_jobs_state(api):
     stopping = job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.running, cancel_requested=True))
     assert not stopping.cancel
     assert job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.interrupted)).resume
-    cancelled = dataclasses.replace(job, status=JobStatus.cancelled, error="stopped by request at step 2")
+    cancelled = dataclasses.replace(job, status=JobStatus.cancelled, artifacts={"cancelled_at_step": 2})
     assert not job_views.job_actions(api, cancelled).resume and not job_views.job_actions(api, cancelled).cancel
-    (api.paths.job_output(job.id) / "checkpoint-2").mkdir(parents=True)
+    checkpoint = api.paths.job_output(job.id) / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    assert not job_views.job_actions(api, cancelled).resume, "a checkpoint folder TRL did not finish is not one"
+    (checkpoint / "trainer_state.json").write_text("{}")
     assert job_views.job_actions(api, cancelled).resume
     assert job_views.job_actions(api, dataclasses.replace(cancelled, status=JobStatus.failed)).resume
     adapter = api.paths.job_adapter(job.id)
@@ -156,14 +159,19 @@ def test_buttons_follow_the_jobs_state(api):
 
 
 def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
-    job = dataclasses.replace(_job(api), status=JobStatus.cancelled, error="stopped by request at step 1218",
-                              progress={"step": 1218, "total_steps": 2000})
+    # As the store records a cancel (backend/scheduler.py, worker.py): no error, the step it reached beside it.
+    job = dataclasses.replace(_job(api), status=JobStatus.cancelled, error=None,
+                              artifacts={"cancelled_at_step": 1218}, progress={"step": 1220, "total_steps": 2000})
     summary = job_views.summary_markdown(api, job)
     assert "**Cancelled at step 1218**" in summary and "Error" not in summary and "stopped by request" not in summary
     (api.paths.job_output(job.id) / "checkpoint-1200").mkdir(parents=True)
+    (api.paths.job_output(job.id) / "checkpoint-1200" / "trainer_state.json").write_text("{}")
     assert "it can resume from its last checkpoint" in job_views.summary_markdown(api, job)
-    killed = dataclasses.replace(job, error="stopped by request (the worker was killed after the grace period)")
-    assert job_views.cancelled_sentence(killed).startswith("Cancelled at step 1218")
+    killed = dataclasses.replace(job, artifacts={"cancelled_at_step": 1218, "cancel_note": "stopped by request (the "
+                                                 "worker was killed after the grace period)"})
+    assert job_views.cancelled_sentence(killed).startswith("Cancelled at step 1218 (the worker did not stop")
+    queued = dataclasses.replace(job, artifacts={}, progress={})
+    assert job_views.cancelled_sentence(queued) == "Cancelled before it started"
 
 
 def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
@@ -197,3 +205,12 @@ def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
         assert "adapter_config.json" in zipfile.ZipFile(path).namelist()
         assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left beside it
     assert not list(api.paths.job_dir(job.id).glob("*.zip")), "nothing is written into the job folder"
+
+
+def test_a_tracked_job_says_how_to_open_its_trackio_dashboard(api):
+    plain = _job(api)
+    assert "trackio" not in job_views.summary_markdown(api, plain)
+    tracked = _job(api, output={"trackio": True})
+    summary = job_views.summary_markdown(api, tracked)
+    assert "Tracked with trackio" in summary and "trackio show --project studio-local" in summary
+    assert str(api.paths.root / "trackio") in summary
