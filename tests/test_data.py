@@ -41,7 +41,15 @@ def test_prompt_only_data_is_refused_for_sft_with_a_mapping_hint():
     with pytest.raises(SpecError) as err:
         detect_format(["prompt"], Method.sft)
     msg = str(err.value)
-    assert "SFT needs columns messages or prompt/completion or text" in msg and "dataset.columns" in msg
+    assert "SFT needs columns messages or prompt/completion or text" in msg
+    # The hint in the Train tab's words, no spec path.
+    assert "Fill “Column mapping” with expected=your_column" in msg and "dataset.columns" not in msg
+
+
+def test_the_mapping_hint_names_a_mapping_that_fits_the_columns():
+    with pytest.raises(SpecError) as err:
+        detect_format(["question", "answer"], Method.sft)
+    assert "e.g. prompt=question, completion=answer." in str(err.value)
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet", ".json"])
