@@ -110,8 +110,7 @@ def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
     if missing:
         raise ColumnsMismatch(
             [
-                f"dataset: {MAPPING_NAME} names the column {m!r}, which is not in the dataset "
-                f"(its columns: {', '.join(ds.column_names)})"
+                f"dataset: {MAPPING_NAME}: column {m!r} is not in the dataset (its columns: {', '.join(ds.column_names)})"
                 for m in missing
             ]
         )
@@ -163,6 +162,7 @@ def load_training_dataset(
                 for c in missing
             ]
         )
+    ds = _as_text(ds, required)
     kept = set(required) | set(keep_columns) | set(OPTIONAL_COLUMNS.get(method, ()))
     extra = [] if keep_all else [c for c in ds.column_names if c not in kept]
     if extra:
@@ -182,6 +182,18 @@ def load_training_dataset(
     if problems:
         raise SpecError(problems)
     return ds, fmt
+
+
+def _as_text(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
+    """Scalar (number, bool) columns the trainer reads as text, as strings: a CSV's ``answer`` of ``4`` loads as an
+    integer, and the chat template and the preview concatenate text."""
+    from datasets import Value
+
+    for column in columns:
+        feature = ds.features.get(column)
+        if isinstance(feature, Value) and feature.dtype not in ("string", "large_string"):
+            ds = ds.cast_column(column, Value("string"))
+    return ds
 
 
 def conversational_prompts(ds: "Dataset") -> "Dataset":

@@ -305,7 +305,8 @@ FORM_HELP: dict[str, str] = {
     "holdout_rows": "Rows kept out of training; after training, the base and the tuned model are scored on them "
                     "(0: no before/after evaluation).",
 }
-BASE_MODEL_HELP = "A curated small instruct model, any Hub id, or the offline demo model (random weights: plumbing only)."
+BASE_MODEL_HELP = ("A curated small instruct model, any Hub id, or the offline demo model (random weights: "
+                   "plumbing only).")
 
 
 def form_help(field: str, path: str) -> str:

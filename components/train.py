@@ -131,7 +131,8 @@ def build(api: StudioAPI) -> TrainHandles:
     with gr.Group(visible=True) as sft_group:
         with gr.Row():
             inputs["sft_completion_only"] = gr.Checkbox(True, label="Loss on completions only",
-                                                        info=form_help("sft_completion_only", "sft.completion_only_loss"))
+                                                        info=form_help("sft_completion_only",
+                                                                       "sft.completion_only_loss"))
             inputs["sft_packing"] = gr.Radio(list(TRI_STATE), value="auto", label="Packing",
                                              info=form_help("sft_packing", "sft.packing"))
     with gr.Group(visible=False) as dpo_group:
@@ -148,7 +149,8 @@ def build(api: StudioAPI) -> TrainHandles:
             inputs["grpo_max_completion_length"] = gr.Number(
                 FIELDS["grpo_max_completion_length"], precision=0, label="Max completion length",
                 info=form_help("grpo_max_completion_length", "grpo.max_completion_length"))
-            inputs["grpo_temperature"] = gr.Number(1.0, label="Temperature", info=form_help("grpo_temperature", "grpo.temperature"))
+            inputs["grpo_temperature"] = gr.Number(1.0, label="Temperature",
+                                                   info=form_help("grpo_temperature", "grpo.temperature"))
         inputs["grpo_rewards"] = gr.Code(
             FIELDS["grpo_rewards"], language="yaml", label=f"Rewards (YAML list; names: {', '.join(REWARD_NAMES)})",
         )
@@ -168,7 +170,8 @@ def build(api: StudioAPI) -> TrainHandles:
             inputs["env_reward"] = gr.Radio(["success", "last", "sum"], value="success", label="Reward",
                                             info=form_help("env_reward", "environment.reward"))
             inputs["env_max_iterations"] = gr.Number(8, precision=0, label="Max tool calls per episode",
-                                                     info=form_help("env_max_iterations", "environment.max_tool_calling_iterations"))
+                                                     info=form_help("env_max_iterations",
+                                                                    "environment.max_tool_calling_iterations"))
             inputs["env_eval_episodes"] = gr.Number(16, precision=0, label="Evaluation episodes",
                                                     info=form_help("env_eval_episodes", "environment.eval_episodes"))
         errors["environment"] = gr.Markdown(elem_classes="field-error", elem_id="environment-error")
@@ -196,7 +199,8 @@ def build(api: StudioAPI) -> TrainHandles:
         with gr.Row():
             inputs["lora_enabled"] = gr.Checkbox(True, label="LoRA", info=form_help("lora_enabled", "lora.enabled"))
             inputs["lora_r"] = gr.Number(16, precision=0, label="LoRA rank", info=form_help("lora_r", "lora.r"))
-            inputs["lora_alpha"] = gr.Number(32, precision=0, label="LoRA alpha", info=form_help("lora_alpha", "lora.alpha"))
+            inputs["lora_alpha"] = gr.Number(32, precision=0, label="LoRA alpha",
+                                             info=form_help("lora_alpha", "lora.alpha"))
             inputs["quant_mode"] = gr.Radio(["none", "4bit", "8bit"], value="none", label="Quantization",
                                             info=form_help("quant_mode", "quantization.mode"))
         with gr.Row():
@@ -208,7 +212,8 @@ def build(api: StudioAPI) -> TrainHandles:
                                                 info=form_help("push_to_hub", "output.push_to_hub"))
             inputs["hub_repo_id"] = gr.Textbox(label="Hub repo", placeholder="you/my-adapter",
                                                info=form_help("hub_repo_id", "output.hub_repo_id"))
-            inputs["hub_private"] = gr.Checkbox(True, label="Private repo", info=form_help("hub_private", "output.private"))
+            inputs["hub_private"] = gr.Checkbox(True, label="Private repo",
+                                                info=form_help("hub_private", "output.private"))
     errors["settings"] = gr.Markdown(elem_classes="field-error", elem_id="settings-error")
 
     with gr.Row():

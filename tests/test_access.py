@@ -147,7 +147,8 @@ def test_a_refused_upload_leaves_nothing_anywhere(api, paths, tmp_path, monkeypa
     # column names are kept instead: a Column mapping fixes them; see test_form.py.)
     temp_copy = write_jsonl(gradio_temp / "f00d" / "notes.jsonl", [{"text": ""}] * 2000 + [{"text": "x" * 200}])
     before = files_under(paths.root, cache)
-    refused(lambda: api.upload_dataset(temp_copy, "notes.jsonl", "sft", ALICE), "2000 of 2001 rows have an empty 'text'")
+    refused(lambda: api.upload_dataset(temp_copy, "notes.jsonl", "sft", ALICE),
+            "2000 of 2001 rows have an empty 'text'")
     assert files_under(gradio_temp) == set(), "the web server's temporary copy is removed"
     assert files_under(paths.root, cache) == before, "no kept copy, no Arrow files in the datasets cache"
 

@@ -127,3 +127,11 @@ def test_plain_text_prompts_become_one_user_message_for_an_environment():
     assert plain[0] == {"prompt": [{"role": "user", "content": "Go."}], "target": "x"}
     chat = Dataset.from_list([{"prompt": [{"role": "user", "content": "Go."}]}])
     assert conversational_prompts(chat)[0] == chat[0]
+
+
+def test_numbers_in_a_csvs_text_columns_are_read_as_text(tmp_path):
+    path = tmp_path / "qa.csv"
+    path.write_text("question,answer\nWhat is 2 plus 2?,4\nWhat is 3 plus 3?,6\n")
+    ds, fmt = load_training_dataset(
+        DatasetSpec(source="file", name=str(path), columns={"prompt": "question", "completion": "answer"}), Method.sft)
+    assert fmt == "prompt-completion" and ds["completion"] == ["4", "6"]

@@ -163,7 +163,7 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
     # Filling the mapping afterwards: the kept file checks again, no second upload.
     mapping = {"prompt": "question", "completion": "answer"}
     assert api.check_upload(kept.value.upload_id, "sft", mapping).startswith("qa.csv: 6 rows, prompt-completion")
-    with pytest.raises(Exception, match="“Column mapping” names the column 'q'"):
+    with pytest.raises(Exception, match="“Column mapping”: column 'q' is not in the dataset"):
         api.check_upload(kept.value.upload_id, "sft", {"prompt": "q", "completion": "answer"})
     # The mapping first: kept at once.
     upload_id, summary = api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft", columns=mapping)
