@@ -214,14 +214,19 @@ def test_chat_shows_the_jobs_loss_and_evaluation_and_keeps_one_preference_per_tu
                 (box, question)
 
     note = page.locator("#chat-note")
+    log = app.data_dir / "preferences" / "local.jsonl"
+
+    def rows() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
     page.locator("#left-better").click()
     expect(note).to_contain_text("Saved: the base answer is better (1 preference row so far")
+    (base_pick,) = rows()
     page.locator("#right-better").click()
     expect(note).to_contain_text("Changed your pick for this turn: the tuned answer is better "
                                  "(1 preference row so far")
-    log = app.data_dir / "preferences" / "local.jsonl"
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(rows) == 1 and rows[0]["chosen"][0]["content"] == _bubble(page, "tuned").inner_text().strip()
+    (tuned_pick,) = rows()  # replaced, not added: the sides swapped
+    assert (tuned_pick["chosen"], tuned_pick["rejected"]) == (base_pick["rejected"], base_pick["chosen"])
 
     with page.expect_download(timeout=15_000) as download:
         page.locator("#export-preferences").click()
