@@ -229,5 +229,7 @@ def build(api: StudioAPI) -> ChatHandles:
         except ValueError as exc:
             raise gr.Error(str(exc)) from None
 
-    gr.api(export_file, api_name="export_preferences")
+    # For gradio_client: an event whose output is a file, so the client downloads it (the button needs no event).
+    api_export, api_file = gr.Button(visible=False), gr.File(visible=False)
+    api_export.click(export_file, None, api_file, api_name="export_preferences")
     return ChatHandles(job=job, base=base, tuned=tuned)
