@@ -266,8 +266,12 @@ def build(api: StudioAPI) -> TrainHandles:
                               api_name=False)
 
     # --- upload: kept if it loads (checked with the Column mapping); a mapping can follow the upload --------------
-    @as_user
-    def on_upload(user, file, method, column_map=""):
+    # The Column mapping comes last with a None default, so scripts that send (file, method) keep working:
+    # gradio_client reads optional parameters from the handler's own signature (as_user's *inputs hides them).
+    def on_upload(file, method, column_map=None, profile: gr.OAuthProfile | None = None,
+                  token: gr.OAuthToken | None = None):
+        """Keep an uploaded dataset file if it reads for the method (with the Column mapping)."""
+        user = require_user(profile, token)
         if file is None:
             return "", gr.update(value="", visible=False), "", gr.update()
         path = Path(file if isinstance(file, str) else file.name)
@@ -357,11 +361,17 @@ def build(api: StudioAPI) -> TrainHandles:
 
     bench_dataset = ["dataset_source", "builtin_dataset", "hub_dataset", "hub_split", "upload_id", "column_map"]
 
-    @as_user
-    def on_bench(user, rewards_yaml, completions, row_json, *dataset_args):
+    def on_bench(rewards_yaml, completions, row_json, dataset_source=None, builtin_dataset=None,
+                 hub_dataset=None, hub_split=None, upload_id=None, column_map=None,
+                 profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
         """Scores per reward as a table, and a sentence: which row was scored against, or what to fix (shown next
-        to the bench; an exception would leave only a bare "Error" in the table's frame)."""
+        to the bench; an exception would leave only a bare "Error" in the table's frame). The dataset fields are
+        optional for scripts (gradio_client treats a None default as optional): the form's defaults then."""
         from components.form import bench_table, parse_rewards
+
+        user = require_user(profile, token)
+        dataset_args = (dataset_source or "builtin", builtin_dataset or "math-demo", hub_dataset or "",
+                        hub_split or "train", upload_id or "", column_map or "")
 
         empty = {"headers": ["completion", "total", "notes"], "data": []}
         lines = [c for c in (completions or "").splitlines() if c.strip()]
