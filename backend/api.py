@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import threading
@@ -153,9 +154,10 @@ class StudioAPI:
             text += "\nTo need less: " + "; ".join(estimate.advice)
         return warnings, text + "\nAuto-tune on this machine:\n" + tuning.describe()
 
-    def upload_dataset(self, source: Path | str, original_name: str, method: str, user: User | None = None
-                       ) -> tuple[str, str]:
-        """Keep an uploaded dataset file if it loads for ``method``: (upload id, summary).
+    def upload_dataset(self, source: Path | str, original_name: str, method: str, user: User | None = None,
+                       columns: dict[str, str] | None = None) -> tuple[str, str]:
+        """Keep an uploaded dataset file if it loads for ``method`` (with the Column mapping ``columns``):
+        (upload id, summary). A readable file whose columns need a mapping is kept: UnmappedUpload says which.
 
         The spec names it as ``dataset: {source: upload, name: <upload id>}``; the id resolves only in the
         uploader's own folder. ``source`` is the web server's temporary copy: always removed, so a kept file exists
@@ -167,9 +169,30 @@ class StudioAPI:
         try:
             self._require_user(user, "dataset upload")
             owner = user.name if user is not None else "local"
-            return keep_upload(Path(source), original_name, Method(method), self.paths.uploads(owner))
+            return keep_upload(Path(source), original_name, Method(method), self.paths.uploads(owner), columns)
         finally:  # kept or refused, the studio's own copy (or nothing) is all that should remain
             Path(source).unlink(missing_ok=True)
+
+    def check_upload(self, upload_id: str, method: str, columns: dict[str, str] | None = None,
+                     user: User | None = None) -> str:
+        """Check a kept upload again with another Column mapping or method: its summary, or SpecError (kept)."""
+        from backend.spec import Method
+        from backend.uploads import check_upload
+
+        self._require_user(user, "dataset upload")
+        owner = user.name if user is not None else "local"
+        # The id resolves only inside this user's own uploads folder (backend.access.upload_file).
+        return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
+
+    def first_row(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> dict[str, Any]:
+        """The first row of the job's dataset, every column kept (the reward bench scores against it)."""
+        from backend.data import load_training_dataset
+
+        spec = self._prepare(spec, user=user)
+        with tempfile.TemporaryDirectory(prefix="studio-row-") as cache_dir:
+            dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True,
+                                               uploads_dir=self._uploads_of(spec), cache_dir=Path(cache_dir))
+            return dict(dataset[0])
 
     def _secret_env(self, job_id: str) -> dict[str, str]:
         """What the scheduler adds to a worker's environment: the token of the user who asked it to push."""
@@ -349,6 +372,18 @@ class StudioAPI:
         from backend.chat import PreferenceLog
 
         return PreferenceLog(self.paths.root / "preferences" / f"{safe_name(user.name if user else 'local')}.jsonl")
+
+    def export_preferences(self, user: User | None = None) -> Path:
+        """The user's preferences as a DPO .jsonl in a fresh downloads folder (the only place the app serves files
+        from); their earlier exports there are removed. ValueError when there are none."""
+        log = self.preference_log(user)
+        target = log.export(self.paths.new_download(f"{log.path.stem}-dpo.jsonl"))
+        for old in self.paths.downloads.glob(f"*/{target.name}"):
+            if old != target:
+                old.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    old.parent.rmdir()
+        return target
 
     def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""

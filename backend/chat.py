@@ -342,6 +342,31 @@ class ChatModels:
 PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
 
 
+def _read_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _same_turn(line: bytes, row: dict[str, Any]) -> bool:
+    """Whether a stored line is a pick for the same turn as ``row``: same job, prompt and pair of answers."""
+    try:
+        old = json.loads(line)
+        answers = {old["chosen"][0]["content"], old["rejected"][0]["content"]}
+    except (ValueError, KeyError, IndexError, TypeError):  # a line cut short by a crash is no turn
+        return False
+    return (old.get("job_id") == row["job_id"] and old.get("prompt") == row["prompt"]
+            and answers == {row["chosen"][0]["content"], row["rejected"][0]["content"]})
+
+
 class PreferenceLog:
     """Which of the two answers a user preferred, appended as DPO rows to a JSONL file.
 
@@ -354,7 +379,8 @@ class PreferenceLog:
         self.path = Path(path)
 
     def record(self, prompt_messages: Sequence[Message], better: str, worse: str, job_id: str | None) -> dict[str, Any]:
-        """Append one preference and return the row written."""
+        """Record one preference and return the row written, with ``replaced`` True when it replaced this turn's
+        earlier pick: one preference per turn (same job, prompt and pair of answers), the last click wins."""
         prompt = [{"role": m["role"], "content": m["content"]} for m in prompt_messages]
         if not prompt or prompt[-1]["role"] != "user":
             raise ValueError("a preference's prompt must end with the user's message the two answers reply to")
@@ -371,15 +397,20 @@ class PreferenceLog:
         }
         line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
+            lines = _read_all(fd).splitlines(keepends=True)
+            same = [i for i, old in enumerate(lines) if _same_turn(old, row)]
+            if same:  # rewritten in place under the lock, so a writer waiting on it appends to this same file
+                lines[same[-1]] = line
+                os.ftruncate(fd, 0)
+                _write_all(fd, b"".join(lines))
+            else:
+                _write_all(fd, line)
         finally:
             os.close(fd)  # closing releases the lock
-        return row
+        return {**row, "replaced": bool(same)}
 
     def rows(self) -> list[dict[str, Any]]:
         """Every recorded row, oldest first (a line cut short by a crash is skipped)."""

@@ -84,13 +84,33 @@ def _cache(cache_dir: Path | None) -> str | None:
     return str(cache_dir) if cache_dir is not None else None
 
 
+class ColumnsMismatch(SpecError):
+    """The data loads but its columns do not fit the method: a column mapping fixes it (the file itself is fine)."""
+
+
+MAPPING_NAME = "“Column mapping”"  # what the Train tab calls dataset.columns; messages use the UI's words
+
+
+def mapping_example(columns: list[str], method: Method) -> str:
+    """A column mapping that would fit ``columns`` to ``method``, to quote in a message: ``prompt=question, ...``.
+
+    >>> mapping_example(["question", "answer"], Method.sft)
+    'prompt=question, completion=answer'
+    """
+    formats = [required for _, required in METHOD_FORMATS[method]]
+    unused = [c for c in columns if not any(c in required for required in formats)] or list(columns)
+    # The format that names as many columns as the data has left over reads most naturally.
+    required = next((r for r in formats if len(r) == len(unused)), formats[0])
+    return ", ".join(f"{want}={have}" for want, have in zip(required, unused)) or f"{required[0]}=your_column"
+
+
 def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
     """Rename the user's columns to the names TRL expects (mapping: expected -> user's)."""
     missing = [src for src in mapping.values() if src not in ds.column_names]
     if missing:
-        raise SpecError(
+        raise ColumnsMismatch(
             [
-                f"dataset.columns: column {m!r} is not in the dataset (its columns: {', '.join(ds.column_names)})"
+                f"dataset: {MAPPING_NAME}: column {m!r} is not in the dataset (its columns: {', '.join(ds.column_names)})"
                 for m in missing
             ]
         )
@@ -111,10 +131,10 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
         if all(c in columns for c in required):
             return name, required
     wanted = " or ".join("/".join(req) for _, req in METHOD_FORMATS[method])
-    raise SpecError(
+    raise ColumnsMismatch(
         [
             f"dataset: {method.value.upper()} needs columns {wanted}; the dataset has {', '.join(columns) or 'none'}. "
-            "Map your columns with dataset.columns (expected name -> your column)."
+            f"Fill {MAPPING_NAME} with expected=your_column, e.g. {mapping_example(columns, method)}."
         ]
     )
 
@@ -135,13 +155,14 @@ def load_training_dataset(
     fmt, required = detect_format(ds.column_names, method)
     missing = sorted(keep_columns - set(ds.column_names))
     if missing:
-        raise SpecError(
+        raise ColumnsMismatch(
             [
                 f"dataset: column {c!r} is needed by the rewards but the dataset has {', '.join(ds.column_names)}; "
-                f"map a column to it with dataset.columns"
+                f"map a column to it in {MAPPING_NAME} ({c}=your_column)"
                 for c in missing
             ]
         )
+    ds = _as_text(ds, required)
     kept = set(required) | set(keep_columns) | set(OPTIONAL_COLUMNS.get(method, ()))
     extra = [] if keep_all else [c for c in ds.column_names if c not in kept]
     if extra:
@@ -161,6 +182,18 @@ def load_training_dataset(
     if problems:
         raise SpecError(problems)
     return ds, fmt
+
+
+def _as_text(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
+    """Scalar (number, bool) columns the trainer reads as text, as strings: a CSV's ``answer`` of ``4`` loads as an
+    integer, and the chat template and the preview concatenate text."""
+    from datasets import Value
+
+    for column in columns:
+        feature = ds.features.get(column)
+        if isinstance(feature, Value) and feature.dtype not in ("string", "large_string"):
+            ds = ds.cast_column(column, Value("string"))
+    return ds
 
 
 def conversational_prompts(ds: "Dataset") -> "Dataset":

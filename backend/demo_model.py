@@ -14,6 +14,18 @@ DEMO_MODEL_ID = "builtin:tiny-qwen3"
 DEMO_MODEL_DIRNAME = "tiny-qwen3"
 # Bump when the recipe changes so an old build on disk is rebuilt rather than silently reused.
 DEMO_MODEL_RECIPE = 3
+# What the UI says wherever the demo model appears: it is honest about what a random tiny model can show.
+DEMO_MODEL_NOTE = (
+    f"{DEMO_MODEL_ID} is a random tiny model (Qwen3 architecture, random weights, built on this machine in seconds). "
+    "It shows the plumbing: jobs run, loss curves fall, adapters save and load, both chat sides stream. "
+    "It cannot give sensible answers, before or after training: expect gibberish in the chat. "
+    "Pick a real model (e.g. Qwen/Qwen2.5-0.5B-Instruct) for answers worth reading."
+)
+
+
+def is_demo_model(name: str | None) -> bool:
+    """Whether a base model name is the built-in random demo model."""
+    return (name or "").strip() == DEMO_MODEL_ID
 
 _SPECIAL_TOKENS = [
     "<|endoftext|>",

@@ -10,9 +10,11 @@ import gradio as gr
 
 from backend.api import StudioAPI
 from backend.chat import GenerationSettings, message_text
+from backend.demo_model import DEMO_MODEL_NOTE, is_demo_model
 from backend.space_runtime import gpu_task
 from backend.store import JobNotFound
 from components.form import job_choice_id
+from components.job_views import evaluation_markdown
 from components.session import as_user, require_user, user_from
 from components.train import finished_job_choices
 
@@ -36,11 +38,51 @@ def _settings(system, temperature, max_tokens, seed) -> GenerationSettings:
                               max_new_tokens=int(max_tokens or 128), seed=int(seed or 0))
 
 
+NO_JOBS_HINT = "Train a job first; finished jobs appear here (Train tab → Queue, then wait for it to succeed)."
+PICK_JOB_HINT = "Pick a finished job above, then ask both models the same question."
+
+
+def rows_text(count: int) -> str:
+    """``1 preference row`` / ``3 preference rows``."""
+    return f"{count} preference row{'' if count == 1 else 's'}"
+
+
+def loss_text(metrics: list[dict]) -> str:
+    """The training loss's first and last logged values: ``loss 5.71 → 5.12 over 6 steps`` ("" when none)."""
+    losses = [(m.get("step"), m["loss"]) for m in metrics if isinstance(m.get("loss"), (int, float))]
+    if not losses:
+        return ""
+    (_, first), (step, last) = losses[0], losses[-1]
+    return f"Training loss {first:.3f} → **{last:.3f}** (final, step {step})"
+
+
+def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
+    """What the Chat tab says about the picked job: the demo model's caveat, the final loss, the before/after
+    evaluation; the hint to pick or train a job when none is picked."""
+    job_id = job_choice_id(job_choice)
+    if not job_id:
+        return PICK_JOB_HINT
+    try:
+        job = api.get_job(job_id, user)
+        metrics = api.metrics(job_id, user=user)
+    except JobNotFound:
+        return "That job is not yours or no longer exists."
+    parts = []
+    if is_demo_model(job.spec.model.name_or_path):
+        parts.append(f"ℹ️ **Demo model.** {DEMO_MODEL_NOTE}")
+    loss = loss_text(metrics)
+    parts.append(loss or "No training loss was logged for this job.")
+    evaluation = evaluation_markdown(job)
+    parts.append(evaluation or "No before/after evaluation (set *Held-out rows* in the Train tab to get one).")
+    return "\n\n".join(parts)
+
+
 def build(api: StudioAPI) -> ChatHandles:
     with gr.Row():
         job = gr.Dropdown([""], value="", label="Finished job", info="Its base model on the left, tuned on the right",
                           elem_id="chat-job", allow_custom_value=True)
         refresh = gr.Button("Refresh jobs", size="sm")
+    job_info = gr.Markdown(PICK_JOB_HINT, elem_id="chat-job-info")
     with gr.Accordion("System prompt and sampling (the same for both sides)", open=False):
         system = gr.Textbox(label="System prompt", lines=2)
         with gr.Row():
@@ -48,8 +90,16 @@ def build(api: StudioAPI) -> ChatHandles:
             max_tokens = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens")
             seed = gr.Number(0, precision=0, label="Seed")
     with gr.Row():
-        base = gr.Chatbot(label="Base model", elem_id="chat-base", height=380)
-        tuned = gr.Chatbot(label="Tuned model", elem_id="chat-tuned", height=380)
+        # The panel layout gives each message the pane's width: a bubble sized to a short answer was one word
+        # wide and tall, and the floating label covered the first message; the label is a heading instead.
+        with gr.Column():
+            gr.Markdown("**Base model**")
+            base = gr.Chatbot(label="Base model", show_label=False, elem_id="chat-base", height=380,
+                              layout="panel", placeholder=PICK_JOB_HINT)
+        with gr.Column():
+            gr.Markdown("**Tuned model**")
+            tuned = gr.Chatbot(label="Tuned model", show_label=False, elem_id="chat-tuned", height=380,
+                               layout="panel", placeholder=PICK_JOB_HINT)
     with gr.Row():
         message = gr.Textbox(placeholder="Ask both models…", show_label=False, scale=5, elem_id="chat-input")
         send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
@@ -58,7 +108,10 @@ def build(api: StudioAPI) -> ChatHandles:
         clear = gr.Button("Clear", size="sm")
         left_better = gr.Button("⬅ Base is better", size="sm", elem_id="left-better")
         right_better = gr.Button("Tuned is better ➡", size="sm", elem_id="right-better")
-        export = gr.DownloadButton("Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences")
+        # Its value is kept up to date (an export is written after every pick), so one click downloads: a handler
+        # on the click that made the file only armed the button for a second click.
+        export = gr.DownloadButton("Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences",
+                                   interactive=False)
     note = gr.Markdown(elem_id="chat-note")
 
     def jobs(profile: gr.OAuthProfile | None = None) -> list[str]:
@@ -72,6 +125,28 @@ def build(api: StudioAPI) -> ChatHandles:
 
     refresh.click(refresh_choices, None, job, api_name=False)
     job.focus(refresh_choices, None, job, api_name=False)
+
+    @as_user(signed_in=False)
+    def on_load(user):
+        """An empty tab says what to do; a returning user's export is ready for one click."""
+        has_jobs = len(finished_job_choices(api, user)) > 1
+        hint = PICK_JOB_HINT if has_jobs else NO_JOBS_HINT
+        export_path = current_export(user)
+        return (hint, gr.update(placeholder=hint), gr.update(placeholder=hint),
+                gr.update(value=export_path, interactive=export_path is not None))
+
+    def current_export(user) -> str | None:
+        if user is None or not api.preference_log(user).rows():
+            return None
+        return str(api.export_preferences(user))
+
+    gr.on(None, on_load, None, [job_info, base, tuned, export], api_name=False)
+
+    @as_user(signed_in=False)
+    def on_job(user, job_choice):
+        return job_info_markdown(api, job_choice, user) if user is not None else PICK_JOB_HINT
+
+    job.change(on_job, job, job_info, api_name=False)
 
     @gpu_task(duration=120)  # on ZeroGPU the chat borrows a GPU per message; elsewhere a no-op
     def stream(job_choice, text, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,
@@ -134,23 +209,27 @@ def build(api: StudioAPI) -> ChatHandles:
                 {"role": m["role"], "content": message_text(m["content"]) or ""} for m in history[: cut + 1]]
             log = api.preference_log(user)
             try:
-                log.record(prompt, better, worse, job_choice_id(job_choice))
+                row = log.record(prompt, better, worse, job_choice_id(job_choice))
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
-            return f"Saved: the {side} answer is better ({len(log.rows())} preference rows so far)."
+            done = "Changed your pick for this turn" if row["replaced"] else "Saved"
+            text = f"{done}: the {side} answer is better ({rows_text(len(log.rows()))} so far; one per turn)."
+            return text, gr.update(value=current_export(user), interactive=True)
         return record
 
     pref_inputs = [job, base, tuned, system]
-    left_better.click(prefer("base"), pref_inputs, note, api_name="prefer_base")
-    right_better.click(prefer("tuned"), pref_inputs, note, api_name="prefer_tuned")
+    left_better.click(prefer("base"), pref_inputs, [note, export], api_name="prefer_base")
+    right_better.click(prefer("tuned"), pref_inputs, [note, export], api_name="prefer_tuned")
 
     def export_file(profile: gr.OAuthProfile | None = None):
+        """The user's preferences as a DPO .jsonl (for scripts; the button downloads the file kept ready)."""
         user = require_user(profile)
-        log = api.preference_log(user)
         try:
-            return str(log.export(log.path.with_name(f"{log.path.stem}-dpo.jsonl")))
+            return str(api.export_preferences(user))
         except ValueError as exc:
             raise gr.Error(str(exc)) from None
 
-    export.click(export_file, None, export, api_name="export_preferences")
+    # For gradio_client: an event whose output is a file, so the client downloads it (the button needs no event).
+    api_export, api_file = gr.Button(visible=False), gr.File(visible=False)
+    api_export.click(export_file, None, api_file, api_name="export_preferences")
     return ChatHandles(job=job, base=base, tuned=tuned)

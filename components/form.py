@@ -12,9 +12,10 @@ from typing import Any
 import yaml
 
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.demo_model import DEMO_MODEL_ID
+from backend.demo_model import DEMO_MODEL_ID, DEMO_MODEL_NOTE, is_demo_model
 from backend.environments.registry import BUILTIN_ENVIRONMENTS
-from backend.spec import JobSpec
+from backend.spec import JobSpec, field_help
+from components.links import job_link
 
 CURATED_MODELS = [
     "Qwen/Qwen2.5-0.5B-Instruct",
@@ -288,4 +289,48 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
 
 
 def builtin_dataset_choices(method: str | None = None) -> list[str]:
+    """Built-in datasets that suit ``method`` (all of them without one)."""
     return [name for name, d in BUILTIN_DATASETS.items() if method is None or method in d.suits]
+
+
+# The Train tab's help in its own words where the spec's help (written for spec files and the CLI) names spec paths
+# or fields the form does not have; every other field shows field_help as it is.
+FORM_HELP: dict[str, str] = {
+    "parent_job": "Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then DPO "
+                  "or GRPO). The base model is then the parent job's.",
+    "column_map": "When your columns are named differently: expected=your_column, e.g. prompt=question, "
+                  "completion=answer (SFT) or messages=conversation.",
+    "sft_packing": "Pack several short examples into one Max length sequence (no attention across examples). "
+                   "auto: on when auto-tune finds the examples short on a GPU.",
+    "batch_size": "Examples per step on the device, 1-1024. Empty: auto-tune picks the largest that fits (a power of "
+                  "two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
+    "env_name": "An OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, or a built-in "
+                "(builtin:echo, builtin:wordle, builtin:arithmetic). Empty: no environment.",
+    "holdout_rows": "Rows kept out of training; after training, the base and the tuned model are scored on them "
+                    "(0: no before/after evaluation).",
+}
+BASE_MODEL_HELP = ("A curated small instruct model, any Hub id, or the offline demo model (random weights: "
+                   "plumbing only).")
+
+
+def form_help(field: str, path: str) -> str:
+    """Help for one Train-tab field: the form's own wording where it has one, else the spec's help for ``path``."""
+    return FORM_HELP.get(field) or field_help(path)
+
+
+def builtin_dataset_help(name: str | None) -> str:
+    """What the picked built-in dataset holds and which method it suits."""
+    dataset = BUILTIN_DATASETS.get(name or "")
+    if dataset is None:
+        return "Pick one of the small datasets shipped with the studio (they run offline)."
+    return f"{dataset.name}: {dataset.description} For {', '.join(m.upper() for m in dataset.suits)}."
+
+
+def model_notice(base_model: str | None) -> str:
+    """The notice under the model picker: the demo model's caveat when it is picked, else nothing."""
+    return f"ℹ️ {DEMO_MODEL_NOTE}" if is_demo_model(base_model) else ""
+
+
+def queued_link(job_id: str) -> str:
+    """A job id as a link that opens the Jobs tab on it (``?job=<id>``), for the Queue and warm-up results."""
+    return f"[**{job_id}**]({job_link(job_id)})"

@@ -16,12 +16,13 @@ import gradio as gr
 from gradio.utils import NamedString
 
 from backend.api import StudioAPI
-from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.spec import REWARD_NAMES, SpecError, field_help, load_spec_text
-from backend.store import JobStatus
+from backend.spec import REWARD_NAMES, SpecError, load_spec_text
+from backend.store import JobNotFound, JobStatus
+from backend.uploads import UnmappedUpload
 from components.form import (
-    CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError, builtin_dataset_choices,
-    TRI_STATE, form_to_spec, route_problems,
+    BASE_MODEL_HELP, CURATED_MODELS, DATASET_SOURCES, ENVIRONMENT_CHOICES, FIELDS, SECTIONS, FormError,
+    builtin_dataset_choices, builtin_dataset_help, form_help, job_choice_id, model_notice, parse_column_map,
+    queued_link, TRI_STATE, form_to_spec, route_problems,
 )
 from components.session import as_user, require_user
 
@@ -83,12 +84,13 @@ def build(api: StudioAPI) -> TrainHandles:
     with gr.Row():
         inputs["base_model"] = gr.Dropdown(
             CURATED_MODELS, value=FIELDS["base_model"], allow_custom_value=True, label="Base model",
-            info="A curated small instruct model, any Hub id, or the offline demo model.", elem_id="base-model",
+            info=BASE_MODEL_HELP, elem_id="base-model",
         )
         inputs["parent_job"] = gr.Dropdown(
-            [""], value="", label="…or continue from a finished job", info=field_help("model.parent_job_id"),
+            [""], value="", label="…or continue from a finished job", info=form_help("parent_job", ""),
             elem_id="parent-job", allow_custom_value=True,
         )
+    model_note = gr.Markdown(model_notice(FIELDS["base_model"]), elem_id="model-notice")
     errors["model"] = gr.Markdown(elem_classes="field-error", elem_id="model-error")
 
     gr.Markdown("### 2. Dataset")
@@ -96,7 +98,7 @@ def build(api: StudioAPI) -> TrainHandles:
         inputs["dataset_source"] = gr.Radio(DATASET_SOURCES, value="builtin", label="Source", elem_id="dataset-source")
         inputs["builtin_dataset"] = gr.Dropdown(
             builtin_dataset_choices(), value=FIELDS["builtin_dataset"], label="Built-in dataset",
-            info=" ".join(f"{n}: {d.description}" for n, d in list(BUILTIN_DATASETS.items())[:3]),
+            info=builtin_dataset_help(FIELDS["builtin_dataset"]),
             elem_id="builtin-dataset", allow_custom_value=True,
         )
         inputs["hub_dataset"] = gr.Textbox(label="Hub dataset id", placeholder="trl-lib/Capybara", visible=False)
@@ -113,40 +115,42 @@ def build(api: StudioAPI) -> TrainHandles:
     upload_note = gr.Markdown(visible=False)
     with gr.Row():
         inputs["column_map"] = gr.Textbox(
-            label="Column mapping", placeholder="messages=conversation, prompt=question",
-            info="expected=your_column, when your columns are named differently",
+            label="Column mapping", placeholder="prompt=question, completion=answer", elem_id="column-map",
+            info=form_help("column_map", ""),
         )
         inputs["max_rows"] = gr.Number(value=None, precision=0, minimum=0, label="Max rows (0: all)",
-                                       info=field_help("dataset.max_rows"))
+                                       info=form_help("max_rows", "dataset.max_rows"))
     errors["dataset"] = gr.Markdown(elem_classes="field-error", elem_id="dataset-error")
     with gr.Accordion("Preview: the first rows as the trainer sees them", open=False):
         preview_button = gr.Button("Render preview", size="sm")
         preview_out = gr.Markdown(elem_id="dataset-preview")
 
     gr.Markdown("### 3. Method")
-    inputs["method"] = gr.Radio(["sft", "dpo", "grpo"], value="sft", label="Method", info=field_help("method"),
+    inputs["method"] = gr.Radio(["sft", "dpo", "grpo"], value="sft", label="Method", info=form_help("method", "method"),
                                 elem_id="method")
     with gr.Group(visible=True) as sft_group:
         with gr.Row():
             inputs["sft_completion_only"] = gr.Checkbox(True, label="Loss on completions only",
-                                                        info=field_help("sft.completion_only_loss"))
+                                                        info=form_help("sft_completion_only",
+                                                                       "sft.completion_only_loss"))
             inputs["sft_packing"] = gr.Radio(list(TRI_STATE), value="auto", label="Packing",
-                                             info=field_help("sft.packing"))
+                                             info=form_help("sft_packing", "sft.packing"))
     with gr.Group(visible=False) as dpo_group:
         with gr.Row():
-            inputs["dpo_beta"] = gr.Number(0.1, label="beta", info=field_help("dpo.beta"))
+            inputs["dpo_beta"] = gr.Number(0.1, label="beta", info=form_help("dpo_beta", "dpo.beta"))
             inputs["dpo_loss_type"] = gr.Dropdown(
                 ["sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm"], value="sigmoid",
-                label="Loss", info=field_help("dpo.loss_type"),
+                label="Loss", info=form_help("dpo_loss_type", "dpo.loss_type"),
             )
     with gr.Group(visible=False) as grpo_group:
         with gr.Row():
             inputs["grpo_num_generations"] = gr.Number(4, precision=0, label="Generations per prompt",
-                                                       info=field_help("grpo.num_generations"))
+                                                       info=form_help("grpo_num_generations", "grpo.num_generations"))
             inputs["grpo_max_completion_length"] = gr.Number(
                 FIELDS["grpo_max_completion_length"], precision=0, label="Max completion length",
-                info=field_help("grpo.max_completion_length"))
-            inputs["grpo_temperature"] = gr.Number(1.0, label="Temperature", info=field_help("grpo.temperature"))
+                info=form_help("grpo_max_completion_length", "grpo.max_completion_length"))
+            inputs["grpo_temperature"] = gr.Number(1.0, label="Temperature",
+                                                   info=form_help("grpo_temperature", "grpo.temperature"))
         inputs["grpo_rewards"] = gr.Code(
             FIELDS["grpo_rewards"], language="yaml", label=f"Rewards (YAML list; names: {', '.join(REWARD_NAMES)})",
         )
@@ -155,19 +159,21 @@ def build(api: StudioAPI) -> TrainHandles:
             bench_row = gr.Textbox(label="Dataset row (JSON) for rewards that read a column",
                                    placeholder='{"solution": "$4$"}')
             bench_button = gr.Button("Score", size="sm")
-            bench_out = gr.Dataframe(label="Scores", interactive=False)
+            bench_note = gr.Markdown(elem_id="bench-note")
+            bench_out = gr.Dataframe(label="Scores", interactive=False, elem_id="bench-scores")
         gr.Markdown("**Environment** (multi-turn agent training with OpenEnv)")
         with gr.Row():
             inputs["env_name"] = gr.Dropdown(
                 ENVIRONMENT_CHOICES, value="", allow_custom_value=True, label="Environment",
-                info=field_help("environment.name"), elem_id="env-name",
+                info=form_help("env_name", "environment.name"), elem_id="env-name",
             )
             inputs["env_reward"] = gr.Radio(["success", "last", "sum"], value="success", label="Reward",
-                                            info=field_help("environment.reward"))
+                                            info=form_help("env_reward", "environment.reward"))
             inputs["env_max_iterations"] = gr.Number(8, precision=0, label="Max tool calls per episode",
-                                                     info=field_help("environment.max_tool_calling_iterations"))
+                                                     info=form_help("env_max_iterations",
+                                                                    "environment.max_tool_calling_iterations"))
             inputs["env_eval_episodes"] = gr.Number(16, precision=0, label="Evaluation episodes",
-                                                    info=field_help("environment.eval_episodes"))
+                                                    info=form_help("env_eval_episodes", "environment.eval_episodes"))
         errors["environment"] = gr.Markdown(elem_classes="field-error", elem_id="environment-error")
         with gr.Row():
             dry_run_button = gr.Button("Dry run: play one episode", size="sm")
@@ -181,32 +187,35 @@ def build(api: StudioAPI) -> TrainHandles:
     with gr.Accordion("4. Training settings, LoRA and quantization", open=False):
         with gr.Row():
             inputs["max_steps"] = gr.Number(FIELDS["max_steps"], precision=0, label="Max steps",
-                                            info=field_help("training.max_steps"))
+                                            info=form_help("max_steps", "training.max_steps"))
             inputs["learning_rate"] = gr.Number(FIELDS["learning_rate"], step=1e-5, label="Learning rate",
-                                                info=field_help("training.learning_rate"))
+                                                info=form_help("learning_rate", "training.learning_rate"))
             inputs["batch_size"] = gr.Number(FIELDS["batch_size"], precision=0, label="Batch size",
-                                             info=field_help("training.batch_size"))
+                                             info=form_help("batch_size", "training.batch_size"))
             inputs["grad_accum"] = gr.Number(1, precision=0, label="Gradient accumulation",
-                                             info=field_help("training.gradient_accumulation_steps"))
+                                             info=form_help("grad_accum", "training.gradient_accumulation_steps"))
             inputs["max_length"] = gr.Number(FIELDS["max_length"], precision=0, label="Max length",
-                                             info=field_help("training.max_length"))
+                                             info=form_help("max_length", "training.max_length"))
         with gr.Row():
-            inputs["lora_enabled"] = gr.Checkbox(True, label="LoRA", info=field_help("lora.enabled"))
-            inputs["lora_r"] = gr.Number(16, precision=0, label="LoRA rank", info=field_help("lora.r"))
-            inputs["lora_alpha"] = gr.Number(32, precision=0, label="LoRA alpha", info=field_help("lora.alpha"))
+            inputs["lora_enabled"] = gr.Checkbox(True, label="LoRA", info=form_help("lora_enabled", "lora.enabled"))
+            inputs["lora_r"] = gr.Number(16, precision=0, label="LoRA rank", info=form_help("lora_r", "lora.r"))
+            inputs["lora_alpha"] = gr.Number(32, precision=0, label="LoRA alpha",
+                                             info=form_help("lora_alpha", "lora.alpha"))
             inputs["quant_mode"] = gr.Radio(["none", "4bit", "8bit"], value="none", label="Quantization",
-                                            info=field_help("quantization.mode"))
+                                            info=form_help("quant_mode", "quantization.mode"))
         with gr.Row():
             inputs["holdout_rows"] = gr.Number(0, precision=0, label="Held-out rows (before/after evaluation)",
-                                               info=field_help("eval.holdout_rows"))
-            inputs["run_name"] = gr.Textbox(label="Run name", info=field_help("output.run_name"))
+                                               info=form_help("holdout_rows", "eval.holdout_rows"))
+            inputs["run_name"] = gr.Textbox(label="Run name", info=form_help("run_name", "output.run_name"))
         with gr.Row():
             inputs["push_to_hub"] = gr.Checkbox(False, label="Push to the Hub when done",
-                                                info=field_help("output.push_to_hub"))
+                                                info=form_help("push_to_hub", "output.push_to_hub"))
             inputs["hub_repo_id"] = gr.Textbox(label="Hub repo", placeholder="you/my-adapter",
-                                               info=field_help("output.hub_repo_id"))
-            inputs["hub_private"] = gr.Checkbox(True, label="Private repo", info=field_help("output.private"))
-            inputs["trackio"] = gr.Checkbox(False, label="Track with trackio", info=field_help("output.trackio"))
+                                               info=form_help("hub_repo_id", "output.hub_repo_id"))
+            inputs["hub_private"] = gr.Checkbox(True, label="Private repo",
+                                                info=form_help("hub_private", "output.private"))
+            inputs["trackio"] = gr.Checkbox(False, label="Track with trackio",
+                                            info=form_help("trackio", "output.trackio"))
     errors["settings"] = gr.Markdown(elem_classes="field-error", elem_id="settings-error")
 
     with gr.Row():
@@ -258,24 +267,73 @@ def build(api: StudioAPI) -> TrainHandles:
     inputs["env_name"].change(on_environment, [inputs["env_name"], inputs["grpo_rewards"]], inputs["grpo_rewards"],
                               api_name=False)
 
-    # --- upload: kept only if it loads for the method ---------------------------------------------------------
-    @as_user
-    def on_upload(user, file, method):
+    # --- upload: kept if it loads (checked with the Column mapping); a mapping can follow the upload --------------
+    # The Column mapping comes last with a None default, so scripts that send (file, method) keep working:
+    # gradio_client reads optional parameters from the handler's own signature (as_user's *inputs hides them).
+    def on_upload(file, method, column_map=None, profile: gr.OAuthProfile | None = None,
+                  token: gr.OAuthToken | None = None):
+        """Keep an uploaded dataset file if it reads for the method (with the Column mapping)."""
+        user = require_user(profile, token)
         if file is None:
             return "", gr.update(value="", visible=False), "", gr.update()
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            upload_id, summary = api.upload_dataset(path, path.name, method, user)  # removes gradio's copy
-        except SpecError as exc:
+            columns = parse_column_map(column_map)
+            upload_id, summary = api.upload_dataset(path, path.name, method, user, columns)  # removes gradio's copy
+        except UnmappedUpload as exc:  # kept: filling the Column mapping makes it usable, no second upload
+            return (exc.upload_id, gr.update(value=f"📄 {exc.summary}", visible=True),
+                    _problems_markdown(exc.problems), gr.update())
+        except (SpecError, FormError) as exc:
             # The widget is emptied too, so it never shows a file that was not kept.
-            return "", gr.update(value="", visible=False), _problems_markdown(exc.problems), None
+            problems = exc.problems if isinstance(exc, SpecError) else [str(exc)]
+            return "", gr.update(value="", visible=False), _problems_markdown(problems), None
         finally:
+            path.unlink(missing_ok=True)  # a FormError comes before the facade, which otherwise removes it
             with suppress(OSError):  # and the folder gradio made for it, once empty
                 path.parent.rmdir()
         return upload_id, gr.update(value=f"✅ {summary}", visible=True), "", gr.update()
 
-    upload.upload(on_upload, [upload, inputs["method"]],
+    upload.upload(on_upload, [upload, inputs["method"], inputs["column_map"]],
                   [inputs["upload_id"], upload_note, errors["dataset"], upload], api_name="upload_dataset")
+
+    @as_user
+    def recheck_upload(user, source, upload_id, method, column_map):
+        """The kept upload checked again with the new Column mapping or method: its summary, or what to fix."""
+        if source != "upload" or not upload_id:
+            return gr.update(), gr.update()
+        try:
+            summary = api.check_upload(upload_id, method, parse_column_map(column_map), user)
+        except FormError as exc:
+            return gr.update(), _problems_markdown([str(exc)])
+        except SpecError as exc:
+            return gr.update(), _problems_markdown(exc.problems)
+        return gr.update(value=f"✅ {summary}", visible=True), ""
+
+    recheck = ([inputs["dataset_source"], inputs["upload_id"], inputs["method"], inputs["column_map"]],
+               [upload_note, errors["dataset"]])
+    inputs["column_map"].blur(recheck_upload, *recheck, api_name=False)
+    inputs["column_map"].submit(recheck_upload, *recheck, api_name=False)
+    inputs["method"].input(recheck_upload, *recheck, api_name=False)
+
+    # --- the model: the demo's caveat, a parent job's base model ------------------------------------------------
+    inputs["base_model"].change(model_notice, inputs["base_model"], model_note, api_name=False)
+
+    @as_user(signed_in=False)
+    def on_parent(user, parent_choice):
+        """With a parent job the base model is the parent's: shown, and locked until the parent is cleared."""
+        parent_id = job_choice_id(parent_choice)
+        if not parent_id or user is None:
+            return gr.update(interactive=True, info=BASE_MODEL_HELP)
+        try:
+            parent_model = api.get_job(parent_id, user).spec.model.name_or_path
+        except JobNotFound:
+            return gr.update(interactive=True, info=BASE_MODEL_HELP)
+        return gr.update(value=parent_model, interactive=False,
+                         info=f"The parent job {parent_id}'s base model; clear the parent job to pick another.")
+
+    inputs["parent_job"].change(on_parent, inputs["parent_job"], inputs["base_model"], api_name=False)
+    inputs["builtin_dataset"].change(lambda name: gr.update(info=builtin_dataset_help(name)),
+                                     inputs["builtin_dataset"], inputs["builtin_dataset"], api_name=False)
 
     # --- preview, reward bench, dry run -------------------------------------------------------------------------
     def with_spec(action, args) -> tuple[Any, list[str]]:
@@ -303,25 +361,47 @@ def build(api: StudioAPI) -> TrainHandles:
 
     preview_button.click(on_preview, form, [preview_out, *error_boxes], api_name="preview_dataset")
 
-    @as_user
-    def on_bench(user, rewards_yaml, completions, row_json):
+    bench_dataset = ["dataset_source", "builtin_dataset", "hub_dataset", "hub_split", "upload_id", "column_map"]
+
+    def on_bench(rewards_yaml, completions, row_json, dataset_source=None, builtin_dataset=None,
+                 hub_dataset=None, hub_split=None, upload_id=None, column_map=None,
+                 profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+        """Scores per reward as a table, and a sentence: which row was scored against, or what to fix (shown next
+        to the bench; an exception would leave only a bare "Error" in the table's frame). The dataset fields are
+        optional for scripts (gradio_client treats a None default as optional): the form's defaults then."""
         from components.form import bench_table, parse_rewards
 
+        user = require_user(profile, token)
+        dataset_args = (dataset_source or "builtin", builtin_dataset or "math-demo", hub_dataset or "",
+                        hub_split or "train", upload_id or "", column_map or "")
+
+        empty = {"headers": ["completion", "total", "notes"], "data": []}
         lines = [c for c in (completions or "").splitlines() if c.strip()]
         if not lines:
-            raise gr.Error("Type at least one completion.")
+            return empty, "⚠️ Type at least one completion, one per line."
         try:
             rewards = parse_rewards(rewards_yaml)
-            row = _bench_row(row_json)
+            row, where = _bench_row(row_json), "the row typed above"
             if row is not None and not isinstance(row, dict):
                 raise FormError("method", 'the dataset row must be a JSON object, e.g. {"solution": "$4$"}')
+            if row is None and dataset_args:  # the picked dataset's first row, as GRPO would see it
+                row, where = bench_first_row(user, dict(zip(bench_dataset, dataset_args)))
             scored = api.score_rewards(rewards, lines, row, user=user)
         except (FormError, ValueError, SpecError) as exc:
-            raise gr.Error(str(exc)[:500]) from None
-        return bench_table(scored)
+            return empty, "⚠️ " + str(exc)[:500]
+        return bench_table(scored), f"Scored against {where}."
 
-    bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row], bench_out,
-                       api_name="score_rewards")
+    def bench_first_row(user, dataset_values) -> tuple[dict | None, str]:
+        try:
+            row = api.first_row(form_to_spec({**dataset_values, "method": "grpo"}), user=user)
+        except Exception:  # noqa: BLE001 - no readable dataset (offline Hub, no upload): score without a row
+            return None, "no dataset row (type one above for rewards that read a column)"
+        shown = json.dumps(row, ensure_ascii=False, default=str)
+        return row, f"the dataset's first row: `{shown[:160]}{'…' if len(shown) > 160 else ''}`"
+
+    bench_button.click(on_bench, [inputs["grpo_rewards"], bench_completions, bench_row,
+                                  *(inputs[name] for name in bench_dataset)],
+                       [bench_out, bench_note], api_name="score_rewards")
 
     def with_environment(what: str, action, args) -> tuple[Any, list[str]]:
         """``with_spec`` for actions that play the environment: any failure (an unreachable server, a model that
@@ -343,9 +423,9 @@ def build(api: StudioAPI) -> TrainHandles:
         warm, boxes = with_environment("warm-up", lambda spec: api.warm_up(spec, user=user), args)
         if warm is None:
             return "", *boxes
-        text = (f"Wrote {warm.demonstrations}. Queued **{warm.sft.job.id}** (SFT warm-up), then "
-                f"**{warm.grpo.job.id}** (this GRPO job, from the warm-up's adapter; it waits for it). "
-                f"Follow them in the Jobs tab.")
+        text = (f"Wrote {warm.demonstrations}. Queued {queued_link(warm.sft.job.id)} (SFT warm-up), then "
+                f"{queued_link(warm.grpo.job.id)} (this GRPO job, from the warm-up's adapter; it waits for it). "
+                f"Follow them in the Jobs tab (click an id to open it there).")
         warnings = warm.sft.warnings + warm.grpo.warnings
         return text + "".join(f"\n- ⚠️ {w}" for w in warnings), *boxes
 
@@ -370,7 +450,7 @@ def build(api: StudioAPI) -> TrainHandles:
             return "", *boxes
         place = submitted.queue_position
         where = "starting now" if place in (None, 1) else f"#{place} in the queue"
-        text = f"Queued **{submitted.job.id}** ({where}). Follow it in the Jobs tab."
+        text = f"Queued {queued_link(submitted.job.id)} ({where}). Click the id to follow it in the Jobs tab."
         if submitted.warnings:
             text += "\n" + "\n".join(f"- ⚠️ {w}" for w in submitted.warnings)
         return text, *boxes

@@ -143,10 +143,12 @@ def test_a_refused_upload_leaves_nothing_anywhere(api, paths, tmp_path, monkeypa
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
     gradio_temp = tmp_path / "gradio"
-    # Large enough that datasets writes an Arrow copy, and the wrong columns for SFT, so it is refused after loading.
-    temp_copy = write_jsonl(gradio_temp / "f00d" / "notes.jsonl", [{"note": "x" * 200}] * 2000)
+    # Large enough that datasets writes an Arrow copy, and every text empty, so it is refused after loading. (Wrong
+    # column names are kept instead: a Column mapping fixes them; see test_form.py.)
+    temp_copy = write_jsonl(gradio_temp / "f00d" / "notes.jsonl", [{"text": ""}] * 2000 + [{"text": "x" * 200}])
     before = files_under(paths.root, cache)
-    refused(lambda: api.upload_dataset(temp_copy, "notes.jsonl", "sft", ALICE), "SFT needs columns")
+    refused(lambda: api.upload_dataset(temp_copy, "notes.jsonl", "sft", ALICE),
+            "2000 of 2001 rows have an empty 'text'")
     assert files_under(gradio_temp) == set(), "the web server's temporary copy is removed"
     assert files_under(paths.root, cache) == before, "no kept copy, no Arrow files in the datasets cache"
 
@@ -244,7 +246,8 @@ def test_the_app_keeps_an_upload_by_id_previews_it_and_scores_the_bench(app_url,
     assert is_upload_id(upload_id) and "12 rows" in note["value"] and not error
     preview, *_ = client.predict(*_form(dataset_source="upload", upload_id=upload_id), api_name="/preview_dataset")
     assert preview.startswith("**12 rows**"), preview
-    table = client.predict("- name: exact_match\n  column: answer\n- name: accuracy\n", "Paris\nLyon",
-                           '{"answer": "paris", "solution": "no math"}', api_name="/score_rewards")
+    table, note = client.predict("- name: exact_match\n  column: answer\n- name: accuracy\n", "Paris\nLyon",
+                                 '{"answer": "paris", "solution": "no math"}', api_name="/score_rewards")
+    assert note == "Scored against the row typed above."
     assert table["headers"] == ["completion", "exact_match", "accuracy", "total", "notes"]
     assert table["data"] == [["Paris", "1.000", "-", "1.000", ""], ["Lyon", "0.000", "-", "0.000", ""]]

@@ -25,8 +25,11 @@ def _form(**values):
 
 
 def _job_id(result_markdown: str) -> str:
-    assert result_markdown.startswith("Queued **"), result_markdown
-    return result_markdown.split("**")[1]
+    """The id in "Queued [**<id>**](?job=<id>) ...": bold, and a link that opens it in the Jobs tab."""
+    assert result_markdown.startswith("Queued [**"), result_markdown
+    job_id = result_markdown.split("**")[1]
+    assert f"](?job={job_id})" in result_markdown, result_markdown
+    return job_id
 
 
 def test_app_queues_runs_shows_and_chats_through_the_api(app_url, store):
@@ -96,8 +99,8 @@ def test_app_second_chat_turn_and_a_preference_round_trip(app_url, store):
     base, tuned, _ = client.predict(job_id, "And again?", base, tuned, "Be brief.", 0.9, 12, 1,
                                     api_name="/chat_send")
     assert len(base) == len(tuned) == 4
-    note = client.predict(job_id, base, tuned, "Be brief.", api_name="/prefer_tuned")
-    assert "1 preference rows" in note
+    note, ready = client.predict(job_id, base, tuned, "Be brief.", api_name="/prefer_tuned")
+    assert "(1 preference row so far" in note and ready  # the export is ready for the button's one click
     exported = client.predict(api_name="/export_preferences")
     rows = [json.loads(line) for line in open(exported, encoding="utf-8")]
     assert rows[0]["prompt"][0] == {"role": "system", "content": "Be brief."}

@@ -134,7 +134,8 @@ UPLOAD_CASES = [
     ("upload-txt", "notes.txt", b"hello", "not a dataset file"),
     ("upload-empty", "empty.jsonl", b"", "is empty"),
     ("upload-malformed-jsonl", "bad.jsonl", b'{"messages": [\n', "could not be read"),
-    ("upload-wrong-columns", "cols.jsonl", b'{"question": "a", "answer": "b"}\n', "SFT needs columns"),
+    # Differently named columns are kept with a Column mapping hint (tests/test_form.py, test_browser_forms.py).
+    ("upload-blank-rows", "blank.jsonl", b'{"text": ""}\n', "have an empty 'text'"),
     ("upload-csv-no-rows", "header.csv", b"prompt,completion\n", "no rows"),
     ("upload-garbage-parquet", "junk.parquet", b"PAR1 not really", "could not be read"),
 ]

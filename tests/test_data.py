@@ -41,7 +41,15 @@ def test_prompt_only_data_is_refused_for_sft_with_a_mapping_hint():
     with pytest.raises(SpecError) as err:
         detect_format(["prompt"], Method.sft)
     msg = str(err.value)
-    assert "SFT needs columns messages or prompt/completion or text" in msg and "dataset.columns" in msg
+    assert "SFT needs columns messages or prompt/completion or text" in msg
+    # The hint in the Train tab's words, no spec path.
+    assert "Fill “Column mapping” with expected=your_column" in msg and "dataset.columns" not in msg
+
+
+def test_the_mapping_hint_names_a_mapping_that_fits_the_columns():
+    with pytest.raises(SpecError) as err:
+        detect_format(["question", "answer"], Method.sft)
+    assert "e.g. prompt=question, completion=answer." in str(err.value)
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet", ".json"])
@@ -119,3 +127,11 @@ def test_plain_text_prompts_become_one_user_message_for_an_environment():
     assert plain[0] == {"prompt": [{"role": "user", "content": "Go."}], "target": "x"}
     chat = Dataset.from_list([{"prompt": [{"role": "user", "content": "Go."}]}])
     assert conversational_prompts(chat)[0] == chat[0]
+
+
+def test_numbers_in_a_csvs_text_columns_are_read_as_text(tmp_path):
+    path = tmp_path / "qa.csv"
+    path.write_text("question,answer\nWhat is 2 plus 2?,4\nWhat is 3 plus 3?,6\n")
+    ds, fmt = load_training_dataset(
+        DatasetSpec(source="file", name=str(path), columns={"prompt": "question", "completion": "answer"}), Method.sft)
+    assert fmt == "prompt-completion" and ds["completion"] == ["4", "6"]

@@ -116,3 +116,87 @@ def test_job_views_from_real_records(paths, store):
     assert job_views.eta_text(75) == "1m 15s"
     assert not job_views.job_actions(api, store.get(job.id)).download, "no adapter before the job succeeds"
     assert job.status is JobStatus.queued
+
+
+# --- issue 13: the Train and Chat tabs in the UI's words ------------------------------------------------------------
+SPEC_PATH = r"\b(model|dataset|columns|sft|dpo|grpo|environment|training|lora|quantization|eval|output)\.[a-z_]+"
+
+
+def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described():
+    import re
+
+    from backend.builtin_datasets import BUILTIN_DATASETS
+    from components.form import BASE_MODEL_HELP, FORM_HELP, builtin_dataset_help, form_help
+
+    texts = [BASE_MODEL_HELP, *FORM_HELP.values(), form_help("lora_r", "lora.r")]
+    texts += [builtin_dataset_help(name) for name in BUILTIN_DATASETS]
+    assert not [t for t in texts if re.search(SPEC_PATH, t)]
+    assert form_help("lora_r", "lora.r").startswith("LoRA rank")
+    assert "Or:" not in form_help("holdout_rows", "eval.holdout_rows")
+    for name, dataset in BUILTIN_DATASETS.items():
+        assert builtin_dataset_help(name).startswith(f"{name}: {dataset.description}")
+
+
+def test_the_demo_model_notice_says_what_it_can_and_cannot_show():
+    from components.form import model_notice, queued_link
+
+    notice = model_notice("builtin:tiny-qwen3")
+    assert "random tiny model" in notice and "loss curves" in notice and "cannot give sensible answers" in notice
+    assert model_notice("Qwen/Qwen3-0.6B") == ""
+    assert queued_link("abc123") == "[**abc123**](?job=abc123)"
+
+
+def _qa_csv(tmp_path, name="qa.csv"):
+    path = tmp_path / "gradio" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("question,answer\n" + "".join(f"q{i},a{i}\n" for i in range(6)))
+    return path
+
+
+def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable(paths, tmp_path):
+    from backend.uploads import UnmappedUpload
+
+    api = StudioAPI(paths.root, scheduler="none")
+    with pytest.raises(UnmappedUpload) as kept:
+        api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft")
+    problem = "\n".join(kept.value.problems)
+    assert "“Column mapping”" in problem and "e.g. prompt=question, completion=answer" in problem
+    assert "dataset.columns" not in problem and "qa.csv: kept" in kept.value.summary
+    assert (paths.uploads("local") / kept.value.upload_id).is_file()
+    # Filling the mapping afterwards: the kept file checks again, no second upload.
+    mapping = {"prompt": "question", "completion": "answer"}
+    assert api.check_upload(kept.value.upload_id, "sft", mapping).startswith("qa.csv: 6 rows, prompt-completion")
+    with pytest.raises(Exception, match="“Column mapping”: column 'q' is not in the dataset"):
+        api.check_upload(kept.value.upload_id, "sft", {"prompt": "q", "completion": "answer"})
+    # The mapping first: kept at once.
+    upload_id, summary = api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft", columns=mapping)
+    assert summary.startswith("qa.csv: 6 rows, prompt-completion") and upload_id != kept.value.upload_id
+    spec = form_to_spec({"dataset_source": "upload", "upload_id": upload_id,
+                         "column_map": "prompt=question, completion=answer", "max_steps": 1})
+    api.check(spec)  # the pre-flight reads it with the mapping
+
+
+def test_the_bench_scores_against_the_datasets_first_row(paths):
+    api = StudioAPI(paths.root, scheduler="none")
+    row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo"}))
+    assert row["solution"] == "$15$"
+    scored = api.score_rewards([{"name": "accuracy"}], ["The answer is $15$", "no idea"], row)
+    assert bench_table(scored)["data"][0][1:3] == ["1.000", "1.000"]
+
+
+def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(paths):
+    from components.chat import rows_text
+
+    api = StudioAPI(paths.root, scheduler="none")
+    log = api.preference_log(None)
+    prompt = [{"role": "user", "content": "Hi"}]
+    assert log.record(prompt, "base answer", "tuned answer", "job-1")["replaced"] is False
+    assert log.record(prompt, "tuned answer", "base answer", "job-1")["replaced"] is True
+    assert [r["chosen"][0]["content"] for r in log.rows()] == ["tuned answer"]
+    assert log.record(prompt, "another", "tuned answer", "job-1")["replaced"] is False  # a regenerated turn
+    assert len(log.rows()) == 2
+    first = api.export_preferences(None)
+    second = api.export_preferences(None)
+    assert second.parent.parent == paths.downloads and second.name == "local-dpo.jsonl"
+    assert not first.exists() and len(second.read_text().splitlines()) == 2
+    assert (rows_text(1), rows_text(2)) == ("1 preference row", "2 preference rows")
