@@ -36,9 +36,9 @@ def job_link(job_id: str) -> str:
     """The relative link that opens the Jobs tab on ``job_id`` (for Markdown answers such as Queue's).
 
     >>> job_link("abc")
-    '?tab=jobs&job=abc'
+    '?job=abc'
     """
-    return f"?tab=jobs&job={job_id}"
+    return f"?job={job_id}"
 
 
 # Write one query parameter into the address bar without reloading (an empty value removes it).

@@ -1,11 +1,15 @@
 """The UI in a real browser: Playwright drives Debian's Chromium against the app launched on 127.0.0.1.
 
-One app process and one browser page for the module; the tests run in order (queue -> follow the job -> chat with
-it -> a bad upload) and leave screenshots in tests/artifacts/.
+One app process and one browser page for the module, walking the demo's whole loop in order: queue SFT -> follow the
+job -> chat with it -> prefer an answer -> export the preferences in one click -> stage DPO on that file from the SFT
+adapter -> compare the two jobs -> score rewards on the bench -> dry-run an environment -> queue GRPO on it; then a
+bad upload. The walk must leave no console error in the page and no traceback in the app's log, and it writes a
+screenshot of each tab to tests/artifacts/ (not committed) for a reviewer.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -14,7 +18,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings
 from tests.conftest import wait_for
 
 
@@ -22,14 +26,21 @@ pytestmark = BROWSER_MARKS
 
 # What the tests pass along in order (the queued job's id); a failure stops the chain with -x, or skips below.
 STATE: dict[str, str] = {}
+# Every error the page logged to its console, or threw, during the walk (checked at its end).
+CONSOLE_ERRORS: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
+def running(tmp_path_factory, models_dir):
     """The app on a free port with its own data dir (models/ links to the session's demo model)."""
     root = data_dir_with_models(tmp_path_factory.mktemp("browser") / "data", models_dir)
     with launch_app(root) as running:
-        yield running.url, JobStore(DataPaths(root).db)
+        yield running
+
+
+@pytest.fixture(scope="module")
+def app(running):
+    return running.url, JobStore(DataPaths(running.data_dir).db)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +49,8 @@ def page(app):
     with chromium() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(30_000)
+        page.on("console", lambda m: CONSOLE_ERRORS.append(f"console: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: CONSOLE_ERRORS.append(f"page error: {e}"))
         page.goto(url)
         yield page
 
@@ -182,6 +195,120 @@ def test_chat_tab_streams_base_and_tuned_answers_side_by_side(page):
     print(f"chat: {len(seen)} reads, streaming observed: {grew}, final lengths {len(base)}/{len(tuned)}")
     expect(page.locator("#chat-input textarea")).to_have_value("")
     page.screenshot(path=ARTIFACTS / "chat.png", full_page=True)
+
+
+def _pick_option(page, field_selector: str, job_id: str) -> None:
+    """Choose ``job_id`` in a job dropdown as a user does: open it, type the id, take the offered option."""
+    field = page.locator(f"{field_selector} input")
+    field.click()
+    option = page.get_by_role("option", name=re.compile(re.escape(job_id)))
+    expect(option).to_be_visible()
+    option.click()
+
+
+def _wait_in_jobs_tab(page, store, job_id: str, timeout_ms: int = 240_000) -> None:
+    """The Jobs tab shows ``job_id`` until it ends; it must succeed."""
+    summary = page.locator("#job-summary")
+    try:
+        expect(summary).to_contain_text(re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"),
+                                        timeout=timeout_ms)
+    finally:
+        job = store.get(job_id)
+    assert job.status is JobStatus.succeeded, job.error
+
+
+def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store, tmp_path):
+    sft_id = _job_id()
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#right-better").click()
+    expect(page.locator("#chat-note")).to_contain_text("the tuned answer is better (1 preference row so far")
+    with page.expect_download(timeout=15_000) as download:  # one click: the first one downloads
+        page.locator("#export-preferences").click()
+    exported = tmp_path / "preferences-dpo.jsonl"
+    download.value.save_as(exported)
+    rows = [json.loads(line) for line in exported.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 1 and rows[0]["prompt"][-1] == {"role": "user", "content": "Hello"}
+
+    # The exported file, uploaded as it was downloaded, is the DPO dataset of a job staged on the SFT adapter.
+    page.get_by_role("tab", name="Train").click()
+    _pick_option(page, "#parent-job", sft_id)
+    expect(page.locator("#base-model input")).to_be_disabled()
+    page.locator("#method").get_by_label("dpo").check()
+    page.locator("#dataset-source").get_by_label("upload").check()
+    page.locator("#dataset-upload input[type=file]").set_input_files(exported)
+    expect(page.locator("#dataset-upload")).to_contain_text("preferences-dpo.jsonl", timeout=30_000)
+    expect(page.locator("#dataset-error")).to_have_text("")
+    fill_settings(page, **{"Max steps": "2", "Batch size": "1"})
+    page.locator("#queue-button").click()
+    result = page.locator("#queue-result")
+    expect(result).to_contain_text("Queued", timeout=30_000)
+    dpo_id = re.search(r"Queued (\S+)", result.inner_text()).group(1)
+    job = store.get(dpo_id)
+    assert job.spec.method.value == "dpo" and job.spec.model.parent_job_id == sft_id
+    assert job.spec.dataset.source == "upload"
+    STATE["dpo_id"] = dpo_id
+
+    # Queue's answer links to the job: following it opens the Jobs tab on that job.
+    result.get_by_role("link", name=dpo_id).click()
+    expect(page.locator("#job-summary")).to_contain_text(dpo_id, timeout=30_000)
+    expect(page.locator("[role='tab'][aria-selected='true']").first).to_have_text("Jobs")
+    _wait_in_jobs_tab(page, store, dpo_id)
+    expect(page.locator("#job-summary")).to_contain_text(f"Continues job {sft_id}")
+
+
+def test_compare_overlays_the_sft_and_the_staged_dpo_job(page):
+    sft_id = _job_id()
+    dpo_id = STATE.get("dpo_id") or pytest.skip("needs the staged DPO job")
+    page.get_by_role("tab", name="Jobs").click()
+    page.get_by_text("Compare jobs").click()
+    for job_id in (sft_id, dpo_id):
+        _pick_option(page, "#compare-jobs", job_id)
+    legend = page.locator("#compare-plot svg .role-legend-label text")
+    expect(legend).to_have_count(2, timeout=20_000)
+    assert all(text.strip() for text in legend.all_text_contents())
+    page.screenshot(path=ARTIFACTS / "walk-jobs.png", full_page=True)
+
+
+def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(page, store):
+    page.goto(page.url.split("?")[0] + "?tab=train")  # a fresh form: no parent job, the demo model
+    expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3")
+    page.locator("#method").get_by_label("grpo").check()
+
+    page.get_by_text("Reward test bench: score completions before training").click()
+    page.get_by_label("Completions, one per line").fill("The answer is $4$\nno idea")
+    page.get_by_role("button", name="Score", exact=True).click()
+    scores = page.locator("#bench-scores")
+    expect(scores).to_contain_text(re.compile(r"\d\.\d{3}"), timeout=60_000)
+    expect(page.locator("#method-error")).to_have_text("")
+
+    env = page.locator("#env-name input")
+    env.fill("builtin:echo")
+    env.press("Enter")
+    page.get_by_role("button", name="Dry run: play one episode").click()
+    transcript = page.locator("#dry-run-transcript")
+    expect(transcript).to_contain_text("echo", timeout=120_000)
+    expect(page.locator("#environment-error")).to_have_text("")
+
+    fill_settings(page, **{"Max steps": "2", "Batch size": "2"})
+    page.locator("#queue-button").click()
+    result = page.locator("#queue-result")
+    expect(result).to_contain_text("Queued", timeout=30_000)
+    grpo_id = re.search(r"Queued (\S+)", result.inner_text()).group(1)
+    assert store.get(grpo_id).spec.environment.name == "builtin:echo"
+    page.screenshot(path=ARTIFACTS / "walk-train.png", full_page=True)
+    result.get_by_role("link", name=grpo_id).click()
+    _wait_in_jobs_tab(page, store, grpo_id, timeout_ms=300_000)
+    expect(page.locator("#job-samples")).to_be_visible()
+
+
+def test_the_walk_left_no_console_error_and_no_server_traceback(page, running):
+    for tab in ("Train", "Jobs", "Chat"):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(500)
+        page.screenshot(path=ARTIFACTS / f"walk-end-{tab.lower()}.png", full_page=True)
+    assert not CONSOLE_ERRORS, CONSOLE_ERRORS
+    log = running.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-6000:]
 
 
 def test_a_bad_upload_shows_its_error_next_to_the_dataset_and_queues_nothing(page, store, tmp_path):
