@@ -40,7 +40,7 @@ SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"
 
 
 def fill_settings(page, **values: str) -> None:
-    """Open the training-settings accordion and type ``values`` by field label, as a user would.
+    """Open the training-settings accordion (unless it is open) and type ``values`` by field label, as a user would.
 
     The accordion mounts its fields when it first opens and sets them to the form's defaults as it does; text typed
     before that lands is overwritten (a CI run saw "3" become "30"). So each field is first seen holding a value, then
@@ -48,8 +48,9 @@ def fill_settings(page, **values: str) -> None:
     """
     from playwright.sync_api import expect
 
-    page.get_by_text(SETTINGS_ACCORDION).click()
     fields = {label: page.get_by_label(label, exact=True) for label in values}
+    if not next(iter(fields.values())).is_visible():  # a click on the title closes the accordion when it is open
+        page.get_by_text(SETTINGS_ACCORDION).click()
     for field in fields.values():
         expect(field).to_have_value(re.compile(r"\S"))
     for label, field in fields.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import urljoin
 
 import pytest
 from playwright.sync_api import expect
@@ -206,6 +207,26 @@ def _pick_option(page, field_selector: str, job_id: str) -> None:
     option.click()
 
 
+def _queue(page) -> str:
+    """Click Queue and return the id of the job it queued (not one an earlier Queue left in the result box)."""
+    result = page.locator("#queue-result")
+
+    def queued_id() -> str | None:
+        found = re.search(r"Queued (\S+)", result.inner_text())
+        return found.group(1) if found else None
+
+    before = queued_id()
+    page.locator("#queue-button").click()
+    wait_for(lambda: queued_id() not in (None, before), 30, what="Queue to answer with a new job id")
+    return queued_id()
+
+
+def _follow_job_link(page, job_id: str) -> None:
+    """Open the link Queue answered with (Gradio's Markdown opens links in a new browser tab; here, this one)."""
+    href = page.locator("#queue-result").get_by_role("link", name=job_id).get_attribute("href")
+    page.goto(urljoin(page.url, href))
+
+
 def _wait_in_jobs_tab(page, store, job_id: str, timeout_ms: int = 240_000) -> None:
     """The Jobs tab shows ``job_id`` until it ends; it must succeed."""
     summary = page.locator("#job-summary")
@@ -239,17 +260,14 @@ def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store
     expect(page.locator("#dataset-upload")).to_contain_text("preferences-dpo.jsonl", timeout=30_000)
     expect(page.locator("#dataset-error")).to_have_text("")
     fill_settings(page, **{"Max steps": "2", "Batch size": "1"})
-    page.locator("#queue-button").click()
-    result = page.locator("#queue-result")
-    expect(result).to_contain_text("Queued", timeout=30_000)
-    dpo_id = re.search(r"Queued (\S+)", result.inner_text()).group(1)
+    dpo_id = _queue(page)
     job = store.get(dpo_id)
     assert job.spec.method.value == "dpo" and job.spec.model.parent_job_id == sft_id
     assert job.spec.dataset.source == "upload"
     STATE["dpo_id"] = dpo_id
 
     # Queue's answer links to the job: following it opens the Jobs tab on that job.
-    result.get_by_role("link", name=dpo_id).click()
+    _follow_job_link(page, dpo_id)
     expect(page.locator("#job-summary")).to_contain_text(dpo_id, timeout=30_000)
     expect(page.locator("[role='tab'][aria-selected='true']").first).to_have_text("Jobs")
     _wait_in_jobs_tab(page, store, dpo_id)
@@ -286,17 +304,18 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     env.press("Enter")
     page.get_by_role("button", name="Dry run: play one episode").click()
     transcript = page.locator("#dry-run-transcript")
-    expect(transcript).to_contain_text("echo", timeout=120_000)
+    expect(transcript).to_contain_text("attempts_left: 3", timeout=120_000)  # the echo server's reset observation
+    expect(transcript).to_contain_text(re.compile(r"result: reward \d"))
     expect(page.locator("#environment-error")).to_have_text("")
 
-    fill_settings(page, **{"Max steps": "2", "Batch size": "2"})
-    page.locator("#queue-button").click()
-    result = page.locator("#queue-result")
-    expect(result).to_contain_text("Queued", timeout=30_000)
-    grpo_id = re.search(r"Queued (\S+)", result.inner_text()).group(1)
+    completion = page.get_by_label("Max completion length", exact=True)
+    completion.fill("32")
+    completion.press("Tab")
+    fill_settings(page, **{"Max steps": "2", "Batch size": "4"})  # one group of 4 generations per step
+    grpo_id = _queue(page)
     assert store.get(grpo_id).spec.environment.name == "builtin:echo"
     page.screenshot(path=ARTIFACTS / "walk-train.png", full_page=True)
-    result.get_by_role("link", name=grpo_id).click()
+    _follow_job_link(page, grpo_id)
     _wait_in_jobs_tab(page, store, grpo_id, timeout_ms=300_000)
     expect(page.locator("#job-samples")).to_be_visible()
 
