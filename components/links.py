@@ -8,8 +8,10 @@ in the browser only (``history.replaceState``: no reload, no server round trip).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import gradio as gr
+if TYPE_CHECKING:  # Gradio is imported only where the links are wired: the parsing and job_link stay Gradio-free
+    import gradio as gr
 
 TABS = ("train", "jobs", "chat")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -53,6 +55,7 @@ _SET_PARAM = """
 
 def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], picker: gr.Dropdown) -> None:
     """Wire the deep links into the assembled app: on load, open the linked tab and job; then follow both."""
+    import gradio as gr
 
     def on_load(request: gr.Request):
         tab, job = landing(dict(request.query_params) if request is not None else {})
