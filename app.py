@@ -48,7 +48,7 @@ def build_app(api: StudioAPI) -> gr.Blocks:
             with gr.Tab("Chat", id="chat") as chat_tab:
                 chat.build(api)
         demo.load(top.refresh, None, top.status, api_name="status")
-        links.install(demo, tabs, {"train": train_tab, "jobs": jobs_tab, "chat": chat_tab}, jobs_handles.picker)
+        links.install(demo, tabs, {"train": train_tab, "jobs": jobs_tab, "chat": chat_tab}, jobs_handles)
     return demo
 
 

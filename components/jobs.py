@@ -11,6 +11,7 @@ state. The table and the detail come from one read per tick, so they never disag
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import gradio as gr
 from gradio.context import Context
@@ -32,6 +33,8 @@ class JobsHandles:
     table: gr.Dataframe
     picker: gr.Dropdown
     summary: gr.Markdown
+    refresh: Callable[..., list]  # the whole tab from one read, given the picker's value (the first view on load)
+    refreshed: list  # the components ``refresh`` updates, in its order
 
 
 def _plot_id(key: str) -> str:
@@ -206,9 +209,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     # (and one-at-a-time default per event) was most of its latency (benchmarks/latency.py).
     quiet = {"queue": False, "show_progress": "hidden"}
     timer.tick(refresh, picker, everything, api_name="refresh_jobs", **quiet)
-    # The first view without waiting for a tick: on page load and when the Jobs tab is opened.
-    if Context.root_block is not None:
-        Context.root_block.load(refresh, picker, everything, api_visibility="private", **quiet)
+    # The first view without waiting for a tick: when the Jobs tab is opened here, and on page load in
+    # components/links.py, once it has put the job the address links to (if any) in the picker.
     if isinstance(Context.block, gr.Tab):
         Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
     # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
@@ -331,4 +333,4 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
                     f"Settings of {job.id} copied into the Train tab."]
 
         clone_button.click(clone, picker, [*train.input_list(), action_note], api_name="clone_job")
-    return JobsHandles(table=table, picker=picker, summary=summary)
+    return JobsHandles(table=table, picker=picker, summary=summary, refresh=refresh, refreshed=everything)

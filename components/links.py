@@ -13,24 +13,27 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # Gradio is imported only where the links are wired: the parsing and job_link stay Gradio-free
     import gradio as gr
 
+    from components.jobs import JobsHandles
+
 TABS = ("train", "jobs", "chat")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
-def landing(params: dict[str, str]) -> tuple[str, str | None]:
-    """(the tab to open, the job to show) for a page's query parameters; anything malformed is ignored.
+def landing(params: dict[str, str]) -> tuple[str | None, str | None]:
+    """(the tab to open, the job to show) for a page's query parameters; None where the address names none (the
+    page is then left as it is: a user may already have clicked a tab). Anything malformed is ignored.
 
     >>> landing({"job": "20261201-abc"})
     ('jobs', '20261201-abc')
     >>> landing({"tab": "chat"}), landing({"tab": "nope", "job": "../x"}), landing({})
-    (('chat', None), ('train', None), ('train', None))
+    (('chat', None), (None, None), (None, None))
     """
     job = params.get("job") or None
     if job is not None and not _JOB_ID.match(job):
         job = None
     tab = params.get("tab")
     if tab not in TABS:
-        tab = "jobs" if job else "train"
+        tab = "jobs" if job else None
     return tab, job
 
 
@@ -53,28 +56,45 @@ _SET_PARAM = """
 """
 
 
-def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], picker: gr.Dropdown) -> None:
-    """Wire the deep links into the assembled app: on load, open the linked tab and job; then follow both."""
+def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs: "JobsHandles") -> None:
+    """Wire the deep links into the assembled app: on load, show the linked job and open the linked tab; then the
+    address bar follows the tab and the job picked in the Jobs tab."""
     import gradio as gr
 
-    def on_load(request: gr.Request):
-        tab, job = landing(dict(request.query_params) if request is not None else {})
-        return gr.Tabs(selected=tab), (job if job else gr.update())
+    def on_load(request):
+        tab, _job = landing(dict(request.query_params) if request is not None else {})
+        return gr.Tabs(selected=tab) if tab else gr.update()
 
-    # Gradio fires the first tab's select event as the page mounts, before the load below has read the link: the
-    # address bar is only written once the landing is done (window.studioLinksReady), and then gets its tab too, so
-    # that a job chosen later by the Jobs tab's timer does not turn a reload of the Train tab into one of the Jobs tab.
-    demo.load(on_load, None, [tabs, picker], api_name=False, show_progress="hidden").then(
+    # Gradio hands the request to a parameter annotated gr.Request; this module imports Gradio here only, so the
+    # annotation is set as the class itself (a postponed string annotation would not resolve in the module).
+    on_load.__annotations__ = {"request": gr.Request}
+
+    # In order, on page load: the linked job goes into the Jobs tab's picker in the browser (before any server
+    # round trip, so no refresh can pick the newest job instead), the Jobs tab draws its first view from it, then the
+    # linked tab opens. Gradio fires the first tab's select event as the page mounts, before the link is read: until
+    # the landing is done (window.studioLinksReady) a tab's select is only remembered, not written to the address
+    # bar. The landing then writes the tab it opened, or the one the user picked meanwhile, so that a job chosen
+    # later by the Jobs tab's timer does not turn a reload of the Train tab into one of the Jobs tab.
+    linked_job = f"""() => {{
+        const job = new URL(window.location.href).searchParams.get("job") || "";
+        return /{_JOB_ID.pattern}/.test(job) ? job : null;
+    }}"""
+    demo.load(None, None, jobs.picker, js=linked_job).then(
+        jobs.refresh, jobs.picker, jobs.refreshed, api_visibility="private", queue=False, show_progress="hidden"
+    ).then(on_load, None, tabs, api_visibility="private", show_progress="hidden").then(
         None, None, None, js=f"""() => {{
             const params = new URL(window.location.href).searchParams;
+            const linked = /{_JOB_ID.pattern}/.test(params.get("job") || "");
             if (!{list(TABS)!r}.includes(params.get("tab"))) {{
-                const linked = /{_JOB_ID.pattern}/.test(params.get("job") || "");
-                ({_SET_PARAM})("tab", linked ? "jobs" : "train");
+                ({_SET_PARAM})("tab", linked ? "jobs" : (window.studioTab || "train"));
             }}
             window.studioLinksReady = true;
         }}""")
     for name, tab in tab_handles.items():
-        tab.select(None, None, None, js=f"() => {{ if (window.studioLinksReady) ({_SET_PARAM})('tab', {name!r}); }}")
+        tab.select(None, None, None, js=f"""() => {{
+            window.studioTab = {name!r};
+            if (window.studioLinksReady) ({_SET_PARAM})('tab', {name!r});
+        }}""")
     job_of_choice = "(choice || '').split(' · ')[0].trim()"  # a picker choice reads "<id> · <method> · …"
-    picker.change(None, picker, None,
-                  js=f"(choice) => {{ if (window.studioLinksReady) ({_SET_PARAM})('job', {job_of_choice}); }}")
+    jobs.picker.change(None, jobs.picker, None,
+                       js=f"(choice) => {{ if (window.studioLinksReady) ({_SET_PARAM})('job', {job_of_choice}); }}")

@@ -36,6 +36,23 @@ def chromium() -> Iterator:
             browser.close()
 
 
+@contextmanager
+def open_page(url: str, errors: list[str] | None = None) -> Iterator:
+    """A page of a fresh headless Chromium (1280x900, downloads accepted, 30 s default timeout) opened on ``url``.
+
+    ``errors``, when given, collects every error the page logs to its console or throws, from its first load on.
+    """
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        if errors is not None:
+            page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+        page.goto(url)
+        yield page
+
+
 SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"
 
 

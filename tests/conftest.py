@@ -103,3 +103,16 @@ def wait_status(store: JobStore, job_id: str, statuses: set[JobStatus], timeout:
     return wait_for(
         lambda: (j := store.get(job_id)).status in statuses and j, timeout, what=f"{job_id} to reach {statuses}"
     )
+
+
+@pytest.fixture(autouse=True)
+def screenshot_on_failure(request):
+    """A failing browser test (one using a ``page`` fixture) leaves tests/artifacts/failed-<test>.png behind, to see
+    what the page showed."""
+    failed_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed_before and "page" in request.fixturenames:
+        from tests.browser import ARTIFACTS
+
+        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png",
+                                                   full_page=True)

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings
+from tests.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, open_page
 from tests.conftest import wait_for
 
 
@@ -47,28 +47,13 @@ def app(running):
 @pytest.fixture(scope="module")
 def page(app):
     url, _ = app
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(30_000)
-        page.on("console", lambda m: CONSOLE_ERRORS.append(f"console: {m.text}") if m.type == "error" else None)
-        page.on("pageerror", lambda e: CONSOLE_ERRORS.append(f"page error: {e}"))
-        page.goto(url)
+    with open_page(url, errors=CONSOLE_ERRORS) as page:
         yield page
 
 
 @pytest.fixture()
 def store(app) -> JobStore:
     return app[1]
-
-
-@pytest.fixture(autouse=True)
-def screenshot_on_failure(request):
-    """A failing test leaves tests/artifacts/failed-<test>.png behind, to see what the page showed."""
-    failed_before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > failed_before and "page" in request.fixturenames:
-        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png",
-                                                   full_page=True)
 
 
 def _job_id() -> str:

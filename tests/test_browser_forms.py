@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings
+from tests.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, open_page
 from tests.conftest import wait_status
 
 pytestmark = BROWSER_MARKS
@@ -37,10 +37,7 @@ def app(tmp_path_factory, models_dir):
 
 @pytest.fixture(scope="module")
 def page(app):
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-        page.set_default_timeout(30_000)
-        page.goto(app.url)
+    with open_page(app.url) as page:
         expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
         yield page
 
@@ -48,15 +45,6 @@ def page(app):
 @pytest.fixture()
 def store(app) -> JobStore:
     return JobStore(DataPaths(app.data_dir).db)
-
-
-@pytest.fixture(autouse=True)
-def screenshot_on_failure(request):
-    failed_before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > failed_before and "page" in request.fixturenames:
-        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png",
-                                                   full_page=True)
 
 
 def _job_id() -> str:

@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium
+from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
 from tests.conftest import tiny_spec, wait_for
 
 pytestmark = BROWSER_MARKS
@@ -41,21 +41,8 @@ def store(app) -> JobStore:
 
 @pytest.fixture(scope="module")
 def page(app):
-    with chromium() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.goto(app.url)
+    with open_page(app.url) as page:
         yield page
-
-
-@pytest.fixture(autouse=True)
-def screenshot_on_failure(request):
-    failed_before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > failed_before and "page" in request.fixturenames:
-        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png",
-                                                   full_page=True)
 
 
 def _submit(app, spec: dict) -> str:

@@ -14,7 +14,7 @@ from backend.paths import DataPaths
 from backend.spec import parse_spec
 from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import BROWSER_MARKS, chromium
+from tests.browser import BROWSER_MARKS, open_page
 from tests.conftest import tiny_spec
 
 pytestmark = BROWSER_MARKS
@@ -28,9 +28,7 @@ def app_with_jobs(tmp_path_factory, models_dir):
     second = store.add(parse_spec(tiny_spec(output={"run_name": "second-run"})))
     for job in (first, second):
         store.request_cancel(job.id)
-    with launch_app(root) as running, chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(30_000)
+    with launch_app(root) as running, open_page(running.url) as page:
         yield running, page, first.id, second.id
 
 
