@@ -227,9 +227,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             job = api.get_job(job_choice_id(selected) or "", user)
             path = job_views.prepare_adapter_zip(api, job)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+            raise gr.Error("Pick one of your jobs first.") from None
         except ValueError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(str(exc)) from None
         size_mb = path.stat().st_size / 1e6
         return (gr.update(value=str(path), visible=True),
                 f"Adapter zip ready ({size_mb:.1f} MB): click **Download adapter**.")
@@ -241,9 +241,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             status = api.cancel(job_choice_id(selected) or "", user)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+            raise gr.Error("Pick one of your jobs first.") from None
         except Exception as exc:  # InvalidTransition: already finished
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(str(exc)) from None
         if status is JobStatus.cancelled:
             return "Cancelled before it started."
         return "Asked to stop: it ends at its next training step."
@@ -256,9 +256,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             job = api.resume(job_choice_id(selected) or "", user)
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+            raise gr.Error("Pick one of your jobs first.") from None
         except Exception as exc:  # noqa: BLE001 - InvalidTransition: not resumable; the message says so
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(str(exc)) from None
         return f"Queued again: {job.id} continues from its last checkpoint."
 
     resume_button.click(resume, picker, action_note, api_name="resume_job").then(
@@ -272,7 +272,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             result = api.push_to_hub(job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None,
                                      private=bool(private))
         except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+            raise gr.Error("Pick one of your jobs first.") from None
         except PushError as exc:
             return f"⚠️ Not pushed: {exc}"
         return f"Pushed to [{result.repo_id}]({result.url}) in one commit ({len(result.files)} files)."
@@ -314,9 +314,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         try:
             api.cancel_remote_job((hf_id or "").strip(), user)
         except JobNotFound:
-            raise gr.Error("No such job of yours.", print_exception=False) from None
+            raise gr.Error("No such job of yours.") from None
         except RemoteJobError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
+            raise gr.Error(str(exc)) from None
         return "Asked Hugging Face Jobs to cancel it; refresh to see the stage."
 
     remote_cancel.click(cancel_remote, remote_id, remote_status, api_name="cancel_remote")
@@ -327,7 +327,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             try:
                 job = api.get_job(job_choice_id(selected) or "", user)
             except JobNotFound:
-                raise gr.Error("Pick one of your jobs first.", print_exception=False) from None
+                raise gr.Error("Pick one of your jobs first.") from None
             values = spec_to_form(job.spec)
             return [*(values[name] for name in FIELD_NAMES),
                     f"Settings of {job.id} copied into the Train tab."]
