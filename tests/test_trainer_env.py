@@ -27,7 +27,7 @@ from tests.test_packaging import requirement_pins
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 # The app's packages that the trainer's environment must be able to do without.
-APP_ONLY = ("gradio", "gradio_client", "openenv", "fastmcp", "mcp", "spaces")
+APP_ONLY = ("gradio", "gradio_client", "openenv", "fastmcp", "mcp", "spaces", "trackio")
 # Imported by a worker module, but only on a path the worker never takes.
 NOT_RUN_BY_THE_WORKER = {
     "uvicorn": "serving.serve runs inside the environment servers, under the app's interpreter",
