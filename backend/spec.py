@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 import unicodedata
 from enum import Enum
@@ -12,6 +11,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.demo_model import DEMO_MODEL_ID
+from backend.hub_status import hub_offline
 
 SCHEMA_VERSION = 1
 ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -75,10 +75,6 @@ def _refuse_control_characters(value: str | None) -> str | None:
     if value is not None and any(unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029" for ch in value):
         raise ValueError("must not contain control characters such as line breaks or tabs")
     return value
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
 
 
 def default_model() -> str:
