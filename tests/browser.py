@@ -50,7 +50,26 @@ def open_page(url: str, errors: list[str] | None = None) -> Iterator:
             page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
         page.goto(url)
+        page.collected_errors = errors
         yield page
+
+
+# What Gradio's client logs when a page is left with requests in flight (a timer's poll, an event stream): the
+# browser cuts them off. They are the navigation's doing, not the app's.
+_CUT_OFF_BY_NAVIGATION = re.compile(r"AbortError: signal is aborted|Connection errored out")
+
+
+def goto(page, url: str) -> None:
+    """Go to ``url`` in ``page`` as a user typing an address would.
+
+    Errors the departing page logs because its in-flight requests were cut off are dropped from the page's collected
+    errors (see ``open_page``); every other error stays.
+    """
+    errors = getattr(page, "collected_errors", None)
+    before = len(errors) if errors is not None else 0
+    page.goto(url)
+    if errors is not None:
+        errors[before:] = [e for e in errors[before:] if not _CUT_OFF_BY_NAVIGATION.search(e)]
 
 
 SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"

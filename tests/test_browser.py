@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, open_page
+from tests.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, goto, open_page
 from tests.conftest import wait_for
 
 
@@ -209,7 +209,7 @@ def _queue(page) -> str:
 def _follow_job_link(page, job_id: str) -> None:
     """Open the link Queue answered with (Gradio's Markdown opens links in a new browser tab; here, this one)."""
     href = page.locator("#queue-result").get_by_role("link", name=job_id).get_attribute("href")
-    page.goto(urljoin(page.url, href))
+    goto(page, urljoin(page.url, href))
 
 
 def _wait_in_jobs_tab(page, store, job_id: str, timeout_ms: int = 240_000) -> None:
@@ -273,7 +273,7 @@ def test_compare_overlays_the_sft_and_the_staged_dpo_job(page):
 
 
 def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(page, store):
-    page.goto(page.url.split("?")[0] + "?tab=train")  # a fresh form: no parent job, the demo model
+    goto(page, page.url.split("?")[0] + "?tab=train")  # a fresh form: no parent job, the demo model
     expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3")
     page.locator("#method").get_by_label("grpo").check()
 
