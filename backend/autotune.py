@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from backend.hardware import DeviceInfo
 from backend.memory import GB, MemoryEstimate, estimate_memory, format_bytes, read_available_ram
-from backend.spec import JobSpec, Method
+from backend.spec import JobSpec
+from backend.training.methods import support
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -63,7 +64,8 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
     changes: dict[str, Any] = {}
     choices: list[str] = []
     cuda = device.kind == "cuda"
-    if (budget is not None and cuda and spec.method is Method.grpo and spec.grpo.use_vllm != "off"
+    method = support(spec.method)
+    if (budget is not None and cuda and method.generation is not None and spec.grpo.use_vllm != "off"
             and is_installed("vllm") and device.total_memory_gb):
         # vLLM colocate mode takes its share of the whole GPU before training allocates anything.
         kept = int(device.total_memory_gb * GB * spec.grpo.vllm_gpu_memory_utilization)
@@ -77,9 +79,9 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
 
     if not t.auto_tune:
         defaults = {"training.gradient_checkpointing": True, "training.use_liger_kernel": False,
-                    "training.batch_size": _smallest_auto_batch(spec)}
-        if spec.method is Method.sft:
-            defaults["sft.packing"] = False
+                    "training.batch_size": method.smallest_batch(spec)}
+        if method.packing_path is not None:
+            defaults[method.packing_path] = False
         for path, value in defaults.items():
             if _get(spec, path) in (None, "auto"):
                 changes[path] = value
@@ -105,15 +107,16 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
             why = "liger-kernel is not installed" if cuda else "Liger's kernels need a CUDA GPU"
             decide("training.use_liger_kernel", False, f"Liger kernels: off ({why})")
     # Packing (SFT): short examples padded to the longest in a batch leave the GPU idle; packed, a sequence holds many.
-    if spec.method is Method.sft and spec.sft.packing is None:
+    packing = method.packing_path
+    if packing is not None and _get(spec, packing) is None:
         if not cuda:
-            decide("sft.packing", False, "packing: off (on a CPU packing gains no speed; set sft.packing to pack anyway)")
+            decide(packing, False, f"packing: off (on a CPU packing gains no speed; set {packing} to pack anyway)")
         elif lengths is None or lengths.median > t.max_length * PACK_WHEN_SHORTER_THAN:
             typical = f"~{lengths.median} tokens" if lengths else "of unknown length"
-            decide("sft.packing", False, f"packing: off (examples are {typical} against max_length {t.max_length})")
+            decide(packing, False, f"packing: off (examples are {typical} against max_length {t.max_length})")
         else:
             per_sequence = max(1, t.max_length // max(lengths.median, 1))
-            decide("sft.packing", True, f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
+            decide(packing, True, f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
                    f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)")
 
     if t.batch_size == "auto":
@@ -148,20 +151,17 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
     return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
 
 
-def _smallest_auto_batch(spec: JobSpec) -> int:
-    return spec.grpo.num_generations if spec.method is Method.grpo else 1
-
-
 def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLengths | None, budget: int | None,
                   changes: dict[str, Any], choices: list[str]) -> None:
     """training.batch_size: auto. GRPO: one generation group per step (rollouts, not memory, bound its batch).
     A CPU: a small batch. A GPU: the largest power of two that fits without gradient checkpointing when that is
     left to auto-tune (else with it), so the GPU is kept busy."""
     path = "training.batch_size"
-    if spec.method is Method.grpo:
-        n = spec.grpo.num_generations
+    method = support(spec.method)
+    if method.generation is not None:
+        n = method.smallest_batch(spec)
         changes[path] = n
-        choices.append(f"batch: {n} per device (auto: one generation group of grpo.num_generations)")
+        choices.append(f"batch: {n} per device (auto: one generation group of {method.spec_part}.num_generations)")
         return
     if device.kind != "cuda":
         changes[path] = AUTO_BATCH_CPU
@@ -170,7 +170,7 @@ def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLen
     checkpointing = [False, True] if spec.training.gradient_checkpointing is None else [spec.training.gradient_checkpointing]
     for recompute in checkpointing:
         size = AUTO_BATCH_GPU_MAX
-        while size >= 1:
+        while size >= method.min_batch:
             trial = {**changes, path: size, "training.gradient_checkpointing": recompute}
             estimate = _estimate(_apply(spec, trial), config, device, lengths)
             if budget is None or estimate.total_bytes <= budget:
@@ -181,8 +181,9 @@ def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLen
                                f"checkpointing, {format_bytes(estimate.total_bytes)}{where})")
                 return
             size //= 2
-    changes[path] = 1
-    choices.append("batch: 1 per device (auto: not even one example fits the estimate; expect out-of-memory)")
+    changes[path] = method.min_batch
+    choices.append(f"batch: {method.min_batch} per device (auto: not even the smallest batch fits the estimate; expect "
+                   "out-of-memory)")
 
 
 def measure_lengths(spec: JobSpec, tokenizer, loaded: tuple[Any, str]) -> ExampleLengths | None:
@@ -231,7 +232,7 @@ def _budget(device: DeviceInfo, available_ram: int | None) -> int | None:
 
 def _estimate(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLengths | None) -> MemoryEstimate:
     longest = lengths.longest if lengths else None
-    if spec.method is Method.grpo:
+    if support(spec.method).generation is not None:
         return estimate_memory(spec, config, device, prompt_tokens=longest)
     return estimate_memory(spec, config, device, sequence_tokens=longest)
 

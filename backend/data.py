@@ -8,24 +8,13 @@ from typing import TYPE_CHECKING
 from backend.access import UPLOAD_AGAIN, upload_display_name, upload_file
 from backend.builtin_datasets import BUILTIN_DATASETS
 from backend.spec import DatasetSpec, Method, SpecError, quote_input
+from backend.training.methods import DataFormat, support
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
 EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
 FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-
-# Column sets each method accepts, in order of preference: (format name, required columns).
-METHOD_FORMATS: dict[Method, list[tuple[str, tuple[str, ...]]]] = {
-    Method.sft: [
-        ("conversational", ("messages",)),
-        ("prompt-completion", ("prompt", "completion")),
-        ("language-modeling", ("text",)),
-    ],
-    Method.dpo: [("preference", ("prompt", "chosen", "rejected")), ("implicit-preference", ("chosen", "rejected"))],
-    Method.grpo: [("prompt-only", ("prompt",))],
-}
-
 
 def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Path | None = None) -> "Dataset":
     from datasets import load_dataset
@@ -97,7 +86,7 @@ def mapping_example(columns: list[str], method: Method) -> str:
     >>> mapping_example(["question", "answer"], Method.sft)
     'prompt=question, completion=answer'
     """
-    formats = [required for _, required in METHOD_FORMATS[method]]
+    formats = [f.columns for f in support(method).formats]
     unused = [c for c in columns if not any(c in required for required in formats)] or list(columns)
     # The format that names as many columns as the data has left over reads most naturally.
     required = next((r for r in formats if len(r) == len(unused)), formats[0])
@@ -121,22 +110,25 @@ def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
     return ds.rename_columns(renames) if renames else ds
 
 
-# Columns a trainer reads when they are there: TRL renders a conversational row's ``tools`` into the chat template.
-OPTIONAL_COLUMNS: dict[Method, tuple[str, ...]] = {Method.sft: ("tools",)}
-
-
-def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, ...]]:
+def find_format(columns: list[str], method: Method) -> DataFormat:
     """The first dataset format of ``method`` whose columns are all present, else an actionable SpecError."""
-    for name, required in METHOD_FORMATS[method]:
-        if all(c in columns for c in required):
-            return name, required
-    wanted = " or ".join("/".join(req) for _, req in METHOD_FORMATS[method])
+    formats = support(method).formats
+    for data_format in formats:
+        if all(c in columns for c in data_format.columns):
+            return data_format
+    wanted = " or ".join("/".join(f.columns) for f in formats)
     raise ColumnsMismatch(
         [
-            f"dataset: {method.value.upper()} needs columns {wanted}; the dataset has {', '.join(columns) or 'none'}. "
+            f"dataset: {support(method).label} needs columns {wanted}; the dataset has {', '.join(columns) or 'none'}. "
             f"Fill {MAPPING_NAME} with expected=your_column, e.g. {mapping_example(columns, method)}."
         ]
     )
+
+
+def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, ...]]:
+    """(format name, required columns) of the first format of ``method`` the columns fit (see ``find_format``)."""
+    data_format = find_format(columns, method)
+    return data_format.name, data_format.columns
 
 
 def load_training_dataset(
@@ -152,7 +144,8 @@ def load_training_dataset(
     """
     ds = _load_raw(spec, uploads_dir, cache_dir)
     ds = apply_column_mapping(ds, spec.columns)
-    fmt, required = detect_format(ds.column_names, method)
+    data_format = find_format(ds.column_names, method)
+    fmt, required = data_format.name, data_format.columns
     missing = sorted(keep_columns - set(ds.column_names))
     if missing:
         raise ColumnsMismatch(
@@ -162,8 +155,9 @@ def load_training_dataset(
                 for c in missing
             ]
         )
-    ds = _as_text(ds, required)
-    kept = set(required) | set(keep_columns) | set(OPTIONAL_COLUMNS.get(method, ()))
+    ds = _as_text(ds, data_format.text_columns)
+    ds = _as_labels(ds, data_format.labels)
+    kept = set(required) | set(keep_columns) | set(support(method).optional_columns)
     extra = [] if keep_all else [c for c in ds.column_names if c not in kept]
     if extra:
         ds = ds.remove_columns(extra)
@@ -193,6 +187,24 @@ def _as_text(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
         feature = ds.features.get(column)
         if isinstance(feature, Value) and feature.dtype not in ("string", "large_string"):
             ds = ds.cast_column(column, Value("string"))
+    return ds
+
+
+def _as_labels(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
+    """Label columns as booleans: a CSV's ``true``/``false`` or ``1``/``0`` loads as text or numbers. A value that is
+    none of these is refused by name."""
+    from datasets import Value
+
+    for column in columns:
+        if ds.features.get(column) == Value("bool"):
+            continue
+        words = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}
+        bad = [i for i, v in enumerate(ds[column]) if v is not None and str(v).strip().lower() not in words]
+        if bad:
+            raise SpecError([f"dataset: column {column!r} must hold true or false; row {bad[0]} has "
+                             f"{quote_input(ds[bad[0]][column])}"])
+        ds = ds.map(lambda row: {column: None if row[column] is None else words[str(row[column]).strip().lower()]})
+        ds = ds.cast_column(column, Value("bool"))
     return ds
 
 

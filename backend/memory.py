@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.hardware import DeviceInfo
-from backend.spec import JobSpec, LoraSpec, Method
+from backend.spec import JobSpec, LoraSpec
+from backend.training.methods import support
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -188,13 +189,13 @@ def estimate_memory(
     dtype_bytes = 2 if device.kind == "cuda" and device.bf16 else 4
     t = spec.training
     # An auto batch not decided yet is estimated at its smallest: one example, or one generation group for GRPO.
-    batch, seq_len = t.batch_or(spec.grpo.num_generations if spec.method is Method.grpo else 1), t.max_length
-    if sequence_tokens and not (spec.method is Method.sft and spec.sft.packing):
+    method = support(spec.method)
+    batch, seq_len = t.batch_or(method.smallest_batch(spec)), t.max_length
+    if sequence_tokens and not method.packs(spec):
         seq_len = min(sequence_tokens, t.max_length)
-    if spec.method is Method.dpo:
-        batch *= 2  # chosen and rejected go through the model in one concatenated batch
-    if spec.method is Method.grpo:
-        seq_len = (prompt_tokens or t.max_length) + spec.grpo.max_completion_length
+    batch *= method.sequences_per_example  # DPO's chosen and rejected go through the model in one batch
+    if method.generation is not None:
+        seq_len = (prompt_tokens or t.max_length) + method.generation(spec)[1]
 
     items: list[tuple[str, int]] = [_weights(spec, params, dtype_bytes)]
     items += _trainable_state(spec, config, params, dtype_bytes)
@@ -206,8 +207,8 @@ def estimate_memory(
         items.append(("logits (Liger fused, chunked)", batch * seq_len * s.hidden * LOGIT_BYTES))
     else:
         items.append(("logits (fp32)", batch * seq_len * s.vocab * LOGIT_BYTES))
-    if spec.method is Method.grpo:
-        items += _generation(spec, s, seq_len, dtype_bytes)
+    if method.generation is not None:
+        items += _generation(method.generation(spec)[0], s, seq_len, dtype_bytes)
     tensors = sum(size for _, size in items)
     if device.kind == "cuda":
         runtime = [("CUDA context and cuBLAS workspaces", CUDA_CONTEXT_BYTES),
@@ -253,7 +254,7 @@ def _needs_reference_copy(spec: JobSpec) -> bool:
     """With LoRA the reference is the base model with the adapter switched off; full fine-tuning needs a copy."""
     if spec.lora.enabled:
         return False
-    return spec.method is Method.dpo or (spec.method is Method.grpo and spec.grpo.beta > 0)
+    return support(spec.method).reference_model(spec)
 
 
 def checkpointing(spec: JobSpec) -> bool:
@@ -287,9 +288,9 @@ def _activation_bytes(spec: JobSpec, s: _Shape, tokens: int, dtype_bytes: int) -
     return tokens * per_token * dtype_bytes
 
 
-def _generation(spec: JobSpec, s: _Shape, seq_len: int, dtype_bytes: int) -> list[tuple[str, float]]:
-    """GRPO samples a whole group at once: its KV cache, and the logits it scores the completions with."""
-    n = spec.grpo.num_generations
+def _generation(n: int, s: _Shape, seq_len: int, dtype_bytes: int) -> list[tuple[str, float]]:
+    """A generating method (GRPO) samples a whole group of ``n`` at once: its KV cache, and the logits it scores the
+    completions with."""
     kv_cache = n * seq_len * s.layers * 2 * s.kv_dim * dtype_bytes
     return [
         (f"generation KV cache ({n} completions)", kv_cache),
@@ -306,7 +307,7 @@ def _advice(spec: JobSpec, device: DeviceInfo) -> list[str]:
         advice.append("enable LoRA")
     if not checkpointing(spec):
         advice.append("turn on gradient checkpointing")
-    if spec.method is Method.grpo:
+    if support(spec.method).generation is not None:
         advice.append("use fewer generations or a shorter max completion length")
     advice.append("lower batch size or max length")
     return advice

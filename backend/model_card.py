@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from backend.access import dataset_file_name
 from backend.performance import TOKENS_COUNTED, performance_line
 from backend.spec import JobSpec, Method
+from backend.training.methods import plots_for, support
 from backend.trl_cli import PLACEHOLDER_NAMESPACE, hub_model_id, slug, trl_cli_yaml
 
 if TYPE_CHECKING:
@@ -19,19 +20,12 @@ if TYPE_CHECKING:
 
 PLOT_FILENAME = "training_curves.png"
 
-METHOD_WORDS = {
-    Method.sft: "supervised fine-tuning (SFT) on demonstrations",
-    Method.dpo: "direct preference optimization (DPO) on preference pairs",
-    Method.grpo: "group relative policy optimization (GRPO) with rewards",
-}
-
-
 # --- the training curves ---------------------------------------------------------------------------------------
 
 
 def training_series(metrics: list[dict[str, Any]], method: Method) -> dict[str, list[tuple[int, float]]]:
-    """(step, value) points per plotted metric: the loss, and the mean reward for GRPO."""
-    keys = ["loss"] + (["reward"] if method is Method.grpo else [])
+    """(step, value) points per metric the method plots (the method table's ``plots``: the loss, GRPO's reward)."""
+    keys = [key for key, _ in plots_for(method)]
     series: dict[str, list[tuple[int, float]]] = {}
     for key in keys:
         points = [
@@ -166,24 +160,7 @@ def settings_rows(spec: JobSpec, artifacts: dict[str, Any]) -> list[tuple[str, A
         rows.append(("attention", t.attn_implementation))
     if t.use_liger_kernel:
         rows.append(("Liger kernels", "on"))
-    if spec.method is Method.sft:
-        rows += [("completion-only loss", spec.sft.completion_only_loss), ("packing", {True: "on", False: "off", None: "auto"}[spec.sft.packing])]
-    elif spec.method is Method.dpo:
-        rows += [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)]
-    else:
-        g = spec.grpo
-        rows += [
-            ("generations per prompt", g.num_generations),
-            ("max completion length", g.max_completion_length),
-            ("temperature / top-p", f"{g.temperature} / {g.top_p}"),
-            ("KL beta", g.beta),
-            ("GRPO loss", g.loss_type),
-        ]
-        if g.rewards:
-            rows.append(("rewards (weight)", ", ".join(f"{r.name} ({r.weight})" for r in g.rewards)))
-        if spec.environment.name:
-            rows.append(("OpenEnv environment", f"`{spec.environment.name}` (reward: {spec.environment.reward})"))
-    return rows
+    return rows + support(spec.method).card_rows(spec)
 
 
 def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, Any] | None) -> list[str]:
@@ -347,7 +324,7 @@ def build_model_card(
     what = "A LoRA adapter" if spec.lora.enabled else "A fine-tuned model"
     lines = [f"# {repo_id.split('/')[-1]}", ""]
     lines += [f"{what} for `{spec.model.name_or_path}`, trained with [TRL](https://github.com/huggingface/trl) "
-              f"{METHOD_WORDS[spec.method]} in Post-Training Studio (job `{job.id}`).", ""]
+              f"{support(spec.method).summary} in Post-Training Studio (job `{job.id}`).", ""]
     if base is None:
         where = ("the app's built-in tiny random demo model, which is not on the Hub"
                  if spec.model.name_or_path.startswith("builtin:") else "a local folder, not a Hub model")
@@ -365,10 +342,10 @@ def build_model_card(
         rows: list[tuple[str, Any]] = []
         if logged:
             rows.append(("last logged loss", logged[-1]["loss"]))
-        if spec.method is Method.grpo:
-            rewarded = [row for row in metrics if isinstance(row.get("reward"), (int, float))]
-            if rewarded:
-                rows += [("first mean reward", rewarded[0]["reward"]), ("last mean reward", rewarded[-1]["reward"])]
+        for key, label in plots_for(spec.method)[1:]:  # the method's curves beyond the loss (GRPO's mean reward)
+            plotted = [row for row in metrics if isinstance(row.get(key), (int, float))]
+            if plotted:
+                rows += [(f"first {label}", plotted[0][key]), (f"last {label}", plotted[-1][key])]
         rows += sorted(final.items())
         lines += _table(("metric", "value"), rows) + [""]
     lines += _evaluation_lines(job.artifacts.get("evaluation"), job.artifacts.get("environment_evaluation"))

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.data import load_training_dataset, split_holdout
+from backend.training.methods import support
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
 from backend.hub_status import HUB_UNREACHABLE, hub_offline, hub_reachable
@@ -110,6 +111,10 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
         split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     except SpecError as exc:
         problems.extend(exc.problems)
+    method = support(spec.method)
+    if spec.training.batch_size != "auto" and spec.training.batch_size < method.min_batch:
+        problems.append(f"training.batch_size: {method.label} needs at least {method.min_batch} examples per device "
+                        f"(got {spec.training.batch_size}); raise it or use auto")
     if spec.training.num_gpus > 1:
         from backend.hardware import gpu_count_without_torch
 

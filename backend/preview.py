@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.data import load_training_dataset
-from backend.spec import JobSpec, Method, SpecError
+from backend.spec import JobSpec, SpecError
+from backend.training.methods import support
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -67,9 +68,10 @@ def preview_dataset(spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple["Data
     examples = [dataset[i] for i in range(min(rows, len(dataset)))]
     if examples:
         _require_chat_template(examples[0], tokenizer, spec.model.name_or_path)
-    renderer = _Renderer(tokenizer, _chat_template_kwargs(spec, fmt, tokenizer))
+    method = support(spec.method)
+    renderer = Renderer(tokenizer, method.template_kwargs(spec, fmt, tokenizer))
     max_length = spec.training.max_length
-    rendered = [_render_row(example, spec.method, renderer, max_length) for example in examples]
+    rendered = [method.render(example, renderer, max_length) for example in examples]
     return DatasetPreview(
         format=fmt,
         columns=list(dataset.column_names),
@@ -101,31 +103,7 @@ def _require_chat_template(example: dict[str, Any], tokenizer, model_name: str) 
         )
 
 
-def _chat_template_kwargs(spec: JobSpec, fmt: str, tokenizer) -> dict[str, Any]:
-    """The extra apply_chat_template arguments the trainer will use for this job."""
-    if spec.method is Method.grpo and spec.grpo.enable_thinking is not None:
-        return {"enable_thinking": spec.grpo.enable_thinking}
-    training_template = _sft_training_template(spec, fmt, tokenizer)
-    return {"chat_template": training_template} if training_template else {}
-
-
-def _sft_training_template(spec: JobSpec, fmt: str, tokenizer) -> str | None:
-    """The template SFTTrainer swaps in for assistant-only loss: it can render earlier turns differently
-    (Qwen3's keeps their empty think blocks), so the preview must use it too."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
-
-    template = getattr(tokenizer, "chat_template", None)
-    if spec.method is not Method.sft or fmt != "conversational" or not spec.sft.completion_only_loss or not template:
-        return None
-    if has_generation_markers(template):
-        return None
-    try:
-        return get_training_chat_template(tokenizer)
-    except ValueError:  # no known training template: the job trains on the stock template without masks
-        return None
-
-
-class _Renderer:
+class Renderer:
     """Turns messages or text into (rendered text, token count) the way TRL's tokenize step does."""
 
     def __init__(self, tokenizer, template_kwargs: dict[str, Any]):
@@ -148,17 +126,22 @@ class _Renderer:
         return text if not eos or text.endswith(eos) else text + eos
 
 
-def _render_row(example: dict[str, Any], method: Method, renderer: _Renderer, max_length: int) -> PreviewRow:
-    if method is Method.dpo:
-        return _render_preference(example, renderer, max_length)
-    if method is Method.grpo:
-        rendered, n_tokens = _render_prompt_only(example, renderer)
-    else:
-        rendered, n_tokens = _render_sft(example, renderer)
-    return PreviewRow(rendered=rendered, n_tokens=n_tokens, over_max_length=n_tokens > max_length)
+def single_row(rendered: tuple[str, int], max_length: int) -> PreviewRow:
+    """A row that feeds the trainer one sequence, from its (text, token count)."""
+    return PreviewRow(rendered=rendered[0], n_tokens=rendered[1], over_max_length=rendered[1] > max_length)
 
 
-def _render_sft(example: dict[str, Any], renderer: _Renderer) -> tuple[str, int]:
+def render_sft_row(example: dict[str, Any], renderer: Renderer, max_length: int) -> PreviewRow:
+    """An SFT example: the whole conversation, prompt + completion, or text."""
+    return single_row(_render_sft(example, renderer), max_length)
+
+
+def render_prompt_row(example: dict[str, Any], renderer: Renderer, max_length: int) -> PreviewRow:
+    """A prompt-only example (GRPO): the prompt with the generation prompt."""
+    return single_row(_render_prompt_only(example, renderer), max_length)
+
+
+def _render_sft(example: dict[str, Any], renderer: Renderer) -> tuple[str, int]:
     from trl.data_utils import is_conversational
 
     if "messages" in example:
@@ -171,7 +154,8 @@ def _render_sft(example: dict[str, Any], renderer: _Renderer) -> tuple[str, int]
     return renderer.text(renderer.with_eos(example["text"]))
 
 
-def _render_preference(example: dict[str, Any], renderer: _Renderer, max_length: int) -> PreviewRow:
+def render_preference_row(example: dict[str, Any], renderer: Renderer, max_length: int) -> PreviewRow:
+    """A preference pair: prompt + chosen, and prompt + rejected."""
     from trl.data_utils import extract_prompt, is_conversational
 
     if "prompt" not in example:  # implicit prompt: DPOTrainer splits off the shared leading turns
@@ -191,7 +175,7 @@ def _render_preference(example: dict[str, Any], renderer: _Renderer, max_length:
     )
 
 
-def _render_prompt_only(example: dict[str, Any], renderer: _Renderer) -> tuple[str, int]:
+def _render_prompt_only(example: dict[str, Any], renderer: Renderer) -> tuple[str, int]:
     from trl.data_utils import is_conversational
 
     if is_conversational(example):

@@ -12,7 +12,7 @@ from typing import Any
 
 import regex
 
-from backend.spec import JobSpec, Method, RewardSpec, SpecError
+from backend.spec import JobSpec, RewardSpec, SpecError
 
 log = logging.getLogger(__name__)
 
@@ -503,8 +503,10 @@ def required_columns(spec: RewardSpec) -> set[str]:
 
 
 def reward_columns(spec: JobSpec) -> set[str]:
-    """Dataset columns a job's rewards read (none unless it is a GRPO job)."""
-    if spec.method is not Method.grpo:
+    """Dataset columns a job's rewards read (none unless its method generates completions to reward: GRPO)."""
+    from backend.training.methods import support
+
+    if support(spec.method).generation is None:
         return set()
     return set().union(*(required_columns(r) for r in spec.grpo.rewards))
 

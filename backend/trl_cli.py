@@ -1,6 +1,6 @@
-"""The TRL command-line config equivalent to a job: a YAML file that ``trl sft|dpo|grpo --config FILE`` accepts.
+"""The TRL command-line config equivalent to a job: a YAML file that ``trl <method> --config FILE`` accepts.
 
-The keys are the fields of the dataclasses TRL's scripts parse (``trl/scripts/{sft,dpo,grpo}.py``: ScriptArguments
+The keys are the fields of the dataclasses TRL's scripts parse (``trl/scripts/<method>.py``: ScriptArguments
 or GRPOScriptArguments, the method's config, ModelConfig). What the CLI cannot express (a built-in or local
 dataset, the app's own reward functions, an OpenEnv environment, a held-out evaluation) becomes a YAML comment
 that says what to do instead, so the file stays valid and honest.
@@ -18,18 +18,12 @@ import yaml
 from backend.access import dataset_file_name
 from backend.builtin_datasets import BUILTIN_DATASETS
 from backend.demo_model import DEMO_MODEL_ID
-from backend.spec import JobSpec, Method
+from backend.spec import JobSpec
 from backend.training.common import base_training_kwargs
+from backend.training.methods import support
 
 # Placeholders for what must be uploaded to the Hub before the CLI can use it.
 PLACEHOLDER_NAMESPACE = "YOUR_USERNAME"
-
-# The app's rewards TRL's GRPO script knows by name (its ``reward_funcs_registry``).
-TRL_REWARD_NAMES = {
-    "accuracy": "accuracy_reward",
-    "reasoning_accuracy": "reasoning_accuracy_reward",
-    "think_format": "think_format_reward",
-}
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 
@@ -65,14 +59,19 @@ def _placeholder_model_id(spec: JobSpec) -> str:
     return f"{PLACEHOLDER_NAMESPACE}/{slug(spec.model.name_or_path.removeprefix('builtin:'))}"
 
 
-def _builtin_is_conversational(name: str) -> bool:
-    """Whether a shipped sample's rows are chats (``messages``); read from its first line."""
-    builtin = BUILTIN_DATASETS.get(name)
+def _dataset_format(spec: JobSpec) -> str | None:
+    """The layout of a shipped sample, read from its first line; None where the export cannot know it (Hub data)."""
+    from backend.data import ColumnsMismatch, detect_format
+
+    builtin = BUILTIN_DATASETS.get(spec.dataset.name) if spec.dataset.source == "builtin" else None
     if builtin is None:
-        return False
+        return None
     with open(builtin.path, encoding="utf-8") as fh:
         first = fh.readline()
-    return bool(first.strip()) and "messages" in json.loads(first)
+    try:
+        return detect_format(list(json.loads(first)), spec.method) if first.strip() else None
+    except ColumnsMismatch:
+        return None
 
 
 def _model_section(spec: JobSpec) -> dict[str, Any]:
@@ -119,42 +118,16 @@ def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
     )})
     if shared["auto_find_batch_size"]:
         section["auto_find_batch_size"] = True
-    if spec.method is not Method.grpo:  # the app bounds GRPO by max_completion_length instead
-        section["max_length"] = t.max_length
     if spec.output.run_name:
         section["run_name"] = spec.output.run_name
     return section
 
 
 def _method_section(spec: JobSpec) -> dict[str, Any]:
-    if spec.method is Method.sft:
-        section: dict[str, Any] = {"completion_only_loss": spec.sft.completion_only_loss, "packing": bool(spec.sft.packing)}
-        if spec.dataset.source == "builtin" and _builtin_is_conversational(spec.dataset.name):
-            # For chats the app's completion-only loss is TRL's assistant-only loss.
-            section["assistant_only_loss"] = spec.sft.completion_only_loss
-        return section
-    if spec.method is Method.dpo:
-        return {"beta": spec.dpo.beta, "loss_type": [spec.dpo.loss_type]}
-    g = spec.grpo
-    section = {
-        "num_generations": g.num_generations,
-        "max_completion_length": g.max_completion_length,
-        "temperature": g.temperature,
-        "top_p": g.top_p,
-        "beta": g.beta,
-        "loss_type": g.loss_type,
-        "log_completions": g.log_completions,
-    }
-    if g.enable_thinking is not None:
-        section["chat_template_kwargs"] = {"enable_thinking": g.enable_thinking}
-    known = [TRL_REWARD_NAMES[r.name] for r in g.rewards if r.name in TRL_REWARD_NAMES]
-    if known:
-        section["reward_funcs"] = known
-    if g.rewards and len(known) == len(g.rewards):
-        section["reward_weights"] = [r.weight for r in g.rewards]
-    if g.use_vllm == "on":
-        section.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization)
-    return section
+    """The method's own keys: the very kwargs its trainer's config gets, plus the script's extras."""
+    method = support(spec.method)
+    fmt = _dataset_format(spec)
+    return {**method.config_kwargs(spec, fmt[0] if fmt else None), **method.cli_extras(spec)}
 
 
 def _peft_section(spec: JobSpec) -> dict[str, Any]:
@@ -198,12 +171,6 @@ def trl_cli_config(spec: JobSpec, output_dir: str | None = None) -> dict[str, An
     return config
 
 
-def _reward_description(reward) -> str:
-    params = reward.model_dump(exclude={"name", "weight"}, exclude_defaults=True)
-    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    return f"{reward.name}({shown}) weight {reward.weight}" if shown else f"{reward.name} weight {reward.weight}"
-
-
 def trl_cli_notes(spec: JobSpec) -> list[str]:
     """What the job did that the TRL CLI config cannot say: one sentence each, rendered as comments."""
     notes: list[str] = []
@@ -242,27 +209,7 @@ def trl_cli_notes(spec: JobSpec) -> list[str]:
     if spec.eval.holdout_fraction or spec.eval.holdout_rows:
         held = spec.eval.holdout_rows or f"{spec.eval.holdout_fraction:.0%} of the"
         notes.append(f"evaluation: the app held out {held} rows for a before/after evaluation; the CLI trains on all.")
-    if spec.method is Method.grpo:
-        custom = [r for r in spec.grpo.rewards if r.name not in TRL_REWARD_NAMES]
-        if spec.grpo.rewards:
-            listed = "; ".join(_reward_description(r) for r in spec.grpo.rewards)
-            notes.append(f"rewards: the app scored completions with {listed}.")
-        if custom:
-            names = ", ".join(r.name for r in custom)
-            notes.append(
-                f"rewards: {names}: the app's own rewards (backend/rewards.py), not in TRL's registry; TRL's CLI takes "
-                "such functions as dotted import paths in reward_funcs (e.g. my_rewards.length_reward), with "
-                "reward_weights in the same order."
-            )
-        if spec.environment.name:
-            notes.append(
-                f"environment: the OpenEnv environment {spec.environment.name} rewarded each episode "
-                f"({spec.environment.reward}, up to {spec.environment.max_tool_calling_iterations} tool calls); "
-                "the TRL CLI cannot attach an environment: use GRPOTrainer(environment_factory=...) in a script."
-            )
-        if spec.grpo.use_vllm == "auto":
-            notes.append("generation: the app uses vLLM colocate mode when a CUDA GPU and vllm are present "
-                         "(use_vllm: true, vllm_mode: colocate).")
+    notes += support(spec.method).cli_notes(spec)
     notes.append("precision: TRL's configs train in bf16 by default; on a CPU or a GPU without bf16 add --bf16 false.")
     if spec.training.num_gpus > 1:
         notes.append(f"launch: the app trained on {spec.training.num_gpus} GPUs; add --num_processes "

@@ -22,7 +22,7 @@ from backend.failures import describe_failure, with_log_tail
 from backend.data import load_training_dataset, split_holdout
 from backend.rewards import reward_columns
 from backend.paths import DataPaths
-from backend.spec import JobSpec, Method, SpecError
+from backend.spec import JobSpec, SpecError
 from backend.store import JobStatus, JobStore
 
 log = logging.getLogger("studio.worker")
@@ -75,22 +75,13 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
     dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     log.info("dataset ready: %d rows to train on, %d held out", len(train), len(held_out) if held_out else 0)
-    common = dict(
-        spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks,
-        dataset=train, parent_adapter=parent_adapter,
-    )
-    if spec.method is Method.sft:
-        from backend.training.sft import build_sft_trainer
+    from backend.training.methods import TrainerInputs, support
 
-        # SFT's held-out loss comes from trainer.evaluate(), so TRL must tokenize those rows too.
-        return build_sft_trainer(dataset_format=fmt, eval_dataset=held_out, **common), held_out
-    if spec.method is Method.dpo:
-        from backend.training.dpo import build_dpo_trainer
-
-        return build_dpo_trainer(**common), held_out
-    from backend.training.grpo import build_grpo_trainer
-
-    return build_grpo_trainer(**common, environment=environment), held_out
+    trainer = support(spec.method).build_trainer(TrainerInputs(
+        spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks, dataset=train,
+        dataset_format=fmt, parent_adapter=parent_adapter, held_out=held_out, environment=environment,
+    ))
+    return trainer, held_out
 
 
 def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:

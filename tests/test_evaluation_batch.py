@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from backend.evaluation import _render, evaluate_before_after, generate_completions
+from backend.evaluation import render_texts as _render, evaluate_before_after, generate_completions
 from backend.mixed_batch import BASE_ADAPTER, GenerationSettings, mixed_logprobs
 from backend.spec import parse_spec
 from backend.training.callbacks import StoreReportingCallback

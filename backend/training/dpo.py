@@ -9,32 +9,63 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.spec import JobSpec
+from backend.evaluation import preference_scores
+from backend.preview import render_preference_row
+from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, load_policy
+from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
 
 if TYPE_CHECKING:
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
 
+def dpo_config_kwargs(spec: JobSpec, dataset_format: str | None = None) -> dict:
+    """DPOConfig's method kwargs, for the trainer and the TRL CLI export alike."""
+    return {"max_length": spec.training.max_length, "beta": spec.dpo.beta, "loss_type": [spec.dpo.loss_type]}
+
+
 def to_dpo_config(spec: JobSpec, output_dir: Path) -> "DPOConfig":
+    """Pure translation of the spec's settings into TRL's DPOConfig."""
     from trl import DPOConfig
 
-    return DPOConfig(
-        **base_training_kwargs(spec, output_dir),
-        max_length=spec.training.max_length,
-        beta=spec.dpo.beta,
-        loss_type=[spec.dpo.loss_type],
-    )
+    return DPOConfig(**base_training_kwargs(spec, output_dir), **dpo_config_kwargs(spec))
 
 
 def build_dpo_trainer(
     spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
     parent_adapter: Path | None = None,
 ) -> "DPOTrainer":
+    """The DPOTrainer; the reference is the policy with its adapter off (or the parent's frozen adapter)."""
     from trl import DPOTrainer
 
     policy = load_policy(spec, models_dir, parent_adapter)
     return DPOTrainer(
         args=to_dpo_config(spec, output_dir), train_dataset=dataset, callbacks=callbacks, **policy.trainer_kwargs()
     )
+
+
+def _build(inputs: TrainerInputs):
+    return build_dpo_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
+                             inputs.parent_adapter)
+
+
+def _always(spec: JobSpec) -> bool:
+    return True
+
+
+SUPPORT = MethodSupport(
+    method=Method.dpo,
+    spec_part="dpo",
+    summary="direct preference optimization (DPO) on preference pairs",
+    formats=(DataFormat("preference", ("prompt", "chosen", "rejected")),
+             DataFormat("implicit-preference", ("chosen", "rejected"))),
+    config_kwargs=dpo_config_kwargs,
+    build_trainer=_build,
+    evaluate=preference_scores,
+    render=render_preference_row,
+    card_rows=lambda spec: [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)],
+    form_fields=("dpo.beta", "dpo.loss_type"),
+    reference_model=_always,  # the reference log-probs, every step (the studio does not precompute them)
+    sequences_per_example=2,  # chosen and rejected go through the model in one concatenated batch
+)

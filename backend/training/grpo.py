@@ -6,8 +6,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.spec import JobSpec, SpecError
+from backend.evaluation import reward_scores
+from backend.preview import render_prompt_row
+from backend.spec import JobSpec, Method, SpecError
 from backend.training.common import base_training_kwargs, load_policy
+from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
 
 log = logging.getLogger("studio.grpo")
 
@@ -51,21 +54,32 @@ def vllm_settings(spec: JobSpec, available: bool | None = None) -> tuple[dict, s
     )
 
 
+def grpo_config_kwargs(spec: JobSpec, dataset_format: str | None = None) -> dict:
+    """GRPOConfig's method kwargs from the spec, for the trainer and the TRL CLI export alike (the app bounds GRPO by
+    max_completion_length, not max_length)."""
+    g = spec.grpo
+    kwargs = {
+        "num_generations": g.num_generations,
+        "max_completion_length": g.max_completion_length,
+        "temperature": g.temperature,
+        "top_p": g.top_p,
+        "beta": g.beta,
+        "loss_type": g.loss_type,
+        "log_completions": g.log_completions,
+    }
+    if g.enable_thinking is not None:
+        kwargs["chat_template_kwargs"] = {"enable_thinking": g.enable_thinking}
+    return kwargs
+
+
 def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float],
                    vllm_kwargs: dict | None = None) -> "GRPOConfig":
+    """The spec's settings, the reward weights and the generation engine's settings as TRL's GRPOConfig."""
     from trl import GRPOConfig
 
-    g = spec.grpo
     return GRPOConfig(
         **base_training_kwargs(spec, output_dir),
-        num_generations=g.num_generations,
-        max_completion_length=g.max_completion_length,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        beta=g.beta,
-        loss_type=g.loss_type,
-        chat_template_kwargs={"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else None,
-        log_completions=g.log_completions,
+        **grpo_config_kwargs(spec),
         num_completions_to_print=2,
         reward_weights=reward_weights or None,
         # The environment's loop: how many model turns (tool calls) one episode may take.
@@ -100,3 +114,104 @@ def build_grpo_trainer(
         if hasattr(callback, "watch_completions"):
             callback.watch_completions(trainer)
     return trainer
+
+
+# The app's rewards TRL's GRPO script knows by name (its ``reward_funcs_registry``).
+TRL_REWARD_NAMES = {
+    "accuracy": "accuracy_reward",
+    "reasoning_accuracy": "reasoning_accuracy_reward",
+    "think_format": "think_format_reward",
+}
+
+
+def cli_extras(spec: JobSpec) -> dict:
+    """The GRPO script's keys beyond the config kwargs: TRL's own reward functions by name, and vLLM when forced."""
+    g = spec.grpo
+    section: dict = {}
+    known = [TRL_REWARD_NAMES[r.name] for r in g.rewards if r.name in TRL_REWARD_NAMES]
+    if known:
+        section["reward_funcs"] = known
+    if g.rewards and len(known) == len(g.rewards):
+        section["reward_weights"] = [r.weight for r in g.rewards]
+    if g.use_vllm == "on":
+        section.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization)
+    return section
+
+
+def _reward_description(reward) -> str:
+    params = reward.model_dump(exclude={"name", "weight"}, exclude_defaults=True)
+    shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return f"{reward.name}({shown}) weight {reward.weight}" if shown else f"{reward.name} weight {reward.weight}"
+
+
+def cli_notes(spec: JobSpec) -> list[str]:
+    """What the TRL CLI cannot say about a GRPO job: the app's own rewards, an environment, vLLM's auto mode."""
+    notes = []
+    custom = [r for r in spec.grpo.rewards if r.name not in TRL_REWARD_NAMES]
+    if spec.grpo.rewards:
+        listed = "; ".join(_reward_description(r) for r in spec.grpo.rewards)
+        notes.append(f"rewards: the app scored completions with {listed}.")
+    if custom:
+        names = ", ".join(r.name for r in custom)
+        notes.append(
+            f"rewards: {names}: the app's own rewards (backend/rewards.py), not in TRL's registry; TRL's CLI takes "
+            "such functions as dotted import paths in reward_funcs (e.g. my_rewards.length_reward), with "
+            "reward_weights in the same order."
+        )
+    if spec.environment.name:
+        notes.append(
+            f"environment: the OpenEnv environment {spec.environment.name} rewarded each episode "
+            f"({spec.environment.reward}, up to {spec.environment.max_tool_calling_iterations} tool calls); "
+            "the TRL CLI cannot attach an environment: use GRPOTrainer(environment_factory=...) in a script."
+        )
+    if spec.grpo.use_vllm == "auto":
+        notes.append("generation: the app uses vLLM colocate mode when a CUDA GPU and vllm are present "
+                     "(use_vllm: true, vllm_mode: colocate).")
+    return notes
+
+
+def _card_rows(spec: JobSpec) -> list[tuple[str, object]]:
+    g = spec.grpo
+    rows: list[tuple[str, object]] = [
+        ("generations per prompt", g.num_generations),
+        ("max completion length", g.max_completion_length),
+        ("temperature / top-p", f"{g.temperature} / {g.top_p}"),
+        ("KL beta", g.beta),
+        ("GRPO loss", g.loss_type),
+    ]
+    if g.rewards:
+        rows.append(("rewards (weight)", ", ".join(f"{r.name} ({r.weight})" for r in g.rewards)))
+    if spec.environment.name:
+        rows.append(("OpenEnv environment", f"`{spec.environment.name}` (reward: {spec.environment.reward})"))
+    return rows
+
+
+def _template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict:
+    return {"enable_thinking": spec.grpo.enable_thinking} if spec.grpo.enable_thinking is not None else {}
+
+
+def _build(inputs: TrainerInputs):
+    return build_grpo_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
+                              inputs.parent_adapter, environment=inputs.environment)
+
+
+SUPPORT = MethodSupport(
+    method=Method.grpo,
+    spec_part="grpo",
+    summary="group relative policy optimization (GRPO) with rewards",
+    formats=(DataFormat("prompt-only", ("prompt",)),),
+    config_kwargs=grpo_config_kwargs,
+    build_trainer=_build,
+    evaluate=reward_scores,
+    render=render_prompt_row,
+    card_rows=_card_rows,
+    form_fields=("grpo.num_generations", "grpo.max_completion_length", "grpo.temperature", "grpo.rewards",
+                 "environment.name", "environment.reward", "environment.max_tool_calling_iterations",
+                 "environment.eval_episodes"),
+    plots=(("loss", "loss"), ("reward", "mean reward")),
+    reference_model=lambda spec: spec.grpo.beta > 0,  # the KL term's reference; beta 0 (TRL's default) needs none
+    generation=lambda spec: (spec.grpo.num_generations, spec.grpo.max_completion_length),
+    template_kwargs=_template_kwargs,
+    cli_extras=cli_extras,
+    cli_notes=cli_notes,
+)

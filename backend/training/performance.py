@@ -15,13 +15,13 @@ log = logging.getLogger(__name__)
 
 
 def extra_forwards(spec) -> int:
-    """Forward passes without gradients a method adds per training token (see ``flops_per_token``)."""
-    method = getattr(getattr(spec, "method", None), "value", None)
-    if method == "dpo":
-        return 1  # the reference log-probs, every step (the studio does not precompute them)
-    if method == "grpo":
-        return 1 + (1 if spec.grpo.beta > 0 else 0)  # generation, and the reference model for the KL term
-    return 0
+    """Forward passes without gradients a method adds per training token (see ``flops_per_token``); 0 without a
+    spec."""
+    if spec is None:
+        return 0
+    from backend.training.methods import support
+
+    return support(spec.method).extra_forwards(spec)
 
 
 def peak_memory() -> dict[str, Any]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.spec import JobSpec
+from backend.evaluation import loss_scores
+from backend.preview import render_sft_row
+from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, load_policy
+from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -29,20 +32,29 @@ def assistant_only_loss_supported(tokenizer) -> bool:
     return True
 
 
+def sft_config_kwargs(spec: JobSpec, dataset_format: str | None = None, assistant_masks: bool = True) -> dict:
+    """SFTConfig's method kwargs, for the trainer and the TRL CLI export alike.
+
+    ``dataset_format`` None: not known (a Hub dataset in the export), so TRL decides from the data it loads. The
+    completion-only loss is TRL's assistant-only loss for chats (when the template can mark assistant turns,
+    ``assistant_masks``) and its completion-only loss for prompt/completion rows.
+    """
+    only = spec.sft.completion_only_loss
+    kwargs = {"max_length": spec.training.max_length,
+              "packing": bool(spec.sft.packing)}  # best-fit decreasing (TRL's default strategy), padding-free
+    if dataset_format == "conversational":
+        kwargs["assistant_only_loss"] = only and assistant_masks
+    if dataset_format in (None, "prompt-completion"):
+        kwargs["completion_only_loss"] = only
+    return kwargs
+
+
 def to_sft_config(spec: JobSpec, output_dir: Path, dataset_format: str, assistant_masks: bool) -> "SFTConfig":
     """Pure translation of the spec's settings into TRL's SFTConfig."""
     from trl import SFTConfig
 
-    completion_only = spec.sft.completion_only_loss
-    return SFTConfig(
-        **base_training_kwargs(spec, output_dir),
-        max_length=spec.training.max_length,
-        packing=bool(spec.sft.packing),  # best-fit decreasing (TRL's default strategy), padding-free
-        assistant_only_loss=completion_only and dataset_format == "conversational" and assistant_masks,
-        completion_only_loss=completion_only if dataset_format == "prompt-completion" else None,
-    )
-
-
+    return SFTConfig(**base_training_kwargs(spec, output_dir),
+                     **sft_config_kwargs(spec, dataset_format, assistant_masks))
 def build_sft_trainer(
     spec: JobSpec,
     output_dir: Path,
@@ -53,6 +65,7 @@ def build_sft_trainer(
     parent_adapter: Path | None = None,
     eval_dataset: "Dataset | None" = None,
 ) -> "SFTTrainer":
+    """The SFTTrainer; ``eval_dataset`` (the held-out rows) is tokenized with the training rows."""
     from trl import SFTTrainer
 
     policy = load_policy(spec, models_dir, parent_adapter)
@@ -60,3 +73,51 @@ def build_sft_trainer(
     return SFTTrainer(
         args=args, train_dataset=dataset, eval_dataset=eval_dataset, callbacks=callbacks, **policy.trainer_kwargs()
     )
+
+
+def training_template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict:
+    """The template SFTTrainer swaps in for assistant-only loss: it can render earlier turns differently (Qwen3's
+    keeps their empty think blocks), so the preview renders with it too."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    template = getattr(tokenizer, "chat_template", None)
+    if dataset_format != "conversational" or not spec.sft.completion_only_loss or not template:
+        return {}
+    if has_generation_markers(template):
+        return {}
+    try:
+        return {"chat_template": get_training_chat_template(tokenizer)}
+    except ValueError:  # no known training template: the job trains on the stock template without masks
+        return {}
+
+
+def _build(inputs: TrainerInputs):
+    # The held-out loss comes from trainer.evaluate(), so TRL must tokenize those rows too.
+    return build_sft_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
+                             inputs.dataset_format, inputs.parent_adapter, eval_dataset=inputs.held_out)
+
+
+def _card_rows(spec: JobSpec) -> list[tuple[str, object]]:
+    return [("completion-only loss", spec.sft.completion_only_loss),
+            ("packing", {True: "on", False: "off", None: "auto"}[spec.sft.packing])]
+
+
+SUPPORT = MethodSupport(
+    method=Method.sft,
+    spec_part="sft",
+    summary="supervised fine-tuning (SFT) on demonstrations",
+    formats=(
+        DataFormat("conversational", ("messages",)),
+        DataFormat("prompt-completion", ("prompt", "completion")),
+        DataFormat("language-modeling", ("text",)),
+    ),
+    optional_columns=("tools",),  # TRL renders a conversational row's tools into the chat template
+    config_kwargs=sft_config_kwargs,
+    build_trainer=_build,
+    evaluate=loss_scores,
+    render=render_sft_row,
+    card_rows=_card_rows,
+    form_fields=("sft.completion_only_loss", "sft.packing"),
+    packing_path="sft.packing",
+    template_kwargs=training_template_kwargs,
+)

@@ -1,0 +1,151 @@
+"""The table of training methods: what each method is, in one row, read by every module that needs to know.
+
+Each method module (``sft``, ``dpo``, ``grpo``, ...) ends with its ``SUPPORT`` row; :func:`table` collects them.
+A row names the method's spec part, the dataset layouts it accepts, the TRL config kwargs (one function, used by the
+trainer and by the TRL CLI export alike), its trainer builder, whether it needs a reference model, its before/after
+evaluation, its preview rendering, its plots and model-card rows, and its form fields as spec paths. A table, not a
+framework: the rows hold plain functions, and the modules that read them stay in charge of their own work.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.spec import JobSpec, Method
+
+# The modules whose SUPPORT rows make the table, in the order the UI lists the methods.
+METHOD_MODULES = ("sft", "dpo", "grpo")
+
+
+@dataclass(frozen=True)
+class DataFormat:
+    """One dataset layout a method accepts: its name, the columns it needs, and which of them are labels.
+
+    Label columns hold booleans (KTO's ``label``: is this completion desirable?); every other column is text or
+    messages, and scalar text columns are read as strings.
+    """
+
+    name: str
+    columns: tuple[str, ...]
+    labels: tuple[str, ...] = ()
+
+    @property
+    def text_columns(self) -> tuple[str, ...]:
+        """The columns that hold text or messages (all but the labels)."""
+        return tuple(c for c in self.columns if c not in self.labels)
+
+
+@dataclass(frozen=True)
+class TrainerInputs:
+    """What the worker hands a method's trainer builder: the tuned spec, where to write, and the prepared data."""
+
+    spec: JobSpec
+    output_dir: Path
+    models_dir: Path
+    callbacks: list
+    dataset: Any  # the rows to train on
+    dataset_format: str
+    parent_adapter: Path | None = None
+    held_out: Any = None  # the before/after evaluation's rows, or None
+    environment: Any = None  # an open OpenEnv environment (GRPO), or None
+
+
+def _never(spec: JobSpec) -> bool:
+    return False
+
+
+def _nothing(spec: JobSpec) -> dict[str, Any]:
+    return {}
+
+
+def _no_notes(spec: JobSpec) -> list[str]:
+    return []
+
+
+def _no_template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class MethodSupport:
+    """One method's row: everything the rest of the studio needs to know about it."""
+
+    method: Method
+    spec_part: str  # the JobSpec field holding the method's own settings ("sft")
+    summary: str  # what the method trains on, as the model card says it
+    formats: tuple[DataFormat, ...]  # accepted layouts, most preferred first
+    # (spec, dataset format or None when unknown) -> the TRL config's method kwargs; the trainer and the export share it
+    config_kwargs: Callable[[JobSpec, str | None], dict[str, Any]]
+    build_trainer: Callable[[TrainerInputs], Any]
+    # (trainer, spec, held-out rows, sides) -> {side: {metric: value}}; a side is an adapter name (None: no adapter)
+    evaluate: Callable[[Any, JobSpec, list[dict], list[str | None]], dict[str | None, dict[str, float]]]
+    render: Callable[[dict, Any, int], Any]  # (example, preview renderer, max_length) -> preview.PreviewRow
+    card_rows: Callable[[JobSpec], list[tuple[str, Any]]]  # the method's settings in the model card
+    form_fields: tuple[str, ...]  # spec dotted paths of the method's own settings in the Train form
+    plots: tuple[tuple[str, str], ...] = (("loss", "loss"),)  # (logged metric, label) drawn against the step
+    optional_columns: tuple[str, ...] = ()  # read when present (SFT's ``tools``)
+    reference_model: Callable[[JobSpec], bool] = _never  # a frozen reference scores every step
+    # (completions sampled per prompt, most completion tokens) for methods that generate while training, else None
+    generation: Callable[[JobSpec], tuple[int, int]] | None = None
+    sequences_per_example: int = 1  # sequences one example puts through the model per step (DPO: chosen + rejected)
+    min_batch: int = 1  # the smallest per-device batch the trainer accepts
+    packing_path: str | None = None  # spec path of the method's packing switch, if it packs
+    template_kwargs: Callable[[JobSpec, str, Any], dict[str, Any]] = _no_template_kwargs  # extra apply_chat_template args
+    cli_extras: Callable[[JobSpec], dict[str, Any]] = _nothing  # TRL CLI keys beyond the config kwargs (script args)
+    cli_notes: Callable[[JobSpec], list[str]] = _no_notes  # what the TRL CLI cannot express, one sentence each
+
+    @property
+    def label(self) -> str:
+        """The method's name as people write it: SFT, DPO."""
+        return self.method.value.upper()
+
+    def smallest_batch(self, spec: JobSpec) -> int:
+        """The smallest per-device batch an auto batch starts from: one generation group, or ``min_batch``."""
+        return self.generation(spec)[0] if self.generation is not None else self.min_batch
+
+    def extra_forwards(self, spec: JobSpec) -> int:
+        """Forward passes without gradients per training token: the reference model's, and generation's."""
+        return int(self.reference_model(spec)) + int(self.generation is not None)
+
+    def packs(self, spec: JobSpec) -> bool:
+        """Whether this job packs several examples into one sequence."""
+        return self.packing_path is not None and bool(spec_value(spec, self.packing_path))
+
+
+def spec_value(spec: JobSpec, path: str) -> Any:
+    """The value at a dotted spec path (``sft.packing``)."""
+    value: Any = spec
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
+
+
+@functools.cache
+def table() -> dict[Method, MethodSupport]:
+    """Every method's row, keyed by Method. Built on first use: the method modules import this one for its types."""
+    rows = [importlib.import_module(f"backend.training.{name}").SUPPORT for name in METHOD_MODULES]
+    return {row.method: row for row in rows}
+
+
+def support(method: Method | str) -> MethodSupport:
+    """The row of one method (a Method or its value)."""
+    return table()[Method(method)]
+
+
+def form_fields(method: Method | str) -> tuple[str, ...]:
+    """Spec dotted paths of the method's own settings, for the Train form."""
+    return support(method).form_fields
+
+
+def plots_for(method: Method | str) -> tuple[tuple[str, str], ...]:
+    """(logged metric, label) pairs the method's training curves draw."""
+    return support(method).plots
+
+
+def method_parts() -> dict[str, Method]:
+    """Spec part -> method, for code that groups settings by method (``dpo`` -> Method.dpo)."""
+    return {row.spec_part: method for method, row in table().items()}

@@ -1,0 +1,86 @@
+"""The method table: every method has a row, its form fields are real spec paths, and the trainer's config kwargs
+are the TRL CLI export's (one function feeds both, so they cannot drift)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from backend.spec import JobSpec, Method, field_docs, parse_spec
+from backend.training.methods import form_fields, method_parts, plots_for, support, table
+from backend.trl_cli import trl_cli_config
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC_PATHS = {path for path, _, _ in field_docs()}
+
+
+def test_every_method_has_one_row_naming_its_spec_part():
+    assert set(table()) == set(Method)
+    for method, row in table().items():
+        assert row.method is method
+        assert row.spec_part in JobSpec.model_fields, f"{method}: no spec part {row.spec_part!r}"
+        assert row.formats and all(f.columns for f in row.formats)
+        assert row.summary and row.label == method.value.upper()
+    assert method_parts() == {row.spec_part: m for m, row in table().items()}
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_form_fields_and_plots_are_real(method):
+    fields = form_fields(method)
+    assert fields and set(fields) <= SPEC_PATHS, set(fields) - SPEC_PATHS
+    assert any(f.startswith(support(method).spec_part + ".") for f in fields)
+    assert plots_for(method)[0] == ("loss", "loss")
+
+
+def _trainer_config(spec: JobSpec, tmp_path):
+    """The config object the worker's trainer gets for ``spec``."""
+    if spec.method is Method.sft:
+        from backend.training.sft import to_sft_config
+
+        return to_sft_config(spec, tmp_path, "prompt-completion", assistant_masks=True)
+    if spec.method is Method.grpo:
+        from backend.training.grpo import to_grpo_config
+
+        return to_grpo_config(spec, tmp_path, [1.0])
+    module = __import__(f"backend.training.{spec.method.value}", fromlist=["x"])
+    return getattr(module, f"to_{spec.method.value}_config")(spec, tmp_path)
+
+
+NON_DEFAULT = {
+    "sft": {"completion_only_loss": False, "packing": True},
+    "dpo": {"beta": 0.3, "loss_type": "ipo"},
+    "grpo": {"num_generations": 8, "max_completion_length": 64, "temperature": 0.7, "top_p": 0.9, "beta": 0.02,
+             "loss_type": "grpo", "enable_thinking": False, "log_completions": False},
+}
+
+
+@pytest.mark.parametrize("method", list(Method))
+def test_the_trainers_config_kwargs_are_the_exports(method, tmp_path):
+    part = support(method).spec_part
+    spec = parse_spec({"method": method.value, "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
+                       "dataset": {"source": "hub", "name": "someone/data"},
+                       "training": {"max_length": 300, "batch_size": 8}, part: NON_DEFAULT.get(part, {})})
+    kwargs = support(method).config_kwargs(spec, None)
+    exported = trl_cli_config(spec)
+    trainer_config = _trainer_config(spec, tmp_path)
+    assert kwargs, "a method with no settings of its own would not need a row"
+    for key, value in kwargs.items():
+        assert exported[key] == value, key
+        assert getattr(trainer_config, key) == value, key
+
+
+def test_only_the_table_knows_the_methods():
+    """No backend module outside training/ (and the spec that defines them) names a method member."""
+    allowed = {"backend/spec.py", "backend/api.py", "backend/data.py"}  # api: a warm-up queues SFT; data: a doctest
+    offenders = []
+    for path in sorted((ROOT / "backend").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("backend/training/") or rel in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Method"
+                    and node.attr in {m.value for m in Method}):
+                offenders.append(f"{rel}:{node.lineno} Method.{node.attr}")
+    assert offenders == []
