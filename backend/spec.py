@@ -86,6 +86,7 @@ class Method(str, Enum):
     sft = "sft"
     dpo = "dpo"
     grpo = "grpo"
+    kto = "kto"
 
 
 class _Part(BaseModel):
@@ -221,6 +222,16 @@ class DPOSpec(_Part):
     beta: float = Field(0.1, gt=0, le=10, description="How far the model may move from the reference (higher: less).")
     loss_type: Literal["sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm"] = Field(
         "sigmoid", description="DPO loss: sigmoid is the paper's; ipo and robust are gentler on noisy labels."
+    )
+
+
+class KTOSpec(_Part):
+    beta: float = Field(0.1, gt=0, le=10, description="How far the model may move from the reference (higher: less).")
+    desirable_weight: float = Field(
+        1.0, gt=0, description="Weight of the loss on desirable (thumbs-up) rows; raise it when they are fewer."
+    )
+    undesirable_weight: float = Field(
+        1.0, gt=0, description="Weight of the loss on undesirable (thumbs-down) rows; raise it when they are fewer."
     )
 
 
@@ -396,7 +407,10 @@ class OutputSpec(_Part):
 
 class JobSpec(_Part):
     schema_version: int = Field(SCHEMA_VERSION, description="Spec format version.")
-    method: Method = Field(Method.sft, description="sft (demonstrations), dpo (preference pairs) or grpo (rewards).")
+    method: Method = Field(
+        Method.sft, description="sft (demonstrations), dpo (preference pairs), grpo (rewards) or kto (answers marked "
+        "good or bad)."
+    )
     model: ModelSpec = Field(default_factory=ModelSpec)
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
     lora: LoraSpec = Field(default_factory=LoraSpec)
@@ -405,6 +419,7 @@ class JobSpec(_Part):
     sft: SFTSpec = Field(default_factory=SFTSpec)
     dpo: DPOSpec = Field(default_factory=DPOSpec)
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    kto: KTOSpec = Field(default_factory=KTOSpec)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)

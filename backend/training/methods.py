@@ -18,7 +18,7 @@ from typing import Any, Callable
 from backend.spec import JobSpec, Method
 
 # The modules whose SUPPORT rows make the table, in the order the UI lists the methods.
-METHOD_MODULES = ("sft", "dpo", "grpo")
+METHOD_MODULES = ("sft", "dpo", "grpo", "kto")
 
 
 @dataclass(frozen=True)
