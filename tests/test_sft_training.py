@@ -46,7 +46,7 @@ def test_lora_training_changes_adapter_not_base(tmp_path, models_dir, quant):
     assert len(changed) == len(lora_before), "every LoRA tensor should move"
     assert all(torch.equal(base_before[n], base_after[n]) for n in base_before), "base weights must stay frozen"
     losses = [m["loss"] for m in store.metrics(job.id) if "loss" in m]
-    assert len(losses) == 4 and all(l > 0 for l in losses)
+    assert len(losses) == 4 and all(loss > 0 for loss in losses)
 
 
 @pytest.mark.slow
