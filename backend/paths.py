@@ -83,5 +83,9 @@ class DataPaths:
 
 
 def safe_name(text: str) -> str:
-    """``text`` usable as one path component (user names, uploaded file stems): anything else becomes ``_``."""
+    """``text`` usable as one path component (user names, uploaded file stems): anything else becomes ``_``.
+
+    >>> safe_name("ada lovelace/../x")
+    'ada_lovelace_.._x'
+    """
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)

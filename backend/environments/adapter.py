@@ -332,7 +332,9 @@ class OpenEnvEpisode:
 
 
 def episode_reward(rewards: list[float], done: bool, failed: str | None, mode: RewardMode) -> float:
-    """>>> episode_reward([0.0, 1.0], True, None, "success"), episode_reward([0.5, 0.25], False, None, "sum")
+    """The episode's reward as ``mode`` reads it: the sum of the steps', the last step's, or 1.0 for a clean success.
+
+    >>> episode_reward([0.0, 1.0], True, None, "success"), episode_reward([0.5, 0.25], False, None, "sum")
     (1.0, 0.75)
     """
     if mode == "sum":
