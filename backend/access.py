@@ -126,6 +126,7 @@ def dataset_problems(dataset: DatasetSpec, user: User | None, uploads_dir: Path)
 
 
 def model_problems(model: ModelSpec, user: User | None) -> list[str]:
+    """What forbids ``user`` this model: a server path or Hub-invalid name, or remote code on a shared Space."""
     if may_name_server_paths(user):
         return []
     problems = []

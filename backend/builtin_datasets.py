@@ -10,12 +10,14 @@ BUILTIN_DATASETS_DIR = Path(__file__).parent / "assets" / "datasets"
 
 @dataclass(frozen=True)
 class BuiltinDataset:
+    """A small dataset shipped with the studio: its name, what it holds, and the methods it suits."""
     name: str
     description: str
     suits: tuple[str, ...]
 
     @property
     def path(self) -> Path:
+        """The dataset's JSONL file in the studio's built-in data folder."""
         return BUILTIN_DATASETS_DIR / f"{self.name}.jsonl"
 
 

@@ -151,6 +151,7 @@ def oom_evidence(pid: int, log_text: str, oom_kills_at_launch: int | None, launc
 
 
 def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``n`` non-blank lines of a log file (read from its last 64 KiB); none if it cannot be read."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)

@@ -79,6 +79,7 @@ class SchedulerHealth:
 
 
 def default_max_concurrent() -> int:
+    """How many jobs run at once: ``STUDIO_MAX_CONCURRENT_JOBS``, else one per GPU (at least one)."""
     configured = os.environ.get("STUDIO_MAX_CONCURRENT_JOBS")
     if configured:
         return max(1, int(configured))
@@ -108,6 +109,7 @@ class _Running:
 
 
 class Scheduler:
+    """Runs queued jobs, each in its own worker process, at most ``max_concurrent`` at once."""
     def __init__(
         self,
         paths: DataPaths,
@@ -156,6 +158,7 @@ class Scheduler:
 
     # --- ownership of the data directory ------------------------------------------------------------
     def try_acquire(self) -> bool:
+        """Take the scheduler lock for this data directory (writing our pid in it); False if another holds it."""
         fh = open(self.paths.scheduler_lock, "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -170,6 +173,7 @@ class Scheduler:
         return True
 
     def release(self) -> None:
+        """Let go of the scheduler lock, so another scheduler may serve this data directory."""
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
@@ -309,6 +313,7 @@ class Scheduler:
         return " from its last checkpoint" if any(self.paths.job_output(job_id).glob("checkpoint-*")) else ""
 
     def tick(self) -> None:
+        """One pass: record failures, reap finished workers, enforce cancels, and launch queued jobs into free slots."""
         self._record_unrecorded_failures()
         self._reap_and_enforce_cancels()
         while len(self._running) < self.max_concurrent:
@@ -541,6 +546,7 @@ def spawn_detached(paths: DataPaths) -> subprocess.Popen:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m backend.scheduler``: serve the queue until stopped, or with ``--exit-when-idle`` until empty."""
     parser = argparse.ArgumentParser(description="Run the Post-Training Studio job scheduler.")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--exit-when-idle", action="store_true", help="exit once nothing is queued or running")
