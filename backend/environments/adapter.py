@@ -60,6 +60,7 @@ class EnvironmentInfo:
     action_schema: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
+        """The environment in one line: name, kind, URL and tool names."""
         names = ", ".join(tool.name for tool in self.tools)
         return f"{self.name} ({self.kind} environment at {self.url}; tools: {names})"
 

@@ -134,6 +134,7 @@ def argument_text(name: str, prop: dict[str, Any]) -> str:
 
 
 def field_type(prop: dict[str, Any]) -> str:
+    """A JSON-schema property's type in words for a tool's help: ``string``, ``one of a/b``, ``value``."""
     if prop.get("enum"):
         return "one of " + "/".join(map(str, prop["enum"]))
     json_type = prop.get("type")
