@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def to_dpo_config(spec: JobSpec, output_dir: Path) -> "DPOConfig":
+    """The job's DPOConfig: the shared training arguments plus max_length, beta and the loss."""
     from trl import DPOConfig
 
     return DPOConfig(
@@ -32,6 +33,7 @@ def build_dpo_trainer(
     spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
     parent_adapter: Path | None = None,
 ) -> "DPOTrainer":
+    """TRL's DPOTrainer for a job, on its policy (with a parent job's adapter, if any)."""
     from trl import DPOTrainer
 
     policy = load_policy(spec, models_dir, parent_adapter)

@@ -53,6 +53,7 @@ def vllm_settings(spec: JobSpec, available: bool | None = None) -> tuple[dict, s
 
 def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float],
                    vllm_kwargs: dict | None = None) -> "GRPOConfig":
+    """The job's GRPOConfig: the shared training arguments plus sampling, loss, reward weights and vLLM."""
     from trl import GRPOConfig
 
     g = spec.grpo

@@ -53,6 +53,7 @@ def build_sft_trainer(
     parent_adapter: Path | None = None,
     eval_dataset: "Dataset | None" = None,
 ) -> "SFTTrainer":
+    """TRL's SFTTrainer for a job, on its policy, with completion-only loss where the template allows it."""
     from trl import SFTTrainer
 
     policy = load_policy(spec, models_dir, parent_adapter)
