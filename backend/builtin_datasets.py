@@ -26,7 +26,9 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     for d in (
         BuiltinDataset("chat-demo", "72 short chats (arithmetic, capitals, greetings) in `messages` format.", ("sft",)),
         BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", ("dpo",)),
-        BuiltinDataset("math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)),
+        BuiltinDataset(
+            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)
+        ),
         BuiltinDataset(
             "echo-tools-sft", "24 demonstrations of calling the echo environment's echo_message tool (SFT before "
             "GRPO with builtin:echo), with a `tools` column.", ("sft",),

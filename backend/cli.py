@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("submit", help="queue a job from a YAML or JSON spec file")
     p.add_argument("spec_file")
-    p.add_argument("--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the job, with a progress bar; exit 1 unless it succeeds")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("dry-run", help="play one episode of a GRPO environment spec and print the transcript")
@@ -271,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
-        print("The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:", file=sys.stderr)
+        refused = "The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:"
+        print(refused, file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -41,7 +41,8 @@ def disk_full_reason(exc: BaseException, data_dir: Path | str | None = None) -> 
         where = data_dir
     else:
         return None
-    return f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job again"
+    return (f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job "
+            "again")
 
 
 def describe_failure(exc: BaseException, data_dir: Path | str | None = None) -> str:
@@ -76,7 +77,8 @@ def describe_exit(returncode: int | None, cancel_requested: bool, oom_evidence: 
     if returncode is None:
         # Only a worker adopted from an earlier scheduler has no exit status to read: like one found dead at start.
         return JobStatus.interrupted, (
-            "the worker (started before the scheduler restarted) ended without recording a result; resume it to continue"
+            "the worker (started before the scheduler restarted) ended without recording a result; resume it to "
+            "continue"
         )
     if returncode < 0:
         sig = signal.Signals(-returncode)

@@ -130,7 +130,9 @@ class Scheduler:
         )
         # A worker whose job is final gets this long to exit before it is killed: it may hang in interpreter
         # shutdown (seen with open websockets) and would hold its slot, and the queue, forever.
-        self.final_grace_s = final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+        self.final_grace_s = (
+            final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+        )
         # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
         self.push_grace_s = _seconds_from_env("STUDIO_PUSH_GRACE_S", 1800)
         self.backoff_cap_s = backoff_cap_s
@@ -373,12 +375,13 @@ class Scheduler:
 
     def _fail_unlaunched(self, job_id: str, exc: BaseException) -> None:
         """A claimed job whose worker could not start ends failed with the cause (retried if even that write fails)."""
-        reason = disk_full_reason(exc, self.paths.root) or f"could not start the worker process ({describe_failure(exc)})"
+        reason = (disk_full_reason(exc, self.paths.root)
+                  or f"could not start the worker process ({describe_failure(exc)})")
         self._unrecorded_failures[job_id] = reason
         self._record_unrecorded_failures()
 
     def _refuse_interpreter(self, job_id: str | None, exc: InterpreterError) -> None:
-        """A misconfigured interpreter: the sentence goes to the log and health(), and the job (if any) fails with it."""
+        """A misconfigured interpreter: the sentence goes to the log and health(); the job (if any) fails with it."""
         log.error("%s", exc)
         self._last_error, self._last_error_at = str(exc), time.time()
         if job_id is not None:

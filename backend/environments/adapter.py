@@ -307,7 +307,9 @@ class OpenEnvEpisode:
     def get_reward(self) -> float:
         """The episode's reward, read from the environment (see ``reward_mode``)."""
         if self._unreachable:
-            raise EnvironmentUnavailable(f"the environment server at {self.info.url} is unreachable: {self._unreachable}")
+            raise EnvironmentUnavailable(
+                f"the environment server at {self.info.url} is unreachable: {self._unreachable}"
+            )
         return episode_reward(self.rewards, self.done, self.failed, self.reward_mode)
 
     def _close(self) -> None:  # private: TRL turns every public method into a tool
@@ -387,7 +389,8 @@ def environment_class(info: EnvironmentInfo, *, reward_mode: RewardMode = "succe
     reserved = {"reset", "get_reward"} | set(dir(OpenEnvEpisode))
     members: dict[str, Any] = {"info": info, "reward_mode": reward_mode, "timeout_s": timeout_s,
                                "observation_template": observation_template,
-                               "_live": weakref.WeakSet(), "__doc__": info.description or f"The {info.name} environment."}
+                               "_live": weakref.WeakSet(),
+                               "__doc__": info.description or f"The {info.name} environment."}
     for tool in info.tools:
         if tool.name in reserved or tool.name.startswith("_") or not _IDENTIFIER.match(tool.name):
             raise EnvironmentUnavailable(f"the environment's tool name {tool.name!r} cannot be used as a tool method")

@@ -75,7 +75,8 @@ class EpisodeSettings:
         """The settings a GRPO job's spec asks for."""
         g = spec.grpo
         kwargs = {"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else {}
-        return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p, kwargs)
+        return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p,
+                   kwargs)
 
 
 def opening_messages(environment: OpenEnvEpisode, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -156,7 +157,8 @@ def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, A
             calls += 1
             name, result, failed = _call_tool(tools, call)
             failures += failed
-            messages.append({"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)})
+            content = result if isinstance(result, list) else str(result)
+            messages.append({"role": "tool", "name": name, "content": content})
         prompt_ids = _render(tokenizer, messages, methods, settings)
         if environment.done:
             # The model still gets to read the last tool result; the episode itself is over.
