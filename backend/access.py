@@ -57,11 +57,20 @@ def parent_job_problems(model: ModelSpec, user: User | None, store: JobStore) ->
 
 
 def is_upload_id(text: str) -> bool:
+    """Whether ``text`` names an upload (a random prefix, a dash and the file's name), not a path.
+
+    >>> is_upload_id("0123456789ab-rows.jsonl"), is_upload_id("../alice/0123456789ab-rows.jsonl")
+    (True, False)
+    """
     return UPLOAD_ID.fullmatch(text) is not None
 
 
 def upload_display_name(upload_id: str) -> str:
-    """The uploaded file's name as its owner knows it: the id without its random prefix."""
+    """The uploaded file's name as its owner knows it: the id without its random prefix.
+
+    >>> upload_display_name("0123456789ab-rows.jsonl"), upload_display_name("/data/train.csv")
+    ('rows.jsonl', 'train.csv')
+    """
     return upload_id.split("-", 1)[1] if is_upload_id(upload_id) else Path(upload_id).name
 
 
@@ -117,6 +126,7 @@ def dataset_problems(dataset: DatasetSpec, user: User | None, uploads_dir: Path)
 
 
 def model_problems(model: ModelSpec, user: User | None) -> list[str]:
+    """What forbids ``user`` this model: a server path or Hub-invalid name, or remote code on a shared Space."""
     if may_name_server_paths(user):
         return []
     problems = []

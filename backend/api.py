@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Submitted:
+    """A job just queued: its row, its place in the queue, and warnings worth reading before it runs."""
     job: JobRecord
     queue_position: int | None
     warnings: list[str] = field(default_factory=list)
@@ -87,6 +88,7 @@ class StudioAPI:
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def close(self) -> None:
+        """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""
         if self.scheduler is not None:
             self.scheduler.stop()
         self._bench_time.close()
@@ -336,6 +338,7 @@ class StudioAPI:
         return record
 
     def list_remote_jobs(self, user: User) -> list:
+        """The jobs launched on Hugging Face Jobs that ``user`` may see (an admin sees all)."""
         return self.remote.list(owner=None if user.is_admin else user.name)
 
     def remote_job_status(self, hf_job_id: str, user: User, log_lines: int = 60) -> tuple[str, str, list[str]]:
@@ -349,6 +352,7 @@ class StudioAPI:
                                                          namespace=record.owner)
 
     def cancel_remote_job(self, hf_job_id: str, user: User) -> None:
+        """Cancel a job running on Hugging Face Jobs, if ``user`` may see it."""
         from backend.hf_jobs import cancel_remote
 
         record = self._remote_job(hf_job_id, user)
@@ -401,6 +405,7 @@ class StudioAPI:
         return readable_job(self.store, job_id, user)
 
     def queue_position(self, job_id: str) -> int | None:
+        """A job's place in the queue (1: next to start), or None when it is not queued."""
         return self.store.queue_position(job_id)
 
     def cancel(self, job_id: str, user: User | None = None) -> JobStatus:
@@ -453,6 +458,7 @@ class StudioAPI:
         return dashboard_command(self.paths, job.owner) if job.spec.output.trackio else None
 
     def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
+        """A job's logged metrics rows, those after ``after_id`` only (to poll without re-reading)."""
         self.get_job(job_id, user)
         return self.store.metrics(job_id, after_id)
 
@@ -462,5 +468,6 @@ class StudioAPI:
         return self.store.samples(job_id)
 
     def log_tail(self, job_id: str, lines: int = 50, user: User | None = None) -> list[str]:
+        """The last ``lines`` lines of a job's training log."""
         self.get_job(job_id, user)
         return tail_lines(self.paths.job_log(job_id), lines)

@@ -42,6 +42,7 @@ class ExampleLengths:
 
 @dataclass(frozen=True)
 class Tuning:
+    """What auto-tune decided for a job: the tuned spec, one sentence per choice, and its memory estimate."""
     spec: JobSpec  # every speed setting decided
     choices: list[str]  # one sentence per decision
     estimate: MemoryEstimate  # of the tuned job
@@ -49,10 +50,12 @@ class Tuning:
     settings: dict[str, Any] = field(default_factory=dict)  # spec path -> the value auto-tune chose
 
     def describe(self) -> str:
+        """The choices as a Markdown list, for the log and the UI."""
         return "\n".join(f"- {choice}" for choice in self.choices)
 
 
 def installed(module: str) -> bool:
+    """Whether ``module`` can be imported here (checked without importing it)."""
     return importlib.util.find_spec(module) is not None
 
 

@@ -10,12 +10,14 @@ BUILTIN_DATASETS_DIR = Path(__file__).parent / "assets" / "datasets"
 
 @dataclass(frozen=True)
 class BuiltinDataset:
+    """A small dataset shipped with the studio: its name, what it holds, and the methods it suits."""
     name: str
     description: str
     suits: tuple[str, ...]
 
     @property
     def path(self) -> Path:
+        """The dataset's JSONL file in the studio's built-in data folder."""
         return BUILTIN_DATASETS_DIR / f"{self.name}.jsonl"
 
 
@@ -28,7 +30,9 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             "feedback-demo", "48 conversational prompt/completion rows marked good or bad (`label`: true/false), as "
             "the Chat tab's thumbs record them.", ("kto",),
         ),
-        BuiltinDataset("math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)),
+        BuiltinDataset(
+            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)
+        ),
         BuiltinDataset(
             "echo-tools-sft", "24 demonstrations of calling the echo environment's echo_message tool (SFT before "
             "GRPO with builtin:echo), with a `tools` column.", ("sft",),

@@ -108,14 +108,17 @@ class PairStreamer(BaseStreamer):
         self.queue: queue.Queue[list[int] | _End | BaseException] = queue.Queue()
 
     def put(self, value: Any) -> None:
+        """Queue one step's new token of each row; the prompt (the first, 2-D call) is skipped."""
         if value.dim() > 1:  # the prompt
             return
         self.queue.put([int(t) for t in value.tolist()])
 
     def end(self) -> None:
+        """Called by ``generate`` when it is done: tells the reader the stream ended."""
         self.queue.put(_End())
 
     def fail(self, error: BaseException) -> None:
+        """Hand the generation thread's error to the reader, which raises it."""
         self.queue.put(error)
 
 
@@ -170,6 +173,7 @@ class ComparisonChat:
 
     @property
     def closed(self) -> bool:
+        """Whether the model was let go (``close``); a closed chat answers nothing."""
         return self.model is None
 
     def close(self) -> None:
@@ -297,6 +301,7 @@ class ChatModels:
 
     @property
     def current(self) -> ComparisonChat | None:
+        """The loaded comparison, or None before one is picked."""
         return self._chat
 
     def for_job(self, job: "JobRecord") -> ComparisonChat:

@@ -110,6 +110,7 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
 
 
 def cmd_submit(api: StudioAPI, args) -> int:
+    """``submit``: queue a job from a spec file, and with ``--wait`` follow it to the end."""
     submitted = api.submit(_load_spec_file(args.spec_file))
     job = submitted.job
     for warning in submitted.warnings:
@@ -139,6 +140,7 @@ def _warn_unreadable(api: StudioAPI) -> None:
 
 
 def cmd_list(api: StudioAPI, args) -> int:
+    """``list``: one line (or JSON object) per job."""
     jobs = api.list_jobs()
     _warn_unreadable(api)
     if args.json:
@@ -170,6 +172,7 @@ def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
 
 
 def cmd_show(api: StudioAPI, args) -> int:
+    """``show``: one job: status, place in the queue, progress, outputs, evaluation and last metrics."""
     data = _record_json(api, api.get_job(args.job_id))
     if args.json:
         print(json.dumps(data, indent=2))
@@ -179,6 +182,7 @@ def cmd_show(api: StudioAPI, args) -> int:
 
 
 def cmd_cancel(api: StudioAPI, args) -> int:
+    """``cancel``: stop a job (at once if queued, at the next training step if running)."""
     status = api.cancel(args.job_id)
     if status is JobStatus.cancelled:
         print(f"cancelled {args.job_id}")
@@ -188,6 +192,7 @@ def cmd_cancel(api: StudioAPI, args) -> int:
 
 
 def cmd_dry_run(api: StudioAPI, args) -> int:
+    """``dry-run``: play one episode of a GRPO environment spec and print its transcript."""
     episode = api.dry_run(_load_spec_file(args.spec_file), row=args.row, seed=args.seed)
     if args.json:
         print(json.dumps(episode.to_dict(), indent=2, default=str))
@@ -197,6 +202,7 @@ def cmd_dry_run(api: StudioAPI, args) -> int:
 
 
 def cmd_warm_up(api: StudioAPI, args) -> int:
+    """``warm-up``: queue an SFT warm-up on generated tool-call demonstrations, then GRPO from it."""
     warm = api.warm_up(_load_spec_file(args.spec_file), rows=args.rows, steps=args.steps)
     for warning in warm.sft.warnings + warm.grpo.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -219,6 +225,7 @@ def cmd_warm_up(api: StudioAPI, args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m backend`` argument parser: one subcommand per job operation."""
     parser = argparse.ArgumentParser(
         prog="python -m backend",
         description="Post-Training Studio jobs from the command line (data dir: $STUDIO_DATA_DIR or ./data).",
@@ -226,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("submit", help="queue a job from a YAML or JSON spec file")
     p.add_argument("spec_file")
-    p.add_argument("--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the job, with a progress bar; exit 1 unless it succeeds")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("dry-run", help="play one episode of a GRPO environment spec and print the transcript")
@@ -258,12 +266,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one CLI command; a refused spec or a missing job is an exit code and a sentence, not a traceback."""
     args = build_parser().parse_args(argv)
     try:
         api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
-        print("The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:", file=sys.stderr)
+        refused = "The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:"
+        print(refused, file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -18,19 +18,31 @@ _MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate me
 
 
 def looks_like_oom(text: str) -> bool:
+    """Whether an error text says memory ran out (CUDA's, the CPU allocator's or C++'s words for it).
+
+    >>> looks_like_oom("torch.OutOfMemoryError: CUDA out of memory."), looks_like_oom("KeyError: 'prompt'")
+    (True, False)
+    """
     lowered = text.lower()
     return any(marker in lowered for marker in _MEMORY_MARKERS)
 
 
 def disk_full_reason(exc: BaseException, data_dir: Path | str | None = None) -> str | None:
-    """The sentence for a full data disk (ENOSPC, or SQLite's "database or disk is full"), else None."""
+    """The sentence for a full data disk (ENOSPC, or SQLite's "database or disk is full"), else None.
+
+    >>> disk_full_reason(sqlite3.OperationalError("database or disk is full"), "/data")
+    'the data disk is full (/data): free space on it, then resume or queue the job again'
+    >>> disk_full_reason(ValueError("no")) is None
+    True
+    """
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = exc.filename or data_dir
     elif isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
         where = data_dir
     else:
         return None
-    return f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job again"
+    return (f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job "
+            "again")
 
 
 def describe_failure(exc: BaseException, data_dir: Path | str | None = None) -> str:
@@ -54,13 +66,19 @@ def describe_exit(returncode: int | None, cancel_requested: bool, oom_evidence: 
     """Status and reason for a worker that exited without recording its own end (``returncode`` None: unknown).
 
     A SIGKILL is only blamed on memory when ``oom_evidence`` (see ``oom_evidence``) says so: people also kill -9.
+
+    >>> describe_exit(-9, cancel_requested=False)
+    (<JobStatus.failed: 'failed'>, 'the worker was killed (SIGKILL)')
+    >>> describe_exit(-9, cancel_requested=True)[0].value
+    'cancelled'
     """
     if cancel_requested:
         return JobStatus.cancelled, "stopped by request (the worker was killed after the grace period)"
     if returncode is None:
         # Only a worker adopted from an earlier scheduler has no exit status to read: like one found dead at start.
         return JobStatus.interrupted, (
-            "the worker (started before the scheduler restarted) ended without recording a result; resume it to continue"
+            "the worker (started before the scheduler restarted) ended without recording a result; resume it to "
+            "continue"
         )
     if returncode < 0:
         sig = signal.Signals(-returncode)
@@ -135,6 +153,7 @@ def oom_evidence(pid: int, log_text: str, oom_kills_at_launch: int | None, launc
 
 
 def tail_lines(path: Path, n: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``n`` non-blank lines of a log file (read from its last 64 KiB); none if it cannot be read."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)

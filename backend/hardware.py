@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DeviceInfo:
+    """The training device as the studio sees it: kind, name, count, memory and bf16 support."""
     kind: str  # "cuda" or "cpu"
     name: str
     count: int
@@ -16,6 +17,7 @@ class DeviceInfo:
     bf16: bool
 
     def describe(self) -> str:
+        """The device in a few words for the UI: ``CPU (8 cores)`` or ``1 x NVIDIA H200, 130.2 GB free``."""
         if self.kind == "cpu":
             return f"CPU ({os.cpu_count()} cores)"
         free = f", {self.free_memory_gb:.1f} GB free" if self.free_memory_gb is not None else ""
@@ -23,6 +25,7 @@ class DeviceInfo:
 
 
 def detect_device() -> DeviceInfo:
+    """The first CUDA device (with its free memory), else the CPU; imports torch."""
     import torch
 
     if torch.cuda.is_available():

@@ -24,6 +24,7 @@ _lock = threading.Lock()
 
 
 def hub_endpoint() -> str:
+    """The Hub's base URL: ``HF_ENDPOINT``, else https://huggingface.co."""
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 

@@ -64,6 +64,7 @@ class TimeLimit:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"studio-{what.replace(' ', '-')}")
 
     def run(self, action: Callable[[], T]) -> T:
+        """``action()``'s result, or TimedOut when it takes longer than ``timeout_s``."""
         future = self._pool.submit(action)
         try:
             return future.result(timeout=self.timeout_s)
@@ -72,4 +73,5 @@ class TimeLimit:
             raise TimedOut([f"{self.what}: it did not finish within {self.timeout_s:g} s; {self.advice}"]) from None
 
     def close(self) -> None:
+        """Stop the pool without waiting; a call still running is abandoned."""
         self._pool.shutdown(wait=False, cancel_futures=True)

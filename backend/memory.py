@@ -45,6 +45,7 @@ class ParameterCount:
 
     @property
     def total(self) -> int:
+        """All parameters: embeddings, LM head, linear layers and norms."""
         return self.embeddings + self.lm_head + self.linear + self.norms
 
     @property
@@ -127,6 +128,7 @@ def parameter_breakdown(config: "PretrainedConfig") -> ParameterCount:
 
 
 def count_parameters(config: "PretrainedConfig") -> int:
+    """How many parameters a model of this config has, counted from its shape alone."""
     return parameter_breakdown(config).total
 
 
@@ -149,6 +151,7 @@ def count_lora_parameters(config: "PretrainedConfig", lora: LoraSpec) -> int:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
+    """The estimated peak memory of a job, item by item, with the settings that would shrink it."""
     total_bytes: int
     breakdown: list[tuple[str, int]]  # (what, bytes), summing to total_bytes
     parameters: int
@@ -161,6 +164,7 @@ class MemoryEstimate:
         return self.total_bytes - self.runtime_bytes
 
     def describe(self) -> str:
+        """The breakdown and total, one ``item: size`` line each."""
         lines = [f"{label}: {format_bytes(size)}" for label, size in self.breakdown]
         return "\n".join([*lines, f"total: {format_bytes(self.total_bytes)}"])
 
@@ -344,6 +348,7 @@ def read_available_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 
 
 def format_bytes(size: float) -> str:
+    """A size for people: ``1.5 GB`` from a gibibyte up, else whole ``MB``."""
     if size >= GB:
         return f"{size / GB:.1f} GB"
     return f"{size / 2**20:.0f} MB"

@@ -44,6 +44,7 @@ class GenerationSettings:
 
     @property
     def greedy(self) -> bool:
+        """Whether generation is greedy (temperature 0) rather than sampled."""
         return self.temperature == 0
 
 
@@ -58,6 +59,7 @@ def adapter_name(model: Any) -> str | None:
 
 
 def model_device(model: Any) -> Any:
+    """The device of a model's weights, looking through a PEFT wrapper."""
     return model.get_base_model().device if hasattr(model, "get_base_model") else model.device
 
 

@@ -275,6 +275,7 @@ def _versions() -> list[tuple[str, str]]:
 
 
 def card_tags(spec: JobSpec) -> list[str]:
+    """The model card's Hub tags: TRL, the method, LoRA/PEFT, quantization, environment and base model."""
     tags = ["trl", spec.method.value]
     if spec.lora.enabled:
         tags += ["lora", "peft"]

@@ -28,20 +28,25 @@ class DataPaths:
 
     @property
     def db(self) -> Path:
+        """The job store's SQLite database."""
         return self.root / "studio.sqlite3"
 
     @property
     def models(self) -> Path:
+        """Where the studio keeps models it builds itself (the demo model)."""
         return self.root / "models"
 
     @property
     def scheduler_lock(self) -> Path:
+        """The lock file that lets one scheduler at a time serve this data directory."""
         return self.root / "scheduler.lock"
 
     def job_dir(self, job_id: str) -> Path:
+        """A job's own folder: its log, checkpoints and outputs."""
         return self.root / "jobs" / job_id
 
     def job_log(self, job_id: str) -> Path:
+        """A job's training log (the worker's stdout and stderr)."""
         return self.job_dir(job_id) / "train.log"
 
     def job_output(self, job_id: str) -> Path:
@@ -49,6 +54,7 @@ class DataPaths:
         return self.job_dir(job_id) / "output"
 
     def job_adapter(self, job_id: str) -> Path:
+        """Where a job saves its final LoRA adapter."""
         return self.job_dir(job_id) / "adapter"
 
     def uploads(self, owner: str) -> Path:
@@ -76,6 +82,7 @@ class DataPaths:
         return folder / safe_name(name)
 
     def ensure(self) -> "DataPaths":
+        """Create the data directory's folders if missing; returns self."""
         (self.root / "jobs").mkdir(parents=True, exist_ok=True)
         self.models.mkdir(parents=True, exist_ok=True)
         self.downloads.mkdir(parents=True, exist_ok=True)
@@ -83,5 +90,9 @@ class DataPaths:
 
 
 def safe_name(text: str) -> str:
-    """``text`` usable as one path component (user names, uploaded file stems): anything else becomes ``_``."""
+    """``text`` usable as one path component (user names, uploaded file stems): anything else becomes ``_``.
+
+    >>> safe_name("ada lovelace/../x")
+    'ada_lovelace_.._x'
+    """
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)

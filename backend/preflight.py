@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 
 def check_model(model: ModelSpec) -> None:
+    """Refuse a base model that cannot load: no such folder, no config.json, or an id not cached nor on the Hub."""
     name = model.name_or_path
     if name == DEMO_MODEL_ID:
         return

@@ -26,10 +26,12 @@ class PreviewRow:
 
     @property
     def rendered_chosen(self) -> str:
+        """For preference data: the prompt + chosen sequence as the model sees it."""
         return self.rendered
 
     @property
     def n_tokens_chosen(self) -> int:
+        """For preference data: the prompt + chosen sequence's length in tokens."""
         return self.n_tokens
 
     @property
@@ -40,6 +42,7 @@ class PreviewRow:
 
 @dataclass(frozen=True)
 class PreviewSummary:
+    """Token lengths of the previewed rows: the longest, the mean, and how many exceed max_length."""
     max_tokens: int
     mean_tokens: float
     over_max_length: int  # previewed rows with a sequence longer than max_length
@@ -48,6 +51,7 @@ class PreviewSummary:
 
 @dataclass(frozen=True)
 class DatasetPreview:
+    """The first rows of a job's dataset as the trainer will see them, with its format, columns and a summary."""
     format: str
     columns: list[str]
     total_rows: int
@@ -82,6 +86,7 @@ def preview_dataset(spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple["Data
 
 
 def summarize(rows: list[PreviewRow], max_length: int) -> PreviewSummary:
+    """The summary of previewed rows against the job's max_length."""
     lengths = [row.longest for row in rows]
     return PreviewSummary(
         max_tokens=max(lengths, default=0),

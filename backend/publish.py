@@ -39,6 +39,7 @@ class PushError(RuntimeError):
 
 @dataclass(frozen=True)
 class PushResult:
+    """A finished push: the Hub repo, its URL, the commit's URL and the files sent."""
     repo_id: str
     url: str
     commit_url: str
@@ -53,6 +54,7 @@ def hub_endpoint() -> str:
 
 
 def default_repo_name(job: JobRecord) -> str:
+    """The repo name a job's adapter gets when none is given: its run name, else method and job id."""
     return slug(job.spec.output.run_name or f"{job.spec.method.value}-{job.id}")
 
 

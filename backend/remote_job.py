@@ -28,6 +28,7 @@ log = logging.getLogger("studio.remote_job")
 
 
 def run_remote(spec_b64: str, job_id: str | None = None) -> int:
+    """Run one job from its base64 spec in a fresh local store and push the adapter; returns the exit code."""
     try:
         spec = decode_spec(spec_b64)
     except SpecError as exc:
@@ -80,6 +81,7 @@ def run_under_the_trainer_python(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of a job on Hugging Face Jobs: re-run under the trainer's interpreter, then ``run_remote``."""
     parser = argparse.ArgumentParser(description="Run one Post-Training Studio job on Hugging Face Jobs.")
     parser.add_argument("--spec-b64", required=True)
     parser.add_argument("--job-id", default=None)

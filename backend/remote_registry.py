@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS remote_jobs (
 
 @dataclass(frozen=True)
 class RemoteJob:
+    """A job launched on Hugging Face Jobs, as the studio recorded it: owner, spec, flavor, last status seen."""
     hf_job_id: str
     owner: str
     spec: dict[str, Any]
@@ -38,6 +39,7 @@ class RemoteJob:
 
 
 class RemoteRegistry:
+    """The SQLite table of jobs launched on Hugging Face Jobs, with the last status seen of each."""
     def __init__(self, db: Path):
         self.db = Path(db)
         with self._connect() as con:
@@ -49,6 +51,7 @@ class RemoteRegistry:
         return con
 
     def add(self, hf_job_id: str, owner: str, spec_json: str, flavor: str) -> RemoteJob:
+        """Record a newly launched job and return its row."""
         with self._connect() as con:
             con.execute(
                 "INSERT INTO remote_jobs (hf_job_id, owner, spec, flavor, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -57,11 +60,13 @@ class RemoteRegistry:
         return self.get(hf_job_id)
 
     def get(self, hf_job_id: str) -> RemoteJob | None:
+        """The row of one launched job, or None."""
         with self._connect() as con:
             row = con.execute("SELECT * FROM remote_jobs WHERE hf_job_id = ?", (hf_job_id,)).fetchone()
         return _record(row) if row else None
 
     def list(self, owner: str | None = None) -> list[RemoteJob]:
+        """The launched jobs (of one owner, if given), oldest first."""
         query, args = "SELECT * FROM remote_jobs", ()
         if owner is not None:
             query, args = query + " WHERE owner = ?", (owner,)
@@ -69,6 +74,7 @@ class RemoteRegistry:
             return [_record(r) for r in con.execute(query + " ORDER BY created_at", args).fetchall()]
 
     def record_status(self, hf_job_id: str, stage: str, message: str) -> None:
+        """Remember the last stage and message read from the Hub for a job."""
         with self._connect() as con:
             con.execute("UPDATE remote_jobs SET last_stage = ?, last_message = ? WHERE hf_job_id = ?",
                         (stage, message, hf_job_id))

@@ -222,6 +222,7 @@ class ExactMatch:
         return [self.score(completion_text(c), answer) for c, answer in zip(completions, expected)]
 
     def score(self, text: str, expected: Any) -> float | None:
+        """1.0 when the text (or its last ``\\boxed{}``) equals an expected answer, 0.0 if not, None without one."""
         answers = self._normalized_answers(expected)
         if not answers:
             return None
@@ -287,6 +288,7 @@ class ValidJSON:
         return [self.score(completion_text(c)) for c in completions]
 
     def score(self, text: str) -> float:
+        """1.0 when the text (code fences removed) is JSON that fits the schema, else 0.0."""
         try:
             document = json.loads(unfence(text), parse_constant=_refuse_constant)
         except (ValueError, RecursionError):
@@ -304,6 +306,7 @@ class ValidJSON:
             return False
 
     def validator(self):
+        """The JSON-schema validator for ``json_schema``, built on first use with time-limited patterns."""
         if self._validator is None:
             self._validator = _time_limited_pattern_validator()(self.json_schema)
         return self._validator
@@ -403,9 +406,11 @@ class LengthTarget:
         return [self.score(self.measure(completion_text(c))) for c in completions]
 
     def measure(self, text: str) -> int:
+        """The text's length in the configured unit (words or characters)."""
         return len(text.split()) if self.unit == "words" else len(text.strip())
 
     def score(self, length: int) -> float:
+        """1.0 within ``tolerance`` of the target length, falling linearly to 0.0 as the length strays."""
         overshoot = max(0, abs(length - self.target_length) - self.tolerance)
         # (target - overshoot) / target rather than 1 - overshoot / target: exact 0.2 instead of 0.19999999999999996.
         return max(0.0, (self.target_length - overshoot) / self.target_length)
@@ -435,6 +440,7 @@ class Keywords:
         return [self.score(completion_text(c)) for c in completions]
 
     def score(self, text: str) -> float:
+        """0.0 if an excluded pattern matches, else the share of include patterns that match (1.0 if none)."""
         text = self._normalize(text)
         if any(pattern.search(text) for pattern in self.exclude):
             return 0.0

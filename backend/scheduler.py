@@ -79,6 +79,7 @@ class SchedulerHealth:
 
 
 def default_max_concurrent() -> int:
+    """How many jobs run at once: ``STUDIO_MAX_CONCURRENT_JOBS``, else one per GPU (at least one)."""
     configured = os.environ.get("STUDIO_MAX_CONCURRENT_JOBS")
     if configured:
         return max(1, int(configured))
@@ -108,6 +109,7 @@ class _Running:
 
 
 class Scheduler:
+    """Runs queued jobs, each in its own worker process, at most ``max_concurrent`` at once."""
     def __init__(
         self,
         paths: DataPaths,
@@ -128,7 +130,9 @@ class Scheduler:
         )
         # A worker whose job is final gets this long to exit before it is killed: it may hang in interpreter
         # shutdown (seen with open websockets) and would hold its slot, and the queue, forever.
-        self.final_grace_s = final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+        self.final_grace_s = (
+            final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+        )
         # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
         self.push_grace_s = _seconds_from_env("STUDIO_PUSH_GRACE_S", 1800)
         self.backoff_cap_s = backoff_cap_s
@@ -156,6 +160,7 @@ class Scheduler:
 
     # --- ownership of the data directory ------------------------------------------------------------
     def try_acquire(self) -> bool:
+        """Take the scheduler lock for this data directory (writing our pid in it); False if another holds it."""
         fh = open(self.paths.scheduler_lock, "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -170,6 +175,7 @@ class Scheduler:
         return True
 
     def release(self) -> None:
+        """Let go of the scheduler lock, so another scheduler may serve this data directory."""
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
@@ -309,6 +315,7 @@ class Scheduler:
         return " from its last checkpoint" if any(self.paths.job_output(job_id).glob("checkpoint-*")) else ""
 
     def tick(self) -> None:
+        """One pass: record failures, reap finished workers, enforce cancels, and launch queued jobs into free slots."""
         self._record_unrecorded_failures()
         self._reap_and_enforce_cancels()
         while len(self._running) < self.max_concurrent:
@@ -368,12 +375,13 @@ class Scheduler:
 
     def _fail_unlaunched(self, job_id: str, exc: BaseException) -> None:
         """A claimed job whose worker could not start ends failed with the cause (retried if even that write fails)."""
-        reason = disk_full_reason(exc, self.paths.root) or f"could not start the worker process ({describe_failure(exc)})"
+        reason = (disk_full_reason(exc, self.paths.root)
+                  or f"could not start the worker process ({describe_failure(exc)})")
         self._unrecorded_failures[job_id] = reason
         self._record_unrecorded_failures()
 
     def _refuse_interpreter(self, job_id: str | None, exc: InterpreterError) -> None:
-        """A misconfigured interpreter: the sentence goes to the log and health(), and the job (if any) fails with it."""
+        """A misconfigured interpreter: the sentence goes to the log and health(); the job (if any) fails with it."""
         log.error("%s", exc)
         self._last_error, self._last_error_at = str(exc), time.time()
         if job_id is not None:
@@ -541,6 +549,7 @@ def spawn_detached(paths: DataPaths) -> subprocess.Popen:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m backend.scheduler``: serve the queue until stopped, or with ``--exit-when-idle`` until empty."""
     parser = argparse.ArgumentParser(description="Run the Post-Training Studio job scheduler.")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--exit-when-idle", action="store_true", help="exit once nothing is queued or running")

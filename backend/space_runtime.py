@@ -13,6 +13,7 @@ ZERO_GPU_REFUSAL = (
 
 
 def on_space() -> bool:
+    """Whether the app runs on a Hugging Face Space (``SPACE_ID`` is set)."""
     return bool(os.environ.get("SPACE_ID"))
 
 

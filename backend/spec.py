@@ -83,6 +83,7 @@ def default_model() -> str:
 
 
 class Method(str, Enum):
+    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO (rewards)."""
     sft = "sft"
     dpo = "dpo"
     grpo = "grpo"
@@ -96,6 +97,7 @@ class _Part(BaseModel):
 
 
 class ModelSpec(_Part):
+    """The base model (Hub id, local folder or built-in), its revision, or a finished job to continue from."""
     name_or_path: str = Field(
         default_factory=default_model,
         min_length=1,
@@ -110,6 +112,7 @@ class ModelSpec(_Part):
 
 
 class DatasetSpec(_Part):
+    """Where the training data comes from, which split and rows, and how its columns map to the method's."""
     source: Literal["builtin", "hub", "upload", "file"] = Field(
         "builtin",
         description="Where the data comes from: a built-in sample, a Hub dataset id, a file you uploaded, "
@@ -131,6 +134,7 @@ class DatasetSpec(_Part):
 
 
 class LoraSpec(_Part):
+    """The LoRA adapter: whether to train one, its rank, scaling, dropout and target modules."""
     enabled: bool = Field(True, description="Train a LoRA adapter instead of all weights.")
     r: int = Field(16, gt=0, le=1024, description="LoRA rank: capacity of the adapter.")
     alpha: int = Field(32, gt=0, description="LoRA scaling (alpha / r multiplies the update).")
@@ -148,12 +152,14 @@ class LoraSpec(_Part):
 
 
 class QuantizationSpec(_Part):
+    """How the base model is loaded: full precision, 4-bit NF4 (QLoRA) or 8-bit."""
     mode: Literal["none", "4bit", "8bit"] = Field(
         "none", description="Load the base model in 4-bit NF4 (double quant, QLoRA) or 8-bit to save memory."
     )
 
 
 class TrainingSpec(_Part):
+    """The optimisation loop: epochs or steps, learning rate, batch, sequence length, seed, checkpoints, GPUs."""
     epochs: float = Field(1.0, gt=0, description="Passes over the dataset (ignored when max_steps is set).")
     max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
@@ -209,6 +215,7 @@ class TrainingSpec(_Part):
 
 
 class SFTSpec(_Part):
+    """SFT settings: completion-only loss and packing."""
     completion_only_loss: bool = Field(
         True, description="Loss on the assistant turns / completion only, not on the prompt."
     )
@@ -219,6 +226,7 @@ class SFTSpec(_Part):
 
 
 class DPOSpec(_Part):
+    """DPO settings: beta and the loss type."""
     beta: float = Field(0.1, gt=0, le=10, description="How far the model may move from the reference (higher: less).")
     loss_type: Literal["sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm"] = Field(
         "sigmoid", description="DPO loss: sigmoid is the paper's; ipo and robust are gentler on noisy labels."
@@ -242,6 +250,7 @@ REWARD_NAMES: tuple[str, ...] = get_args(RewardName)
 
 
 class RewardSpec(_Part):
+    """One GRPO reward function by name, its weight, and the settings that function reads."""
     name: RewardName = Field(description="Which reward function scores each completion.")
     weight: float = Field(1.0, description="Weight of this reward in the total.")
     column: str | None = Field(
@@ -297,6 +306,7 @@ def _default_rewards() -> list[RewardSpec]:
 
 
 class GRPOSpec(_Part):
+    """GRPO settings: group size, sampling, loss, rewards and vLLM generation."""
     num_generations: int = Field(4, ge=2, le=64, description="Completions sampled per prompt (the group).")
     max_completion_length: int = Field(
         256, gt=0, le=32768, description="Longest completion; for environments, the whole episode."
@@ -323,6 +333,7 @@ class GRPOSpec(_Part):
 
 
 class EnvironmentSpec(_Part):
+    """The OpenEnv environment a GRPO job trains against, and how its reward is read."""
     name: str | None = Field(
         None,
         description="OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, "
@@ -380,6 +391,7 @@ class EnvironmentSpec(_Part):
 
 
 class EvalSpec(_Part):
+    """The before/after evaluation: how many rows are held out, and whether the base model is scored too."""
     holdout_fraction: float = Field(
         0.0, ge=0, lt=0.9, description="Share of rows held out for the before/after evaluation (0: none)."
     )
@@ -388,6 +400,7 @@ class EvalSpec(_Part):
 
 
 class OutputSpec(_Part):
+    """What happens to the result: its run name, the Hub push, and trackio logging."""
     run_name: str | None = Field(None, max_length=96, description="A name to recognise the job by.")
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
@@ -406,6 +419,7 @@ class OutputSpec(_Part):
 
 
 class JobSpec(_Part):
+    """Everything one training job needs, validated: method, model, data, LoRA, training, rewards and output."""
     schema_version: int = Field(SCHEMA_VERSION, description="Spec format version.")
     method: Method = Field(
         Method.sft, description="sft (demonstrations), dpo (preference pairs), grpo (rewards) or kto (answers marked "
@@ -470,14 +484,17 @@ class JobSpec(_Part):
 
     # --- JSON round trip -------------------------------------------------------------------------
     def to_json(self) -> str:
+        """The spec as JSON text, as the store keeps it and the worker reads it."""
         return self.model_dump_json()
 
     @classmethod
     def from_json(cls, text: str) -> "JobSpec":
+        """The spec from JSON text (``parse_spec``); SpecError lists every problem."""
         return parse_spec(text)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
+        """The spec from parsed YAML or JSON data (``parse_spec``); SpecError lists every problem."""
         return parse_spec(data)
 
 
@@ -578,6 +595,7 @@ def field_help(path: str) -> str:
 
 
 def spec_fields_markdown() -> str:
+    """Markdown tables of every spec field and every reward setting, with default and help."""
     lines = ["| field | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs()]
     lines += ["", "Each entry of `grpo.rewards`:", "", "| field | default | meaning |", "| --- | --- | --- |"]

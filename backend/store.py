@@ -23,6 +23,7 @@ _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 
 class JobStatus(str, Enum):
+    """Where a job is in its life: queued, running, or finished as succeeded, failed, cancelled or interrupted."""
     queued = "queued"
     running = "running"
     succeeded = "succeeded"
@@ -32,6 +33,7 @@ class JobStatus(str, Enum):
 
     @property
     def finished(self) -> bool:
+        """Whether the job has ended (for good or, when interrupted, until it is resumed)."""
         return self in {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 
 
@@ -42,6 +44,7 @@ ATTEMPT_END_ARTIFACTS = ("cancelled_at_step", "cancel_note")
 
 
 class JobNotFound(KeyError):
+    """No job has this id (or none the asker may see)."""
     def __init__(self, job_id: str):
         super().__init__(job_id)
         self.job_id = job_id
@@ -139,6 +142,7 @@ def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
 
 @dataclass
 class JobRecord:
+    """One job's row: its spec, owner, status, timestamps, error, outputs, progress and worker."""
     id: str
     seq: int
     owner: str
@@ -167,6 +171,7 @@ class JobRecord:
         return int(step) if step else None
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as JSON-ready data for the CLI and the API."""
         return {
             "id": self.id,
             "owner": self.owner,
@@ -225,6 +230,7 @@ CREATE INDEX IF NOT EXISTS samples_job ON samples(job_id, id);
 
 
 def new_job_id() -> str:
+    """A new job id: the time it was made, then six random hex digits (sorts by creation time)."""
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
@@ -416,6 +422,7 @@ class JobStore:
         return self.get(row["id"])
 
     def set_pid(self, job_id: str, pid: int) -> None:
+        """Record the worker process that runs the job."""
         with self._connect() as con:
             con.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
 
@@ -461,6 +468,7 @@ class JobStore:
         raise InvalidTransition(f"job {job_id} has already ended ({status.value}); there is nothing to cancel")
 
     def cancel_requested(self, job_id: str) -> bool:
+        """Whether someone asked this job to stop."""
         with self._connect() as con:
             row = con.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return bool(row and row["cancel_requested"])
@@ -487,6 +495,7 @@ class JobStore:
 
     # --- progress, artifacts, metrics -------------------------------------------------------------
     def merge_artifacts(self, job_id: str, artifacts: dict[str, Any]) -> None:
+        """Add or replace some of a job's outputs in one transaction, keeping the others."""
         with self._transaction() as con:
             row = con.execute("SELECT artifacts FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:

@@ -24,7 +24,11 @@ def trackio_project(owner: str) -> str:
 
 
 def trackio_run(job_id: str, run_name: str | None) -> str:
-    """The job's run in that project; the job id keeps it unique (a resumed job continues the same run)."""
+    """The job's run in that project; the job id keeps it unique (a resumed job continues the same run).
+
+    >>> trackio_run("3f2a", "my run"), trackio_run("3f2a", None)
+    ('my_run-3f2a', '3f2a')
+    """
     return f"{safe_name(run_name)}-{job_id}" if run_name else job_id
 
 

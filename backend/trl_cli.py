@@ -44,6 +44,7 @@ def slug(text: str) -> str:
 
 
 def default_output_dir(spec: JobSpec) -> str:
+    """The TRL CLI's output folder for a spec: the run name, else model, method and ``-lora``."""
     if spec.output.run_name:
         return slug(spec.output.run_name)
     base = spec.model.name_or_path.rstrip("/").split("/")[-1].removeprefix("builtin:")

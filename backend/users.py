@@ -14,6 +14,7 @@ DEFAULT_MAX_QUEUED_PER_USER = 3
 
 @dataclass(frozen=True)
 class User:
+    """A person using the studio: their name, whether they are an admin or at this machine, and their Hub token."""
     name: str
     is_admin: bool = False
     # The person at this machine (``local_user()``): only they may name files and folders on it. A Space admin is not.
@@ -22,10 +23,12 @@ class User:
     token: str | None = field(default=None, repr=False, compare=False)
 
     def can_access(self, owner: str) -> bool:
+        """Whether this user may see and act on jobs and files that ``owner`` owns."""
         return self.is_admin or owner == self.name
 
 
 def admins() -> set[str]:
+    """The admins' user names: ``STUDIO_ADMINS`` (comma-separated) and the Space's author."""
     names = {n.strip() for n in os.environ.get("STUDIO_ADMINS", "").split(",") if n.strip()}
     if os.environ.get("SPACE_AUTHOR_NAME"):
         names.add(os.environ["SPACE_AUTHOR_NAME"])

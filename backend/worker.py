@@ -85,6 +85,7 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
 
 
 def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:
+    """The adapter folder of the job this one continues, or None; SpecError if it has none."""
     if spec.model.parent_job_id is None:
         return None
     parent = store.get(spec.model.parent_job_id)
@@ -95,6 +96,7 @@ def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:
 
 
 def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
+    """Save the adapter, tokenizer, spec and final metrics in the job's folder; the artifacts to record."""
     adapter_dir = paths.job_adapter(job_id)
     trainer.save_model(str(adapter_dir))
     trainer.processing_class.save_pretrained(str(adapter_dir))
@@ -153,9 +155,11 @@ class SecondaryRankStore:
         self._store = store
 
     def get(self, job_id: str):
+        """The job's row (read from the real store)."""
         return self._store.get(job_id)
 
     def cancel_requested(self, job_id: str) -> bool:
+        """Whether the job was asked to stop (read from the real store)."""
         return self._store.cancel_requested(job_id)
 
     def __getattr__(self, name: str):
@@ -170,6 +174,7 @@ def process_rank() -> int:
 
 
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
+    """Train one job end to end (data, trainer, training, outputs, evaluation) and record its result; the exit code."""
     from backend.training.callbacks import StoreReportingCallback
 
     store = JobStore(paths.db) if process_rank() == 0 else SecondaryRankStore(JobStore(paths.db))
@@ -262,6 +267,7 @@ def push_to_hub(store: JobStore, paths: DataPaths, job_id: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m backend.worker``: run one job the scheduler started, stopping cleanly on SIGTERM."""
     parser = argparse.ArgumentParser(description="Run one Post-Training Studio job (started by the scheduler).")
     parser.add_argument("--job-id", required=True)
     parser.add_argument("--data-dir", required=True)

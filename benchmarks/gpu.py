@@ -1,4 +1,4 @@
-"""The studio on a GPU: its old defaults, the auto-tuned studio and bare TRL with the same knobs, through the real queue.
+"""The studio on a GPU: its old defaults, the auto-tuned studio and bare TRL with the same knobs, through the queue.
 
     python benchmarks/gpu.py --work /tmp/gpu-bench                 # on a lent GPU (the device tool), ~8 minutes
     python benchmarks/gpu.py --work /tmp/gpu-bench --smoke         # anywhere: a small shape, 2 steps (CPU ok)

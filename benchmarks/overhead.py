@@ -2,8 +2,9 @@
 
     python benchmarks/overhead.py [--methods sft dpo grpo] [--steps 60] [--repeats 3]
 
-Both wall times run from launch (process start / submit) until the adapter is saved. Prints both, their ratio, the per-step ratio (TRL's own train_runtime in each) and the
-submit -> first-step latency. Runs offline on the demo model; nothing here needs a GPU.
+Both wall times run from launch (process start / submit) until the adapter is saved. Prints both, their ratio, the
+per-step ratio (TRL's own train_runtime in each) and the submit -> first-step latency. Runs offline on the demo
+model; nothing here needs a GPU.
 """
 
 from __future__ import annotations
@@ -82,13 +83,16 @@ def bench(method: str, api: StudioAPI, model: Path, tmp: Path, steps: int, batch
     bare_step, app_step = med(bare, "train_runtime") / steps, med(app, "train_runtime") / steps
     print(f"\n{method.upper()}, demo model, {steps} steps x batch {batch}, median of {repeats} runs, "
           f"{os.cpu_count()} CPU cores")
-    print(f"whole job   bare TRL {bare_wall:6.2f}s   app {app_wall:6.2f}s   ratio {app_wall / bare_wall:.3f} (target <= 1.10)")
-    print(f"per step    bare TRL {bare_step * 1000:6.1f}ms  app {app_step * 1000:6.1f}ms  ratio {app_step / bare_step:.3f} (target <= 1.03)")
+    print(f"whole job   bare TRL {bare_wall:6.2f}s   app {app_wall:6.2f}s   "
+          f"ratio {app_wall / bare_wall:.3f} (target <= 1.10)")
+    print(f"per step    bare TRL {bare_step * 1000:6.1f}ms  app {app_step * 1000:6.1f}ms  "
+          f"ratio {app_step / bare_step:.3f} (target <= 1.03)")
     # Noise on a shared 2-core machine only ever adds time, so the fastest run of each side is the steadier figure.
     best_bare, best_app = min(r["train_runtime"] for r in bare) / steps, min(r["train_runtime"] for r in app) / steps
     print(f"per step, fastest run of each: bare {best_bare * 1000:6.1f}ms  app {best_app * 1000:6.1f}ms  "
           f"ratio {best_app / best_bare:.3f}")
-    print(f"reporting   time inside the app's TrainerCallback: {med(app, 'reporting_share') * 100:.2f}% of train_runtime")
+    print(f"reporting   time inside the app's TrainerCallback: {med(app, 'reporting_share') * 100:.2f}% "
+          "of train_runtime")
     print(f"submit -> first step {med(app, 'first_step_latency'):.2f}s\n", flush=True)
 
 

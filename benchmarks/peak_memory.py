@@ -89,7 +89,8 @@ def measure(args) -> dict:
         "shape": args.shape, "method": "sft", "quantization": args.quantization, "lora_r": 16,
         "gradient_checkpointing": args.gradient_checkpointing == "on", "batch_size": args.batch_size,
         "sequence_tokens": sequence_tokens,
-        "estimate_tensor_gb": round(estimate.tensor_bytes / GB, 3), "estimate_total_gb": round(estimate.total_bytes / GB, 3),
+        "estimate_tensor_gb": round(estimate.tensor_bytes / GB, 3),
+        "estimate_total_gb": round(estimate.total_bytes / GB, 3),
     }
     if cuda:
         row["peak_allocated_gb"] = round(torch.cuda.max_memory_allocated() / GB, 3)

@@ -115,7 +115,8 @@ def main() -> None:
           f"median of {args.repeats}, {os.cpu_count()} CPU cores")
     print(f"{'phase':<20}" + "".join(f"{m:>9}" for m in results))
     for phase in PHASES + ["submit -> 1st step", "whole job"]:
-        print(f"{phase:<20}" + "".join(f"{statistics.median(r[phase] for r in rows):9.2f}" for rows in results.values()))
+        medians = (statistics.median(r[phase] for r in rows) for rows in results.values())
+        print(f"{phase:<20}" + "".join(f"{m:9.2f}" for m in medians))
 
 
 if __name__ == "__main__":

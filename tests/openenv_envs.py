@@ -49,7 +49,8 @@ class CatalogEnv:
 
     name: str
     modules: tuple[str, ...] = ()  # imported by the server beyond the studio's own requirements
-    mark_concurrent: bool = False  # its class keeps state per instance but does not declare SUPPORTS_CONCURRENT_SESSIONS
+    # Its class keeps state per instance but does not declare SUPPORTS_CONCURRENT_SESSIONS.
+    mark_concurrent: bool = False
     environ: Mapping[str, str] = field(default_factory=dict)
     # A legal and an illegal call, as (tool or None for the only tool, arguments), for probes and tests.
     valid: tuple[str | None, dict] = (None, {})

@@ -65,8 +65,8 @@ def test_a_space_user_cannot_train_on_a_server_file_and_the_local_admin_can(api,
     server_file = write_jsonl(tmp_path / "secrets" / "rows.jsonl", CHAT_ROWS)
     spec = tiny_spec(dataset={"source": "file", "name": str(server_file)})
     for user in (ALICE, SPACE_ADMIN):
-        for call in (lambda: api.submit(spec, user=user), lambda: api.check(spec, user=user),
-                     lambda: api.preview(spec, user=user)):
+        for call in (lambda: api.submit(spec, user=user), lambda: api.check(spec, user=user),  # noqa: B023 - each is called in the loop
+                     lambda: api.preview(spec, user=user)):  # noqa: B023
             # Quoted as every refusal quotes input (cut at 80 characters), so the check holds for any tmp path.
             refused(call, f"dataset.name: {quote_input(str(server_file))} is a path on the server; "
                           "upload the file instead (Dataset -> Upload)")
@@ -118,7 +118,7 @@ def test_an_upload_id_is_readable_by_its_uploader_only(api, paths, tmp_path):
         refused(call, f"dataset.name: there is no upload '{upload_id}' of yours")
     kept = paths.uploads("alice") / upload_id
     for trick in (str(kept), f"../alice/{upload_id}", "../../studio.sqlite3"):
-        refused(lambda: api.preview(tiny_spec(dataset={"source": "upload", "name": trick}), user=BOB),
+        refused(lambda: api.preview(tiny_spec(dataset={"source": "upload", "name": trick}), user=BOB),  # noqa: B023
                 "dataset.name:")
 
 
@@ -237,7 +237,7 @@ def test_uploads_of_a_user_named_dot_dot_stay_inside_the_uploads_folder(paths):
 
 
 @pytest.mark.slow
-def test_the_app_keeps_an_upload_by_id_previews_it_and_scores_the_bench(app_url, tmp_path):
+def test_the_app_keeps_an_upload_by_id_previews_it_and_scores_the_bench(app_url, tmp_path):  # noqa: F811 - the fixture
     from gradio_client import Client, handle_file
 
     client = Client(app_url, verbose=False)

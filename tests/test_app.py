@@ -126,6 +126,7 @@ def test_a_user_error_logs_one_line_and_no_traceback(data_dir):
 def test_a_real_bug_in_a_handler_still_logs_its_traceback(capfd, caplog):
     import gradio as gr
     from gradio_client import Client
+    from gradio_client.exceptions import AppError
 
     from app import StudioBlocks
     from backend.environments.launcher import free_port
@@ -143,9 +144,9 @@ def test_a_real_bug_in_a_handler_still_logs_its_traceback(capfd, caplog):
     demo.queue().launch(server_port=free_port(), prevent_thread_lock=True, quiet=True)
     try:
         client = Client(demo.local_url, verbose=False)
-        with pytest.raises(Exception):
+        with pytest.raises(AppError):
             client.predict(api_name="/refused")
-        with pytest.raises(Exception):
+        with pytest.raises(AppError):
             client.predict(api_name="/broken")
     finally:
         demo.close()

@@ -1,6 +1,6 @@
 """GRPO with OpenEnv environments through the real queue: the example's warm-up (demonstrations written by the
-built-in echo server, SFT on them) then GRPO against it; dry runs; the server's lifecycle with the job; a dead server failing the job; spec and
-pre-flight refusals."""
+built-in echo server, SFT on them) then GRPO against it; dry runs; the server's lifecycle with the job; a dead server
+failing the job; spec and pre-flight refusals."""
 
 import json
 import os

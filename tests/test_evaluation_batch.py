@@ -1,4 +1,4 @@
-"""The before/after evaluation scores base and tuned in one mixed-adapter batch, with the same results as separate runs."""
+"""The before/after evaluation scores base and tuned in one mixed-adapter batch, with the results of separate runs."""
 
 import threading
 
@@ -118,8 +118,9 @@ def test_grpo_completions_of_one_mixed_batch_equal_separate_base_and_tuned_runs(
     sampling = GenerationSettings(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7)
     batched = generate_completions(model, tokenizer, prompts, ["default", BASE_ADAPTER], sampling)
     for side in ("default", BASE_ADAPTER):
-        alone = [generate_completions(model, tokenizer, [p], [side],
-                                      GenerationSettings(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7 + i))[side][0]
+        alone = [generate_completions(
+                     model, tokenizer, [p], [side],
+                     GenerationSettings(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7 + i))[side][0]
                  for i, p in enumerate(prompts)]
         assert batched[side] == alone
     assert batched["default"] != tuned, "sampling is not greedy decoding"

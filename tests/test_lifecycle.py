@@ -81,7 +81,8 @@ def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, st
     wait_for(lambda: _gone(pid), 10, what="killed worker to be gone")
 
 
-def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths, store, scheduler_factory, demo_model_path, tmp_path):
+def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths, store, scheduler_factory,
+                                                                          demo_model_path, tmp_path):
     model_copy = tmp_path / "model"
     shutil.copytree(demo_model_path, model_copy)
     api = StudioAPI(paths.root, scheduler="none")
@@ -115,7 +116,8 @@ def _oversized_model(target, demo_model_path, vocab_size=6_000_000):
     return target
 
 
-def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(paths, store, scheduler_factory, demo_model_path, tmp_path, monkeypatch):
+def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(paths, store, scheduler_factory, demo_model_path,
+                                                               tmp_path, monkeypatch):
     huge = _oversized_model(tmp_path / "huge", demo_model_path)
     monkeypatch.setenv("STUDIO_WORKER_MEMORY_LIMIT_MB", "3500")  # the demo job peaks near 2.6 GB of address space
     api = StudioAPI(paths.root, scheduler="none")
@@ -204,7 +206,8 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
     assert checkpoint_step >= 5 and checkpoint_step % 5 == 0
     metrics = api.metrics(job.id)
     resumed_steps = [m["step"] for m in metrics if m["id"] > last_id_before and "loss" in m]
-    assert resumed_steps == list(range(checkpoint_step + 1, RESUME_STEPS + 1)), "training continues after the checkpoint"
+    assert resumed_steps == list(range(checkpoint_step + 1, RESUME_STEPS + 1)), \
+        "training continues after the checkpoint"
     # Steps between the checkpoint and the kill ran twice; the plot shows each once (the second run's).
     loss_steps = [m["step"] for m in metrics if "loss" in m]
     assert loss_steps == sorted(set(loss_steps)), "each step is stored once"

@@ -38,7 +38,8 @@ def _estimate(row: dict):
     return estimate_memory(spec, _config(row["shape"]), device, sequence_tokens=row["sequence_tokens"])
 
 
-@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda r: f"{r['shape']}-{r['quantization']}-gc{int(r['gradient_checkpointing'])}-b{r['batch_size']}")
+@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda r: (
+    f"{r['shape']}-{r['quantization']}-gc{int(r['gradient_checkpointing'])}-b{r['batch_size']}"))
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(row):
     estimate = _estimate(row)
     pairs = [(estimate.tensor_bytes, row.get("peak_allocated_gb")), (estimate.total_bytes, row.get("nvidia_smi_gb")),
@@ -46,7 +47,8 @@ def test_the_estimate_is_within_25_percent_of_the_measured_peak(row):
     checked = [(got / GB, measured) for got, measured in pairs if measured is not None]
     assert checked, "a row measures something"
     for got, measured in checked:
-        assert abs(got / measured - 1) <= TOLERANCE, f"estimate {got:.2f} GB vs measured {measured} GB ({row['source']})"
+        assert abs(got / measured - 1) <= TOLERANCE, \
+            f"estimate {got:.2f} GB vs measured {measured} GB ({row['source']})"
 
 
 def test_the_cuda_context_is_counted_apart_from_the_tensors():

@@ -77,7 +77,8 @@ EXPECTED: dict[str, Expected] = {
     "coding_env": Expected("typed", {"code": ("code",)},
                            r"invalid arguments for code: code: 42 is not of type 'string'", r"stdout:\n42\n", True),
     "repl_env": Expected("typed", {"repl": ("code", "is_final", "final_answer")},
-                         r"invalid arguments for repl: is_final: 'yes' is not of type 'boolean'", r'"stdout": "42', True),
+                         r"invalid arguments for repl: is_final: 'yes' is not of type 'boolean'",
+                         r'"stdout": "42', True),
 }
 NAMES = list(EXPECTED)
 

@@ -57,7 +57,8 @@ def test_a_full_disk_is_named_with_the_path_and_what_to_do():
     assert disk_full_reason(enospc, "/data") == (
         "the data disk is full (/data/jobs/x/train.log): free space on it, then resume or queue the job again"
     )
-    assert "the data disk is full (/data)" in disk_full_reason(sqlite3.OperationalError("database or disk is full"), "/data")
+    full = sqlite3.OperationalError("database or disk is full")
+    assert "the data disk is full (/data)" in disk_full_reason(full, "/data")
     assert disk_full_reason(OSError(errno.EACCES, "Permission denied"), "/data") is None
 
 
@@ -108,7 +109,8 @@ def _fill(directory: Path) -> Path:
 @slow
 def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_space_is_freed(
         paths, store, scheduler_factory):
-    jobs_dir = paths.root / "jobs"  # where logs and checkpoints go; the store stays writable, as with a nearly full disk
+    # Where logs and checkpoints go; the store stays writable, as with a nearly full disk.
+    jobs_dir = paths.root / "jobs"
     _mount_tmpfs(jobs_dir, "64m")
     try:
         filler = _fill(jobs_dir)
@@ -204,7 +206,8 @@ def test_killed_scheduler_then_lost_worker_leaves_a_resumable_job_and_no_slot_ta
     wait_for(lambda: sched.health().running == 1, 10, what="the live worker to be adopted")
     os.killpg(pid, signal.SIGKILL)  # then the adopted worker dies too, its exit status unknowable
     lost = wait_status(store, job.id, FINAL, timeout=30)
-    assert lost.status is JobStatus.interrupted and lost.error.endswith("resume it to continue from its last checkpoint")
+    assert lost.status is JobStatus.interrupted
+    assert lost.error.endswith("resume it to continue from its last checkpoint")
     assert sched.health().running == 0
     api.resume(job.id)
     resumed = wait_status(store, job.id, FINAL)
@@ -220,7 +223,8 @@ def test_the_worker_process_ends_once_its_job_is_recorded_even_if_shutdown_would
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     # A thread nobody stops, as an open websocket's reader can be: a normal exit would wait for it forever.
-    (blocker / "sitecustomize.py").write_text("import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n")
+    (blocker / "sitecustomize.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n")
     worker = subprocess.Popen(
         [sys.executable, "-m", "backend.worker", "--job-id", job.id, "--data-dir", str(paths.root)], cwd=ROOT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)])},

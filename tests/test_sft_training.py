@@ -46,7 +46,7 @@ def test_lora_training_changes_adapter_not_base(tmp_path, models_dir, quant):
     assert len(changed) == len(lora_before), "every LoRA tensor should move"
     assert all(torch.equal(base_before[n], base_after[n]) for n in base_before), "base weights must stay frozen"
     losses = [m["loss"] for m in store.metrics(job.id) if "loss" in m]
-    assert len(losses) == 4 and all(l > 0 for l in losses)
+    assert len(losses) == 4 and all(loss > 0 for loss in losses)
 
 
 @pytest.mark.slow
@@ -93,7 +93,8 @@ def test_worker_saves_a_reloadable_adapter(paths, store, scheduler_factory, demo
     # Auto-tune ran in the worker: on this CPU with RAM to spare, no recompute; said in the log, kept with the job.
     tuned = done.artifacts["auto_tune"]
     assert tuned["settings"]["training.gradient_checkpointing"] is False
-    assert "auto-tune: gradient checkpointing: off (the job fits without it" in Path(done.artifacts["log_file"]).read_text()
+    log_text = Path(done.artifacts["log_file"]).read_text()
+    assert "auto-tune: gradient checkpointing: off (the job fits without it" in log_text
     ran = json.loads((Path(done.artifacts["job_dir"]) / "spec.json").read_text())["training"]
     assert ran["gradient_checkpointing"] is False and ran["attn_implementation"] == "sdpa"
     check_the_figures_of_a_finished_sft_job(api, done, demo_model_path)

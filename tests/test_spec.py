@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from backend.demo_model import DEMO_MODEL_ID
 from backend.spec import JobSpec, Method, SpecError, field_help, parse_spec, spec_fields_markdown
@@ -78,7 +79,7 @@ def test_invalid_json_text_is_a_spec_error():
 
 def test_spec_is_immutable():
     spec = JobSpec()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         spec.method = Method.dpo
 
 

@@ -47,4 +47,4 @@ def test_a_job_with_trackio_logs_its_loss_under_the_data_dir_and_one_without_wri
     losses = [row["train/loss"] for row in found["logs"] if row.get("train/loss") is not None]
     assert len(losses) == 4, found["logs"]  # max_steps 4, logged every step
     assert not (home / "trackio").exists(), "nothing went to HF_HOME"
-    assert api.trackio_dashboard(tracked.id) == (f"TRACKIO_DIR={trackio_dir(paths)} trackio show --project studio-local")
+    assert api.trackio_dashboard(tracked.id) == f"TRACKIO_DIR={trackio_dir(paths)} trackio show --project studio-local"

@@ -60,6 +60,7 @@ class EnvironmentInfo:
     action_schema: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
+        """The environment in one line: name, kind, URL and tool names."""
         names = ", ".join(tool.name for tool in self.tools)
         return f"{self.name} ({self.kind} environment at {self.url}; tools: {names})"
 
@@ -306,7 +307,9 @@ class OpenEnvEpisode:
     def get_reward(self) -> float:
         """The episode's reward, read from the environment (see ``reward_mode``)."""
         if self._unreachable:
-            raise EnvironmentUnavailable(f"the environment server at {self.info.url} is unreachable: {self._unreachable}")
+            raise EnvironmentUnavailable(
+                f"the environment server at {self.info.url} is unreachable: {self._unreachable}"
+            )
         return episode_reward(self.rewards, self.done, self.failed, self.reward_mode)
 
     def _close(self) -> None:  # private: TRL turns every public method into a tool
@@ -332,7 +335,9 @@ class OpenEnvEpisode:
 
 
 def episode_reward(rewards: list[float], done: bool, failed: str | None, mode: RewardMode) -> float:
-    """>>> episode_reward([0.0, 1.0], True, None, "success"), episode_reward([0.5, 0.25], False, None, "sum")
+    """The episode's reward as ``mode`` reads it: the sum of the steps', the last step's, or 1.0 for a clean success.
+
+    >>> episode_reward([0.0, 1.0], True, None, "success"), episode_reward([0.5, 0.25], False, None, "sum")
     (1.0, 0.75)
     """
     if mode == "sum":
@@ -384,7 +389,8 @@ def environment_class(info: EnvironmentInfo, *, reward_mode: RewardMode = "succe
     reserved = {"reset", "get_reward"} | set(dir(OpenEnvEpisode))
     members: dict[str, Any] = {"info": info, "reward_mode": reward_mode, "timeout_s": timeout_s,
                                "observation_template": observation_template,
-                               "_live": weakref.WeakSet(), "__doc__": info.description or f"The {info.name} environment."}
+                               "_live": weakref.WeakSet(),
+                               "__doc__": info.description or f"The {info.name} environment."}
     for tool in info.tools:
         if tool.name in reserved or tool.name.startswith("_") or not _IDENTIFIER.match(tool.name):
             raise EnvironmentUnavailable(f"the environment's tool name {tool.name!r} cannot be used as a tool method")

@@ -132,9 +132,11 @@ class ArithmeticEnvironment(Environment[ArithmeticAction, ArithmeticObservation,
 
     @property
     def state(self) -> ArithmeticState:
+        """The current episode's state (OpenEnv's ``/state``)."""
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:
+        """The environment's name, description and version, as OpenEnv serves them."""
         return EnvironmentMetadata(
             name="arithmetic",
             description="Answer one integer calculation in three tries with too-high/too-low hints. "

@@ -114,6 +114,7 @@ def get_json(url: str, path: str, timeout_s: float = 10.0) -> Any:
 
 @dataclass
 class StepOutcome:
+    """One answer of an environment: the observation, its reward (if any) and whether the episode is done."""
     observation: dict[str, Any]
     reward: float | None
     done: bool
@@ -131,9 +132,11 @@ class Session:
 
     @property
     def connected(self) -> bool:
+        """Whether a session is open."""
         return self._ws is not None
 
     def connect(self) -> "Session":
+        """Open (or reopen) the WebSocket session; EnvironmentUnavailable if the server cannot be reached."""
         from websockets.sync.client import connect
 
         self.close()
@@ -189,12 +192,15 @@ class Session:
         return answer.get("data") or {}
 
     def reset(self, **kwargs: Any) -> StepOutcome:
+        """Start a new episode (``kwargs`` go to the environment's reset) and return its first outcome."""
         return _outcome(self.request({"type": "reset", "data": kwargs}))
 
     def step(self, action: dict[str, Any]) -> StepOutcome:
+        """Send one action and return what the environment answered."""
         return _outcome(self.request({"type": "step", "data": action}))
 
     def close(self) -> None:
+        """Say goodbye to the server and close the socket; a dead socket is not an error."""
         if self._ws is None:
             return
         ws, self._ws = self._ws, None

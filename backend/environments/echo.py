@@ -135,9 +135,11 @@ class EchoEnvironment(MCPEnvironment):
 
     @property
     def state(self) -> EchoState:
+        """The current episode's state (OpenEnv's ``/state``)."""
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:
+        """The environment's name, description and version, as OpenEnv serves them."""
         return EnvironmentMetadata(
             name="echo",
             description="Echo the target text exactly with the echo_message tool (MCP). Reward 1.0 on an exact match.",

@@ -16,6 +16,7 @@ from backend.environments.adapter import OpenEnvEpisode, episode_reward, tool_me
 
 @dataclass
 class Episode:
+    """One played episode: the conversation, its reward and success, tool-call counts and why it stopped."""
     messages: list[dict[str, Any]]  # the prompt (with the reset observation) and every turn after it
     prompt_messages: int  # how many of ``messages`` are the prompt
     reward: float
@@ -29,9 +30,11 @@ class Episode:
 
     @property
     def turns(self) -> list[dict[str, Any]]:
+        """The messages after the prompt: the model's turns and the tools' answers."""
         return self.messages[self.prompt_messages:]
 
     def to_dict(self) -> dict[str, Any]:
+        """The episode as plain JSON-ready data."""
         return asdict(self)
 
     def transcript(self) -> str:
@@ -60,6 +63,7 @@ class Episode:
 
 @dataclass
 class EpisodeSettings:
+    """How an episode is sampled: token and turn budgets, temperature, top-p and chat-template options."""
     max_completion_length: int
     max_iterations: int
     temperature: float = 1.0
@@ -68,9 +72,11 @@ class EpisodeSettings:
 
     @classmethod
     def from_spec(cls, spec) -> "EpisodeSettings":
+        """The settings a GRPO job's spec asks for."""
         g = spec.grpo
         kwargs = {"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else {}
-        return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p, kwargs)
+        return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p,
+                   kwargs)
 
 
 def opening_messages(environment: OpenEnvEpisode, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -151,7 +157,8 @@ def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, A
             calls += 1
             name, result, failed = _call_tool(tools, call)
             failures += failed
-            messages.append({"role": "tool", "name": name, "content": result if isinstance(result, list) else str(result)})
+            content = result if isinstance(result, list) else str(result)
+            messages.append({"role": "tool", "name": name, "content": content})
         prompt_ids = _render(tokenizer, messages, methods, settings)
         if environment.done:
             # The model still gets to read the last tool result; the episode itself is over.

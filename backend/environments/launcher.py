@@ -71,9 +71,11 @@ class RunningEnvironment:
 
     @property
     def pid(self) -> int:
+        """The server process's id."""
         return self.process.pid
 
     def is_running(self) -> bool:
+        """Whether the server process is still alive."""
         return self.process.poll() is None
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:

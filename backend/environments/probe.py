@@ -17,11 +17,13 @@ from backend.environments.connection import EnvironmentActionError
 
 @dataclass(frozen=True)
 class RewardProbe:
+    """What random valid actions got from an environment: episodes, actions carried out, answers rewarded."""
     episodes: int
     actions: int  # tool calls the server carried out (an MCP tool's error counts; a typed server's refusal does not)
     rewarded: int  # answers that carried a reward value (0.0 counts)
 
     def warning(self, name: str) -> str | None:
+        """A warning when no action was ever rewarded (GRPO would have nothing to learn), else None."""
         if self.actions == 0 or self.rewarded:
             return None
         return (f"{name} gave no reward for any of {self.actions} random valid actions in {self.episodes} "
@@ -58,6 +60,7 @@ def random_value(prop: dict[str, Any], rng: random.Random) -> Any:
 
 
 def random_arguments(tool: ToolSpec, rng: random.Random) -> dict[str, Any]:
+    """Random values for a tool's required parameters, each fitting its schema."""
     return {name: random_value(tool.parameters[name], rng) for name in tool.required if name in tool.parameters}
 
 

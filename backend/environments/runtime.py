@@ -21,6 +21,7 @@ REMOTE_TOKENS_PER_TURN = 64
 
 @dataclass
 class ActiveEnvironment:
+    """The environment a job trains against: its description, episode class, and the built-in server if any."""
     info: EnvironmentInfo
     factory: type[OpenEnvEpisode]
     builtin: BuiltinEnvironment | None
@@ -28,10 +29,12 @@ class ActiveEnvironment:
 
     @property
     def url(self) -> str:
+        """The environment server's URL."""
         return self.info.url
 
 
 def builtin_of(spec: EnvironmentSpec) -> BuiltinEnvironment | None:
+    """The built-in environment a spec names (``builtin:<name>``), or None for a remote one."""
     if spec.name and spec.name.startswith(BUILTIN_PREFIX):
         return BUILTIN_ENVIRONMENTS[spec.name.removeprefix(BUILTIN_PREFIX)]
     return None
@@ -61,6 +64,7 @@ def concurrent_episodes(spec: JobSpec) -> int:
 
 
 def typical_episode_tokens(spec: JobSpec) -> int:
+    """About how many tokens one episode takes, for the memory estimate."""
     builtin = builtin_of(spec.environment)
     if builtin is not None:
         return builtin.typical_episode_tokens

@@ -113,7 +113,8 @@ def python_type(prop: dict[str, Any]) -> Any:
     if isinstance(json_type, list):
         json_type = next((t for t in json_type if t != "null"), "string")
     if json_type == "array" and isinstance(prop.get("items"), dict) and prop["items"].get("type") in _JSON_TYPES:
-        return list[_JSON_TYPES[prop["items"]["type"]]]
+        item_type = _JSON_TYPES[prop["items"]["type"]]  # a name: ruff reads a string inside list[...] as an annotation
+        return list[item_type]
     return _JSON_TYPES.get(json_type, str)
 
 
@@ -133,6 +134,7 @@ def argument_text(name: str, prop: dict[str, Any]) -> str:
 
 
 def field_type(prop: dict[str, Any]) -> str:
+    """A JSON-schema property's type in words for a tool's help: ``string``, ``one of a/b``, ``value``."""
     if prop.get("enum"):
         return "one of " + "/".join(map(str, prop["enum"]))
     json_type = prop.get("type")

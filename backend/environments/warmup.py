@@ -36,12 +36,14 @@ CLOSING = "Done."
 
 @dataclass(frozen=True)
 class Demonstrations:
+    """Tool-call demonstrations for an SFT warm-up: the rows, how many were rewarded or refused, the tools."""
     rows: list[dict[str, Any]]
     rewarded: int  # demonstrations whose call earned a positive reward
     refused: int  # candidate calls the environment refused (not used)
     tools: tuple[str, ...]
 
     def summary(self) -> str:
+        """The demonstrations in one line, for the log and the UI."""
         return (f"{len(self.rows)} demonstration episodes of {', '.join(self.tools)} "
                 f"({self.rewarded} earned a reward)")
 

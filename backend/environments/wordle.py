@@ -144,9 +144,11 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
 
     @property
     def state(self) -> WordleState:
+        """The current episode's state (OpenEnv's ``/state``)."""
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:
+        """The environment's name, description and version, as OpenEnv serves them."""
         return EnvironmentMetadata(
             name="wordle",
             description="Guess a five-letter word in six tries with G/Y/X feedback. Reward 1.0 on a win.",

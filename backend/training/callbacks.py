@@ -105,6 +105,7 @@ class StoreReportingCallback(TrainerCallback):
             return None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        """Record where training starts (a resumed job starts mid-way) and start the performance meter."""
         t0 = time.perf_counter()
         self._started = time.monotonic()
         self._first_step = state.global_step
@@ -113,6 +114,7 @@ class StoreReportingCallback(TrainerCallback):
         self.overhead_s += time.perf_counter() - t0
 
     def on_step_end(self, args, state, control, **kwargs):
+        """Flush progress and metrics to the store, and stop (without saving) when a cancel was asked."""
         self.performance.step_end()
         t0 = time.perf_counter()
         self._flush(state)
@@ -124,6 +126,7 @@ class StoreReportingCallback(TrainerCallback):
         self.performance.mark()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        """Queue the logged metrics (with speed figures) for the store, and sample completions if asked."""
         t0 = time.perf_counter()
         if logs:
             data = {k: _jsonable(v) for k, v in logs.items()}
@@ -138,12 +141,15 @@ class StoreReportingCallback(TrainerCallback):
         self.performance.mark()
 
     def on_save(self, args, state, control, **kwargs):
+        """A checkpoint save is not counted as a training step's time."""
         self.performance.mark()  # a checkpoint save is not part of the next step's time
 
     def on_evaluate(self, args, state, control, **kwargs):
+        """Evaluation time is not counted as a training step's."""
         self.performance.mark()
 
     def on_train_end(self, args, state, control, **kwargs):
+        """Flush the last metrics and progress to the store."""
         t0 = time.perf_counter()
         self._flush(state, force=True)
         self.overhead_s += time.perf_counter() - t0

@@ -25,6 +25,7 @@ class Policy:
     quantization_config: Any
 
     def trainer_kwargs(self) -> dict[str, Any]:
+        """The model, tokenizer, PEFT and quantization arguments every TRL trainer takes."""
         return {
             "model": self.model,
             "processing_class": self.tokenizer,

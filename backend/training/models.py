@@ -30,10 +30,12 @@ def compute_dtype():
 
 
 def compute_dtype_name() -> str:
+    """The compute dtype's name: ``bfloat16`` or ``float32``."""
     return str(compute_dtype()).removeprefix("torch.")
 
 
 def to_bnb_config(quant: QuantizationSpec) -> "BitsAndBytesConfig | None":
+    """The bitsandbytes config for 4-bit NF4 (double quant) or 8-bit loading; None for full precision."""
     from transformers import BitsAndBytesConfig
 
     if quant.mode == "4bit":
@@ -49,6 +51,7 @@ def to_bnb_config(quant: QuantizationSpec) -> "BitsAndBytesConfig | None":
 
 
 def to_peft_config(lora: LoraSpec) -> "LoraConfig | None":
+    """The job's LoRA config for PEFT; None when it trains all weights."""
     from peft import LoraConfig
 
     if not lora.enabled:
@@ -64,6 +67,7 @@ def to_peft_config(lora: LoraSpec) -> "LoraConfig | None":
 
 def model_init_kwargs(model: ModelSpec, quant: QuantizationSpec, attn_implementation: str | None = None
                       ) -> dict[str, Any]:
+    """``from_pretrained`` arguments for the base model: dtype, revision, attention, device for quantization."""
     import torch
 
     kwargs: dict[str, Any] = {"dtype": compute_dtype(), "trust_remote_code": model.trust_remote_code}
@@ -78,6 +82,7 @@ def model_init_kwargs(model: ModelSpec, quant: QuantizationSpec, attn_implementa
 
 
 def load_tokenizer(path: str, model: ModelSpec):
+    """The model's tokenizer, with the EOS token as padding when it has no pad token."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(

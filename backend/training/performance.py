@@ -88,6 +88,7 @@ class PerformanceMeter:
         self._mark = time.perf_counter()
 
     def step_end(self) -> None:
+        """Record the time of the step that just ended."""
         seconds = time.perf_counter() - self._mark
         self.step_seconds.append(seconds)
         self._interval.append(seconds)

@@ -3,8 +3,8 @@
 
 Many catalogue servers hard-code their session limit (``create_app(..., max_concurrent_envs=1)``, or no argument at
 all, which openenv turns into 1). This wraps ``create_app`` before the environment's ``server/app.py`` is imported,
-so the environment's code runs unchanged with ``--max-sessions N``. This is what a user does on their own copy of a Space, written
-as code: raise ``max_concurrent_envs``, and where the environment class does not declare
+so the environment's code runs unchanged with ``--max-sessions N``. This is what a user does on their own copy of a
+Space, written as code: raise ``max_concurrent_envs``, and where the environment class does not declare
 ``SUPPORTS_CONCURRENT_SESSIONS = True`` (openenv then refuses N > 1 at start-up) declare it with
 ``--mark-concurrent``, which is only correct for an environment that keeps all its state on the instance.
 
