@@ -195,15 +195,15 @@ def _as_labels(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
     none of these is refused by name."""
     from datasets import Value
 
+    words = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}
     for column in columns:
         if ds.features.get(column) == Value("bool"):
             continue
-        words = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}
         bad = [i for i, v in enumerate(ds[column]) if v is not None and str(v).strip().lower() not in words]
         if bad:
             raise SpecError([f"dataset: column {column!r} must hold true or false; row {bad[0]} has "
                              f"{quote_input(ds[bad[0]][column])}"])
-        ds = ds.map(lambda row: {column: None if row[column] is None else words[str(row[column]).strip().lower()]})
+        ds = ds.map(lambda row, c=column: {c: None if row[c] is None else words[str(row[c]).strip().lower()]})
         ds = ds.cast_column(column, Value("bool"))
     return ds
 

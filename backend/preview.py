@@ -116,12 +116,14 @@ class Renderer:
         self.template_kwargs = template_kwargs
 
     def messages(self, messages: list[dict], add_generation_prompt: bool = False) -> tuple[str, int]:
+        """A conversation through the chat template, and its token count."""
         kwargs = {"add_generation_prompt": add_generation_prompt, **self.template_kwargs}
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
         ids = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)["input_ids"]
         return text, len(ids)
 
     def text(self, text: str) -> tuple[str, int]:
+        """Plain text and its token count as TRL's tokenizer call gives it."""
         # TRL calls the tokenizer with its defaults, so a BOS token (Llama) counts although it is not in the text.
         return text, len(self.tokenizer(text=text)["input_ids"])
 

@@ -234,6 +234,8 @@ class DPOSpec(_Part):
 
 
 class KTOSpec(_Part):
+    """KTO's settings: how far the model may move, and the weights of good and bad rows."""
+
     beta: float = Field(0.1, gt=0, le=10, description="How far the model may move from the reference (higher: less).")
     desirable_weight: float = Field(
         1.0, gt=0, description="Weight of the loss on desirable (thumbs-up) rows; raise it when they are fewer."

@@ -94,7 +94,8 @@ class MethodSupport:
     sequences_per_example: int = 1  # sequences one example puts through the model per step (DPO: chosen + rejected)
     min_batch: int = 1  # the smallest per-device batch the trainer accepts
     packing_path: str | None = None  # spec path of the method's packing switch, if it packs
-    template_kwargs: Callable[[JobSpec, str, Any], dict[str, Any]] = _no_template_kwargs  # extra apply_chat_template args
+    # extra apply_chat_template arguments
+    template_kwargs: Callable[[JobSpec, str, Any], dict[str, Any]] = _no_template_kwargs
     cli_extras: Callable[[JobSpec], dict[str, Any]] = _nothing  # TRL CLI keys beyond the config kwargs (script args)
     cli_notes: Callable[[JobSpec], list[str]] = _no_notes  # what the TRL CLI cannot express, one sentence each
 
