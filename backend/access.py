@@ -12,7 +12,8 @@ from pathlib import Path
 
 from backend.demo_model import DEMO_MODEL_ID
 from backend.paths import DataPaths
-from backend.spec import HUB_NAME_PART, DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
+from backend.hub import is_local_path, is_repo_id, looks_like_path
+from backend.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
 from backend.store import JobNotFound, JobRecord, JobStore
 from backend.users import User
 
@@ -20,7 +21,6 @@ UPLOAD_INSTEAD = "upload the file instead (Dataset -> Upload)"
 UPLOAD_AGAIN = "upload the file again (Dataset -> Upload)"
 UPLOAD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
-HUB_ID = re.compile(rf"(?:{HUB_NAME_PART}/)?{HUB_NAME_PART}")
 # What keep_upload names a kept file: random hex, the uploaded file's cleaned stem, its suffix. One path component.
 UPLOAD_ID = re.compile(r"[0-9a-f]{12}-[A-Za-z0-9_.-]{1,64}\.(?:jsonl|json|csv|parquet)")
 
@@ -137,17 +137,16 @@ def model_problems(model: ModelSpec, user: User | None) -> list[str]:
 
 def hub_name_problem(field: str, name: str, what: str, instead: str) -> str | None:
     """None when ``name`` can only mean a Hub repo; else why not, in one sentence."""
-    if HUB_ID.fullmatch(name) is None:
+    if not is_repo_id(name):
         if _looks_like_path(name):
             return f"{field}: {quote_input(name)} is a path on the server; {instead}"
         return f"{field}: {quote_input(name)} is not a Hub {what} id; give one like owner/name"
     # datasets and transformers read a local folder of the same name before asking the Hub.
-    if Path(name).exists():
+    if is_local_path(name):
         return (f"{field}: {quote_input(name)} names a folder on the server, not a Hub {what}; "
                 "give its Hub id (owner/name)")
     return None
 
 
 def _looks_like_path(text: str) -> bool:
-    return (text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or ".." in text
-            or text.lower().endswith(UPLOAD_SUFFIXES))
+    return looks_like_path(text) or text.lower().endswith(UPLOAD_SUFFIXES)

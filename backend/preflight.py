@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from backend.data import load_training_dataset, split_holdout
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
-from backend.hub_status import HUB_UNREACHABLE, hub_offline, hub_reachable
+from backend.hub import hub_offline, is_local_path
+from backend.hub_status import HUB_UNREACHABLE, hub_reachable
 from backend.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
 from backend.store import JobNotFound, JobStatus, JobStore, UnreadableJob
 
@@ -17,12 +18,12 @@ if TYPE_CHECKING:
 
 
 def check_model(model: ModelSpec) -> None:
+    """SpecError unless the base model can be found: a saved local folder, the local cache, or the Hub."""
     name = model.name_or_path
     if name == DEMO_MODEL_ID:
         return
-    path = Path(name).expanduser()
-    looks_local = name.startswith((".", "/", "~")) or path.exists() or name.count("/") > 1
-    if looks_local:
+    if is_local_path(name):
+        path = Path(name).expanduser()
         if not path.is_dir():
             raise SpecError([f"model.name_or_path: folder {name} does not exist"])
         if not (path / "config.json").is_file():

@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.demo_model import DEMO_MODEL_ID
-from backend.hub_status import hub_offline
+from backend.hub import HUB_REPO_ID_RULE, hub_offline, is_namespaced_repo_id
 
 SCHEMA_VERSION = 1
 ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -41,20 +41,6 @@ def quote_input(value: Any, limit: int = ECHO_LIMIT) -> str:
     if isinstance(value, str):
         return repr(shorten(value, limit))
     return shorten(repr(value), limit)
-
-
-# One part of a Hub id (owner or name), by the Hub's rules; backend/access.py builds model and dataset ids from it.
-HUB_NAME_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
-_HUB_REPO_ID = re.compile(rf"{HUB_NAME_PART}/{HUB_NAME_PART}")
-HUB_REPO_ID_RULE = (
-    "owner/name, each part 1-96 letters, digits, '-', '_' or '.', without '--' or '..' and not starting or "
-    "ending with '-' or '.'"
-)
-
-
-def is_hub_repo_id(text: str) -> bool:
-    """Whether ``text`` is a repo id the Hub accepts (``HUB_REPO_ID_RULE``)."""
-    return _HUB_REPO_ID.fullmatch(text) is not None
 
 
 def _free_form_problem(value: Any, max_depth: int = MAX_FREE_FORM_DEPTH) -> str | None:
@@ -389,7 +375,7 @@ class OutputSpec(_Part):
     @field_validator("hub_repo_id")
     @classmethod
     def _valid_repo_id(cls, value: str | None) -> str | None:
-        if value is not None and not is_hub_repo_id(value):
+        if value is not None and not is_namespaced_repo_id(value):
             raise ValueError(f"must be a Hub repo id: {HUB_REPO_ID_RULE}")
         return value
 

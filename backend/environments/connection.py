@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 from typing import Any
 
+from backend.hub import BUILTIN_PREFIX, hub_endpoint, is_namespaced_repo_id
 from backend.spec import quote_input
 
-BUILTIN_PREFIX = "builtin:"
-HUB_ENDPOINT = "https://huggingface.co"
-_SPACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # One DNS label under hf.space: where the Hub serves a Space. Deeper names are not the Hub's to vouch for.
 _SPACE_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.hf\.space")
 
@@ -49,7 +47,7 @@ def resolve_url(reference: str) -> str:
     reference = reference.strip()
     if reference.startswith(("http://", "https://")):
         return reference.rstrip("/")
-    if _SPACE_ID.match(reference):
+    if is_namespaced_repo_id(reference):
         return space_url(reference)
     raise ValueError(
         f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
@@ -72,7 +70,7 @@ def token_may_go_to(url: str) -> bool:
     if parts.scheme.lower() not in ("https", "wss") or "@" in parts.netloc or not parts.hostname:
         return False
     host = parts.hostname.lower().rstrip(".")
-    hub_host = (urlsplit(os.environ.get("HF_ENDPOINT") or HUB_ENDPOINT).hostname or "").lower()
+    hub_host = (urlsplit(hub_endpoint()).hostname or "").lower()
     return _SPACE_HOST.fullmatch(host) is not None or host == hub_host
 
 
