@@ -41,18 +41,6 @@ def readable_job(store: JobStore, job_id: str, user: User | None) -> JobRecord:
     return job
 
 
-def parent_job_problems(model: ModelSpec, user: User | None, store: JobStore) -> list[str]:
-    """A staged job may continue only a job its submitter may read."""
-    parent_id = model.parent_job_id
-    if parent_id is None or user is None:
-        return []  # resolve_parent still refuses a parent that does not exist
-    try:
-        readable_job(store, parent_id, user)
-    except JobNotFound:
-        return [f"model.parent_job_id: there is no job {quote_input(parent_id)}"]
-    return []
-
-
 # --- uploads -----------------------------------------------------------------------------------------------------
 
 
@@ -86,14 +74,14 @@ def upload_file(uploads_dir: Path, upload_id: str) -> Path:
 # --- specs -------------------------------------------------------------------------------------------------------
 
 
-def authorize_spec(spec: JobSpec, user: User | None, store: JobStore, paths: DataPaths) -> JobSpec:
-    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use."""
+def authorize_spec(spec: JobSpec, user: User | None, paths: DataPaths) -> JobSpec:
+    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use; a parent
+    job is read (as ``user`` may see it) by backend/lineage.py."""
     if user is not None and spec.owner != user.name:
         spec = spec.model_copy(update={"owner": user.name})
     problems = [
         *dataset_problems(spec.dataset, user, paths.uploads(spec.owner)),
         *model_problems(spec.model, user),
-        *parent_job_problems(spec.model, user, store),
     ]
     if problems:
         raise SpecError(problems)

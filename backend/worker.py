@@ -20,29 +20,16 @@ from pathlib import Path
 
 from backend.failures import describe_failure, with_log_tail
 from backend.data import load_training_dataset, split_holdout
+from backend.lineage import checkpoint_step, last_checkpoint, starting_adapter
 from backend.rewards import reward_columns
 from backend.paths import DataPaths
-from backend.spec import JobSpec, Method, SpecError
+from backend.spec import JobSpec, Method
 from backend.store import JobStatus, JobStore
 
 log = logging.getLogger("studio.worker")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """N of a ``checkpoint-N`` folder: the global step training continues from."""
-    return int(checkpoint.name.rsplit("-", 1)[-1])
-
-
-def last_checkpoint(output_dir: Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` folder, or None."""
-    candidates = []
-    for child in output_dir.glob("checkpoint-*"):
-        if child.name.rsplit("-", 1)[-1].isdigit() and (child / "trainer_state.json").is_file():
-            candidates.append((checkpoint_step(child), child))
-    return max(candidates)[1] if candidates else None
 
 
 def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
@@ -91,16 +78,6 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
     from backend.training.grpo import build_grpo_trainer
 
     return build_grpo_trainer(**common, environment=environment), held_out
-
-
-def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:
-    if spec.model.parent_job_id is None:
-        return None
-    parent = store.get(spec.model.parent_job_id)
-    adapter = parent.artifacts.get("adapter_dir")
-    if parent.status is not JobStatus.succeeded or not adapter or not Path(adapter).is_dir():
-        raise SpecError([f"model.parent_job_id: job {parent.id} has no saved adapter to start from"])
-    return Path(adapter)
 
 
 def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
@@ -194,7 +171,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job
     try:
         callback = StoreReportingCallback(store, job_id, stop_event)
-        parent_adapter = parent_adapter_of(store, spec)
+        parent_adapter = starting_adapter(store, spec)
         if parent_adapter is not None:
             store.merge_artifacts(job_id, {"parent_job_id": spec.model.parent_job_id, "parent_adapter": str(parent_adapter)})
         environment = None
