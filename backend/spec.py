@@ -6,12 +6,13 @@ import math
 import re
 import unicodedata
 from enum import Enum
+from string import Formatter
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.demo_model import DEMO_MODEL_ID
-from backend.hub import HUB_REPO_ID_RULE, hub_offline, is_namespaced_repo_id
+from backend.hub import BUILTIN_PREFIX, HUB_REPO_ID_RULE, hub_offline, is_builtin, is_namespaced_repo_id
 
 SCHEMA_VERSION = 1
 ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -297,6 +298,32 @@ class GRPOSpec(_Part):
     )
 
 
+# The built-in environments by name; backend/environments/registry.py says what each one is (and refuses to drift
+# from this list at import). The names live here so that the spec, the ground floor, imports nothing above it.
+BUILTIN_ENVIRONMENT_NAMES = ("echo", "wordle", "arithmetic")
+
+
+def remote_environment_problem(reference: str) -> str | None:
+    """Why ``reference`` names no environment server (a sentence), or None for a Hub Space id or an http(s) URL."""
+    if reference.startswith(("http://", "https://")) or is_namespaced_repo_id(reference):
+        return None
+    return (f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
+            f"or a built-in name such as {BUILTIN_PREFIX}echo")
+
+
+def template_problem(template: str) -> str | None:
+    """Why an observation template cannot be used (a sentence), or None. Only plain field names are allowed: no
+    attribute or index lookups, no conversions."""
+    try:
+        parsed = list(Formatter().parse(template))
+    except ValueError as exc:
+        return f"it is not a valid format string ({exc}); write fields as {{name}} and braces as {{{{ }}}}"
+    for _, name, _, conversion in parsed:
+        if name is not None and (not name.isidentifier() or conversion):
+            return f"{{{name}}} is not a plain field name: use {{board}}, {{message}} and the like"
+    return None
+
+
 class EnvironmentSpec(_Part):
     name: str | None = Field(
         None,
@@ -328,17 +355,15 @@ class EnvironmentSpec(_Part):
     def _known_form(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        from backend.environments.registry import BUILTIN_ENVIRONMENTS
-
         value = value.strip()
-        if value.startswith("builtin:"):
-            if value.removeprefix("builtin:") not in BUILTIN_ENVIRONMENTS:
-                known = ", ".join(f"builtin:{n}" for n in BUILTIN_ENVIRONMENTS)
+        if is_builtin(value):
+            if value.removeprefix(BUILTIN_PREFIX) not in BUILTIN_ENVIRONMENT_NAMES:
+                known = ", ".join(f"{BUILTIN_PREFIX}{n}" for n in BUILTIN_ENVIRONMENT_NAMES)
                 raise ValueError(f"unknown built-in environment; the built-ins are {known}")
             return value
-        from backend.environments.connection import resolve_url
-
-        resolve_url(value)  # raises a readable ValueError for anything that is neither a Space id nor a URL
+        problem = remote_environment_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("observation_template")
@@ -346,8 +371,6 @@ class EnvironmentSpec(_Part):
     def _plain_fields(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        from backend.environments.observations import template_problem
-
         problem = template_problem(value)
         if problem:
             raise ValueError(problem)
