@@ -299,6 +299,7 @@ def _versions() -> list[tuple[str, str]]:
 
 
 def card_tags(spec: JobSpec) -> list[str]:
+    """The model card's tags: trl, the method, LoRA/PEFT, quantization, OpenEnv and the environment, the base model."""
     tags = ["trl", spec.method.value]
     if spec.lora.enabled:
         tags += ["lora", "peft"]

@@ -325,6 +325,8 @@ def template_problem(template: str) -> str | None:
 
 
 class EnvironmentSpec(_Part):
+    """The OpenEnv environment a GRPO job plays, and how its reward and observations are read."""
+
     name: str | None = Field(
         None,
         description="OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, "
@@ -386,6 +388,8 @@ class EvalSpec(_Part):
 
 
 class OutputSpec(_Part):
+    """What a job is called and where its adapter goes: the Hub repo, its privacy, trackio."""
+
     run_name: str | None = Field(None, max_length=96, description="A name to recognise the job by.")
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")

@@ -38,6 +38,7 @@ def slug(text: str) -> str:
 
 
 def default_output_dir(spec: JobSpec) -> str:
+    """The CLI config's output_dir: the run name, else <base>-<method>[-lora], made folder-safe."""
     if spec.output.run_name:
         return slug(spec.output.run_name)
     base = spec.model.name_or_path.rstrip("/").split("/")[-1].removeprefix(BUILTIN_PREFIX)

@@ -156,6 +156,7 @@ def process_rank() -> int:
 
 
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
+    """Train one stored job to its end and record how it ended; the exit code (EXIT_OK or EXIT_FAILED)."""
     from backend.training.callbacks import StoreReportingCallback
 
     store = JobStore(paths.db) if process_rank() == 0 else SecondaryRankStore(JobStore(paths.db))
