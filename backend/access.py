@@ -12,7 +12,8 @@ from pathlib import Path
 
 from backend.demo_model import DEMO_MODEL_ID
 from backend.paths import DataPaths
-from backend.spec import HUB_NAME_PART, DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
+from backend.hub import is_local_path, is_repo_id, looks_like_path
+from backend.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
 from backend.store import JobNotFound, JobRecord, JobStore
 from backend.users import User
 
@@ -20,7 +21,6 @@ UPLOAD_INSTEAD = "upload the file instead (Dataset -> Upload)"
 UPLOAD_AGAIN = "upload the file again (Dataset -> Upload)"
 UPLOAD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
-HUB_ID = re.compile(rf"(?:{HUB_NAME_PART}/)?{HUB_NAME_PART}")
 # What keep_upload names a kept file: random hex, the uploaded file's cleaned stem, its suffix. One path component.
 UPLOAD_ID = re.compile(r"[0-9a-f]{12}-[A-Za-z0-9_.-]{1,64}\.(?:jsonl|json|csv|parquet)")
 
@@ -39,18 +39,6 @@ def readable_job(store: JobStore, job_id: str, user: User | None) -> JobRecord:
     if user is not None and not user.can_access(job.owner):
         raise JobNotFound(job_id)
     return job
-
-
-def parent_job_problems(model: ModelSpec, user: User | None, store: JobStore) -> list[str]:
-    """A staged job may continue only a job its submitter may read."""
-    parent_id = model.parent_job_id
-    if parent_id is None or user is None:
-        return []  # resolve_parent still refuses a parent that does not exist
-    try:
-        readable_job(store, parent_id, user)
-    except JobNotFound:
-        return [f"model.parent_job_id: there is no job {quote_input(parent_id)}"]
-    return []
 
 
 # --- uploads -----------------------------------------------------------------------------------------------------
@@ -95,14 +83,14 @@ def upload_file(uploads_dir: Path, upload_id: str) -> Path:
 # --- specs -------------------------------------------------------------------------------------------------------
 
 
-def authorize_spec(spec: JobSpec, user: User | None, store: JobStore, paths: DataPaths) -> JobSpec:
-    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use."""
+def authorize_spec(spec: JobSpec, user: User | None, paths: DataPaths) -> JobSpec:
+    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use; a parent
+    job is read (as ``user`` may see it) by backend/lineage.py."""
     if user is not None and spec.owner != user.name:
         spec = spec.model_copy(update={"owner": user.name})
     problems = [
         *dataset_problems(spec.dataset, user, paths.uploads(spec.owner)),
         *model_problems(spec.model, user),
-        *parent_job_problems(spec.model, user, store),
     ]
     if problems:
         raise SpecError(problems)
@@ -147,17 +135,16 @@ def model_problems(model: ModelSpec, user: User | None) -> list[str]:
 
 def hub_name_problem(field: str, name: str, what: str, instead: str) -> str | None:
     """None when ``name`` can only mean a Hub repo; else why not, in one sentence."""
-    if HUB_ID.fullmatch(name) is None:
+    if not is_repo_id(name):
         if _looks_like_path(name):
             return f"{field}: {quote_input(name)} is a path on the server; {instead}"
         return f"{field}: {quote_input(name)} is not a Hub {what} id; give one like owner/name"
     # datasets and transformers read a local folder of the same name before asking the Hub.
-    if Path(name).exists():
+    if is_local_path(name):
         return (f"{field}: {quote_input(name)} names a folder on the server, not a Hub {what}; "
                 "give its Hub id (owner/name)")
     return None
 
 
 def _looks_like_path(text: str) -> bool:
-    return (text.startswith(("/", ".", "~")) or "\\" in text or text.count("/") > 1 or ".." in text
-            or text.lower().endswith(UPLOAD_SUFFIXES))
+    return looks_like_path(text) or text.lower().endswith(UPLOAD_SUFFIXES)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from backend.access import authorize_spec, readable_job
 from backend.paths import DataPaths, safe_name
-from backend.preflight import check_and_plan, check_spec, resolve_parent
+from backend.lineage import Lineage, last_checkpoint, resolve_lineage
+from backend.preflight import check_and_plan, check_spec
 from backend.failures import tail_lines
 from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
@@ -104,12 +105,17 @@ class StudioAPI:
                  ) -> JobSpec:
         """The parsed spec, owned by ``user`` and holding only what they may read (backend/access.py), parent
         resolved. ``user=None`` is a trusted caller in this process (the CLI, tests)."""
+        return self._prepare_lineage(spec, owner, user).spec
+
+    def _prepare_lineage(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None,
+                         user: User | None = None) -> Lineage:
+        """:meth:`_prepare`, with the parent job read on the way (backend/lineage.py)."""
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
-        spec = authorize_spec(spec, user, self.store, self.paths)
-        return resolve_parent(spec, self.store)
+        spec = authorize_spec(spec, user, self.paths)
+        return resolve_lineage(spec, self.store, user)
 
     def _uploads_of(self, spec: JobSpec) -> Path:
         return self.paths.uploads(spec.owner)
@@ -244,11 +250,10 @@ class StudioAPI:
         """One episode of the job's model (base, or its parent job's adapter) in its environment: the transcript
         (turns, tool calls, tool results) and the reward, before anything is queued."""
         from backend.environments.dryrun import dry_run
-        from backend.worker import parent_adapter_of
 
         self._require_user(user, "dry run")
-        spec = self._prepare(spec, user=user)
-        adapter = parent_adapter_of(self.store, spec)
+        lineage = self._prepare_lineage(spec, user=user)
+        spec, adapter = lineage.spec, lineage.adapter()
 
         def play() -> "Episode":
             return dry_run(spec, self.paths.models, adapter, row=row, seed=seed, uploads_dir=self._uploads_of(spec))
@@ -422,8 +427,6 @@ class StudioAPI:
         Interrupted, cancelled and failed jobs resume from their last ``checkpoint-N`` folder. An interrupted job
         without one may start again from the beginning (as before); a cancelled or failed one needs a checkpoint.
         """
-        from backend.worker import last_checkpoint
-
         if job.status not in RESUMABLE_STATUSES:
             if job.status is JobStatus.succeeded:
                 return "This job finished; clone it to train again."

@@ -16,7 +16,6 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple
 from urllib.parse import urlparse
 
@@ -24,6 +23,7 @@ import httpx2  # huggingface_hub's HTTP client: its transport errors are what "t
 from huggingface_hub import HfApi, JobHardware, JobStage
 from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError, LocalTokenNotFoundError, OfflineModeIsEnabled
 
+from backend.hub import DEFAULT_ENDPOINT, hub_endpoint, hub_model_id, is_builtin
 from backend.spec import JobSpec, SpecError, parse_spec
 
 # The published Space whose image carries this code (a Gradio Space's image holds the repo in /home/user/app
@@ -49,7 +49,6 @@ MAX_LOG_LINES = 1000
 
 _TIMEOUT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _LOCAL_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _LOOPBACK_HOSTS = {"localhost", "0.0.0.0", "::1", "[::1]"}
 
 _STAGE_TEXT = {
@@ -167,9 +166,7 @@ def remote_problems(spec: JobSpec) -> list[str]:
     """What in the spec cannot work on a remote machine that sees only the Hub and the image."""
     problems = []
     model = spec.model.name_or_path
-    if not model.startswith("builtin:") and (
-        not _HUB_ID.match(model) or model.startswith((".", "~")) or Path(model).exists()
-    ):
+    if not is_builtin(model) and hub_model_id(model) is None:
         problems.append(
             f"model.name_or_path: {model!r} is a local folder the remote machine cannot see; "
             "push it to the Hub and use its id"
@@ -238,8 +235,8 @@ def remote_job_request(
         "HF_XET_HIGH_PERFORMANCE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    hub = (endpoint or os.environ.get("HF_ENDPOINT") or "").rstrip("/")
-    if hub and hub != "https://huggingface.co":
+    hub = (endpoint or hub_endpoint()).rstrip("/")
+    if hub != DEFAULT_ENDPOINT:
         env["HF_ENDPOINT"] = hub  # the job downloads from and pushes to the Hub it was sent through
     labels = {"app": "post-training-studio", "method": spec.method.value}
     if local_job_id:
@@ -263,8 +260,8 @@ def _api(token: str | None, endpoint: str | None) -> HfApi:
         raise RemoteJobError(
             "No Hugging Face token: sign in with Hugging Face (or set HF_TOKEN locally) to use Hugging Face Jobs."
         )
-    # HF_ENDPOINT is read now, not at import, like backend.publish does (a self-hosted or test Hub).
-    return HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token.strip())
+    # The endpoint is read now, not at import (a self-hosted or test Hub).
+    return HfApi(endpoint=endpoint or hub_endpoint(), token=token.strip())
 
 
 def _server_detail(exc: HfHubHTTPError) -> str:

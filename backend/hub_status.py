@@ -2,15 +2,17 @@
 
 Hub lookups at submit time ask ``hub_reachable()`` first: huggingface_hub retries an unreachable endpoint with
 backoff for ~23 s before giving up, and then blames the id ("not found"), so the studio says why at once instead.
+Which endpoint, and whether the Hub is switched off, is backend/hub.py's to say.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import urllib.error
 import urllib.request
+
+from backend.hub import hub_endpoint, hub_offline
 
 _CACHE_S = 300.0
 # A lookup trusts an answer this young; older, it probes again (a quick request: refused at once when offline).
@@ -21,16 +23,6 @@ HUB_UNREACHABLE = "the Hub is not reachable from this machine"
 _state: dict[str, object] = {"checked_at": 0.0, "text": "Hub: checking…", "reachable": None, "endpoint": None,
                              "probed_at": 0.0}
 _lock = threading.Lock()
-
-
-def hub_endpoint() -> str:
-    """The Hub's base URL: ``HF_ENDPOINT``, else https://huggingface.co."""
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def hub_offline() -> bool:
-    """Whether HF_HUB_OFFLINE asks huggingface_hub never to go online."""
-    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
 def _probe(timeout: float) -> tuple[bool, str]:

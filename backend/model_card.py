@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.access import dataset_file_name
+from backend.hub import BUILTIN_PREFIX, hub_model_id, is_builtin
 from backend.performance import TOKENS_COUNTED, performance_line
 from backend.spec import JobSpec, Method
 from backend.training.methods import plots_for, support
-from backend.trl_cli import PLACEHOLDER_NAMESPACE, hub_model_id, slug, trl_cli_yaml
+from backend.trl_cli import PLACEHOLDER_NAMESPACE, slug, trl_cli_yaml
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCard
@@ -275,7 +276,7 @@ def _versions() -> list[tuple[str, str]]:
 
 
 def card_tags(spec: JobSpec) -> list[str]:
-    """The model card's Hub tags: TRL, the method, LoRA/PEFT, quantization, environment and base model."""
+    """The model card's tags: trl, the method, LoRA/PEFT, quantization, OpenEnv and the environment, the base model."""
     tags = ["trl", spec.method.value]
     if spec.lora.enabled:
         tags += ["lora", "peft"]
@@ -285,7 +286,7 @@ def card_tags(spec: JobSpec) -> list[str]:
         tags.append("openenv")
         name = spec.environment.name
         if not name.startswith(("http://", "https://")):
-            tags.append(name.removeprefix("builtin:"))
+            tags.append(name.removeprefix(BUILTIN_PREFIX))
     base = hub_model_id(spec.model.name_or_path)
     if base:
         tags.append(f"base_model:{'adapter' if spec.lora.enabled else 'finetune'}:{base}")
@@ -328,7 +329,7 @@ def build_model_card(
               f"{support(spec.method).summary} in Post-Training Studio (job `{job.id}`).", ""]
     if base is None:
         where = ("the app's built-in tiny random demo model, which is not on the Hub"
-                 if spec.model.name_or_path.startswith("builtin:") else "a local folder, not a Hub model")
+                 if is_builtin(spec.model.name_or_path) else "a local folder, not a Hub model")
         lines += [f"> The base model `{spec.model.name_or_path}` is {where}, so `base_model` is left out of the "
                   "metadata; load the adapter on the same base.", ""]
     if base_card_license:

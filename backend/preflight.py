@@ -9,22 +9,21 @@ from backend.data import load_training_dataset, split_holdout
 from backend.training.methods import support
 from backend.demo_model import DEMO_MODEL_ID
 from backend.rewards import reward_columns
-from backend.hub_status import HUB_UNREACHABLE, hub_offline, hub_reachable
+from backend.hub import hub_offline, is_local_path
+from backend.hub_status import HUB_UNREACHABLE, hub_reachable
 from backend.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
-from backend.store import JobNotFound, JobStatus, JobStore, UnreadableJob
 
 if TYPE_CHECKING:
     from backend.autotune import Tuning
 
 
 def check_model(model: ModelSpec) -> None:
-    """Refuse a base model that cannot load: no such folder, no config.json, or an id not cached nor on the Hub."""
+    """SpecError unless the base model can be found: a saved local folder, the local cache, or the Hub."""
     name = model.name_or_path
     if name == DEMO_MODEL_ID:
         return
-    path = Path(name).expanduser()
-    looks_local = name.startswith((".", "/", "~")) or path.exists() or name.count("/") > 1
-    if looks_local:
+    if is_local_path(name):
+        path = Path(name).expanduser()
         if not path.is_dir():
             raise SpecError([f"model.name_or_path: folder {name} does not exist"])
         if not (path / "config.json").is_file():
@@ -61,29 +60,6 @@ def check_hub_dataset(spec: JobSpec) -> None:
         raise SpecError([f"dataset.name: Hub dataset {quote_input(spec.dataset.name)} cannot be loaded: "
                          f"{HUB_UNREACHABLE}; set HF_HUB_OFFLINE=1 to use a copy in the local cache, or upload "
                          "the data as a file"])
-
-
-def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
-    """For a staged job, take the base model and LoRA shape from the parent job it continues (finished, or still
-    queued or running: the job then waits for it)."""
-    parent_id = spec.model.parent_job_id
-    if parent_id is None:
-        return spec
-    try:
-        parent = store.get(parent_id)
-    except JobNotFound:
-        raise SpecError([f"model.parent_job_id: there is no job {quote_input(parent_id)}"]) from None
-    except UnreadableJob as exc:
-        raise SpecError([f"model.parent_job_id: {exc}"]) from None
-    # A queued or running parent is a staged pair: this job waits for it in the queue (store.claim_next).
-    staged = parent.status in (JobStatus.queued, JobStatus.running)
-    if not staged and (parent.status is not JobStatus.succeeded or not parent.artifacts.get("adapter_dir")):
-        raise SpecError([f"model.parent_job_id: job {parent_id} is {parent.status.value}; only the adapter of a job "
-                         f"that succeeded, or is queued or running, can be trained further"])
-    if not parent.spec.lora.enabled:
-        raise SpecError([f"model.parent_job_id: job {parent_id} trained all weights, not an adapter; start from its output folder instead"])
-    model = parent.spec.model.model_copy(update={"parent_job_id": parent_id})
-    return spec.model_copy(update={"model": model, "lora": parent.spec.lora})
 
 
 def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> list[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from backend.access import dataset_file_name
 from backend.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
 from backend.paths import DataPaths
-from backend.spec import HUB_REPO_ID_RULE, JobSpec, is_hub_repo_id, quote_input
+from backend.hub import HUB_REPO_ID_RULE, client_offline, hub_endpoint, hub_model_id, is_namespaced_repo_id
+from backend.spec import JobSpec, quote_input
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
-from backend.trl_cli import hub_model_id, slug, trl_cli_yaml
+from backend.trl_cli import slug, trl_cli_yaml
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -44,13 +44,6 @@ class PushResult:
     url: str
     commit_url: str
     files: list[str]
-
-
-def hub_endpoint() -> str:
-    """``$HF_ENDPOINT`` read now (huggingface_hub reads it once, at import), else huggingface_hub's default."""
-    from huggingface_hub import constants
-
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
 def default_repo_name(job: JobRecord) -> str:
@@ -162,7 +155,7 @@ def push_job(
     ``repo_id`` defaults to the spec's ``output.hub_repo_id``, else ``<your user>/<run name or method-job id>``;
     ``private`` to the spec's ``output.private``; ``endpoint`` to ``$HF_ENDPOINT`` or the public Hub.
     """
-    from huggingface_hub import HfApi, constants
+    from huggingface_hub import HfApi
 
     job = store.get(job.id)  # the latest artifacts (evaluation, environment results)
     spec = job.spec
@@ -174,9 +167,9 @@ def push_job(
         raise _fail(store, job, f"job {job.id} is {job.status.value} and has no saved adapter to push", token)
     if not token or not token.strip():
         raise _fail(store, job, "no Hugging Face token: sign in, or set HF_TOKEN to a token with write access", token)
-    if target and not is_hub_repo_id(target):
+    if target and not is_namespaced_repo_id(target):
         raise _fail(store, job, f"the hub repo id {quote_input(target)} must look like {HUB_REPO_ID_RULE}", token)
-    if constants.is_offline_mode():
+    if client_offline():
         raise _fail(store, job, "the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); the adapter is kept "
                                 f"at {adapter_dir}; retry later", token)
 

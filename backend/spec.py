@@ -6,12 +6,13 @@ import math
 import re
 import unicodedata
 from enum import Enum
+from string import Formatter
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.demo_model import DEMO_MODEL_ID
-from backend.hub_status import hub_offline
+from backend.hub import BUILTIN_PREFIX, HUB_REPO_ID_RULE, hub_offline, is_builtin, is_namespaced_repo_id
 
 SCHEMA_VERSION = 1
 ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -41,20 +42,6 @@ def quote_input(value: Any, limit: int = ECHO_LIMIT) -> str:
     if isinstance(value, str):
         return repr(shorten(value, limit))
     return shorten(repr(value), limit)
-
-
-# One part of a Hub id (owner or name), by the Hub's rules; backend/access.py builds model and dataset ids from it.
-HUB_NAME_PART = r"(?![-.])(?!.*(?:--|\.\.))[A-Za-z0-9_.-]{1,96}(?<![-.])"
-_HUB_REPO_ID = re.compile(rf"{HUB_NAME_PART}/{HUB_NAME_PART}")
-HUB_REPO_ID_RULE = (
-    "owner/name, each part 1-96 letters, digits, '-', '_' or '.', without '--' or '..' and not starting or "
-    "ending with '-' or '.'"
-)
-
-
-def is_hub_repo_id(text: str) -> bool:
-    """Whether ``text`` is a repo id the Hub accepts (``HUB_REPO_ID_RULE``)."""
-    return _HUB_REPO_ID.fullmatch(text) is not None
 
 
 def _free_form_problem(value: Any, max_depth: int = MAX_FREE_FORM_DEPTH) -> str | None:
@@ -334,8 +321,35 @@ class GRPOSpec(_Part):
     )
 
 
+# The built-in environments by name; backend/environments/registry.py says what each one is (and refuses to drift
+# from this list at import). The names live here so that the spec, the ground floor, imports nothing above it.
+BUILTIN_ENVIRONMENT_NAMES = ("echo", "wordle", "arithmetic")
+
+
+def remote_environment_problem(reference: str) -> str | None:
+    """Why ``reference`` names no environment server (a sentence), or None for a Hub Space id or an http(s) URL."""
+    if reference.startswith(("http://", "https://")) or is_namespaced_repo_id(reference):
+        return None
+    return (f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
+            f"or a built-in name such as {BUILTIN_PREFIX}echo")
+
+
+def template_problem(template: str) -> str | None:
+    """Why an observation template cannot be used (a sentence), or None. Only plain field names are allowed: no
+    attribute or index lookups, no conversions."""
+    try:
+        parsed = list(Formatter().parse(template))
+    except ValueError as exc:
+        return f"it is not a valid format string ({exc}); write fields as {{name}} and braces as {{{{ }}}}"
+    for _, name, _, conversion in parsed:
+        if name is not None and (not name.isidentifier() or conversion):
+            return f"{{{name}}} is not a plain field name: use {{board}}, {{message}} and the like"
+    return None
+
+
 class EnvironmentSpec(_Part):
-    """The OpenEnv environment a GRPO job trains against, and how its reward is read."""
+    """The OpenEnv environment a GRPO job plays, and how its reward and observations are read."""
+
     name: str | None = Field(
         None,
         description="OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, "
@@ -366,17 +380,15 @@ class EnvironmentSpec(_Part):
     def _known_form(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        from backend.environments.registry import BUILTIN_ENVIRONMENTS
-
         value = value.strip()
-        if value.startswith("builtin:"):
-            if value.removeprefix("builtin:") not in BUILTIN_ENVIRONMENTS:
-                known = ", ".join(f"builtin:{n}" for n in BUILTIN_ENVIRONMENTS)
+        if is_builtin(value):
+            if value.removeprefix(BUILTIN_PREFIX) not in BUILTIN_ENVIRONMENT_NAMES:
+                known = ", ".join(f"{BUILTIN_PREFIX}{n}" for n in BUILTIN_ENVIRONMENT_NAMES)
                 raise ValueError(f"unknown built-in environment; the built-ins are {known}")
             return value
-        from backend.environments.connection import resolve_url
-
-        resolve_url(value)  # raises a readable ValueError for anything that is neither a Space id nor a URL
+        problem = remote_environment_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("observation_template")
@@ -384,8 +396,6 @@ class EnvironmentSpec(_Part):
     def _plain_fields(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
-        from backend.environments.observations import template_problem
-
         problem = template_problem(value)
         if problem:
             raise ValueError(problem)
@@ -402,7 +412,8 @@ class EvalSpec(_Part):
 
 
 class OutputSpec(_Part):
-    """What happens to the result: its run name, the Hub push, and trackio logging."""
+    """What a job is called and where its adapter goes: the Hub repo, its privacy, trackio."""
+
     run_name: str | None = Field(None, max_length=96, description="A name to recognise the job by.")
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
@@ -415,7 +426,7 @@ class OutputSpec(_Part):
     @field_validator("hub_repo_id")
     @classmethod
     def _valid_repo_id(cls, value: str | None) -> str | None:
-        if value is not None and not is_hub_repo_id(value):
+        if value is not None and not is_namespaced_repo_id(value):
             raise ValueError(f"must be a Hub repo id: {HUB_REPO_ID_RULE}")
         return value
 

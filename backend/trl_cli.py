@@ -17,24 +17,13 @@ import yaml
 
 from backend.access import dataset_file_name
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.demo_model import DEMO_MODEL_ID
+from backend.hub import BUILTIN_PREFIX, hub_model_id, is_builtin
 from backend.spec import JobSpec
 from backend.training.common import base_training_kwargs
 from backend.training.methods import support
 
 # Placeholders for what must be uploaded to the Hub before the CLI can use it.
 PLACEHOLDER_NAMESPACE = "YOUR_USERNAME"
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-
-
-def hub_model_id(name_or_path: str) -> str | None:
-    """The Hub id of a base model, or None for the built-in demo model and local folders."""
-    if name_or_path == DEMO_MODEL_ID or name_or_path.startswith("builtin:"):
-        return None
-    if name_or_path.startswith(("/", ".", "~")) or Path(name_or_path).expanduser().exists():
-        return None
-    return name_or_path if _HUB_ID.match(name_or_path) else None
 
 
 def slug(text: str) -> str:
@@ -44,10 +33,10 @@ def slug(text: str) -> str:
 
 
 def default_output_dir(spec: JobSpec) -> str:
-    """The TRL CLI's output folder for a spec: the run name, else model, method and ``-lora``."""
+    """The CLI config's output_dir: the run name, else <base>-<method>[-lora], made folder-safe."""
     if spec.output.run_name:
         return slug(spec.output.run_name)
-    base = spec.model.name_or_path.rstrip("/").split("/")[-1].removeprefix("builtin:")
+    base = spec.model.name_or_path.rstrip("/").split("/")[-1].removeprefix(BUILTIN_PREFIX)
     return slug(f"{base}-{spec.method.value}-lora" if spec.lora.enabled else f"{base}-{spec.method.value}")
 
 
@@ -57,7 +46,7 @@ def _placeholder_dataset_id(spec: JobSpec) -> str:
 
 
 def _placeholder_model_id(spec: JobSpec) -> str:
-    return f"{PLACEHOLDER_NAMESPACE}/{slug(spec.model.name_or_path.removeprefix('builtin:'))}"
+    return f"{PLACEHOLDER_NAMESPACE}/{slug(spec.model.name_or_path.removeprefix(BUILTIN_PREFIX))}"
 
 
 def _dataset_format(spec: JobSpec) -> str | None:
@@ -79,7 +68,7 @@ def _model_section(spec: JobSpec) -> dict[str, Any]:
     hub_id = hub_model_id(spec.model.name_or_path)
     if hub_id is not None:
         section: dict[str, Any] = {"model_name_or_path": hub_id}
-    elif spec.model.name_or_path.startswith("builtin:"):
+    elif is_builtin(spec.model.name_or_path):
         section = {"model_name_or_path": _placeholder_model_id(spec)}
     else:
         section = {"model_name_or_path": spec.model.name_or_path}
@@ -175,7 +164,7 @@ def trl_cli_config(spec: JobSpec, output_dir: str | None = None) -> dict[str, An
 def trl_cli_notes(spec: JobSpec) -> list[str]:
     """What the job did that the TRL CLI config cannot say: one sentence each, rendered as comments."""
     notes: list[str] = []
-    if spec.model.name_or_path.startswith("builtin:"):
+    if is_builtin(spec.model.name_or_path):
         notes.append(
             f"model: {spec.model.name_or_path} is the app's tiny random demo model, not a Hub model; push its "
             f"folder to {_placeholder_model_id(spec)} or put a real Hub model id in model_name_or_path."

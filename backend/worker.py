@@ -20,29 +20,16 @@ from pathlib import Path
 
 from backend.failures import describe_failure, with_log_tail
 from backend.data import load_training_dataset, split_holdout
+from backend.lineage import checkpoint_step, last_checkpoint, starting_adapter
 from backend.rewards import reward_columns
 from backend.paths import DataPaths
-from backend.spec import JobSpec, SpecError
+from backend.spec import JobSpec
 from backend.store import JobStatus, JobStore
 
 log = logging.getLogger("studio.worker")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-
-
-def checkpoint_step(checkpoint: Path) -> int:
-    """N of a ``checkpoint-N`` folder: the global step training continues from."""
-    return int(checkpoint.name.rsplit("-", 1)[-1])
-
-
-def last_checkpoint(output_dir: Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` folder, or None."""
-    candidates = []
-    for child in output_dir.glob("checkpoint-*"):
-        if child.name.rsplit("-", 1)[-1].isdigit() and (child / "trainer_state.json").is_file():
-            candidates.append((checkpoint_step(child), child))
-    return max(candidates)[1] if candidates else None
 
 
 def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
@@ -82,17 +69,6 @@ def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list,
         dataset_format=fmt, parent_adapter=parent_adapter, held_out=held_out, environment=environment,
     ))
     return trainer, held_out
-
-
-def parent_adapter_of(store: JobStore, spec: JobSpec) -> Path | None:
-    """The adapter folder of the job this one continues, or None; SpecError if it has none."""
-    if spec.model.parent_job_id is None:
-        return None
-    parent = store.get(spec.model.parent_job_id)
-    adapter = parent.artifacts.get("adapter_dir")
-    if parent.status is not JobStatus.succeeded or not adapter or not Path(adapter).is_dir():
-        raise SpecError([f"model.parent_job_id: job {parent.id} has no saved adapter to start from"])
-    return Path(adapter)
 
 
 def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
@@ -174,7 +150,7 @@ def process_rank() -> int:
 
 
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
-    """Train one job end to end (data, trainer, training, outputs, evaluation) and record its result; the exit code."""
+    """Train one stored job to its end and record how it ended; the exit code (EXIT_OK or EXIT_FAILED)."""
     from backend.training.callbacks import StoreReportingCallback
 
     store = JobStore(paths.db) if process_rank() == 0 else SecondaryRankStore(JobStore(paths.db))
@@ -190,7 +166,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job
     try:
         callback = StoreReportingCallback(store, job_id, stop_event)
-        parent_adapter = parent_adapter_of(store, spec)
+        parent_adapter = starting_adapter(store, spec)
         if parent_adapter is not None:
             store.merge_artifacts(job_id, {"parent_job_id": spec.model.parent_job_id, "parent_adapter": str(parent_adapter)})
         environment = None

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from backend.api import StudioAPI
-from backend.preflight import resolve_parent
+from backend.lineage import resolve_parent
 from backend.spec import SpecError, parse_spec
 from backend.store import JobStatus
 from backend.training.callbacks import StoreReportingCallback

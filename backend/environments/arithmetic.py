@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from openenv.core.env_server import Action, Environment, Observation, State, create_app
-from openenv.core.env_server.types import EnvironmentMetadata
+from openenv.core.env_server import Action, Environment, Observation, State
 from pydantic import ConfigDict, Field
 
-from backend.environments.serving import DEFAULT_MAX_SESSIONS, episode_rng, serve
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
+from backend.environments.serving import EnvironmentServer, ServedEnvironment, episode_rng
 
 MAX_TRIES = 3
 TOOL_NAME = "submit_answer"
@@ -61,10 +57,11 @@ def _operand(value: Any, name: str) -> int:
     return value
 
 
-class ArithmeticEnvironment(Environment[ArithmeticAction, ArithmeticObservation, ArithmeticState]):
+class ArithmeticEnvironment(ServedEnvironment, Environment[ArithmeticAction, ArithmeticObservation, ArithmeticState]):
     """Answer ``a op b`` in up to three tries with too-high/too-low hints; reward 1.0 when correct."""
 
-    SUPPORTS_CONCURRENT_SESSIONS = True
+    NAME = "arithmetic"
+    DESCRIPTION = "Answer one integer calculation in three tries with too-high/too-low hints. Reward 1.0 when correct."
 
     def __init__(self) -> None:
         super().__init__()
@@ -130,44 +127,9 @@ class ArithmeticEnvironment(Environment[ArithmeticAction, ArithmeticObservation,
             done=state.done,
         )
 
-    @property
-    def state(self) -> ArithmeticState:
-        """The current episode's state (OpenEnv's ``/state``)."""
-        return self._state
-
-    def get_metadata(self) -> EnvironmentMetadata:
-        """The environment's name, description and version, as OpenEnv serves them."""
-        return EnvironmentMetadata(
-            name="arithmetic",
-            description="Answer one integer calculation in three tries with too-high/too-low hints. "
-            "Reward 1.0 when correct.",
-            version="1.0.0",
-        )
-
-
-def build_app(max_sessions: int = DEFAULT_MAX_SESSIONS) -> "FastAPI":
-    """The arithmetic server's FastAPI app, allowing ``max_sessions`` simultaneous WebSocket sessions."""
-    return create_app(
-        ArithmeticEnvironment,
-        ArithmeticAction,
-        ArithmeticObservation,
-        env_name="arithmetic",
-        max_concurrent_envs=max_sessions,
-        state_cls=ArithmeticState,
-    )
-
-
-def __getattr__(name: str) -> Any:
-    # `app` is built on first access (e.g. `uvicorn backend.environments.arithmetic:app`), not at import.
-    if name == "app":
-        return build_app()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Serve the arithmetic environment: ``python -m backend.environments.arithmetic --port N``."""
-    serve(build_app, "Serve the arithmetic OpenEnv environment (typed action: submit_answer).", argv)
-
+SERVER = EnvironmentServer(ArithmeticEnvironment, ArithmeticAction, ArithmeticObservation, ArithmeticState,
+                           "Serve the arithmetic OpenEnv environment (typed action: submit_answer).")
+build_app, main, __getattr__ = SERVER.build_app, SERVER.main, SERVER.module_getattr(__name__)
 
 if __name__ == "__main__":
     main()

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
-from openenv.core.env_server import CallToolAction, CallToolObservation, MCPEnvironment, Observation, State, create_app
-from openenv.core.env_server.types import EnvironmentMetadata
+from openenv.core.env_server import CallToolAction, CallToolObservation, MCPEnvironment, Observation, State
 from pydantic import Field
 
-from backend.environments.serving import DEFAULT_MAX_SESSIONS, seeded_choice, serve
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
+from backend.environments.serving import EnvironmentServer, ServedEnvironment, seeded_choice
 
 MAX_ATTEMPTS = 3
 TOOL_NAME = "echo_message"
@@ -50,13 +46,14 @@ class EchoState(State):
     won: bool = Field(default=False, description="Whether the target was echoed exactly")
 
 
-class EchoEnvironment(MCPEnvironment):
+class EchoEnvironment(ServedEnvironment, MCPEnvironment):
     """Echo the target text exactly with the ``echo_message`` tool: reward 1.0 on a match, else 0.0.
 
     The episode ends on a match or after three attempts.
     """
 
-    SUPPORTS_CONCURRENT_SESSIONS = True
+    NAME = "echo"
+    DESCRIPTION = "Echo the target text exactly with the echo_message tool (MCP). Reward 1.0 on an exact match."
 
     def __init__(self) -> None:
         # One FastMCP server per environment, so the tool closes over this session's state only.
@@ -133,44 +130,10 @@ class EchoEnvironment(MCPEnvironment):
             f"got {type(action).__name__}"
         )
 
-    @property
-    def state(self) -> EchoState:
-        """The current episode's state (OpenEnv's ``/state``)."""
-        return self._state
-
-    def get_metadata(self) -> EnvironmentMetadata:
-        """The environment's name, description and version, as OpenEnv serves them."""
-        return EnvironmentMetadata(
-            name="echo",
-            description="Echo the target text exactly with the echo_message tool (MCP). Reward 1.0 on an exact match.",
-            version="1.0.0",
-        )
-
-
-def build_app(max_sessions: int = DEFAULT_MAX_SESSIONS) -> "FastAPI":
-    """The echo server's FastAPI app, allowing ``max_sessions`` simultaneous WebSocket sessions."""
-    return create_app(
-        EchoEnvironment,
-        CallToolAction,
-        CallToolObservation,
-        env_name="echo",
-        max_concurrent_envs=max_sessions,
-        state_cls=EchoState,
-        reset_observation_cls=EchoObservation,
-    )
-
-
-def __getattr__(name: str) -> Any:
-    # `app` is built on first access (e.g. `uvicorn backend.environments.echo:app`), not at import.
-    if name == "app":
-        return build_app()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Serve the echo environment: ``python -m backend.environments.echo --port N``."""
-    serve(build_app, "Serve the echo OpenEnv environment (MCP tool echo_message).", argv)
-
+SERVER = EnvironmentServer(EchoEnvironment, CallToolAction, CallToolObservation, EchoState,
+                           "Serve the echo OpenEnv environment (MCP tool echo_message).",
+                           reset_observation=EchoObservation)
+build_app, main, __getattr__ = SERVER.build_app, SERVER.main, SERVER.module_getattr(__name__)
 
 if __name__ == "__main__":
     main()

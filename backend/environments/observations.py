@@ -11,7 +11,6 @@ left out, every field is capped, and an environment that needs a particular layo
 from __future__ import annotations
 
 import json
-from string import Formatter
 from typing import Any
 
 MAX_FIELD_CHARS = 1200
@@ -129,19 +128,6 @@ def _labelled(key: str, text: str) -> str:
 class _Fields(dict):
     def __missing__(self, key: str) -> str:
         return ""
-
-
-def template_problem(template: str) -> str | None:
-    """Why ``template`` cannot be used (a sentence), or None. Only plain field names are allowed: no attribute or
-    index lookups, no conversions."""
-    try:
-        parsed = list(Formatter().parse(template))
-    except ValueError as exc:
-        return f"it is not a valid format string ({exc}); write fields as {{name}} and braces as {{{{ }}}}"
-    for _, name, _, conversion in parsed:
-        if name is not None and (not name.isidentifier() or conversion):
-            return f"{{{name}}} is not a plain field name: use {{board}}, {{message}} and the like"
-    return None
 
 
 def render_template(template: str, observation: dict[str, Any]) -> str:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from backend.environments.adapter import EnvironmentInfo, OpenEnvEpisode, check_sessions, describe, environment_class
-from backend.environments.connection import BUILTIN_PREFIX, resolve_url
+from backend.environments.connection import resolve_url
 from backend.environments.registry import BUILTIN_ENVIRONMENTS, BuiltinEnvironment
+from backend.hub import BUILTIN_PREFIX
 from backend.spec import EnvironmentSpec, JobSpec
 
 log = logging.getLogger("studio.environments")

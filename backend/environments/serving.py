@@ -1,11 +1,16 @@
-"""Helpers shared by the built-in environment servers: the command line, uvicorn serving and seeded choices."""
+"""What the built-in environment servers share: the environment's state and metadata, the openenv app, the lazy
+``app`` attribute, the command line and uvicorn serving, and seeded choices. Each server module keeps only its game.
+
+openenv and FastAPI are imported when an app is built, not here, so importing this module stays light.
+"""
 
 from __future__ import annotations
 
 import argparse
 import random
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -56,3 +61,60 @@ def serve(build_app: Callable[[int], "FastAPI"], description: str, argv: Sequenc
     args = parse_server_args(description, argv)
     app = build_app(args.max_sessions)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+class ServedEnvironment:
+    """Mixed into each built-in environment class (before openenv's base): ``state`` is the episode's ``_state``,
+    the metadata comes from ``NAME`` and ``DESCRIPTION``, and sessions may run concurrently."""
+
+    NAME: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    _state: Any
+
+    @property
+    def state(self) -> Any:
+        """The running episode's state (an openenv ``State``)."""
+        return self._state
+
+    def get_metadata(self) -> Any:
+        """What ``/metadata`` answers: the environment's name, description and version."""
+        from openenv.core.env_server.types import EnvironmentMetadata
+
+        return EnvironmentMetadata(name=self.NAME, description=self.DESCRIPTION, version="1.0.0")
+
+
+@dataclass(frozen=True)
+class EnvironmentServer:
+    """One built-in environment served by openenv's ``create_app``: its app, its module's lazy ``app`` attribute
+    and its ``python -m`` command line."""
+
+    environment: type[ServedEnvironment]
+    action: type
+    observation: type
+    state: type
+    usage: str  # the command line's description
+    reset_observation: type | None = None  # when reset answers with another observation type than step
+
+    def build_app(self, max_sessions: int = DEFAULT_MAX_SESSIONS) -> "FastAPI":
+        """The server's FastAPI app, allowing ``max_sessions`` simultaneous WebSocket sessions."""
+        from openenv.core.env_server import create_app
+
+        extra = {"reset_observation_cls": self.reset_observation} if self.reset_observation else {}
+        return create_app(self.environment, self.action, self.observation, env_name=self.environment.NAME,
+                          max_concurrent_envs=max_sessions, state_cls=self.state, **extra)
+
+    def module_getattr(self, module: str) -> Callable[[str], Any]:
+        """The server module's ``__getattr__``: ``app`` is built on first access (``uvicorn <module>:app``), not at
+        import."""
+
+        def __getattr__(name: str) -> Any:
+            if name == "app":
+                return self.build_app()
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+        return __getattr__
+
+    def main(self, argv: Sequence[str] | None = None) -> None:
+        """Serve the environment: ``python -m <module> --port N [--host H] [--max-sessions N]``."""
+        serve(self.build_app, self.usage, argv)

@@ -29,6 +29,7 @@ from backend.environments.adapter import OpenEnvEpisode, ToolSpec, tool_methods
 from backend.environments.connection import EnvironmentActionError
 from backend.environments.episodes import opening_messages
 from backend.environments.probe import random_arguments
+from backend.hub import is_builtin
 from backend.spec import JobSpec
 
 CLOSING = "Done."
@@ -135,7 +136,7 @@ def warmup_spec(spec: JobSpec, upload_id: str, rows: int, steps: int | None = No
     """The SFT job that teaches ``spec``'s model the environment's tool calls from the demonstrations in
     ``upload_id``: same model, quantization, LoRA shape, batch and length as the GRPO job it comes before."""
     t = spec.training
-    demo = spec.model.name_or_path.startswith("builtin:")
+    demo = is_builtin(spec.model.name_or_path)
     default_steps = (DEMO_MODEL_WARMUP["max_steps"] if demo else
                      max(10, math.ceil(WARMUP_EPOCHS * rows / (t.batch_or(4) * t.gradient_accumulation_steps))))
     name = spec.output.run_name or spec.environment.name or "environment"

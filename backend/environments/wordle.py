@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from openenv.core.env_server import Action, Environment, Observation, State, create_app
-from openenv.core.env_server.types import EnvironmentMetadata
+from openenv.core.env_server import Action, Environment, Observation, State
 from pydantic import ConfigDict, Field
 
-from backend.environments.serving import DEFAULT_MAX_SESSIONS, seeded_choice, serve
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
+from backend.environments.serving import EnvironmentServer, ServedEnvironment, seeded_choice
 
 WORDS_PATH = Path(__file__).resolve().parent.parent / "assets" / "wordle_words.txt"
 WORD_LENGTH = 5
@@ -101,10 +97,11 @@ class WordleState(State):
     won: bool = Field(default=False, description="Whether the word was guessed")
 
 
-class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState]):
+class WordleEnvironment(ServedEnvironment, Environment[WordleAction, WordleObservation, WordleState]):
     """Six guesses to find a five-letter word; reward 1.0 on a win, 0.0 otherwise."""
 
-    SUPPORTS_CONCURRENT_SESSIONS = True
+    NAME = "wordle"
+    DESCRIPTION = "Guess a five-letter word in six tries with G/Y/X feedback. Reward 1.0 on a win."
 
     def __init__(self) -> None:
         super().__init__()
@@ -142,43 +139,9 @@ class WordleEnvironment(Environment[WordleAction, WordleObservation, WordleState
             feedback=feedback, guesses_left=left, message=message, reward=1.0 if state.won else 0.0, done=state.done
         )
 
-    @property
-    def state(self) -> WordleState:
-        """The current episode's state (OpenEnv's ``/state``)."""
-        return self._state
-
-    def get_metadata(self) -> EnvironmentMetadata:
-        """The environment's name, description and version, as OpenEnv serves them."""
-        return EnvironmentMetadata(
-            name="wordle",
-            description="Guess a five-letter word in six tries with G/Y/X feedback. Reward 1.0 on a win.",
-            version="1.0.0",
-        )
-
-
-def build_app(max_sessions: int = DEFAULT_MAX_SESSIONS) -> "FastAPI":
-    """The Wordle server's FastAPI app, allowing ``max_sessions`` simultaneous WebSocket sessions."""
-    return create_app(
-        WordleEnvironment,
-        WordleAction,
-        WordleObservation,
-        env_name="wordle",
-        max_concurrent_envs=max_sessions,
-        state_cls=WordleState,
-    )
-
-
-def __getattr__(name: str) -> Any:
-    # `app` is built on first access (e.g. `uvicorn backend.environments.wordle:app`), not at import.
-    if name == "app":
-        return build_app()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Serve the Wordle environment: ``python -m backend.environments.wordle --port N``."""
-    serve(build_app, "Serve the Wordle OpenEnv environment (typed action: guess).", argv)
-
+SERVER = EnvironmentServer(WordleEnvironment, WordleAction, WordleObservation, WordleState,
+                           "Serve the Wordle OpenEnv environment (typed action: guess).")
+build_app, main, __getattr__ = SERVER.build_app, SERVER.main, SERVER.module_getattr(__name__)
 
 if __name__ == "__main__":
     main()
