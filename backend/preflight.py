@@ -75,7 +75,7 @@ def resolve_parent(spec: JobSpec, store: JobStore) -> JobSpec:
         raise SpecError([f"model.parent_job_id: {exc}"]) from None
     # A queued or running parent is a staged pair: this job waits for it in the queue (store.claim_next).
     staged = parent.status in (JobStatus.queued, JobStatus.running)
-    if not staged and (parent.status is not JobStatus.succeeded or not parent.artifacts.get("adapter_dir")):
+    if not staged and (parent.status is not JobStatus.succeeded or not parent.artifacts.adapter_dir):
         raise SpecError([f"model.parent_job_id: job {parent_id} is {parent.status.value}; only the adapter of a job "
                          f"that succeeded, or is queued or running, can be trained further"])
     if not parent.spec.lora.enabled:
