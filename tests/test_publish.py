@@ -98,8 +98,8 @@ def test_push_creates_a_private_repo_and_uploads_everything_in_one_commit(traine
     assert not hub.requests_to("model_info"), "a built-in base has no Hub license to look up"
 
     recorded = store.get(job.id).artifacts
-    assert recorded["hub"]["repo_id"] == "tester/tiny-chat-sft" and recorded["hub"]["commit"] == result.commit_url
-    assert recorded["hub_error"] is None
+    assert recorded.hub.repo_id == "tester/tiny-chat-sft" and recorded.hub.commit == result.commit_url
+    assert recorded.hub_error is None
 
     metrics = [json.loads(line) for line in repo.files["metrics.jsonl"].decode().splitlines()]
     assert len(metrics) == len(store.metrics(job.id)) and all("step" in row for row in metrics)

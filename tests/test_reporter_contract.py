@@ -111,3 +111,12 @@ def test_the_sqlite_reporter_persists(tmp_path):
     assert [row["loss"] for row in store.metrics(job_id)] == [1.0], "the row after step 1 was forgotten"
     assert store.samples(job_id) == []
     assert store.finish(job_id, JobStatus.failed) is False, "a job finishes once"
+
+
+def test_the_worker_reports_on_rank_0_only(paths, monkeypatch):
+    from backend.worker import reporter_for_rank
+
+    monkeypatch.delenv("RANK", raising=False)
+    assert isinstance(reporter_for_rank(paths), JobStore)
+    monkeypatch.setenv("RANK", "1")
+    assert isinstance(reporter_for_rank(paths), NullReporter)
