@@ -145,7 +145,7 @@ class StudioAPI:
         if spec.output.push_to_hub and user is not None and user.token:
             self._tokens[job.id] = user.token
         if warnings:
-            self.store.merge_artifacts(job.id, {"preflight_warnings": warnings})
+            self.store.merge_artifacts(job.id, preflight_warnings=warnings)
         self._kick()
         return Submitted(job, self.store.queue_position(job.id), warnings)
 

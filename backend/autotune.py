@@ -21,6 +21,8 @@ from backend.training.methods import support
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+    from backend.artifacts import JobArtifacts
+
 # Plan to fill at most this much of the free memory: fragmentation and other processes need the rest.
 HEADROOM = 0.85
 # Pack when a typical example fills at most this fraction of training.max_length.
@@ -214,14 +216,14 @@ def plan(spec: JobSpec, models_dir: Path, loaded: tuple[Any, str], tokenizer=Non
                 available_ram=None if device.kind == "cuda" else read_available_ram())
 
 
-def as_run(spec: JobSpec, artifacts: dict[str, Any]) -> JobSpec:
-    """The spec as the worker ran it: the user's, with auto-tune's choices (``artifacts["auto_tune"]``) applied."""
-    settings = (artifacts.get("auto_tune") or {}).get("settings") or {}
+def as_run(spec: JobSpec, artifacts: JobArtifacts) -> JobSpec:
+    """The spec as the worker ran it: the user's, with auto-tune's choices (``artifacts.auto_tune``) applied."""
+    settings = artifacts.auto_tune.settings if artifacts.auto_tune else {}
     return _apply(spec, settings) if settings else spec
 
 
 def record(tuning: Tuning) -> dict[str, Any]:
-    """What a job keeps of its tuning (``artifacts["auto_tune"]``): the sentences, the settings and the estimate."""
+    """What a job keeps of its tuning (``artifacts.auto_tune``): the sentences, the settings and the estimate."""
     return {"choices": tuning.choices, "settings": tuning.settings,
             "estimate_bytes": tuning.estimate.total_bytes, "estimate_tensor_bytes": tuning.estimate.tensor_bytes,
             "budget_bytes": tuning.budget_bytes}

@@ -49,7 +49,7 @@ def chat_target(job: "JobRecord") -> ChatTarget:
             f"job {job.id} trained all weights rather than a LoRA adapter, so there is no adapter to switch off; "
             "the side-by-side chat needs a LoRA job"
         )
-    adapter = job.artifacts.get("adapter_dir")
+    adapter = job.artifacts.adapter_dir
     if not adapter or not (Path(adapter) / "adapter_config.json").is_file():
         raise ValueError(
             f"job {job.id} has no saved adapter{f' in {adapter}' if adapter else ''}; "

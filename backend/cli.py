@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.api import StudioAPI
+from backend.artifacts import JobArtifacts
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.launcher import EnvironmentStartError
 from backend.spec import SpecError, load_spec_text
@@ -63,10 +64,12 @@ def _print_record(data: dict[str, Any]) -> None:
     progress = data.get("progress") or {}
     if progress.get("total_steps"):
         rows.append(("progress", f"step {progress['step']}/{progress['total_steps']}"))
-    for key in ("adapter_dir", "output_dir", "log_file", "parent_job_id"):
-        if data["artifacts"].get(key):
-            rows.append((key.replace("_", " "), data["artifacts"][key]))
-    evaluation = data["artifacts"].get("evaluation") or {}
+    artifacts = JobArtifacts.from_stored(data["artifacts"])
+    for label, value in (("adapter dir", artifacts.adapter_dir), ("output dir", artifacts.output_dir),
+                         ("log file", artifacts.log_file), ("parent job id", artifacts.parent_job_id)):
+        if value:
+            rows.append((label, value))
+    evaluation = artifacts.evaluation or {}
     for side in ("base", "tuned"):
         if evaluation.get(side):
             scores = ", ".join(f"{k}={v:.4g}" for k, v in evaluation[side].items())

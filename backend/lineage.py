@@ -46,7 +46,7 @@ def parent_job(store: JobStore, spec: JobSpec, user: User | None = None) -> JobR
 
 def saved_adapter(job: JobRecord) -> Path | None:
     """The adapter folder of a job that succeeded and saved one (it is still on disk), else None."""
-    adapter = job.artifacts.get("adapter_dir")
+    adapter = job.artifacts.adapter_dir
     if job.status is JobStatus.succeeded and adapter and Path(adapter).is_dir():
         return Path(adapter)
     return None

@@ -17,6 +17,7 @@ from backend.trl_cli import PLACEHOLDER_NAMESPACE, slug, trl_cli_yaml
 if TYPE_CHECKING:
     from huggingface_hub import ModelCard
 
+    from backend.artifacts import JobArtifacts
     from backend.store import JobRecord
 
 PLOT_FILENAME = "training_curves.png"
@@ -124,7 +125,7 @@ def _dataset_text(spec: JobSpec) -> str:
     return f"a local file `{dataset_file_name(d)}`"
 
 
-def settings_rows(spec: JobSpec, artifacts: dict[str, Any]) -> list[tuple[str, Any]]:
+def settings_rows(spec: JobSpec, artifacts: JobArtifacts) -> list[tuple[str, Any]]:
     """The training settings a reader needs to judge or repeat the run (as run: auto-tune's choices applied)."""
     from backend.autotune import as_run
 
@@ -147,8 +148,8 @@ def settings_rows(spec: JobSpec, artifacts: dict[str, Any]) -> list[tuple[str, A
     quant = {"none": "not quantized", "4bit": "4-bit NF4 with double quantization (QLoRA)", "8bit": "8-bit"}
     rows.append(("base model loading", quant[spec.quantization.mode]))
     rows.append(("epochs", t.epochs) if t.max_steps is None else ("max steps", t.max_steps))
-    if artifacts.get("global_step") is not None:
-        rows.append(("optimizer steps done", artifacts["global_step"]))
+    if artifacts.global_step is not None:
+        rows.append(("optimizer steps done", artifacts.global_step))
     rows += [
         ("learning rate", t.learning_rate),
         ("batch size per device x gradient accumulation", f"{t.batch_size} x {t.gradient_accumulation_steps}"),
@@ -206,7 +207,7 @@ def _performance_lines(performance: dict[str, Any] | None) -> list[str]:
     return ["## Training performance", "", line, "", note, ""]
 
 
-def _lineage_lines(spec: JobSpec, artifacts: dict[str, Any], parent: "JobRecord | None") -> list[str]:
+def _lineage_lines(spec: JobSpec, artifacts: JobArtifacts, parent: "JobRecord | None") -> list[str]:
     parent_id = spec.model.parent_job_id
     if not parent_id:
         return []
@@ -217,10 +218,10 @@ def _lineage_lines(spec: JobSpec, artifacts: dict[str, Any], parent: "JobRecord 
         rows.append(("parent method", parent.spec.method.value.upper()))
         rows.append(("parent dataset", _dataset_text(parent.spec)))
     rows.append(("base model", f"`{spec.model.name_or_path}`"))
-    pushed = (parent.artifacts.get("hub") or {}).get("repo_id") if parent is not None else None
+    pushed = parent.artifacts.hub.repo_id if parent is not None and parent.artifacts.hub else None
     if pushed:
         rows.append(("parent adapter", f"[{pushed}](https://huggingface.co/{pushed})"))
-    elif artifacts.get("parent_adapter"):
+    elif artifacts.parent_adapter:
         rows.append(("parent adapter", "kept locally (not published)"))
     return lines + _table(("", ""), rows) + [""]
 
@@ -337,7 +338,7 @@ def build_model_card(
 
     lines += ["## Training settings", ""] + _table(("setting", "value"), settings_rows(spec, job.artifacts)) + [""]
 
-    final = {k: v for k, v in (job.artifacts.get("final_metrics") or {}).items() if isinstance(v, (int, float))}
+    final = {k: v for k, v in (job.artifacts.final_metrics or {}).items() if isinstance(v, (int, float))}
     logged = [row for row in metrics if isinstance(row.get("loss"), (int, float))]
     if final or logged:
         lines += ["## Results", ""]
@@ -350,8 +351,8 @@ def build_model_card(
                 rows += [(f"first {label}", plotted[0][key]), (f"last {label}", plotted[-1][key])]
         rows += sorted(final.items())
         lines += _table(("metric", "value"), rows) + [""]
-    lines += _evaluation_lines(job.artifacts.get("evaluation"), job.artifacts.get("environment_evaluation"))
-    lines += _performance_lines(job.artifacts.get("performance"))
+    lines += _evaluation_lines(job.artifacts.evaluation, job.artifacts.environment_evaluation)
+    lines += _performance_lines(job.artifacts.performance)
     if plot_path is not None:
         lines += ["## Training curves", "", f"![training curves]({Path(plot_path).name})", ""]
     lines += _lineage_lines(spec, job.artifacts, parent)

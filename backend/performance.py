@@ -90,7 +90,7 @@ def _finite(value: Any) -> float | None:
 
 
 def performance_line(figures: dict[str, Any] | None) -> str:
-    """One line for a job's figures (the summary in ``artifacts["performance"]`` or :func:`live_figures`).
+    """One line for a job's figures (the summary in ``artifacts.performance`` or :func:`live_figures`).
 
     >>> performance_line({"tokens_per_second": 1234.4, "step_seconds": 0.523, "peak_memory_gb": 2.14,
     ...                   "peak_memory_kind": "GPU allocated", "mfu": 0.0342, "device": "NVIDIA H200"})

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.access import dataset_file_name
+from backend.artifacts import HubPush
 from backend.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
 from backend.paths import DataPaths
 from backend.hub import HUB_REPO_ID_RULE, client_offline, hub_endpoint, hub_model_id, is_namespaced_repo_id
@@ -122,7 +123,7 @@ def _scrub(text: str, token: str | None) -> str:
 
 def _fail(store: JobStore, job: JobRecord, message: str, token: str | None) -> PushError:
     message = _scrub(message, token)
-    store.merge_artifacts(job.id, {"hub_error": message})
+    store.merge_artifacts(job.id, hub_error=message)
     log.warning("push of job %s failed: %s", job.id, message)
     return PushError(message)
 
@@ -159,7 +160,7 @@ def push_job(
 
     job = store.get(job.id)  # the latest artifacts (evaluation, environment results)
     spec = job.spec
-    adapter_dir = Path(job.artifacts.get("adapter_dir") or paths.job_adapter(job.id))
+    adapter_dir = Path(job.artifacts.adapter_dir or paths.job_adapter(job.id))
     endpoint = (endpoint or hub_endpoint()).rstrip("/")
     target = repo_id or spec.output.hub_repo_id
     namespace = target.split("/")[0] if target and "/" in target else "your account"
@@ -197,11 +198,12 @@ def push_job(
             "training_config.yaml": trl_cli_yaml(spec, output_dir=target.split("/")[-1]).encode(),
             "spec.json": spec.model_dump_json(indent=2).encode(),
             "metrics.jsonl": _metrics_jsonl(metrics),
-            "final_metrics.json": json.dumps(job.artifacts.get("final_metrics") or {}, indent=2).encode(),
+            "final_metrics.json": json.dumps(job.artifacts.final_metrics or {}, indent=2).encode(),
         }
-        for key in ("evaluation", "environment_evaluation"):
-            if job.artifacts.get(key):
-                files[f"{key}.json"] = json.dumps(job.artifacts[key], indent=2).encode()
+        for name, result in (("evaluation", job.artifacts.evaluation),
+                             ("environment_evaluation", job.artifacts.environment_evaluation)):
+            if result:
+                files[f"{name}.json"] = json.dumps(result, indent=2).encode()
         with tempfile.TemporaryDirectory(prefix="studio-push-") as scratch:
             plot = draw_training_curves(metrics, spec.method, Path(scratch) / PLOT_FILENAME)
             if plot is not None:
@@ -222,10 +224,7 @@ def push_job(
 
     uploaded = sorted(op.path_in_repo for op in operations)
     url = f"{endpoint}/{target}"
-    store.merge_artifacts(job.id, {
-        "hub": {"repo_id": target, "url": url, "commit": commit.commit_url, "private": private,
-                "pushed_at": time.time()},
-        "hub_error": None,
-    })
+    store.merge_artifacts(job.id, hub_error=None, hub=HubPush(
+        repo_id=target, url=url, commit=commit.commit_url, private=private, pushed_at=time.time()))
     log.info("pushed job %s to %s (%d files)", job.id, url, len(uploaded))
     return PushResult(repo_id=target, url=url, commit_url=commit.commit_url, files=uploaded)

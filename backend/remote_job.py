@@ -57,8 +57,8 @@ def run_remote(spec_b64: str, job_id: str | None = None) -> int:
     if code != 0 or done.status is not JobStatus.succeeded:
         print(f"job {job.id} ended {done.status.value}: {done.error or ''}", file=sys.stderr)
         return EXIT_FAILED
-    if done.artifacts.get("hub"):  # the worker's own auto-push (output.push_to_hub) already went through
-        log.info("adapter pushed to %s", done.artifacts["hub"].get("url"))
+    if done.artifacts.hub:  # the worker's own auto-push (output.push_to_hub) already went through
+        log.info("adapter pushed to %s", done.artifacts.hub.url)
         return EXIT_OK
     try:
         result = push_job(done, paths, store, token)

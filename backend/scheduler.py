@@ -422,7 +422,7 @@ class Scheduler:
         if run.final_seen_at is None:
             run.final_seen_at = now
         pushing = (job.status is JobStatus.succeeded and job.spec.output.push_to_hub
-                   and "hub" not in job.artifacts and "hub_error" not in job.artifacts)
+                   and job.artifacts.hub is None and job.artifacts.hub_error is None)
         grace = max(self.final_grace_s, self.push_grace_s) if pushing else self.final_grace_s
         lingered = now - run.final_seen_at
         try:

@@ -12,10 +12,11 @@ from functools import lru_cache
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from pydantic_core import PydanticSerializationError
 
+from backend.artifacts import JobArtifacts, artifact_update
 from backend.spec import JobSpec, SpecError, parse_spec, shorten
 
 # SQLite's primary result codes for a damaged file and for a file that is not a database at all.
@@ -152,7 +153,7 @@ class JobRecord:
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
-    artifacts: dict[str, Any] = field(default_factory=dict)
+    artifacts: JobArtifacts = field(default_factory=JobArtifacts)
     progress: dict[str, Any] = field(default_factory=dict)
     pid: int | None = None
     cancel_requested: bool = False
@@ -167,7 +168,9 @@ class JobRecord:
         """
         if self.status is not JobStatus.cancelled:
             return None
-        step = self.artifacts.get("cancelled_at_step", self.progress.get("step"))
+        step = self.artifacts.cancelled_at_step
+        if step is None:
+            step = self.progress.get("step")
         return int(step) if step else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,7 +187,7 @@ class JobRecord:
             "finished_at": self.finished_at,
             "error": self.error,
             "cancelled_at_step": self.cancelled_at_step,
-            "artifacts": self.artifacts,
+            "artifacts": self.artifacts.stored(),
             "progress": self.progress,
             "attempts": self.attempts,
             "spec": self.spec.model_dump(mode="json"),
@@ -307,7 +310,7 @@ class JobStore:
             started_at=row["started_at"],
             finished_at=row["finished_at"],
             error=row["error"],
-            artifacts=artifacts,
+            artifacts=JobArtifacts.from_stored(artifacts),
             progress=progress,
             pid=row["pid"],
             cancel_requested=bool(row["cancel_requested"]),
@@ -427,12 +430,13 @@ class JobStore:
             con.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
 
     def finish(self, job_id: str, status: JobStatus, error: str | None = None,
-               artifacts: dict[str, Any] | None = None) -> bool:
-        """Move a running job to a final status, merging ``artifacts`` in the same transaction; False when it was no
-        longer running (someone finished it first, and nothing is written)."""
+               artifacts: Mapping[str, Any] | None = None) -> bool:
+        """Move a running job to a final status, merging ``artifacts`` (JobArtifacts fields) in the same transaction;
+        False when it was no longer running (someone finished it first, and nothing is written)."""
         if not status.finished:
             raise ValueError(f"{status.value} is not a final status")
-        if artifacts is None:
+        update = artifact_update(artifacts or {})
+        if not update:
             with self._connect() as con:
                 cur = con.execute(
                     "UPDATE jobs SET status = ?, error = ?, finished_at = ? WHERE id = ? AND status = 'running'",
@@ -443,7 +447,7 @@ class JobStore:
             row = con.execute("SELECT artifacts FROM jobs WHERE id = ? AND status = 'running'", (job_id,)).fetchone()
             if row is None:
                 return False
-            merged = {**json.loads(row["artifacts"]), **artifacts}
+            merged = {**json.loads(row["artifacts"]), **update}
             con.execute("UPDATE jobs SET status = ?, error = ?, finished_at = ?, artifacts = ? WHERE id = ?",
                         (status.value, error, time.time(), _json_text(merged), job_id))
         return True
@@ -494,13 +498,18 @@ class JobStore:
         return self.get(job_id)
 
     # --- progress, artifacts, metrics -------------------------------------------------------------
-    def merge_artifacts(self, job_id: str, artifacts: dict[str, Any]) -> None:
-        """Add or replace some of a job's outputs in one transaction, keeping the others."""
+    def merge_artifacts(self, job_id: str, update: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        """Record some artifacts (JobArtifacts fields, as a dict or keywords), leaving the others as they are.
+
+        UnknownArtifact for a key that is not a field, pydantic's ValidationError for a value of the wrong type:
+        nothing is written then. Keys the row holds that this version does not know are kept.
+        """
+        checked = artifact_update({**(update or {}), **fields})
         with self._transaction() as con:
             row = con.execute("SELECT artifacts FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
-            merged = {**json.loads(row["artifacts"]), **artifacts}
+            merged = {**json.loads(row["artifacts"]), **checked}
             con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (_json_text(merged), job_id))
 
     def report(
@@ -569,7 +578,7 @@ def _parent_problem(con: sqlite3.Connection, job: JobRecord) -> str | None:
     status = row["status"] if row else "gone"
     if status in ("queued", "running"):
         return WAITING
-    if status == "succeeded" and (_json_object(row["artifacts"]) or {}).get("adapter_dir"):
+    if status == "succeeded" and JobArtifacts.from_stored(_json_object(row["artifacts"]) or {}).adapter_dir:
         return None
     return (f"the job it continues ({parent_id}) ended {status} with no adapter to start from; queue this job "
             f"again once that one has succeeded")

@@ -23,6 +23,7 @@ from backend.data import load_training_dataset, split_holdout
 from backend.lineage import checkpoint_step, last_checkpoint, starting_adapter
 from backend.rewards import reward_columns
 from backend.paths import DataPaths
+from backend.reporter import JobReporter, NullReporter
 from backend.spec import JobSpec
 from backend.store import JobStatus, JobStore
 
@@ -41,18 +42,18 @@ def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
     )
 
 
-def tuned_spec(job, spec: JobSpec, paths: DataPaths, loaded, store) -> JobSpec:
-    """The spec with auto-tune's choices for this machine (logged and kept in ``artifacts["auto_tune"]``); a
+def tuned_spec(job, spec: JobSpec, paths: DataPaths, loaded, store: JobReporter) -> JobSpec:
+    """The spec with auto-tune's choices for this machine (logged and kept as ``artifacts.auto_tune``); a
     resumed job keeps its first attempt's choices, so its checkpoint still matches."""
     from backend.autotune import as_run, plan, record
 
-    if job.resume and job.artifacts.get("auto_tune"):
+    if job.resume and job.artifacts.auto_tune:
         log.info("auto-tune: keeping the first attempt's choices")
         return as_run(spec, job.artifacts)
     tuning = plan(spec, paths.models, loaded)
     for choice in tuning.choices:
         log.info("auto-tune: %s", choice)
-    store.merge_artifacts(job.id, {"auto_tune": record(tuning)})
+    store.merge_artifacts(job.id, auto_tune=record(tuning))
     return tuning.spec
 
 
@@ -82,13 +83,13 @@ def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
     return {"adapter_dir": str(adapter_dir), "final_metrics": final, "global_step": trainer.state.global_step}
 
 
-def record_performance(store: JobStore, job_id: str, summary: dict | None) -> None:
+def record_performance(store: JobReporter, job_id: str, summary: dict | None) -> None:
     """Keep the run's speed figures as the ``performance`` artifact (a stopped run's too) and say them in the log."""
     if summary is None:
         return
     from backend.performance import performance_line
 
-    store.merge_artifacts(job_id, {"performance": summary})
+    store.merge_artifacts(job_id, performance=summary)
     log.info("performance: %s", performance_line(summary))
 
 
@@ -123,44 +124,29 @@ def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths:
     ), paths, job_id)
 
 
-class SecondaryRankStore:
-    """The store as seen by DDP ranks other than 0 (``accelerate launch``): they read the job and train, and rank 0
-    alone reports metrics, artifacts and the final status."""
-
-    def __init__(self, store: JobStore):
-        self._store = store
-
-    def get(self, job_id: str):
-        """The job's row (read from the real store)."""
-        return self._store.get(job_id)
-
-    def cancel_requested(self, job_id: str) -> bool:
-        """Whether the job was asked to stop (read from the real store)."""
-        return self._store.cancel_requested(job_id)
-
-    def __getattr__(self, name: str):
-        if name in {"merge_artifacts", "report", "finish", "set_pid", "forget_reports_after"}:
-            return lambda *args, **kwargs: None
-        raise AttributeError(name)
-
-
 def process_rank() -> int:
     """This process's rank under ``accelerate launch`` (0 when not distributed)."""
     return int(os.environ.get("RANK", "0"))
+
+
+def reporter_for_rank(paths: DataPaths) -> JobReporter:
+    """The store for rank 0; for the other DDP ranks a NullReporter: they read the job and train, and rank 0 alone
+    reports metrics, artifacts and the final status."""
+    store = JobStore(paths.db)
+    return store if process_rank() == 0 else NullReporter(store)
 
 
 def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     """Train one stored job to its end and record how it ended; the exit code (EXIT_OK or EXIT_FAILED)."""
     from backend.training.callbacks import StoreReportingCallback
 
-    store = JobStore(paths.db) if process_rank() == 0 else SecondaryRankStore(JobStore(paths.db))
+    store = reporter_for_rank(paths)
     job = store.get(job_id)
     spec = job.spec
     output_dir = paths.job_output(job_id)
     output_dir.mkdir(parents=True, exist_ok=True)
-    store.merge_artifacts(
-        job_id, {"job_dir": str(paths.job_dir(job_id)), "log_file": str(paths.job_log(job_id)), "output_dir": str(output_dir)}
-    )
+    store.merge_artifacts(job_id, job_dir=str(paths.job_dir(job_id)), log_file=str(paths.job_log(job_id)),
+                          output_dir=str(output_dir))
     log.info("job %s: %s of %s on %s (attempt %d)", job_id, spec.method.value.upper(),
              spec.model.name_or_path, spec.dataset.name, job.attempts)
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job
@@ -168,15 +154,14 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         callback = StoreReportingCallback(store, job_id, stop_event)
         parent_adapter = starting_adapter(store, spec)
         if parent_adapter is not None:
-            store.merge_artifacts(job_id, {"parent_job_id": spec.model.parent_job_id, "parent_adapter": str(parent_adapter)})
+            store.merge_artifacts(job_id, parent_job_id=spec.model.parent_job_id, parent_adapter=str(parent_adapter))
         environment = None
         if spec.environment.name:
             from backend.environments.runtime import open_environment
 
             environment = stack.enter_context(open_environment(spec))
-            store.merge_artifacts(
-                job_id, {"environment": environment.info.summary(), "environment_server_pid": environment.server_pid}
-            )
+            store.merge_artifacts(job_id, environment=environment.info.summary(),
+                                  environment_server_pid=environment.server_pid)
         loaded = load_job_dataset(spec, paths, environment)
         spec = tuned_spec(job, spec, paths, loaded, store)
         trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment, loaded)
@@ -184,7 +169,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         resume_from = last_checkpoint(output_dir) if job.resume else None
         if job.resume:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
-            store.merge_artifacts(job_id, {"resumed_from": str(resume_from) if resume_from else None})
+            store.merge_artifacts(job_id, resumed_from=str(resume_from) if resume_from else None)
             # The earlier attempt logged steps past the checkpoint that this one logs again: keep each step once.
             store.forget_reports_after(job_id, checkpoint_step(resume_from) if resume_from else 0)
         if stop_event.is_set() or store.cancel_requested(job_id):
@@ -207,12 +192,12 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)
         if held_out is not None and (environment is None or spec.grpo.rewards):
-            store.merge_artifacts(job_id, {"evaluation": run_evaluation(trainer, spec, held_out, paths, job_id)})
+            store.merge_artifacts(job_id, evaluation=run_evaluation(trainer, spec, held_out, paths, job_id))
         if environment is not None and spec.environment.eval_episodes:
             rows = held_out if held_out is not None else trainer.train_dataset
             rows = [rows[i] for i in range(len(rows))]
-            store.merge_artifacts(job_id, {"environment_evaluation": run_environment_evaluation(
-                trainer, spec, environment, rows, paths, job_id)})
+            store.merge_artifacts(job_id, environment_evaluation=run_environment_evaluation(
+                trainer, spec, environment, rows, paths, job_id))
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()
@@ -223,17 +208,19 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     store.finish(job_id, JobStatus.succeeded)
     log.info("job %s succeeded", job_id)
     if spec.output.push_to_hub:
-        push_to_hub(store, paths, job_id)
+        push_to_hub(paths, job_id)
     return EXIT_OK
 
 
-def push_to_hub(store: JobStore, paths: DataPaths, job_id: str) -> None:
-    """The spec's auto-push once the job has succeeded: a failed push is recorded (hub_error), never a failed job.
+def push_to_hub(paths: DataPaths, job_id: str) -> None:
+    """The spec's auto-push once the job has succeeded (rank 0 only): a failed push is recorded (hub_error), never a
+    failed job.
 
     The token is the submitting user's, handed to this process in HF_TOKEN by the scheduler (memory only).
     """
     from backend.publish import PushError, push_job
 
+    store = JobStore(paths.db)  # a push reads the job's metrics too: the whole store, not the job's reporter
     try:
         result = push_job(store.get(job_id), paths, store, os.environ.get("HF_TOKEN"))
     except PushError as exc:

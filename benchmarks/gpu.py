@@ -50,14 +50,14 @@ def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: 
         raise SystemExit(f"job {job.id} {job.status.value}: {job.error}")
     metrics = api.metrics(job.id)
     first = next((row["ts"] for row in metrics if "loss" in row), None)
-    performance = job.artifacts.get("performance") or {}
-    tuned = job.artifacts.get("auto_tune") or {}
+    performance = job.artifacts.performance or {}
+    tuned = job.artifacts.auto_tune
     return {
         "tokens_per_second": performance.get("tokens_per_second"), "step_seconds": performance.get("step_seconds"),
         "peak_memory_gb": performance.get("peak_memory_gb"), "peak_memory_kind": performance.get("peak_memory_kind"),
         "mfu": performance.get("mfu"), "device": performance.get("device"),
-        "estimate_gb": (tuned.get("estimate_bytes") or 0) / GB or None,
-        "estimate_tensor_gb": (tuned.get("estimate_tensor_bytes") or 0) / GB or None,
+        "estimate_gb": (tuned and tuned.estimate_bytes or 0) / GB or None,
+        "estimate_tensor_gb": (tuned and tuned.estimate_tensor_bytes or 0) / GB or None,
         "first_step_s": (first - submitted) if first else None, "wall_s": time.time() - submitted,
         "settings": tuned.get("settings", {}), "choices": tuned.get("choices", []),
     }

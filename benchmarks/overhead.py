@@ -68,7 +68,7 @@ def run_app(method: str, api: StudioAPI, steps: int, batch: int) -> dict:
     first_step_ts = next(m["ts"] for m in metrics if m.get("step") == 1)
     runtime = next(m["train_runtime"] for m in metrics if "train_runtime" in m)
     return {"wall": ended - started, "train_runtime": runtime, "first_step_latency": first_step_ts - started,
-            "reporting_share": job.artifacts["reporting_overhead_s"] / runtime}
+            "reporting_share": job.artifacts.reporting_overhead_s / runtime}
 
 
 def bench(method: str, api: StudioAPI, model: Path, tmp: Path, steps: int, batch: int, repeats: int) -> None:

@@ -77,9 +77,9 @@ def run(api: StudioAPI, method: str, steps: int, holdout: int) -> dict[str, floa
     while not (job := api.get_job(job_id)).status.finished:
         time.sleep(0.25)  # gently: this process shares the cores with the worker
     assert job.status is JobStatus.succeeded, job.error
-    assert "error" not in job.artifacts["evaluation"], job.artifacts["evaluation"]
+    assert "error" not in job.artifacts.evaluation, job.artifacts.evaluation
     metrics = api.metrics(job_id)
-    marks = _log_marks(Path(job.artifacts["log_file"]))
+    marks = _log_marks(Path(job.artifacts.log_file))
     ends = {
         "queue": job.started_at, "spawn": marks["spawn"], "imports": marks["imports"], "dataset": marks["dataset"],
         "trainer": marks["trainer"], "1st step": next(m["ts"] for m in metrics if m.get("step") == 1),

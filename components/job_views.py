@@ -104,10 +104,10 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
         lines.append(f"Continues job {job.spec.model.parent_job_id}")
     if job.spec.environment.name:
         lines.append(f"Environment: {environment_text(job)}")
-    figures = performance_line(job.artifacts.get("performance") or live_figures(metrics or []))
+    figures = performance_line(job.artifacts.performance or live_figures(metrics or []))
     if figures:
         lines.append(f"Performance: {figures}")
-    choices = (job.artifacts.get("auto_tune") or {}).get("choices")
+    choices = job.artifacts.auto_tune.choices if job.artifacts.auto_tune else None
     if choices:
         lines.append("Auto-tune: " + "; ".join(html.escape(choice) for choice in choices))
     if job.status is JobStatus.cancelled:
@@ -121,13 +121,13 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     tracking = api.trackio_dashboard(job.id)
     if tracking:
         lines.append(f"Tracked with trackio: open its dashboard with `{tracking}`")
-    hub = job.artifacts.get("hub")
+    hub = job.artifacts.hub
     if hub:
-        lines.append(f"On the Hub: [{hub['repo_id']}]({hub['url']})" + (" (private)" if hub.get("private") else ""))
-    elif job.artifacts.get("hub_error"):
-        lines.append(f"**Push to the Hub failed:** {html.escape(job.artifacts['hub_error'])} (the adapter is kept; "
+        lines.append(f"On the Hub: [{hub.repo_id}]({hub.url})" + (" (private)" if hub.private else ""))
+    elif job.artifacts.hub_error:
+        lines.append(f"**Push to the Hub failed:** {html.escape(job.artifacts.hub_error)} (the adapter is kept; "
                      "push again below)")
-    for warning in job.artifacts.get("preflight_warnings") or []:
+    for warning in job.artifacts.preflight_warnings or []:
         lines.append(f"⚠️ {warning}")
     return "\n\n".join(lines)
 
@@ -136,17 +136,17 @@ def cancelled_sentence(job: JobRecord) -> str:
     """How a cancelled job reads: "Cancelled at step N", "Cancelled before it started", never as an error.
 
     >>> from types import SimpleNamespace as J
-    >>> cancelled_sentence(J(cancelled_at_step=12, artifacts={}))
+    >>> cancelled_sentence(J(cancelled_at_step=12, artifacts=J(cancel_note=None)))
     'Cancelled at step 12'
-    >>> cancelled_sentence(J(cancelled_at_step=None, artifacts={}))
+    >>> cancelled_sentence(J(cancelled_at_step=None, artifacts=J(cancel_note=None)))
     'Cancelled before it started'
-    >>> cancelled_sentence(J(cancelled_at_step=3, artifacts={"cancel_note": "stopped by request (the worker was "
-    ...                                                                       "killed after the grace period)"}))
+    >>> cancelled_sentence(J(cancelled_at_step=3, artifacts=J(cancel_note="stopped by request (the worker was "
+    ...                                                                    "killed after the grace period)")))
     'Cancelled at step 3 (the worker did not stop on its own and was killed after the grace period)'
     """
     step = job.cancelled_at_step
     sentence = f"Cancelled at step {step}" if step else "Cancelled before it started"
-    if "grace period" in ((job.artifacts or {}).get("cancel_note") or ""):
+    if "grace period" in (job.artifacts.cancel_note or ""):
         sentence += " (the worker did not stop on its own and was killed after the grace period)"
     return sentence
 
@@ -176,7 +176,7 @@ def environment_text(job: JobRecord) -> str:
     """The environment line: its name and what it offers; its URL only while the job runs or when it is not on
     this machine (a built-in's 127.0.0.1 port is gone once the job ended)."""
     name = job.spec.environment.name
-    described = str(job.artifacts.get("environment") or "")
+    described = job.artifacts.environment or ""
     if not described:
         return f"`{name}`"
     if job.status is not JobStatus.running:
@@ -210,7 +210,7 @@ def job_actions(api: StudioAPI, job: JobRecord | None) -> JobActions:
 
 
 def _adapter_dir(job: JobRecord) -> Path | None:
-    adapter = job.artifacts.get("adapter_dir")
+    adapter = job.artifacts.adapter_dir
     return Path(adapter) if adapter and Path(adapter).is_dir() else None
 
 
@@ -241,11 +241,11 @@ def _table(title: str, result: dict[str, Any]) -> str:
 
 def evaluation_markdown(job: JobRecord) -> str:
     parts = []
-    evaluation = job.artifacts.get("evaluation")
+    evaluation = job.artifacts.evaluation
     if evaluation:
         parts.append(f"Evaluation failed: {evaluation['error']}" if "error" in evaluation else
                      _table(f"Before/after on {evaluation.get('rows')} held-out rows", evaluation))
-    env_eval = job.artifacts.get("environment_evaluation")
+    env_eval = job.artifacts.environment_evaluation
     if env_eval:
         parts.append(f"Environment evaluation failed: {env_eval['error']}" if "error" in env_eval else
                      _table(f"Environment success over {env_eval.get('episodes')} episodes (same seeds)", env_eval))

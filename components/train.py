@@ -57,7 +57,7 @@ def finished_job_choices(api: StudioAPI, user) -> list[str]:
     if user is None:
         return [""]
     jobs = [j for j in reversed(api.list_jobs(user=user))
-            if j.status is JobStatus.succeeded and j.artifacts.get("adapter_dir")]
+            if j.status is JobStatus.succeeded and j.artifacts.adapter_dir]
     return [""] + [f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}" for j in jobs]
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from backend.artifacts import JobArtifacts
 from backend.autotune import ExampleLengths, as_run, record, tune
 from backend.hardware import DeviceInfo
 from backend.memory import GB
@@ -99,7 +100,7 @@ def test_vllm_colocate_memory_is_taken_out_of_the_budget():
 def test_the_recorded_choices_replay_onto_the_users_spec():
     spec = parse_spec(tiny_spec())
     tuning = tune(spec, QWEN3_06B, H200, SHORT, is_installed=lambda m: False)
-    ran = as_run(spec, {"auto_tune": record(tuning)})
+    ran = as_run(spec, JobArtifacts(auto_tune=record(tuning)))
     assert ran == tuning.spec and spec.training.gradient_checkpointing is None
 
 

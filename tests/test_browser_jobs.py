@@ -200,7 +200,7 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
     assert store.get(grpo).status is JobStatus.succeeded, store.get(grpo).error
     expect(summary).to_contain_text("Environment: builtin:echo")
     expect(summary).not_to_contain_text("127.0.0.1")
-    assert "127.0.0.1" in str(store.get(grpo).artifacts.get("environment")), "the server ran on a local port"
+    assert "127.0.0.1" in str(store.get(grpo).artifacts.environment), "the server ran on a local port"
 
     samples = page.locator("#job-samples")
     expect(samples).to_be_visible()

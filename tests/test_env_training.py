@@ -99,11 +99,11 @@ def test_the_example_warms_up_then_learns_from_the_environment(warmed):
     assert len(env_rewards) == 4, "the environment's reward is logged every step"
     zero_std = [r["frac_reward_zero_std"] for r in rows if "frac_reward_zero_std" in r]
     assert zero_std and min(zero_std) < 1, f"no group ever scored differently, nothing to learn: {zero_std}"
-    assert "echo" in done.artifacts["environment"] and "echo_message" in done.artifacts["environment"]
+    assert "echo" in done.artifacts.environment and "echo_message" in done.artifacts.environment
 
     # The adapter was saved and moved away from the warm-up adapter it started from.
-    start = load_file(f"{sft.artifacts['adapter_dir']}/adapter_model.safetensors")
-    trained = load_file(f"{done.artifacts['adapter_dir']}/adapter_model.safetensors")
+    start = load_file(f"{sft.artifacts.adapter_dir}/adapter_model.safetensors")
+    trained = load_file(f"{done.artifacts.adapter_dir}/adapter_model.safetensors")
     assert start.keys() == trained.keys()
     assert any(not torch.equal(start[k], trained[k]) for k in start)
 
@@ -113,14 +113,14 @@ def test_the_example_warms_up_then_learns_from_the_environment(warmed):
     assert any(m.get("tool_calls") for s in samples for m in s["completion"]), "a kept sample shows a tool call"
 
     # Success rate of base and tuned over the same seeded episodes.
-    result = done.artifacts["environment_evaluation"]
+    result = done.artifacts.environment_evaluation
     assert result["episodes"] == 8 and set(result) >= {"base", "tuned"}
     for side in ("base", "tuned"):
         assert 0.0 <= result[side]["success_rate"] <= 1.0 and "mean_reward" in result[side]
     assert result["tuned"]["tool_calls_per_episode"] > result["base"]["tool_calls_per_episode"]
 
     # The built-in server the job started is gone with it.
-    assert not _alive(done.artifacts["environment_server_pid"])
+    assert not _alive(done.artifacts.environment_server_pid)
 
 
 @pytest.mark.slow
@@ -160,9 +160,9 @@ def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_fa
     job = api.submit(grpo_env("builtin:arithmetic", {"source": "builtin", "name": "arithmetic-demo"},
                               training={"max_steps": 400}, grpo={"max_completion_length": 32})).job
     scheduler = scheduler_factory()
-    running = wait_for(lambda: (j := store.get(job.id)).artifacts.get("environment_server_pid") and j, 180,
+    running = wait_for(lambda: (j := store.get(job.id)).artifacts.environment_server_pid and j, 180,
                        what="the environment server to start")
-    server_pid = running.artifacts["environment_server_pid"]
+    server_pid = running.artifacts.environment_server_pid
     assert _alive(server_pid)
     worker_pid = wait_for(lambda: store.get(job.id).pid, 60, what="the worker pid")
     os.killpg(worker_pid, signal.SIGKILL)

@@ -48,11 +48,11 @@ def test_a_signed_in_users_job_pushes_itself_and_the_token_stays_in_memory(paths
         done = wait_status(api.store, job.id, FINAL, timeout=240)
         assert done.status is JobStatus.succeeded, done.error
         # The worker pushes right after recording success.
-        done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.get("hub") or j.artifacts.get("hub_error")
+        done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.hub or j.artifacts.hub_error
                         and j, 120, what="the push")
         done = api.get_job(job.id)
-        hub_info = done.artifacts.get("hub")
-        assert hub_info and hub_info["repo_id"] == "tester/flow", done.artifacts.get("hub_error")
+        hub_info = done.artifacts.hub
+        assert hub_info and hub_info.repo_id == "tester/flow", done.artifacts.hub_error
         repo = hub.repos["tester/flow"]
         assert repo.private and "adapter_model.safetensors" in repo.files and "README.md" in repo.files
         assert _grep(paths.root, TOKEN) == [], "the token never reaches the store, job files or logs"
@@ -69,10 +69,10 @@ def test_a_failed_push_keeps_the_job_and_can_be_retried_from_the_facade(paths, h
     scheduler_factory()
     done = wait_status(api.store, job.id, FINAL, timeout=240)
     assert done.status is JobStatus.succeeded, "a push problem never fails a trained job"
-    done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.get("hub_error") and j, 120, what="the push")
-    assert "token" in done.artifacts["hub_error"]
+    done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.hub_error and j, 120, what="the push")
+    assert "token" in done.artifacts.hub_error
     result = api.push_to_hub(job.id, User("tester", token=TOKEN))
-    assert result.repo_id == "tester/retry" and api.get_job(job.id).artifacts["hub"]["repo_id"] == "tester/retry"
+    assert result.repo_id == "tester/retry" and api.get_job(job.id).artifacts.hub.repo_id == "tester/retry"
     assert "adapter_model.safetensors" in hub.repos["tester/retry"].files
 
 

@@ -10,6 +10,7 @@ import zipfile
 import pytest
 
 from backend.api import StudioAPI
+from backend.artifacts import JobArtifacts
 from backend.spec import parse_spec
 from backend.store import JobStatus
 from components import job_monitor, job_views
@@ -142,7 +143,7 @@ def test_buttons_follow_the_jobs_state(api):
     stopping = job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.running, cancel_requested=True))
     assert not stopping.cancel
     assert job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.interrupted)).resume
-    cancelled = dataclasses.replace(job, status=JobStatus.cancelled, artifacts={"cancelled_at_step": 2})
+    cancelled = dataclasses.replace(job, status=JobStatus.cancelled, artifacts=JobArtifacts(cancelled_at_step=2))
     assert not job_views.job_actions(api, cancelled).resume and not job_views.job_actions(api, cancelled).cancel
     checkpoint = api.paths.job_output(job.id) / "checkpoint-2"
     checkpoint.mkdir(parents=True)
@@ -152,7 +153,7 @@ def test_buttons_follow_the_jobs_state(api):
     assert job_views.job_actions(api, dataclasses.replace(cancelled, status=JobStatus.failed)).resume
     adapter = api.paths.job_adapter(job.id)
     adapter.mkdir(parents=True)
-    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(adapter_dir=str(adapter)))
     actions = job_views.job_actions(api, done)
     assert (actions.cancel, actions.resume, actions.push, actions.download) == (False, False, True, True)
     assert job_views.job_actions(api, None) == job_views.JobActions(False, False, False, False)
@@ -161,16 +162,17 @@ def test_buttons_follow_the_jobs_state(api):
 def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
     # As the store records a cancel (backend/scheduler.py, worker.py): no error, the step it reached beside it.
     job = dataclasses.replace(_job(api), status=JobStatus.cancelled, error=None,
-                              artifacts={"cancelled_at_step": 1218}, progress={"step": 1220, "total_steps": 2000})
+                              artifacts=JobArtifacts(cancelled_at_step=1218),
+                              progress={"step": 1220, "total_steps": 2000})
     summary = job_views.summary_markdown(api, job)
     assert "**Cancelled at step 1218**" in summary and "Error" not in summary and "stopped by request" not in summary
     (api.paths.job_output(job.id) / "checkpoint-1200").mkdir(parents=True)
     (api.paths.job_output(job.id) / "checkpoint-1200" / "trainer_state.json").write_text("{}")
     assert "it can resume from its last checkpoint" in job_views.summary_markdown(api, job)
-    killed = dataclasses.replace(job, artifacts={"cancelled_at_step": 1218, "cancel_note": "stopped by request (the "
-                                                 "worker was killed after the grace period)"})
+    killed = dataclasses.replace(job, artifacts=JobArtifacts(cancelled_at_step=1218, cancel_note="stopped by request "
+                                                             "(the worker was killed after the grace period)"))
     assert job_views.cancelled_sentence(killed).startswith("Cancelled at step 1218 (the worker did not stop")
-    queued = dataclasses.replace(job, artifacts={}, progress={})
+    queued = dataclasses.replace(job, artifacts=JobArtifacts(), progress={})
     assert job_views.cancelled_sentence(queued) == "Cancelled before it started"
 
 
@@ -178,14 +180,13 @@ def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
     described = "echo_env (mcp environment at http://127.0.0.1:41234; tools: echo)"
     job = dataclasses.replace(_job(api, method="grpo", environment={"name": "builtin:echo"},
                                    dataset={"source": "builtin", "name": "math-demo"}, grpo={"num_generations": 2}),
-                              artifacts={"environment": described})
+                              artifacts=JobArtifacts(environment=described))
     running = job_views.environment_text(dataclasses.replace(job, status=JobStatus.running))
     assert "http://127.0.0.1:41234" in running
     done = job_views.environment_text(dataclasses.replace(job, status=JobStatus.succeeded))
     assert "127.0.0.1" not in done and "builtin:echo" in done and "echo_env (mcp environment; tools: echo)" in done
-    remote = dataclasses.replace(job, status=JobStatus.succeeded,
-                                 artifacts={"environment": "wordle (typed environment at https://u-w.hf.space; "
-                                                           "tools: guess)"})
+    wordle = "wordle (typed environment at https://u-w.hf.space; tools: guess)"
+    remote = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(environment=wordle))
     assert "https://u-w.hf.space" in job_views.environment_text(remote)
     assert "127.0.0.1" not in job_views.summary_markdown(api, dataclasses.replace(job, status=JobStatus.failed))
 
@@ -197,7 +198,7 @@ def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
     adapter = api.paths.job_adapter(job.id)
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text("{}")
-    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(adapter_dir=str(adapter)))
     first, second = job_views.prepare_adapter_zip(api, done), job_views.prepare_adapter_zip(api, done)
     assert first != second  # two clicks (or two users) never share, or race on, one file
     for path in (first, second):

@@ -59,9 +59,9 @@ def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, 
     done = wait_status(store, long_job.id, FINAL, timeout=60)
     # A cancel is not an error: the UI reads "Cancelled at step N" from the step kept with it.
     assert done.status is JobStatus.cancelled and done.error is None
-    assert done.cancelled_at_step == done.artifacts["cancelled_at_step"] == done.progress["step"] >= 1
+    assert done.cancelled_at_step == done.artifacts.cancelled_at_step == done.progress["step"] >= 1
     wait_for(lambda: _gone(pid), 30, what="the cancelled worker to exit")
-    assert "adapter_dir" not in done.artifacts
+    assert done.artifacts.adapter_dir is None
     assert wait_status(store, next_job.id, FINAL).status is JobStatus.succeeded
 
 
@@ -76,7 +76,7 @@ def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, st
     api.cancel(job.id)
     done = wait_status(store, job.id, FINAL, timeout=30)
     assert done.status is JobStatus.cancelled and done.error is None
-    assert "killed after the grace period" in done.artifacts["cancel_note"]
+    assert "killed after the grace period" in done.artifacts.cancel_note
     assert time.monotonic() - started < 10
     wait_for(lambda: _gone(pid), 10, what="killed worker to be gone")
 
@@ -201,7 +201,7 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
     api.resume(job.id)
     done = wait_status(store, job.id, FINAL)
     assert done.status is JobStatus.succeeded and done.attempts == 2
-    resumed_from = done.artifacts["resumed_from"]
+    resumed_from = done.artifacts.resumed_from
     checkpoint_step = int(resumed_from.rsplit("-", 1)[1])
     assert checkpoint_step >= 5 and checkpoint_step % 5 == 0
     metrics = api.metrics(job.id)
@@ -245,8 +245,8 @@ def test_a_cancelled_or_failed_job_with_a_checkpoint_resumes_and_finishes(paths,
     api.resume(stopped.id)
     done = wait_status(store, stopped.id, FINAL)
     assert done.status is JobStatus.succeeded and done.attempts == 2
-    assert done.error is None and "cancelled_at_step" not in done.artifacts, "the first attempt's ending is gone"
-    assert int(done.artifacts["resumed_from"].rsplit("-", 1)[1]) >= 2
+    assert done.error is None and done.artifacts.cancelled_at_step is None, "the first attempt's ending is gone"
+    assert int(done.artifacts.resumed_from.rsplit("-", 1)[1]) >= 2
     assert done.progress["step"] == 30 and not api.resumable(done)
 
 

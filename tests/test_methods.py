@@ -83,7 +83,7 @@ def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, sto
     scheduler_factory()
     sft_done = wait_status(store, sft.id, FINAL)
     assert sft_done.status is JobStatus.succeeded, sft_done.error
-    sft_adapter = load_file(f"{sft_done.artifacts['adapter_dir']}/adapter_model.safetensors")
+    sft_adapter = load_file(f"{sft_done.artifacts.adapter_dir}/adapter_model.safetensors")
 
     # The starting weights of the staged job are exactly the SFT job's saved adapter.
     staged = resolve_parent(parse_spec(tiny_spec(**DPO, model={"parent_job_id": sft.id})), store)
@@ -99,9 +99,9 @@ def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, sto
     dpo = api.submit(tiny_spec(**DPO, model={"parent_job_id": sft.id})).job
     dpo_done = wait_status(store, dpo.id, FINAL)
     assert dpo_done.status is JobStatus.succeeded, dpo_done.error
-    assert dpo_done.artifacts["parent_job_id"] == sft.id
-    assert dpo_done.artifacts["parent_adapter"] == sft_done.artifacts["adapter_dir"]
-    trained = load_file(f"{dpo_done.artifacts['adapter_dir']}/adapter_model.safetensors")
+    assert dpo_done.artifacts.parent_job_id == sft.id
+    assert dpo_done.artifacts.parent_adapter == sft_done.artifacts.adapter_dir
+    trained = load_file(f"{dpo_done.artifacts.adapter_dir}/adapter_model.safetensors")
     assert any(not torch.equal(trained[n], sft_adapter[n]) for n in sft_adapter), "DPO moved the SFT adapter"
 
 
@@ -113,7 +113,7 @@ def test_sft_before_after_evaluation_shows_the_tuned_model_fits_held_out_chats_b
     scheduler_factory()
     done = wait_status(store, job.id, FINAL)
     assert done.status is JobStatus.succeeded, done.error
-    evaluation = done.artifacts["evaluation"]
+    evaluation = done.artifacts.evaluation
     assert evaluation["rows"] == 8
     assert evaluation["tuned"]["eval_loss"] < evaluation["base"]["eval_loss"]
     assert json.loads((paths.job_dir(job.id) / "evaluation.json").read_text()) == evaluation

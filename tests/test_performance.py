@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import backend.performance
+from backend.artifacts import JobArtifacts
 from backend.memory import parameter_breakdown
 from backend.model_card import build_model_card
 from backend.performance import (
@@ -88,7 +89,7 @@ def check_the_figures_of_a_finished_sft_job(api, done, demo_model_path):
     logged = _assert_figures_on_every_training_row(metrics)
     assert [m["step"] for m in logged] == [1, 2, 3, 4]
 
-    perf = done.artifacts["performance"]
+    perf = done.artifacts.performance
     assert perf["steps"] == 4 and perf["device"] == "CPU" and perf["mfu"] is None
     assert perf["tokens"] == logged[-1]["num_tokens"] > 0, "the summary counts the tokens TRL counted"
     assert perf["tokens_per_second"] > 0 and perf["step_seconds"] > 0
@@ -104,7 +105,7 @@ def check_the_figures_of_a_finished_sft_job(api, done, demo_model_path):
     assert "MFU is left out" in card
 
     # A running job (no summary yet) shows its latest logged figures.
-    running = dataclasses.replace(done, status=JobStatus.running, artifacts={})
+    running = dataclasses.replace(done, status=JobStatus.running, artifacts=JobArtifacts())
     assert "tokens/s" in summary_markdown(api, running, metrics)
     assert "Performance:" not in summary_markdown(api, running)
 

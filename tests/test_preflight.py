@@ -151,7 +151,7 @@ def test_a_good_spec_is_queued_with_its_position(api):
 def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
     cut = api.submit(tiny_spec(training={"max_length": 16}))
     assert any("longer than training.max_length (16 tokens)" in w for w in cut.warnings)
-    assert api.get_job(cut.job.id).artifacts["preflight_warnings"] == cut.warnings
+    assert api.get_job(cut.job.id).artifacts.preflight_warnings == cut.warnings
     # Packed, every sequence fills max_length (short rows alone would not: the estimate counts their real length).
     huge = api.submit(tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000},
                                 sft={"packing": True}))

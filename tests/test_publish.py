@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
+from backend.artifacts import JobArtifacts
 from backend.model_card import build_model_card, draw_training_curves
 from backend.paths import DataPaths
 from backend.publish import PushError, push_job
@@ -80,7 +81,7 @@ def test_push_creates_a_private_repo_and_uploads_everything_in_one_commit(traine
     from PIL import Image
 
     paths, store, job = trained
-    adapter = Path(job.artifacts["adapter_dir"])
+    adapter = Path(job.artifacts.adapter_dir)
     result = push_job(job, paths, store, TOKEN, endpoint=hub.url)
 
     assert result.repo_id == "tester/tiny-chat-sft"
@@ -97,13 +98,13 @@ def test_push_creates_a_private_repo_and_uploads_everything_in_one_commit(traine
     assert not hub.requests_to("model_info"), "a built-in base has no Hub license to look up"
 
     recorded = store.get(job.id).artifacts
-    assert recorded["hub"]["repo_id"] == "tester/tiny-chat-sft" and recorded["hub"]["commit"] == result.commit_url
-    assert recorded["hub_error"] is None
+    assert recorded.hub.repo_id == "tester/tiny-chat-sft" and recorded.hub.commit == result.commit_url
+    assert recorded.hub_error is None
 
     metrics = [json.loads(line) for line in repo.files["metrics.jsonl"].decode().splitlines()]
     assert len(metrics) == len(store.metrics(job.id)) and all("step" in row for row in metrics)
     assert [r["loss"] for r in metrics if "loss" in r] == [m["loss"] for m in store.metrics(job.id) if "loss" in m]
-    assert json.loads(repo.files["final_metrics.json"])["train_loss"] == job.artifacts["final_metrics"]["train_loss"]
+    assert json.loads(repo.files["final_metrics.json"])["train_loss"] == job.artifacts.final_metrics["train_loss"]
     assert json.loads(repo.files["spec.json"])["training"]["max_steps"] == 4
     plot = Image.open(io.BytesIO(repo.files["training_curves.png"]))
     assert plot.format == "PNG" and plot.size[0] > 100
@@ -118,7 +119,7 @@ def test_push_creates_a_private_repo_and_uploads_everything_in_one_commit(traine
     assert "datasets" not in data and "license" not in data
     assert "| method | SFT |" in text and "| learning rate | 0.001 |" in text and "| max steps | 4 |" in text
     assert "| LoRA rank / alpha / dropout | 16 / 32 / 0.05 |" in text
-    assert f"| train_loss | {job.artifacts['final_metrics']['train_loss']:.4g} |" in text
+    assert f"| train_loss | {job.artifacts.final_metrics['train_loss']:.4g} |" in text
     assert "![training curves](training_curves.png)" in text
     assert "## How to use" in text and 'adapter_id = "tester/tiny-chat-sft"' in text
     assert fenced(text, "yaml") + "\n" == repo.files["training_config.yaml"].decode()
@@ -176,7 +177,7 @@ def test_public_when_asked(trained, hub):
 )
 def test_failed_push_says_why_keeps_the_adapter_and_records_the_error(trained, hub, setup, expected):
     paths, store, job = trained
-    adapter = Path(job.artifacts["adapter_dir"])
+    adapter = Path(job.artifacts.adapter_dir)
     before = folder_digest(adapter)
     setup(hub)
     with pytest.raises(PushError) as caught:
@@ -184,7 +185,7 @@ def test_failed_push_says_why_keeps_the_adapter_and_records_the_error(trained, h
     message = str(caught.value)
     assert expected in message
     assert folder_digest(adapter) == before
-    assert store.get(job.id).artifacts["hub_error"] == message
+    assert store.get(job.id).artifacts.hub_error == message
     assert not any(repo.commits for repo in hub.repos.values())
     if "not reachable" in message:
         assert f"the adapter is kept at {adapter}; retry later" in message
@@ -206,7 +207,7 @@ def test_hub_base_license_is_inherited_and_the_spec_chooses_the_repo(trained, on
     from huggingface_hub import ModelCard
 
     paths, store, trained_job = trained
-    job = hub_based_job(store, trained_job.artifacts["adapter_dir"],
+    job = hub_based_job(store, trained_job.artifacts.adapter_dir,
                         output={"hub_repo_id": "studio-org/from-spec", "private": False, "push_to_hub": True})
     models = {"Qwen/Qwen3-0.6B": {"cardData": {"license": "apache-2.0"}}}
     with FakeHub(TOKEN, user="tester", orgs=("studio-org",), models=models) as server:
@@ -246,7 +247,7 @@ def test_an_unfinished_job_or_a_malformed_repo_id_is_not_pushed(trained, paths, 
     job = store.add(parse_spec(tiny_spec()))
     with pytest.raises(PushError, match=f"job {job.id} is queued and has no saved adapter to push"):
         push_job(job, paths, store, TOKEN, endpoint=hub.url)
-    assert store.get(job.id).artifacts["hub_error"].startswith(f"job {job.id} is queued")
+    assert store.get(job.id).artifacts.hub_error.startswith(f"job {job.id} is queued")
     trained_paths, trained_store, trained_job = trained
     with pytest.raises(PushError, match="the hub repo id 'no-slash' must look like owner/name"):
         push_job(trained_job, trained_paths, trained_store, TOKEN, repo_id="no-slash", endpoint=hub.url)
@@ -294,14 +295,14 @@ def test_card_for_a_staged_grpo_job_with_an_environment(tmp_path):
                               "dataset": {"source": "builtin", "name": "echo-tools-sft"}})
     now = time.time()
     parent = JobRecord("parent-1", 1, "local", JobStatus.succeeded, parent_spec, now,
-                       artifacts={"hub": {"repo_id": "tester/echo-sft"}})
-    job = JobRecord("child-2", 2, "local", JobStatus.succeeded, spec, now, artifacts={
+                       artifacts=JobArtifacts(hub={"repo_id": "tester/echo-sft"}))
+    job = JobRecord("child-2", 2, "local", JobStatus.succeeded, spec, now, artifacts=JobArtifacts.model_validate({
         "global_step": 3, "parent_adapter": "/data/jobs/parent-1/adapter",
         "final_metrics": {"train_loss": 0.01},
         "evaluation": {"rows": 8, "tuned": {"reward/total": 0.75}, "base": {"reward/total": 0.25}},
         "environment_evaluation": {"episodes": 16, "tuned": {"success_rate": 0.5, "mean_reward": 0.5},
                                    "base": {"success_rate": 0.125, "mean_reward": 0.125}},
-    })
+    }))
     metrics = [{"step": s, "loss": 0.1 / s, "reward": 0.2 * s} for s in (1, 2, 3)]
     plot = draw_training_curves(metrics, spec.method, tmp_path / "training_curves.png")
     image = Image.open(plot)

@@ -37,7 +37,7 @@ def test_a_job_with_a_checkpoint_resumes_without_its_old_ending(data_dir, status
     assert api.resumable(job)
     queued = api.resume(job.id)
     assert queued.status is JobStatus.queued and queued.resume and queued.error is None
-    assert "cancelled_at_step" not in queued.artifacts
+    assert queued.artifacts.cancelled_at_step is None
 
 
 def test_a_cancelled_job_is_not_an_error_and_keeps_its_step(data_dir):

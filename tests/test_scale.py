@@ -8,7 +8,6 @@ from backend.space_runtime import gpu_task
 from backend.spec import SpecError, parse_spec
 from backend.store import JobStatus
 from backend.training.grpo import to_grpo_config, vllm_settings
-from backend.worker import SecondaryRankStore
 from components.header import notices
 from tests.conftest import tiny_spec
 
@@ -47,17 +46,6 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
     scheduler._running.pop(big.id)
     scheduler.tick()
     assert launched[-1] == (after.id, 1)
-
-
-def test_other_ranks_train_but_never_write_the_store(store):
-    job = store.add(parse_spec(tiny_spec()))
-    secondary = SecondaryRankStore(store)
-    secondary.merge_artifacts(job.id, {"adapter_dir": "/nowhere"})
-    secondary.report(job.id, [(1, 0.0, {"loss": 1.0})], {"step": 1})
-    secondary.finish(job.id, JobStatus.failed, "rank 1 must not decide")
-    assert secondary.get(job.id).id == job.id and not secondary.cancel_requested(job.id)
-    fresh = store.get(job.id)
-    assert fresh.status is JobStatus.queued and not fresh.artifacts and store.metrics(job.id) == []
 
 
 def test_num_gpus_beyond_the_machine_is_refused_at_submit(paths):

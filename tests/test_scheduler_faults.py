@@ -211,7 +211,7 @@ def test_killed_scheduler_then_lost_worker_leaves_a_resumable_job_and_no_slot_ta
     assert sched.health().running == 0
     api.resume(job.id)
     resumed = wait_status(store, job.id, FINAL)
-    assert resumed.status is JobStatus.succeeded and resumed.artifacts["resumed_from"]
+    assert resumed.status is JobStatus.succeeded and resumed.artifacts.resumed_from
     wait_for(lambda: sched.health().running == 0, 10, what="the resumed worker's slot to be freed")
 
 

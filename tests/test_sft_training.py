@@ -89,13 +89,13 @@ def test_worker_saves_a_reloadable_adapter(paths, store, scheduler_factory, demo
     scheduler_factory()
     done = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed})
     assert done.status is JobStatus.succeeded, done.error
-    adapter = done.artifacts["adapter_dir"]
+    adapter = done.artifacts.adapter_dir
     # Auto-tune ran in the worker: on this CPU with RAM to spare, no recompute; said in the log, kept with the job.
-    tuned = done.artifacts["auto_tune"]
-    assert tuned["settings"]["training.gradient_checkpointing"] is False
-    log_text = Path(done.artifacts["log_file"]).read_text()
+    tuned = done.artifacts.auto_tune
+    assert tuned.settings["training.gradient_checkpointing"] is False
+    log_text = Path(done.artifacts.log_file).read_text()
     assert "auto-tune: gradient checkpointing: off (the job fits without it" in log_text
-    ran = json.loads((Path(done.artifacts["job_dir"]) / "spec.json").read_text())["training"]
+    ran = json.loads((Path(done.artifacts.job_dir) / "spec.json").read_text())["training"]
     assert ran["gradient_checkpointing"] is False and ran["attn_implementation"] == "sdpa"
     check_the_figures_of_a_finished_sft_job(api, done, demo_model_path)
     assert PeftConfig.from_pretrained(adapter).r == 16

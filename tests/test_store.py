@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from backend.artifacts import JobArtifacts
 from backend.spec import SpecError, parse_spec
 from backend.store import InvalidTransition, JobNotFound, JobStatus, JobStore, QuotaExceeded
 
@@ -34,7 +35,7 @@ def test_add_get_round_trips_spec_and_defaults(any_store):
     job = any_store.add(spec)
     got = any_store.get(job.id)
     assert got.spec == spec and got.owner == "alice"
-    assert got.status is JobStatus.queued and got.started_at is None and got.artifacts == {}
+    assert got.status is JobStatus.queued and got.started_at is None and got.artifacts == JobArtifacts()
 
 
 def test_unknown_job_raises(any_store):
@@ -123,7 +124,36 @@ def test_artifacts_merge_and_progress_replace(any_store):
     any_store.report(job.id, [], {"step": 1})
     any_store.report(job.id, [], {"step": 2, "total_steps": 4})
     got = any_store.get(job.id)
-    assert got.artifacts == {"log_file": "a", "adapter_dir": "b"} and got.progress == {"step": 2, "total_steps": 4}
+    assert got.artifacts.stored() == {"log_file": "a", "adapter_dir": "b"} and got.progress == {"step": 2, "total_steps": 4}
+
+
+def test_a_row_written_as_the_old_artifacts_dict_still_loads(any_store):
+    # As versions before JobArtifacts stored them: a plain JSON object, here with a key this version does not know
+    # (written by a newer one, or by hand) and a value of the wrong type.
+    old = {"job_dir": "/d/jobs/x", "log_file": "/d/jobs/x/log.txt", "output_dir": "/d/jobs/x/output",
+           "adapter_dir": "/d/jobs/x/adapter", "final_metrics": {"train_loss": 0.5, "epoch": 1}, "global_step": 3,
+           "reporting_overhead_s": 0.01, "auto_tune": {"choices": ["packing: off"], "settings": {"training.packing": False}},
+           "evaluation": {"rows": 2, "base": {"eval_loss": 2.0}, "tuned": {"eval_loss": 1.0}},
+           "hub": {"repo_id": "me/x", "url": "https://hf.co/me/x", "private": True}, "hub_error": None,
+           "preflight_warnings": ["few rows"], "resumed_from": None, "from_a_newer_version": {"a": 1},
+           "environment_server_pid": "not a pid"}
+    job = any_store.add(_spec())
+    with sqlite3.connect(any_store.db_path) as con:
+        con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (json.dumps(old), job.id))
+    got = any_store.get(job.id)
+    assert got.artifacts.adapter_dir == "/d/jobs/x/adapter" and got.artifacts.global_step == 3
+    assert got.artifacts.final_metrics == {"train_loss": 0.5, "epoch": 1}
+    assert got.artifacts.auto_tune.settings == {"training.packing": False}
+    assert got.artifacts.hub.repo_id == "me/x" and got.artifacts.hub.private is True
+    assert got.artifacts.preflight_warnings == ["few rows"] and got.artifacts.evaluation["tuned"]["eval_loss"] == 1.0
+    assert got.artifacts.environment_server_pid is None, "a value of the wrong type is left out, not the whole job"
+    assert not hasattr(got.artifacts, "from_a_newer_version"), "an unknown key is ignored on read"
+    assert got.to_dict()["artifacts"] == {k: v for k, v in old.items()
+                                          if k not in ("from_a_newer_version", "environment_server_pid")}
+    any_store.merge_artifacts(job.id, cancel_note="stopped")
+    with sqlite3.connect(any_store.db_path) as con:
+        row = json.loads(con.execute("SELECT artifacts FROM jobs WHERE id = ?", (job.id,)).fetchone()[0])
+    assert row == {**old, "cancel_note": "stopped"}, "a merge keeps the keys this version does not read"
 
 
 def test_list_filters_by_owner_and_status(any_store):
@@ -161,7 +191,7 @@ def test_non_finite_metrics_progress_samples_and_artifacts_are_stored_as_strict_
     [row] = any_store.metrics(job.id)
     assert row["loss"] is None and row["grad_norm"] is None and row["nested"] == [1.0, None]
     got = any_store.get(job.id)
-    assert got.progress["loss"] is None and got.artifacts["evaluation"]["tuned"]["eval_loss"] is None
+    assert got.progress["loss"] is None and got.artifacts.evaluation["tuned"]["eval_loss"] is None
     assert any_store.samples(job.id)[0]["rewards"] == {"r": None}
     con = sqlite3.connect(any_store.db_path)
     texts = [r[0] for r in con.execute("SELECT data FROM metrics UNION ALL SELECT data FROM samples "

@@ -278,7 +278,7 @@ def test_sft_and_grpo_with_the_builtin_environment_train_under_a_trainer_python_
     assert done.status is JobStatus.succeeded, done.error
     log_text = paths.job_log(sft.id).read_text()
     assert f"running under {trainer_venv} " in log_text, log_text[-2000:]
-    assert (Path(done.artifacts["adapter_dir"]) / "adapter_model.safetensors").is_file()
+    assert (Path(done.artifacts.adapter_dir) / "adapter_model.safetensors").is_file()
 
     done = wait_status(store, grpo.id, FINAL, timeout=400)
     assert done.status is JobStatus.succeeded, done.error
@@ -287,5 +287,5 @@ def test_sft_and_grpo_with_the_builtin_environment_train_under_a_trainer_python_
     # The server needs openenv, so it ran under the app's interpreter (this one), not the trainer's.
     assert "started built-in environment echo at http://127.0.0.1:" in log_text
     assert f"under {sys.executable})" in log_text, log_text[-3000:]
-    assert done.artifacts["environment"] and done.artifacts["global_step"] == 1
-    assert (Path(done.artifacts["adapter_dir"]) / "adapter_model.safetensors").is_file()
+    assert done.artifacts.environment and done.artifacts.global_step == 1
+    assert (Path(done.artifacts.adapter_dir) / "adapter_model.safetensors").is_file()

@@ -9,7 +9,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from backend.store import JobStore
+from backend.reporter import JobReporter
 from backend.training.performance import PerformanceMeter
 
 # Reports (metrics + progress, one transaction) and cancel checks touch the database; doing each at most this
@@ -34,7 +34,7 @@ class StoreReportingCallback(TrainerCallback):
     ``overhead_s`` is the time spent inside this callback, so the cost of reporting can be measured.
     """
 
-    def __init__(self, store: JobStore, job_id: str, stop_event: threading.Event):
+    def __init__(self, store: JobReporter, job_id: str, stop_event: threading.Event):
         self.store = store
         self.job_id = job_id
         self.stop_event = stop_event

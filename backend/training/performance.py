@@ -115,7 +115,7 @@ class PerformanceMeter:
         return row
 
     def summary(self) -> dict[str, Any] | None:
-        """The run's figures for ``artifacts["performance"]``; None when no step finished."""
+        """The run's figures for ``artifacts.performance``; None when no step finished."""
         if not self.step_seconds:
             return None
         trained = sum(self.step_seconds)

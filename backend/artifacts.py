@@ -1,0 +1,110 @@
+"""What a job leaves behind (its artifacts), typed: one field per thing a worker, the facade or a push records.
+
+The store keeps the artifacts as one JSON object per job row and merges updates into it key by key. Writes go through
+:func:`artifact_update`, which refuses a key that is not a field here (a misspelling is an error, never a silent new
+key) and values of the wrong type. Reads go through :meth:`JobArtifacts.from_stored`, which is lenient: a row written
+by an older or newer version still loads, a key this version does not know is ignored (it stays in the row, so the
+version that wrote it still reads it), and a value of the wrong type is left out rather than hiding the whole job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class HubPush(BaseModel):
+    """Where a push put the job's adapter on the Hub (the ``hub`` artifact)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    repo_id: str = Field(description="the model repository, namespace/name")
+    url: str | None = Field(None, description="the repository's page on the Hub endpoint used")
+    commit: str | None = Field(None, description="the commit's URL")
+    private: bool = Field(False, description="whether the repository is private")
+    pushed_at: float | None = Field(None, description="when the push finished (Unix time)")
+
+
+class AutoTuneRecord(BaseModel):
+    """What auto-tune decided for the job's first attempt (the ``auto_tune`` artifact; a resume replays it)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    choices: list[str] = Field(default_factory=list, description="one sentence per choice, as the log says them")
+    settings: dict[str, Any] = Field(default_factory=dict, description="the spec values chosen, by dotted path")
+    estimate_bytes: int | None = Field(None, description="the memory estimate for the tuned spec")
+    estimate_tensor_bytes: int | None = Field(None, description="the part of the estimate held by tensors")
+    budget_bytes: int | None = Field(None, description="the memory the device offered (None: unknown)")
+
+
+class JobArtifacts(BaseModel):
+    """A job's artifacts; every field is None until something records it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    # Where the job's files are (recorded when the worker starts).
+    job_dir: str | None = Field(None, description="the job's folder under the data dir")
+    log_file: str | None = Field(None, description="the worker's log file")
+    output_dir: str | None = Field(None, description="the trainer's output folder (its checkpoints)")
+    # How the worker set the job up.
+    parent_job_id: str | None = Field(None, description="the job this one continues (staged training)")
+    parent_adapter: str | None = Field(None, description="the parent's adapter folder training started from")
+    environment: str | None = Field(None, description="the environment's one-line summary: name, kind, URL, tools")
+    environment_server_pid: int | None = Field(None, description="the built-in environment server's process id")
+    auto_tune: AutoTuneRecord | None = Field(None, description="auto-tune's choices for this machine")
+    resumed_from: str | None = Field(None, description="the checkpoint a resumed attempt continued from (None: start)")
+    preflight_warnings: list[str] | None = Field(None, description="pre-flight's warnings at submission")
+    # What training produced.
+    adapter_dir: str | None = Field(None, description="the saved adapter and tokenizer (a succeeded job has it)")
+    final_metrics: dict[str, Any] | None = Field(None, description="the numbers of the trainer's last log row")
+    global_step: int | None = Field(None, description="optimizer steps done")
+    reporting_overhead_s: float | None = Field(None, description="seconds spent reporting to the store")
+    performance: dict[str, Any] | None = Field(None, description="the run's speed figures (PerformanceMeter.summary)")
+    evaluation: dict[str, Any] | None = Field(None, description="before/after scores on held-out rows, or an error")
+    environment_evaluation: dict[str, Any] | None = Field(
+        None, description="base and tuned success rate and reward over the same episodes, or an error")
+    # How the attempt ended (a resume clears these: ATTEMPT_END_ARTIFACTS).
+    cancelled_at_step: int | None = Field(None, description="the step a cancelled attempt stopped at")
+    cancel_note: str | None = Field(None, description="how the cancel went (e.g. killed after the grace period)")
+    # The Hub.
+    hub: HubPush | None = Field(None, description="where the adapter was pushed")
+    hub_error: str | None = Field(None, description="why the last push failed (None again once one succeeds)")
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, Any]) -> JobArtifacts:
+        """The artifacts of a stored row: unknown keys ignored, a value of the wrong type left out."""
+        known = {key: value for key, value in stored.items() if key in cls.model_fields}
+        try:
+            return cls.model_validate(known)
+        except ValidationError as exc:
+            bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
+            return cls.model_validate({key: value for key, value in known.items() if key not in bad})
+
+    def stored(self) -> dict[str, Any]:
+        """The artifacts as JSON, with only the keys that were recorded (as the row holds them)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class UnknownArtifact(ValueError):
+    """An artifact update naming a key that is not a JobArtifacts field."""
+
+
+def artifact_update(update: Mapping[str, Any]) -> dict[str, Any]:
+    """A partial update checked against JobArtifacts, as JSON ready to merge into the row.
+
+    UnknownArtifact for a key that is not a field; pydantic's ValidationError for a value of the wrong type.
+
+    >>> artifact_update({"global_step": 3, "resumed_from": None})
+    {'global_step': 3, 'resumed_from': None}
+    >>> artifact_update({"adapter_path": "x"})  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    UnknownArtifact: 'adapter_path' is not a job artifact; the artifacts are adapter_dir, auto_tune, ...
+    """
+    unknown = sorted(set(update) - set(JobArtifacts.model_fields))
+    if unknown:
+        raise UnknownArtifact(f"{', '.join(map(repr, unknown))} is not a job artifact; the artifacts are "
+                              f"{', '.join(sorted(JobArtifacts.model_fields))}")
+    checked = JobArtifacts.model_validate(dict(update)).model_dump(mode="json", include=set(update))
+    return {key: checked[key] for key in update}
