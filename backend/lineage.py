@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.access import readable_job
+from backend.reporter import JobReporter
 from backend.spec import JobSpec, SpecError, quote_input
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore, UnreadableJob
 from backend.users import User
@@ -31,7 +32,7 @@ class Lineage:
         return None if self.parent is None else adapter_to_continue(self.parent)
 
 
-def parent_job(store: JobStore, spec: JobSpec, user: User | None = None) -> JobRecord | None:
+def parent_job(store: JobStore | JobReporter, spec: JobSpec, user: User | None = None) -> JobRecord | None:
     """The job ``spec`` continues, read once and only if ``user`` may read it (``None``: a trusted caller)."""
     parent_id = spec.model.parent_job_id
     if parent_id is None:
@@ -85,8 +86,8 @@ def resolve_parent(spec: JobSpec, store: JobStore, user: User | None = None) -> 
     return resolve_lineage(spec, store, user).spec
 
 
-def starting_adapter(store: JobStore, spec: JobSpec) -> Path | None:
-    """The adapter a stored job starts from (the worker's question): None for a fresh start."""
+def starting_adapter(store: JobReporter, spec: JobSpec) -> Path | None:
+    """The adapter a stored job starts from (the worker's question, on any rank): None for a fresh start."""
     return Lineage(spec, parent_job(store, spec)).adapter()
 
 
