@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
 import threading
@@ -24,7 +23,8 @@ from backend.space_runtime import ZERO_GPU_REFUSAL, on_space, on_zero_gpu
 from backend.users import User, max_queued_per_user
 
 if TYPE_CHECKING:
-    from backend.chat import GenerationSettings, PreferenceLog
+    from backend.chat import GenerationSettings
+    from backend.feedback import FeedbackFormat, PreferenceLog, ThumbLog
     from backend.publish import PushResult
     from backend.environments.episodes import Episode
     from backend.preview import DatasetPreview
@@ -376,23 +376,25 @@ class StudioAPI:
         chat = self._chat_models.for_job(job)
         return chat.stream_pair(base_history, tuned_history, message, settings)
 
+    # Chat feedback (backend/feedback.py): "better" picks are DPO pairs, 👍/👎 on one answer are KTO rows.
     def preference_log(self, user: User | None = None) -> "PreferenceLog":
         """Where a user's "this side is better" picks are kept (DPO rows)."""
-        from backend.chat import PreferenceLog
+        from backend.feedback import feedback_log
 
-        return PreferenceLog(self.paths.root / "preferences" / f"{safe_name(user.name if user else 'local')}.jsonl")
+        return feedback_log(self.paths, user.name if user else "local", "dpo")
 
-    def export_preferences(self, user: User | None = None) -> Path:
-        """The user's preferences as a DPO .jsonl in a fresh downloads folder (the only place the app serves files
-        from); their earlier exports there are removed. ValueError when there are none."""
-        log = self.preference_log(user)
-        target = log.export(self.paths.new_download(f"{log.path.stem}-dpo.jsonl"))
-        for old in self.paths.downloads.glob(f"*/{target.name}"):
-            if old != target:
-                old.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    old.parent.rmdir()
-        return target
+    def thumb_log(self, user: User | None = None) -> "ThumbLog":
+        """Where a user's 👍/👎 on single answers are kept (KTO rows)."""
+        from backend.feedback import feedback_log
+
+        return feedback_log(self.paths, user.name if user else "local", "kto")
+
+    def export_preferences(self, user: User | None = None, format: "FeedbackFormat" = "dpo") -> Path:
+        """The user's picks (``dpo``) or thumbs (``kto``) as ``<user>-<format>.jsonl`` in a fresh downloads folder
+        (the only place the app serves files from); their earlier exports of it are removed. ValueError when empty."""
+        from backend.feedback import export_feedback
+
+        return export_feedback(self.paths, user.name if user else "local", format)
 
     def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""

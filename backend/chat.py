@@ -1,15 +1,11 @@
-"""The side-by-side chat's backend: one model with a job's adapter, both answers streamed together, preferences kept."""
+"""The side-by-side chat's backend: one model with a job's adapter, both answers streamed together (what users say
+about the answers is kept by backend/feedback.py)."""
 
 from __future__ import annotations
 
-import fcntl
 import gc
-import json
-import os
 import queue
-import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -342,111 +338,3 @@ class ChatModels:
 
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-
-PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
-
-
-def _read_all(fd: int) -> bytes:
-    chunks, offset = [], 0
-    while chunk := os.pread(fd, 1 << 20, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _same_turn(line: bytes, row: dict[str, Any]) -> bool:
-    """Whether a stored line is a pick for the same turn as ``row``: same job, prompt and pair of answers."""
-    try:
-        old = json.loads(line)
-        answers = {old["chosen"][0]["content"], old["rejected"][0]["content"]}
-    except (ValueError, KeyError, IndexError, TypeError):  # a line cut short by a crash is no turn
-        return False
-    return (old.get("job_id") == row["job_id"] and old.get("prompt") == row["prompt"]
-            and answers == {row["chosen"][0]["content"], row["rejected"][0]["content"]})
-
-
-class PreferenceLog:
-    """Which of the two answers a user preferred, appended as DPO rows to a JSONL file.
-
-    Each row: ``prompt`` (the messages up to and including the user turn, system prompt first), ``chosen`` and
-    ``rejected`` (one assistant message each), ``job_id`` and ``created_at`` (seconds since the epoch). Every row is
-    written by one append under an exclusive file lock, so rows from several threads or processes never interleave.
-    """
-
-    def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-
-    def record(self, prompt_messages: Sequence[Message], better: str, worse: str, job_id: str | None) -> dict[str, Any]:
-        """Record one preference and return the row written, with ``replaced`` True when it replaced this turn's
-        earlier pick: one preference per turn (same job, prompt and pair of answers), the last click wins."""
-        prompt = [{"role": m["role"], "content": m["content"]} for m in prompt_messages]
-        if not prompt or prompt[-1]["role"] != "user":
-            raise ValueError("a preference's prompt must end with the user's message the two answers reply to")
-        if not better.strip() or not worse.strip():
-            raise ValueError("one of the answers is empty; there is nothing to prefer - ask again or pick another turn")
-        if better == worse:
-            raise ValueError("both answers are the same, so neither is better; ask again with sampling on")
-        row = {
-            "prompt": prompt,
-            "chosen": [{"role": "assistant", "content": better}],
-            "rejected": [{"role": "assistant", "content": worse}],
-            "job_id": job_id,
-            "created_at": time.time(),
-        }
-        line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            lines = _read_all(fd).splitlines(keepends=True)
-            same = [i for i, old in enumerate(lines) if _same_turn(old, row)]
-            if same:  # rewritten in place under the lock, so a writer waiting on it appends to this same file
-                lines[same[-1]] = line
-                os.ftruncate(fd, 0)
-                _write_all(fd, b"".join(lines))
-            else:
-                _write_all(fd, line)
-        finally:
-            os.close(fd)  # closing releases the lock
-        return {**row, "replaced": bool(same)}
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Every recorded row, oldest first (a line cut short by a crash is skipped)."""
-        if not self.path.is_file():
-            return []
-        rows = []
-        with open(self.path, encoding="utf-8") as fh:
-            fcntl.flock(fh, fcntl.LOCK_SH)
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return rows
-
-    def export(self, path: Path | str) -> Path:
-        """Write the rows as a DPO-ready JSONL (prompt/chosen/rejected only) and return its path."""
-        rows = self.rows()
-        if not rows:
-            raise ValueError("no preferences recorded yet; pick the better answer in a few chats first")
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                for row in rows:
-                    fh.write(json.dumps({k: row[k] for k in PREFERENCE_COLUMNS}, ensure_ascii=False) + "\n")
-            os.replace(tmp, target)  # a reader never sees a half-written export
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target

@@ -1,6 +1,6 @@
 """Chat tab: a finished job's base model (left) and tuned model (right) answer the same message side by side,
 streamed at the same time with the same system prompt, sampling settings and seed; pick the better side to save a
-DPO preference row, and export them as a dataset file."""
+DPO preference row, give either answer a 👍/👎 to save a KTO row, and export either kind as a dataset file."""
 
 from __future__ import annotations
 
@@ -45,6 +45,22 @@ PICK_JOB_HINT = "Pick a finished job above, then ask both models the same questi
 def rows_text(count: int) -> str:
     """``1 preference row`` / ``3 preference rows``."""
     return f"{count} preference row{'' if count == 1 else 's'}"
+
+
+def thumb_rows_text(rows: list[dict]) -> str:
+    """``1 KTO row so far: 1 👍, 0 👎`` for a thumb log's rows."""
+    ups = sum(1 for r in rows if r.get("label") is True)
+    return f"{len(rows)} KTO row{'' if len(rows) == 1 else 's'} so far: {ups} 👍, {len(rows) - ups} 👎"
+
+
+def thumb_note(row: dict, rows: list[dict]) -> str:
+    """What the Chat tab says after a thumb: which answer got which thumb, whether it replaced one, the counts."""
+    thumb, before = ("👍" if row["label"] else "👎"), row["previous"]
+    said = f"{thumb} on the {row['side']} answer"
+    if before is not None:  # one thumb per side per turn: the second click replaced the first
+        said = (f"{said}, as before (kept once)" if before == row["label"]
+                else f"Changed to {said}, replacing your {'👍' if before else '👎'}")
+    return f"{said} ({thumb_rows_text(rows)}; one thumb per side per turn)."
 
 
 def loss_text(metrics: list[dict]) -> str:
@@ -96,10 +112,16 @@ def build(api: StudioAPI) -> ChatHandles:
             gr.Markdown("**Base model**")
             base = gr.Chatbot(label="Base model", show_label=False, elem_id="chat-base", height=380,
                               layout="panel", placeholder=PICK_JOB_HINT)
+            with gr.Row():
+                left_up = gr.Button("👍 Good", size="sm", elem_id="left-up", scale=0, min_width=90)
+                left_down = gr.Button("👎 Bad", size="sm", elem_id="left-down", scale=0, min_width=90)
         with gr.Column():
             gr.Markdown("**Tuned model**")
             tuned = gr.Chatbot(label="Tuned model", show_label=False, elem_id="chat-tuned", height=380,
                                layout="panel", placeholder=PICK_JOB_HINT)
+            with gr.Row():
+                right_up = gr.Button("👍 Good", size="sm", elem_id="right-up", scale=0, min_width=90)
+                right_down = gr.Button("👎 Bad", size="sm", elem_id="right-down", scale=0, min_width=90)
     with gr.Row():
         message = gr.Textbox(placeholder="Ask both models…", show_label=False, scale=5, elem_id="chat-input")
         send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
@@ -108,10 +130,12 @@ def build(api: StudioAPI) -> ChatHandles:
         clear = gr.Button("Clear", size="sm")
         left_better = gr.Button("⬅ Base is better", size="sm", elem_id="left-better")
         right_better = gr.Button("Tuned is better ➡", size="sm", elem_id="right-better")
-        # Its value is kept up to date (an export is written after every pick), so one click downloads: a handler
-        # on the click that made the file only armed the button for a second click.
+        # Their values are kept up to date (an export is written after every pick or thumb), so one click downloads:
+        # a handler on the click that made the file only armed the button for a second click.
         export = gr.DownloadButton("Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences",
                                    interactive=False)
+        export_kto = gr.DownloadButton("Export thumbs (KTO .jsonl)", size="sm", elem_id="export-thumbs",
+                                       interactive=False)
     note = gr.Markdown(elem_id="chat-note")
 
     def jobs(profile: gr.OAuthProfile | None = None) -> list[str]:
@@ -131,16 +155,17 @@ def build(api: StudioAPI) -> ChatHandles:
         """An empty tab says what to do; a returning user's export is ready for one click."""
         has_jobs = len(finished_job_choices(api, user)) > 1
         hint = PICK_JOB_HINT if has_jobs else NO_JOBS_HINT
-        export_path = current_export(user)
+        dpo, kto = current_export(user, "dpo"), current_export(user, "kto")
         return (hint, gr.update(placeholder=hint), gr.update(placeholder=hint),
-                gr.update(value=export_path, interactive=export_path is not None))
+                gr.update(value=dpo, interactive=dpo is not None), gr.update(value=kto, interactive=kto is not None))
 
-    def current_export(user) -> str | None:
-        if user is None or not api.preference_log(user).rows():
+    def current_export(user, fmt: str) -> str | None:
+        log = api.preference_log(user) if fmt == "dpo" else api.thumb_log(user)
+        if user is None or not log.rows():
             return None
-        return str(api.export_preferences(user))
+        return str(api.export_preferences(user, fmt))
 
-    gr.on(None, on_load, None, [job_info, base, tuned, export], api_name=False)
+    gr.on(None, on_load, None, [job_info, base, tuned, export, export_kto], api_name=False)
 
     @as_user(signed_in=False)
     def on_job(user, job_choice):
@@ -197,39 +222,51 @@ def build(api: StudioAPI) -> ChatHandles:
     def prefer(side: str):
         def record(job_choice, base_hist, tuned_hist, system_prompt, profile: gr.OAuthProfile | None = None):
             user = require_user(profile)
-            text = _last_user_message(base_hist)
-            if text is None or not base_hist or base_hist[-1].get("role") != "assistant":
-                raise gr.Error("Ask something first; then pick the better answer.")
-            left, right = message_text(base_hist[-1]["content"]), message_text(tuned_hist[-1]["content"])
-            better, worse = (left, right) if side == "base" else (right, left)
-            # The prompt is the conversation so far on the preferred side (each side keeps its own answers).
-            history = base_hist if side == "base" else tuned_hist
-            cut = max(i for i, m in enumerate(history) if m.get("role") == "user")
-            prompt = ([{"role": "system", "content": system_prompt}] if (system_prompt or "").strip() else []) + [
-                {"role": m["role"], "content": message_text(m["content"]) or ""} for m in history[: cut + 1]]
             log = api.preference_log(user)
             try:
-                row = log.record(prompt, better, worse, job_choice_id(job_choice))
+                row = log.record_turn(base_hist, tuned_hist, system_prompt or "", side, job_choice_id(job_choice))
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
             done = "Changed your pick for this turn" if row["replaced"] else "Saved"
             text = f"{done}: the {side} answer is better ({rows_text(len(log.rows()))} so far; one per turn)."
-            return text, gr.update(value=current_export(user), interactive=True)
+            return text, gr.update(value=current_export(user, "dpo"), interactive=True)
         return record
 
     pref_inputs = [job, base, tuned, system]
     left_better.click(prefer("base"), pref_inputs, [note, export], api_name="prefer_base")
     right_better.click(prefer("tuned"), pref_inputs, [note, export], api_name="prefer_tuned")
 
-    def export_file(profile: gr.OAuthProfile | None = None):
-        """The user's preferences as a DPO .jsonl (for scripts; the button downloads the file kept ready)."""
-        user = require_user(profile)
-        try:
-            return str(api.export_preferences(user))
-        except ValueError as exc:
-            raise gr.Error(str(exc)) from None
+    def thumb(side: str, label: bool):
+        def record(job_choice, base_hist, tuned_hist, system_prompt, profile: gr.OAuthProfile | None = None):
+            """A 👍/👎 on one side's last answer, kept as a KTO row; with no answer yet the note says so instead."""
+            user = require_user(profile)
+            log = api.thumb_log(user)
+            try:
+                row = log.record_turn(base_hist if side == "base" else tuned_hist, system_prompt or "", label,
+                                      side, job_choice_id(job_choice))
+            except ValueError as exc:
+                return f"Nothing recorded: {exc}.", gr.update()
+            return thumb_note(row, log.rows()), gr.update(value=current_export(user, "kto"), interactive=True)
+        return record
 
-    # For gradio_client: an event whose output is a file, so the client downloads it (the button needs no event).
-    api_export, api_file = gr.Button(visible=False), gr.File(visible=False)
-    api_export.click(export_file, None, api_file, api_name="export_preferences")
+    for button, side, label in ((left_up, "base", True), (left_down, "base", False), (right_up, "tuned", True),
+                                (right_down, "tuned", False)):
+        button.click(thumb(side, label), pref_inputs, [note, export_kto],
+                     api_name=f"thumb_{side}_{'up' if label else 'down'}")
+
+    def export_file(fmt: str):
+        def export_now(profile: gr.OAuthProfile | None = None):
+            """The user's picks (DPO) or thumbs (KTO) as a .jsonl (for scripts; the buttons download the files kept
+            ready)."""
+            user = require_user(profile)
+            try:
+                return str(api.export_preferences(user, fmt))
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
+        return export_now
+
+    # For gradio_client: events whose output is a file, so the client downloads it (the buttons need no event).
+    for fmt, api_name in (("dpo", "export_preferences"), ("kto", "export_thumbs")):
+        api_export, api_file = gr.Button(visible=False), gr.File(visible=False)
+        api_export.click(export_file(fmt), None, api_file, api_name=api_name)
     return ChatHandles(job=job, base=base, tuned=tuned)

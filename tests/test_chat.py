@@ -15,11 +15,11 @@ from backend.chat import (
     ChatTarget,
     ComparisonChat,
     GenerationSettings,
-    PreferenceLog,
     build_prompt,
     chat_target,
 )
 from backend.data import load_training_dataset
+from backend.feedback import PreferenceLog
 from backend.demo_model import DEMO_MODEL_ID
 from backend.spec import DatasetSpec, Method, ModelSpec, QuantizationSpec, parse_spec
 from backend.store import JobStatus
