@@ -1,5 +1,5 @@
-"""Chat feedback kept as training data: 👍/👎 as KTO rows (one per side per turn, per user), "better" picks as DPO pairs,
-and the exports of both, read back from real files."""
+"""Chat feedback kept as training data: 👍/👎 as KTO rows (one per side per turn, per user), "better" picks as DPO
+pairs, and the exports of both, read back from real files."""
 
 import json
 import threading
