@@ -113,3 +113,28 @@ def test_a_kto_job_from_the_cli_ends_with_evaluation_model_card_and_trl_config(d
     assert "| logprob_margin |" in card and "trl kto --config training_config.yaml" in card
     assert "last reward margin" in card
     parse_like_trl_cli("kto", trl_cli_yaml(job.spec), tmp_path)
+
+
+@pytest.mark.slow
+def test_thumbs_from_the_chat_become_a_kto_dataset_that_trains(paths, store):
+    """What the Chat tab's 👍/👎 record (one side's history each) exports as a KTO file that trains the adapter."""
+    from backend.api import StudioAPI
+
+    api = StudioAPI(paths.root, scheduler="none")
+    thumbs = api.thumb_log()
+    for i in range(6):
+        question = {"role": "user", "content": f"What is {i} + {i}?"}
+        thumbs.record_turn([question, {"role": "assistant", "content": f"{2 * i}."}], "", True, "tuned", "job-a")
+        thumbs.record_turn([question, {"role": "assistant", "content": "No idea."}], "", False, "base", "job-a")
+    exported = api.export_preferences(format="kto")
+    rows = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert len(rows) == 12 and {r["label"] for r in rows} == {True, False}
+
+    spec = parse_spec(tiny_spec(**{**KTO, "dataset": {"source": "file", "name": str(exported)}}))
+    job = store.add(spec)
+    trainer, _ = build_trainer(spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())], None)
+    assert trainer.train_dataset.num_rows == 12
+    before = {n: p.detach().float().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert any(not torch.equal(before[n], p.detach().float()) for n, p in trainer.model.named_parameters()
+               if n in before)
