@@ -19,9 +19,10 @@ def test_the_default_form_is_a_valid_sft_spec():
 
 @pytest.mark.parametrize("values", [
     {"method": "dpo", "builtin_dataset": "preferences-demo", "dpo_beta": 0.2, "quant_mode": "4bit"},
-    {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: accuracy\n- name: think_format\n"},
+    {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: accuracy\n- name: think_format\n",
+     "batch_size": 4},  # the spec's default batch (2) holds half of its default group (4 generations)
     {"method": "grpo", "builtin_dataset": "wordle-demo", "env_name": "builtin:wordle", "grpo_rewards": "",
-     "env_reward": "last", "env_eval_episodes": 4},
+     "env_reward": "last", "env_eval_episodes": 4, "batch_size": 4},
     {"dataset_source": "hub", "hub_dataset": "trl-lib/Capybara", "hub_split": "test", "column_map": "messages=conv",
      "max_rows": 100, "run_name": "x", "holdout_rows": 5},
     {"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"},
@@ -57,7 +58,7 @@ def test_the_reward_bench_table_shows_each_score_and_the_total(paths):
 
 def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():
     spec = parse_spec(form_to_spec({"method": "grpo", "builtin_dataset": "echo-demo", "env_name": "builtin:echo",
-                                    "grpo_rewards": ""}))
+                                    "grpo_rewards": "", "batch_size": 4}))
     assert spec.grpo.rewards == [] and spec.environment.name == "builtin:echo"
 
 
@@ -126,13 +127,13 @@ def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described
     import re
 
     from backend.builtin_datasets import BUILTIN_DATASETS
-    from components.form import BASE_MODEL_HELP, FORM_HELP, builtin_dataset_help, form_help
+    from components.form import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
 
-    texts = [BASE_MODEL_HELP, *FORM_HELP.values(), form_help("lora_r", "lora.r")]
+    texts = [BASE_MODEL_HELP, *(f.info for f in FORM_FIELDS.values())]  # every field's help, the spec's or the form's
     texts += [builtin_dataset_help(name) for name in BUILTIN_DATASETS]
     assert not [t for t in texts if re.search(SPEC_PATH, t)]
-    assert form_help("lora_r", "lora.r").startswith("LoRA rank")
-    assert "Or:" not in form_help("holdout_rows", "eval.holdout_rows")
+    assert FORM_FIELDS["lora_r"].info.startswith("LoRA rank")
+    assert "Or:" not in FORM_FIELDS["holdout_rows"].info
     for name, dataset in BUILTIN_DATASETS.items():
         assert builtin_dataset_help(name).startswith(f"{name}: {dataset.description}")
 
@@ -178,7 +179,8 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
 
 def test_the_bench_scores_against_the_datasets_first_row(paths):
     api = StudioAPI(paths.root, scheduler="none")
-    row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo"}))
+    # As the bench asks (components/train.py): batch size "auto", which any group size divides.
+    row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo", "batch_size": None}))
     assert row["solution"] == "$15$"
     scored = api.score_rewards([{"name": "accuracy"}], ["The answer is $15$", "no idea"], row)
     assert bench_table(scored)["data"][0][1:3] == ["1.000", "1.000"]
