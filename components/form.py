@@ -16,7 +16,7 @@ import yaml
 
 from backend.api import (
     CURATED_MODELS, DEMO_MODEL_ID, DEMO_MODEL_NOTE, REWARDS, JobSpec, SpecField, StudioAPI,
-    builtin_dataset_help, environment_choices, is_demo_model, method_part, methods, spec_field,
+    builtin_dataset_choices, builtin_dataset_help, environment_choices, is_demo_model, method_part, methods, spec_field,
 )
 from components.links import job_link
 
@@ -38,12 +38,12 @@ class FormField:
     label: str
     help: str | None = None  # None: the spec's help for ``path``
     default: Any = _SPEC  # a value here only where the form deliberately starts elsewhere than the spec
-    choices: tuple[Any, ...] | None = None  # None: the spec's Literal/Enum choices
+    choices: tuple[Any, ...] | None = None  # an open catalogue (any other value allowed); None: the spec's choices
     derived: bool = False  # mapped by hand in ``_derived_to_spec``/``_derived_from_spec``, not by path
     zero_means_none: bool = False  # 0 (like empty) is the spec's None ("0: all")
     none_as: Any = None  # the form value that stands for the spec's None
     for_method: str | None = None  # the method it belongs to when its path does not say (environment: GRPO)
-    options: dict[str, Any] = field(default_factory=dict)  # widget layout only (elem_id, placeholder, ...)
+    options: dict[str, Any] = field(default_factory=dict)  # widget only (elem_id, placeholder; closed: choices only)
 
     @property
     def spec(self) -> SpecField:
@@ -80,9 +80,10 @@ DECLARED: list[FormField] = [
               help="Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then "
                    "DPO or GRPO). The base model is then the parent job's.", options={"elem_id": "parent-job"}),
     FormField("dataset_source", "dataset.source", "Source", derived=True, choices=("builtin", "hub", "upload"),
-              help="", options={"elem_id": "dataset-source"}),
+              help="", options={"elem_id": "dataset-source", "closed": True}),
     FormField("builtin_dataset", "dataset.name", "Built-in dataset", derived=True,
-              help=builtin_dataset_help(JobSpec().dataset.name), options={"elem_id": "builtin-dataset"}),
+              choices=tuple(builtin_dataset_choices()), help=builtin_dataset_help(JobSpec().dataset.name),
+              options={"elem_id": "builtin-dataset"}),
     FormField("hub_dataset", "dataset.name", "Hub dataset id", derived=True, default="", help="",
               options={"placeholder": "trl-lib/Capybara", "visible": False}),
     FormField("hub_split", "dataset.split", "Split", derived=True, help="", options={"visible": False}),

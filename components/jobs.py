@@ -326,8 +326,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             except JobNotFound:
                 raise gr.Error("Pick one of your jobs first.") from None
             values = spec_to_form(job.spec)
-            return [*(values[name] for name in FIELD_NAMES),
-                    f"Settings of {job.id} copied into the Train tab."]
+            return {**{train.inputs[name]: values[name] for name in FIELD_NAMES},
+                    action_note: f"Settings of {job.id} copied into the Train tab."}
 
         clone_button.click(clone, picker, [*train.input_list(), action_note], api_name="clone_job")
     return JobsHandles(table=table, picker=picker, summary=summary, refresh=refresh, refreshed=everything)
