@@ -242,10 +242,11 @@ def _to_spec_value(f: FormField, raw: Any) -> Any:
         if number is None or (f.zero_means_none and number == 0):
             return words[0] if words else None  # empty batch size: "auto"
         return number
-    if isinstance(raw, str):
-        raw = raw.strip()
-        return raw or (None if described.optional else raw)
-    return raw
+    if raw is None:
+        raw = ""
+    if not isinstance(raw, str):  # an API caller sent e.g. a list: form_to_spec makes it a FormError
+        raise TypeError(f"{f.path} takes text, not {type(raw).__name__}")
+    return raw.strip() or (None if described.optional else "")
 
 
 def _from_spec_value(f: FormField, value: Any) -> Any:
