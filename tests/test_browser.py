@@ -288,6 +288,8 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     env = page.locator("#env-name input")
     env.fill("builtin:echo")
     env.press("Enter")
+    # One group of 4 generations per step: the spec's default batch (2) holds half a group, which it refuses.
+    fill_settings(page, **{"Batch size": "4"})
     page.get_by_role("button", name="Dry run: play one episode").click()
     transcript = page.locator("#dry-run-transcript")
     expect(transcript).to_contain_text("attempts_left: 3", timeout=120_000)  # the echo server's reset observation
