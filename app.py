@@ -11,9 +11,7 @@ import sys
 
 import gradio as gr
 
-from backend.api import StudioAPI
-from backend.hub_status import hub_status
-from backend.store import StoreError
+from backend.api import StoreError, StudioAPI, hub_status
 from components import chat, header, jobs, links, train
 
 CSS = ".field-error p { color: #b91c1c; margin: 0; }"

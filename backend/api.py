@@ -1,8 +1,11 @@
-"""The backend facade: the one object the UI and the CLI talk to (submit, list, show, cancel, resume, metrics)."""
+"""The backend facade: the one door of the UI and the CLI (submit, list, show, cancel, resume, metrics), and the
+UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing else."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -10,6 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from backend.access import authorize_spec, readable_job
+from backend.api_hub import HubOperations
+from backend.catalogue import (
+    CURATED_MODELS, DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, REWARDS, SpecField, builtin_dataset_choices,
+    builtin_dataset_help, environment_choices, method_part, methods, spec_field,
+)
+from backend.demo_model import DEMO_MODEL_ID, DEMO_MODEL_NOTE, is_demo_model
+from backend.hardware import detect_device
+from backend.hub_status import hub_status
 from backend.paths import DataPaths, safe_name
 from backend.lineage import Lineage, last_checkpoint, resolve_lineage
 from backend.preflight import check_and_plan, check_spec
@@ -17,17 +28,50 @@ from backend.failures import tail_lines
 from backend.limits import RateLimiter, TimeLimit
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, SchedulerHealth, spawn_detached
-from backend.spec import JobSpec, Method, RewardSpec, SpecError, parse_spec
-from backend.store import RESUMABLE_STATUSES, InvalidTransition, JobNotFound, JobRecord, JobStatus, JobStore
-from backend.space_runtime import ZERO_GPU_REFUSAL, on_space, on_zero_gpu
-from backend.users import User, max_queued_per_user
+from backend.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text, parse_spec
+from backend.store import (
+    RESUMABLE_STATUSES, InvalidTransition, JobNotFound, JobRecord, JobStatus, JobStore, StoreError,
+)
+from backend.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
+from backend.users import User, hub_user, local_user, max_queued_per_user
 
 if TYPE_CHECKING:
     from backend.chat import GenerationSettings
     from backend.feedback import FeedbackFormat, PreferenceLog, ThumbLog
-    from backend.publish import PushResult
     from backend.environments.episodes import Episode
     from backend.preview import DatasetPreview
+
+# The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
+__all__ = [
+    "StudioAPI", "Submitted", "WarmUp", "MetricsPage", "SchedulerHealth", "JobSpec", "Method", "RewardSpec",
+    "SpecError", "load_spec_text", "JobRecord", "JobStatus", "JobNotFound", "InvalidTransition", "StoreError",
+    "User", "hub_user", "local_user", "on_space", "on_zero_gpu", "gpu_task", "ZERO_GPU_REFUSAL", "detect_device",
+    "hub_status", "DEMO_MODEL_ID", "DEMO_MODEL_NOTE", "is_demo_model", "CURATED_MODELS", "HF_JOB_FLAVORS",
+    "DEFAULT_HF_JOB_FLAVOR", "REWARDS", "SpecField", "spec_field", "methods", "method_part", "environment_choices",
+    "builtin_dataset_choices", "builtin_dataset_help",
+]
+# Re-exported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which
+# the CLI and the scheduler should not pay for at start-up.
+_LAZY_EXPORTS = {
+    "GenerationSettings": "backend.mixed_batch", "message_text": "backend.chat",
+    "UnmappedUpload": "backend.uploads", "PushError": "backend.publish", "RemoteJobError": "backend.hf_jobs",
+    "live_figures": "backend.performance", "performance_line": "backend.performance",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily re-exported names of ``_LAZY_EXPORTS``, imported when the UI first asks for them."""
+    if name in _LAZY_EXPORTS:
+        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class MetricsPage:
+    """Metric rows logged after a cursor, and the cursor to ask with next time (unchanged when none are new)."""
+
+    rows: list[dict[str, Any]]
+    cursor: int
 
 
 @dataclass(frozen=True)
@@ -58,8 +102,8 @@ DRY_RUNS_PER_MINUTE = 5
 DRY_RUN_TIME_LIMIT_S = 300.0
 
 
-class StudioAPI:
-    """The facade over the store and a scheduler.
+class StudioAPI(HubOperations):
+    """The facade over the store and a scheduler (its Hub operations are in backend/api_hub.py).
 
     ``scheduler`` says who runs the queue: ``"thread"`` runs one inside this process (the app), ``"detached"``
     starts a background scheduler process when none is running (the CLI and scripts), ``"none"`` leaves it to
@@ -152,8 +196,6 @@ class StudioAPI:
     def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
         text). Raises SpecError like submit would."""
-        from backend.hardware import detect_device
-
         spec = self._prepare(spec, user=user)
         warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
         estimate = tuning.estimate
@@ -305,64 +347,6 @@ class StudioAPI:
             raise
         return WarmUp(shown.summary(), upload_id, sft, grpo)
 
-    # --- the Hub -------------------------------------------------------------------------------------
-    def push_to_hub(self, job_id: str, user: User | None = None, repo_id: str | None = None,
-                    private: bool | None = None, token: str | None = None) -> "PushResult":
-        """Push a finished job's adapter with its model card (a retry after a failed auto-push, or a first push).
-
-        The token is the signed-in user's (or HF_TOKEN locally); it is used for this call and kept nowhere.
-        """
-        import os
-
-        from backend.publish import push_job
-
-        job = self.get_job(job_id, user)
-        token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
-        return push_job(job, self.paths, self.store, token, repo_id=repo_id or None, private=private)
-
-    def send_to_hf_jobs(self, spec: JobSpec | dict[str, Any] | str, user: User, flavor: str, timeout: str = "6h"
-                        ) -> str:
-        """Run the job on Hugging Face Jobs instead of this machine; returns the HF job id, recorded for the user.
-
-        The same worker runs there with the same spec (``python -m backend.remote_job`` in the studio's image) and
-        pushes the adapter with the user's token, sent as a secret.
-        """
-        from backend.hf_jobs import submit_remote
-
-        spec = self._prepare(spec, user.name, user)
-        if not user.token:
-            raise SpecError(["sign in with Hugging Face (a token with the jobs scope) to use Hugging Face Jobs"])
-        hf_job_id = submit_remote(spec, user.token, flavor=flavor, timeout=timeout, namespace=user.name)
-        self.remote.add(hf_job_id, user.name, spec.to_json(), flavor)
-        return hf_job_id
-
-    def _remote_job(self, hf_job_id: str, user: User):
-        record = self.remote.get(hf_job_id)
-        if record is None or not user.can_access(record.owner):
-            raise JobNotFound(hf_job_id)
-        return record
-
-    def list_remote_jobs(self, user: User) -> list:
-        """The jobs launched on Hugging Face Jobs that ``user`` may see (an admin sees all)."""
-        return self.remote.list(owner=None if user.is_admin else user.name)
-
-    def remote_job_status(self, hf_job_id: str, user: User, log_lines: int = 60) -> tuple[str, str, list[str]]:
-        """(stage, sentence, last log lines) of a job sent to Hugging Face Jobs, read with the user's token."""
-        from backend.hf_jobs import remote_logs, remote_status
-
-        record = self._remote_job(hf_job_id, user)
-        status = remote_status(hf_job_id, user.token, namespace=record.owner)
-        self.remote.record_status(hf_job_id, status.stage, status.message)
-        return status.stage, status.message, remote_logs(hf_job_id, user.token, tail=log_lines,
-                                                         namespace=record.owner)
-
-    def cancel_remote_job(self, hf_job_id: str, user: User) -> None:
-        """Cancel a job running on Hugging Face Jobs, if ``user`` may see it."""
-        from backend.hf_jobs import cancel_remote
-
-        record = self._remote_job(hf_job_id, user)
-        cancel_remote(hf_job_id, user.token, namespace=record.owner)
-
     # --- side-by-side chat ----------------------------------------------------------------------------
     def chat_pair(self, job_id: str, base_history: list[dict], tuned_history: list[dict], message: str,
                   settings: "GenerationSettings | None" = None, user: User | None = None):
@@ -466,6 +450,32 @@ class StudioAPI:
         """A job's logged metrics rows, those after ``after_id`` only (to poll without re-reading)."""
         self.get_job(job_id, user)
         return self.store.metrics(job_id, after_id)
+
+    def metrics_since(self, job_id: str, cursor: int = 0, user: User | None = None) -> MetricsPage:
+        """Incremental metrics: the rows logged after ``cursor`` and the cursor for the next call (a live view
+        keeps the rows it has and asks only for new ones)."""
+        rows = self.metrics(job_id, cursor, user)
+        return MetricsPage(rows, rows[-1]["id"] if rows else cursor)
+
+    def finished_jobs(self, user: User | None = None) -> list[JobRecord]:
+        """The user's succeeded jobs that kept an adapter, newest first: what a chat or a next stage can start from."""
+        return [job for job in reversed(self.list_jobs(user=user))
+                if job.status is JobStatus.succeeded and job.artifacts.adapter_dir]
+
+    def adapter_archive(self, job_id: str, user: User | None = None) -> Path:
+        """Zip a succeeded job's adapter into a fresh, unguessable ``downloads/<random>/`` path (the only folder the
+        web server may serve) and return it; the file appears whole or not at all (written beside it, renamed).
+
+        Raises JobNotFound for a job that is not the user's, ValueError with a sentence when it has no adapter.
+        """
+        job = self.get_job(job_id, user)
+        adapter = job.artifacts.adapter_dir if job.status is JobStatus.succeeded else None
+        if not adapter or not Path(adapter).is_dir():
+            raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
+        target = self.paths.new_download(f"adapter-{job.spec.output.run_name or job.id}.zip")
+        partial = shutil.make_archive(str(target.parent / ".partial"), "zip", adapter)
+        Path(partial).replace(target)
+        return target
 
     def samples(self, job_id: str, user: User | None = None) -> list[dict[str, Any]]:
         """GRPO's kept completions with their rewards."""

@@ -8,15 +8,12 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from backend.api import StudioAPI
-from backend.chat import GenerationSettings, message_text
-from backend.demo_model import DEMO_MODEL_NOTE, is_demo_model
-from backend.space_runtime import gpu_task
-from backend.store import JobNotFound
-from components.form import job_choice_id
+from backend.api import (
+    DEMO_MODEL_NOTE, GenerationSettings, JobNotFound, StudioAPI, gpu_task, is_demo_model, message_text,
+)
+from components.form import finished_job_choices, job_choice_id
 from components.job_views import evaluation_markdown
 from components.session import as_user, require_user, user_from
-from components.train import finished_job_choices
 
 
 @dataclass

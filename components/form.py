@@ -1,82 +1,164 @@
-"""The Train form as plain data: form values <-> spec dict, and spec problems routed to the field they are about.
+"""The Train form as one declaration: each field names its spec path, and its help, default and choices come from the
+spec (through ``backend.api``); form values <-> spec dict by dotted path; spec problems routed to their section.
 
-No Gradio here, so the mapping is tested on its own; ``components/train.py`` only lays the fields out.
+No Gradio here, so the mapping is tested on its own; ``components/train.py`` lays the fields out. A field whose path
+starts with a method's part (``dpo.beta``) belongs to that method: a new method's spec part appears without form code.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.demo_model import DEMO_MODEL_ID, DEMO_MODEL_NOTE, is_demo_model
-from backend.environments.registry import BUILTIN_ENVIRONMENTS
-from backend.spec import JobSpec, field_help
+from backend.api import (
+    CURATED_MODELS, DEMO_MODEL_ID, DEMO_MODEL_NOTE, REWARDS, JobSpec, SpecField, StudioAPI,
+    builtin_dataset_choices, builtin_dataset_help, environment_choices, is_demo_model, method_part, methods, spec_field,
+)
 from components.links import job_link
 
-CURATED_MODELS = [
-    "Qwen/Qwen2.5-0.5B-Instruct",
-    "Qwen/Qwen3-0.6B",
-    "HuggingFaceTB/SmolLM2-360M-Instruct",
-    "Qwen/Qwen2.5-1.5B-Instruct",
-    DEMO_MODEL_ID,
-]
-ENVIRONMENT_CHOICES = ["", *(f"builtin:{name}" for name in BUILTIN_ENVIRONMENTS), "openenv/echo_env"]
-DATASET_SOURCES = ["builtin", "hub", "upload"]
-
-# Form field -> default value. The order is the order of the Gradio inputs (components/train.py).
-# A setting auto-tune may decide: "auto" leaves it empty in the spec.
+# A setting auto-tune may decide (a spec ``bool | None``): "auto" leaves it empty in the spec.
 TRI_STATE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+_SPEC = object()  # a declaration's default: the spec's own
 
-FIELDS: dict[str, Any] = {
-    "base_model": DEMO_MODEL_ID,
-    "parent_job": "",
-    "dataset_source": "builtin",
-    "builtin_dataset": "chat-demo",
-    "hub_dataset": "",
-    "hub_split": "train",
-    "upload_id": "",  # what StudioAPI.upload_dataset returned; never a path on the server
-    "column_map": "",
-    "max_rows": None,
-    "method": "sft",
-    "sft_completion_only": True,
-    "sft_packing": "auto",
-    "dpo_beta": 0.1,
-    "dpo_loss_type": "sigmoid",
-    "grpo_num_generations": 4,
-    "grpo_max_completion_length": 128,
-    "grpo_temperature": 1.0,
-    "grpo_rewards": "- name: accuracy\n  weight: 1.0\n",
-    "env_name": "",
-    "env_reward": "success",
-    "env_max_iterations": 8,
-    "env_eval_episodes": 16,
-    "max_steps": 30,
-    "learning_rate": 2e-4,
-    "batch_size": 4,
-    "grad_accum": 1,
-    "max_length": 512,
-    "lora_enabled": True,
-    "lora_r": 16,
-    "lora_alpha": 32,
-    "quant_mode": "none",
-    "holdout_rows": 0,
-    "run_name": "",
-    "push_to_hub": False,
-    "hub_repo_id": "",
-    "hub_private": True,
-    "trackio": False,
-}
+BASE_MODEL_HELP = ("A curated small instruct model, any Hub id, or the offline demo model (random weights: "
+                   "plumbing only).")
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One Train-tab field bound to a spec path: its label (the browser finds it by it), the form's own help where the
+    spec's names spec paths, and how it maps. Default, choices and the other help come from the spec."""
+
+    name: str  # the form's name; the declaration order is the order of the Gradio inputs (and API parameters)
+    path: str  # the spec's dotted path
+    label: str
+    help: str | None = None  # None: the spec's help for ``path``
+    default: Any = _SPEC  # a value here only where the form deliberately starts elsewhere than the spec
+    choices: tuple[Any, ...] | None = None  # an open catalogue (any other value allowed); None: the spec's choices
+    derived: bool = False  # mapped by hand in ``_derived_to_spec``/``_derived_from_spec``, not by path
+    zero_means_none: bool = False  # 0 (like empty) is the spec's None ("0: all")
+    none_as: Any = None  # the form value that stands for the spec's None
+    for_method: str | None = None  # the method it belongs to when its path does not say (environment: GRPO)
+    options: dict[str, Any] = field(default_factory=dict)  # widget only (elem_id, placeholder; closed: choices only)
+
+    @property
+    def spec(self) -> SpecField:
+        """The spec's description of ``path``."""
+        return spec_field(self.path)
+
+    @property
+    def method(self) -> str | None:
+        """The method this field belongs to (shown and sent only for it), None for every method."""
+        return self.for_method or method_part(self.path)
+
+    @property
+    def info(self) -> str:
+        """The help shown under the field."""
+        return self.help if self.help is not None else self.spec.help
+
+    @property
+    def initial(self) -> Any:
+        """The value the form starts with: the spec's default as a form value, unless the declaration says else."""
+        return self.default if self.default is not _SPEC else _from_spec_value(self, self.spec.default)
+
+
+def rewards_text(rewards) -> str:
+    """Rewards as the editor's YAML, each with its name and the settings it changes from their defaults."""
+    dumped = [r.model_dump(exclude_defaults=True) | {"name": r.name} for r in rewards]
+    return yaml.safe_dump(dumped, sort_keys=False) if dumped else ""
+
+
+DECLARED: list[FormField] = [
+    FormField("base_model", "model.name_or_path", "Base model", help=BASE_MODEL_HELP, choices=CURATED_MODELS,
+              default=DEMO_MODEL_ID,  # the spec picks by network; the form starts on what runs anywhere
+              options={"elem_id": "base-model"}),
+    FormField("parent_job", "model.parent_job_id", "…or continue from a finished job", derived=True, choices=("",),
+              help="Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then "
+                   "DPO or GRPO). The base model is then the parent job's.", options={"elem_id": "parent-job"}),
+    FormField("dataset_source", "dataset.source", "Source", derived=True, choices=("builtin", "hub", "upload"),
+              help="", options={"elem_id": "dataset-source", "closed": True}),
+    FormField("builtin_dataset", "dataset.name", "Built-in dataset", derived=True,
+              choices=tuple(builtin_dataset_choices()), help=builtin_dataset_help(JobSpec().dataset.name),
+              options={"elem_id": "builtin-dataset"}),
+    FormField("hub_dataset", "dataset.name", "Hub dataset id", derived=True, default="", help="",
+              options={"placeholder": "trl-lib/Capybara", "visible": False}),
+    FormField("hub_split", "dataset.split", "Split", derived=True, help="", options={"visible": False}),
+    # What StudioAPI.upload_dataset returned; never a path on the server.
+    FormField("upload_id", "dataset.name", "", derived=True, default="", help="", options={"visible": False}),
+    FormField("column_map", "dataset.columns", "Column mapping", derived=True, default="",
+              help="When your columns are named differently: expected=your_column, e.g. prompt=question, "
+                   "completion=answer (SFT) or messages=conversation.",
+              options={"elem_id": "column-map", "placeholder": "prompt=question, completion=answer"}),
+    FormField("max_rows", "dataset.max_rows", "Max rows (0: all)", zero_means_none=True, options={"minimum": 0}),
+    FormField("method", "method", "Method", options={"elem_id": "method"}),
+    FormField("sft_completion_only", "sft.completion_only_loss", "Loss on completions only"),
+    FormField("sft_packing", "sft.packing", "Packing",
+              help="Pack several short examples into one Max length sequence (no attention across examples). "
+                   "auto: on when auto-tune finds the examples short on a GPU."),
+    FormField("dpo_beta", "dpo.beta", "beta"),
+    FormField("dpo_loss_type", "dpo.loss_type", "Loss"),
+    FormField("grpo_num_generations", "grpo.num_generations", "Generations per prompt"),
+    FormField("grpo_max_completion_length", "grpo.max_completion_length", "Max completion length"),
+    FormField("grpo_temperature", "grpo.temperature", "Temperature"),
+    FormField("grpo_rewards", "grpo.rewards", f"Rewards (YAML list; names: {', '.join(REWARDS)})", derived=True,
+              help="", default=rewards_text(JobSpec().grpo.rewards)),
+    FormField("env_name", "environment.name", "Environment", for_method="grpo", choices=tuple(environment_choices()),
+              help="An OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, or a "
+                   "built-in (builtin:echo, builtin:wordle, builtin:arithmetic). Empty: no environment.",
+              options={"elem_id": "env-name"}),
+    FormField("env_reward", "environment.reward", "Reward", for_method="grpo"),
+    FormField("env_max_iterations", "environment.max_tool_calling_iterations", "Max tool calls per episode",
+              for_method="grpo"),
+    FormField("env_eval_episodes", "environment.eval_episodes", "Evaluation episodes", for_method="grpo"),
+    FormField("max_steps", "training.max_steps", "Max steps",
+              default=30),  # the spec trains an epoch; a first try from the form should end in minutes
+    FormField("learning_rate", "training.learning_rate", "Learning rate", options={"step": 1e-5}),
+    FormField("batch_size", "training.batch_size", "Batch size",
+              help="Examples per step on the device, 1-1024. Empty: auto-tune picks the largest that fits (a power "
+                   "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO)."),
+    FormField("grad_accum", "training.gradient_accumulation_steps", "Gradient accumulation"),
+    FormField("max_length", "training.max_length", "Max length"),
+    FormField("lora_enabled", "lora.enabled", "LoRA"),
+    FormField("lora_r", "lora.r", "LoRA rank"),
+    FormField("lora_alpha", "lora.alpha", "LoRA alpha"),
+    FormField("quant_mode", "quantization.mode", "Quantization"),
+    FormField("holdout_rows", "eval.holdout_rows", "Held-out rows (before/after evaluation)", zero_means_none=True,
+              none_as=0, help="Rows kept out of training; after training, the base and the tuned model are scored "
+                              "on them (0: no before/after evaluation)."),
+    FormField("run_name", "output.run_name", "Run name"),
+    FormField("push_to_hub", "output.push_to_hub", "Push to the Hub when done"),
+    FormField("hub_repo_id", "output.hub_repo_id", "Hub repo", options={"placeholder": "you/my-adapter"}),
+    FormField("hub_private", "output.private", "Private repo"),
+    FormField("trackio", "output.trackio", "Track with trackio"),
+]
+
+_PLAIN_KINDS = ("bool", "int", "float")
+
+
+def generated_fields(declared: set[str | None]) -> list[FormField]:
+    """Fields for each method not in ``declared`` (the methods the declaration lists fields of): its spec part's plain
+    settings (flags, numbers, choices), labelled from their names, so a new method is trainable without form code."""
+    generated = []
+    for method in methods():
+        if method in declared:
+            continue
+        for name in JobSpec.model_fields[method].annotation.model_fields:
+            described = spec_field(f"{method}.{name}")
+            if described.kind in _PLAIN_KINDS or described.choices:
+                generated.append(FormField(f"{method}_{name}", f"{method}.{name}", name.replace("_", " ").capitalize()))
+    return generated
+
 
 # Which box under the form shows a problem, by the spec path it starts with.
 SECTIONS = ("model", "dataset", "method", "environment", "settings", "general")
 _PREFIXES = {
-    "model": "model", "dataset": "dataset", "columns": "dataset", "sft": "method", "dpo": "method",
-    "grpo": "method", "environment": "environment", "training": "settings", "lora": "settings",
-    "quantization": "settings", "eval": "settings", "output": "settings",
+    "model": "model", "dataset": "dataset", "columns": "dataset", "environment": "environment",
+    "training": "settings", "lora": "settings", "quantization": "settings", "eval": "settings", "output": "settings",
+    **{method: "method" for method in methods()},
 }
 
 
@@ -91,6 +173,14 @@ class FormError(ValueError):
 def job_choice_id(choice: str | None) -> str | None:
     """Job pickers show ``<id> · <name>``; the id is the first word."""
     return choice.split()[0] if choice and choice.strip() else None
+
+
+def finished_job_choices(api: StudioAPI, user) -> list[str]:
+    """The pickers of a finished job (Train's parent job, Chat's job): ``<id> · <method> · <name>``, newest first."""
+    if user is None:
+        return [""]
+    return [""] + [f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}"
+                   for j in api.finished_jobs(user)]
 
 
 def parse_column_map(text: str) -> dict[str, str]:
@@ -109,6 +199,7 @@ def parse_column_map(text: str) -> dict[str, str]:
 
 
 def parse_rewards(text: str) -> list[dict[str, Any]]:
+    """The rewards editor's YAML as a list of reward mappings; FormError (method section) when it is not one."""
     try:
         rewards = yaml.safe_load(text or "") or []
     except yaml.YAMLError as exc:
@@ -118,10 +209,10 @@ def parse_rewards(text: str) -> list[dict[str, Any]]:
     return rewards
 
 
-def _number(values: dict[str, Any], name: str, path: str, cast=float, optional: bool = False):
-    """Form field ``name`` (spec field ``path``) as a finite number; an empty, non-numeric, infinite or (for whole
+def _number(raw: Any, path: str, cast=float, optional: bool = False):
+    """Form value ``raw`` (spec field ``path``) as a finite number; an empty, non-numeric, infinite or (for whole
     numbers) fractional value is a FormError naming the field, never a TypeError or OverflowError."""
-    raw, section = values[name], _PREFIXES[path.split(".")[0]]
+    section = _PREFIXES[path.split(".")[0]]
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         if optional:
             return None
@@ -139,21 +230,84 @@ def _number(values: dict[str, Any], name: str, path: str, cast=float, optional: 
     return number
 
 
-def _auto(number: int | None) -> int | str:
-    """An empty number field left for auto-tune to decide."""
-    return "auto" if number is None else number
+def _to_spec_value(f: FormField, raw: Any) -> Any:
+    """One plain field's form value as the spec's value, by the kind the spec gives its path."""
+    described = f.spec
+    words = [c for c in described.choices if isinstance(c, str)]
+    if described.kind == "bool":
+        return TRI_STATE[raw or "auto"] if described.optional else bool(raw)
+    if described.kind in ("int", "float"):
+        number = _number(raw, f.path, int if described.kind == "int" else float,
+                         optional=described.optional or f.zero_means_none)
+        if number is None or (f.zero_means_none and number == 0):
+            return words[0] if words else None  # empty batch size: "auto"
+        return number
+    if raw is None:
+        raw = ""
+    if not isinstance(raw, str):  # an API caller sent e.g. a list: form_to_spec makes it a FormError
+        raise TypeError(f"{f.path} takes text, not {type(raw).__name__}")
+    return raw.strip() or (None if described.optional else "")
+
+
+def _from_spec_value(f: FormField, value: Any) -> Any:
+    """The spec's value of a plain field as the form shows it (the inverse of ``_to_spec_value``)."""
+    described = f.spec
+    if described.kind == "bool" and described.optional:
+        return {v: k for k, v in TRI_STATE.items()}[value]
+    if described.kind in ("int", "float") and isinstance(value, str):  # a Literal word such as "auto": empty
+        return None
+    if value is None:
+        return f.none_as if f.none_as is not None else ("" if described.kind == "text" else None)
+    return getattr(value, "value", value)
+
+
+def set_path(spec: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted ``path`` in a nested spec dict, making the parts on the way."""
+    *parents, last = path.split(".")
+    for name in parents:
+        spec = spec.setdefault(name, {})
+    spec[last] = value
+
+
+def get_path(spec: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of a spec (model attributes)."""
+    for name in path.split("."):
+        spec = getattr(spec, name)
+    return spec
+
+
+FORM_FIELDS: dict[str, FormField] = {f.name: f for f in [*DECLARED, *generated_fields({f.method for f in DECLARED})]}
+# Form field -> the value it starts with. The order is the order of the Gradio inputs (components/train.py).
+FIELDS: dict[str, Any] = {name: f.initial for name, f in FORM_FIELDS.items()}
+
+
+def _applies(f: FormField, v: dict[str, Any]) -> bool:
+    """Whether a field is sent: its method's fields only for that method, the environment's only with one named."""
+    if f.method is not None and f.method != v["method"]:
+        return False
+    return not f.path.startswith("environment.") or bool((v["env_name"] or "").strip())
 
 
 def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
     """The spec dict the form describes (validated later by ``parse_spec``, whose messages name the fields)."""
+    v = {**FIELDS, **values}
     try:
-        return _form_to_spec({**FIELDS, **values})
+        spec: dict[str, Any] = {}
+        for f in FORM_FIELDS.values():
+            if f.derived or not _applies(f, v):
+                continue
+            value = _to_spec_value(f, v[f.name])
+            if value is not None or f.spec.default is not None:  # None where the spec's default is None: left out
+                set_path(spec, f.path, value)
+        _derived_to_spec(v, spec)
+        return spec
     except (TypeError, AttributeError) as exc:  # an API caller sent e.g. a list where the form has a text box
         raise FormError("general", f"the form sent a value of the wrong type ({str(exc)[:80]}); "
                         "send text, numbers and booleans as the Train tab does") from None
 
 
-def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
+def _derived_to_spec(v: dict[str, Any], spec: dict[str, Any]) -> None:
+    """The fields that are not one spec value each: the dataset's source and name, the parent job, the rewards."""
     source = v["dataset_source"]
     if source == "builtin":
         dataset = {"source": "builtin", "name": v["builtin_dataset"]}
@@ -169,100 +323,37 @@ def _form_to_spec(v: dict[str, Any]) -> dict[str, Any]:
         dataset = {"source": "file" if Path(upload).is_absolute() else "upload", "name": upload}
     if v["column_map"]:
         dataset["columns"] = parse_column_map(v["column_map"])
-    max_rows = _number(v, "max_rows", "dataset.max_rows", int, optional=True)
-    if max_rows:
-        dataset["max_rows"] = max_rows
-    method = v["method"]
-    spec: dict[str, Any] = {
-        "method": method,
-        "model": {"name_or_path": (v["base_model"] or "").strip(), "parent_job_id": job_choice_id(v["parent_job"])},
-        "dataset": dataset,
-        "lora": {"enabled": bool(v["lora_enabled"]), "r": _number(v, "lora_r", "lora.r", int),
-                 "alpha": _number(v, "lora_alpha", "lora.alpha", int)},
-        "quantization": {"mode": v["quant_mode"]},
-        "training": {
-            "max_steps": _number(v, "max_steps", "training.max_steps", int, optional=True),
-            "learning_rate": _number(v, "learning_rate", "training.learning_rate"),
-            "batch_size": _auto(_number(v, "batch_size", "training.batch_size", int, optional=True)),
-            "gradient_accumulation_steps": _number(v, "grad_accum", "training.gradient_accumulation_steps", int),
-            "max_length": _number(v, "max_length", "training.max_length", int),
-        },
-        "eval": {"holdout_rows": _number(v, "holdout_rows", "eval.holdout_rows", int, optional=True) or None},
-        "output": {"run_name": v["run_name"] or None, "push_to_hub": bool(v["push_to_hub"]),
-                   "hub_repo_id": (v["hub_repo_id"] or "").strip() or None, "private": bool(v["hub_private"]),
-                   "trackio": bool(v["trackio"])},
-    }
-    if method == "sft":
-        spec["sft"] = {"completion_only_loss": bool(v["sft_completion_only"]), "packing": TRI_STATE[v["sft_packing"] or "auto"]}
-    elif method == "dpo":
-        spec["dpo"] = {"beta": _number(v, "dpo_beta", "dpo.beta"), "loss_type": v["dpo_loss_type"]}
-    elif method == "grpo":
-        spec["grpo"] = {
-            "num_generations": _number(v, "grpo_num_generations", "grpo.num_generations", int),
-            "max_completion_length": _number(v, "grpo_max_completion_length", "grpo.max_completion_length", int),
-            "temperature": _number(v, "grpo_temperature", "grpo.temperature"),
-        }
+    spec["dataset"] = {**dataset, **spec.get("dataset", {})}
+    set_path(spec, "model.parent_job_id", job_choice_id(v["parent_job"]))
+    if _applies(FORM_FIELDS["grpo_rewards"], v):
         rewards = parse_rewards(v["grpo_rewards"])
-        if v["env_name"]:
-            spec["environment"] = {
-                "name": v["env_name"].strip(), "reward": v["env_reward"],
-                "max_tool_calling_iterations": _number(v, "env_max_iterations",
-                                                       "environment.max_tool_calling_iterations", int),
-                "eval_episodes": _number(v, "env_eval_episodes", "environment.eval_episodes", int),
-            }
-            spec["grpo"]["rewards"] = rewards  # with an environment, extra rewards only (may be empty)
-        elif rewards:
-            spec["grpo"]["rewards"] = rewards
-    return spec
+        if rewards or "environment" in spec:  # with an environment, extra rewards only (may be empty)
+            set_path(spec, "grpo.rewards", rewards)
 
 
 def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     """A stored job's settings as form values: "clone this job" fills the Train tab with them."""
+    values = {name: _from_spec_value(f, get_path(spec, f.path))
+              for name, f in FORM_FIELDS.items() if not f.derived}
+    values.update(_derived_from_spec(spec))
+    return {name: values[name] for name in FIELDS}
+
+
+def _derived_from_spec(spec: JobSpec) -> dict[str, Any]:
+    """The hand-mapped fields' values (the inverse of ``_derived_to_spec``)."""
     d = spec.dataset
-    source = {"builtin": "builtin", "hub": "hub", "upload": "upload", "file": "upload"}[d.source]
-    values = {
-        "base_model": spec.model.name_or_path,
+    return {
         "parent_job": spec.model.parent_job_id or "",
-        "dataset_source": source,
+        "dataset_source": {"builtin": "builtin", "hub": "hub", "upload": "upload", "file": "upload"}[d.source],
         "builtin_dataset": d.name if d.source == "builtin" else FIELDS["builtin_dataset"],
         "hub_dataset": d.name if d.source == "hub" else "",
         "hub_split": d.split or "train",
         "upload_id": d.name if d.source in ("upload", "file") else "",
         "column_map": ", ".join(f"{k}={v}" for k, v in (d.columns or {}).items()),
-        "max_rows": d.max_rows,
-        "method": spec.method.value,
-        "sft_completion_only": spec.sft.completion_only_loss,
-        "sft_packing": {value: name for name, value in TRI_STATE.items()}[spec.sft.packing],
-        "dpo_beta": spec.dpo.beta,
-        "dpo_loss_type": spec.dpo.loss_type,
-        "grpo_num_generations": spec.grpo.num_generations,
-        "grpo_max_completion_length": spec.grpo.max_completion_length,
-        "grpo_temperature": spec.grpo.temperature,
-        "grpo_rewards": yaml.safe_dump(
-            [r.model_dump(exclude_defaults=True) | {"name": r.name} for r in spec.grpo.rewards], sort_keys=False
-        ) if spec.grpo.rewards else "",
-        "env_name": spec.environment.name or "",
-        "env_reward": spec.environment.reward,
-        "env_max_iterations": spec.environment.max_tool_calling_iterations,
-        "env_eval_episodes": spec.environment.eval_episodes,
-        "max_steps": spec.training.max_steps,
-        "learning_rate": spec.training.learning_rate,
-        "batch_size": None if spec.training.batch_size == "auto" else spec.training.batch_size,
-        "grad_accum": spec.training.gradient_accumulation_steps,
-        "max_length": spec.training.max_length,
-        "lora_enabled": spec.lora.enabled,
-        "lora_r": spec.lora.r,
-        "lora_alpha": spec.lora.alpha,
-        "quant_mode": spec.quantization.mode,
-        "holdout_rows": spec.eval.holdout_rows or 0,
-        "run_name": spec.output.run_name or "",
-        "push_to_hub": spec.output.push_to_hub,
-        "hub_repo_id": spec.output.hub_repo_id or "",
-        "hub_private": spec.output.private,
-        "trackio": spec.output.trackio,
+        "grpo_rewards": rewards_text(spec.grpo.rewards),
     }
-    assert values.keys() == FIELDS.keys()
-    return values
+
+
 
 
 def bench_table(scored: list[dict[str, Any]]) -> dict[str, list]:
@@ -286,44 +377,6 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
         head = problem.split(":", 1)[0].split(".", 1)[0].strip()
         routed[_PREFIXES.get(head, "general")].append(problem)
     return routed
-
-
-def builtin_dataset_choices(method: str | None = None) -> list[str]:
-    """Built-in datasets that suit ``method`` (all of them without one)."""
-    return [name for name, d in BUILTIN_DATASETS.items() if method is None or method in d.suits]
-
-
-# The Train tab's help in its own words where the spec's help (written for spec files and the CLI) names spec paths
-# or fields the form does not have; every other field shows field_help as it is.
-FORM_HELP: dict[str, str] = {
-    "parent_job": "Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then DPO "
-                  "or GRPO). The base model is then the parent job's.",
-    "column_map": "When your columns are named differently: expected=your_column, e.g. prompt=question, "
-                  "completion=answer (SFT) or messages=conversation.",
-    "sft_packing": "Pack several short examples into one Max length sequence (no attention across examples). "
-                   "auto: on when auto-tune finds the examples short on a GPU.",
-    "batch_size": "Examples per step on the device, 1-1024. Empty: auto-tune picks the largest that fits (a power of "
-                  "two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
-    "env_name": "An OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, or a built-in "
-                "(builtin:echo, builtin:wordle, builtin:arithmetic). Empty: no environment.",
-    "holdout_rows": "Rows kept out of training; after training, the base and the tuned model are scored on them "
-                    "(0: no before/after evaluation).",
-}
-BASE_MODEL_HELP = ("A curated small instruct model, any Hub id, or the offline demo model (random weights: "
-                   "plumbing only).")
-
-
-def form_help(field: str, path: str) -> str:
-    """Help for one Train-tab field: the form's own wording where it has one, else the spec's help for ``path``."""
-    return FORM_HELP.get(field) or field_help(path)
-
-
-def builtin_dataset_help(name: str | None) -> str:
-    """What the picked built-in dataset holds and which method it suits."""
-    dataset = BUILTIN_DATASETS.get(name or "")
-    if dataset is None:
-        return "Pick one of the small datasets shipped with the studio (they run offline)."
-    return f"{dataset.name}: {dataset.description} For {', '.join(m.upper() for m in dataset.suits)}."
 
 
 def model_notice(base_model: str | None) -> str:

@@ -8,9 +8,7 @@ from typing import Callable
 
 import gradio as gr
 
-from backend.hardware import detect_device
-from backend.hub_status import hub_status
-from backend.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
+from backend.api import ZERO_GPU_REFUSAL, detect_device, hub_status, on_zero_gpu
 from components.session import as_user, on_space
 
 

@@ -1,5 +1,5 @@
 """What the Jobs tab shows, computed from store records: table rows, summaries, which actions a job allows,
-evaluations, the adapter download (plots, log rows and samples are in ``components/job_monitor.py``).
+evaluations (plots, log rows and samples are in ``components/job_monitor.py``).
 
 No Gradio here: these are plain functions, tested without a browser.
 """
@@ -9,15 +9,12 @@ from __future__ import annotations
 import html
 import ipaddress
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.api import StudioAPI
-from backend.performance import live_figures, performance_line
-from backend.store import JobRecord, JobStatus
+from backend.api import JobRecord, JobStatus, StudioAPI, live_figures, performance_line
 
 TABLE_COLUMNS = ["id", "run name", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA",
                  "created"]
@@ -212,21 +209,6 @@ def job_actions(api: StudioAPI, job: JobRecord | None) -> JobActions:
 def _adapter_dir(job: JobRecord) -> Path | None:
     adapter = job.artifacts.adapter_dir
     return Path(adapter) if adapter and Path(adapter).is_dir() else None
-
-
-def prepare_adapter_zip(api: StudioAPI, job: JobRecord) -> Path:
-    """Zip a succeeded job's adapter into a fresh, unguessable ``downloads/<random>/`` path (the only folder the web
-    server may serve) and return it; the file appears whole or not at all (written beside it, then renamed).
-
-    Raises ValueError with a sentence when the job has no adapter to download.
-    """
-    adapter = _adapter_dir(job) if job.status is JobStatus.succeeded else None
-    if adapter is None:
-        raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
-    target = api.paths.new_download(f"adapter-{job.spec.output.run_name or job.id}.zip")
-    partial = shutil.make_archive(str(target.parent / ".partial"), "zip", adapter)
-    Path(partial).replace(target)
-    return target
 
 
 def _table(title: str, result: dict[str, Any]) -> str:

@@ -16,9 +16,7 @@ from typing import Callable
 import gradio as gr
 from gradio.context import Context
 
-from backend.api import StudioAPI
-from backend.store import JobNotFound, JobRecord, JobStatus
-from backend.users import User
+from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User
 from components import job_monitor, job_views
 from components.form import job_choice_id, spec_to_form
 from components.session import SIGN_IN_FIRST, require_user, user_from
@@ -224,8 +222,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         """Zip the picked job's adapter into a fresh downloads path (on click only, never in the refresh)."""
         user = require_user(profile)
         try:
-            job = api.get_job(job_choice_id(selected) or "", user)
-            path = job_views.prepare_adapter_zip(api, job)
+            path = api.adapter_archive(job_choice_id(selected) or "", user)
         except JobNotFound:
             raise gr.Error("Pick one of your jobs first.") from None
         except ValueError as exc:
@@ -265,7 +262,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         refresh, picker, everything, api_visibility="private", show_progress="hidden")
 
     def push(selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
-        from backend.publish import PushError
+        from backend.api import PushError  # loads the model card's drawing code: on first use only
 
         user = require_user(profile, token)
         try:
@@ -290,7 +287,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         remote_log = gr.Code(label="Remote log (last lines)", language=None, lines=10)
 
     def refresh_remote(hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
-        from backend.hf_jobs import RemoteJobError
+        from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
 
         user = require_user(profile, token)
         rows = job_views.remote_rows(api.list_remote_jobs(user))
@@ -308,7 +305,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
                          api_name="remote_status")
 
     def cancel_remote(hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
-        from backend.hf_jobs import RemoteJobError
+        from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
 
         user = require_user(profile, token)
         try:
@@ -329,8 +326,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             except JobNotFound:
                 raise gr.Error("Pick one of your jobs first.") from None
             values = spec_to_form(job.spec)
-            return [*(values[name] for name in FIELD_NAMES),
-                    f"Settings of {job.id} copied into the Train tab."]
+            return {**{train.inputs[name]: values[name] for name in FIELD_NAMES},
+                    action_note: f"Settings of {job.id} copied into the Train tab."}
 
         clone_button.click(clone, picker, [*train.input_list(), action_note], api_name="clone_job")
     return JobsHandles(table=table, picker=picker, summary=summary, refresh=refresh, refreshed=everything)

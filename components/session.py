@@ -7,8 +7,7 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from backend.space_runtime import on_space
-from backend.users import User, hub_user, local_user
+from backend.api import User, hub_user, local_user, on_space
 
 SIGN_IN_FIRST = "Sign in with Hugging Face first (button at the top right)."
 

@@ -69,8 +69,9 @@ def test_queue_an_sft_job_from_the_train_tab(page, store):
     expect(page.locator("#method").get_by_label("sft")).to_be_checked()
 
     page.get_by_text("4. Training settings, LoRA and quantization").click()
-    typed = [("Max steps", "30", "6"), ("Batch size", "4", "2"), ("Max length", "512", "128")]
-    for label, default, _ in typed:  # the accordion's fields are mounted with the form's defaults before we type
+    # The accordion's fields are mounted with the form's defaults (the spec's: batch 2, max length 1024) before we type.
+    typed = [("Max steps", "30", "6"), ("Batch size", "2", "1"), ("Max length", "1024", "128")]
+    for label, default, _ in typed:
         expect(page.get_by_label(label, exact=True)).to_have_value(default)
     for label, _, value in typed:
         field = page.get_by_label(label, exact=True)
@@ -87,7 +88,7 @@ def test_queue_an_sft_job_from_the_train_tab(page, store):
         expect(page.locator(box)).to_have_text("")
     # What the browser typed is what the job runs with.
     training = store.get(job_id).spec.training
-    assert (training.max_steps, training.batch_size, training.max_length) == (6, 2, 128)
+    assert (training.max_steps, training.batch_size, training.max_length) == (6, 1, 128)
     STATE["job_id"] = job_id
     page.screenshot(path=ARTIFACTS / "train.png", full_page=True)
 
@@ -287,6 +288,8 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     env = page.locator("#env-name input")
     env.fill("builtin:echo")
     env.press("Enter")
+    # One group of 4 generations per step: the spec's default batch (2) holds half a group, which it refuses.
+    fill_settings(page, **{"Batch size": "4"})
     page.get_by_role("button", name="Dry run: play one episode").click()
     transcript = page.locator("#dry-run-transcript")
     expect(transcript).to_contain_text("attempts_left: 3", timeout=120_000)  # the echo server's reset observation

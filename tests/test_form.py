@@ -19,9 +19,10 @@ def test_the_default_form_is_a_valid_sft_spec():
 
 @pytest.mark.parametrize("values", [
     {"method": "dpo", "builtin_dataset": "preferences-demo", "dpo_beta": 0.2, "quant_mode": "4bit"},
-    {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: accuracy\n- name: think_format\n"},
+    {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: accuracy\n- name: think_format\n",
+     "batch_size": 4},  # the spec's default batch (2) holds half of its default group (4 generations)
     {"method": "grpo", "builtin_dataset": "wordle-demo", "env_name": "builtin:wordle", "grpo_rewards": "",
-     "env_reward": "last", "env_eval_episodes": 4},
+     "env_reward": "last", "env_eval_episodes": 4, "batch_size": 4},
     {"dataset_source": "hub", "hub_dataset": "trl-lib/Capybara", "hub_split": "test", "column_map": "messages=conv",
      "max_rows": 100, "run_name": "x", "holdout_rows": 5},
     {"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"},
@@ -57,7 +58,7 @@ def test_the_reward_bench_table_shows_each_score_and_the_total(paths):
 
 def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():
     spec = parse_spec(form_to_spec({"method": "grpo", "builtin_dataset": "echo-demo", "env_name": "builtin:echo",
-                                    "grpo_rewards": ""}))
+                                    "grpo_rewards": "", "batch_size": 4}))
     assert spec.grpo.rewards == [] and spec.environment.name == "builtin:echo"
 
 
@@ -126,13 +127,13 @@ def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described
     import re
 
     from backend.builtin_datasets import BUILTIN_DATASETS
-    from components.form import BASE_MODEL_HELP, FORM_HELP, builtin_dataset_help, form_help
+    from components.form import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
 
-    texts = [BASE_MODEL_HELP, *FORM_HELP.values(), form_help("lora_r", "lora.r")]
+    texts = [BASE_MODEL_HELP, *(f.info for f in FORM_FIELDS.values())]  # every field's help, the spec's or the form's
     texts += [builtin_dataset_help(name) for name in BUILTIN_DATASETS]
     assert not [t for t in texts if re.search(SPEC_PATH, t)]
-    assert form_help("lora_r", "lora.r").startswith("LoRA rank")
-    assert "Or:" not in form_help("holdout_rows", "eval.holdout_rows")
+    assert FORM_FIELDS["lora_r"].info.startswith("LoRA rank")
+    assert "Or:" not in FORM_FIELDS["holdout_rows"].info
     for name, dataset in BUILTIN_DATASETS.items():
         assert builtin_dataset_help(name).startswith(f"{name}: {dataset.description}")
 
@@ -178,7 +179,8 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
 
 def test_the_bench_scores_against_the_datasets_first_row(paths):
     api = StudioAPI(paths.root, scheduler="none")
-    row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo"}))
+    # As the bench asks (components/train.py): batch size "auto", which any group size divides.
+    row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo", "batch_size": None}))
     assert row["solution"] == "$15$"
     scored = api.score_rewards([{"name": "accuracy"}], ["The answer is $15$", "no idea"], row)
     assert bench_table(scored)["data"][0][1:3] == ["1.000", "1.000"]
@@ -200,3 +202,64 @@ def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(
     assert second.parent.parent == paths.downloads and second.name == "local-dpo.jsonl"
     assert not first.exists() and len(second.read_text().splitlines()) == 2
     assert (rows_text(1), rows_text(2)) == ("1 preference row", "2 preference rows")
+
+
+# --- issue 14: one declaration bound to spec paths ------------------------------------------------------------------
+def test_the_forms_defaults_are_the_specs_defaults():
+    from backend.api import JobSpec
+    from components.form import FIELDS, FORM_FIELDS, get_path, spec_to_form
+
+    default = JobSpec()
+    # Where the old widgets disagreed with the spec, the spec won.
+    assert (FIELDS["batch_size"], FIELDS["max_length"], FIELDS["grpo_max_completion_length"]) == (
+        default.training.batch_size, default.training.max_length, default.grpo.max_completion_length)
+    as_form = spec_to_form(default)
+    # Only the step count (a quick first try) starts elsewhere on purpose, and the model: the demo runs anywhere,
+    # the spec's default depends on the network (the demo offline, as in tests).
+    differ = {name for name in FORM_FIELDS if FIELDS[name] != as_form[name]}
+    assert differ - {"base_model"} == {"max_steps"} and FIELDS["base_model"] == "builtin:tiny-qwen3"
+    assert FIELDS["max_steps"] == 30 and get_path(default, "training.max_steps") is None
+
+
+def test_labels_help_and_choices_come_from_the_declaration_and_the_spec():
+    from backend.api import methods, spec_field
+    from components.form import FORM_FIELDS
+
+    assert FORM_FIELDS["max_length"].label == "Max length"
+    assert FORM_FIELDS["max_length"].info == spec_field("training.max_length").help
+    assert FORM_FIELDS["method"].spec.choices == tuple(methods())  # a new Method value is a new choice
+    loss_types = FORM_FIELDS["dpo_loss_type"].spec.choices
+    assert loss_types[0] == "sigmoid" and "ipo" in loss_types
+    assert FORM_FIELDS["sft_packing"].spec.kind == "bool" and FORM_FIELDS["sft_packing"].spec.optional
+    assert [f.method for f in map(FORM_FIELDS.get, ("dpo_beta", "grpo_temperature", "env_name", "max_steps"))] == [
+        "dpo", "grpo", "grpo", None]
+
+
+def test_only_the_picked_methods_settings_are_sent():
+    spec = form_to_spec({"method": "dpo", "dpo_beta": 0.3, "grpo_temperature": "not read for DPO",
+                         "sft_completion_only": False})
+    assert spec["dpo"] == {"beta": 0.3, "loss_type": "sigmoid"} and "sft" not in spec and "grpo" not in spec
+
+
+def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
+    from components.form import generated_fields
+
+    generated = {f.name: f for f in generated_fields({"sft", "grpo", None})}  # as if DPO had no declaration
+    assert {"dpo_beta", "dpo_loss_type"} <= set(generated) and not any(n.startswith("grpo") for n in generated)
+    assert generated["dpo_beta"].method == "dpo" and generated["dpo_beta"].label == "Beta"
+    assert generated["dpo_loss_type"].spec.choices[0] == "sigmoid"
+
+
+def test_values_are_set_and_read_by_dotted_path():
+    from components.form import get_path, set_path
+
+    spec: dict = {}
+    set_path(spec, "training.max_steps", 3)
+    set_path(spec, "training.learning_rate", 0.1)
+    assert spec == {"training": {"max_steps": 3, "learning_rate": 0.1}}
+    assert get_path(parse_spec(tiny_spec(training={"max_steps": 3})), "training.max_steps") == 3
+    assert form_to_spec({"batch_size": None})["training"]["batch_size"] == "auto"
+    assert form_to_spec({"holdout_rows": 0}).get("eval") is None and form_to_spec({"max_rows": 0})["dataset"] == {
+        "source": "builtin", "name": "chat-demo"}
+    with pytest.raises(FormError, match="training.max_length: must be a whole number"):
+        form_to_spec({"max_length": 1.5})

@@ -12,7 +12,8 @@ import pytest
 from backend.api import StudioAPI
 from backend.artifacts import JobArtifacts
 from backend.spec import parse_spec
-from backend.store import JobStatus
+from backend.store import JobNotFound, JobStatus
+from backend.users import User
 from components import job_monitor, job_views
 from tests.conftest import tiny_spec
 
@@ -194,18 +195,23 @@ def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
 def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
     job = _job(api)
     with pytest.raises(ValueError, match="no saved adapter"):
-        job_views.prepare_adapter_zip(api, job)
+        api.adapter_archive(job.id)
     adapter = api.paths.job_adapter(job.id)
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text("{}")
-    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(adapter_dir=str(adapter)))
-    first, second = job_views.prepare_adapter_zip(api, done), job_views.prepare_adapter_zip(api, done)
+    assert api.store.claim_next().id == job.id
+    api.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    first, second = api.adapter_archive(job.id), api.adapter_archive(job.id)
     assert first != second  # two clicks (or two users) never share, or race on, one file
     for path in (first, second):
         assert path.parent.parent == api.paths.downloads and path.name == f"adapter-{job.id}.zip"
         assert "adapter_config.json" in zipfile.ZipFile(path).namelist()
         assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left beside it
     assert not list(api.paths.job_dir(job.id).glob("*.zip")), "nothing is written into the job folder"
+    with pytest.raises(JobNotFound):  # another user's adapter is not theirs to download
+        api.adapter_archive(job.id, User("someone-else"))
+    assert [j.id for j in api.finished_jobs()] == [job.id]
+    assert api.finished_jobs(User("someone-else")) == []
 
 
 def test_a_tracked_job_says_how_to_open_its_trackio_dashboard(api):
@@ -215,3 +221,17 @@ def test_a_tracked_job_says_how_to_open_its_trackio_dashboard(api):
     summary = job_views.summary_markdown(api, tracked)
     assert "Tracked with trackio" in summary and "trackio show --project studio-local" in summary
     assert str(api.paths.root / "trackio") in summary
+
+
+def test_metrics_come_incrementally_with_a_cursor(api):
+    job = _job(api)
+    api.store.report(job.id, [(1, 0.0, {"loss": 1.0}), (2, 0.0, {"loss": 0.9})], None, [])
+    first = api.metrics_since(job.id)
+    assert [r["loss"] for r in first.rows] == [1.0, 0.9]
+    assert api.metrics_since(job.id, first.cursor).rows == []  # nothing new: the cursor stays
+    assert api.metrics_since(job.id, first.cursor).cursor == first.cursor
+    api.store.report(job.id, [(3, 0.0, {"loss": 0.8})], None, [])
+    later = api.metrics_since(job.id, first.cursor)
+    assert [r["step"] for r in later.rows] == [3] and later.cursor > first.cursor
+    with pytest.raises(JobNotFound):
+        api.metrics_since(job.id, 0, User("someone-else"))
