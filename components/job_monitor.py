@@ -35,7 +35,7 @@ class Family:
     title: str
     unit: str
     metrics: tuple[str, ...] = ()
-    methods: tuple[str, ...] = ("sft", "dpo", "grpo")
+    methods: tuple[str, ...] | None = None  # the methods that log these metrics; None: every method
     smooth: bool = True
     # Metrics found by name pattern (GRPO's per-reward means): prefix and suffix.
     pattern: tuple[str, str] | None = None
@@ -47,18 +47,19 @@ class Family:
 
 FAMILIES: tuple[Family, ...] = (
     Family("loss", "Loss", "loss", ("loss", "eval_loss"),
-           units_by_method={"sft": "cross-entropy (nats/token)", "dpo": "DPO loss (nats)", "grpo": "policy loss"}),
+           units_by_method={"sft": "cross-entropy (nats/token)", "dpo": "DPO loss (nats)", "grpo": "policy loss",
+                            "kto": "KTO loss (nats)"}),
     Family("reward", "Reward", "mean reward per completion", ("reward",), ("grpo",), pattern=("rewards/", "/mean")),
     Family("margins", "Reward margin (chosen − rejected)", "implicit reward (β·log-ratio)", ("rewards/margins",),
-           ("dpo",)),
+           ("dpo", "kto")),
     Family("preference_accuracy", "Preference accuracy", "fraction of pairs (0–1)", ("rewards/accuracies",),
            ("dpo",)),
     Family("chosen_rejected", "Chosen and rejected rewards", "implicit reward (β·log-ratio)",
-           ("rewards/chosen", "rewards/rejected"), ("dpo",)),
+           ("rewards/chosen", "rewards/rejected"), ("dpo", "kto")),
     Family("token_accuracy", "Token accuracy", "fraction of tokens (0–1)",
            ("mean_token_accuracy", "eval_mean_token_accuracy"), ("sft",)),
     Family("reward_std", "Reward spread within a group", "standard deviation", ("reward_std",), ("grpo",)),
-    Family("kl", "KL to the reference", "nats", ("kl",), ("grpo",)),
+    Family("kl", "KL to the reference", "nats", ("kl",), ("grpo", "kto")),
     Family("length", "Completion length", "tokens",
            ("completions/mean_length", "completions/min_length", "completions/max_length"), ("grpo",)),
     Family("fractions", "Groups without signal, completions cut short", "fraction (0–1)",
@@ -94,7 +95,7 @@ def _number(value: Any) -> float | None:
 
 def family_metrics(family: Family, method: str, rows: list[dict[str, Any]]) -> list[str]:
     """The metrics of ``family`` that ``rows`` hold a number for, in the family's order (patterned ones sorted)."""
-    if method not in family.methods:
+    if family.methods is not None and method not in family.methods:
         return []
     present = {k for row in rows for k, v in row.items() if _number(v) is not None and row.get("step") is not None}
     names = [m for m in family.metrics if m in present]
@@ -177,6 +178,8 @@ LOG_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "dpo": [("loss", "loss"), ("rewards/margins", "margin"), ("rewards/accuracies", "pref acc"),
             ("rewards/chosen", "chosen"), ("rewards/rejected", "rejected"), ("learning_rate", "lr"),
             ("grad_norm", "grad norm")],
+    "kto": [("loss", "loss"), ("rewards/margins", "margin"), ("rewards/chosen", "good"), ("rewards/rejected", "bad"),
+            ("kl", "kl"), ("learning_rate", "lr"), ("grad_norm", "grad norm")],
     "grpo": [("reward", "reward"), ("reward_std", "reward std"), ("kl", "kl"),
              ("completions/mean_length", "length (tokens)"), ("loss", "loss"), ("learning_rate", "lr")],
 }

@@ -81,6 +81,17 @@ def test_dpo_and_grpo_families():
     assert grpo["token_accuracy"] is None and dpo["reward"] is None
 
 
+def test_a_kto_job_plots_its_loss_margin_good_and_bad_rewards_and_kl():
+    rows = [{"step": s, "loss": 0.5, "rewards/margins": 0.1, "rewards/chosen": 0.2, "rewards/rejected": 0.1, "kl": 0.0}
+            for s in (1, 2)]
+    kto = job_monitor.plot_views("kto", rows)
+    assert _lines(kto["loss"]) == {"loss"} and kto["loss"].y_title == "KTO loss (nats)"
+    assert _lines(kto["margins"]) == {"rewards/margins"}
+    assert _lines(kto["chosen_rejected"]) == {"rewards/chosen", "rewards/rejected"} and _lines(kto["kl"]) == {"kl"}
+    assert kto["reward"] is None and kto["preference_accuracy"] is None
+    assert list(job_monitor.log_rows("kto", rows).columns)[2:5] == ["loss", "margin", "good"]
+
+
 def test_the_step_axis_grows_in_few_nice_steps_and_stops_at_the_planned_total():
     assert job_monitor.step_axis([{"step": 13}], 1000) == [0, 24]
     assert job_monitor.step_axis([{"step": 21}], 1000) == [0, 50]
