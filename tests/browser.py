@@ -6,10 +6,12 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urljoin
 
 import pytest
 
-from tests.conftest import ROOT
+from backend.store import JobStatus
+from tests.conftest import ROOT, wait_for
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
 CHROMIUM = "/usr/bin/chromium"
@@ -94,3 +96,47 @@ def fill_settings(page, **values: str) -> None:
         field.press("Tab")
     for label, field in fields.items():
         expect(field).to_have_value(values[label])
+
+
+def pick_option(page, field_selector: str, job_id: str) -> None:
+    """Choose ``job_id`` in a job dropdown as a user does: open it, type the id, take the offered option."""
+    from playwright.sync_api import expect
+
+    field = page.locator(f"{field_selector} input")
+    field.click()
+    option = page.get_by_role("option", name=re.compile(re.escape(job_id)))
+    expect(option).to_be_visible()
+    option.click()
+
+
+def queue_job(page) -> str:
+    """Click Queue and return the id of the job it queued (not one an earlier Queue left in the result box)."""
+    result = page.locator("#queue-result")
+
+    def queued_id() -> str | None:
+        found = re.search(r"Queued (\S+)", result.inner_text())
+        return found.group(1) if found else None
+
+    before = queued_id()
+    page.locator("#queue-button").click()
+    wait_for(lambda: queued_id() not in (None, before), 30, what="Queue to answer with a new job id")
+    return queued_id()
+
+
+def follow_job_link(page, job_id: str) -> None:
+    """Open the link Queue answered with (Gradio's Markdown opens links in a new browser tab; here, this one)."""
+    href = page.locator("#queue-result").get_by_role("link", name=job_id).get_attribute("href")
+    goto(page, urljoin(page.url, href))
+
+
+def wait_in_jobs_tab(page, store, job_id: str, timeout_ms: int = 240_000) -> None:
+    """The Jobs tab shows ``job_id`` until it ends; it must succeed."""
+    from playwright.sync_api import expect
+
+    summary = page.locator("#job-summary")
+    try:
+        expect(summary).to_contain_text(re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"),
+                                        timeout=timeout_ms)
+    finally:
+        job = store.get(job_id)
+    assert job.status is JobStatus.succeeded, job.error

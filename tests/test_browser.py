@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import urljoin
 
 import pytest
 from playwright.sync_api import expect
@@ -19,7 +18,10 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, goto, open_page
+from tests.browser import (
+    ARTIFACTS, BROWSER_MARKS, fill_settings, follow_job_link, goto, open_page, pick_option, queue_job,
+    wait_in_jobs_tab,
+)
 from tests.conftest import wait_for
 
 
@@ -184,44 +186,8 @@ def test_chat_tab_streams_base_and_tuned_answers_side_by_side(page):
     page.screenshot(path=ARTIFACTS / "chat.png", full_page=True)
 
 
-def _pick_option(page, field_selector: str, job_id: str) -> None:
-    """Choose ``job_id`` in a job dropdown as a user does: open it, type the id, take the offered option."""
-    field = page.locator(f"{field_selector} input")
-    field.click()
-    option = page.get_by_role("option", name=re.compile(re.escape(job_id)))
-    expect(option).to_be_visible()
-    option.click()
 
 
-def _queue(page) -> str:
-    """Click Queue and return the id of the job it queued (not one an earlier Queue left in the result box)."""
-    result = page.locator("#queue-result")
-
-    def queued_id() -> str | None:
-        found = re.search(r"Queued (\S+)", result.inner_text())
-        return found.group(1) if found else None
-
-    before = queued_id()
-    page.locator("#queue-button").click()
-    wait_for(lambda: queued_id() not in (None, before), 30, what="Queue to answer with a new job id")
-    return queued_id()
-
-
-def _follow_job_link(page, job_id: str) -> None:
-    """Open the link Queue answered with (Gradio's Markdown opens links in a new browser tab; here, this one)."""
-    href = page.locator("#queue-result").get_by_role("link", name=job_id).get_attribute("href")
-    goto(page, urljoin(page.url, href))
-
-
-def _wait_in_jobs_tab(page, store, job_id: str, timeout_ms: int = 240_000) -> None:
-    """The Jobs tab shows ``job_id`` until it ends; it must succeed."""
-    summary = page.locator("#job-summary")
-    try:
-        expect(summary).to_contain_text(re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"),
-                                        timeout=timeout_ms)
-    finally:
-        job = store.get(job_id)
-    assert job.status is JobStatus.succeeded, job.error
 
 
 def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store, tmp_path):
@@ -238,7 +204,7 @@ def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store
 
     # The exported file, uploaded as it was downloaded, is the DPO dataset of a job staged on the SFT adapter.
     page.get_by_role("tab", name="Train").click()
-    _pick_option(page, "#parent-job", sft_id)
+    pick_option(page, "#parent-job", sft_id)
     expect(page.locator("#base-model input")).to_be_disabled()
     page.locator("#method").get_by_label("dpo").check()
     page.locator("#dataset-source").get_by_label("upload").check()
@@ -246,17 +212,17 @@ def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store
     expect(page.locator("#dataset-upload")).to_contain_text("preferences-dpo.jsonl", timeout=30_000)
     expect(page.locator("#dataset-error")).to_have_text("")
     fill_settings(page, **{"Max steps": "2", "Batch size": "1"})
-    dpo_id = _queue(page)
+    dpo_id = queue_job(page)
     job = store.get(dpo_id)
     assert job.spec.method.value == "dpo" and job.spec.model.parent_job_id == sft_id
     assert job.spec.dataset.source == "upload"
     STATE["dpo_id"] = dpo_id
 
     # Queue's answer links to the job: following it opens the Jobs tab on that job.
-    _follow_job_link(page, dpo_id)
+    follow_job_link(page, dpo_id)
     expect(page.locator("#job-summary")).to_contain_text(dpo_id, timeout=30_000)
     expect(page.locator("[role='tab'][aria-selected='true']").first).to_have_text("Jobs")
-    _wait_in_jobs_tab(page, store, dpo_id)
+    wait_in_jobs_tab(page, store, dpo_id)
     expect(page.locator("#job-summary")).to_contain_text(f"Continues job {sft_id}")
 
 
@@ -266,7 +232,7 @@ def test_compare_overlays_the_sft_and_the_staged_dpo_job(page):
     page.get_by_role("tab", name="Jobs").click()
     page.get_by_text("Compare jobs").click()
     for job_id in (sft_id, dpo_id):
-        _pick_option(page, "#compare-jobs", job_id)
+        pick_option(page, "#compare-jobs", job_id)
     legend = page.locator("#compare-plot svg .role-legend-label text")
     expect(legend).to_have_count(2, timeout=20_000)
     assert all(text.strip() for text in legend.all_text_contents())
@@ -300,11 +266,11 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     completion.fill("32")
     completion.press("Tab")
     fill_settings(page, **{"Max steps": "2", "Batch size": "4"})  # one group of 4 generations per step
-    grpo_id = _queue(page)
+    grpo_id = queue_job(page)
     assert store.get(grpo_id).spec.environment.name == "builtin:echo"
     page.screenshot(path=ARTIFACTS / "walk-train.png", full_page=True)
-    _follow_job_link(page, grpo_id)
-    _wait_in_jobs_tab(page, store, grpo_id, timeout_ms=300_000)
+    follow_job_link(page, grpo_id)
+    wait_in_jobs_tab(page, store, grpo_id, timeout_ms=300_000)
     expect(page.locator("#job-samples")).to_be_visible()
 
 

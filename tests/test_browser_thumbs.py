@@ -16,7 +16,9 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
+from tests.browser import (
+    ARTIFACTS, BROWSER_MARKS, fill_settings, follow_job_link, open_page, pick_option, queue_job, wait_in_jobs_tab,
+)
 from tests.conftest import wait_status
 
 pytestmark = BROWSER_MARKS
@@ -136,3 +138,36 @@ def test_gradio_client_records_a_thumb_and_downloads_the_kto_file(app):
     with open(client.predict(api_name="/export_thumbs"), encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
     assert rows[-1]["prompt"] == [{"role": "user", "content": "Hello"}] and rows[-1]["label"] is True
+
+
+def test_the_thumbs_file_uploaded_in_the_train_tab_trains_a_kto_job_on_the_sft_adapter(page, app, tmp_path):
+    """The loop closed in the browser: the thumbs export, uploaded as downloaded, is the data of a KTO job staged on
+    the chatted-with SFT adapter; it runs to success and the Jobs tab draws its KTO loss."""
+    page.reload()
+    expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+    page.get_by_role("tab", name="Chat").click()
+    with page.expect_download(timeout=15_000) as download:
+        page.locator("#export-thumbs").click()
+    exported = tmp_path / "local-kto.jsonl"
+    download.value.save_as(exported)
+    assert {json.loads(line)["label"] for line in exported.read_text(encoding="utf-8").splitlines()} == {True, False}
+
+    page.get_by_role("tab", name="Train").click()
+    pick_option(page, "#parent-job", app.job_id)
+    page.locator("#method").get_by_label("kto").check()
+    page.locator("#dataset-source").get_by_label("upload").check()
+    page.locator("#dataset-upload input[type=file]").set_input_files(exported)
+    expect(page.locator("#dataset-upload")).to_contain_text("local-kto.jsonl", timeout=30_000)
+    expect(page.locator("#dataset-error")).to_have_text("")
+    fill_settings(page, **{"Max steps": "2", "Batch size": "2", "Max length": "128"})
+    kto_id = queue_job(page)
+    store = JobStore(DataPaths(app.data_dir).db)
+    job = store.get(kto_id)
+    assert job.spec.method.value == "kto" and job.spec.model.parent_job_id == app.job_id
+    follow_job_link(page, kto_id)
+    wait_in_jobs_tab(page, store, kto_id, timeout_ms=300_000)
+    expect(page.locator("#job-summary")).to_contain_text(f"Continues job {app.job_id}")
+    expect(page.locator("#plot-main svg .role-axis-title text").filter(has_text="KTO loss (nats)")).to_be_visible(
+        timeout=30_000)
+    expect(page.locator("#plot-margins")).to_be_visible()
+    page.screenshot(path=ARTIFACTS / "chat-thumbs-kto-job.png", full_page=True)
