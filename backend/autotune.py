@@ -129,7 +129,9 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
 
     # Gradient checkpointing: off whenever the job fits without it (it recomputes every layer's forward pass).
     if t.gradient_checkpointing is None:
-        without = _estimate(_apply(spec, {**changes, "training.gradient_checkpointing": False}), config, device, lengths)
+        without = _estimate(
+            _apply(spec, {**changes, "training.gradient_checkpointing": False}), config, device, lengths
+        )
         if budget is None or without.total_bytes <= budget:
             where = f" of the {format_bytes(budget)} it may use" if budget else ""
             decide("training.gradient_checkpointing", False, "gradient checkpointing: off (the job fits without it: "
@@ -172,7 +174,9 @@ def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLen
         changes[path] = AUTO_BATCH_CPU
         choices.append(f"batch: {AUTO_BATCH_CPU} per device (auto on a CPU, where bigger batches gain little speed)")
         return
-    checkpointing = [False, True] if spec.training.gradient_checkpointing is None else [spec.training.gradient_checkpointing]
+    checkpointing = (
+        [False, True] if spec.training.gradient_checkpointing is None else [spec.training.gradient_checkpointing]
+    )
     for recompute in checkpointing:
         size = AUTO_BATCH_GPU_MAX
         while size >= method.min_batch:

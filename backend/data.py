@@ -99,7 +99,8 @@ def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
     if missing:
         raise ColumnsMismatch(
             [
-                f"dataset: {MAPPING_NAME}: column {m!r} is not in the dataset (its columns: {', '.join(ds.column_names)})"
+                f"dataset: {MAPPING_NAME}: column {m!r} is not in the dataset "
+                f"(its columns: {', '.join(ds.column_names)})"
                 for m in missing
             ]
         )

@@ -59,7 +59,10 @@ def preference_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, d
     for row in rows:
         prompt = row.get("prompt", [] if _messages(row["chosen"]) is not None else "")
         for side in sides:
-            items += [(side, render_texts(tokenizer, prompt, row["chosen"])), (side, render_texts(tokenizer, prompt, row["rejected"]))]
+            items += [
+                (side, render_texts(tokenizer, prompt, row["chosen"])),
+                (side, render_texts(tokenizer, prompt, row["rejected"])),
+            ]
     logprobs = []
     for chunk in chunks(items):
         logprobs += mixed_logprobs(model, tokenizer, [text for _, text in chunk], [side for side, _ in chunk])

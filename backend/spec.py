@@ -246,7 +246,9 @@ class RewardSpec(_Part):
         None, description="Dataset column with the expected answer (exact_match; accuracy uses 'solution')."
     )
     pattern: str | None = Field(None, description="Regular expression the completion must match (regex).")
-    json_schema: dict[str, Any] | None = Field(None, description="JSON schema the completion must satisfy (valid_json).")
+    json_schema: dict[str, Any] | None = Field(
+        None, description="JSON schema the completion must satisfy (valid_json)."
+    )
     target_length: int | None = Field(None, gt=0, description="Wanted completion length (length).")
     tolerance: int = Field(0, ge=0, description="Lengths within this distance of the target score 1.0 (length).")
     unit: Literal["chars", "words"] = Field("words", description="How length is counted (length).")
@@ -486,7 +488,9 @@ class JobSpec(_Part):
             raise ValueError("grpo.rewards: GRPO needs at least one reward function, or an environment to reward it")
         if self.method is Method.grpo:
             # An auto batch becomes one generation group (auto-tune), always a multiple.
-            per_generation = self.training.batch_or(self.grpo.num_generations) * self.training.gradient_accumulation_steps
+            per_generation = (
+                self.training.batch_or(self.grpo.num_generations) * self.training.gradient_accumulation_steps
+            )
             if per_generation % self.grpo.num_generations:
                 raise ValueError(
                     f"training.batch_size x training.gradient_accumulation_steps (= {per_generation}) must be a "

@@ -41,7 +41,9 @@ def default_output_dir(spec: JobSpec) -> str:
 
 
 def _placeholder_dataset_id(spec: JobSpec) -> str:
-    stem = Path(dataset_file_name(spec.dataset)).stem if spec.dataset.source in ("file", "upload") else spec.dataset.name
+    stem = (
+        Path(dataset_file_name(spec.dataset)).stem if spec.dataset.source in ("file", "upload") else spec.dataset.name
+    )
     return f"{PLACEHOLDER_NAMESPACE}/{slug(stem)}"
 
 

@@ -67,8 +67,10 @@ def test_auto_tune_off_takes_trls_defaults():
     t = tuning.spec.training
     assert t.gradient_checkpointing is True and t.use_liger_kernel is False and tuning.spec.sft.packing is False
     assert t.attn_implementation is None
-    assert tuning.choices == ["auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
-                              "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"]
+    assert tuning.choices == [
+        "auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
+        "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"
+    ]
 
 
 def test_on_a_gpu_accumulation_moves_into_the_batch_keeping_the_effective_batch():
@@ -82,7 +84,10 @@ def test_on_a_gpu_accumulation_moves_into_the_batch_keeping_the_effective_batch(
 
 @pytest.mark.parametrize("method", ["dpo", "grpo"])
 def test_other_methods_are_tuned_without_packing(method):
-    data = {"dpo": {"source": "builtin", "name": "preferences-demo"}, "grpo": {"source": "builtin", "name": "math-demo"}}
+    data = {
+        "dpo": {"source": "builtin", "name": "preferences-demo"},
+        "grpo": {"source": "builtin", "name": "math-demo"},
+    }
     tuning = _tune(method=method, dataset=data[method], training={"batch_size": 4})
     assert tuning.spec.sft.packing is None and tuning.spec.training.gradient_checkpointing is False
 

@@ -74,7 +74,10 @@ def test_bad_spec_file_is_refused_with_exit_2_and_nothing_queued(data_dir, tmp_p
     spec.write_text("training:\n  learning_rate: -1\n  batch_size: 0\n")
     result = cli("submit", str(spec))
     assert result.returncode == 2
-    assert "The job was not queued" in result.stderr and "training.batch_size: must be from 1 to 1024, or auto" in result.stderr
+    assert (
+        "The job was not queued" in result.stderr
+        and "training.batch_size: must be from 1 to 1024, or auto" in result.stderr
+    )
     assert json.loads(cli("list", "--json").stdout) == []
     assert cli("submit", str(tmp_path / "missing.yaml")).returncode == 2
 
@@ -114,7 +117,9 @@ def test_warm_up_queues_the_sft_then_the_grpo_job_that_waits_for_it(data_dir, st
         out = json.loads(result.stdout)
         assert out["demonstrations"] == "4 demonstration episodes of echo_message (4 earned a reward)"
         sft, grpo = store.get(out["sft"]), store.get(out["grpo"])
-        assert (sft.spec.method.value, sft.spec.training.max_steps, sft.spec.dataset.name) == ("sft", 5, out["upload_id"])
+        assert (sft.spec.method.value, sft.spec.training.max_steps, sft.spec.dataset.name) == (
+            "sft", 5, out["upload_id"]
+        )
         assert grpo.spec.model.parent_job_id == sft.id and grpo.status is sft.status is JobStatus.queued
         refused = cli("warm-up", "examples/sft-demo.yaml")
         assert refused.returncode == 2 and "a warm-up is for a GRPO job with an environment" in refused.stderr

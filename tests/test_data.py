@@ -58,8 +58,12 @@ def test_files_of_each_type_load(tmp_path, suffix):
 
     df = pd.DataFrame({"question": ["a?", "b?"], "answer": ["A", "B"]})
     path = tmp_path / f"data{suffix}"
-    {".jsonl": lambda: df.to_json(path, orient="records", lines=True), ".json": lambda: df.to_json(path, orient="records"),
-     ".csv": lambda: df.to_csv(path, index=False), ".parquet": lambda: df.to_parquet(path)}[suffix]()
+    {
+        ".jsonl": lambda: df.to_json(path, orient="records", lines=True),
+        ".json": lambda: df.to_json(path, orient="records"),
+        ".csv": lambda: df.to_csv(path, index=False),
+        ".parquet": lambda: df.to_parquet(path),
+    }[suffix]()
     spec = DatasetSpec(source="file", name=str(path), columns={"prompt": "question", "completion": "answer"})
     ds, fmt = load_training_dataset(spec, Method.sft)
     assert fmt == "prompt-completion" and ds.column_names == ["prompt", "completion"] and ds[1]["completion"] == "B"
@@ -68,7 +72,9 @@ def test_files_of_each_type_load(tmp_path, suffix):
 def test_column_mapping_to_an_unknown_column_names_the_real_ones(tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", [{"conv": [{"role": "user", "content": "hi"}]}])
     with pytest.raises(SpecError, match=r"column 'conversation' is not in the dataset \(its columns: conv\)"):
-        load_training_dataset(DatasetSpec(source="file", name=str(path), columns={"messages": "conversation"}), Method.sft)
+        load_training_dataset(
+            DatasetSpec(source="file", name=str(path), columns={"messages": "conversation"}), Method.sft
+        )
 
 
 def test_max_rows_and_extra_columns_are_trimmed(tmp_path):

@@ -179,4 +179,8 @@ def test_parent_job_that_does_not_exist_or_failed(paths, store):
     failed = store.add(parse_spec(tiny_spec()))
     store.claim_next()
     store.finish(failed.id, JobStatus.failed, "boom")
-    _refused(paths, tiny_spec(**DPO, model={"parent_job_id": failed.id}), "is failed; only the adapter of a job that succeeded")
+    _refused(
+        paths,
+        tiny_spec(**DPO, model={"parent_job_id": failed.id}),
+        "is failed; only the adapter of a job that succeeded",
+    )

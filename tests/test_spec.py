@@ -101,9 +101,14 @@ def _grpo_reward(**reward) -> dict:
         ({"training": {"learning_rate": "nan"}}, "training.learning_rate: must be a finite number (got 'nan')"),
         ({"training": {"max_steps": float("inf")}}, "training.max_steps: must be a finite number (got inf)"),
         ({"grpo": {"beta": float("inf")}}, "grpo.beta: must be a finite number (got inf)"),
-        (_grpo_reward(name="accuracy", weight=float("nan")), "grpo.rewards.0.weight: must be a finite number (got nan)"),
         (
-            _grpo_reward(name="valid_json", json_schema={"type": "object", "properties": {"x": {"maximum": float("inf")}}}),
+            _grpo_reward(name="accuracy", weight=float("nan")),
+            "grpo.rewards.0.weight: must be a finite number (got nan)",
+        ),
+        (
+            _grpo_reward(
+                name="valid_json", json_schema={"type": "object", "properties": {"x": {"maximum": float("inf")}}}
+            ),
             "grpo.rewards.0.json_schema: must hold only finite numbers (got inf at properties.x.maximum)",
         ),
     ],

@@ -124,7 +124,10 @@ def test_artifacts_merge_and_progress_replace(any_store):
     any_store.report(job.id, [], {"step": 1})
     any_store.report(job.id, [], {"step": 2, "total_steps": 4})
     got = any_store.get(job.id)
-    assert got.artifacts.stored() == {"log_file": "a", "adapter_dir": "b"} and got.progress == {"step": 2, "total_steps": 4}
+    assert (
+        got.artifacts.stored() == {"log_file": "a", "adapter_dir": "b"}
+        and got.progress == {"step": 2, "total_steps": 4}
+    )
 
 
 def test_a_row_written_as_the_old_artifacts_dict_still_loads(any_store):
@@ -132,7 +135,8 @@ def test_a_row_written_as_the_old_artifacts_dict_still_loads(any_store):
     # (written by a newer one, or by hand) and a value of the wrong type.
     old = {"job_dir": "/d/jobs/x", "log_file": "/d/jobs/x/log.txt", "output_dir": "/d/jobs/x/output",
            "adapter_dir": "/d/jobs/x/adapter", "final_metrics": {"train_loss": 0.5, "epoch": 1}, "global_step": 3,
-           "reporting_overhead_s": 0.01, "auto_tune": {"choices": ["packing: off"], "settings": {"training.packing": False}},
+           "reporting_overhead_s": 0.01,
+           "auto_tune": {"choices": ["packing: off"], "settings": {"training.packing": False}},
            "evaluation": {"rows": 2, "base": {"eval_loss": 2.0}, "tuned": {"eval_loss": 1.0}},
            "hub": {"repo_id": "me/x", "url": "https://hf.co/me/x", "private": True}, "hub_error": None,
            "preflight_warnings": ["few rows"], "resumed_from": None, "from_a_newer_version": {"a": 1},
@@ -205,7 +209,8 @@ def test_add_with_a_queue_limit_refuses_past_it_and_stores_nothing(any_store):
     with pytest.raises(QuotaExceeded) as err:
         any_store.add(_spec(owner="alice"), max_queued_for_owner=2)
     assert err.value.problems == [
-        "you already have 2 job(s) waiting in the queue and the limit per user is 2: wait for one to start, or cancel one"
+        "you already have 2 job(s) waiting in the queue and the limit per user is 2: "
+        "wait for one to start, or cancel one"
     ]
     with pytest.raises(QuotaExceeded):
         any_store.check_queue_room("alice", 2)
@@ -228,7 +233,9 @@ def test_a_resumed_job_keeps_each_step_once(any_store):
     rows = any_store.metrics(job.id)
     assert [r["step"] for r in rows] == list(range(1, 10))
     assert [r["id"] for r in rows[:4]] == kept_ids and all(r["ts"] > 100 for r in rows[4:])
-    assert [s["completion"] for s in any_store.samples(job.id)] == ["a1", "a2", "a3", "a4", "b5", "b6", "b7", "b8", "b9"]
+    assert [s["completion"] for s in any_store.samples(job.id)] == [
+        "a1", "a2", "a3", "a4", "b5", "b6", "b7", "b8", "b9"
+    ]
 
 
 def test_listing_parses_each_stored_spec_once(any_store, monkeypatch):

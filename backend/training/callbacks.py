@@ -86,7 +86,9 @@ class StoreReportingCallback(TrainerCallback):
             self._pending_samples.append((step, {
                 "prompt": prompt,
                 "completion": completion,
-                "rewards": {name: _jsonable(values[i]) if i < len(values) else None for name, values in rewards.items()},
+                "rewards": {
+                    name: _jsonable(values[i]) if i < len(values) else None for name, values in rewards.items()
+                },
                 "advantage": _jsonable(advantages[i]) if i < len(advantages) else None,
             }))
 
