@@ -66,7 +66,7 @@ def notices(user, device) -> list[str]:
 def build(api) -> HeaderHandles:
     """The header; its status line is filled on page load and refreshed every STATUS_REFRESH_S."""
     with gr.Row(equal_height=True):
-        gr.Markdown("# Post-Training Studio\nSFT, DPO and GRPO (with OpenEnv environments) for open LLMs, "
+        gr.Markdown("# Post-Training Studio\nSFT, DPO, KTO and GRPO (with OpenEnv environments) for open LLMs, "
                     "with LoRA and 4-bit loading.", elem_id="title")
         if on_space():
             gr.DuplicateButton("Duplicate this Space", size="sm")
