@@ -16,7 +16,7 @@ from backend.access import authorize_spec, readable_job
 from backend.api_hub import HubOperations
 from backend.catalogue import (
     CURATED_MODELS, DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, REWARDS, SpecField, builtin_dataset_choices,
-    builtin_dataset_help, environment_choices, method_part, methods, spec_field,
+    Monitoring, builtin_dataset_help, environment_choices, method_part, methods, monitoring, spec_field,
 )
 from backend.demo_model import DEMO_MODEL_ID, DEMO_MODEL_NOTE, is_demo_model
 from backend.hardware import detect_device
@@ -48,7 +48,7 @@ __all__ = [
     "User", "hub_user", "local_user", "on_space", "on_zero_gpu", "gpu_task", "ZERO_GPU_REFUSAL", "detect_device",
     "hub_status", "DEMO_MODEL_ID", "DEMO_MODEL_NOTE", "is_demo_model", "CURATED_MODELS", "HF_JOB_FLAVORS",
     "DEFAULT_HF_JOB_FLAVOR", "REWARDS", "SpecField", "spec_field", "methods", "method_part", "environment_choices",
-    "builtin_dataset_choices", "builtin_dataset_help",
+    "builtin_dataset_choices", "builtin_dataset_help", "Monitoring", "monitoring",
 ]
 # Re-exported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which
 # the CLI and the scheduler should not pay for at start-up.

@@ -39,6 +39,27 @@ def methods() -> list[str]:
     return [method.value for method in Method]
 
 
+@dataclass(frozen=True)
+class Monitoring:
+    """How the Jobs tab shows one method's training: its loss unit, its own plotted metrics, its log columns."""
+
+    loss_unit: str
+    metrics: tuple[str, ...]
+    log_columns: tuple[tuple[str, str], ...]
+
+
+def monitoring(method: str) -> Monitoring:
+    """The method table's monitoring facts for ``method`` (a Method value).
+
+    >>> monitoring("kto").loss_unit
+    'KTO loss (nats)'
+    """
+    from backend.training.methods import support
+
+    row = support(method)
+    return Monitoring(row.loss_unit, row.monitored, row.log_columns)
+
+
 def method_part(path: str) -> str | None:
     """The method a spec path belongs to (``"dpo.beta"`` -> ``"dpo"``), None for a path every method shares.
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import pandas as pd
+
+from backend.api import monitoring
 
 # TensorBoard's default smoothing weight: each point keeps 60 % of the running average.
 SMOOTHING = 0.6
@@ -29,46 +31,47 @@ PALETTE = [("#4f46e5", "#c7d2fe"), ("#e11d48", "#fecdd3"), ("#059669", "#a7f3d0"
 
 @dataclass(frozen=True)
 class Family:
-    """Metrics drawn in one plot: they share a scale and a unit."""
+    """Metrics drawn in one plot: they share a scale and a unit. A family every method logs is ``shared``; the others
+    show for the methods whose row in the method table lists one of their metrics as monitored."""
 
     key: str
     title: str
     unit: str
     metrics: tuple[str, ...] = ()
-    methods: tuple[str, ...] | None = None  # the methods that log these metrics; None: every method
+    shared: bool = False
     smooth: bool = True
     # Metrics found by name pattern (GRPO's per-reward means): prefix and suffix.
     pattern: tuple[str, str] | None = None
-    units_by_method: dict[str, str] = field(default_factory=dict)
 
     def unit_for(self, method: str) -> str:
-        return self.units_by_method.get(method, self.unit)
+        """The y-axis title for ``method``: the loss plot takes the method's own loss unit."""
+        return monitoring(method).loss_unit if self.key == "loss" else self.unit
+
+    def shows_for(self, method: str) -> bool:
+        """Whether ``method``'s jobs draw this family."""
+        return self.shared or any(m in monitoring(method).metrics for m in self.metrics)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("loss", "Loss", "loss", ("loss", "eval_loss"),
-           units_by_method={"sft": "cross-entropy (nats/token)", "dpo": "DPO loss (nats)", "grpo": "policy loss",
-                            "kto": "KTO loss (nats)"}),
-    Family("reward", "Reward", "mean reward per completion", ("reward",), ("grpo",), pattern=("rewards/", "/mean")),
-    Family("margins", "Reward margin (chosen − rejected)", "implicit reward (β·log-ratio)", ("rewards/margins",),
-           ("dpo", "kto")),
-    Family("preference_accuracy", "Preference accuracy", "fraction of pairs (0–1)", ("rewards/accuracies",),
-           ("dpo",)),
+    Family("loss", "Loss", "loss", ("loss", "eval_loss"), shared=True),
+    Family("reward", "Reward", "mean reward per completion", ("reward",), pattern=("rewards/", "/mean")),
+    Family("margins", "Reward margin (chosen − rejected)", "implicit reward (β·log-ratio)", ("rewards/margins",)),
+    Family("preference_accuracy", "Preference accuracy", "fraction of pairs (0–1)", ("rewards/accuracies",)),
     Family("chosen_rejected", "Chosen and rejected rewards", "implicit reward (β·log-ratio)",
-           ("rewards/chosen", "rewards/rejected"), ("dpo", "kto")),
+           ("rewards/chosen", "rewards/rejected")),
     Family("token_accuracy", "Token accuracy", "fraction of tokens (0–1)",
-           ("mean_token_accuracy", "eval_mean_token_accuracy"), ("sft",)),
-    Family("reward_std", "Reward spread within a group", "standard deviation", ("reward_std",), ("grpo",)),
-    Family("kl", "KL to the reference", "nats", ("kl",), ("grpo", "kto")),
+           ("mean_token_accuracy", "eval_mean_token_accuracy")),
+    Family("reward_std", "Reward spread within a group", "standard deviation", ("reward_std",)),
+    Family("kl", "KL to the reference", "nats", ("kl",)),
     Family("length", "Completion length", "tokens",
-           ("completions/mean_length", "completions/min_length", "completions/max_length"), ("grpo",)),
+           ("completions/mean_length", "completions/min_length", "completions/max_length")),
     Family("fractions", "Groups without signal, completions cut short", "fraction (0–1)",
-           ("frac_reward_zero_std", "completions/clipped_ratio"), ("grpo",)),
-    Family("tools", "Tool calls", "per completion", ("tools/call_frequency", "tools/failure_frequency"), ("grpo",)),
-    Family("lr", "Learning rate", "learning rate", ("learning_rate",), smooth=False),
-    Family("grad_norm", "Gradient norm", "L2 norm", ("grad_norm",)),
-    Family("entropy", "Entropy", "nats per token", ("entropy",)),
-    Family("throughput", "Throughput", "tokens per second", ("perf/tokens_per_second",)),
+           ("frac_reward_zero_std", "completions/clipped_ratio")),
+    Family("tools", "Tool calls", "per completion", ("tools/call_frequency", "tools/failure_frequency")),
+    Family("lr", "Learning rate", "learning rate", ("learning_rate",), shared=True, smooth=False),
+    Family("grad_norm", "Gradient norm", "L2 norm", ("grad_norm",), shared=True),
+    Family("entropy", "Entropy", "nats per token", ("entropy",), shared=True),
+    Family("throughput", "Throughput", "tokens per second", ("perf/tokens_per_second",), shared=True),
 )
 FAMILY_KEYS = tuple(f.key for f in FAMILIES)
 
@@ -95,7 +98,7 @@ def _number(value: Any) -> float | None:
 
 def family_metrics(family: Family, method: str, rows: list[dict[str, Any]]) -> list[str]:
     """The metrics of ``family`` that ``rows`` hold a number for, in the family's order (patterned ones sorted)."""
-    if family.methods is not None and method not in family.methods:
+    if not family.shows_for(method):
         return []
     present = {k for row in rows for k, v in row.items() if _number(v) is not None and row.get("step") is not None}
     names = [m for m in family.metrics if m in present]
@@ -172,19 +175,6 @@ def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None 
 
 
 # --- the training log as rows ----------------------------------------------------------------------------------
-LOG_COLUMNS: dict[str, list[tuple[str, str]]] = {
-    "sft": [("loss", "loss"), ("eval_loss", "eval loss"), ("mean_token_accuracy", "token acc"),
-            ("learning_rate", "lr"), ("grad_norm", "grad norm")],
-    "dpo": [("loss", "loss"), ("rewards/margins", "margin"), ("rewards/accuracies", "pref acc"),
-            ("rewards/chosen", "chosen"), ("rewards/rejected", "rejected"), ("learning_rate", "lr"),
-            ("grad_norm", "grad norm")],
-    "kto": [("loss", "loss"), ("rewards/margins", "margin"), ("rewards/chosen", "good"), ("rewards/rejected", "bad"),
-            ("kl", "kl"), ("learning_rate", "lr"), ("grad_norm", "grad norm")],
-    "grpo": [("reward", "reward"), ("reward_std", "reward std"), ("kl", "kl"),
-             ("completions/mean_length", "length (tokens)"), ("loss", "loss"), ("learning_rate", "lr")],
-}
-
-
 def _fmt(value: Any, key: str = "") -> str:
     number = _number(value)
     if number is None:
@@ -198,7 +188,7 @@ def _fmt(value: Any, key: str = "") -> str:
 
 def log_rows(method: str, rows: list[dict[str, Any]], limit: int = 20) -> pd.DataFrame:
     """The newest ``limit`` logged rows (newest first) as time, step and the metrics that matter for ``method``."""
-    columns = LOG_COLUMNS.get(method, LOG_COLUMNS["sft"])
+    columns = monitoring(method).log_columns
     out = []
     for row in rows:
         if not any(_number(row.get(key)) is not None for key, _ in columns):

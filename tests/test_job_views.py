@@ -246,3 +246,13 @@ def test_metrics_come_incrementally_with_a_cursor(api):
     assert [r["step"] for r in later.rows] == [3] and later.cursor > first.cursor
     with pytest.raises(JobNotFound):
         api.metrics_since(job.id, 0, User("someone-else"))
+
+
+def test_every_metric_the_method_table_monitors_has_a_plot_and_every_method_a_loss_unit():
+    from backend.api import methods, monitoring
+
+    drawn = {m for family in job_monitor.FAMILIES if not family.shared for m in family.metrics}
+    for method in methods():
+        seen = monitoring(method)
+        assert set(seen.metrics) <= drawn, (method, set(seen.metrics) - drawn)
+        assert seen.loss_unit != "loss" and seen.log_columns[0][0] in ("loss", "reward"), method

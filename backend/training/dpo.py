@@ -68,4 +68,9 @@ SUPPORT = MethodSupport(
     form_fields=("dpo.beta", "dpo.loss_type"),
     reference_model=_always,  # the reference log-probs, every step (the studio does not precompute them)
     sequences_per_example=2,  # chosen and rejected go through the model in one concatenated batch
+    loss_unit="DPO loss (nats)",
+    monitored=("rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected"),
+    log_columns=(("loss", "loss"), ("rewards/margins", "margin"), ("rewards/accuracies", "pref acc"),
+                 ("rewards/chosen", "chosen"), ("rewards/rejected", "rejected"), ("learning_rate", "lr"),
+                 ("grad_norm", "grad norm")),
 )

@@ -214,4 +214,10 @@ SUPPORT = MethodSupport(
     template_kwargs=_template_kwargs,
     cli_extras=cli_extras,
     cli_notes=cli_notes,
+    loss_unit="policy loss",
+    monitored=("reward", "reward_std", "kl", "completions/mean_length", "completions/min_length",
+               "completions/max_length", "frac_reward_zero_std", "completions/clipped_ratio", "tools/call_frequency",
+               "tools/failure_frequency"),
+    log_columns=(("reward", "reward"), ("reward_std", "reward std"), ("kl", "kl"),
+                 ("completions/mean_length", "length (tokens)"), ("loss", "loss"), ("learning_rate", "lr")),
 )

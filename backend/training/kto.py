@@ -103,4 +103,8 @@ SUPPORT = MethodSupport(
     reference_model=_always,  # the reference log-probs, every step
     sequences_per_example=2,  # the completion, and a mismatched one for the KL estimate
     min_batch=2,  # the KL estimate pairs each prompt with another row's completion in the same batch
+    loss_unit="KTO loss (nats)",
+    monitored=("rewards/margins", "rewards/chosen", "rewards/rejected", "kl"),
+    log_columns=(("loss", "loss"), ("rewards/margins", "margin"), ("rewards/chosen", "good"),
+                 ("rewards/rejected", "bad"), ("kl", "kl"), ("learning_rate", "lr"), ("grad_norm", "grad norm")),
 )

@@ -98,6 +98,11 @@ class MethodSupport:
     template_kwargs: Callable[[JobSpec, str, Any], dict[str, Any]] = _no_template_kwargs
     cli_extras: Callable[[JobSpec], dict[str, Any]] = _nothing  # TRL CLI keys beyond the config kwargs (script args)
     cli_notes: Callable[[JobSpec], list[str]] = _no_notes  # what the TRL CLI cannot express, one sentence each
+    # The Jobs tab: the loss plot's unit, the method's own logged metrics it plots (every method also gets loss,
+    # learning rate, gradient norm, entropy and throughput), and the training log's (metric, header) columns.
+    loss_unit: str = "loss"
+    monitored: tuple[str, ...] = ()
+    log_columns: tuple[tuple[str, str], ...] = (("loss", "loss"), ("learning_rate", "lr"))
 
     @property
     def label(self) -> str:

@@ -120,4 +120,8 @@ SUPPORT = MethodSupport(
     form_fields=("sft.completion_only_loss", "sft.packing"),
     packing_path="sft.packing",
     template_kwargs=training_template_kwargs,
+    loss_unit="cross-entropy (nats/token)",
+    monitored=("mean_token_accuracy", "eval_mean_token_accuracy"),
+    log_columns=(("loss", "loss"), ("eval_loss", "eval loss"), ("mean_token_accuracy", "token acc"),
+                 ("learning_rate", "lr"), ("grad_norm", "grad norm")),
 )
