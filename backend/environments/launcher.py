@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from backend.environments.registry import builtin_environment
-from backend.environments.serving import DEFAULT_MAX_SESSIONS
+from backend.environments.registry import DEFAULT_MAX_SESSIONS, builtin_environment
 from backend.interpreters import InterpreterError, app_python
 
 HOST = "127.0.0.1"

@@ -7,6 +7,9 @@ from typing import Literal
 
 from backend.spec import BUILTIN_ENVIRONMENT_NAMES
 
+# Most simultaneous WebSocket sessions (one environment each) a built-in server accepts unless told otherwise.
+DEFAULT_MAX_SESSIONS = 64
+
 
 @dataclass(frozen=True)
 class BuiltinEnvironment:

@@ -12,13 +12,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from backend.environments.registry import DEFAULT_MAX_SESSIONS
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
 T = TypeVar("T")
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_MAX_SESSIONS = 64
 
 
 def episode_rng(seed: int | None) -> random.Random:
