@@ -59,6 +59,13 @@ def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = N
     return Policy(model, tokenizer, None, None)
 
 
+def policy_trainer(trainer_cls: type, args: Any, inputs: Any) -> Any:
+    """``trainer_cls`` (a TRL trainer) with ``args`` on the job's policy and rows, for the methods that need nothing
+    else (DPO, KTO); ``inputs`` is the worker's ``methods.TrainerInputs``."""
+    policy = load_policy(inputs.spec, inputs.models_dir, inputs.parent_adapter)
+    return trainer_cls(args=args, train_dataset=inputs.dataset, callbacks=inputs.callbacks, **policy.trainer_kwargs())
+
+
 def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
     """TrainingArguments fields every method sets the same way from the spec."""
     t = spec.training

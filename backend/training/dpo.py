@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 from backend.evaluation import preference_scores
 from backend.preview import render_preference_row
 from backend.spec import JobSpec, Method
-from backend.training.common import base_training_kwargs, load_policy
-from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
+from backend.training.common import base_training_kwargs, policy_trainer
+from backend.training.methods import DataFormat, MethodSupport, TrainerInputs, always
 
 if TYPE_CHECKING:
-    from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
 
@@ -32,26 +31,11 @@ def to_dpo_config(spec: JobSpec, output_dir: Path) -> "DPOConfig":
     return DPOConfig(**base_training_kwargs(spec, output_dir), **dpo_config_kwargs(spec))
 
 
-def build_dpo_trainer(
-    spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
-    parent_adapter: Path | None = None,
-) -> "DPOTrainer":
+def build_dpo_trainer(inputs: TrainerInputs) -> "DPOTrainer":
     """The DPOTrainer; the reference is the policy with its adapter off (or the parent's frozen adapter)."""
     from trl import DPOTrainer
 
-    policy = load_policy(spec, models_dir, parent_adapter)
-    return DPOTrainer(
-        args=to_dpo_config(spec, output_dir), train_dataset=dataset, callbacks=callbacks, **policy.trainer_kwargs()
-    )
-
-
-def _build(inputs: TrainerInputs):
-    return build_dpo_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
-                             inputs.parent_adapter)
-
-
-def _always(spec: JobSpec) -> bool:
-    return True
+    return policy_trainer(DPOTrainer, to_dpo_config(inputs.spec, inputs.output_dir), inputs)
 
 
 SUPPORT = MethodSupport(
@@ -61,12 +45,12 @@ SUPPORT = MethodSupport(
     formats=(DataFormat("preference", ("prompt", "chosen", "rejected")),
              DataFormat("implicit-preference", ("chosen", "rejected"))),
     config_kwargs=dpo_config_kwargs,
-    build_trainer=_build,
+    build_trainer=build_dpo_trainer,
     evaluate=preference_scores,
     render=render_preference_row,
     card_rows=lambda spec: [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)],
     form_fields=("dpo.beta", "dpo.loss_type"),
-    reference_model=_always,  # the reference log-probs, every step (the studio does not precompute them)
+    reference_model=always,  # the reference log-probs, every step (the studio does not precompute them)
     sequences_per_example=2,  # chosen and rejected go through the model in one concatenated batch
     loss_unit="DPO loss (nats)",
     monitored=("rewards/margins", "rewards/accuracies", "rewards/chosen", "rewards/rejected"),

@@ -14,11 +14,10 @@ from backend.evaluation import chunks, per_side, render_texts
 from backend.mixed_batch import mixed_logprobs
 from backend.preview import render_sft_row
 from backend.spec import JobSpec, Method
-from backend.training.common import base_training_kwargs, load_policy
-from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
+from backend.training.common import base_training_kwargs, policy_trainer
+from backend.training.methods import DataFormat, MethodSupport, TrainerInputs, always
 
 if TYPE_CHECKING:
-    from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
 
@@ -36,17 +35,11 @@ def to_kto_config(spec: JobSpec, output_dir: Path) -> "KTOConfig":
     return KTOConfig(**base_training_kwargs(spec, output_dir), **kto_config_kwargs(spec))
 
 
-def build_kto_trainer(
-    spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
-    parent_adapter: Path | None = None,
-) -> "KTOTrainer":
+def build_kto_trainer(inputs: TrainerInputs) -> "KTOTrainer":
     """The KTOTrainer; the reference is the policy with its adapter off (or the parent's frozen adapter)."""
     from trl import KTOTrainer
 
-    policy = load_policy(spec, models_dir, parent_adapter)
-    return KTOTrainer(
-        args=to_kto_config(spec, output_dir), train_dataset=dataset, callbacks=callbacks, **policy.trainer_kwargs()
-    )
+    return policy_trainer(KTOTrainer, to_kto_config(inputs.spec, inputs.output_dir), inputs)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -74,15 +67,6 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
     return scores
 
 
-def _build(inputs: TrainerInputs):
-    return build_kto_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
-                             inputs.parent_adapter)
-
-
-def _always(spec: JobSpec) -> bool:
-    return True
-
-
 def _card_rows(spec: JobSpec) -> list[tuple[str, object]]:
     k = spec.kto
     return [("KTO beta", k.beta), ("desirable / undesirable weight", f"{k.desirable_weight} / {k.undesirable_weight}")]
@@ -94,13 +78,13 @@ SUPPORT = MethodSupport(
     summary="Kahneman-Tversky optimization (KTO) on answers marked good or bad",
     formats=(DataFormat("unpaired-preference", ("prompt", "completion", "label"), labels=("label",)),),
     config_kwargs=kto_config_kwargs,
-    build_trainer=_build,
+    build_trainer=build_kto_trainer,
     evaluate=feedback_scores,
     render=render_sft_row,  # prompt + completion, as KTOTrainer tokenizes them
     card_rows=_card_rows,
     form_fields=("kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),
     plots=(("loss", "loss"), ("rewards/margins", "reward margin")),
-    reference_model=_always,  # the reference log-probs, every step
+    reference_model=always,  # the reference log-probs, every step
     sequences_per_example=2,  # the completion, and a mismatched one for the KL estimate
     min_batch=2,  # the KL estimate pairs each prompt with another row's completion in the same batch
     loss_unit="KTO loss (nats)",

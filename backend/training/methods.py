@@ -54,6 +54,11 @@ class TrainerInputs:
     environment: Any = None  # an open OpenEnv environment (GRPO), or None
 
 
+def always(spec: JobSpec) -> bool:
+    """For a row's per-spec switches that are on for every job (a reference model every step)."""
+    return True
+
+
 def _never(spec: JobSpec) -> bool:
     return False
 
