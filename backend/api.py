@@ -66,6 +66,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _name_of(user: User | None) -> str:
+    """The name a caller's jobs and files go under: no user (the CLI, tests) is "local", as JobSpec.owner defaults."""
+    return user.name if user is not None else "local"
+
+
 @dataclass(frozen=True)
 class MetricsPage:
     """Metric rows logged after a cursor, and the cursor to ask with next time (unchanged when none are new)."""
@@ -218,7 +223,7 @@ class StudioAPI(HubOperations):
 
         try:
             self._require_user(user, "dataset upload")
-            owner = user.name if user is not None else "local"
+            owner = _name_of(user)
             return keep_upload(Path(source), original_name, Method(method), self.paths.uploads(owner), columns)
         finally:  # kept or refused, the studio's own copy (or nothing) is all that should remain
             Path(source).unlink(missing_ok=True)
@@ -230,7 +235,7 @@ class StudioAPI(HubOperations):
         from backend.uploads import check_upload
 
         self._require_user(user, "dataset upload")
-        owner = user.name if user is not None else "local"
+        owner = _name_of(user)
         # The id resolves only inside this user's own uploads folder (backend.access.upload_file).
         return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
 
@@ -365,20 +370,20 @@ class StudioAPI(HubOperations):
         """Where a user's "this side is better" picks are kept (DPO rows)."""
         from backend.feedback import feedback_log
 
-        return feedback_log(self.paths, user.name if user else "local", "dpo")
+        return feedback_log(self.paths, _name_of(user), "dpo")
 
     def thumb_log(self, user: User | None = None) -> "ThumbLog":
         """Where a user's 👍/👎 on single answers are kept (KTO rows)."""
         from backend.feedback import feedback_log
 
-        return feedback_log(self.paths, user.name if user else "local", "kto")
+        return feedback_log(self.paths, _name_of(user), "kto")
 
     def export_preferences(self, user: User | None = None, format: "FeedbackFormat" = "dpo") -> Path:
         """The user's picks (``dpo``) or thumbs (``kto``) as ``<user>-<format>.jsonl`` in a fresh downloads folder
         (the only place the app serves files from); their earlier exports of it are removed. ValueError when empty."""
         from backend.feedback import export_feedback
 
-        return export_feedback(self.paths, user.name if user else "local", format)
+        return export_feedback(self.paths, _name_of(user), format)
 
     def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""
