@@ -217,9 +217,10 @@ def test_killed_scheduler_then_lost_worker_leaves_a_resumable_job_and_no_slot_ta
 
 @slow
 def test_the_worker_process_ends_once_its_job_is_recorded_even_if_shutdown_would_block(paths, store, tmp_path):
-    # The quickest real way through the worker: a parent job that does not exist fails it before any model loads.
-    job = store.add(parse_spec(tiny_spec(model={"parent_job_id": "no-such-job"})))
-    store.claim_next()
+    # The quickest real way through the worker: a dataset that does not exist fails it before any model loads. (Not a
+    # missing parent job: claim_next itself fails that one, so the worker would start on a job already ended.)
+    job = store.add(parse_spec(tiny_spec(dataset={"name": "no-such-dataset"})))
+    assert store.claim_next().status is JobStatus.running
     blocker = tmp_path / "blocker"
     blocker.mkdir()
     # A thread nobody stops, as an open websocket's reader can be: a normal exit would wait for it forever.
@@ -231,8 +232,9 @@ def test_the_worker_process_ends_once_its_job_is_recorded_even_if_shutdown_would
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
-        assert wait_status(store, job.id, FINAL, timeout=120).status is JobStatus.failed
-        assert worker.wait(timeout=15) == 1
+        failed = wait_status(store, job.id, FINAL, timeout=120)
+        assert failed.status is JobStatus.failed and "no-such-dataset" in failed.error  # the worker's own record
+        assert worker.wait(timeout=30) == 1
     finally:
         _kill_group_of(worker.pid)
         worker.wait()
