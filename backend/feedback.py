@@ -69,6 +69,11 @@ def _parsed(line: bytes) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
+def _asked(prompt: Sequence[Message]) -> list[Message]:
+    """A prompt without the assistant's messages: what was asked, the same on both sides of a turn."""
+    return [m for m in prompt if m["role"] != "assistant"]
+
+
 class FeedbackLog:
     """A JSONL file of rows, each written under an exclusive file lock, so rows from several threads or processes
     never interleave; a new row replaces the last earlier row it counts as the same as (one judgement per turn)."""
@@ -153,9 +158,12 @@ class PreferenceLog(FeedbackLog):
     nothing_yet = "no preferences recorded yet; pick the better answer in a few chats first"
 
     def _same(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
-        """A pick for the same turn: same job, prompt and pair of answers (a regenerated turn is a new one)."""
+        """A pick for the same turn: same job, pair of answers and what was asked (a regenerated turn is a new one).
+
+        The prompts themselves may differ: each is the picked side's conversation, with that side's earlier answers.
+        """
         answers = {old["chosen"][0]["content"], old["rejected"][0]["content"]}
-        return (old.get("job_id") == new["job_id"] and old.get("prompt") == new["prompt"]
+        return (old.get("job_id") == new["job_id"] and _asked(old["prompt"]) == _asked(new["prompt"])
                 and answers == {new["chosen"][0]["content"], new["rejected"][0]["content"]})
 
     def record(self, prompt_messages: Sequence[Message], better: str, worse: str, job_id: str | None) -> dict[str, Any]:

@@ -114,3 +114,17 @@ def test_a_better_pick_takes_the_preferred_sides_conversation_as_its_prompt(tmp_
     assert [r["chosen"][0]["content"] for r in log.rows()] == ["tuned says again", "Hello."]
     with pytest.raises(NoAnswerYet, match="Ask something first; then pick the better answer."):
         log.record_turn(BASE[:3], TUNED, SYSTEM, "base", "job-1")
+
+
+def test_changing_the_pick_on_a_later_turn_replaces_it_though_each_side_has_its_own_history(tmp_path):
+    # From the second turn on the two prompts differ (each side's earlier answers); the turn is the same one.
+    log = PreferenceLog(tmp_path / "prefs.jsonl")
+    assert log.record_turn(BASE, TUNED, SYSTEM, "base", "job-1")["replaced"] is False
+    changed = log.record_turn(BASE, TUNED, SYSTEM, "tuned", "job-1")
+    assert changed["replaced"] is True and changed["prompt"] == last_turn(TUNED, SYSTEM)[0]
+    assert [(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in log.rows()] == [
+        ("tuned says again", "base says again")]
+    # Another question after the same first exchange is another turn, even with the same two answers.
+    other = [*BASE[:2], {"role": "user", "content": "Something else?"}, BASE[3]]
+    assert log.record_turn(other, [*TUNED[:2], other[2], TUNED[3]], SYSTEM, "base", "job-1")["replaced"] is False
+    assert len(log.rows()) == 2
