@@ -192,9 +192,18 @@ def build(api: StudioAPI) -> ChatHandles:
             yield ([*base_hist, asked, {"role": "assistant", "content": left}],
                    [*tuned_hist, asked, {"role": "assistant", "content": right}], "")
 
+    # While answers stream, the 👍/👎 and "better" buttons are off: a click then recorded the half-written answer.
+    judges = [left_up, left_down, right_up, right_down, left_better, right_better]
+
+    def answering(trigger, handler, handler_inputs, api_name):
+        """``trigger`` runs ``handler`` (a streaming answer) with the judging buttons off until it ends, however."""
+        trigger(lambda: [gr.update(interactive=False)] * len(judges), None, judges, api_name=False, queue=False).then(
+            handler, handler_inputs, [base, tuned, message], api_name=api_name,
+        ).then(lambda: [gr.update(interactive=True)] * len(judges), None, judges, api_name=False, queue=False)
+
     inputs = [job, message, base, tuned, system, temperature, max_tokens, seed]
-    send.click(stream, inputs, [base, tuned, message], api_name="chat_send")
-    message.submit(stream, inputs, [base, tuned, message], api_name=False)
+    answering(send.click, stream, inputs, "chat_send")
+    answering(message.submit, stream, inputs, False)
 
     def drop_last_turn(base_hist, tuned_hist):
         """Both histories without their last exchange, and the message that started it."""
@@ -212,8 +221,8 @@ def build(api: StudioAPI) -> ChatHandles:
         yield from stream(job_choice, text, base_prev, tuned_prev, system_prompt, temp, max_new,
                           int(seed_value or 0) + 1, profile=profile)
 
-    regenerate.click(regenerate_turn, [job, base, tuned, system, temperature, max_tokens, seed],
-                     [base, tuned, message], api_name="chat_regenerate")
+    answering(regenerate.click, regenerate_turn, [job, base, tuned, system, temperature, max_tokens, seed],
+              "chat_regenerate")
     clear.click(lambda: ([], [], ""), None, [base, tuned, note], api_name="chat_clear")
 
     def prefer(side: str):

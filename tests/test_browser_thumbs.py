@@ -120,6 +120,23 @@ def test_thumbs_on_both_sides_are_kto_rows_and_the_export_is_what_was_clicked(pa
     page.screenshot(path=ARTIFACTS / "chat-thumbs.png", full_page=True)
 
 
+def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
+    """A 👍 or a "better" pick on a half-written answer would record it: the buttons wait until both answers end."""
+    max_tokens = page.get_by_label("number input for Max new tokens")
+    max_tokens.fill("96")  # a few seconds of streaming on CPU: long enough to look at the buttons
+    max_tokens.press("Tab")
+    page.locator("#chat-input textarea").fill("Tell me more")
+    page.locator("#chat-send").click()
+    judges = ("#left-up", "#left-down", "#right-up", "#right-down", "#left-better", "#right-better")
+    for button in judges:
+        expect(page.locator(button)).to_be_disabled(timeout=5_000)
+    expect(page.locator("#chat-tuned [data-testid='bot']").last).not_to_have_text("", timeout=120_000)
+    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(re.compile("hide"),
+                                                                                     timeout=120_000)
+    for button in judges:
+        expect(page.locator(button)).to_be_enabled(timeout=30_000)
+
+
 def test_a_returning_user_finds_both_exports_ready(page, app):
     page.reload()
     expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
