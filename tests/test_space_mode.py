@@ -111,3 +111,41 @@ def test_another_user_can_see_or_touch_none_of_it(space, store, alices_job):
     rows, _ = space.client(SPACE_OWNER).predict(None, api_name="/list_jobs")
     assert alices_job in str(rows)
     assert space.serving()
+
+
+def _rows(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_thumbs_are_each_signed_in_users_own_and_a_visitor_records_none(space, alices_job):
+    """The Chat tab's 👍/👎 on a shared Space: a visitor is told to sign in and nothing is written; alice's thumbs are
+    in her export only; bob's export holds his own thumb and none of hers."""
+    thumbs = DataPaths(space.data_dir).root / "thumbs"
+    visitor = space.client()
+    _refused(visitor, alices_job, [], [], "", api_name="/thumb_base_up")
+    _refused(visitor, api_name="/export_thumbs")
+    assert not thumbs.exists()
+
+    alice = space.client("alice")
+    base, tuned, _ = alice.predict(alices_job, "Hello", [], [], "", 0.0, 8, 0, api_name="/chat_send")
+    alice.predict(alices_job, base, tuned, "", api_name="/thumb_base_up")
+    note, ready = alice.predict(alices_job, base, tuned, "", api_name="/thumb_tuned_down")
+    assert "2 KTO rows so far" in note and ready
+    exported = alice.predict(api_name="/export_thumbs")
+    assert exported.endswith("alice-kto.jsonl")
+    rows = _rows(exported)
+    assert [r["label"] for r in rows] == [True, False]
+    answers = [side[-1]["content"][0]["text"] for side in (base, tuned)]  # the client gets typed text parts
+    assert [r["completion"][0]["content"] for r in rows] == answers
+
+    bob = space.client("bob")
+    _refused(bob, api_name="/export_thumbs", expect="no thumbs recorded yet")
+    his = [{"role": role, "content": [{"type": "text", "text": text}]}
+           for role, text in (("user", "Hi"), ("assistant", "bob's own answer"))]
+    note, _ = bob.predict("", his, his, "", api_name="/thumb_tuned_up")
+    assert "1 KTO row so far" in note
+    assert [r["completion"][0]["content"] for r in _rows(bob.predict(api_name="/export_thumbs"))] == [
+        "bob's own answer"]
+    assert sorted(p.name for p in thumbs.iterdir()) == ["alice.jsonl", "bob.jsonl"]
+    assert len(_rows(alice.predict(api_name="/export_thumbs"))) == 2, "bob's thumb is not in alice's export"
