@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from backend.demo_model import DEMO_MODEL_ID
+from backend.demo_model import BUILTIN_MODELS
 from backend.paths import DataPaths
 from backend.hub import is_local_path, is_repo_id, looks_like_path
 from backend.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
@@ -118,7 +118,7 @@ def model_problems(model: ModelSpec, user: User | None) -> list[str]:
     if may_name_server_paths(user):
         return []
     problems = []
-    if model.name_or_path != DEMO_MODEL_ID:
+    if model.name_or_path not in BUILTIN_MODELS:
         problem = hub_name_problem(
             "model.name_or_path", model.name_or_path, "model", "push the model to the Hub and give its id"
         )

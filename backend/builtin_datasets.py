@@ -44,6 +44,26 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             "wordle-demo", "32 Wordle prompts for the built-in wordle environment, with the secret `word`.", ("grpo",)
         ),
         BuiltinDataset(
+            "arith-sft", "1000 arithmetic chats (sums and differences below 50, answered `a + b = \\boxed{c}`) for "
+            "builtin:tiny-qwen3-arith: SFT raises its exact-match accuracy.", ("sft",),
+        ),
+        BuiltinDataset(
+            "arith-preferences", "1000 arithmetic prompts with the right answer chosen and a near miss rejected (DPO).",
+            ("dpo",),
+        ),
+        BuiltinDataset(
+            "arith-feedback", "1000 arithmetic answers marked right (`label` true) or wrong (false), half each (KTO).",
+            ("kto",),
+        ),
+        BuiltinDataset(
+            "arith-prompts", "1000 arithmetic prompts with a `solution` column for TRL's accuracy reward (GRPO).",
+            ("grpo",),
+        ),
+        BuiltinDataset(
+            "arith-env", "160 sums and differences for the built-in arithmetic environment (`a`, `b`, `op`), phrased "
+            "as builtin:tiny-qwen3-arith was pre-trained to answer with the submit_answer tool.", ("grpo",),
+        ),
+        BuiltinDataset(
             "arithmetic-demo",
             "32 calculation prompts for the built-in arithmetic environment, with `a`, `b` and `op` columns.",
             ("grpo",),

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 
 from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.demo_model import DEMO_MODEL_ID
+from backend.demo_model import ARITH_MODEL_ID, DEMO_MODEL_ID
 from backend.environments.registry import BUILTIN_ENVIRONMENTS
 from backend.spec import REWARD_NAMES, JobSpec, Method, field_help
 
@@ -25,6 +25,7 @@ CURATED_MODELS: tuple[str, ...] = (
     "Qwen/Qwen3-0.6B",
     "HuggingFaceTB/SmolLM2-360M-Instruct",
     "Qwen/Qwen2.5-1.5B-Instruct",
+    ARITH_MODEL_ID,
     DEMO_MODEL_ID,
 )
 # The Hugging Face Jobs hardware the Train tab offers (backend.hf_jobs checks any flavor against the Hub's list).

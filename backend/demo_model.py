@@ -13,7 +13,7 @@ from pathlib import Path
 DEMO_MODEL_ID = "builtin:tiny-qwen3"
 DEMO_MODEL_DIRNAME = "tiny-qwen3"
 # Bump when the recipe changes so an old build on disk is rebuilt rather than silently reused.
-DEMO_MODEL_RECIPE = 3
+DEMO_MODEL_RECIPE = 4
 # What the UI says wherever the demo model appears: it is honest about what a random tiny model can show.
 DEMO_MODEL_NOTE = (
     f"{DEMO_MODEL_ID} is a random tiny model (Qwen3 architecture, random weights, built on this machine in seconds). "
@@ -23,9 +23,34 @@ DEMO_MODEL_NOTE = (
 )
 
 
+# The built-in model that already knows a little: the same architecture family, tokenizer and chat template, pre-trained
+# by scripts/build_arith_model.py on small-integer arithmetic (backend/arith_data.py) and stopped on purpose at a
+# partial skill, so every method has room to improve it. Its weights ship in backend/assets/models/.
+ARITH_MODEL_ID = "builtin:tiny-qwen3-arith"
+ARITH_MODEL_DIR = Path(__file__).parent / "assets" / "models" / "tiny-qwen3-arith"
+ARITH_MODEL_RECIPE = 1
+ARITH_MODEL_CONFIG = dict(
+    hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True,
+)
+ARITH_MODEL_NOTE = (
+    f"{ARITH_MODEL_ID} is a tiny model pre-trained on this project's synthetic arithmetic chats (sums and differences "
+    "of numbers below 50, answered as `a + b = \\boxed{c}`) and stopped on purpose at a partial skill: it answers "
+    "about a third of unseen problems right. Training on the arith-* datasets makes it better, and the job's "
+    "learning verdict says by how much. It knows nothing else: other questions get arithmetic-shaped answers."
+)
+BUILTIN_MODELS = (DEMO_MODEL_ID, ARITH_MODEL_ID)
+
+
 def is_demo_model(name: str | None) -> bool:
-    """Whether a base model name is the built-in random demo model."""
-    return (name or "").strip() == DEMO_MODEL_ID
+    """Whether a base model name is one of the built-in tiny models (random, or arithmetic)."""
+    return (name or "").strip() in BUILTIN_MODELS
+
+
+def demo_model_note(name: str | None) -> str:
+    """What the UI says of a built-in tiny model; empty for any other model."""
+    name = (name or "").strip()
+    return {DEMO_MODEL_ID: DEMO_MODEL_NOTE, ARITH_MODEL_ID: ARITH_MODEL_NOTE}.get(name, "")
 
 _SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -40,13 +65,19 @@ _SPECIAL_TOKENS = [
 ]
 
 
+# The datasets the tokenizer's merges are learned from, fixed: a dataset added later must not change the tokenizer,
+# which builtin:tiny-qwen3-arith ships pre-trained on (tests/test_arith_model.py holds the two equal).
+TOKENIZER_CORPUS = ("arithmetic-demo", "chat-demo", "echo-demo", "echo-tools-sft", "feedback-demo", "math-demo",
+                    "preferences-demo", "wordle-demo")
+
+
 def _training_corpus() -> list[str]:
-    """Text the tokenizer's merges are learned from: the shipped demo datasets plus chat-template scaffolding."""
+    """Text the tokenizer's merges are learned from: the first demo datasets plus chat-template scaffolding."""
     from backend.builtin_datasets import BUILTIN_DATASETS_DIR
 
     lines: list[str] = ["system user assistant tool", "Hello! How can I help you today?"]
-    for path in sorted(BUILTIN_DATASETS_DIR.glob("*.jsonl")):
-        lines.extend(path.read_text(encoding="utf-8").splitlines())
+    for name in TOKENIZER_CORPUS:
+        lines.extend((BUILTIN_DATASETS_DIR / f"{name}.jsonl").read_text(encoding="utf-8").splitlines())
     return lines
 
 
@@ -56,7 +87,9 @@ def _build_tokenizer():
     from trl.chat_template_utils import qwen3_chat_template
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # One token per digit (as Qwen's and Llama 3's tokenizers do): a number's digits line up, so sums can be learned.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=1024,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from backend.data import load_training_dataset, split_holdout
 from backend.training.methods import support
-from backend.demo_model import DEMO_MODEL_ID
+from backend.demo_model import BUILTIN_MODELS, DEMO_MODEL_ID
 from backend.rewards import reward_columns
 from backend.hub import hub_offline, is_local_path
 from backend.hub_status import HUB_UNREACHABLE, hub_reachable
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def check_model(model: ModelSpec) -> None:
     """SpecError unless the base model can be found: a saved local folder, the local cache, or the Hub."""
     name = model.name_or_path
-    if name == DEMO_MODEL_ID:
+    if name in BUILTIN_MODELS:
         return
     if is_local_path(name):
         path = Path(name).expanduser()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backend.demo_model import DEMO_MODEL_ID, ensure_demo_model
+from backend.demo_model import ARITH_MODEL_DIR, ARITH_MODEL_ID, DEMO_MODEL_ID, ensure_demo_model
 from backend.spec import LoraSpec, ModelSpec, QuantizationSpec
 
 if TYPE_CHECKING:
@@ -14,9 +14,11 @@ if TYPE_CHECKING:
 
 
 def resolve_model(model: ModelSpec, models_dir: Path) -> str:
-    """The string ``from_pretrained`` takes: the built demo model's folder, a local folder, or the Hub id."""
+    """The string ``from_pretrained`` takes: a built-in model's folder, a local folder, or the Hub id."""
     if model.name_or_path == DEMO_MODEL_ID:
         return str(ensure_demo_model(models_dir))
+    if model.name_or_path == ARITH_MODEL_ID:
+        return str(ARITH_MODEL_DIR)  # shipped, read-only: never written to
     return model.name_or_path
 
 
