@@ -10,7 +10,7 @@ version that wrote it still reads it), and a value of the wrong type is left out
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,6 +39,43 @@ class AutoTuneRecord(BaseModel):
     budget_bytes: int | None = Field(None, description="the memory the device offered (None: unknown)")
 
 
+Verdict = Literal["improved", "no_change", "worse", "no_signal"]
+
+
+class LearningVerdict(BaseModel):
+    """Did training make the model better? The job's own metric before and after, on held-out rows (``learning``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metric: str = Field(description="the evaluation key the verdict reads (exact_match, preference_accuracy, ...)")
+    label: str = Field(description="the metric as people say it: held-out accuracy")
+    before: float | None = Field(None, description="the score where the job started: the parent's adapter, else base")
+    after: float | None = Field(None, description="the tuned model's score")
+    delta: float | None = Field(None, description="after minus before")
+    ci95: float | None = Field(None, description="half-width of the 95% interval of delta, from the rows themselves")
+    rows: int = Field(0, description="held-out rows (or episodes) the scores come from")
+    verdict: Verdict = Field(description="improved, no_change, worse, or no_signal (nothing to learn from)")
+    sentence: str = Field(description="the verdict in one sentence, as the Jobs tab, model card and CLI show it")
+    base: float | None = Field(None, description="the base model's score, when the job started from a parent")
+    start: Literal["base", "parent"] = Field("base", description="what 'before' is")
+    higher_is_better: bool = Field(True, description="whether a rise is an improvement (a loss: False)")
+    rate: bool = Field(False, description="whether the metric is a share of rows (shown in percent and points)")
+
+
+class SignalWatch(BaseModel):
+    """GRPO's live check that the run has something to learn from (the ``signal`` artifact)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    warning: str | None = Field(None, description="what is wrong and what to try, while it holds (None: signal)")
+    conditions: list[str] = Field(default_factory=list, description="the conditions that held on the last steps")
+    since_step: int | None = Field(None, description="the first step of the current run of steps without signal")
+    consecutive: int = Field(0, description="logged steps in a row without signal")
+    steps_logged: int = Field(0, description="training steps logged so far")
+    steps_with_signal: int = Field(0, description="logged steps on which some group's completions scored differently")
+    stopped_early: bool = Field(False, description="whether training.stop_when_no_signal ended the run")
+
+
 class JobArtifacts(BaseModel):
     """A job's artifacts; every field is None until something records it."""
 
@@ -65,6 +102,9 @@ class JobArtifacts(BaseModel):
     evaluation: dict[str, Any] | None = Field(None, description="before/after scores on held-out rows, or an error")
     environment_evaluation: dict[str, Any] | None = Field(
         None, description="base and tuned success rate and reward over the same episodes, or an error")
+    learning: LearningVerdict | None = Field(None, description="did training help: the method's metric, before -> "
+                                             "after on held-out rows, with its interval and verdict")
+    signal: SignalWatch | None = Field(None, description="GRPO: whether the run had anything to learn from")
     # How the attempt ended (a resume clears these: ATTEMPT_END_ARTIFACTS).
     cancelled_at_step: int | None = Field(None, description="the step a cancelled attempt stopped at")
     cancel_note: str | None = Field(None, description="how the cancel went (e.g. killed after the grace period)")

@@ -105,23 +105,57 @@ def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> di
     return result
 
 
-def run_evaluation(trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str) -> dict:
-    """Before/after scores on the held-out rows."""
+def run_evaluation(trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str,
+                   parent_adapter: Path | None = None) -> dict:
+    """Before/after scores on the held-out rows (with where a staged job started: its parent's adapter)."""
     from backend.evaluation import evaluate_before_after
 
-    log.info("evaluating base and tuned model on %d held-out rows", len(held_out))
-    return recorded_evaluation("evaluation", lambda: evaluate_before_after(trainer, spec, held_out), paths, job_id)
+    log.info("evaluating the base, %sthe tuned model on %d held-out rows",
+             "the parent's adapter and " if parent_adapter else "", len(held_out))
+    return recorded_evaluation("evaluation", lambda: evaluate_before_after(trainer, spec, held_out, parent_adapter),
+                               paths, job_id)
 
 
-def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str) -> dict:
-    """Success rate and mean reward of base and tuned over the same seeded episodes."""
+def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str,
+                               parent_adapter: Path | None = None) -> dict:
+    """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
+    episodes."""
     from backend.environments.episodes import EpisodeSettings, success_rates
+    from backend.evaluation import START_ADAPTER, load_start_adapter
 
-    log.info("playing %d evaluation episodes with the base and the tuned model", spec.environment.eval_episodes)
+    log.info("playing %d evaluation episodes with the base, %sthe tuned model", spec.environment.eval_episodes,
+             "the parent's adapter and " if parent_adapter else "")
+    start = START_ADAPTER if load_start_adapter(trainer.model, parent_adapter) else None
     return recorded_evaluation("environment_evaluation", lambda: success_rates(
         trainer.model, trainer.processing_class, environment.factory, rows, EpisodeSettings.from_spec(spec),
         spec.environment.eval_episodes, spec.training.seed, compare_base=spec.eval.compare_base,
+        start_adapter=start,
     ), paths, job_id)
+
+
+def without_rows(evaluation: dict) -> dict:
+    """An evaluation as the job's artifacts keep it: the per-row scores stay in its JSON file only."""
+    return {key: value for key, value in evaluation.items() if key != "per_row"}
+
+
+def record_learning(store: JobReporter, job_id: str, spec: JobSpec, evaluation: dict | None,
+                    environment_evaluation: dict | None) -> None:
+    """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job."""
+    from backend.evaluation import learning_verdict
+    from backend.training.signal import no_signal_reason
+
+    try:
+        job = store.get(job_id)
+        reason = no_signal_reason(job.artifacts.signal)
+        learning = learning_verdict(spec, evaluation, environment_evaluation, no_signal=reason)
+    except Exception:  # noqa: BLE001 - the adapter is saved; a verdict that cannot be made is only logged
+        log.exception("the learning verdict could not be made")
+        return
+    if learning is None:
+        log.info("learning verdict: none (no held-out rows were scored on two sides)")
+        return
+    store.merge_artifacts(job_id, learning=learning.model_dump())
+    log.info("learning verdict: %s: %s", learning.verdict, learning.sentence)
 
 
 def process_rank() -> int:
@@ -191,13 +225,17 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         log.info("saved the adapter to %s", outputs["adapter_dir"])
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)
+        evaluation = environment_evaluation = None
         if held_out is not None and (environment is None or spec.grpo.rewards):
-            store.merge_artifacts(job_id, evaluation=run_evaluation(trainer, spec, held_out, paths, job_id))
+            evaluation = run_evaluation(trainer, spec, held_out, paths, job_id, parent_adapter)
+            store.merge_artifacts(job_id, evaluation=without_rows(evaluation))
         if environment is not None and spec.environment.eval_episodes:
             rows = held_out if held_out is not None else trainer.train_dataset
             rows = [rows[i] for i in range(len(rows))]
-            store.merge_artifacts(job_id, environment_evaluation=run_environment_evaluation(
-                trainer, spec, environment, rows, paths, job_id))
+            environment_evaluation = run_environment_evaluation(trainer, spec, environment, rows, paths, job_id,
+                                                                parent_adapter)
+            store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
+        record_learning(store, job_id, spec, evaluation, environment_evaluation)
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()

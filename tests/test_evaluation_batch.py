@@ -81,7 +81,9 @@ def test_dpo_scores_of_one_mixed_batch_equal_separate_base_and_tuned_runs(paths,
         result = evaluate_before_after(trainer, spec, rows)
     finally:
         hook.remove()
-    assert sizes == [16, 8], "6 rows x 2 sides x (chosen, rejected) in two forward passes of up to 16 sequences"
+    assert sizes[:2] == [16, 8], "6 rows x 2 sides x (chosen, rejected) in two forward passes of up to 16 sequences"
+    # Then the greedy answers to the prompts (exact match against the chosen answer): both sides in one batch a step.
+    assert set(sizes[2:]) == {12}
     for side, reference in (("tuned", tuned), ("base", base)):
         assert result[side]["logprob_margin"] == pytest.approx(sum(reference) / len(reference), abs=1e-4)
         assert result[side]["preference_accuracy"] == sum(m > 0 for m in reference) / len(reference)

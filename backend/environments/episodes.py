@@ -172,18 +172,24 @@ def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, A
 
 
 def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[dict[str, Any]],
-                  settings: EpisodeSettings, episodes: int, seed: int, compare_base: bool = True) -> dict[str, Any]:
-    """Success rate and mean reward of the tuned model and (adapter switched off) the base, over the same episodes.
+                  settings: EpisodeSettings, episodes: int, seed: int, compare_base: bool = True,
+                  start_adapter: str | None = None) -> dict[str, Any]:
+    """Success rate and mean reward of the tuned model, of where a staged job started (``start_adapter``, the parent's
+    adapter loaded beside the tuned one) and of the base (adapter switched off), over the same episodes.
 
-    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for both models. The sessions TRL kept open
-    for its rollouts are closed first: a server with exactly the sessions training needed has none left otherwise.
+    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for every model; ``per_row`` keeps each
+    episode's success per side, for the learning verdict's interval. The sessions TRL kept open for its rollouts are
+    closed first: a server with exactly the sessions training needed has none left otherwise.
     """
     factory._close_all()
     environment = factory()
     try:
-        def play_all() -> dict[str, Any]:
+        successes: dict[str, list[float]] = {}
+
+        def play_all(side: str) -> dict[str, Any]:
             played = [play_episode(model, tokenizer, environment, rows[i % len(rows)], settings, seed + i)
                       for i in range(episodes)]
+            successes[side] = [float(e.success) for e in played]
             return {
                 "success_rate": sum(e.success for e in played) / len(played),
                 "mean_reward": sum(e.reward for e in played) / len(played),
@@ -192,11 +198,19 @@ def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[di
 
         was_training = model.training
         model.eval()
-        result: dict[str, Any] = {"episodes": episodes, "tuned": play_all()}
+        result: dict[str, Any] = {"episodes": episodes, "tuned": play_all("tuned")}
+        if start_adapter is not None:
+            tuned = model.active_adapter
+            model.set_adapter(start_adapter)
+            try:
+                result["start"] = play_all("start")
+            finally:
+                model.set_adapter(tuned)
         if compare_base and hasattr(model, "disable_adapter"):
             with model.disable_adapter():
-                result["base"] = play_all()
+                result["base"] = play_all("base")
         model.train(was_training)
+        result["per_row"] = {side: {"success": values} for side, values in successes.items()}
         return result
     finally:
         environment._close()

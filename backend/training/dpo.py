@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from backend.evaluation import preference_scores
 from backend.preview import render_preference_row
+from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, policy_trainer
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs, always
@@ -47,6 +48,7 @@ SUPPORT = MethodSupport(
     config_kwargs=dpo_config_kwargs,
     build_trainer=build_dpo_trainer,
     evaluate=preference_scores,
+    learning_metrics=lambda spec: (LearningMetric("preference_accuracy", "held-out preference accuracy", rate=True),),
     render=render_preference_row,
     card_rows=lambda spec: [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)],
     form_fields=("dpo.beta", "dpo.loss_type"),

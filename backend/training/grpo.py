@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from backend.evaluation import reward_scores
 from backend.preview import render_prompt_row
+from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method, SpecError
 from backend.training.common import base_training_kwargs, load_policy
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
@@ -190,6 +191,13 @@ def _template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict:
     return {"enable_thinking": spec.grpo.enable_thinking} if spec.grpo.enable_thinking is not None else {}
 
 
+def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
+    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check."""
+    only_accuracy = [r.name for r in spec.grpo.rewards] == ["accuracy"] and spec.grpo.rewards[0].weight == 1
+    label = "held-out accuracy" if only_accuracy else "held-out reward"
+    return (LearningMetric("reward/total", label, rate=only_accuracy),)
+
+
 def _build(inputs: TrainerInputs):
     return build_grpo_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
                               inputs.parent_adapter, environment=inputs.environment)
@@ -203,6 +211,7 @@ SUPPORT = MethodSupport(
     config_kwargs=grpo_config_kwargs,
     build_trainer=_build,
     evaluate=reward_scores,
+    learning_metrics=learning_metrics,
     render=render_prompt_row,
     card_rows=_card_rows,
     form_fields=("grpo.num_generations", "grpo.max_completion_length", "grpo.temperature", "grpo.rewards",

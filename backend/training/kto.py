@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from backend.evaluation import chunks, per_side, render_texts
+from backend.evaluation import PER_ROW, chunks, per_side, render_texts
 from backend.mixed_batch import mixed_logprobs
 from backend.preview import render_sft_row
+from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, policy_trainer
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs, always
@@ -64,6 +65,7 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
         row = {"desirable_logprob": good, "undesirable_logprob": bad,
                "logprob_margin": good - bad if good is not None and bad is not None else None}
         scores[side] = {name: value for name, value in row.items() if value is not None}
+        scores[side][PER_ROW] = {"logprob": [lp for _, lp in values], "groups": [float(label) for label, _ in values]}
     return scores
 
 
@@ -80,6 +82,8 @@ SUPPORT = MethodSupport(
     config_kwargs=kto_config_kwargs,
     build_trainer=build_kto_trainer,
     evaluate=feedback_scores,
+    learning_metrics=lambda spec: (LearningMetric("logprob", "held-out desirable - undesirable log-prob gap",
+                                                  grouped=True),),
     render=render_sft_row,  # prompt + completion, as KTOTrainer tokenizes them
     card_rows=_card_rows,
     form_fields=("kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),

@@ -3,8 +3,9 @@
 Each method module (``sft``, ``dpo``, ``grpo``, ...) ends with its ``SUPPORT`` row; :func:`table` collects them.
 A row names the method's spec part, the dataset layouts it accepts, the TRL config kwargs (one function, used by the
 trainer and by the TRL CLI export alike), its trainer builder, whether it needs a reference model, its before/after
-evaluation, its preview rendering, its plots and model-card rows, and its form fields as spec paths. A table, not a
-framework: the rows hold plain functions, and the modules that read them stay in charge of their own work.
+evaluation and the metric its learning verdict reads, its preview rendering, its plots and model-card rows, and its
+form fields as spec paths. A table, not a framework: the rows hold plain functions, and the modules that read them
+stay in charge of their own work.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method
 
 # The modules whose SUPPORT rows make the table, in the order the UI lists the methods.
@@ -75,6 +77,10 @@ def _no_template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict[s
     return {}
 
 
+def _no_learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
+    return ()
+
+
 @dataclass(frozen=True)
 class MethodSupport:
     """One method's row: everything the rest of the studio needs to know about it."""
@@ -86,8 +92,9 @@ class MethodSupport:
     # (spec, dataset format or None when unknown) -> the TRL config's method kwargs; the trainer and the export share it
     config_kwargs: Callable[[JobSpec, str | None], dict[str, Any]]
     build_trainer: Callable[[TrainerInputs], Any]
-    # (trainer, spec, held-out rows, sides) -> {side: {metric: value}}; a side is an adapter name (None: no adapter)
-    evaluate: Callable[[Any, JobSpec, list[dict], list[str | None]], dict[str | None, dict[str, float]]]
+    # (trainer, spec, held-out rows, sides) -> {side: {metric: value, "per_row": {metric: [row values]}}}; a side is
+    # an adapter name (None: no adapter)
+    evaluate: Callable[[Any, JobSpec, list[dict], list[str | None]], dict[str | None, dict[str, Any]]]
     render: Callable[[dict, Any, int], Any]  # (example, preview renderer, max_length) -> preview.PreviewRow
     card_rows: Callable[[JobSpec], list[tuple[str, Any]]]  # the method's settings in the model card
     form_fields: tuple[str, ...]  # spec dotted paths of the method's own settings in the Train form
@@ -105,6 +112,8 @@ class MethodSupport:
     cli_notes: Callable[[JobSpec], list[str]] = _no_notes  # what the TRL CLI cannot express, one sentence each
     # The Jobs tab: the loss plot's unit, the method's own logged metrics it plots (every method also gets loss,
     # learning rate, gradient norm, entropy and throughput), and the training log's (metric, header) columns.
+    # The learning verdict's metric: the first of these the evaluation scored per row (backend/learning.py).
+    learning_metrics: Callable[[JobSpec], tuple[LearningMetric, ...]] = _no_learning_metrics
     loss_unit: str = "loss"
     monitored: tuple[str, ...] = ()
     log_columns: tuple[tuple[str, str], ...] = (("loss", "loss"), ("learning_rate", "lr"))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from backend.evaluation import loss_scores
 from backend.preview import render_sft_row
+from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, load_policy
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
@@ -115,6 +116,9 @@ SUPPORT = MethodSupport(
     config_kwargs=sft_config_kwargs,
     build_trainer=_build,
     evaluate=loss_scores,
+    # Exact match where each held-out row's answer is one reply, else the loss on the answers.
+    learning_metrics=lambda spec: (LearningMetric("exact_match", "held-out exact-match accuracy", rate=True),
+                                   LearningMetric("token_nll", "held-out loss (nats/token)", higher_is_better=False)),
     render=render_sft_row,
     card_rows=_card_rows,
     form_fields=("sft.completion_only_loss", "sft.packing"),
