@@ -88,7 +88,8 @@ class ModelSpec(_Part):
     name_or_path: str = Field(
         default_factory=default_model,
         min_length=1,
-        description="Base model: a Hub id (Qwen/Qwen2.5-0.5B-Instruct), a local folder, or builtin:tiny-qwen3.",
+        description="Base model: a Hub id (Qwen/Qwen2.5-0.5B-Instruct), a local folder, builtin:tiny-qwen3-arith "
+        "(a tiny model that knows a little arithmetic) or builtin:tiny-qwen3 (random weights).",
     )
     revision: str | None = Field(None, description="Hub branch, tag or commit of the base model.")
     parent_job_id: str | None = Field(
@@ -176,6 +177,10 @@ class TrainingSpec(_Part):
     use_liger_kernel: bool | None = Field(
         None, description="Liger's fused kernels (linear + cross-entropy without the full fp32 logits). Empty: on "
         "when auto_tune runs on a CUDA GPU with liger-kernel installed."
+    )
+    stop_when_no_signal: bool = Field(
+        False, description="GRPO: end the run early, saying why, once several logged steps in a row had nothing to "
+        "learn from (every group scored the same, a constant reward, or every completion cut at the length limit).",
     )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3"] | None = Field(
         None, description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -11,6 +12,9 @@ from transformers import TrainerCallback
 
 from backend.reporter import JobReporter
 from backend.training.performance import PerformanceMeter
+from backend.training.signal import ZERO_STD_KEY, SignalMonitor
+
+log = logging.getLogger("studio.signal")
 
 # Reports (metrics + progress, one transaction) and cancel checks touch the database; doing each at most this
 # often keeps the per-step cost negligible while live views still update twice a second.
@@ -31,6 +35,8 @@ class StoreReportingCallback(TrainerCallback):
 
     Each training log row also carries the run's ``perf/*`` figures (step time, tokens/s, peak memory, MFU) from
     ``performance``, whose ``summary()`` the worker keeps as the job's ``performance`` artifact.
+    GRPO rows also feed ``signal`` (a SignalMonitor), kept as the ``signal`` artifact; with
+    ``training.stop_when_no_signal`` its warning ends training (as a success: only ``cancelled`` is a cancel).
     ``overhead_s`` is the time spent inside this callback, so the cost of reporting can be measured.
     """
 
@@ -49,6 +55,10 @@ class StoreReportingCallback(TrainerCallback):
         self._last_cancel_poll = 0.0
         self._last_loss: float | None = None
         self.performance = PerformanceMeter()
+        self.signal = SignalMonitor()
+        self._stop_when_no_signal = False
+        self._signal_recorded = None
+        self._last_signal_write = 0.0
 
     def _progress(self, state) -> dict[str, Any]:
         step, total = state.global_step, state.max_steps or 0
@@ -100,11 +110,39 @@ class StoreReportingCallback(TrainerCallback):
                 self.stop_event.set()
         return self.stop_event.is_set()
 
-    def _job_spec(self):
+    def _job(self):
         try:
-            return self.store.get(self.job_id).spec
+            return self.store.get(self.job_id)
         except Exception:  # noqa: BLE001 - without the spec the figures only leave out the method's extra passes
             return None
+
+    def _record_signal(self) -> None:
+        self._last_signal_write = time.monotonic()
+        self._signal_recorded = self.signal.snapshot()
+        self.store.merge_artifacts(self.job_id, signal=self._signal_recorded.model_dump())
+
+    def _watch_signal(self, state, control, data: dict[str, Any]) -> None:
+        """Feed a GRPO row to the monitor; say (and record) a warning as it appears, stopping if the spec asks."""
+        warning_before, signal_before = self.signal.warning, self.signal.steps_with_signal
+        if not self.signal.observe(data, state.global_step):
+            return
+        if self.signal.warned:
+            if self._stop_when_no_signal:
+                control.should_training_stop = True
+                self.signal.stopped_early = True
+                if state.is_world_process_zero:
+                    log.warning("stopping early at step %d: %s (training.stop_when_no_signal)", state.global_step,
+                                self.signal.warning)
+            elif state.is_world_process_zero:
+                log.warning("step %d: %s", state.global_step, self.signal.warning)
+        elif warning_before is not None and self.signal.warning is None and state.is_world_process_zero:
+            log.info("step %d: the learning signal is back (some group's completions scored differently)",
+                     state.global_step)
+        # A warning appearing or clearing, and the first step with signal, are recorded at once; the count of steps
+        # with signal at most every REPORT_EVERY_S (on_train_end records the last state).
+        if (self.signal.warning != warning_before or not signal_before
+                or time.monotonic() - self._last_signal_write >= REPORT_EVERY_S):
+            self._record_signal()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         """Record where training starts (a resumed job starts mid-way) and start the performance meter."""
@@ -112,7 +150,12 @@ class StoreReportingCallback(TrainerCallback):
         self._started = time.monotonic()
         self._first_step = state.global_step
         self._flush(state, force=True)
-        self.performance.start(args, state, model, self._job_spec())
+        job = self._job()
+        spec = job.spec if job is not None else None
+        self._stop_when_no_signal = bool(spec is not None and spec.training.stop_when_no_signal)
+        if job is not None and state.global_step > 0:  # a resumed attempt: the steps before still count
+            self.signal.carry_over(job.artifacts.signal)
+        self.performance.start(args, state, model, spec)
         self.overhead_s += time.perf_counter() - t0
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -137,6 +180,8 @@ class StoreReportingCallback(TrainerCallback):
                 self._last_loss = data["loss"]
             data.update(self.performance.figures(data))
             self._pending.append((state.global_step, time.time(), data))
+            if ZERO_STD_KEY in data:
+                self._watch_signal(state, control, data)
             if self._sample_source is not None and "train_runtime" not in data:
                 self._capture_samples(state.global_step)
         self.overhead_s += time.perf_counter() - t0
@@ -151,7 +196,9 @@ class StoreReportingCallback(TrainerCallback):
         self.performance.mark()
 
     def on_train_end(self, args, state, control, **kwargs):
-        """Flush the last metrics and progress to the store."""
+        """Flush the last metrics and progress to the store, and the signal watch's last state (GRPO)."""
         t0 = time.perf_counter()
         self._flush(state, force=True)
+        if self.signal.steps_logged and self.signal.snapshot() != self._signal_recorded:
+            self._record_signal()
         self.overhead_s += time.perf_counter() - t0
