@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from backend.api import StudioAPI
-from backend.artifacts import JobArtifacts
+from backend.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.launcher import EnvironmentStartError
+from backend.learning import status_text
 from backend.spec import SpecError, load_spec_text
 from backend.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 
@@ -41,8 +42,40 @@ def _ts(value: float | None) -> str:
     return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+def learning_text(learning: LearningVerdict | None) -> str | None:
+    """The learning verdict as the CLI prints it: its word, then its sentence (None before the job has one).
+
+    >>> learning_text(LearningVerdict(metric="exact_match", label="held-out accuracy", verdict="no_change",
+    ...                               sentence="Held-out accuracy 50% -> 50% (+0 points, ±9) on 32 rows."))
+    'no change: Held-out accuracy 50% -> 50% (+0 points, ±9) on 32 rows.'
+    """
+    if learning is None:
+        return None
+    return f"{learning.verdict.replace('_', ' ')}: {learning.sentence}"
+
+
+def signal_text(signal: SignalWatch | None) -> str | None:
+    """GRPO's no-signal warning as the CLI prints it, saying whether it stopped the run (None while there is none).
+
+    >>> signal_text(SignalWatch(warning="Every group scored the same.", since_step=2, consecutive=3,
+    ...                         stopped_early=True))
+    'no learning signal since step 2 (3 logged steps in a row): Every group scored the same. Training stopped early.'
+    """
+    if signal is None or not (signal.warning or signal.stopped_early):
+        return None
+    text = "no learning signal"
+    if signal.since_step is not None and signal.consecutive:
+        text += f" since step {signal.since_step} ({signal.consecutive} logged steps in a row)"
+    if signal.warning:
+        text += f": {signal.warning}"
+    return text + (" Training stopped early." if signal.stopped_early else "")
+
+
 def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
     data = job.to_dict()
+    data["status_text"] = status_text(job.status.value, job.artifacts.learning)
+    data["learning"] = data["artifacts"].get("learning")  # as stored (None until recorded), beside the others
+    data["signal"] = data["artifacts"].get("signal")
     data["queue_position"] = api.queue_position(job.id)
     metrics = api.metrics(job.id)
     data["last_metrics"] = next((m for m in reversed(metrics) if "loss" in m), metrics[-1] if metrics else None)
@@ -50,9 +83,16 @@ def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
 
 
 def _print_record(data: dict[str, Any]) -> None:
+    artifacts = JobArtifacts.from_stored(data["artifacts"])
+    status = status_text(data["status"], artifacts.learning)
     rows = [
         ("id", data["id"]),
-        ("status", data["status"] + (f" (#{data['queue_position']} in queue)" if data.get("queue_position") else "")),
+        ("status", status + (f" (#{data['queue_position']} in queue)" if data.get("queue_position") else "")),
+    ]
+    for label, text in (("learning", learning_text(artifacts.learning)), ("signal", signal_text(artifacts.signal))):
+        if text:
+            rows.append((label, text))
+    rows += [
         ("method", data["method"]),
         ("model", data["model"]),
         ("dataset", data["dataset"]),
@@ -64,7 +104,6 @@ def _print_record(data: dict[str, Any]) -> None:
     progress = data.get("progress") or {}
     if progress.get("total_steps"):
         rows.append(("progress", f"step {progress['step']}/{progress['total_steps']}"))
-    artifacts = JobArtifacts.from_stored(data["artifacts"])
     for label, value in (("adapter dir", artifacts.adapter_dir), ("output dir", artifacts.output_dir),
                          ("log file", artifacts.log_file), ("parent job id", artifacts.parent_job_id)):
         if value:
@@ -89,9 +128,14 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
     from tqdm import tqdm
 
     bar = None
+    warned = False  # the no-signal warning is said once, when it first appears
     try:
         while True:
             job = api.get_job(job_id)
+            warning = signal_text(job.artifacts.signal)
+            if warning and not warned:
+                warned = True
+                tqdm.write(f"warning: {job_id}: {warning}", file=sys.stderr)
             progress = job.progress
             if not quiet and progress.get("total_steps"):
                 if bar is None:
@@ -152,30 +196,37 @@ def cmd_list(api: StudioAPI, args) -> int:
     if not jobs:
         print("no jobs yet")
         return EXIT_OK
-    print(f"{'id':<24} {'status':<12} {'method':<6} {'progress':<12} {'created':<19}  model")
-    for job in jobs:
+    statuses = [status_text(job.status.value, job.artifacts.learning) for job in jobs]
+    width = max(12, *map(len, statuses))
+    print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  model")
+    for job, status in zip(jobs, statuses):
         p = job.progress
         progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
-        print(f"{job.id:<24} {job.status.value:<12} {job.spec.method.value:<6} {progress:<12} "
+        print(f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "
               f"{_ts(job.created_at):<19}  {job.spec.model.name_or_path}")
     return EXIT_OK
 
 
 def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
+    stored = job.artifacts.stored()
     return {
         "id": job.id,
         "status": job.status.value,
+        "status_text": status_text(job.status.value, job.artifacts.learning),
         "method": job.spec.method.value,
         "model": job.spec.model.name_or_path,
         "owner": job.owner,
         "created_at": job.created_at,
         "queue_position": api.queue_position(job.id),
         "progress": job.progress,
+        "learning": stored.get("learning"),
+        "signal": stored.get("signal"),
     }
 
 
 def cmd_show(api: StudioAPI, args) -> int:
-    """``show``: one job: status, place in the queue, progress, outputs, evaluation and last metrics."""
+    """``show``: one job: status, learning verdict, no-signal warning, place in the queue, progress, outputs,
+    evaluation and last metrics."""
     data = _record_json(api, api.get_job(args.job_id))
     if args.json:
         print(json.dumps(data, indent=2))

@@ -165,6 +165,28 @@ def settings_rows(spec: JobSpec, artifacts: JobArtifacts) -> list[tuple[str, Any
     return rows + support(spec.method).card_rows(spec)
 
 
+def learning_lines(artifacts: JobArtifacts) -> list[str]:
+    """The top of the card's results: the learning verdict (its word and sentence) and, for a GRPO run that had
+    nothing to learn from on its last logged steps or was stopped for it, a sentence saying so."""
+    lines: list[str] = []
+    learning = artifacts.learning
+    if learning is not None:
+        word = {"no_change": "no change", "no_signal": "learned nothing"}.get(learning.verdict, learning.verdict)
+        lines += [f"**Verdict: {word}.** {learning.sentence}", ""]
+    signal = artifacts.signal
+    if signal is not None and (signal.warning or signal.stopped_early):
+        details = [f"none since step {signal.since_step}"] if signal.since_step is not None else []
+        if signal.steps_logged:
+            details.append(f"a learning signal on {signal.steps_with_signal} of {signal.steps_logged} logged steps")
+        text = ("> **Training stopped early: no learning signal**" if signal.stopped_early
+                else "> **No learning signal as training ended**")
+        text += f" ({'; '.join(details)})." if details else "."
+        if signal.warning:
+            text += f" {signal.warning}"
+        lines += [text, ""]
+    return lines
+
+
 def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, Any] | None) -> list[str]:
     lines: list[str] = []
     if evaluation:
@@ -340,8 +362,10 @@ def build_model_card(
 
     final = {k: v for k, v in (job.artifacts.final_metrics or {}).items() if isinstance(v, (int, float))}
     logged = [row for row in metrics if isinstance(row.get("loss"), (int, float))]
+    verdict = learning_lines(job.artifacts)
+    if verdict or final or logged:
+        lines += ["## Results", ""] + verdict
     if final or logged:
-        lines += ["## Results", ""]
         rows: list[tuple[str, Any]] = []
         if logged:
             rows.append(("last logged loss", logged[-1]["loss"]))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from backend.api import (
-    DEMO_MODEL_NOTE, GenerationSettings, JobNotFound, StudioAPI, gpu_task, is_demo_model, message_text,
+    GenerationSettings, JobNotFound, StudioAPI, demo_model_note, gpu_task, message_text,
 )
 from components.form import finished_job_choices, job_choice_id
 from components.job_views import evaluation_markdown
@@ -81,8 +81,9 @@ def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
     except JobNotFound:
         return "That job is not yours or no longer exists."
     parts = []
-    if is_demo_model(job.spec.model.name_or_path):
-        parts.append(f"ℹ️ **Demo model.** {DEMO_MODEL_NOTE}")
+    note = demo_model_note(job.spec.model.name_or_path)
+    if note:
+        parts.append(f"ℹ️ **Demo model.** {note}")
     loss = loss_text(metrics)
     parts.append(loss or "No training loss was logged for this job.")
     evaluation = evaluation_markdown(job)

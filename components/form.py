@@ -15,8 +15,9 @@ from typing import Any
 import yaml
 
 from backend.api import (
-    CURATED_MODELS, DEMO_MODEL_ID, DEMO_MODEL_NOTE, REWARDS, JobSpec, SpecField, StudioAPI,
-    builtin_dataset_choices, builtin_dataset_help, environment_choices, is_demo_model, method_part, methods, spec_field,
+    CURATED_MODELS, DEMO_MODEL_ID, REWARDS, JobSpec, SpecField, StudioAPI,
+    builtin_dataset_choices, builtin_dataset_help, demo_model_note, environment_choices, method_part, methods,
+    spec_field,
 )
 from components.links import job_link
 
@@ -381,7 +382,8 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
 
 def model_notice(base_model: str | None) -> str:
     """The notice under the model picker: the demo model's caveat when it is picked, else nothing."""
-    return f"ℹ️ {DEMO_MODEL_NOTE}" if is_demo_model(base_model) else ""
+    note = demo_model_note(base_model)
+    return f"ℹ️ {note}" if note else ""
 
 
 def queued_link(job_id: str) -> str:

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.api import JobRecord, JobStatus, StudioAPI, live_figures, performance_line
+from backend.api import JobRecord, JobStatus, StudioAPI, live_figures, performance_line, status_text
 
 TABLE_COLUMNS = ["id", "run name", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA",
                  "created"]
 EMPTY_JOBS = "No jobs yet: queue one in the Train tab, then follow it here."
+# The learning verdict's mark and word, as the summary shows them (backend/learning.py decides the verdict).
+VERDICT_MARKS = {"improved": "✅", "no_change": "➖", "worse": "⚠️", "no_signal": "🚫"}
+VERDICT_WORDS = {"improved": "Improved", "no_change": "No change", "worse": "Worse", "no_signal": "Learned nothing"}
 
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
@@ -49,10 +52,59 @@ def progress_fraction(job: JobRecord) -> float:
     return min(1.0, p["step"] / p["total_steps"]) if p.get("total_steps") else 0.0
 
 
+def status_label(job: JobRecord) -> str:
+    """A job's status as people read it everywhere in the tab: a success that learned nothing says so.
+
+    >>> from types import SimpleNamespace as J
+    >>> status_label(J(status=JobStatus.succeeded, artifacts=J(learning={"verdict": "no_signal"})))
+    'succeeded - learned nothing'
+    >>> status_label(J(status=JobStatus.running, artifacts=J(learning=None)))
+    'running'
+    """
+    return status_text(job.status.value, job.artifacts.learning)
+
+
 def choice(job: JobRecord) -> str:
     """The picker's label of a job: "<id> · <method> · <run name or dataset> · <status>"."""
     name = job.spec.output.run_name or job.spec.dataset.name
-    return f"{job.id} · {job.spec.method.value} · {name} · {job.status.value}"
+    return f"{job.id} · {job.spec.method.value} · {name} · {status_label(job)}"
+
+
+def verdict_line(job: JobRecord) -> str:
+    """The learning verdict as the summary's first news: its mark, its word and its sentence ("" before it exists).
+
+    >>> from types import SimpleNamespace as J
+    >>> verdict_line(J(artifacts=J(learning=J(verdict="improved", sentence="Held-out accuracy 25% -> 75%."))))
+    '✅ **Improved**: Held-out accuracy 25% -> 75%.'
+    """
+    learning = job.artifacts.learning
+    if learning is None:
+        return ""
+    mark = VERDICT_MARKS.get(learning.verdict, "")
+    word = VERDICT_WORDS.get(learning.verdict, learning.verdict)
+    return f"{mark} **{word}**: {learning.sentence}".strip()
+
+
+def signal_line(job: JobRecord) -> str:
+    """GRPO's no-signal warning as a quoted line that stands out, while it holds (or as the run ended with it):
+    how long it has held, the warning (what to try), and whether it stopped the run ("" when there is none).
+
+    >>> from types import SimpleNamespace as J
+    >>> signal_line(J(artifacts=J(signal=J(warning="Every group scored the same.", stopped_early=False,
+    ...                                   since_step=1, consecutive=3))))
+    '> ⚠️ **No learning signal** (since step 1, 3 logged steps in a row): Every group scored the same.'
+    >>> signal_line(J(artifacts=J(signal=J(warning=None, stopped_early=False, since_step=None, consecutive=0))))
+    ''
+    """
+    signal = job.artifacts.signal
+    if signal is None or not (signal.warning or signal.stopped_early):
+        return ""
+    text = ("🛑 **Stopped early: no learning signal**" if signal.stopped_early else "⚠️ **No learning signal**")
+    if signal.since_step is not None and signal.consecutive:
+        text += f" (since step {signal.since_step}, {signal.consecutive} logged steps in a row)"
+    if signal.warning:
+        text += f": {signal.warning}"
+    return f"> {text}"
 
 
 def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
@@ -63,7 +115,7 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
         progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""
         queue = api.queue_position(job.id) if job.status is JobStatus.queued else None
         rows.append([
-            job.id, _short(job.spec.output.run_name or "", 30), job.owner, job.status.value, job.spec.method.value,
+            job.id, _short(job.spec.output.run_name or "", 30), job.owner, status_label(job), job.spec.method.value,
             _short(job.spec.model.name_or_path, 40),
             _short(job.spec.dataset.name, 30), queue or "", progress,
             eta_text(p.get("eta_seconds")) if job.status is JobStatus.running else "",
@@ -90,11 +142,16 @@ def progress_html(job: JobRecord) -> str:
 
 
 def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any]] | None = None) -> str:
-    """The detail's heading lines; ``metrics`` (the job's logged rows) give a running job's latest speed figures."""
-    lines = [f"**{job.id}** · {job.status.value} · {job.spec.method.value.upper()} of "
+    """The detail's heading lines; ``metrics`` (the job's logged rows) give a running job's latest speed figures.
+
+    Under the job's line come the news that matter most: the learning verdict once the job has one, and GRPO's
+    no-signal warning while it holds (or as the run ended with it).
+    """
+    lines = [f"**{job.id}** · {status_label(job)} · {job.spec.method.value.upper()} of "
              f"`{job.spec.model.name_or_path}` on `{job.spec.dataset.name}` · owner {job.owner}"]
     if job.spec.output.run_name:
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
+    lines += [line for line in (verdict_line(job), signal_line(job)) if line]
     if job.status is JobStatus.queued:
         lines.append(f"Place in the queue: {api.queue_position(job.id)}")
     if job.spec.model.parent_job_id:

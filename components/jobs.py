@@ -1,7 +1,7 @@
-"""Jobs tab: the user's jobs (all of them for an admin), and for the picked one: status, progress with ETA, one
-small-multiple plot per metric family, the training log as rows (raw log one click away), GRPO samples, the
-before/after evaluation; cancel, resume, clone, push and download, each enabled only when it makes sense; and a
-compare view overlaying several jobs' curves.
+"""Jobs tab: the user's jobs (all of them for an admin), and for the picked one: status, the learning verdict and
+GRPO's no-signal warning (live), progress with ETA, one small-multiple plot per metric family, the training log as
+rows (raw log one click away), GRPO samples, the before/after evaluation; cancel, resume, clone, push and download,
+each enabled only when it makes sense; and a compare view overlaying several jobs' curves.
 
 Everything is read from the store on a timer, so a closed tab never stops a job and a reloaded page shows the same
 state. The table and the detail come from one read per tick, so they never disagree. The data shaping lives in

@@ -256,3 +256,63 @@ def test_every_metric_the_method_table_monitors_has_a_plot_and_every_method_a_lo
         seen = monitoring(method)
         assert set(seen.metrics) <= drawn, (method, set(seen.metrics) - drawn)
         assert seen.loss_unit != "loss" and seen.log_columns[0][0] in ("loss", "reward"), method
+
+
+NO_SIGNAL_WARNING = ("Every group of completions scored the same on the last 3 logged steps, so GRPO had nothing to "
+                     "learn from: try a reward that tells completions apart, or more generations per prompt.")
+NO_SIGNAL = {"verdict": "no_signal", "metric": "reward/total", "label": "held-out reward", "before": 0.0,
+             "after": 0.0, "delta": 0.0, "ci95": 0.0, "rows": 4,
+             "sentence": "Held-out reward 0 -> 0 (+0, ±0) on 4 rows. The run learned nothing: every group scored the "
+                         "same."}
+
+
+def _grpo_job(api: StudioAPI):
+    return _job(api, method="grpo", dataset={"source": "builtin", "name": "math-demo"},
+                grpo={"num_generations": 2, "rewards": [{"name": "regex", "pattern": "^NEVER$"}]})
+
+
+def test_a_success_that_learned_nothing_says_so_in_the_heading_the_table_and_the_picker(api):
+    job = _grpo_job(api)
+    assert api.store.claim_next().id == job.id
+    api.store.merge_artifacts(job.id, signal={"warning": NO_SIGNAL_WARNING, "since_step": 1, "consecutive": 8,
+                                              "steps_logged": 8, "steps_with_signal": 0})
+    api.store.finish(job.id, JobStatus.succeeded, artifacts={"learning": NO_SIGNAL})
+    job = api.get_job(job.id)
+    summary = job_views.summary_markdown(api, job)
+    heading, verdict, warning, *_ = summary.split("\n\n")
+    assert f"**{job.id}** · succeeded - learned nothing · GRPO of" in heading
+    assert verdict == f"🚫 **Learned nothing**: {NO_SIGNAL['sentence']}"  # at the top, right under the job's line
+    assert warning == (f"> ⚠️ **No learning signal** (since step 1, 8 logged steps in a row): {NO_SIGNAL_WARNING}")
+    row = dict(zip(job_views.TABLE_COLUMNS, job_views.table_rows(api, [job])[0]))
+    assert row["status"] == "succeeded - learned nothing"
+    assert job_views.choice(job).endswith(" · grpo · math-demo · succeeded - learned nothing")
+
+
+@pytest.mark.parametrize("verdict,mark,word", [("improved", "✅", "Improved"), ("no_change", "➖", "No change"),
+                                               ("worse", "⚠️", "Worse")])
+def test_the_verdict_leads_the_summary_with_its_mark_and_the_status_stays_plain(api, verdict, mark, word):
+    job = _job(api)
+    sentence = "Held-out loss 2.1 -> 1.7 (-0.4, ±0.1) on 8 rows."
+    learning = {"verdict": verdict, "metric": "eval_loss", "label": "held-out loss", "sentence": sentence, "rows": 8}
+    done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(learning=learning))
+    lines = job_views.summary_markdown(api, done).split("\n\n")
+    assert lines[1] == f"{mark} **{word}**: {sentence}"
+    assert "· succeeded · SFT of" in lines[0] and job_views.choice(done).endswith(" · succeeded")
+    assert "learned nothing" not in job_views.summary_markdown(api, done)
+
+
+def test_a_running_grpo_jobs_no_signal_warning_shows_prominently_and_says_when_it_stopped_the_run(api):
+    job = dataclasses.replace(_grpo_job(api), status=JobStatus.running)
+    assert job_views.signal_line(job) == "" and "No learning signal" not in job_views.summary_markdown(api, job)
+    holding = dataclasses.replace(job, artifacts=JobArtifacts(signal={
+        "warning": NO_SIGNAL_WARNING, "since_step": 2, "consecutive": 3, "steps_logged": 4, "steps_with_signal": 1}))
+    lines = job_views.summary_markdown(api, holding).split("\n\n")
+    assert lines[1] == f"> ⚠️ **No learning signal** (since step 2, 3 logged steps in a row): {NO_SIGNAL_WARNING}"
+    assert "· running ·" in lines[0] and "Stopped early" not in lines[1]
+    recovered = dataclasses.replace(job, artifacts=JobArtifacts(signal={"warning": None, "steps_logged": 9,
+                                                                        "steps_with_signal": 6}))
+    assert "No learning signal" not in job_views.summary_markdown(api, recovered)
+    stopped = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(signal={
+        "warning": NO_SIGNAL_WARNING, "since_step": 1, "consecutive": 5, "steps_logged": 5, "stopped_early": True}))
+    assert job_views.summary_markdown(api, stopped).split("\n\n")[1] == (
+        f"> 🛑 **Stopped early: no learning signal** (since step 1, 5 logged steps in a row): {NO_SIGNAL_WARNING}")

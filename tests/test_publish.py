@@ -322,3 +322,40 @@ def test_card_for_a_staged_grpo_job_with_an_environment(tmp_path):
     assert "| parent adapter | [tester/echo-sft](https://huggingface.co/tester/echo-sft) |" in text
     assert "| parent method | SFT |" in text
     assert "the TRL CLI cannot attach an environment" in " ".join(text.split())
+
+
+def test_the_card_leads_its_results_with_the_verdict_and_says_when_a_run_had_no_signal():
+    spec = parse_spec({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
+                       "dataset": {"source": "builtin", "name": "math-demo"},
+                       "grpo": {"rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]},
+                       "training": {"batch_size": 4}})
+    warning = "Every group scored the same for 5 logged steps: try a reward that tells completions apart."
+    sentence = ("Held-out reward 0 -> 0 (+0, ±0) on 8 rows. The run learned nothing: every group scored the same.")
+    artifacts = JobArtifacts.model_validate({
+        "global_step": 5, "final_metrics": {"train_loss": 0.0},
+        "learning": {"metric": "reward/total", "label": "held-out reward", "before": 0.0, "after": 0.0,
+                     "delta": 0.0, "ci95": 0.0, "rows": 8, "verdict": "no_signal", "sentence": sentence},
+        "signal": {"warning": warning, "since_step": 1, "consecutive": 5, "steps_logged": 5, "steps_with_signal": 0,
+                   "stopped_early": True},
+    })
+    job = JobRecord("nosignal-1", 1, "local", JobStatus.succeeded, spec, time.time(), artifacts=artifacts)
+    text = build_model_card(job, [{"step": s, "loss": 0.0, "reward": 0.0} for s in (1, 2, 3, 4, 5)]).text
+    results = text.split("## Results\n\n", 1)[1]
+    assert results.startswith(f"**Verdict: learned nothing.** {sentence}\n\n> **Training stopped early: no learning "
+                              "signal** (none since step 1; a learning signal on 0 of 5 logged steps). "
+                              f"{warning}\n\n| metric | value |"), results[:600]
+
+    # A run that improved: the verdict word and sentence, and no word of a missing signal.
+    improved = artifacts.model_copy(update={
+        "learning": artifacts.learning.model_copy(update={"verdict": "improved", "sentence": "Held-out reward "
+                                                          "0.1 -> 0.6 (+0.5, ±0.2) on 8 rows."}),
+        "signal": artifacts.signal.model_copy(update={"warning": None, "stopped_early": False})})
+    text = build_model_card(JobRecord("better-2", 2, "local", JobStatus.succeeded, spec, time.time(),
+                                      artifacts=improved), []).text
+    assert "## Results\n\n**Verdict: improved.** Held-out reward 0.1 -> 0.6 (+0.5, ±0.2) on 8 rows.\n" in text
+    assert "learning signal" not in text
+    # Still running out of signal at the end, without stopping early: said as such.
+    ended = artifacts.model_copy(update={"signal": artifacts.signal.model_copy(update={"stopped_early": False})})
+    text = build_model_card(JobRecord("ended-3", 3, "local", JobStatus.succeeded, spec, time.time(),
+                                      artifacts=ended), []).text
+    assert "> **No learning signal as training ended** (none since step 1" in text and "stopped early" not in text
