@@ -101,9 +101,13 @@ def near_miss(problem: Problem, rng: random.Random) -> int:
     return problem.answer + rng.choice([-1, 1]) * rng.choice([1, 1, 2, 10])
 
 
-def wrong_reply(problem: Problem, rng: random.Random) -> str:
-    """The fixed answer format with a wrong result."""
-    return f"{problem.a} {problem.op} {problem.b} = \\boxed{{{near_miss(problem, rng)}}}"
+def wrong_reply(problem: Problem, rng: random.Random, mistakes: dict | None = None) -> str:
+    """The fixed answer format with a wrong result: the model's own mistake on this problem where ``mistakes`` has one
+    (on-policy, as preference data from a model's own answers is), else a near miss."""
+    wrong = (mistakes or {}).get((problem.a, problem.op, problem.b))
+    if wrong is None or wrong == problem.answer:
+        wrong = near_miss(problem, rng)
+    return f"{problem.a} {problem.op} {problem.b} = \\boxed{{{wrong}}}"
 
 
 def chat(problem: Problem) -> list[dict[str, str]]:
@@ -123,20 +127,21 @@ def sft_rows(count: int, seed: int) -> Iterator[dict]:
         yield {"messages": chat(p)}
 
 
-def dpo_rows(count: int, seed: int) -> Iterator[dict]:
-    """Preference pairs for DPO: the right answer chosen, a near miss rejected."""
+def dpo_rows(count: int, seed: int, mistakes: dict | None = None) -> Iterator[dict]:
+    """Preference pairs for DPO: the right answer chosen, the model's own mistake (else a near miss) rejected."""
     rng = random.Random(seed + 1)
     for p in sample("studio", count, seed):
         yield {"prompt": prompt_of(p), "chosen": [{"role": "assistant", "content": p.reply}],
-               "rejected": [{"role": "assistant", "content": wrong_reply(p, rng)}]}
+               "rejected": [{"role": "assistant", "content": wrong_reply(p, rng, mistakes)}]}
 
 
-def kto_rows(count: int, seed: int) -> Iterator[dict]:
-    """Unpaired feedback for KTO: half the answers right (label true), half near misses (label false)."""
+def kto_rows(count: int, seed: int, mistakes: dict | None = None) -> Iterator[dict]:
+    """Unpaired feedback for KTO: half the answers right (label true), half the model's own mistakes or near misses
+    (label false)."""
     rng = random.Random(seed + 1)
     for i, p in enumerate(sample("studio", count, seed)):
         good = i % 2 == 0
-        reply = p.reply if good else wrong_reply(p, rng)
+        reply = p.reply if good else wrong_reply(p, rng, mistakes)
         yield {"prompt": prompt_of(p), "completion": [{"role": "assistant", "content": reply}], "label": good}
 
 
@@ -159,7 +164,8 @@ def env_rows(count: int, seed: int) -> Iterator[dict]:
         yield {"prompt": [{"role": "user", "content": text}], "a": p.a, "b": p.b, "op": p.op}
 
 
-# name -> (row builder, rows, seed): the arithmetic datasets shipped in backend/assets/datasets.
+# name -> (row builder, rows, seed): the arithmetic datasets shipped in backend/assets/datasets. The preference and
+# feedback sets take the shipped model's own wrong answers (scripts/build_arith_datasets.py finds them).
 DATASETS = {
     "arith-sft": (sft_rows, 1000, 11),
     "arith-preferences": (dpo_rows, 1000, 12),

@@ -2,7 +2,10 @@
 
     python scripts/build_arith_datasets.py
 
-Deterministic: the same recipe and seeds give the same files (tests/test_arith_model.py checks they are current).
+The preference (DPO) and feedback (KTO) sets reject the shipped builtin:tiny-qwen3-arith's own wrong answers: its
+greedy answer where that is wrong, else the first wrong one of a few samples, else a near miss. Real preference data
+is made this way (a model's own answers, judged), and it is what the model needs to unlearn. Deterministic on one
+machine: the same recipe, seeds and model give the same files (tests/test_arith_model.py checks the others).
 """
 
 from __future__ import annotations
@@ -17,18 +20,55 @@ sys.path.insert(0, str(ROOT))
 from backend import arith_data  # noqa: E402
 from backend.builtin_datasets import BUILTIN_DATASETS_DIR  # noqa: E402
 
+ON_POLICY = ("arith-preferences", "arith-feedback")
+SAMPLES = 4
 
-def render(name: str) -> str:
+
+def model_mistakes(problems: list[arith_data.Problem], batch: int = 64) -> dict[tuple[int, str, int], int]:
+    """(a, op, b) -> a wrong result the shipped model gives: greedy first, then up to SAMPLES samples at T=1."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.demo_model import ARITH_MODEL_DIR
+
+    model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).eval()
+    tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
+    tokenizer.padding_side = "left"
+    torch.manual_seed(0)
+    found: dict[tuple[int, str, int], int] = {}
+    for attempt in range(1 + SAMPLES):
+        todo = [p for p in problems if (p.a, p.op, p.b) not in found]
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            texts = [tokenizer.apply_chat_template(arith_data.prompt_of(p), add_generation_prompt=True,
+                                                   tokenize=False) for p in chunk]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            sampling = {"do_sample": False} if attempt == 0 else {"do_sample": True, "temperature": 1.0}
+            with torch.no_grad():
+                out = model.generate(**enc, max_new_tokens=24, pad_token_id=tokenizer.pad_token_id, **sampling)
+            for p, row in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
+                answer = arith_data.parse_answer(tokenizer.decode(row, skip_special_tokens=True))
+                if answer is not None and answer != p.answer:
+                    found[(p.a, p.op, p.b)] = answer
+    return found
+
+
+def render(name: str, mistakes: dict | None = None) -> str:
     """One dataset's JSONL text."""
     build, count, seed = arith_data.DATASETS[name]
-    return "".join(json.dumps(row) + "\n" for row in build(count, seed))
+    rows = build(count, seed, mistakes) if name in ON_POLICY else build(count, seed)
+    return "".join(json.dumps(row) + "\n" for row in rows)
 
 
 def main() -> int:
     """Write every arithmetic dataset."""
     for name in arith_data.DATASETS:
-        (BUILTIN_DATASETS_DIR / f"{name}.jsonl").write_text(render(name), encoding="utf-8")
-        print(f"wrote {name}.jsonl")
+        mistakes = None
+        if name in ON_POLICY:
+            _, count, seed = arith_data.DATASETS[name]
+            mistakes = model_mistakes(arith_data.sample("studio", count, seed))
+        (BUILTIN_DATASETS_DIR / f"{name}.jsonl").write_text(render(name, mistakes), encoding="utf-8")
+        print(f"wrote {name}.jsonl" + (f" ({len(mistakes)} of the model's own mistakes)" if mistakes else ""))
     return 0
 
 

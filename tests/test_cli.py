@@ -1,7 +1,9 @@
-"""The command line, run as a real subprocess against a fresh data dir: submit --wait, list, show, cancel."""
+"""The command line, run as a real subprocess against a fresh data dir: submit --wait, list, show, cancel; and, in
+process on stored records (nothing trains), how it prints the learning verdict and the no-signal warning."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -28,30 +30,49 @@ def test_submit_wait_runs_the_example_to_a_saved_adapter_with_a_progress_bar(dat
     # (--wait --json, which prints the record as JSON instead, is checked by the failed-job test below.)
     result = cli("submit", "examples/sft-demo.yaml", "--wait")
     assert result.returncode == 0, result.stderr
-    assert "30/30" in result.stderr and "loss=" in result.stderr
+    assert "60/60" in result.stderr and "loss=" in result.stderr
     assert "status" in result.stdout and "succeeded" in result.stdout
+    assert "Held-out exact-match accuracy" in result.stdout, "--wait prints the before -> after"
+    assert "improved" in result.stdout, "SFT on arith-sft raises held-out exact-match accuracy"
 
     listed = json.loads(cli("list", "--json").stdout)
     assert len(listed) == 1 and listed[0]["status"] == "succeeded"
     record = json.loads(cli("show", listed[0]["id"], "--json").stdout)
     assert record["status"] == "succeeded"
     assert os.path.isfile(os.path.join(record["artifacts"]["adapter_dir"], "adapter_model.safetensors"))
-    assert record["last_metrics"]["loss"] > 0 and record["progress"]["step"] == 30
+    assert record["last_metrics"]["loss"] > 0 and record["progress"]["step"] == 60
     shown = cli("show", record["id"])
     assert shown.returncode == 0 and "adapter dir" in shown.stdout and "succeeded" in shown.stdout
     # The detached scheduler the CLI started leaves once the queue is empty.
     wait_for(lambda: not Scheduler.is_running(DataPaths(data_dir)), 30)
 
 
-@pytest.mark.parametrize("example", ["dpo-demo", "grpo-demo"])
-def test_method_examples_finish_with_a_before_after_evaluation(data_dir, example):
-    result = cli("submit", f"examples/{example}.yaml", "--wait", "--json", timeout=240)
+# Each example's own metric on held-out rows of builtin:tiny-qwen3-arith (problems neither it nor the job trained on).
+EXAMPLE_METRICS = {"dpo-demo": ("preference_accuracy", 128), "kto-demo": ("logprob", 256),
+                   "grpo-demo": ("reward/total", 128)}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLE_METRICS))
+def test_method_examples_make_the_model_better_on_held_out_rows(data_dir, example):
+    """A benchmark, not a smoke test: the learning verdict is 'improved', i.e. the paired bootstrap's 95% interval
+    of after - before on the held-out rows excludes zero."""
+    result = cli("submit", f"examples/{example}.yaml", "--wait", "--json", timeout=480)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(result.stdout)
     assert record["status"] == "succeeded"
     evaluation = record["artifacts"]["evaluation"]
-    assert evaluation["rows"] == 8 and set(evaluation["base"]) == set(evaluation["tuned"])
-    assert "eval tuned" in cli("show", record["id"]).stdout
+    metric, rows = EXAMPLE_METRICS[example]
+    assert evaluation["rows"] == rows and set(evaluation["base"]) == set(evaluation["tuned"])
+    learning = record["artifacts"]["learning"]
+    assert learning["metric"] == metric and learning["rows"] == rows, learning
+    assert learning["verdict"] == "improved", learning["sentence"]
+    assert learning["delta"] - learning["ci95"] > 0 and learning["after"] > learning["before"]
+    if example == "dpo-demo":  # preferring right answers must not cost greedy accuracy
+        assert evaluation["tuned"]["exact_match"] >= evaluation["base"]["exact_match"] - 0.03, evaluation
+    if example == "grpo-demo":  # TRL's accuracy reward: the reward is held-out greedy accuracy
+        assert learning["label"] == "held-out accuracy"
+    shown = cli("show", record["id"]).stdout
+    assert learning["sentence"] in shown and "eval tuned" in shown
 
 
 def test_failed_job_makes_wait_exit_non_zero(data_dir, tmp_path, demo_model_path):
@@ -128,3 +149,108 @@ def test_warm_up_queues_the_sft_then_the_grpo_job_that_waits_for_it(data_dir, st
         for job in store.list():
             store.request_cancel(job.id)
         holder.release()
+
+
+# The learning verdict and the signal watch, read from stored records: in-process, nothing trains.
+NO_SIGNAL_WARNING = "Every group scored the same for 3 logged steps: try a reward that tells completions apart."
+SIGNAL = {"warning": NO_SIGNAL_WARNING, "conditions": ["zero_std"], "since_step": 1, "consecutive": 3,
+          "steps_logged": 3, "steps_with_signal": 0}
+LEARNING = {"metric": "reward/total", "label": "held-out reward", "before": 0.0, "after": 0.0, "delta": 0.0,
+            "ci95": 0.0, "rows": 4, "verdict": "no_signal",
+            "sentence": "Held-out reward 0 -> 0 (+0, ±0) on 4 rows. The run learned nothing: every group scored the "
+                        "same."}
+GRPO_SPEC = tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"},
+                      grpo={"num_generations": 2, "max_completion_length": 8,
+                            "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]})
+
+
+def run_main(capsys, *args) -> tuple[int, str, str]:
+    from backend import cli as cli_module
+
+    code = cli_module.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _ended_job(store, learning=None, signal=None):
+    from backend.spec import parse_spec
+
+    job = store.add(parse_spec(GRPO_SPEC))
+    assert store.claim_next().id == job.id
+    if signal:
+        store.merge_artifacts(job.id, signal=signal)
+    store.finish(job.id, JobStatus.succeeded, artifacts={"learning": learning} if learning else None)
+    return job.id
+
+
+def test_show_and_list_say_a_success_learned_nothing_with_the_verdict_and_the_warning(data_dir, store, capsys):
+    job_id = _ended_job(store, LEARNING, SIGNAL)
+    code, out, _ = run_main(capsys, "show", job_id)
+    assert code == 0
+    assert re.search(r"^status\s+succeeded - learned nothing$", out, re.M), out
+    assert re.search(rf"^learning\s+no signal: {re.escape(LEARNING['sentence'])}$", out, re.M), out
+    assert re.search(r"^signal\s+no learning signal since step 1 \(3 logged steps in a row\): "
+                     rf"{re.escape(NO_SIGNAL_WARNING)}$", out, re.M), out
+    code, out, _ = run_main(capsys, "list")
+    assert code == 0 and re.search(rf"^{job_id}\s+succeeded - learned nothing\s+grpo\s", out, re.M), out
+
+    # --json carries both artifacts as stored, at the top level and among the artifacts; the status stays the enum.
+    record = json.loads(run_main(capsys, "show", job_id, "--json")[1])
+    assert record["learning"] == record["artifacts"]["learning"] and record["learning"]["verdict"] == "no_signal"
+    assert record["learning"]["sentence"] == LEARNING["sentence"]
+    assert record["signal"] == record["artifacts"]["signal"] and record["signal"]["warning"] == NO_SIGNAL_WARNING
+    assert (record["status"], record["status_text"]) == ("succeeded", "succeeded - learned nothing")
+    (listed,) = json.loads(run_main(capsys, "list", "--json")[1])
+    assert listed["learning"]["verdict"] == "no_signal" and listed["signal"]["consecutive"] == 3
+    assert listed["status_text"] == "succeeded - learned nothing"
+
+
+def test_show_prints_an_improvement_and_a_job_without_a_verdict_as_before(data_dir, store, capsys):
+    improved = {**LEARNING, "verdict": "improved", "before": 0.25, "after": 0.75, "delta": 0.5, "ci95": 0.12,
+                "rate": True, "sentence": "Held-out accuracy 25% -> 75% (+50 points, ±12) on 64 rows."}
+    job_id = _ended_job(store, improved)
+    out = run_main(capsys, "show", job_id)[1]
+    assert re.search(r"^status\s+succeeded$", out, re.M)
+    assert re.search(r"^learning\s+improved: Held-out accuracy 25% -> 75% \(\+50 points, ±12\) on 64 rows\.$",
+                     out, re.M), out
+    assert not re.search(r"^signal\s", out, re.M)
+    plain = _ended_job(store)
+    out = run_main(capsys, "show", plain)[1]
+    assert not re.search(r"^(learning|signal)\s", out, re.M) and "learned nothing" not in out
+    record = json.loads(run_main(capsys, "show", plain, "--json")[1])
+    assert record["learning"] is None and record["signal"] is None
+
+
+def test_submit_wait_says_the_warning_once_as_it_appears_then_the_verdict(data_dir, store, tmp_path, capsys):
+    import threading
+    import time
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(GRPO_SPEC))
+    holder = Scheduler(DataPaths(data_dir))  # no real scheduler: this thread plays the worker
+    assert holder.try_acquire()
+    seen: dict[str, bool] = {}
+
+    def worker():
+        job = wait_for(store.claim_next, 120, 0.05, "the submitted job")
+        store.report(job.id, [(3, time.time(), {"loss": 0.0, "reward": 0.0})], {"step": 3, "total_steps": 8})
+        store.merge_artifacts(job.id, signal=SIGNAL)
+        time.sleep(1.6)  # the CLI polls every 0.5 s: it sees the warning several times
+        store.merge_artifacts(job.id, signal={**SIGNAL, "consecutive": 6, "steps_logged": 6})
+        time.sleep(1.1)
+        seen["running"] = store.get(job.id).status is JobStatus.running
+        store.finish(job.id, JobStatus.succeeded, artifacts={"learning": LEARNING})
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    try:
+        code, out, err = run_main(capsys, "submit", str(spec), "--wait")
+    finally:
+        thread.join(30)
+        holder.release()
+    assert code == 0 and seen["running"]
+    said = [line for line in err.splitlines() if "no learning signal" in line]
+    assert len(said) == 1, err  # once, when it first appeared, not at every poll nor when it changed
+    assert said[0].startswith("warning: ") and "(3 logged steps in a row)" in said[0] and NO_SIGNAL_WARNING in said[0]
+    assert re.search(rf"^learning\s+no signal: {re.escape(LEARNING['sentence'])}$", out, re.M), out
+    assert re.search(r"^status\s+succeeded - learned nothing$", out, re.M), out

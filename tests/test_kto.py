@@ -45,12 +45,13 @@ def test_a_one_example_batch_is_refused_before_queueing(paths):
         check_spec(parse_spec(tiny_spec(**{**KTO, "training": {**KTO["training"], "batch_size": 1}})), paths.models)
 
 
-def test_the_example_is_a_valid_kto_job_of_the_demo_model(paths):
+def test_the_example_is_a_valid_kto_job_of_the_arithmetic_model(paths):
     from backend.preflight import check_spec
     from tests.conftest import ROOT
 
     spec = parse_spec(yaml.safe_load((ROOT / "examples" / "kto-demo.yaml").read_text()))
-    assert spec.method is Method.kto and spec.dataset.name == "feedback-demo" and spec.eval.holdout_rows
+    assert spec.method is Method.kto and spec.dataset.name == "arith-feedback" and spec.eval.holdout_rows
+    assert spec.model.name_or_path == "builtin:tiny-qwen3-arith"
     check_spec(spec, paths.models)  # pre-flight: the data loads as KTO rows and the hold-out leaves rows to train
 
 
