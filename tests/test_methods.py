@@ -116,20 +116,25 @@ def test_sft_before_after_evaluation_shows_the_tuned_model_fits_held_out_chats_b
     evaluation = done.artifacts.evaluation
     assert evaluation["rows"] == 8
     assert evaluation["tuned"]["eval_loss"] < evaluation["base"]["eval_loss"]
-    assert json.loads((paths.job_dir(job.id) / "evaluation.json").read_text()) == evaluation
+    # The file keeps each row's scores too (the verdict's interval comes from them); the artifact keeps the summary.
+    stored = json.loads((paths.job_dir(job.id) / "evaluation.json").read_text())
+    assert {k: v for k, v in stored.items() if k != "per_row"} == evaluation
+    assert len(stored["per_row"]["tuned"]["token_nll"]) == 8 and done.artifacts.learning.rows == 8
 
 
 @pytest.mark.slow
 def test_dpo_and_grpo_evaluations_score_base_and_tuned(paths, store):
     from backend.evaluation import evaluate_before_after
 
-    for spec_dict, keys in ((DPO, {"preference_accuracy", "logprob_margin"}),
+    # DPO also checks the greedy answers against the chosen one (preferring must not cost accuracy).
+    for spec_dict, keys in ((DPO, {"preference_accuracy", "logprob_margin", "exact_match"}),
                             (GRPO, {"reward/accuracy", "reward/length", "reward/total"})):
         spec_dict = {**spec_dict, "eval": {"holdout_rows": 4}}
         job, trainer, held_out = _in_process(paths, store, spec_dict)
         trainer.train()
         result = evaluate_before_after(trainer, parse_spec(tiny_spec(**spec_dict)), held_out)
         assert set(result["tuned"]) == keys and set(result["base"]) == keys and result["rows"] == 4
+        assert all(len(values) == 4 for side in result["per_row"].values() for values in side.values())
         if spec_dict["method"] == "dpo":
             assert result["tuned"]["logprob_margin"] > result["base"]["logprob_margin"]
 
