@@ -5,8 +5,10 @@ are not published as packages, and the project never copies third-party code, so
 git repository of OpenEnv at test time: ``OPENENV_REPO`` names it (a bare git dir or a work tree with ``.git``;
 default ``/work/.mirror/meta-pytorch+OpenEnv/repo`` when that exists), ``OPENENV_REVISION`` the commit (default
 ``HEAD``). ``envs/<name>`` of that commit is extracted with ``git archive`` into a cache outside the project
-(``<tmp>/studio-openenv/<commit>/<name>``) the first time it is needed and reused after. Without a repository the
-tests skip with ``CHECKOUT_MISSING``.
+(``<tmp>/studio-openenv/<commit>/<name>``) the first time it is needed and reused after. Without a repository, the
+plain folder of environments beside the project is used (``OPENENV_DIR``, default ``../shared/openenv``: eight
+environments of a pinned commit with OpenEnv's LICENSE, laid out for the developers and CI), copied the same way into
+``<tmp>/studio-openenv/shared/<name>`` (it may be read-only). Without either the tests skip with ``CHECKOUT_MISSING``.
 
 Each runs unchanged under ``tests/env_servers/openenv_serve.py``, which raises its session limit by wrapping
 ``create_app``. Their Python dependencies come from PyPI (``requirements-dev.txt``); an environment whose
@@ -35,6 +37,7 @@ from backend.environments.launcher import RunningEnvironment, start_server_proce
 TESTS = Path(__file__).resolve().parent
 SERVE = TESTS / "env_servers" / "openenv_serve.py"
 DEFAULT_OPENENV_REPO = Path("/work/.mirror/meta-pytorch+OpenEnv/repo")
+DEFAULT_OPENENV_DIR = TESTS.parent.parent / "shared" / "openenv"
 CHECKOUT_MISSING = ("set OPENENV_REPO to a clone of meta-pytorch/OpenEnv (https://github.com/meta-pytorch/OpenEnv; "
                     "a bare git dir or a work tree with .git) to run the OpenEnv catalogue environments")
 
@@ -154,6 +157,31 @@ def openenv_checkout() -> Path | None:
     return git_dir
 
 
+def openenv_folder() -> Path | None:
+    """The plain folder of OpenEnv environments (``OPENENV_DIR``, else ``../shared/openenv``) when it has ``envs/``."""
+    configured = os.environ.get("OPENENV_DIR", "").strip()
+    path = Path(configured).expanduser() if configured else DEFAULT_OPENENV_DIR
+    return path if (path / "envs").is_dir() else None
+
+
+def _copy_whole(source: Path, target: Path) -> Path:
+    """``source`` copied to ``target`` whole or not at all (beside it, then renamed)."""
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        shutil.copytree(source, staging / "tree", ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            (staging / "tree").rename(target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def _revision() -> str:
     return os.environ.get("OPENENV_REVISION", "").strip() or "HEAD"
 
@@ -172,7 +200,10 @@ def env_folder(name: str) -> Path:
     catalog_env(name)
     git_dir = openenv_checkout()
     if git_dir is None:
-        raise OpenEnvCheckoutMissing(CHECKOUT_MISSING)
+        folder = openenv_folder()
+        if folder is None or not (folder / "envs" / name).is_dir():
+            raise OpenEnvCheckoutMissing(CHECKOUT_MISSING)
+        return _copy_whole(folder / "envs" / name, cache_root() / "shared" / name)
     commit = _git(git_dir, "rev-parse", f"{_revision()}^{{commit}}").decode().strip()
     target = cache_root() / commit / name
     if target.is_dir():
@@ -196,7 +227,8 @@ def env_folder(name: str) -> Path:
 
 def skip_reason(name: str) -> str | None:
     """Why ``name`` cannot be served here (no OpenEnv repository, or modules missing), or None."""
-    if openenv_checkout() is None:
+    folder = openenv_folder()
+    if openenv_checkout() is None and (folder is None or not (folder / "envs" / name).is_dir()):
         configured = os.environ.get("OPENENV_REPO", "").strip()
         if configured:
             return (f"OPENENV_REPO={configured} is not a git repository with envs/ at {_revision()}: "

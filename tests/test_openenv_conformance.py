@@ -38,7 +38,7 @@ from backend.environments.connection import EnvironmentActionError, EnvironmentU
 from backend.environments.launcher import EnvironmentStartError, RunningEnvironment
 from backend.environments.observations import MAX_FIELD_CHARS
 from backend.environments.probe import probe_rewards
-from tests.openenv_envs import CATALOG_ENVS, catalog_env, openenv_checkout, skip_reason, start_catalog_env
+from tests.openenv_envs import CATALOG_ENVS, CHECKOUT_MISSING, catalog_env, skip_reason, start_catalog_env
 
 pytestmark = pytest.mark.slow
 
@@ -130,8 +130,8 @@ class Catalog:
 @pytest.fixture(scope="module")
 def catalog(request) -> Iterator[Catalog]:
     """The servers of every environment a selected test of this module names (its ``name`` parameter)."""
-    if openenv_checkout() is None:
-        pytest.skip(skip_reason(NAMES[0]))
+    if skip_reason(NAMES[0]) == CHECKOUT_MISSING:
+        pytest.skip(CHECKOUT_MISSING)
     wanted = {item.callspec.params["name"] for item in request.session.items
               if item.module is request.module and "name" in getattr(getattr(item, "callspec", None), "params", {})}
     servers = Catalog()
