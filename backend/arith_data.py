@@ -92,7 +92,8 @@ def problems(part: str) -> list[tuple[int, str, int]]:
 def sample(part: str, count: int, seed: int) -> list[Problem]:
     """``count`` distinct problems of ``part`` (as many as there are, if fewer), each with a random phrasing."""
     rng = random.Random(seed)
-    chosen = rng.sample(problems(part), min(count, len(problems(part))))
+    pool = problems(part)
+    chosen = rng.sample(pool, min(count, len(pool)))
     return [Problem(a, op, b, rng.randrange(len(PHRASINGS))) for a, op, b in chosen]
 
 
@@ -108,6 +109,31 @@ def wrong_reply(problem: Problem, rng: random.Random, mistakes: dict | None = No
     if wrong is None or wrong == problem.answer:
         wrong = near_miss(problem, rng)
     return f"{problem.a} {problem.op} {problem.b} = \\boxed{{{wrong}}}"
+
+
+def model_answers(model, tokenizer, problems: list[Problem], *, sample: bool = False, batch: int = 64,
+                  max_new_tokens: int = 24) -> list[int | None]:
+    """Each problem's boxed answer from ``model`` (None when it boxed none): greedy, or one sample at temperature 1.
+    Used by the build scripts and the tests; needs torch."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    was_training = model.training
+    model.eval()
+    answers: list[int | None] = []
+    sampling = {"do_sample": True, "temperature": 1.0} if sample else {"do_sample": False}
+    for start in range(0, len(problems), batch):
+        chunk = problems[start:start + batch]
+        texts = [tokenizer.apply_chat_template(prompt_of(p), add_generation_prompt=True, tokenize=False)
+                 for p in chunk]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id, **sampling)
+        answers += [parse_answer(tokenizer.decode(row, skip_special_tokens=True))
+                    for row in out[:, enc["input_ids"].shape[1]:]]
+    model.train(was_training)
+    return answers
 
 
 def chat(problem: Problem) -> list[dict[str, str]]:

@@ -56,7 +56,7 @@ def _sides(model, compare_base: bool) -> list[str | None]:
     return sides + [BASE_ADAPTER] if compare_base else sides
 
 
-def side_label(side: str | None, tuned: str | None) -> str:
+def side_label(side: str | None) -> str:
     """``tuned``, ``start`` or ``base``: what a side is called in the stored evaluation."""
     return {BASE_ADAPTER: "base", START_ADAPTER: "start"}.get(side, "tuned")
 
@@ -275,7 +275,7 @@ def evaluate_before_after(trainer, spec: JobSpec, held_out, parent_adapter=None)
     sides = _sides(model, spec.eval.compare_base)
     scores = support(spec.method).evaluate(trainer, spec, rows, sides)
     for side in sides:
-        label = side_label(side, sides[0])
+        label = side_label(side)
         side_scores = dict(scores[side])
         result[PER_ROW][label] = side_scores.pop(PER_ROW, {})
         result[label] = side_scores

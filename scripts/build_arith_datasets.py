@@ -24,7 +24,7 @@ ON_POLICY = ("arith-preferences", "arith-feedback")
 SAMPLES = 4
 
 
-def model_mistakes(problems: list[arith_data.Problem], batch: int = 64) -> dict[tuple[int, str, int], int]:
+def model_mistakes(problems: list[arith_data.Problem]) -> dict[tuple[int, str, int], int]:
     """(a, op, b) -> a wrong result the shipped model gives: greedy first, then up to SAMPLES samples at T=1."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -33,23 +33,13 @@ def model_mistakes(problems: list[arith_data.Problem], batch: int = 64) -> dict[
 
     model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).eval()
     tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
-    tokenizer.padding_side = "left"
     torch.manual_seed(0)
     found: dict[tuple[int, str, int], int] = {}
     for attempt in range(1 + SAMPLES):
         todo = [p for p in problems if (p.a, p.op, p.b) not in found]
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
-            texts = [tokenizer.apply_chat_template(arith_data.prompt_of(p), add_generation_prompt=True,
-                                                   tokenize=False) for p in chunk]
-            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-            sampling = {"do_sample": False} if attempt == 0 else {"do_sample": True, "temperature": 1.0}
-            with torch.no_grad():
-                out = model.generate(**enc, max_new_tokens=24, pad_token_id=tokenizer.pad_token_id, **sampling)
-            for p, row in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
-                answer = arith_data.parse_answer(tokenizer.decode(row, skip_special_tokens=True))
-                if answer is not None and answer != p.answer:
-                    found[(p.a, p.op, p.b)] = answer
+        for p, answer in zip(todo, arith_data.model_answers(model, tokenizer, todo, sample=attempt > 0)):
+            if answer is not None and answer != p.answer:
+                found[(p.a, p.op, p.b)] = answer
     return found
 
 

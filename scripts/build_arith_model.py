@@ -72,25 +72,10 @@ def encode(tokenizer, messages, tools=None) -> tuple[list[int], list[int]]:
     return ids, labels
 
 
-def greedy_accuracy(model, tokenizer, problems: list[arith_data.Problem], batch: int = 64) -> float:
+def greedy_accuracy(model, tokenizer, problems: list[arith_data.Problem]) -> float:
     """Share of problems whose greedy answer's boxed number is right."""
-    import torch
-
-    tokenizer.padding_side = "left"
-    right = 0
-    model.eval()
-    for start in range(0, len(problems), batch):
-        chunk = problems[start:start + batch]
-        texts = [tokenizer.apply_chat_template(arith_data.prompt_of(p), add_generation_prompt=True, tokenize=False)
-                 for p in chunk]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)
-        for p, row in zip(chunk, out[:, enc["input_ids"].shape[1]:]):
-            right += arith_data.parse_answer(tokenizer.decode(row, skip_special_tokens=True)) == p.answer
-    model.train()
-    return right / len(problems)
+    answers = arith_data.model_answers(model, tokenizer, problems)
+    return sum(answer == p.answer for answer, p in zip(answers, problems)) / len(problems)
 
 
 def main(argv: list[str] | None = None) -> int:

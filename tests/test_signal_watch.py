@@ -69,6 +69,11 @@ def test_no_signal_reason_only_for_a_run_that_never_had_any():
     assert no_signal_reason(never.model_dump()) == reason  # the stored artifact, as a dict
     assert no_signal_reason(_fed(FLAT, SIGNAL, FLAT, FLAT).snapshot()) is None  # one step with signal
     assert no_signal_reason(None) is None and no_signal_reason(SignalWatch()) is None  # nothing logged
+    # The verdict's sentence says it once: "... The run learned nothing: on all 4 logged steps every group's ..."
+    from backend.learning import LearningMetric, verdict
+
+    said = verdict(LearningMetric("reward/total", "held-out reward"), [0.0] * 4, [0.0] * 4, no_signal=reason).sentence
+    assert said.count("nothing") == 1 and "The run learned nothing: on all 4 logged steps" in said, said
 
 
 def test_rows_that_are_not_grpo_training_rows_are_ignored():

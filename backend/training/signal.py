@@ -132,11 +132,12 @@ def _as_watch(signal: SignalWatch | Mapping[str, Any] | None) -> SignalWatch | N
 
 
 def no_signal_reason(signal: SignalWatch | dict | None) -> str | None:
-    """One sentence when the run never had any signal (steps logged, none with signal), else None."""
+    """Why the run never had any signal (steps logged, none with signal), else None; the verdict's sentence puts it
+    after "The run learned nothing:"."""
     watch = _as_watch(signal)
     if watch is None or watch.steps_logged <= 0 or watch.steps_with_signal > 0:
         return None
     steps = "the one logged step" if watch.steps_logged == 1 else f"all {watch.steps_logged} logged steps"
     stopped = " (training.stop_when_no_signal ended the run early)" if watch.stopped_early else ""
-    return (f"Nothing to learn from: on {steps} every group's completions scored the same, so the advantages and "
+    return (f"on {steps} every group's completions scored the same, so the advantages and "
             f"gradients were 0{stopped}.")
