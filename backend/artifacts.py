@@ -42,6 +42,9 @@ class AutoTuneRecord(BaseModel):
 Verdict = Literal["improved", "no_change", "worse", "no_signal"]
 
 
+VERDICT_WORDS = {"improved": "improved", "no_change": "no change", "worse": "worse", "no_signal": "learned nothing"}
+
+
 class LearningVerdict(BaseModel):
     """Did training make the model better? The job's own metric before and after, on held-out rows (``learning``)."""
 
@@ -61,6 +64,11 @@ class LearningVerdict(BaseModel):
     higher_is_better: bool = Field(True, description="whether a rise is an improvement (a loss: False)")
     rate: bool = Field(False, description="whether the metric is a share of rows (shown in percent and points)")
 
+    @property
+    def word(self) -> str:
+        """The verdict as people say it: improved, no change, worse, learned nothing."""
+        return VERDICT_WORDS.get(self.verdict, self.verdict)
+
 
 class SignalWatch(BaseModel):
     """GRPO's live check that the run has something to learn from (the ``signal`` artifact)."""
@@ -74,6 +82,22 @@ class SignalWatch(BaseModel):
     steps_logged: int = Field(0, description="training steps logged so far")
     steps_with_signal: int = Field(0, description="logged steps on which some group's completions scored differently")
     stopped_early: bool = Field(False, description="whether training.stop_when_no_signal ended the run")
+
+    @property
+    def shown(self) -> bool:
+        """Whether there is anything to say: a warning that holds, or a run it stopped."""
+        return bool(self.warning or self.stopped_early)
+
+    @property
+    def held(self) -> str | None:
+        """How long the warning has held, as the surfaces say it (None when unknown).
+
+        >>> SignalWatch(warning="w", since_step=2, consecutive=3).held
+        'since step 2, 3 logged steps in a row'
+        """
+        if self.since_step is None or not self.consecutive:
+            return None
+        return f"since step {self.since_step}, {self.consecutive} logged steps in a row"
 
 
 class JobArtifacts(BaseModel):

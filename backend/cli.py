@@ -51,7 +51,7 @@ def learning_text(learning: LearningVerdict | None) -> str | None:
     """
     if learning is None:
         return None
-    return f"{learning.verdict.replace('_', ' ')}: {learning.sentence}"
+    return f"{learning.word}: {learning.sentence}"
 
 
 def signal_text(signal: SignalWatch | None) -> str | None:
@@ -59,13 +59,13 @@ def signal_text(signal: SignalWatch | None) -> str | None:
 
     >>> signal_text(SignalWatch(warning="Every group scored the same.", since_step=2, consecutive=3,
     ...                         stopped_early=True))
-    'no learning signal since step 2 (3 logged steps in a row): Every group scored the same. Training stopped early.'
+    'no learning signal (since step 2, 3 logged steps in a row): Every group scored the same. Training stopped early.'
     """
-    if signal is None or not (signal.warning or signal.stopped_early):
+    if signal is None or not signal.shown:
         return None
     text = "no learning signal"
-    if signal.since_step is not None and signal.consecutive:
-        text += f" since step {signal.since_step} ({signal.consecutive} logged steps in a row)"
+    if signal.held:
+        text += f" ({signal.held})"
     if signal.warning:
         text += f": {signal.warning}"
     return text + (" Training stopped early." if signal.stopped_early else "")

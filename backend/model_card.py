@@ -171,10 +171,9 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
     lines: list[str] = []
     learning = artifacts.learning
     if learning is not None:
-        word = {"no_change": "no change", "no_signal": "learned nothing"}.get(learning.verdict, learning.verdict)
-        lines += [f"**Verdict: {word}.** {learning.sentence}", ""]
+        lines += [f"**Verdict: {learning.word}.** {learning.sentence}", ""]
     signal = artifacts.signal
-    if signal is not None and (signal.warning or signal.stopped_early):
+    if signal is not None and signal.shown:
         details = [f"none since step {signal.since_step}"] if signal.since_step is not None else []
         if signal.steps_logged:
             details.append(f"a learning signal on {signal.steps_with_signal} of {signal.steps_logged} logged steps")

@@ -19,9 +19,8 @@ from backend.api import JobRecord, JobStatus, StudioAPI, live_figures, performan
 TABLE_COLUMNS = ["id", "run name", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA",
                  "created"]
 EMPTY_JOBS = "No jobs yet: queue one in the Train tab, then follow it here."
-# The learning verdict's mark and word, as the summary shows them (backend/learning.py decides the verdict).
+# The learning verdict's mark, as the summary shows it (backend/learning.py decides the verdict).
 VERDICT_MARKS = {"improved": "✅", "no_change": "➖", "worse": "⚠️", "no_signal": "🚫"}
-VERDICT_WORDS = {"improved": "Improved", "no_change": "No change", "worse": "Worse", "no_signal": "Learned nothing"}
 
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
@@ -74,15 +73,17 @@ def verdict_line(job: JobRecord) -> str:
     """The learning verdict as the summary's first news: its mark, its word and its sentence ("" before it exists).
 
     >>> from types import SimpleNamespace as J
-    >>> verdict_line(J(artifacts=J(learning=J(verdict="improved", sentence="Held-out accuracy 25% -> 75%."))))
+    >>> from backend.api import LearningVerdict
+    >>> learning = LearningVerdict(metric="exact_match", label="held-out accuracy", verdict="improved",
+    ...                            sentence="Held-out accuracy 25% -> 75%.")
+    >>> verdict_line(J(artifacts=J(learning=learning)))
     '✅ **Improved**: Held-out accuracy 25% -> 75%.'
     """
     learning = job.artifacts.learning
     if learning is None:
         return ""
     mark = VERDICT_MARKS.get(learning.verdict, "")
-    word = VERDICT_WORDS.get(learning.verdict, learning.verdict)
-    return f"{mark} **{word}**: {learning.sentence}".strip()
+    return f"{mark} **{learning.word.capitalize()}**: {learning.sentence}".strip()
 
 
 def signal_line(job: JobRecord) -> str:
@@ -90,18 +91,19 @@ def signal_line(job: JobRecord) -> str:
     how long it has held, the warning (what to try), and whether it stopped the run ("" when there is none).
 
     >>> from types import SimpleNamespace as J
-    >>> signal_line(J(artifacts=J(signal=J(warning="Every group scored the same.", stopped_early=False,
-    ...                                   since_step=1, consecutive=3))))
+    >>> from backend.api import SignalWatch
+    >>> signal_line(J(artifacts=J(signal=SignalWatch(warning="Every group scored the same.", since_step=1,
+    ...                                              consecutive=3))))
     '> ⚠️ **No learning signal** (since step 1, 3 logged steps in a row): Every group scored the same.'
-    >>> signal_line(J(artifacts=J(signal=J(warning=None, stopped_early=False, since_step=None, consecutive=0))))
+    >>> signal_line(J(artifacts=J(signal=SignalWatch())))
     ''
     """
     signal = job.artifacts.signal
-    if signal is None or not (signal.warning or signal.stopped_early):
+    if signal is None or not signal.shown:
         return ""
     text = ("🛑 **Stopped early: no learning signal**" if signal.stopped_early else "⚠️ **No learning signal**")
-    if signal.since_step is not None and signal.consecutive:
-        text += f" (since step {signal.since_step}, {signal.consecutive} logged steps in a row)"
+    if signal.held:
+        text += f" ({signal.held})"
     if signal.warning:
         text += f": {signal.warning}"
     return f"> {text}"
