@@ -66,9 +66,10 @@ def problem_text(a: int, op: str, b: int, phrasing: int) -> str:
     return PHRASINGS[phrasing % len(PHRASINGS)].format(a=a, op=op, b=b, word=WORDS[op])
 
 
-def answer_text(a: int, op: str, b: int) -> str:
-    """The one answer format: the calculation, then the result in ``\\boxed{}`` (what TRL's accuracy reward reads)."""
-    result = a + b if op == "+" else a - b
+def answer_text(a: int, op: str, b: int, result: int | None = None) -> str:
+    """The one answer format: the calculation, then the result in ``\\boxed{}`` (what TRL's accuracy reward reads);
+    ``result`` writes a given (wrong) one instead."""
+    result = (a + b if op == "+" else a - b) if result is None else result
     return f"{a} {op} {b} = \\boxed{{{result}}}"
 
 
@@ -108,13 +109,20 @@ def wrong_reply(problem: Problem, rng: random.Random, mistakes: dict | None = No
     wrong = (mistakes or {}).get((problem.a, problem.op, problem.b))
     if wrong is None or wrong == problem.answer:
         wrong = near_miss(problem, rng)
-    return f"{problem.a} {problem.op} {problem.b} = \\boxed{{{wrong}}}"
+    return answer_text(problem.a, problem.op, problem.b, wrong)
 
 
 def model_answers(model, tokenizer, problems: list[Problem], *, sample: bool = False, batch: int = 64,
                   max_new_tokens: int = 24) -> list[int | None]:
     """Each problem's boxed answer from ``model`` (None when it boxed none): greedy, or one sample at temperature 1.
     Used by the build scripts and the tests; needs torch."""
+    texts = [tokenizer.apply_chat_template(prompt_of(p), add_generation_prompt=True, tokenize=False) for p in problems]
+    return answers_to(model, tokenizer, texts, sample=sample, batch=batch, max_new_tokens=max_new_tokens)
+
+
+def answers_to(model, tokenizer, texts: list[str], *, sample: bool = False, batch: int = 64,
+               max_new_tokens: int = 24) -> list[int | None]:
+    """The boxed answer in what ``model`` writes after each rendered prompt (None when it boxed none)."""
     import torch
 
     tokenizer.padding_side = "left"
@@ -122,11 +130,8 @@ def model_answers(model, tokenizer, problems: list[Problem], *, sample: bool = F
     model.eval()
     answers: list[int | None] = []
     sampling = {"do_sample": True, "temperature": 1.0} if sample else {"do_sample": False}
-    for start in range(0, len(problems), batch):
-        chunk = problems[start:start + batch]
-        texts = [tokenizer.apply_chat_template(prompt_of(p), add_generation_prompt=True, tokenize=False)
-                 for p in chunk]
-        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    for start in range(0, len(texts), batch):
+        enc = tokenizer(texts[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                  eos_token_id=tokenizer.eos_token_id, **sampling)
@@ -197,5 +202,5 @@ DATASETS = {
     "arith-preferences": (dpo_rows, 1000, 12),
     "arith-feedback": (kto_rows, 1000, 13),
     "arith-prompts": (grpo_rows, 1000, 14),
-    "arith-env": (env_rows, 160, 15),
+    "arith-env": (env_rows, 400, 15),
 }

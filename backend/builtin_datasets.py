@@ -60,7 +60,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             ("grpo",),
         ),
         BuiltinDataset(
-            "arith-env", "160 sums and differences for the built-in arithmetic environment (`a`, `b`, `op`), phrased "
+            "arith-env", "400 sums and differences for the built-in arithmetic environment (`a`, `b`, `op`), phrased "
             "as builtin:tiny-qwen3-arith was pre-trained to answer with the submit_answer tool.", ("grpo",),
         ),
         BuiltinDataset(
