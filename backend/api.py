@@ -18,10 +18,13 @@ from backend.catalogue import (
     CURATED_MODELS, DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, REWARDS, SpecField, builtin_dataset_choices,
     Monitoring, builtin_dataset_help, environment_choices, method_part, methods, monitoring, spec_field,
 )
-from backend.demo_model import ARITH_MODEL_ID, DEMO_MODEL_ID, DEMO_MODEL_NOTE, demo_model_note, is_demo_model
+from backend.demo_model import (
+    ARITH_MODEL_ID, DEMO_MODEL_ID, DEMO_MODEL_NOTE, demo_model_note, demo_recipe, is_demo_model,
+)
 from backend.hardware import detect_device
 from backend.hub_status import hub_status
 from backend.paths import DataPaths, safe_name
+from backend.artifacts import LearningVerdict, SignalWatch
 from backend.learning import status_text
 from backend.lineage import Lineage, last_checkpoint, resolve_lineage
 from backend.preflight import check_and_plan, check_spec
@@ -48,9 +51,10 @@ __all__ = [
     "SpecError", "load_spec_text", "JobRecord", "JobStatus", "JobNotFound", "InvalidTransition", "StoreError",
     "User", "hub_user", "local_user", "on_space", "on_zero_gpu", "gpu_task", "ZERO_GPU_REFUSAL", "detect_device",
     "hub_status", "DEMO_MODEL_ID", "DEMO_MODEL_NOTE", "is_demo_model",
-    "ARITH_MODEL_ID", "demo_model_note", "CURATED_MODELS", "HF_JOB_FLAVORS",
+    "ARITH_MODEL_ID", "demo_model_note", "demo_recipe", "CURATED_MODELS", "HF_JOB_FLAVORS",
     "DEFAULT_HF_JOB_FLAVOR", "REWARDS", "SpecField", "spec_field", "methods", "method_part", "environment_choices",
-    "builtin_dataset_choices", "builtin_dataset_help", "Monitoring", "monitoring", "status_text",
+    "builtin_dataset_choices", "builtin_dataset_help", "Monitoring", "monitoring", "status_text", "LearningVerdict",
+    "SignalWatch",
 ]
 # Re-exported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which
 # the CLI and the scheduler should not pay for at start-up.

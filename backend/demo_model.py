@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 # The name users (and specs) give the built-in model; resolved to a directory under the data dir.
 DEMO_MODEL_ID = "builtin:tiny-qwen3"
@@ -28,7 +30,7 @@ DEMO_MODEL_NOTE = (
 # partial skill, so every method has room to improve it. Its weights ship in backend/assets/models/.
 ARITH_MODEL_ID = "builtin:tiny-qwen3-arith"
 ARITH_MODEL_DIR = Path(__file__).parent / "assets" / "models" / "tiny-qwen3-arith"
-ARITH_MODEL_RECIPE = 1
+ARITH_MODEL_RECIPE = 2
 ARITH_MODEL_CONFIG = dict(
     hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True,
@@ -36,7 +38,8 @@ ARITH_MODEL_CONFIG = dict(
 ARITH_MODEL_NOTE = (
     f"{ARITH_MODEL_ID} is a tiny model pre-trained on this project's synthetic arithmetic chats (sums and differences "
     "of numbers below 50, answered as `a + b = \\boxed{c}`) and stopped on purpose at a partial skill: it answers "
-    "about a third of unseen problems right. Training on the arith-* datasets makes it better, and the job's "
+    "a little under half of unseen problems right, in a chat or in the arithmetic environment with its submit_answer "
+    "tool. Training on the arith-* datasets makes it better, and the job's "
     "learning verdict says by how much. It knows nothing else: other questions get arithmetic-shaped answers."
 )
 BUILTIN_MODELS = (DEMO_MODEL_ID, ARITH_MODEL_ID)
@@ -51,6 +54,50 @@ def demo_model_note(name: str | None) -> str:
     """What the UI says of a built-in tiny model; empty for any other model."""
     name = (name or "").strip()
     return {DEMO_MODEL_ID: DEMO_MODEL_NOTE, ARITH_MODEL_ID: ARITH_MODEL_NOTE}.get(name, "")
+
+
+# Settings measured to make builtin:tiny-qwen3-arith learn, per method: the values of examples/<method>-demo.yaml
+# (benchmarks/learning.py measures those) that the Train form can set, by dotted spec path. The spec's generic
+# defaults (learning rate 2e-4, the form's 30 steps) teach it nothing; values equal to the spec's default (LoRA r 16,
+# DPO and KTO beta 0.1) are left out, as are a run's name and its checkpoint interval. tests/test_demo_recipes.py
+# holds each recipe equal to its example: change them together.
+DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    ARITH_MODEL_ID: {
+        "sft": {
+            "dataset.name": "arith-sft",
+            "training.max_steps": 150, "training.learning_rate": 2e-3, "training.batch_size": 16,
+            "training.max_length": 128, "eval.holdout_rows": 256,
+        },
+        "dpo": {
+            "dataset.name": "arith-preferences",
+            "training.max_steps": 60, "training.learning_rate": 5e-4, "training.batch_size": 8,
+            "training.max_length": 128, "eval.holdout_rows": 128,
+        },
+        "kto": {
+            "dataset.name": "arith-feedback",
+            "training.max_steps": 300, "training.learning_rate": 2e-3, "training.batch_size": 8,
+            "training.max_length": 128, "eval.holdout_rows": 256,
+        },
+        "grpo": {
+            "dataset.name": "arith-prompts",
+            "grpo.num_generations": 8, "grpo.max_completion_length": 24, "grpo.temperature": 0.7,
+            "grpo.rewards": [{"name": "accuracy", "weight": 1.0}],
+            "training.max_steps": 400, "training.learning_rate": 1e-3, "training.batch_size": 16,
+            "training.max_length": 128, "eval.holdout_rows": 256,
+        },
+    },
+}
+
+
+def demo_recipe(model: str | None, method: str | None) -> dict[str, Any]:
+    """The settings measured to make a built-in model learn with ``method`` (dotted spec path -> value); {} for any
+    other model or method.
+
+    >>> demo_recipe("builtin:tiny-qwen3-arith", "dpo")["dataset.name"], demo_recipe("Qwen/Qwen3-0.6B", "sft")
+    ('arith-preferences', {})
+    """
+    recipe = DEMO_RECIPES.get((model or "").strip(), {}).get(method or "", {})
+    return copy.deepcopy(recipe)  # a caller may change its copy (the rewards list), never the table
 
 _SPECIAL_TOKENS = [
     "<|endoftext|>",

@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from backend.api import (
-    CURATED_MODELS, DEMO_MODEL_ID, REWARDS, JobSpec, SpecField, StudioAPI,
-    builtin_dataset_choices, builtin_dataset_help, demo_model_note, environment_choices, method_part, methods,
-    spec_field,
+    ARITH_MODEL_ID, CURATED_MODELS, DEMO_MODEL_ID, REWARDS, JobSpec, RewardSpec, SpecField, StudioAPI,
+    builtin_dataset_choices, builtin_dataset_help, demo_model_note, demo_recipe, environment_choices, method_part,
+    methods, spec_field,
 )
 from components.links import job_link
 
@@ -25,8 +25,11 @@ from components.links import job_link
 TRI_STATE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 _SPEC = object()  # a declaration's default: the spec's own
 
-BASE_MODEL_HELP = ("A curated small instruct model, any Hub id, or the offline demo model (random weights: "
-                   "plumbing only).")
+BASE_MODEL_HELP = (f"A curated small instruct model, any Hub id, or a built-in tiny model that runs offline: "
+                   f"{ARITH_MODEL_ID} knows a little arithmetic (picking it fills in settings measured to make it "
+                   f"learn), {DEMO_MODEL_ID} has random weights (plumbing only).")
+# The model the form starts on: it runs anywhere, and with its demo recipe a first try shows learning.
+START_MODEL = ARITH_MODEL_ID
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def rewards_text(rewards) -> str:
 
 DECLARED: list[FormField] = [
     FormField("base_model", "model.name_or_path", "Base model", help=BASE_MODEL_HELP, choices=CURATED_MODELS,
-              default=DEMO_MODEL_ID,  # the spec picks by network; the form starts on what runs anywhere
+              default=START_MODEL,  # the spec picks by network; the form starts on what runs anywhere
               options={"elem_id": "base-model"}),
     FormField("parent_job", "model.parent_job_id", "…or continue from a finished job", derived=True, choices=("",),
               help="Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then "
@@ -83,7 +86,8 @@ DECLARED: list[FormField] = [
     FormField("dataset_source", "dataset.source", "Source", derived=True, choices=("builtin", "hub", "upload"),
               help="", options={"elem_id": "dataset-source", "closed": True}),
     FormField("builtin_dataset", "dataset.name", "Built-in dataset", derived=True,
-              choices=tuple(builtin_dataset_choices()), help=builtin_dataset_help(JobSpec().dataset.name),
+              choices=tuple(builtin_dataset_choices()),
+              help=builtin_dataset_help(demo_recipe(START_MODEL, JobSpec().method.value).get("dataset.name")),
               options={"elem_id": "builtin-dataset"}),
     FormField("hub_dataset", "dataset.name", "Hub dataset id", derived=True, default="", help="",
               options={"placeholder": "trl-lib/Capybara", "visible": False}),
@@ -278,8 +282,84 @@ def get_path(spec: Any, path: str) -> Any:
 
 
 FORM_FIELDS: dict[str, FormField] = {f.name: f for f in [*DECLARED, *generated_fields({f.method for f in DECLARED})]}
-# Form field -> the value it starts with. The order is the order of the Gradio inputs (components/train.py).
-FIELDS: dict[str, Any] = {name: f.initial for name, f in FORM_FIELDS.items()}
+# Form field -> its plain default, for any model: the spec's default as a form value unless the declaration says else.
+DEFAULTS: dict[str, Any] = {name: f.initial for name, f in FORM_FIELDS.items()}
+
+
+# --- demo recipes: a built-in model's settings measured to make it learn (backend.api.demo_recipe) ----------------
+# The field a recipe's spec path fills: the plain fields by their path, and two hand-mapped ones.
+_RECIPE_FIELD = {"dataset.name": "builtin_dataset", "grpo.rewards": "grpo_rewards",
+                 **{f.path: name for name, f in FORM_FIELDS.items() if not f.derived}}
+
+
+def recipe_values(model: str | None, method: str | None) -> dict[str, Any]:
+    """The demo recipe of (``model``, ``method``) as form values (field name -> value); {} where it has none."""
+    values: dict[str, Any] = {}
+    for path, value in demo_recipe(model, method).items():
+        name = _RECIPE_FIELD[path]  # a KeyError here: a recipe setting the form has no field for
+        if name == "grpo_rewards":
+            values[name] = rewards_text([RewardSpec(**reward) for reward in value])
+        elif name == "builtin_dataset":
+            values[name] = value
+        else:
+            values[name] = _from_spec_value(FORM_FIELDS[name], value)
+    return values
+
+
+# Every field some built-in model's recipe sets, and the dataset (which a method change moves too).
+RECIPE_FIELDS: tuple[str, ...] = tuple(name for name in FORM_FIELDS if name == "builtin_dataset" or any(
+    name in recipe_values(model, method) for model in CURATED_MODELS for method in methods()))
+
+
+def dataset_choices(model: str | None, method: str) -> list[str]:
+    """The built-in datasets offered for ``method``: the model's demo-recipe dataset first, then the others."""
+    suited = builtin_dataset_choices(method)
+    first = demo_recipe(model, method).get("dataset.name")
+    return [first, *(name for name in suited if name != first)] if first in suited else suited
+
+
+def pick_dataset(model: str | None, method: str, current: str | None) -> str:
+    """The built-in dataset after a method change: the one picked if it suits ``method``, else the first choice."""
+    choices = dataset_choices(model, method)
+    return current if current in choices else choices[0]
+
+
+def _plain(name: str, method: str) -> Any:
+    """A field's value without a recipe: its plain default; the method's first built-in dataset for the dataset."""
+    return builtin_dataset_choices(method)[0] if name == "builtin_dataset" else DEFAULTS[name]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip() == b.strip()
+    return a == b
+
+
+def recipe_updates(values: dict[str, Any], before: tuple[str, str], after: tuple[str, str]) -> dict[str, Any]:
+    """The fields that change when the form goes from the (base model, method) pair ``before`` to ``after``.
+
+    A field still holding ``before``'s recipe value or its plain default takes ``after``'s recipe value (its plain
+    default where ``after`` has no recipe, or the recipe names no value for it); a value the user typed is kept. The
+    built-in dataset the user picked is kept too while it suits ``after``'s method (else the first choice).
+    """
+    old, new = recipe_values(*before), recipe_values(*after)
+    updates: dict[str, Any] = {}
+    for name in RECIPE_FIELDS:
+        current = values[name]
+        if any(_same(current, v) for v in (old.get(name, _plain(name, before[1])), _plain(name, before[1]))):
+            target = new.get(name, _plain(name, after[1]))
+        elif name == "builtin_dataset":
+            target = pick_dataset(after[0], after[1], current)
+        else:
+            continue
+        if not _same(target, current):
+            updates[name] = target
+    return updates
+
+
+# Form field -> the value it starts with: the plain defaults under the starting model's recipe for the starting
+# method. The order is the order of the Gradio inputs (components/train.py).
+FIELDS: dict[str, Any] = {**DEFAULTS, **recipe_values(DEFAULTS["base_model"], DEFAULTS["method"])}
 
 
 def _applies(f: FormField, v: dict[str, Any]) -> bool:
@@ -380,9 +460,17 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
     return routed
 
 
+RECIPE_NOTE = ("The Train form's settings (dataset, steps, learning rate, batch size, held-out rows and, for GRPO, "
+               "its sampling) were filled in with ones measured to make it learn with each method; a value you type "
+               "yourself is kept.")
+
+
 def model_notice(base_model: str | None) -> str:
-    """The notice under the model picker: the demo model's caveat when it is picked, else nothing."""
+    """The notice under the model picker: a built-in model's caveat when it is picked (and, for one with demo recipes,
+    that the settings were filled in for it), else nothing."""
     note = demo_model_note(base_model)
+    if note and any(demo_recipe(base_model, method) for method in methods()):
+        note = f"{note} {RECIPE_NOTE}"
     return f"ℹ️ {note}" if note else ""
 
 

@@ -18,11 +18,12 @@ from gradio.utils import NamedString
 
 from backend.api import (
     DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, JobNotFound, SpecError, StudioAPI, UnmappedUpload,
-    builtin_dataset_choices, builtin_dataset_help, load_spec_text, method_part, methods,
+    builtin_dataset_help, load_spec_text, method_part, methods,
 )
 from components.form import (
-    BASE_MODEL_HELP, FIELDS, FORM_FIELDS, SECTIONS, TRI_STATE, FormError, FormField, finished_job_choices,
-    form_to_spec, job_choice_id, model_notice, parse_column_map, queued_link, route_problems,
+    BASE_MODEL_HELP, FIELDS, FORM_FIELDS, RECIPE_FIELDS, SECTIONS, TRI_STATE, FormError, FormField, dataset_choices,
+    finished_job_choices, form_to_spec, job_choice_id, model_notice, parse_column_map, pick_dataset, queued_link,
+    recipe_updates, route_problems,
 )
 from components.session import as_user, require_user
 
@@ -122,6 +123,10 @@ def _lay_out() -> _Layout:
     gr.Markdown("### 1. Model")
     _row(inputs, ("base_model", "parent_job"))
     extra["model_note"] = gr.Markdown(model_notice(FIELDS["base_model"]), elem_id="model-notice")
+    # The (base model, method) pair whose demo recipe the fields were last set for. A hidden component, not gr.State:
+    # its value travels with each event as the browser had it when the event fired, so a change event updating it
+    # cannot overtake the input event that reads the pair from before the change.
+    extra["recipe_pair"] = gr.JSON([FIELDS["base_model"], FIELDS["method"]], visible=False)
     errors["model"] = box("model")
 
     gr.Markdown("### 2. Dataset")
@@ -210,9 +215,10 @@ def build(api: StudioAPI) -> TrainHandles:
 
 def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     """What one field changes in others: the dataset source's widgets, the method's group, the parent's model."""
-    inputs = ui.inputs
+    inputs, pair = ui.inputs, ui.recipe_pair
     source_widgets = {"builtin": [inputs["builtin_dataset"]], "hub": [inputs["hub_dataset"], inputs["hub_split"]],
                       "upload": [ui.upload, ui.upload_note]}
+    recipe_inputs = [inputs[name] for name in RECIPE_FIELDS]
 
     def on_source(source):
         return {widget: gr.update(visible=kind == source) for kind, ws in source_widgets.items() for widget in ws}
@@ -220,14 +226,42 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     inputs["dataset_source"].change(on_source, inputs["dataset_source"],
                                     [w for ws in source_widgets.values() for w in ws], api_name=False)
 
-    def on_method(method, current):
-        choices = builtin_dataset_choices(method)
-        return {**{group: gr.update(visible=name == method) for name, group in ui.groups.items()},
-                inputs["builtin_dataset"]: gr.update(choices=choices,
-                                                     value=current if current in choices else choices[0])}
+    def recipe_changes(before, model, method, values, dataset: bool) -> dict:
+        """The recipe fields' updates for the pair ``before`` -> (model, method) (components/form.py's rule)."""
+        before = tuple(before) if before else (FIELDS["base_model"], FIELDS["method"])
+        current = dict(zip(RECIPE_FIELDS, values))
+        changed = recipe_updates(current, before, (model, method))
+        updates = {inputs[name]: changed[name] if name in changed else gr.update()
+                   for name in RECIPE_FIELDS if name != "builtin_dataset"}
+        if dataset:
+            updates[inputs["builtin_dataset"]] = gr.update(choices=dataset_choices(model, method),
+                                                           value=changed.get("builtin_dataset",
+                                                                             current["builtin_dataset"]))
+        return {**updates, pair: [model, method]}
 
-    inputs["method"].change(on_method, [inputs["method"], inputs["builtin_dataset"]],
-                            [*ui.groups.values(), inputs["builtin_dataset"]], api_name=False)
+    def on_method(method, model, current):
+        """Every method change (a clone's too): its settings group, and a built-in dataset that suits it."""
+        return {**{group: gr.update(visible=name == method) for name, group in ui.groups.items()},
+                inputs["builtin_dataset"]: gr.update(choices=dataset_choices(model, method),
+                                                     value=pick_dataset(model, method, current)),
+                pair: [model, method]}
+
+    inputs["method"].change(on_method, [inputs["method"], inputs["base_model"], inputs["builtin_dataset"]],
+                            [*ui.groups.values(), inputs["builtin_dataset"], pair], api_name=False)
+
+    # A method or model the user picks applies its demo recipe; a clone's (a change, not an input) keeps its values.
+    # The method's change event picks the dataset above (by the same rule): one writer for it.
+    def on_method_input(before, model, method, *values):
+        return recipe_changes(before, model, method, values, dataset=False)
+
+    inputs["method"].input(on_method_input, [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
+                           [*(i for i in recipe_inputs if i is not inputs["builtin_dataset"]), pair], api_name=False)
+
+    def on_model_input(before, model, method, *values):
+        return recipe_changes(before, model, method, values, dataset=True)
+
+    inputs["base_model"].input(on_model_input, [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
+                               [*recipe_inputs, pair], api_name=False)
 
     def on_environment(env_name, rewards):
         # The default reward (accuracy on a `solution` column) is for prompt datasets; with an environment its
@@ -238,11 +272,17 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
 
     inputs["env_name"].change(on_environment, [inputs["env_name"], inputs["grpo_rewards"]], inputs["grpo_rewards"],
                               api_name=False)
-    inputs["base_model"].change(model_notice, inputs["base_model"], ui.model_note, api_name=False)
+
+    def on_model(model, method):
+        return {ui.model_note: model_notice(model), pair: [model, method]}
+
+    inputs["base_model"].change(on_model, [inputs["base_model"], inputs["method"]], [ui.model_note, pair],
+                                api_name=False)
 
     @as_user(signed_in=False)
-    def on_parent(user, parent_choice):
-        """With a parent job the base model is the parent's: shown, and locked until the parent is cleared."""
+    def on_parent(user, parent_choice, before, method, *values):
+        """With a parent job the base model is the parent's: shown, locked until the parent is cleared, and its
+        demo recipe applied as if it had been picked."""
         parent_id = job_choice_id(parent_choice)
         unlocked = {inputs["base_model"]: gr.update(interactive=True, info=BASE_MODEL_HELP)}
         if not parent_id or user is None:
@@ -253,9 +293,12 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
             return unlocked
         return {inputs["base_model"]: gr.update(
             value=parent_model, interactive=False,
-            info=f"The parent job {parent_id}'s base model; clear the parent job to pick another.")}
+            info=f"The parent job {parent_id}'s base model; clear the parent job to pick another."),
+            **recipe_changes(before, parent_model, method, values, dataset=True)}
 
-    inputs["parent_job"].change(on_parent, inputs["parent_job"], inputs["base_model"], api_name=False)
+    inputs["parent_job"].change(on_parent, [inputs["parent_job"], pair, inputs["method"], *recipe_inputs],
+                                [inputs["base_model"], *recipe_inputs, pair], api_name=False)
+
     def on_builtin_dataset(name):
         return {inputs["builtin_dataset"]: gr.update(info=builtin_dataset_help(name))}
 

@@ -98,6 +98,17 @@ def fill_settings(page, **values: str) -> None:
         expect(field).to_have_value(values[label])
 
 
+def pick_base_model(page, name: str) -> None:
+    """Choose ``name`` in the Base model picker as a user does: type it, take the offered option."""
+    field = page.locator("#base-model input")
+    field.click()
+    field.fill(name)
+    page.get_by_role("option", name=name, exact=True).click()
+    from playwright.sync_api import expect
+
+    expect(field).to_have_value(name)
+
+
 def pick_option(page, field_selector: str, job_id: str) -> None:
     """Choose ``job_id`` in a job dropdown as a user does: open it, type the id, take the offered option."""
     from playwright.sync_api import expect

@@ -20,7 +20,9 @@ def app_url(data_dir):
 def _form(**values):
     from components.form import FIELDS
 
-    merged = {**FIELDS, "max_steps": 4, "learning_rate": 1e-3, "batch_size": 2, "max_length": 128, **values}
+    # Plumbing: the random demo model on its own chats, as the form has them without the arith model's recipe.
+    merged = {**FIELDS, "base_model": "builtin:tiny-qwen3", "builtin_dataset": "chat-demo", "holdout_rows": 0,
+              "max_steps": 4, "learning_rate": 1e-3, "batch_size": 2, "max_length": 128, **values}
     return [merged[name] for name in FIELDS]
 
 

@@ -1,8 +1,9 @@
 """The UI in a real browser: Playwright drives Debian's Chromium against the app launched on 127.0.0.1.
 
-One app process and one browser page for the module, walking the demo's whole loop in order: queue SFT -> follow the
-job -> chat with it -> prefer an answer -> export the preferences in one click -> stage DPO on that file from the SFT
-adapter -> compare the two jobs -> score rewards on the bench -> dry-run an environment -> queue GRPO on it; then a
+One app process and one browser page for the module, walking the demo's whole loop in order: a fresh form on the
+arithmetic model's recipes -> queue SFT (of the random demo model: plumbing) -> follow the job -> chat with it ->
+prefer an answer -> export the preferences in one click -> stage DPO on that file from the SFT adapter -> compare the
+two jobs -> clone the SFT job -> score rewards on the bench -> dry-run an environment -> queue GRPO on it; then a
 bad upload. The walk must leave no console error in the page and no traceback in the app's log, and it writes a
 screenshot of each tab to tests/artifacts/ (not committed) for a reviewer.
 """
@@ -19,8 +20,8 @@ from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import (
-    ARTIFACTS, BROWSER_MARKS, fill_settings, follow_job_link, goto, open_page, pick_option, queue_job,
-    wait_in_jobs_tab,
+    ARTIFACTS, BROWSER_MARKS, fill_settings, follow_job_link, goto, open_page, pick_base_model, pick_option,
+    queue_job, wait_in_jobs_tab,
 )
 from tests.conftest import wait_for
 
@@ -64,14 +65,50 @@ def _job_id() -> str:
     return STATE["job_id"]
 
 
+def _settings(page, values: dict[str, str]) -> None:
+    for label, value in values.items():
+        expect(page.get_by_label(label, exact=True)).to_have_value(value)
+
+
+def test_a_fresh_train_tab_starts_on_the_arith_model_with_settings_that_make_it_learn(page):
+    expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+    expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3-arith")
+    expect(page.locator("#builtin-dataset input")).to_have_value("arith-sft")
+    expect(page.locator("#method").get_by_label("sft")).to_be_checked()
+    expect(page.locator("#model-notice")).to_contain_text("measured to make it learn")
+    page.get_by_text("4. Training settings, LoRA and quantization").click()
+    # examples/sft-demo.yaml's settings (backend/demo_model.py's recipe), not the spec's 2e-4 and 30 steps.
+    _settings(page, {"Max steps": "150", "Learning rate": "0.002", "Batch size": "16", "Max length": "128",
+                     "Held-out rows (before/after evaluation)": "256"})
+    page.locator("#method").get_by_label("dpo").check()
+    expect(page.locator("#builtin-dataset input")).to_have_value("arith-preferences")
+    _settings(page, {"Learning rate": "0.0005", "Batch size": "8", "Max steps": "60"})
+    # A value the user types is kept when the method changes; the others follow the new method's recipe.
+    steps = page.get_by_label("Max steps", exact=True)
+    steps.fill("12")
+    steps.press("Tab")
+    page.locator("#method").get_by_label("kto").check()
+    expect(page.locator("#builtin-dataset input")).to_have_value("arith-feedback")
+    _settings(page, {"Max steps": "12", "Learning rate": "0.002", "Held-out rows (before/after evaluation)": "256"})
+    steps.fill("300")  # kto's own value again: back to SFT, it is SFT's
+    steps.press("Tab")
+    page.locator("#method").get_by_label("sft").check()
+    expect(page.locator("#builtin-dataset input")).to_have_value("arith-sft")
+    _settings(page, {"Max steps": "150", "Learning rate": "0.002", "Batch size": "16"})
+    page.get_by_text("4. Training settings, LoRA and quantization").click()  # closed again, as a fresh page has it
+
+
 def test_queue_an_sft_job_from_the_train_tab(page, store):
     expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
-    expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3")
+    # Plumbing, not learning: the random demo model, which puts the arith recipe's fields back to the plain defaults.
+    pick_base_model(page, "builtin:tiny-qwen3")
     expect(page.locator("#builtin-dataset input")).to_have_value("chat-demo")
     expect(page.locator("#method").get_by_label("sft")).to_be_checked()
+    expect(page.locator("#model-notice")).to_contain_text("builtin:tiny-qwen3 is a random tiny model")
 
     page.get_by_text("4. Training settings, LoRA and quantization").click()
-    # The accordion's fields are mounted with the form's defaults (the spec's: batch 2, max length 1024) before we type.
+    # The accordion's fields hold the form's plain defaults (the spec's: batch 2, max length 1024) before we type.
+    _settings(page, {"Learning rate": "0.0002", "Held-out rows (before/after evaluation)": "0"})
     typed = [("Max steps", "30", "6"), ("Batch size", "2", "1"), ("Max length", "1024", "128")]
     for label, default, _ in typed:
         expect(page.get_by_label(label, exact=True)).to_have_value(default)
@@ -239,10 +276,29 @@ def test_compare_overlays_the_sft_and_the_staged_dpo_job(page):
     page.screenshot(path=ARTIFACTS / "walk-jobs.png", full_page=True)
 
 
-def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(page, store):
-    goto(page, page.url.split("?")[0] + "?tab=train")  # a fresh form: no parent job, the demo model
+def test_clone_fills_the_jobs_own_settings_which_no_recipe_rewrites(page):
+    """A fresh page starts on the arith model's recipe; cloning the SFT job of the demo model changes the model and
+    the settings programmatically, and the recipe rule (for what a user picks) leaves the clone's values alone."""
+    sft_id = _job_id()
+    goto(page, page.url.split("?")[0] + f"?job={sft_id}")
+    expect(page.locator("#job-summary")).to_contain_text(sft_id, timeout=30_000)
+    page.locator("#clone-button").click()
+    expect(page.get_by_text(f"Settings of {sft_id} copied into the Train tab.")).to_be_visible()
+    page.get_by_role("tab", name="Train").click()
     expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3")
+    expect(page.locator("#model-notice")).to_contain_text("builtin:tiny-qwen3 is a random tiny model")
+    expect(page.locator("#builtin-dataset input")).to_have_value("chat-demo")
+    page.get_by_text("4. Training settings, LoRA and quantization").click()
+    _settings(page, {"Max steps": "6", "Batch size": "1", "Max length": "128", "Learning rate": "0.0002",
+                     "Held-out rows (before/after evaluation)": "0"})
+
+
+def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(page, store):
+    goto(page, page.url.split("?")[0] + "?tab=train")  # a fresh form: no parent job, the arith model
+    expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3-arith")
+    pick_base_model(page, "builtin:tiny-qwen3")  # plumbing: the demo model, with GRPO's plain settings
     page.locator("#method").get_by_label("grpo").check()
+    expect(page.locator("#builtin-dataset input")).to_have_value("math-demo")
 
     page.get_by_text("Reward test bench: score completions before training").click()
     page.get_by_label("Completions, one per line").fill("The answer is $4$\nno idea")

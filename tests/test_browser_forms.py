@@ -1,7 +1,8 @@
 """The Train and Chat tabs as a new user meets them (issue 13), in a real browser against the app process.
 
-One app process and one page for the module; the tests run in order: an empty Chat tab, help in the UI's words, the
-reward bench, an upload with differently named columns queued as SFT, then chatting with that job (its loss and
+One app process and one page for the module; the tests run in order: an empty Chat tab, help in the UI's words (the
+form starts on builtin:tiny-qwen3-arith), the reward bench, an upload with differently named columns queued as SFT of
+the random demo model, then chatting with that job (its loss and
 evaluation beside the answers, one preference per turn, a one-click export) and continuing from it. Screenshots of
 both tabs are left in tests/artifacts/.
 """
@@ -61,13 +62,13 @@ def test_an_empty_chat_tab_says_to_train_a_job_first(page):
     page.get_by_role("tab", name="Train").click()
 
 
-def test_train_tab_help_uses_the_ui_words_and_the_demo_model_is_labelled(page):
+def test_train_tab_help_uses_the_ui_words_and_the_arith_model_is_labelled(page):
     notice = page.locator("#model-notice")
-    expect(notice).to_contain_text("builtin:tiny-qwen3 is a random tiny model")
-    expect(notice).to_contain_text("loss curves")
-    expect(notice).to_contain_text("cannot give sensible answers")
+    expect(notice).to_contain_text("builtin:tiny-qwen3-arith is a tiny model pre-trained")
+    expect(notice).to_contain_text("a little under half of unseen problems right")
+    expect(notice).to_contain_text("filled in with ones measured to make it learn")
     dataset = page.locator("#builtin-dataset")
-    expect(dataset).to_contain_text("chat-demo: 72 short chats")
+    expect(dataset).to_contain_text("arith-sft: 1000 arithmetic chats")
 
     # Every method's fields and the settings accordion open: no help text names a spec path.
     page.get_by_text("4. Training settings, LoRA and quantization").click()
@@ -75,9 +76,9 @@ def test_train_tab_help_uses_the_ui_words_and_the_demo_model_is_labelled(page):
     for method in ("dpo", "grpo"):
         page.locator("#method").get_by_label(method).check()
         expect(page.locator("#method").get_by_label(method)).to_be_checked()
-    # The built-in dataset's help follows the pick (grpo picks math-demo).
-    expect(dataset.locator("input")).to_have_value("math-demo")
-    expect(dataset).to_contain_text("math-demo: 48 arithmetic prompts")
+    # The built-in dataset's help follows the pick (grpo on the arith model picks arith-prompts).
+    expect(dataset.locator("input")).to_have_value("arith-prompts")
+    expect(dataset).to_contain_text("arith-prompts: 1000 arithmetic prompts")
     texts = page.locator(".info-text").all_inner_texts()  # Gradio's help line under each field's label
     assert len(texts) >= 25, texts
     visible_help = "\n".join(texts)
@@ -85,22 +86,23 @@ def test_train_tab_help_uses_the_ui_words_and_the_demo_model_is_labelled(page):
     assert not leaks, f"help text names spec paths: {leaks}"
     assert "overrides the fraction" not in page.content()
     page.locator("#method").get_by_label("sft").check()
-    expect(dataset.locator("input")).to_have_value("chat-demo")
-    expect(dataset).to_contain_text("chat-demo: 72 short chats")
+    expect(dataset.locator("input")).to_have_value("arith-sft")
+    expect(dataset).to_contain_text("arith-sft: 1000 arithmetic chats")
     page.get_by_text("4. Training settings, LoRA and quantization").click()  # closed again, as fill_settings expects
 
 
 def test_the_reward_bench_scores_typed_completions(page):
     page.locator("#method").get_by_label("grpo").check()
     page.get_by_text("Reward test bench: score completions before training").click()
-    page.get_by_label("Completions, one per line").fill("The answer is $15$\nno idea")
+    page.get_by_label("Completions, one per line").fill("The answer is $32$\nno idea")
     page.get_by_role("button", name="Score", exact=True).click()
     table = page.locator("#bench-scores")
-    # The default reward (accuracy) reads the first row of math-demo (12 + 3): a number per reward and completion.
+    # The default reward (accuracy) reads the first row of arith-prompts (12 + 20): a number per reward and
+    # completion.
     expect(table).to_contain_text("no idea")
     text = table.inner_text()
     assert re.search(r"completion\s+accuracy\s+total", text), text
-    assert re.search(r"The answer is \$15\$\s+1\.000\s+1\.000", text), text
+    assert re.search(r"The answer is \$32\$\s+1\.000\s+1\.000", text), text
     assert re.search(r"no idea\s+(\d\.\d{3}|-)\s+\d\.\d{3}", text), text
     expect(page.locator("#bench-note")).to_contain_text("Scored against the dataset's first row")
     expect(page.get_by_text("Error", exact=True)).to_have_count(0)
@@ -116,6 +118,12 @@ def test_an_upload_with_other_column_names_is_mapped_and_queued(page, store, tmp
     first, second = tmp_path / "qa.csv", tmp_path / "qa2.csv"
     first.write_text(rows)
     second.write_text(rows)
+    # Plumbing, not learning: the random demo model (its job trains in seconds), picked as a user does.
+    base = page.locator("#base-model input")
+    base.click()
+    base.fill("builtin:tiny-qwen3")
+    page.get_by_role("option", name="builtin:tiny-qwen3", exact=True).click()
+    expect(page.locator("#model-notice")).to_contain_text("builtin:tiny-qwen3 is a random tiny model")
     page.locator("#dataset-source").get_by_label("upload").check()
     dataset_error = page.locator("#dataset-error")
     mapping = page.locator("#column-map input, #column-map textarea").first

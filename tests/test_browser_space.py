@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from backend.paths import DataPaths
 from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings, pick_base_model
 
 
 pytestmark = BROWSER_MARKS
@@ -61,7 +61,9 @@ def test_a_signed_in_stranger_checks_and_queues_from_the_train_tab(space, browse
 
 
 def _pick_echo_environment(page) -> None:
-    """GRPO on the echo prompts against the built-in echo environment, picked as a user does."""
+    """GRPO of the random demo model (plumbing) on the echo prompts against the built-in echo environment, picked as
+    a user does."""
+    pick_base_model(page, "builtin:tiny-qwen3")
     page.locator("#method").get_by_label("grpo").check()
     for box, value in (("#builtin-dataset input", "echo-demo"), ("#env-name input", "builtin:echo")):
         page.locator(box).fill(value)

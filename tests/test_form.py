@@ -12,9 +12,13 @@ from components.form import (
 from tests.conftest import tiny_spec
 
 
-def test_the_default_form_is_a_valid_sft_spec():
+def test_the_default_form_is_a_valid_sft_spec_of_the_arith_model_with_its_recipe():
     spec = parse_spec(form_to_spec({}))
-    assert spec.method.value == "sft" and spec.dataset.name == "chat-demo" and spec.lora.enabled
+    assert spec.method.value == "sft" and spec.lora.enabled
+    assert (spec.model.name_or_path, spec.dataset.name) == ("builtin:tiny-qwen3-arith", "arith-sft")
+    training = spec.training
+    assert (training.max_steps, training.learning_rate, training.batch_size, training.max_length) == (
+        150, 2e-3, 16, 128) and spec.eval.holdout_rows == 256
 
 
 @pytest.mark.parametrize("values", [
@@ -143,6 +147,9 @@ def test_the_demo_model_notice_says_what_it_can_and_cannot_show():
 
     notice = model_notice("builtin:tiny-qwen3")
     assert "random tiny model" in notice and "loss curves" in notice and "cannot give sensible answers" in notice
+    assert "measured to make it learn" not in notice  # no recipe: nothing was filled in for it
+    arith = model_notice("builtin:tiny-qwen3-arith")
+    assert "pre-trained on this project's synthetic arithmetic" in arith and "measured to make it learn" in arith
     assert model_notice("Qwen/Qwen3-0.6B") == ""
     assert queued_link("abc123") == "[**abc123**](?job=abc123)"
 
@@ -173,7 +180,8 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
     upload_id, summary = api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft", columns=mapping)
     assert summary.startswith("qa.csv: 6 rows, prompt-completion") and upload_id != kept.value.upload_id
     spec = form_to_spec({"dataset_source": "upload", "upload_id": upload_id,
-                         "column_map": "prompt=question, completion=answer", "max_steps": 1})
+                         "column_map": "prompt=question, completion=answer", "max_steps": 1,
+                         "holdout_rows": 0})  # (the arith recipe's 256 held-out rows would leave none of the 6)
     api.check(spec)  # the pre-flight reads it with the mapping
 
 
@@ -209,16 +217,26 @@ def test_the_forms_defaults_are_the_specs_defaults():
     from backend.api import JobSpec
     from components.form import FIELDS, FORM_FIELDS, get_path, spec_to_form
 
+    from components.form import DEFAULTS, recipe_values
+
     default = JobSpec()
     # Where the old widgets disagreed with the spec, the spec won.
-    assert (FIELDS["batch_size"], FIELDS["max_length"], FIELDS["grpo_max_completion_length"]) == (
+    assert (DEFAULTS["batch_size"], DEFAULTS["max_length"], DEFAULTS["grpo_max_completion_length"]) == (
         default.training.batch_size, default.training.max_length, default.grpo.max_completion_length)
     as_form = spec_to_form(default)
-    # Only the step count (a quick first try) starts elsewhere on purpose, and the model: the demo runs anywhere,
-    # the spec's default depends on the network (the demo offline, as in tests).
-    differ = {name for name in FORM_FIELDS if FIELDS[name] != as_form[name]}
-    assert differ - {"base_model"} == {"max_steps"} and FIELDS["base_model"] == "builtin:tiny-qwen3"
-    assert FIELDS["max_steps"] == 30 and get_path(default, "training.max_steps") is None
+    # The plain defaults (any model's) differ from the spec's on purpose in two fields only: the step count (a quick
+    # first try; the spec trains an epoch) and the model (the arithmetic model runs anywhere; the spec's default
+    # depends on the network: the random demo model offline, as in tests).
+    plain_differ = {name for name in FORM_FIELDS if DEFAULTS[name] != as_form[name]}
+    assert plain_differ == {"base_model", "max_steps"}
+    assert DEFAULTS["base_model"] == "builtin:tiny-qwen3-arith" and as_form["base_model"] == "builtin:tiny-qwen3"
+    assert DEFAULTS["max_steps"] == 30 and get_path(default, "training.max_steps") is None
+    # The form starts on those, under the arithmetic model's SFT recipe: the dataset and the settings measured to
+    # make it learn (the spec's learning rate 2e-4 and 30 steps teach it nothing).
+    start = recipe_values("builtin:tiny-qwen3-arith", "sft")
+    assert set(start) == {"builtin_dataset", "max_steps", "learning_rate", "batch_size", "max_length", "holdout_rows"}
+    assert FIELDS == {**DEFAULTS, **start}
+    assert {name for name in FORM_FIELDS if FIELDS[name] != as_form[name]} == plain_differ | set(start)
 
 
 def test_labels_help_and_choices_come_from_the_declaration_and_the_spec():
@@ -260,6 +278,81 @@ def test_values_are_set_and_read_by_dotted_path():
     assert get_path(parse_spec(tiny_spec(training={"max_steps": 3})), "training.max_steps") == 3
     assert form_to_spec({"batch_size": None})["training"]["batch_size"] == "auto"
     assert form_to_spec({"holdout_rows": 0}).get("eval") is None and form_to_spec({"max_rows": 0})["dataset"] == {
-        "source": "builtin", "name": "chat-demo"}
+        "source": "builtin", "name": "arith-sft"}
     with pytest.raises(FormError, match="training.max_length: must be a whole number"):
         form_to_spec({"max_length": 1.5})
+
+
+# --- issue 19: the arithmetic model's demo recipes fill the form ---------------------------------------------------
+ARITH, TINY, QWEN = "builtin:tiny-qwen3-arith", "builtin:tiny-qwen3", "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def _moved(values: dict, before: tuple[str, str], after: tuple[str, str]) -> dict:
+    """The form after going from ``before`` to ``after`` by components/form.py's rule (what the handlers apply)."""
+    from components.form import recipe_updates
+
+    return {**values, **recipe_updates(values, before, after)}
+
+
+def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
+    from components.form import DEFAULTS
+
+    dpo = _moved(FIELDS, (ARITH, "sft"), (ARITH, "dpo"))
+    assert (dpo["builtin_dataset"], dpo["max_steps"], dpo["learning_rate"], dpo["batch_size"]) == (
+        "arith-preferences", 60, 5e-4, 8)
+    grpo = _moved(dpo, (ARITH, "dpo"), (ARITH, "grpo"))
+    assert (grpo["builtin_dataset"], grpo["grpo_num_generations"], grpo["grpo_max_completion_length"],
+            grpo["grpo_temperature"], grpo["max_steps"], grpo["batch_size"]) == ("arith-prompts", 8, 24, 0.7, 400, 16)
+    parse_spec(form_to_spec(grpo))  # a valid job: 16 per step holds two groups of 8
+    kto = _moved(grpo, (ARITH, "grpo"), (ARITH, "kto"))
+    assert (kto["builtin_dataset"], kto["max_steps"], kto["holdout_rows"]) == ("arith-feedback", 300, 256)
+    # GRPO's sampling is back to its plain defaults once the method has no use for the recipe's.
+    assert (kto["grpo_num_generations"], kto["grpo_temperature"]) == (DEFAULTS["grpo_num_generations"], 1.0)
+    # And back to SFT: the very form a fresh page shows.
+    assert _moved(kto, (ARITH, "kto"), (ARITH, "sft")) == FIELDS
+
+
+@pytest.mark.parametrize("other", [QWEN, TINY])
+def test_another_model_puts_the_recipe_fields_back_to_the_plain_defaults_and_back_again(other):
+    from components.form import DEFAULTS
+
+    plain = _moved(FIELDS, (ARITH, "sft"), (other, "sft"))
+    assert plain == {**DEFAULTS, "base_model": FIELDS["base_model"]}  # (the model is the picker's own value)
+    assert plain["builtin_dataset"] == "chat-demo" and plain["learning_rate"] == 2e-4 and plain["max_steps"] == 30
+    # Methods on another model: today's behaviour, the method's first built-in dataset and the plain settings.
+    dpo = _moved(plain, (other, "sft"), (other, "dpo"))
+    assert dpo["builtin_dataset"] == "preferences-demo" and dpo["batch_size"] == 2
+    # Picking the arith model again fills its recipe for the method in hand.
+    again = _moved(dpo, (other, "dpo"), (ARITH, "dpo"))
+    assert (again["builtin_dataset"], again["learning_rate"], again["holdout_rows"]) == ("arith-preferences", 5e-4,
+                                                                                          128)
+
+
+def test_a_value_the_user_typed_is_kept_across_models_and_methods():
+    typed = {**FIELDS, "learning_rate": 1e-3, "max_steps": 7, "builtin_dataset": "echo-tools-sft"}
+    qwen = _moved(typed, (ARITH, "sft"), (QWEN, "sft"))
+    assert (qwen["learning_rate"], qwen["max_steps"], qwen["builtin_dataset"]) == (1e-3, 7, "echo-tools-sft")
+    assert (qwen["batch_size"], qwen["max_length"], qwen["holdout_rows"]) == (2, 1024, 0)  # untouched: plain again
+    dpo = _moved(qwen, (QWEN, "sft"), (ARITH, "dpo"))
+    # A picked dataset that does not suit the new method gives way to the first choice: the recipe's.
+    assert (dpo["learning_rate"], dpo["max_steps"], dpo["builtin_dataset"], dpo["batch_size"]) == (
+        1e-3, 7, "arith-preferences", 8)
+    # A field the user set to the plain default counts as untouched (nothing tells the two apart).
+    assert _moved({**FIELDS, "max_steps": 30}, (ARITH, "sft"), (ARITH, "kto"))["max_steps"] == 300
+
+
+def test_the_arith_models_dataset_comes_first_for_each_method():
+    from backend.api import builtin_dataset_choices, demo_recipe, methods
+    from components.form import dataset_choices, pick_dataset
+
+    for method in methods():
+        choices = dataset_choices(ARITH, method)
+        assert choices[0] == demo_recipe(ARITH, method)["dataset.name"]
+        assert sorted(choices) == sorted(builtin_dataset_choices(method))
+        assert dataset_choices(QWEN, method) == builtin_dataset_choices(method)
+        # The method's change event (pick_dataset) and the rule above agree on the dataset.
+        for before in methods():
+            values = {**FIELDS, **_moved(FIELDS, (ARITH, "sft"), (ARITH, before))}
+            rule = _moved(values, (ARITH, before), (ARITH, method))["builtin_dataset"]
+            assert rule == pick_dataset(ARITH, method, values["builtin_dataset"])
+    assert pick_dataset(ARITH, "grpo", "wordle-demo") == "wordle-demo"

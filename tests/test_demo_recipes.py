@@ -1,0 +1,86 @@
+"""The arithmetic model's demo recipes (what the Train form fills in for it) are its examples' settings, so the two
+cannot drift: examples/<method>-demo.yaml is what benchmarks/learning.py measures to learn."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from backend.api import ARITH_MODEL_ID, JobSpec, demo_recipe, methods
+from backend.spec import parse_spec
+from tests.conftest import ROOT
+
+EXAMPLES = {method: ROOT / "examples" / f"{method}-demo.yaml" for method in ("sft", "dpo", "kto", "grpo")}
+# Example settings the form does not fill in on purpose: a run's name, and where it saves checkpoints (neither
+# changes what the model learns); the model and the dataset's source are the recipe's own premise.
+NOT_RECIPE = ("output.", "training.save_steps", "model.name_or_path", "dataset.source")
+_MISSING = object()
+
+
+def _get(tree, path: str):
+    for name in path.split("."):
+        if not isinstance(tree, dict) or name not in tree:
+            return _MISSING
+        tree = tree[name]
+    return tree
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict[str, object]:
+    """A nested mapping's leaves by dotted path (a list, such as the rewards, is one leaf)."""
+    leaves: dict[str, object] = {}
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        leaves.update(_leaves(value, f"{path}.") if isinstance(value, dict) else {path: value})
+    return leaves
+
+
+def test_every_method_of_the_arith_model_has_a_recipe_and_other_models_none():
+    assert set(EXAMPLES) == set(methods())
+    assert all(demo_recipe(ARITH_MODEL_ID, method) for method in methods())
+    assert demo_recipe("builtin:tiny-qwen3", "sft") == demo_recipe("Qwen/Qwen3-0.6B", "sft") == {}
+    assert demo_recipe(ARITH_MODEL_ID, "no-such-method") == {} and demo_recipe(None, None) == {}
+    recipe = demo_recipe(ARITH_MODEL_ID, "grpo")
+    recipe["grpo.rewards"].append({"name": "length"})  # a caller's copy: the table is not changed
+    assert demo_recipe(ARITH_MODEL_ID, "grpo")["grpo.rewards"] == [{"name": "accuracy", "weight": 1.0}]
+
+
+@pytest.mark.parametrize("method", sorted(EXAMPLES))
+def test_each_recipe_is_its_example(method):
+    example = yaml.safe_load(EXAMPLES[method].read_text(encoding="utf-8"))
+    recipe = demo_recipe(ARITH_MODEL_ID, method)
+    assert example["method"] == method and example["model"]["name_or_path"] == ARITH_MODEL_ID
+    assert example["dataset"]["source"] == "builtin"
+    # Every setting the recipe names is the example's ...
+    differ = {path: (value, _get(example, path)) for path, value in recipe.items() if _get(example, path) != value}
+    assert not differ, f"demo_recipe({ARITH_MODEL_ID!r}, {method!r}) and {EXAMPLES[method].name} differ: {differ}"
+    # ... and every example setting that departs from the spec's default is in the recipe (else the form would
+    # train otherwise than the example measured).
+    spec = parse_spec(example)
+    default = JobSpec()
+    departs = []
+    for path in _leaves(example):
+        if path.startswith(NOT_RECIPE) or path in recipe or path == "method":
+            continue
+        value, plain = spec, default
+        for name in path.split("."):
+            value, plain = getattr(value, name), getattr(plain, name)
+        if value != plain:
+            departs.append(path)
+    assert not departs, f"{EXAMPLES[method].name} sets {departs} away from the spec's defaults; add them to its recipe"
+
+
+def test_each_recipe_is_a_valid_job_the_form_can_show():
+    from components.form import FIELDS, form_to_spec, recipe_values
+
+    for method in methods():
+        values = recipe_values(ARITH_MODEL_ID, method)
+        assert values["builtin_dataset"] == demo_recipe(ARITH_MODEL_ID, method)["dataset.name"]
+        spec = parse_spec(form_to_spec({**FIELDS, "method": method, **values}))
+        for path, value in demo_recipe(ARITH_MODEL_ID, method).items():
+            got = spec
+            for name in path.split("."):
+                got = getattr(got, name)
+            if path == "grpo.rewards":
+                got = [reward.model_dump(exclude_defaults=True) | {"name": reward.name} for reward in got]
+                value = [{k: v for k, v in reward.items() if k != "weight" or v != 1.0} for reward in value]
+            assert got == value, (method, path)
