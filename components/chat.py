@@ -12,7 +12,7 @@ from backend.api import (
     GenerationSettings, JobNotFound, StudioAPI, demo_model_note, gpu_task, message_text,
 )
 from components.form import finished_job_choices, job_choice_id
-from components.job_views import evaluation_markdown
+from components.job_views import evaluation_markdown, verdict_line
 from components.session import as_user, require_user, user_from
 
 
@@ -69,6 +69,16 @@ def loss_text(metrics: list[dict]) -> str:
     return f"Training loss {first:.3f} → **{last:.3f}** (final, step {step})"
 
 
+def sides_text(job_id: str, model: str, parent_job_id: str | None = None) -> str:
+    """Which chat side is which model.
+
+    >>> sides_text("j1", "builtin:tiny-qwen3-arith")
+    "**Left:** builtin:tiny-qwen3-arith as it is, no adapter. **Right:** the same model with job j1's adapter."
+    """
+    staged = f", which continues job {parent_job_id}'s (the left side has neither)" if parent_job_id else ""
+    return f"**Left:** {model} as it is, no adapter. **Right:** the same model with job {job_id}'s adapter{staged}."
+
+
 def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
     """What the Chat tab says about the picked job: the demo model's caveat, the final loss, the before/after
     evaluation; the hint to pick or train a job when none is picked."""
@@ -80,8 +90,12 @@ def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
         metrics = api.metrics(job_id, user=user)
     except JobNotFound:
         return "That job is not yours or no longer exists."
-    parts = []
-    note = demo_model_note(job.spec.model.name_or_path)
+    model = job.spec.model.name_or_path
+    parts = [sides_text(job.id, model, job.spec.model.parent_job_id)]
+    verdict = verdict_line(job)
+    if verdict:
+        parts.append(verdict)
+    note = demo_model_note(model)
     if note:
         parts.append(f"ℹ️ **Demo model.** {note}")
     loss = loss_text(metrics)

@@ -244,3 +244,14 @@ def test_generation_settings_refuse_meaningless_values():
         GenerationSettings(top_p=0)
     with pytest.raises(ValueError, match="empty"):
         build_prompt([], "  ")
+
+
+def test_the_chat_tab_says_which_side_is_which():
+    import doctest
+
+    import components.chat as chat_tab
+
+    assert doctest.testmod(chat_tab).failed == 0
+    staged = chat_tab.sides_text("j2", "builtin:tiny-qwen3-arith", parent_job_id="j1")
+    assert staged.startswith("**Left:** builtin:tiny-qwen3-arith as it is, no adapter.")
+    assert "job j2's adapter, which continues job j1's (the left side has neither)" in staged

@@ -45,7 +45,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-EXAMPLE = ROOT / "examples" / "grpo-env-demo.yaml"
+EXAMPLE = ROOT / "examples" / "warm-up-demo.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_too
 
 @pytest.mark.slow
 def test_the_example_warms_up_then_learns_from_the_environment(warmed):
-    """examples/grpo-env-demo.yaml demonstrates what it is named for: tool calls during training, groups that score
+    """examples/warm-up-demo.yaml demonstrates what it is named for: tool calls during training, groups that score
     differently, a LoRA that moves, and base vs tuned success rates."""
     api, warm, sft = warmed
     done = wait_status(api.store, warm.grpo.job.id, FINAL, timeout=400)
@@ -138,6 +138,28 @@ def test_dry_run_of_the_warmed_up_model_shows_the_tool_call_its_result_and_the_r
     assert episode.success == (episode.reward == 1.0)
     text = episode.transcript()
     assert "calls `echo_message`" in text and "**tool `echo_message`**" in text and "reward" in text
+
+
+def test_the_arith_model_plays_its_environment_example_working_the_sum_out_then_calling_the_tool(paths):
+    """examples/grpo-env-demo.yaml's starting point: the pre-trained model writes the sum in its answer format and
+    submits that number with submit_answer, and wins some episodes of held-out problems (so GRPO's groups differ)."""
+    from backend import arith_data
+
+    api = StudioAPI(paths.root, scheduler="none")
+    example = ROOT / "examples" / "grpo-env-demo.yaml"
+    spec = load_spec_text(example.read_text(), example.name)
+    spec["grpo"]["temperature"] = 0.05  # near-greedy: the model's own best answer
+    episodes = [api.dry_run(spec, row=row, seed=row) for row in range(8)]
+    consistent = 0
+    for episode in episodes:
+        turn = episode.turns[0]
+        call = turn["tool_calls"][0]["function"]
+        assert call["name"] == "submit_answer" and episode.tool_calls == 1, episode.transcript()
+        consistent += arith_data.parse_answer(turn["content"]) == call["arguments"]["answer"]
+    assert consistent >= 6, "it mostly submits the number it worked out"
+    won = sum(e.success for e in episodes)
+    assert 1 <= won <= 7, [e.transcript() for e in episodes]
+    assert api.list_jobs() == []
 
 
 def test_dry_run_transcript_for_the_word_game(paths):

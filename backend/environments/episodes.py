@@ -8,7 +8,7 @@ to the last prompt message, tool calls are parsed with TRL's ``parse_response``,
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from backend.environments.adapter import OpenEnvEpisode, episode_reward, tool_methods
@@ -69,6 +69,12 @@ class EpisodeSettings:
     temperature: float = 1.0
     top_p: float = 1.0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def sampling(self) -> dict[str, Any]:
+        """``generate``'s sampling arguments: greedy at temperature 0."""
+        if self.temperature <= 0:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
 
     @classmethod
     def from_spec(cls, spec) -> "EpisodeSettings":
@@ -137,8 +143,7 @@ def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, A
         with torch.no_grad():
             out = model.generate(
                 input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=budget,
-                do_sample=True, temperature=settings.temperature, top_p=settings.top_p,
-                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                **settings.sampling(), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
             )
         completion = out[0, input_ids.shape[1]:].tolist()
         used = len(prompt_ids) - start + len(completion)
@@ -177,12 +182,15 @@ def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[di
     """Success rate and mean reward of the tuned model, of where a staged job started (``start_adapter``, the parent's
     adapter loaded beside the tuned one) and of the base (adapter switched off), over the same episodes.
 
-    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for every model; ``per_row`` keeps each
-    episode's success per side, for the learning verdict's interval. The sessions TRL kept open for its rollouts are
-    closed first: a server with exactly the sessions training needed has none left otherwise.
+    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for every model, greedily (as every method's
+    held-out evaluation is: one sample per episode would measure the sampling's luck as much as the model);
+    ``per_row`` keeps each episode's success per side, for the learning verdict's interval. The sessions TRL kept
+    open for its rollouts are closed first: a server with exactly the sessions training needed has none left
+    otherwise.
     """
     factory._close_all()
     environment = factory()
+    settings = replace(settings, temperature=0.0)
     try:
         successes: dict[str, list[float]] = {}
 
