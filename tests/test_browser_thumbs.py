@@ -121,20 +121,45 @@ def test_thumbs_on_both_sides_are_kto_rows_and_the_export_is_what_was_clicked(pa
 
 
 def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
-    """A 👍 or a "better" pick on a half-written answer would record it: the buttons wait until both answers end."""
+    """A 👍 or a "better" pick on a half-written answer would record it: the buttons wait until both answers end.
+
+    The page itself watches: every change to either answer's text while it streams is recorded with the judging
+    buttons' state at that moment, so the check does not depend on how fast this machine streams (a sequential
+    look at six buttons raced the stream's end on a loaded CI machine)."""
     max_tokens = page.get_by_label("number input for Max new tokens")
-    max_tokens.fill("96")  # a few seconds of streaming on CPU: long enough to look at the buttons
+    max_tokens.fill("96")
     max_tokens.press("Tab")
+    judges = ("#left-up", "#left-down", "#right-up", "#right-down", "#left-better", "#right-better")
+    page.evaluate("""(judges) => {
+        window.__judgeLog = [];
+        const observer = new MutationObserver(() => {
+            const turns = [...document.querySelectorAll(
+                "#chat-base [data-testid='user'], #chat-base [data-testid='bot'], "
+                + "#chat-tuned [data-testid='user'], #chat-tuned [data-testid='bot']")];
+            const text = turns.map(t => t.textContent).join("\\n");
+            const log = window.__judgeLog;
+            if (log.length && log[log.length - 1].text === text) return;
+            log.push({text, enabled: judges.filter(j => !document.querySelector(j).disabled)});
+        });
+        observer.observe(document.querySelector("#chat-base"), {subtree: true, childList: true, characterData: true});
+        observer.observe(document.querySelector("#chat-tuned"), {subtree: true, childList: true, characterData: true});
+        window.__judgeObserver = observer;
+    }""", list(judges))
+    before = page.evaluate("""() => [...document.querySelectorAll("#chat-tuned [data-testid='bot']")].length""")
     page.locator("#chat-input textarea").fill("Tell me more")
     page.locator("#chat-send").click()
-    judges = ("#left-up", "#left-down", "#right-up", "#right-down", "#left-better", "#right-better")
-    for button in judges:
-        expect(page.locator(button)).to_be_disabled(timeout=5_000)
+    expect(page.locator("#chat-tuned [data-testid='bot']")).to_have_count(before + 1, timeout=60_000)
     expect(page.locator("#chat-tuned [data-testid='bot']").last).not_to_have_text("", timeout=120_000)
     expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(re.compile("hide"),
                                                                                      timeout=120_000)
     for button in judges:
         expect(page.locator(button)).to_be_enabled(timeout=30_000)
+    log = page.evaluate("() => { window.__judgeObserver.disconnect(); return window.__judgeLog; }")
+    streamed = [entry for entry in log if "Tell me more" in entry["text"]]
+    assert len(streamed) >= 2, f"the question and the answers were seen on the page: {log}"
+    on_while_streaming = [entry["enabled"] for entry in streamed if entry["enabled"]]
+    assert not on_while_streaming, (f"judging buttons were on at {len(on_while_streaming)} of {len(streamed)} "
+                                    f"changes of the answers, first {on_while_streaming[0]}")
 
 
 def test_a_returning_user_finds_both_exports_ready(page, app):
