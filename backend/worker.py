@@ -121,6 +121,7 @@ def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths:
     """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
     episodes."""
     from backend.environments.episodes import EpisodeSettings, success_rates
+    from backend.environments.runtime import concurrent_episodes
     from backend.evaluation import START_ADAPTER, load_start_adapter
 
     log.info("playing %d evaluation episodes with the base, %sthe tuned model", spec.environment.eval_episodes,
@@ -129,7 +130,7 @@ def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths:
     return recorded_evaluation("environment_evaluation", lambda: success_rates(
         trainer.model, trainer.processing_class, environment.factory, rows, EpisodeSettings.from_spec(spec),
         spec.environment.eval_episodes, spec.training.seed, compare_base=spec.eval.compare_base,
-        start_adapter=start,
+        start_adapter=start, sessions=concurrent_episodes(spec),
     ), paths, job_id)
 
 

@@ -248,3 +248,35 @@ def test_submit_refuses_an_unreachable_environment_and_warns_about_a_short_episo
                                     grpo={"max_completion_length": 64}))
     assert any("max_completion_length (64) is below a typical wordle episode" in w for w in submitted.warnings)
     assert any("parent_job_id" in w for w in submitted.warnings), "GRPO from scratch is advised to SFT first"
+
+
+def test_evaluation_episodes_are_played_side_by_side_with_the_same_outcomes():
+    """The success-rate evaluation plays up to ``sessions`` episodes at once, one batched generate per round of
+    model turns: 16 greedy episodes of the arithmetic model cost a handful of generate calls instead of one per
+    turn per episode, and every episode ends as it does when played alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.demo_model import ARITH_MODEL_DIR
+    from backend.environments.episodes import EpisodeSettings, success_rates
+    from backend.environments.runtime import open_environment
+
+    model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
+    calls = []
+    generate = model.generate
+    model.generate = lambda *a, **k: calls.append(k["input_ids"].shape[0]) or generate(*a, **k)
+    spec = parse_spec(load_spec_text((ROOT / "examples" / "grpo-env-demo.yaml").read_text(), "grpo-env-demo.yaml"))
+    from backend.data import load_training_dataset
+
+    dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True)
+    rows = [dataset[i] for i in range(16)]
+    settings = EpisodeSettings.from_spec(spec)
+    with open_environment(spec, sessions=8) as environment:
+        alone = success_rates(model, tokenizer, environment.factory, rows, settings, 16, seed=3, compare_base=False)
+        alone_calls, calls[:] = list(calls), []
+        together = success_rates(model, tokenizer, environment.factory, rows, settings, 16, seed=3,
+                                 compare_base=False, sessions=8)
+    assert len(alone_calls) >= 16 and set(alone_calls) == {1}
+    assert len(calls) <= 2 * (settings.max_iterations + 1) and max(calls) == 8, calls
+    assert together["per_row"] == alone["per_row"], (alone["per_row"], together["per_row"])
+    assert together["tuned"] == alone["tuned"]

@@ -118,85 +118,155 @@ def _call_tool(tools: dict[str, Any], call: dict[str, Any]) -> tuple[str, Any, b
         return name, {"error": str(exc)}, True
 
 
+@dataclass
+class _Play:
+    """One episode in progress: its environment, conversation, tools and token count so far."""
+    environment: OpenEnvEpisode
+    messages: list[dict[str, Any]]
+    prompt_messages: int
+    methods: list[Any]
+    prompt_ids: list[int]
+    start: int
+    seed: int
+    calls: int = 0
+    failures: int = 0
+    iterations: int = 0
+    used: int = 0
+    stop_reason: str = "the model answered without a tool call"
+    over: bool = False
+    max_completion_length: int = 0
+
+    @property
+    def budget(self) -> int:
+        """Tokens the episode may still take (model turns and tool results count alike)."""
+        return self.max_completion_length - (len(self.prompt_ids) - self.start)
+
+
+def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, settings: EpisodeSettings
+              ) -> list[list[int]]:
+    """One batched ``generate`` over left-padded prompts: each row's new tokens, cut after its end-of-turn token."""
+    import torch
+
+    width = max(len(ids) for ids in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=model.device)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                             **settings.sampling(), pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
+    completions = []
+    for row in out[:, width:].tolist():
+        if tokenizer.eos_token_id in row:
+            row = row[:row.index(tokenizer.eos_token_id) + 1]
+        completions.append(row)
+    return completions
+
+
+def _take_turn(play: _Play, completion: list[int], tokenizer, settings: EpisodeSettings) -> None:
+    """Read one model turn into the episode: parse its tool calls (TRL's ``parse_response``), run them, and decide
+    whether the episode goes on."""
+    from trl.chat_template_utils import parse_response
+
+    completion = completion[:max(play.budget, 0)]
+    play.used = len(play.prompt_ids) - play.start + len(completion)
+    parsed = parse_response(tokenizer, completion, prefix=play.prompt_ids, tools=play.methods)
+    play.messages.append(parsed)
+    tool_calls = parsed.get("tool_calls") or []
+    if not tool_calls:
+        if play.used >= settings.max_completion_length:
+            play.stop_reason = "max_completion_length reached"
+        play.over = True
+        return
+    if play.iterations >= settings.max_iterations:
+        play.stop_reason = "max_tool_calling_iterations reached"
+        play.over = True
+        return
+    play.iterations += 1
+    tools = {m.__name__: m for m in play.methods}
+    for call in tool_calls:
+        play.calls += 1
+        name, result, failed = _call_tool(tools, call)
+        play.failures += failed
+        content = result if isinstance(result, list) else str(result)
+        play.messages.append({"role": "tool", "name": name, "content": content})
+    play.prompt_ids = _render(tokenizer, play.messages, play.methods, settings)
+    if play.environment.done:
+        # The model still gets to read the last tool result; the episode itself is over.
+        play.stop_reason = "the episode ended"
+
+
+def _finish(play: _Play) -> Episode:
+    environment = play.environment
+    success = episode_reward(environment.rewards, environment.done, environment.failed, "success") > 0
+    return Episode(
+        messages=play.messages, prompt_messages=play.prompt_messages, reward=environment.get_reward(),
+        success=success, done=environment.done, tool_calls=play.calls, tool_failures=play.failures,
+        completion_tokens=play.used, stop_reason=play.stop_reason, seed=play.seed,
+    )
+
+
+def play_episodes(model, tokenizer, environments: list[OpenEnvEpisode], rows: list[dict[str, Any]],
+                  settings: EpisodeSettings, seeds: list[int]) -> list[Episode]:
+    """Episodes of ``model``, one per (environment session, dataset row), played side by side: each round of model
+    turns is one batched ``generate`` over every episode still going (left-padded), so N episodes cost about as many
+    ``generate`` calls as one. Sampling is seeded once, with the first seed."""
+    import torch
+    from trl.chat_template_utils import add_response_schema
+
+    tokenizer = add_response_schema(tokenizer)
+    plays = []
+    for environment, row, seed in zip(environments, rows, seeds, strict=True):
+        messages = opening_messages(environment, row)
+        methods = tool_methods(environment)
+        prompt_ids = _render(tokenizer, messages, methods, settings)
+        plays.append(_Play(environment, messages, len(messages), methods, prompt_ids, len(prompt_ids), seed,
+                           max_completion_length=settings.max_completion_length))
+    torch.manual_seed(seeds[0])
+    while True:
+        for play in plays:
+            if not play.over and play.budget <= 0:
+                play.stop_reason, play.over = "max_completion_length reached", True
+        going = [play for play in plays if not play.over]
+        if not going:
+            break
+        completions = _generate(model, tokenizer, [play.prompt_ids for play in going],
+                                max(play.budget for play in going), settings)
+        for play, completion in zip(going, completions):
+            _take_turn(play, completion, tokenizer, settings)
+    return [_finish(play) for play in plays]
+
+
 def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, Any], settings: EpisodeSettings,
                  seed: int) -> Episode:
     """One episode of ``model`` in ``environment`` starting from dataset ``row``."""
-    import torch
-    from trl.chat_template_utils import add_response_schema, parse_response
-
-    tokenizer = add_response_schema(tokenizer)
-    messages = opening_messages(environment, row)
-    prompt_count = len(messages)
-    methods = tool_methods(environment)
-    tools = {m.__name__: m for m in methods}
-    prompt_ids = _render(tokenizer, messages, methods, settings)
-    start = len(prompt_ids)
-    calls = failures = iterations = used = 0
-    stop_reason = "the model answered without a tool call"
-    torch.manual_seed(seed)
-    while True:
-        budget = settings.max_completion_length - (len(prompt_ids) - start)
-        if budget <= 0:
-            stop_reason = "max_completion_length reached"
-            break
-        input_ids = torch.tensor([prompt_ids], device=model.device)
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=budget,
-                **settings.sampling(), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-            )
-        completion = out[0, input_ids.shape[1]:].tolist()
-        used = len(prompt_ids) - start + len(completion)
-        parsed = parse_response(tokenizer, completion, prefix=prompt_ids, tools=methods)
-        messages.append(parsed)
-        tool_calls = parsed.get("tool_calls") or []
-        if not tool_calls:
-            if used >= settings.max_completion_length:
-                stop_reason = "max_completion_length reached"
-            break
-        if iterations >= settings.max_iterations:
-            stop_reason = "max_tool_calling_iterations reached"
-            break
-        iterations += 1
-        for call in tool_calls:
-            calls += 1
-            name, result, failed = _call_tool(tools, call)
-            failures += failed
-            content = result if isinstance(result, list) else str(result)
-            messages.append({"role": "tool", "name": name, "content": content})
-        prompt_ids = _render(tokenizer, messages, methods, settings)
-        if environment.done:
-            # The model still gets to read the last tool result; the episode itself is over.
-            stop_reason = "the episode ended"
-    reward = environment.get_reward()
-    success = episode_reward(environment.rewards, environment.done, environment.failed, "success") > 0
-    return Episode(
-        messages=messages, prompt_messages=prompt_count, reward=reward, success=success, done=environment.done,
-        tool_calls=calls, tool_failures=failures, completion_tokens=used, stop_reason=stop_reason, seed=seed,
-    )
+    return play_episodes(model, tokenizer, [environment], [row], settings, [seed])[0]
 
 
 def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[dict[str, Any]],
                   settings: EpisodeSettings, episodes: int, seed: int, compare_base: bool = True,
-                  start_adapter: str | None = None) -> dict[str, Any]:
+                  start_adapter: str | None = None, sessions: int = 1) -> dict[str, Any]:
     """Success rate and mean reward of the tuned model, of where a staged job started (``start_adapter``, the parent's
     adapter loaded beside the tuned one) and of the base (adapter switched off), over the same episodes.
 
     Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for every model, greedily (as every method's
     held-out evaluation is: one sample per episode would measure the sampling's luck as much as the model);
     ``per_row`` keeps each episode's success per side, for the learning verdict's interval. The sessions TRL kept
-    open for its rollouts are closed first: a server with exactly the sessions training needed has none left
-    otherwise.
+    open for its rollouts are closed first (a server with exactly the sessions training needed has none left
+    otherwise); then up to ``sessions`` episodes are played side by side, one batched model turn at a time.
     """
     factory._close_all()
-    environment = factory()
+    environments: list[OpenEnvEpisode] = []
     settings = replace(settings, temperature=0.0)
     try:
+        environments += [factory() for _ in range(max(1, min(sessions, episodes)))]
         successes: dict[str, list[float]] = {}
 
         def play_all(side: str) -> dict[str, Any]:
-            played = [play_episode(model, tokenizer, environment, rows[i % len(rows)], settings, seed + i)
-                      for i in range(episodes)]
+            played: list[Episode] = []
+            for first in range(0, episodes, len(environments)):
+                numbers = range(first, min(first + len(environments), episodes))
+                played += play_episodes(model, tokenizer, environments[:len(numbers)],
+                                        [rows[i % len(rows)] for i in numbers], settings, [seed + i for i in numbers])
             successes[side] = [float(e.success) for e in played]
             return {
                 "success_rate": sum(e.success for e in played) / len(played),
@@ -221,4 +291,5 @@ def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[di
         result["per_row"] = {side: {"success": values} for side, values in successes.items()}
         return result
     finally:
-        environment._close()
+        for environment in environments:
+            environment._close()
