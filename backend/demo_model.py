@@ -30,7 +30,7 @@ DEMO_MODEL_NOTE = (
 # partial skill, so every method has room to improve it. Its weights ship in backend/assets/models/.
 ARITH_MODEL_ID = "builtin:tiny-qwen3-arith"
 ARITH_MODEL_DIR = Path(__file__).parent / "assets" / "models" / "tiny-qwen3-arith"
-ARITH_MODEL_RECIPE = 2
+ARITH_MODEL_RECIPE = 3
 ARITH_MODEL_CONFIG = dict(
     hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True,
@@ -38,8 +38,8 @@ ARITH_MODEL_CONFIG = dict(
 ARITH_MODEL_NOTE = (
     f"{ARITH_MODEL_ID} is a tiny model pre-trained on this project's synthetic arithmetic chats (sums and differences "
     "of numbers below 50, answered as `a + b = \\boxed{c}`) and stopped on purpose at a partial skill: it answers "
-    "a little under half of unseen problems right, in a chat or in the arithmetic environment with its submit_answer "
-    "tool. Training on the arith-* datasets makes it better, and the job's "
+    "about a third of unseen problems right, and in the arithmetic environment it seldom submits them with its "
+    "submit_answer tool. Training on the arith-* datasets (or GRPO in the environment) makes it better, and the job's "
     "learning verdict says by how much. It knows nothing else: other questions get arithmetic-shaped answers."
 )
 BUILTIN_MODELS = (DEMO_MODEL_ID, ARITH_MODEL_ID)

@@ -31,14 +31,16 @@ from backend.demo_model import ARITH_MODEL_RECIPE, ARITH_MODEL_CONFIG, _build_to
 DEFAULT_OUT = ROOT / "backend" / "assets" / "models" / "tiny-qwen3-arith"
 
 
-def tool_rows(problems: list[arith_data.Problem], rng: random.Random,
-              checks: list[arith_data.Problem]) -> tuple[list[tuple[list[dict], list[dict], int]], list[tuple]]:
+def tool_rows(problems: list[arith_data.Problem], rng: random.Random, checks: list[arith_data.Problem],
+              call_share: float = 1.0) -> tuple[list[tuple[list[dict], list[dict], int]], list[tuple]]:
     """(messages, tools, learn_from) per problem, and (opening messages, tools) per check problem.
 
     An episode works the sum out in the chat format (``a op b = \\boxed{c}``) and submits it with ``submit_answer``.
     A third of them start with a near miss, which the environment answers with a hint: those are trained only from
     the retry on (learn_from is the index of the first message the loss sees), so the model learns to try again and
-    never learns the wrong sum."""
+    never learns the wrong sum. Only ``call_share`` of the episodes use the tool at all: the others answer in text,
+    as a chat would, and end there (the environment never hears the answer), so the use of the tool is a partial
+    skill too, one that GRPO in the environment can teach."""
     from transformers.utils import get_json_schema
 
     from backend.environments.episodes import opening_messages
@@ -66,6 +68,9 @@ def tool_rows(problems: list[arith_data.Problem], rng: random.Random,
         openings = [(opening(env, i, p), schemas) for i, p in enumerate(checks)]
         for i, p in enumerate(problems):
             messages = opening(env, i, p)
+            if rng.random() >= call_share:
+                rows.append((messages + [{"role": "assistant", "content": p.reply}], schemas, len(messages)))
+                continue
             if i % 3 == 2:
                 messages += attempt(env, p, arith_data.near_miss(p, rng))
             learn_from = len(messages)
@@ -102,6 +107,24 @@ def greedy_accuracy(model, tokenizer, problems: list[arith_data.Problem], openin
     return sum(answer == p.answer for answer, p in zip(answers, problems)) / len(problems)
 
 
+def greedy_call_rate(model, tokenizer, openings: list[tuple]) -> float:
+    """Share of environment openings whose greedy first turn calls a tool (writes a ``<tool_call>``)."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    texts = [tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False) for m, t in openings]
+    model.eval()
+    calls = 0
+    for start in range(0, len(texts), 32):
+        enc = tokenizer(texts[start:start + 32], return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)
+        calls += sum("<tool_call>" in tokenizer.decode(row) for row in out[:, enc["input_ids"].shape[1]:])
+    model.train()
+    return calls / len(texts)
+
+
 def model_card(record: dict) -> str:
     """The model folder's README.md: what the model is and what it is not."""
     return f"""---
@@ -116,11 +139,13 @@ A tiny causal language model for trying post-training offline: the Qwen3 archite
 **What it is.** Pre-trained from random weights by `scripts/build_arith_model.py` (recipe {record["recipe"]}, seed
 {record["seed"]}, {record["steps"]} full-weight AdamW steps) on synthetic data from `backend/arith_data.py`: sums and
 differences of integers 0..49, asked four ways and answered `a + b = \\boxed{{c}}`, and episodes of the built-in
-arithmetic environment in which it works the sum out the same way and submits it with the `submit_answer` tool. It
+arithmetic environment in which it works the sum out the same way and, in {record["call_share"]:.0%} of them,
+submits it with the `submit_answer` tool (the others answer in text and end there, unheard by the environment). It
 was stopped on purpose at a partial skill: on problems it never saw, its greedy answer is right
 {record["heldout_accuracy"]:.0%} of the time in a chat and {record["heldout_tool_accuracy"]:.0%} of the time as the
-first turn of an environment episode. SFT, DPO, KTO and GRPO on the `arith-*` datasets make it better, and the
-studio's learning verdict measures by how much on held-out problems.
+first turn of an environment episode, where its greedy turn calls the tool {record["heldout_call_rate"]:.0%} of the
+time. SFT, DPO, KTO and GRPO on the `arith-*` datasets make it better, GRPO in the environment teaches it to submit
+its answers, and the studio's learning verdict measures by how much on held-out problems.
 
 **What it is not.** It knows nothing but this arithmetic: any other question gets an arithmetic-shaped answer. It
 is no benchmark of any method at scale, and its figures say nothing about a real model. Numbers outside 0..49 and
@@ -144,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="and at this held-out greedy accuracy of an environment episode's first turn")
     parser.add_argument("--tool-share", type=float, default=0.5, help="share of steps that train on tool episodes")
     parser.add_argument("--tool-episodes", type=int, default=1500, help="distinct tool episodes to train on")
+    parser.add_argument("--call-share", type=float, default=0.5,
+                        help="share of tool episodes that submit the answer with the tool (the others answer in text)")
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(2)
@@ -155,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 for a, op, b in arith_data.problems("pretrain")]
     chats = [encode(tokenizer, arith_data.chat(p)) for p in pretrain]
     check = arith_data.sample("studio", 200, seed=args.seed + 99)
-    episodes, openings = tool_rows(rng.sample(pretrain, args.tool_episodes), rng, check[:100])
+    episodes, openings = tool_rows(rng.sample(pretrain, args.tool_episodes), rng, check[:100], args.call_share)
     tools = [encode(tokenizer, m, t, k) for m, t, k in episodes]
     print(f"{len(chats)} chat rows, {len(tools)} tool episodes, {len(check)} held-out checks "
           f"({time.monotonic() - started:.0f}s)", flush=True)
@@ -193,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             if accuracy >= args.target and tool_accuracy >= args.tool_target:
                 break
 
+    call_rate = greedy_call_rate(model, tokenizer, openings)
+    print(f"greedy first turns that call the tool: {call_rate:.0%}", flush=True)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                                                do_sample=True, max_new_tokens=64)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -201,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "recipe": ARITH_MODEL_RECIPE, "seed": args.seed, "steps": step, "batch": args.batch, "learning_rate": args.lr,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "tool_share": args.tool_share, "tool_episodes": args.tool_episodes, "target": args.target,
+        "tool_share": args.tool_share, "tool_episodes": args.tool_episodes, "call_share": args.call_share,
+        "target": args.target,
         "tool_target": args.tool_target, "heldout_accuracy": accuracy, "heldout_tool_accuracy": tool_accuracy,
-        "history": history,
+        "heldout_call_rate": call_rate, "history": history,
     }
     (args.out / "studio_demo.json").write_text(json.dumps(record, indent=2))
     (args.out / "README.md").write_text(model_card(record))

@@ -140,25 +140,25 @@ def test_dry_run_of_the_warmed_up_model_shows_the_tool_call_its_result_and_the_r
     assert "calls `echo_message`" in text and "**tool `echo_message`**" in text and "reward" in text
 
 
-def test_the_arith_model_plays_its_environment_example_working_the_sum_out_then_calling_the_tool(paths):
-    """examples/grpo-env-demo.yaml's starting point: the pre-trained model writes the sum in its answer format and
-    submits that number with submit_answer, and wins some episodes of held-out problems (so GRPO's groups differ)."""
+def test_the_arith_model_works_the_sum_out_but_seldom_submits_it_with_the_tool(paths):
+    """examples/grpo-env-demo.yaml's starting point: in an episode the pre-trained model writes the sum in its answer
+    format, and only sometimes submits it with submit_answer (it was shown the tool in half of its episodes), so its
+    sampled groups mix episodes the environment hears and episodes it never does: GRPO's lesson is the tool."""
     from backend import arith_data
 
     api = StudioAPI(paths.root, scheduler="none")
     example = ROOT / "examples" / "grpo-env-demo.yaml"
     spec = load_spec_text(example.read_text(), example.name)
-    spec["grpo"]["temperature"] = 0.05  # near-greedy: the model's own best answer
-    episodes = [api.dry_run(spec, row=row, seed=row) for row in range(8)]
-    consistent = 0
-    for episode in episodes:
-        turn = episode.turns[0]
-        call = turn["tool_calls"][0]["function"]
+    episodes = [api.dry_run(spec, row=row, seed=row) for row in range(12)]  # the example's own sampling (T 0.7)
+    submitted = [e for e in episodes if e.tool_calls]
+    assert all(arith_data.parse_answer(e.turns[0]["content"]) is not None for e in episodes), \
+        [e.transcript() for e in episodes]
+    assert 1 <= len(submitted) <= 10, "some episodes use the tool, some answer in text"
+    for episode in submitted:
+        call = episode.turns[0]["tool_calls"][0]["function"]
         assert call["name"] == "submit_answer" and episode.tool_calls == 1, episode.transcript()
-        consistent += arith_data.parse_answer(turn["content"]) == call["arguments"]["answer"]
-    assert consistent >= 6, "it mostly submits the number it worked out"
-    won = sum(e.success for e in episodes)
-    assert 1 <= won <= 7, [e.transcript() for e in episodes]
+        assert arith_data.parse_answer(episode.turns[0]["content"]) == call["arguments"]["answer"]
+    assert not any(e.success for e in episodes if not e.tool_calls), "an answer in text never reaches the server"
     assert api.list_jobs() == []
 
 
