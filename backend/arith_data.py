@@ -123,22 +123,30 @@ def model_answers(model, tokenizer, problems: list[Problem], *, sample: bool = F
 def answers_to(model, tokenizer, texts: list[str], *, sample: bool = False, batch: int = 64,
                max_new_tokens: int = 24) -> list[int | None]:
     """The boxed answer in what ``model`` writes after each rendered prompt (None when it boxed none)."""
+    return [parse_answer(text) for text in continuations(model, tokenizer, texts, sample=sample, batch=batch,
+                                                         max_new_tokens=max_new_tokens)]
+
+
+def continuations(model, tokenizer, texts: list[str], *, sample: bool = False, batch: int = 64,
+                  max_new_tokens: int = 24, skip_special_tokens: bool = True) -> list[str]:
+    """What ``model`` writes after each rendered prompt, in left-padded batches: greedy, or sampled at temperature 1.
+    Special tokens (``<tool_call>``) are kept when ``skip_special_tokens`` is False."""
     import torch
 
     tokenizer.padding_side = "left"
     was_training = model.training
     model.eval()
-    answers: list[int | None] = []
+    written: list[str] = []
     sampling = {"do_sample": True, "temperature": 1.0} if sample else {"do_sample": False}
     for start in range(0, len(texts), batch):
         enc = tokenizer(texts[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                  eos_token_id=tokenizer.eos_token_id, **sampling)
-        answers += [parse_answer(tokenizer.decode(row, skip_special_tokens=True))
+        written += [tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
                     for row in out[:, enc["input_ids"].shape[1]:]]
     model.train(was_training)
-    return answers
+    return written
 
 
 def chat(problem: Problem) -> list[dict[str, str]]:

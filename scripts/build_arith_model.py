@@ -109,20 +109,9 @@ def greedy_accuracy(model, tokenizer, problems: list[arith_data.Problem], openin
 
 def greedy_call_rate(model, tokenizer, openings: list[tuple]) -> float:
     """Share of environment openings whose greedy first turn calls a tool (writes a ``<tool_call>``)."""
-    import torch
-
-    tokenizer.padding_side = "left"
     texts = [tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False) for m, t in openings]
-    model.eval()
-    calls = 0
-    for start in range(0, len(texts), 32):
-        enc = tokenizer(texts[start:start + 32], return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)
-        calls += sum("<tool_call>" in tokenizer.decode(row) for row in out[:, enc["input_ids"].shape[1]:])
-    model.train()
-    return calls / len(texts)
+    written = arith_data.continuations(model, tokenizer, texts, batch=32, max_new_tokens=48, skip_special_tokens=False)
+    return sum("<tool_call>" in text for text in written) / len(texts)
 
 
 def model_card(record: dict) -> str:

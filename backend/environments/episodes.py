@@ -134,12 +134,10 @@ class _Play:
     used: int = 0
     stop_reason: str = "the model answered without a tool call"
     over: bool = False
-    max_completion_length: int = 0
 
-    @property
-    def budget(self) -> int:
+    def budget(self, settings: EpisodeSettings) -> int:
         """Tokens the episode may still take (model turns and tool results count alike)."""
-        return self.max_completion_length - (len(self.prompt_ids) - self.start)
+        return settings.max_completion_length - (len(self.prompt_ids) - self.start)
 
 
 def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, settings: EpisodeSettings
@@ -167,7 +165,7 @@ def _take_turn(play: _Play, completion: list[int], tokenizer, settings: EpisodeS
     whether the episode goes on."""
     from trl.chat_template_utils import parse_response
 
-    completion = completion[:max(play.budget, 0)]
+    completion = completion[:max(play.budget(settings), 0)]
     play.used = len(play.prompt_ids) - play.start + len(completion)
     parsed = parse_response(tokenizer, completion, prefix=play.prompt_ids, tools=play.methods)
     play.messages.append(parsed)
@@ -219,18 +217,17 @@ def play_episodes(model, tokenizer, environments: list[OpenEnvEpisode], rows: li
         messages = opening_messages(environment, row)
         methods = tool_methods(environment)
         prompt_ids = _render(tokenizer, messages, methods, settings)
-        plays.append(_Play(environment, messages, len(messages), methods, prompt_ids, len(prompt_ids), seed,
-                           max_completion_length=settings.max_completion_length))
+        plays.append(_Play(environment, messages, len(messages), methods, prompt_ids, len(prompt_ids), seed))
     torch.manual_seed(seeds[0])
     while True:
         for play in plays:
-            if not play.over and play.budget <= 0:
+            if not play.over and play.budget(settings) <= 0:
                 play.stop_reason, play.over = "max_completion_length reached", True
         going = [play for play in plays if not play.over]
         if not going:
             break
         completions = _generate(model, tokenizer, [play.prompt_ids for play in going],
-                                max(play.budget for play in going), settings)
+                                max(play.budget(settings) for play in going), settings)
         for play, completion in zip(going, completions):
             _take_turn(play, completion, tokenizer, settings)
     return [_finish(play) for play in plays]
