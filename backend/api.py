@@ -72,6 +72,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+SQLITE_MAX_INT = 2**63 - 1
+
+
+def _whole_number(value: Any, what: str, low: int, high: int, optional: bool = False) -> int | None:
+    """``value`` when it is a whole number in ``low..high`` (or None where ``optional``); else SpecError with a
+    sentence: a number from a browser or a script reaches the store, a file or a loop only in range."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "\u2026"
+        raise SpecError([f"{what} must be a whole number from {low:,} to {high:,}, not {shown}"])
+    return value
+
+
 def _name_of(user: User | None) -> str:
     """The name a caller's jobs and files go under: no user (the CLI, tests) is "local", as JobSpec.owner defaults."""
     return user.name if user is not None else "local"
@@ -273,6 +287,7 @@ class StudioAPI(HubOperations):
         from backend.preview import preview_dataset
         from backend.training.models import load_tokenizer, resolve_model
 
+        _whole_number(rows, "the number of preview rows", 1, 100)
         spec = self._prepare(spec, user=user)
         tokenizer = load_tokenizer(resolve_model(spec.model, self.paths.models), spec.model)
         return preview_dataset(spec, tokenizer, rows, uploads_dir=self._uploads_of(spec))
@@ -305,6 +320,8 @@ class StudioAPI(HubOperations):
         from backend.environments.dryrun import dry_run
 
         self._require_user(user, "dry run")
+        _whole_number(row, "the dry run's row", 0, SQLITE_MAX_INT)
+        _whole_number(seed, "the dry run's seed", 0, 2**32 - 1, optional=True)
         lineage = self._prepare_lineage(spec, user=user)
         spec, adapter = lineage.spec, lineage.adapter()
 
@@ -328,14 +345,13 @@ class StudioAPI(HubOperations):
         from backend.uploads import keep_upload
 
         self._require_user(user, "warm-up")
+        _whole_number(rows, "the warm-up's rows", 1, 1000)
         if user is not None:
             self._dry_run_calls.check(user.name)  # it plays the environment up to rows x 4 times
         owner = user.name if user is not None else None
         spec = self._prepare(spec, owner, user)
         if spec.method != "grpo" or not spec.environment.name:
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
-        if not 1 <= rows <= 1000:
-            raise SpecError([f"warm-up: rows must be between 1 and 1000, not {rows}"])
         check_spec(spec, self.paths.models, self._uploads_of(spec))  # refuse before playing anything
         dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True, uploads_dir=self._uploads_of(spec))
         prompts = [dataset[i] for i in range(min(len(dataset), rows))]
@@ -459,12 +475,14 @@ class StudioAPI(HubOperations):
 
     def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
         """A job's logged metrics rows, those after ``after_id`` only (to poll without re-reading)."""
+        _whole_number(after_id, "the metrics cursor", 0, SQLITE_MAX_INT)
         self.get_job(job_id, user)
         return self.store.metrics(job_id, after_id)
 
     def metrics_since(self, job_id: str, cursor: int = 0, user: User | None = None) -> MetricsPage:
         """Incremental metrics: the rows logged after ``cursor`` and the cursor for the next call (a live view
         keeps the rows it has and asks only for new ones)."""
+        _whole_number(cursor, "the metrics cursor", 0, SQLITE_MAX_INT)
         rows = self.metrics(job_id, cursor, user)
         return MetricsPage(rows, rows[-1]["id"] if rows else cursor)
 
@@ -494,6 +512,7 @@ class StudioAPI(HubOperations):
         return self.store.samples(job_id)
 
     def log_tail(self, job_id: str, lines: int = 50, user: User | None = None) -> list[str]:
-        """The last ``lines`` lines of a job's training log."""
+        """The last ``lines`` lines of a job's training log (1 to 10,000)."""
+        _whole_number(lines, "the number of log lines", 1, 10_000)
         self.get_job(job_id, user)
         return tail_lines(self.paths.job_log(job_id), lines)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from backend.paths import DataPaths, safe_name
+from backend.paths import DataPaths, safe_name, storage_problem
 
 Message = dict[str, str]
 FeedbackFormat = Literal["dpo", "kto"]
@@ -26,6 +26,10 @@ THUMB_COLUMNS = ("prompt", "completion", "label")
 
 class NoAnswerYet(ValueError):
     """The chat holds no answer to judge yet, so nothing was recorded."""
+
+
+class NotSaved(ValueError):
+    """A row or an export could not be written (a full disk, a read-only folder): the log is exactly as it was."""
 
 
 def _text(content: Any) -> str:
@@ -88,24 +92,77 @@ class FeedbackLog:
         raise NotImplementedError
 
     def _put(self, row: dict[str, Any]) -> dict[str, Any] | None:
-        """Append ``row``, or write it over the last row it is the same as; the row it replaced, or None."""
+        """Append ``row``, or write it over the last row it is the same as; the row it replaced, or None.
+
+        All or nothing: NotSaved (with the reason) leaves the file exactly as it was. An append that fails is cut
+        off again; a rewrite goes to a temporary file that replaces the log only once complete. A last line torn by
+        a crash is set aside (``<log>.torn``) before anything is added, so a new row never merges into it.
+        """
         line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            lines = _read_all(fd).splitlines(keepends=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = self._locked()
+        except OSError as exc:
+            raise NotSaved(f"not saved: {storage_problem(exc)}") from exc
+        try:
+            data = _read_all(fd)
+            lines = data.splitlines(keepends=True)
+            torn = lines.pop() if lines and not lines[-1].endswith(b"\n") else None
             same = [i for i, old in enumerate(lines) if self._same_as(_parsed(old), row)]
-            if same:  # rewritten in place under the lock, so a writer waiting on it appends to this same file
-                replaced = _parsed(lines[same[-1]])
-                lines[same[-1]] = line
-                os.ftruncate(fd, 0)
-                _write_all(fd, b"".join(lines))
-                return replaced
-            _write_all(fd, line)
-            return None
+            replaced = _parsed(lines[same[-1]]) if same else None
+            if same or torn is not None:
+                if same:
+                    lines[same[-1]] = line
+                else:
+                    lines.append(line)
+                self._replace(b"".join(lines))
+                if torn is not None:
+                    self._set_aside(torn)
+            else:
+                try:
+                    _write_all(fd, line)
+                except OSError:
+                    os.ftruncate(fd, len(data))  # never half a row
+                    raise
+            return replaced
+        except OSError as exc:
+            raise NotSaved(f"not saved: {storage_problem(exc)}") from exc
         finally:
             os.close(fd)  # closing releases the lock
+
+    def _locked(self) -> int:
+        """The log opened for appending under an exclusive lock. A rewrite replaces the file, so a writer that waited
+        on the lock of the old one opens the new one and locks again."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def _replace(self, data: bytes) -> None:
+        """Write the whole log to a temporary file beside it and rename it over the log (the caller holds the lock)."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.path)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _set_aside(self, torn: bytes) -> None:
+        """Keep a line a crash cut short beside the log, for a person to look at; losing it is no worse than before."""
+        with contextlib.suppress(OSError), open(self.path.with_name(self.path.name + ".torn"), "ab") as fh:
+            fh.write(torn + b"\n")
 
     def _same_as(self, old: dict[str, Any] | None, new: dict[str, Any]) -> bool:
         if old is None:
@@ -120,10 +177,10 @@ class FeedbackLog:
         if not self.path.is_file():
             return []
         rows = []
-        with open(self.path, encoding="utf-8") as fh:
+        with open(self.path, "rb") as fh:
             fcntl.flock(fh, fcntl.LOCK_SH)
             for line in fh:
-                if line.strip() and (row := _parsed(line.encode("utf-8"))) is not None:
+                if line.strip() and (row := _parsed(line)) is not None:
                     rows.append(row)
         return rows
 
@@ -134,15 +191,21 @@ class FeedbackLog:
         if not rows:
             raise ValueError(self.nothing_yet)
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        tmp = None
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 for row in rows:
                     fh.write(json.dumps({k: row[k] for k in self.columns}, ensure_ascii=False) + "\n")
             os.replace(tmp, target)  # a reader never sees a half-written export
+        except OSError as exc:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            raise NotSaved(f"the export was not written: {storage_problem(exc)}") from exc
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
             raise
         return target
 
@@ -257,9 +320,21 @@ def feedback_log(paths: DataPaths, user_name: str, format: FeedbackFormat) -> Pr
 
 def export_feedback(paths: DataPaths, user_name: str, format: FeedbackFormat) -> Path:
     """A user's log of one format as ``<user>-<format>.jsonl`` in a fresh downloads folder (the only place the app
-    serves files from); their earlier exports of that format there are removed. ValueError when it is empty."""
+    serves files from); their earlier exports of that format there are removed. ValueError when it is empty, NotSaved
+    (nothing left behind) when it could not be written."""
     log = feedback_log(paths, user_name, format)
-    target = log.export(paths.new_download(f"{log.path.stem}-{format}.jsonl"))
+    if not log.rows():
+        raise ValueError(log.nothing_yet)
+    try:
+        path = paths.new_download(f"{log.path.stem}-{format}.jsonl")
+    except OSError as exc:
+        raise NotSaved(f"the export was not written: {storage_problem(exc)}") from exc
+    try:
+        target = log.export(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()  # no empty folder left in downloads/
+        raise
     for old in paths.downloads.glob(f"*/{target.name}"):
         if old != target:
             old.unlink(missing_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -96,3 +97,16 @@ def safe_name(text: str) -> str:
     'ada_lovelace_.._x'
     """
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+def storage_problem(exc: OSError) -> str:
+    """What went wrong writing to the data dir, in words a person can act on (no errno numbers).
+
+    >>> import errno; storage_problem(OSError(errno.ENOSPC, "No space left on device"))
+    'the disk that holds the studio’s data is full; free some space and try again'
+    """
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk that holds the studio’s data is full; free some space and try again"
+    if exc.errno == errno.EROFS:
+        return "the studio’s data folder is read-only just now, so nothing can be written; try again later"
+    return f"the studio’s data folder could not be written ({exc.strerror or type(exc).__name__}); try again"

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +17,7 @@ from backend.scheduler import worker_alive
 from backend.spec import parse_spec
 from backend.store import JobStatus, JobStore
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
+from tests.faults import fill, tmpfs
 from tests.test_lifecycle import FINAL, _kill_group, _start_scheduler_process, _wait_training
 
 LONG = {"training": {"max_steps": 100000, "save_steps": 100000}}
@@ -88,32 +88,13 @@ def test_a_dead_scheduler_thread_says_so_in_its_health(paths, scheduler_factory,
     assert StudioAPI(paths.root, scheduler="none").scheduler_health() is None
 
 
-def _mount_tmpfs(target: Path, size: str) -> None:
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here to fill a disk ({result.stderr.strip() or result.returncode})")
-
-
-def _fill(directory: Path) -> Path:
-    filler = directory / "filler"
-    with open(filler, "wb", buffering=0) as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 2**20)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    return filler
-
-
 @slow
 def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_space_is_freed(
         paths, store, scheduler_factory):
     # Where logs and checkpoints go; the store stays writable, as with a nearly full disk.
     jobs_dir = paths.root / "jobs"
-    _mount_tmpfs(jobs_dir, "64m")
-    try:
-        filler = _fill(jobs_dir)
+    with tmpfs(jobs_dir, "64m"):
+        filler = fill(jobs_dir)
         api = StudioAPI(paths.root, scheduler="none")
         doomed = api.submit(tiny_spec()).job
         sched = scheduler_factory()
@@ -127,9 +108,6 @@ def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_sp
         after = api.submit(tiny_spec()).job
         assert wait_status(store, after.id, FINAL).status is JobStatus.succeeded
         assert sched.health().ok
-    finally:
-        if subprocess.run(["umount", str(jobs_dir)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(jobs_dir)])  # a worker still has a file open there
 
 
 def _kill_group_of(pid: int) -> None:

@@ -1,0 +1,39 @@
+"""Real faults for tests: a small tmpfs mounted over a folder (and always unmounted), filled to the last page."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+
+@contextlib.contextmanager
+def tmpfs(target: Path, size: str = "4m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``target`` (created if missing) for the block; skips where mounting is not
+    allowed. Unmounted in a finally, lazily when a process still holds a file open there."""
+    target.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here to fill a disk ({result.stderr.strip() or result.returncode})")
+    try:
+        yield target
+    finally:
+        if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(target)])
+
+
+def fill(directory: Path) -> Path:
+    """Fill the filesystem of ``directory`` with one file until it is full (ENOSPC); that file, to free it later."""
+    filler = directory / "filler"
+    with open(filler, "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 2**20)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler

@@ -1,0 +1,108 @@
+"""Hostile numbers, names and full disks at the facade and in the files it writes (no app process needed).
+
+Each case asserts a sentence (a SpecError or ValueError whose text names what to fix), nothing stored or left behind,
+and that the next good request still works.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.api import SpecError, StudioAPI
+from backend.feedback import NotSaved, export_feedback, feedback_log
+from tests.conftest import tiny_spec
+from tests.faults import fill, tmpfs
+
+# (case id, call on (api, job id), a piece of the sentence)
+NUMBER_CASES = [
+    ("cursor-past-sqlite", lambda api, j: api.metrics_since(j, 2**63), "metrics cursor"),
+    ("cursor-huge", lambda api, j: api.metrics_since(j, 10**30), "metrics cursor"),
+    ("cursor-negative", lambda api, j: api.metrics_since(j, -1), "metrics cursor"),
+    ("cursor-float", lambda api, j: api.metrics_since(j, 1.5), "metrics cursor"),
+    ("cursor-nan", lambda api, j: api.metrics_since(j, float("nan")), "metrics cursor"),
+    ("cursor-string", lambda api, j: api.metrics_since(j, "0; DROP TABLE jobs"), "metrics cursor"),
+    ("cursor-bool", lambda api, j: api.metrics(j, True), "metrics cursor"),
+    ("log-lines-huge", lambda api, j: api.log_tail(j, 10**12), "log lines"),
+    ("log-lines-zero", lambda api, j: api.log_tail(j, 0), "log lines"),
+    ("log-lines-negative", lambda api, j: api.log_tail(j, -5), "log lines"),
+    ("preview-rows-huge", lambda api, j: api.preview(tiny_spec(), rows=10**9), "preview rows"),
+    ("dry-run-row-huge", lambda api, j: api.dry_run(tiny_spec(), row=2**64), "dry run's row"),
+    ("dry-run-seed-negative", lambda api, j: api.dry_run(tiny_spec(), seed=-1), "dry run's seed"),
+    ("warm-up-rows-huge", lambda api, j: api.warm_up(tiny_spec(), rows=10**6), "warm-up's rows"),
+]
+
+
+@pytest.fixture()
+def api_with_a_job(data_dir):
+    api = StudioAPI(data_dir, scheduler="none")
+    job = api.submit(tiny_spec(), "alice").job
+    yield api, job.id
+    api.close()
+
+
+@pytest.mark.parametrize("call,expected", [c[1:] for c in NUMBER_CASES], ids=[c[0] for c in NUMBER_CASES])
+def test_an_out_of_range_number_at_the_facade_is_a_sentence(api_with_a_job, call, expected):
+    api, job_id = api_with_a_job
+    with pytest.raises(SpecError) as refused:
+        call(api, job_id)
+    sentence = str(refused.value)
+    assert expected in sentence and "whole number" in sentence and len(sentence) < 200, sentence
+    assert [j.id for j in api.list_jobs()] == [job_id]  # nothing stored
+    assert api.metrics_since(job_id, 0).cursor == 0  # and the next good request answers
+
+
+# --- feedback on a full disk: every row is all or nothing --------------------------------------------------------
+
+def _asked(question: str) -> list[dict]:
+    return [{"role": "user", "content": question}]
+
+
+def test_a_thumb_on_a_full_disk_is_refused_with_a_sentence_and_leaves_the_log_as_it_was(paths):
+    thumbs = feedback_log(paths, "alice", "kto")
+    with tmpfs(thumbs.path.parent, "1m"):
+        thumbs.record(_asked("2 + 2?"), "2 + 2 = \\boxed{4}", True, "tuned", None)
+        before = thumbs.path.read_bytes()
+        filler = fill(thumbs.path.parent)
+        # Longer than the slack in the log's last page: the old code wrote part of it, then failed.
+        for answer, label in (("x" * 20_000, True), ("2 + 2 = \\boxed{4}", False)):  # an append, then a rewrite
+            with pytest.raises(NotSaved) as refused:
+                thumbs.record(_asked("2 + 2?"), answer, label, "tuned", None)
+            assert str(refused.value) == "not saved: the disk that holds the studio’s data is full; free some " \
+                                         "space and try again"
+            assert thumbs.path.read_bytes() == before
+        assert sorted(p.name for p in thumbs.path.parent.iterdir()) == ["alice.jsonl", "filler"]  # no temp file
+        filler.unlink()
+        thumbs.record(_asked("3 + 3?"), "3 + 3 = \\boxed{6}", True, "tuned", None)
+        rows = thumbs.rows()
+        assert [r["completion"][0]["content"] for r in rows] == ["2 + 2 = \\boxed{4}", "3 + 3 = \\boxed{6}"]
+
+
+def test_a_line_torn_by_a_crash_is_set_aside_and_never_merged_with_the_next_row(paths):
+    prefs = feedback_log(paths, "alice", "dpo")
+    prefs.record(_asked("1 + 1?"), "2", "3", "job-1")
+    torn = b'{"prompt": [{"role": "user", "content": "5 + 5?"}], "cho'
+    with open(prefs.path, "ab") as fh:
+        fh.write(torn)  # a writer killed mid-line
+    prefs.record(_asked("4 + 4?"), "8", "9", "job-1")
+    assert [r["chosen"][0]["content"] for r in prefs.rows()] == ["2", "8"]
+    assert prefs.path.read_bytes().endswith(b"\n") and prefs.path.read_bytes().count(b"\n") == 2
+    assert prefs.path.with_name("alice.jsonl.torn").read_bytes() == torn + b"\n"
+
+
+def test_an_export_on_a_full_disk_is_a_sentence_and_leaves_no_folder_behind(paths):
+    feedback_log(paths, "alice", "kto").record(_asked("2 + 2?"), "4", True, "base", None)
+    with tmpfs(paths.downloads, "1m"):
+        filler = fill(paths.downloads)
+        with pytest.raises(NotSaved) as refused:
+            export_feedback(paths, "alice", "kto")
+        assert "the export was not written: the disk that holds the studio’s data is full" in str(refused.value)
+        assert [p.name for p in paths.downloads.iterdir()] == ["filler"]
+        filler.unlink()
+        exported = export_feedback(paths, "alice", "kto")
+        assert exported.read_text().count("\n") == 1
+
+
+def test_an_empty_export_leaves_no_folder_behind(paths):
+    with pytest.raises(ValueError, match="no thumbs recorded yet"):
+        export_feedback(paths, "alice", "kto")
+    assert not paths.downloads.exists() or not any(paths.downloads.iterdir())
