@@ -3,6 +3,7 @@ UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``compon
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import shutil
@@ -141,6 +142,8 @@ class StudioAPI(HubOperations):
         self.paths = DataPaths(data_dir).ensure()
         self.store = JobStore(self.paths.db)
         self.remote = RemoteRegistry(self.paths.db)
+        with contextlib.suppress(OSError):  # tried again at the next start
+            self.paths.move_user_folders(self.store.owners())
         self.mode = scheduler
         self.scheduler: Scheduler | None = None
         self._chat_models = None  # loaded on the first chat

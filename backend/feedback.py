@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from backend.paths import DataPaths, safe_name, storage_problem
+from backend.paths import DataPaths, storage_problem
 
 Message = dict[str, str]
 FeedbackFormat = Literal["dpo", "kto"]
@@ -315,7 +315,7 @@ def feedback_log(paths: DataPaths, user_name: str, format: FeedbackFormat) -> Pr
     if format not in FEEDBACK_FORMATS:
         raise ValueError(f"the export format is 'dpo' (better-answer picks) or 'kto' (thumbs), not {format!r}")
     folder, kind = ("preferences", PreferenceLog) if format == "dpo" else ("thumbs", ThumbLog)
-    return kind(paths.root / folder / f"{safe_name(user_name)}.jsonl")
+    return kind(paths.feedback(folder, user_name))
 
 
 def export_feedback(paths: DataPaths, user_name: str, format: FeedbackFormat) -> Path:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import secrets
 from pathlib import Path
+from typing import Iterable
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
 
@@ -60,9 +62,34 @@ class DataPaths:
 
     def uploads(self, owner: str) -> Path:
         """The folder holding one user's kept uploads; an upload id resolves only inside it."""
-        folder = safe_name(owner)
-        # safe_name keeps dots, and "." or ".." as a folder would be the uploads root or the data dir itself.
-        return self.root / "uploads" / (folder if folder.strip(".") else folder.replace(".", "_"))
+        return self.root / "uploads" / user_folder(owner)
+
+    def feedback(self, kind: str, owner: str) -> Path:
+        """One user's feedback log of one kind (``preferences`` or ``thumbs``)."""
+        return self.root / kind / f"{user_folder(owner)}.jsonl"
+
+    def move_user_folders(self, owners: Iterable[str]) -> list[str]:
+        """Once per data dir: move each known owner's uploads and feedback from the folder names of layout 1 (lossy,
+        so two users could share one) to ``user_folder``'s. A layout-1 folder that two known owners map to belongs
+        to neither for sure, so it stays where it is. The moves made, as "old -> new" lines."""
+        marker = self.root / USER_LAYOUT_MARKER
+        if marker.exists():
+            return []
+        claims: dict[str, list[str]] = {}
+        for owner in set(owners):
+            claims.setdefault(_layout1_folder(owner), []).append(owner)
+        moved = []
+        for old, claimants in claims.items():
+            if len(claimants) != 1 or old == user_folder(claimants[0]):
+                continue
+            for source, target in ((self.root / "uploads" / old, self.uploads(claimants[0])),
+                                   *((self.root / kind / f"{old}.jsonl", self.feedback(kind, claimants[0]))
+                                     for kind in FEEDBACK_KINDS)):
+                if source.exists() and not target.exists():
+                    os.replace(source, target)
+                    moved.append(f"{source.relative_to(self.root)} -> {target.relative_to(self.root)}")
+        marker.write_text("2\n")
+        return moved
 
     @property
     def downloads(self) -> Path:
@@ -88,6 +115,37 @@ class DataPaths:
         self.models.mkdir(parents=True, exist_ok=True)
         self.downloads.mkdir(parents=True, exist_ok=True)
         return self
+
+
+USER_LAYOUT_MARKER = ".user-folders-v2"
+FEEDBACK_KINDS = ("preferences", "thumbs")
+_PLAIN = re.compile(r"[A-Za-z0-9-]")
+
+
+def user_folder(name: str) -> str:
+    """A user's name as one folder name, injectively: two different names never share a folder.
+
+    Letters, digits and ``-`` stay as they are; every other character becomes ``_`` and the hex of its UTF-8 bytes
+    (so ``_`` itself is escaped, and no name can be ``.`` or ``..``). An empty name is ``_``; one whose folder name
+    would pass 200 characters is ``~`` and its SHA-256 (no escape makes ``~``).
+
+    >>> user_folder("ada-lovelace"), user_folder("ada lovelace"), user_folder("ada_lovelace"), user_folder("..")
+    ('ada-lovelace', 'ada_20lovelace', 'ada_5Flovelace', '_2E_2E')
+    >>> user_folder("zoë") != user_folder("zoé")
+    True
+    """
+    if not name:
+        return "_"
+    folder = "".join(c if _PLAIN.fullmatch(c) else "".join(f"_{b:02X}" for b in c.encode("utf-8")) for c in name)
+    if len(folder) > 200:
+        return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()
+    return folder
+
+
+def _layout1_folder(owner: str) -> str:
+    """The folder name layout 1 gave a user (``safe_name``; "." or ".." with dots replaced): lossy."""
+    folder = safe_name(owner)
+    return folder if folder.strip(".") else folder.replace(".", "_")
 
 
 def safe_name(text: str) -> str:

@@ -378,6 +378,11 @@ class JobStore:
         """The readable jobs, oldest first; a row that cannot be read is skipped (see ``unreadable_rows``)."""
         return [r for r in self._read_rows(owner, statuses) if isinstance(r, JobRecord)]
 
+    def owners(self) -> list[str]:
+        """Everyone who ever submitted a job here."""
+        with self._connect() as con:
+            return [row[0] for row in con.execute("SELECT DISTINCT owner FROM jobs")]
+
     def unreadable_rows(self, owner: str | None = None, statuses: list[JobStatus] | None = None
                         ) -> list[tuple[str, str]]:
         """(job id, reason) for each row ``list`` skips because it cannot be read."""

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from backend.paths import DataPaths, safe_name
+from backend.paths import DataPaths, safe_name, user_folder
 
 TRACKIO_DIR_ENV = "TRACKIO_DIR"  # trackio reads it once, when imported: the worker sets it before training starts
 
@@ -20,7 +20,7 @@ def trackio_dir(paths: DataPaths) -> Path:
 
 def trackio_project(owner: str) -> str:
     """The trackio project of a user's jobs: all of one user's runs on one dashboard."""
-    return f"studio-{safe_name(owner)}"
+    return f"studio-{user_folder(owner)}"
 
 
 def trackio_run(job_id: str, run_name: str | None) -> str:

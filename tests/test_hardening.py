@@ -10,8 +10,11 @@ import pytest
 
 from backend.api import SpecError, StudioAPI
 from backend.feedback import NotSaved, export_feedback, feedback_log
+from backend.paths import USER_LAYOUT_MARKER
+from backend.users import User
 from tests.conftest import tiny_spec
 from tests.faults import fill, tmpfs
+from tests.test_access import uploaded
 
 # (case id, call on (api, job id), a piece of the sentence)
 NUMBER_CASES = [
@@ -106,3 +109,51 @@ def test_an_empty_export_leaves_no_folder_behind(paths):
     with pytest.raises(ValueError, match="no thumbs recorded yet"):
         export_feedback(paths, "alice", "kto")
     assert not paths.downloads.exists() or not any(paths.downloads.iterdir())
+
+
+# --- one folder per user ----------------------------------------------------------------------------------------
+
+TWINS = [("ada lovelace", "ada_lovelace"), ("zoë", "zoé"), ("..", "__"), ("a.b", "a_b"), ("ë" * 96, "ë" * 95 + "e")]
+
+
+@pytest.mark.parametrize("first,second", TWINS, ids=["space-underscore", "non-ascii", "dots", "dot-underscore",
+                                                      "very-long"])
+def test_two_names_never_share_a_folder_nor_an_upload(data_dir, tmp_path, first, second):
+    api = StudioAPI(data_dir, scheduler="none")
+    try:
+        one, two = User(first), User(second)
+        upload_id = uploaded(api, one, tmp_path)
+        assert api.preference_log(one).path != api.preference_log(two).path
+        assert api.thumb_log(one).path.parent == api.paths.root / "thumbs"
+        assert api.paths.uploads(first) != api.paths.uploads(second)
+        assert api.paths.uploads(first).parent == api.paths.root / "uploads"
+        with pytest.raises(SpecError, match="upload"):
+            api.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=two)
+        assert api.list_jobs() == []
+        assert api.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=one).job.owner == first
+    finally:
+        api.close()
+
+
+def test_old_user_folders_move_over_once_at_start_and_a_shared_one_stays_put(data_dir, tmp_path):
+    api = StudioAPI(data_dir, scheduler="none")
+    paths = api.paths
+    for owner in ("ada lovelace", "bob", "zoë", "zoé"):
+        api.submit(tiny_spec(), owner)
+    api.close()
+    # Layout 1: "ada lovelace" -> ada_lovelace, and "zoë" and "zoé" both -> zo_ (whose is it? nobody can say).
+    for old in ("ada_lovelace", "bob", "zo_"):
+        (paths.root / "uploads" / old).mkdir(parents=True)
+        (paths.root / "uploads" / old / "rows.jsonl").write_text(old)
+        (paths.root / "thumbs").mkdir(exist_ok=True)
+        (paths.root / "thumbs" / f"{old}.jsonl").write_text(old)
+    (paths.root / USER_LAYOUT_MARKER).unlink()  # a data dir from before the move
+    StudioAPI(data_dir, scheduler="none").close()
+    assert (paths.uploads("ada lovelace") / "rows.jsonl").read_text() == "ada_lovelace"
+    assert paths.feedback("thumbs", "ada lovelace").read_text() == "ada_lovelace"
+    assert (paths.uploads("bob") / "rows.jsonl").read_text() == "bob"  # a plain name keeps its folder
+    assert (paths.root / "uploads" / "zo_").is_dir() and not paths.uploads("zoë").exists()
+    assert not (paths.root / "uploads" / "ada_lovelace").exists()
+    (paths.root / "uploads" / "ada_lovelace").mkdir()  # made after the move: the next start leaves it alone
+    StudioAPI(data_dir, scheduler="none").close()
+    assert (paths.root / "uploads" / "ada_lovelace").is_dir()
