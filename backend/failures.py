@@ -14,6 +14,7 @@ from backend.spec import SpecError
 from backend.store import JobStatus
 
 LOG_TAIL_LINES = 15
+_DISK_FULL_MARKERS = ("no space left on device", "database or disk is full", "disk quota exceeded")
 _MEMORY_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory", "bad_alloc")
 
 
@@ -27,6 +28,22 @@ def looks_like_oom(text: str) -> bool:
     return any(marker in lowered for marker in _MEMORY_MARKERS)
 
 
+def looks_like_disk_full(text: str) -> bool:
+    """Whether an error text says the disk is full (the OS's or SQLite's words for it).
+
+    >>> looks_like_disk_full("OSError: [Errno 28] No space left on device"), looks_like_disk_full("KeyError: 'x'")
+    (True, False)
+    """
+    lowered = text.lower()
+    return any(marker in lowered for marker in _DISK_FULL_MARKERS)
+
+
+def disk_full_sentence(where: Path | str | None) -> str:
+    """What a job's record says when the data disk filled up under it."""
+    return (f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job "
+            "again")
+
+
 def disk_full_reason(exc: BaseException, data_dir: Path | str | None = None) -> str | None:
     """The sentence for a full data disk (ENOSPC, or SQLite's "database or disk is full"), else None.
 
@@ -36,13 +53,10 @@ def disk_full_reason(exc: BaseException, data_dir: Path | str | None = None) -> 
     True
     """
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = exc.filename or data_dir
-    elif isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
-        where = data_dir
-    else:
-        return None
-    return (f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job "
-            "again")
+        return disk_full_sentence(exc.filename or data_dir)
+    if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
+        return disk_full_sentence(data_dir)
+    return None
 
 
 def describe_failure(exc: BaseException, data_dir: Path | str | None = None) -> str:

@@ -7,10 +7,20 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 from pathlib import Path
 from typing import Iterable
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
+SPACE_RESERVE_ENV = "STUDIO_SPACE_RESERVE_MB"
+
+
+def space_reserve_bytes() -> int:
+    """The size of the data disk's space reserve: ``$STUDIO_SPACE_RESERVE_MB`` MiB (default 8, 0 for none)."""
+    try:
+        return max(0, min(1024, int(os.environ.get(SPACE_RESERVE_ENV, "8")))) * 2**20
+    except ValueError:
+        return 8 * 2**20
 
 
 def default_data_dir() -> Path:
@@ -108,6 +118,38 @@ class DataPaths:
         folder = self.downloads / secrets.token_hex(16)
         folder.mkdir(parents=True, exist_ok=True)
         return folder / safe_name(name)
+
+    @property
+    def space_reserve(self) -> Path:
+        """A file of zeros held on the data disk so that, when the disk fills up, deleting it leaves room to record
+        how the jobs ended (the store cannot say "failed" on a disk with no free byte)."""
+        return self.root / ".space-reserve"
+
+    def keep_space_reserve(self) -> bool:
+        """Write the reserve if it is missing and the disk has room for it several times over; whether it is there."""
+        reserve = self.space_reserve
+        if reserve.exists():
+            return True
+        try:
+            size = space_reserve_bytes()
+            if size == 0 or shutil.disk_usage(self.root).free < 8 * size:
+                return False
+            with open(reserve, "wb") as fh:
+                fh.write(b"\0" * size)
+                fh.flush()
+                os.fsync(fh.fileno())
+            return True
+        except OSError:
+            reserve.unlink(missing_ok=True)
+            return False
+
+    def release_space_reserve(self) -> bool:
+        """Delete the reserve to free its space now; whether there was one."""
+        try:
+            self.space_reserve.unlink()
+            return True
+        except OSError:
+            return False
 
     def ensure(self) -> "DataPaths":
         """Create the data directory's folders if missing; returns self."""

@@ -11,6 +11,7 @@ import fcntl
 import itertools
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from backend.failures import (
     describe_exit,
     describe_failure,
     disk_full_reason,
+    disk_full_sentence,
+    looks_like_disk_full,
     looks_like_oom,
     oom_evidence,
     oom_kill_count,
@@ -40,6 +43,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FINAL_STATUSES = [JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted]
 # After SIGTERM, how long a lingering worker gets before SIGKILL: its job is already recorded, nothing is lost.
 LINGERING_TERM_TO_KILL_S = 2.0
+# A data disk with less free than this is full for a job that just failed (its log may not have been written).
+DISK_FULL_BELOW_BYTES = 2**20
 
 
 def worker_alive(pid: int, job_id: str) -> bool:
@@ -300,7 +305,7 @@ class Scheduler:
                 self._adopt(job)
                 continue
             reason = "the app stopped while this job was running and its worker is gone; resume it to continue"
-            if self.store.finish(job.id, JobStatus.interrupted, reason + self._checkpoint_note(job.id)):
+            if self._finish(job.id, JobStatus.interrupted, reason + self._checkpoint_note(job.id)):
                 log.info("job %s marked interrupted", job.id)
         for job in self.store.list(statuses=FINAL_STATUSES):
             if job.pid and job.id not in self._running and worker_alive(job.pid, job.id):
@@ -316,6 +321,7 @@ class Scheduler:
 
     def tick(self) -> None:
         """One pass: record failures, reap finished workers, enforce cancels, and launch queued jobs into free slots."""
+        self.paths.keep_space_reserve()  # one stat while it is there
         self._record_unrecorded_failures()
         self._reap_and_enforce_cancels()
         while len(self._running) < self.max_concurrent:
@@ -391,7 +397,7 @@ class Scheduler:
     def _record_unrecorded_failures(self) -> None:
         for job_id, reason in list(self._unrecorded_failures.items()):
             try:
-                self.store.finish(job_id, JobStatus.failed, reason)
+                self._finish(job_id, JobStatus.failed, reason)
             except Exception:  # noqa: BLE001 - kept, and tried again next tick
                 log.warning("could not record job %s as failed yet; will retry", job_id, exc_info=True)
                 continue
@@ -465,15 +471,38 @@ class Scheduler:
         if status is JobStatus.interrupted:
             reason += self._checkpoint_note(run.job_id)
         if status is JobStatus.failed:
-            if looks_like_oom(log_text):
+            if self._disk_full(log_text):
+                reason = disk_full_sentence(self.paths.root)
+            elif looks_like_oom(log_text):
                 reason = "Out of memory: " + reason
             reason = with_log_tail(reason, run.log_path)
         if status is JobStatus.cancelled:  # not an error: how it stopped is a note beside the step it reached
-            self.store.finish(run.job_id, status, None,
-                              {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason})
+            self._finish(run.job_id, status, None,
+                         {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason})
         else:
-            self.store.finish(run.job_id, status, reason)
+            self._finish(run.job_id, status, reason)
         log.info("job %s ended %s: %s", run.job_id, status.value, reason.splitlines()[0])
+
+    def _disk_full(self, log_text: str) -> bool:
+        """Whether a worker that just failed met a full data disk: its log says so, or the disk has no room left
+        (then the log could not say it)."""
+        try:
+            nearly_full = shutil.disk_usage(self.paths.root).free < DISK_FULL_BELOW_BYTES
+        except OSError:
+            nearly_full = False
+        return nearly_full or looks_like_disk_full(log_text)
+
+    def _finish(self, job_id: str, status: JobStatus, reason: str | None, artifacts: dict | None = None) -> bool:
+        """``store.finish``; on a full disk, delete the space reserve and try once more, so a job's end is recorded
+        while the disk is still full (and the queue can move on)."""
+        try:
+            return self.store.finish(job_id, status, reason, artifacts)
+        except Exception as exc:
+            if disk_full_reason(exc) is None or not self.paths.release_space_reserve():
+                raise
+            log.warning("the data disk is full: freed the space reserve to record that job %s %s", job_id,
+                        status.value)
+            return self.store.finish(job_id, status, reason, artifacts)
 
     def wait_idle(self, timeout: float) -> bool:
         """Test helper: block until nothing is queued or running."""

@@ -263,6 +263,16 @@ class JobStore:
             if not _is_corruption(exc):
                 raise
             raise StoreCorrupt(self.db_path, str(exc)) from None
+        # Held open, idle, for the store's life: SQLite deletes the WAL and its index when the last connection
+        # closes, and every next connection must create them again, which a full disk refuses ("disk I/O error"),
+        # reads included. With this one open they stay, so reads answer on a full disk and small writes reuse the
+        # WAL's pages.
+        self._keeper = sqlite3.connect(self.db_path, check_same_thread=False)
+        self._keeper.execute("SELECT 1 FROM jobs LIMIT 1").fetchall()
+
+    def close(self) -> None:
+        """Close the idle connection that keeps the WAL (every call opens its own short connection anyway)."""
+        self._keeper.close()
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -7,6 +7,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("STUDIO_SPACE_RESERVE_MB", "1")  # hundreds of data dirs: 1 MiB each, not 8
 
 import time
 from pathlib import Path
