@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from backend.access import UPLOAD_AGAIN, upload_display_name, upload_file
 from backend.builtin_datasets import BUILTIN_DATASETS
@@ -135,6 +135,7 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
 def load_training_dataset(
     spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset(), keep_all: bool = False,
     uploads_dir: Path | None = None, cache_dir: Path | None = None,
+    check_raw: Callable[["Dataset"], None] | None = None,
 ) -> tuple["Dataset", str]:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
 
@@ -142,8 +143,11 @@ def load_training_dataset(
     ``keep_all`` keeps every column (an environment's ``reset`` receives them all).
     ``uploads_dir`` is the job owner's uploads folder, where a ``source: upload`` id is looked up.
     ``cache_dir`` keeps datasets' Arrow copy out of the shared cache (see ``load_file``).
+    ``check_raw`` sees the rows as loaded, before anything else (the upload limits raise SpecError there).
     """
     ds = _load_raw(spec, uploads_dir, cache_dir)
+    if check_raw is not None:
+        check_raw(ds)
     ds = apply_column_mapping(ds, spec.columns)
     data_format = find_format(ds.column_names, method)
     fmt, required = data_format.name, data_format.columns

@@ -24,6 +24,7 @@ from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.conftest import ROOT
 from tests.test_app import _form
+from tests.test_hardening import _deep_rows, _gzip_rows, _parquet_bomb
 
 pytestmark = pytest.mark.slow
 
@@ -139,6 +140,10 @@ UPLOAD_CASES = [
     ("upload-blank-rows", "blank.jsonl", b'{"text": ""}\n', "have an empty 'text'"),
     ("upload-csv-no-rows", "header.csv", b"prompt,completion\n", "no rows"),
     ("upload-garbage-parquet", "junk.parquet", b"PAR1 not really", "could not be read"),
+    # Issue 20: a reader's segfault, and data that swells past memory once decoded (the app died, or went to 2.7 GB).
+    ("upload-nested-90000-deep", "deep.jsonl", _deep_rows(), "nests values 90,001 levels deep"),
+    ("upload-gzip-as-jsonl", "rows.jsonl", _gzip_rows(), "is gzip-compressed"),
+    ("upload-parquet-bomb", "bomb.parquet", _parquet_bomb(), "decodes to over 768 MB"),
 ]
 
 

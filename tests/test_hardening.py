@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import pytest
 
+from backend import uploads
 from backend.api import SpecError, StudioAPI
 from backend.feedback import NotSaved, export_feedback, feedback_log
 from backend.paths import USER_LAYOUT_MARKER
+from backend.spec import Method
+from backend.uploads import keep_upload
 from backend.users import User
 from tests.conftest import tiny_spec
 from tests.faults import fill, tmpfs
-from tests.test_access import uploaded
+from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
 
 # (case id, call on (api, job id), a piece of the sentence)
 NUMBER_CASES = [
@@ -157,3 +160,79 @@ def test_old_user_folders_move_over_once_at_start_and_a_shared_one_stays_put(dat
     (paths.root / "uploads" / "ada_lovelace").mkdir()  # made after the move: the next start leaves it alone
     StudioAPI(data_dir, scheduler="none").close()
     assert (paths.root / "uploads" / "ada_lovelace").is_dir()
+
+
+# --- uploads: what a file decodes to, checked where a crash cannot reach the app --------------------------------
+
+def _deep_rows(depth: int = 90_000, rows: int = 12) -> bytes:
+    """The issue's file: 12 rows of arrays nested ~90,000 deep (2 MB), which crashed the app's reader (SIGSEGV)."""
+    return (b'{"text": ' + b"[" * depth + b"]" * depth + b"}\n") * rows
+
+
+def _gzip_rows() -> bytes:
+    import gzip
+
+    return gzip.compress(b"".join(b'{"text": "%s"}\n' % (b"y" * 1000) for _ in range(2000)))
+
+
+def _parquet(table_rows: dict) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table(table_rows), sink, compression="zstd")
+    return sink.getvalue()
+
+
+def _parquet_bomb(rows: int = 1500, length: int = 1_000_000) -> bytes:
+    """Under 1 KB on disk, 1.5 GB as rows: one long string, dictionary-encoded, in every row (built without ever
+    holding the 1.5 GB)."""
+    import pyarrow as pa
+
+    column = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array(["x" * length]))
+    return _parquet({"text": column})
+
+
+UPLOAD_LIMIT_CASES = [
+    ("nested-90000-deep", "deep.jsonl", _deep_rows, "nests values 90,001 levels deep; at most 32"),
+    ("nested-33-deep", "deep.json", lambda: b'[{"text": ' + b"[" * 32 + b"]" * 32 + b"}]", "34 levels deep"),
+    ("gzip-as-jsonl", "rows.jsonl", _gzip_rows, "is gzip-compressed"),
+    ("zstd-as-csv", "rows.csv", lambda: b"\x28\xb5\x2f\xfd" + b"\0" * 64, "is zstd-compressed"),
+    # 0.5 KB on disk, 1.5 GB as rows: one long string, dictionary-encoded in every row.
+    ("parquet-bomb", "bomb.parquet", _parquet_bomb, "decodes to over 768 MB"),
+    ("parquet-rows", "many.parquet", lambda: _parquet({"text": ["a"] * 2_000_001}), "2,000,001 rows"),
+    ("csv-columns", "wide.csv", lambda: (",".join(f"c{i}" for i in range(1001)) + "\n" + "1," * 1000 + "1\n").encode(),
+     "1,001 columns"),
+]
+
+
+@pytest.mark.parametrize("name,content,expected", [c[1:] for c in UPLOAD_LIMIT_CASES],
+                         ids=[c[0] for c in UPLOAD_LIMIT_CASES])
+def test_an_upload_that_would_decode_past_the_limits_is_refused_and_nothing_is_kept(tmp_path, name, content,
+                                                                                    expected):
+    source = tmp_path / name
+    source.write_bytes(content())
+    kept = tmp_path / "uploads"
+    with pytest.raises(SpecError) as refused:
+        keep_upload(source, name, Method.sft, kept)
+    assert expected in str(refused.value) and len(str(refused.value)) < 300, str(refused.value)
+    assert not kept.exists() or not any(kept.iterdir())
+    upload_id, _ = keep_upload(write_jsonl(tmp_path / "ok.jsonl", CHAT_ROWS), "ok.jsonl", Method.sft, kept)
+    assert [p.name for p in kept.iterdir()] == [upload_id]  # and the next good upload is kept
+
+
+@pytest.mark.parametrize("limit,value,expected", [
+    ("CHECK_MEMORY_BYTES", 48 * 2**20, "could not be read safely: it needs more than 48 MB of memory to read"),
+    ("CHECK_SECONDS", 1, "could not be read safely: reading it took more than 1 s"),
+])
+def test_a_check_past_its_memory_or_time_ends_in_a_sentence_and_the_app_process_lives(tmp_path, monkeypatch, limit,
+                                                                                      value, expected):
+    rows = [{"text": f"row {i} " + "z" * 400} for i in range(60_000)]  # 25 MB: seconds to load, and memory
+    source = write_jsonl(tmp_path / "big.jsonl", rows)
+    monkeypatch.setattr(uploads, limit, value)
+    with pytest.raises(SpecError) as refused:
+        keep_upload(source, "big.jsonl", Method.sft, tmp_path / "uploads")
+    assert str(refused.value) == f"dataset: big.jsonl {expected}"
+    assert not any((tmp_path / "uploads").iterdir())
