@@ -30,7 +30,7 @@ from backend.learning import status_text
 from backend.lineage import Lineage, last_checkpoint, resolve_lineage
 from backend.preflight import check_and_plan, check_spec
 from backend.failures import tail_lines
-from backend.limits import RateLimiter, TimeLimit
+from backend.limits import HeldStream, InFlight, RateLimiter, TimedOut, TimeLimit, int_setting
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, SchedulerHealth, spawn_detached
 from backend.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text, parse_spec
@@ -74,6 +74,11 @@ def __getattr__(name: str) -> Any:
 
 
 SQLITE_MAX_INT = 2**63 - 1
+# Space-wide limits (settings of the same names, STUDIO_...): see the README's security section.
+DEFAULT_MAX_QUEUED_TOTAL = 30
+DEFAULT_MAX_DRY_RUNS = 2
+DEFAULT_MAX_CHAT_STREAMS = 8
+DEFAULT_MAX_CHAT_STREAMS_PER_USER = 2
 
 
 def _whole_number(value: Any, what: str, low: int, high: int, optional: bool = False) -> int | None:
@@ -154,6 +159,12 @@ class StudioAPI(HubOperations):
         self._bench_time = TimeLimit("reward bench", BENCH_TIME_LIMIT_S,
                                      advice="use fewer or shorter completions, or simpler patterns")
         self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
+        # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
+        self._dry_runs = InFlight("dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS),
+                                  "STUDIO_MAX_DRY_RUNS")
+        self._chat_streams = InFlight(
+            "chat", int_setting("STUDIO_MAX_CHAT_STREAMS_PER_USER", DEFAULT_MAX_CHAT_STREAMS_PER_USER),
+            int_setting("STUDIO_MAX_CHAT_STREAMS", DEFAULT_MAX_CHAT_STREAMS), "STUDIO_MAX_CHAT_STREAMS")
         self._dry_run_time = TimeLimit("dry run", DRY_RUN_TIME_LIMIT_S, workers=1,
                                        advice="lower environment.max_tool_calling_iterations or "
                                               "grpo.max_completion_length, or try a smaller model")
@@ -209,11 +220,13 @@ class StudioAPI(HubOperations):
         if user is not None:
             owner = user.name
         spec = self._prepare(spec, owner, user)
-        queue_limit = max_queued_per_user() if user is not None and not user.is_admin else None
+        limited = user is not None and not user.is_admin
+        queue_limit = max_queued_per_user() if limited else None
+        total_limit = int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL) if limited else None
         if queue_limit is not None:
-            self.store.check_queue_room(spec.owner, queue_limit)  # answer before the slow pre-flight
+            self.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
         warnings = check_spec(spec, self.paths.models, self._uploads_of(spec))
-        job = self.store.add(spec, max_queued_for_owner=queue_limit)
+        job = self.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
         if spec.output.push_to_hub and user is not None and user.token:
             self._tokens[job.id] = user.token
         if warnings:
@@ -334,7 +347,27 @@ class StudioAPI(HubOperations):
         if user is None:  # a trusted caller (the CLI) waits as long as its model needs
             return play()
         self._dry_run_calls.check(user.name)
-        return self._dry_run_time.run(play)
+        return self._held_run(self._dry_runs, user, play)
+
+    def _held_run(self, limit: InFlight, user: User, action):
+        """``action()`` off the request thread within the dry-run time limit, counted in ``limit`` until it really
+        ends (a call that timed out but still runs stays counted; one that never started is released)."""
+        release = limit.hold(user.name)
+        started = threading.Event()
+
+        def held():
+            started.set()
+            try:
+                return action()
+            finally:
+                release()
+
+        try:
+            return self._dry_run_time.run(held)
+        except TimedOut:
+            if not started.is_set():
+                release()
+            raise
 
     def warm_up(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None, *, rows: int = 32,
                 steps: int | None = None, learning_rate: float | None = None) -> "WarmUp":
@@ -388,7 +421,10 @@ class StudioAPI(HubOperations):
             if self._chat_models is None:
                 self._chat_models = ChatModels(self.paths.models)
         chat = self._chat_models.for_job(job)
-        return chat.stream_pair(base_history, tuned_history, message, settings)
+        if user is None:
+            return chat.stream_pair(base_history, tuned_history, message, settings)
+        return HeldStream(chat.stream_pair(base_history, tuned_history, message, settings),
+                          self._chat_streams.hold(user.name))
 
     # Chat feedback (backend/feedback.py): "better" picks are DPO pairs, 👍/👎 on one answer are KTO rows.
     def preference_log(self, user: User | None = None) -> "PreferenceLog":

@@ -1,12 +1,14 @@
-"""Limits on the work one request may start: calls per user per minute, and a time limit off the request thread."""
+"""Limits on the work requests may start: calls per user per minute, a time limit off the request thread, and how
+many of one kind may be in flight at once, per user and on the whole Space."""
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
@@ -75,3 +77,90 @@ class TimeLimit:
     def close(self) -> None:
         """Stop the pool without waiting; a call still running is abandoned."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def int_setting(name: str, default: int, low: int = 1, high: int = 100_000) -> int:
+    """A whole-number setting from the environment, clamped to ``low..high``; ``default`` when unset or unreadable.
+
+    >>> int_setting("STUDIO_NOT_SET_ANYWHERE", 3)
+    3
+    """
+    try:
+        return max(low, min(high, int(os.environ.get(name, default))))
+    except ValueError:
+        return default
+
+
+class Busy(SpecError):
+    """As many of these are in flight as the limit allows (the user's own, or the Space's); the sentence says which."""
+
+
+class InFlight:
+    """At most ``per_user`` of one kind of work per user and ``total`` on the whole Space at once (in memory, per
+    app process). ``hold`` counts one in until ``release``; a refusal (Busy) counts nothing."""
+
+    def __init__(self, what: str, per_user: int, total: int, setting: str):
+        self.what, self.per_user, self.total, self.setting = what, per_user, total, setting
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, user_name: str) -> Callable[[], None]:
+        """Count one in for ``user_name`` and return its release (safe to call more than once), or raise Busy."""
+        with self._lock:
+            mine, everyone = self._held.get(user_name, 0), sum(self._held.values())
+            if mine >= self.per_user:
+                raise Busy([f"{self.what}: you already have {mine} running, the most one person may; wait for one "
+                            "to finish, then try again"])
+            if everyone >= self.total:
+                raise Busy([f"{self.what}: this Space is running {everyone} at once, the most it allows "
+                            f"({self.setting} = {self.total}); try again in a few seconds"])
+            self._held[user_name] = mine + 1
+        released = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if released.is_set():
+                    return
+                released.set()
+                left = self._held.get(user_name, 1) - 1
+                if left > 0:
+                    self._held[user_name] = left
+                else:
+                    self._held.pop(user_name, None)
+
+        return release
+
+    def in_flight(self) -> int:
+        """How many are held now, by everyone."""
+        with self._lock:
+            return sum(self._held.values())
+
+
+class HeldStream:
+    """An iterator that releases its ``InFlight`` hold when it ends, is closed, or is dropped unread (a browser that
+    left mid-answer)."""
+
+    def __init__(self, inner: Iterator[T], release: Callable[[], None]):
+        self._inner, self._release = inner, release
+
+    def __iter__(self) -> "HeldStream":
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._inner)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the inner stream and release the hold."""
+        try:
+            close = getattr(self._inner, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
+
+    def __del__(self) -> None:
+        self.close()

@@ -86,6 +86,17 @@ class UnreadableJob(StoreError):
         )
 
 
+class QueueFull(SpecError):
+    """The Space's whole queue holds as many waiting jobs as it may; nothing was queued."""
+
+    def __init__(self, waiting: int, limit: int):
+        self.waiting, self.limit = waiting, limit
+        super().__init__([
+            f"the queue is full: {waiting} jobs are waiting, the most this Space holds "
+            f"(STUDIO_MAX_QUEUED_TOTAL = {limit}); try again in a few minutes, once some have started"
+        ])
+
+
 class QuotaExceeded(SpecError):
     """The owner already has as many jobs waiting as one user may; nothing was queued."""
 
@@ -329,15 +340,19 @@ class JobStore:
         )
 
     # --- creating and reading ---------------------------------------------------------------------
-    def add(self, spec: JobSpec, job_id: str | None = None, max_queued_for_owner: int | None = None) -> JobRecord:
+    def add(self, spec: JobSpec, job_id: str | None = None, max_queued_for_owner: int | None = None,
+            max_queued_total: int | None = None) -> JobRecord:
         """Queue a job. The spec is written only if it reads back unchanged (SpecError otherwise); with
-        ``max_queued_for_owner`` the owner's waiting jobs are counted in the same transaction as the insert, so
-        concurrent submissions cannot overshoot the limit (QuotaExceeded, nothing queued)."""
+        ``max_queued_for_owner`` the owner's waiting jobs (and with ``max_queued_total`` everyone's) are counted in
+        the same transaction as the insert, so concurrent submissions cannot overshoot a limit (QuotaExceeded or
+        QueueFull, nothing queued)."""
         job_id = job_id or new_job_id()
         spec_json = storable_spec_json(spec)
         with self._transaction() as con:
             if max_queued_for_owner is not None:
                 self._refuse_over_quota(con, spec.owner, max_queued_for_owner)
+            if max_queued_total is not None:
+                self._refuse_when_full(con, max_queued_total)
             con.execute(
                 "INSERT INTO jobs (id, owner, spec, status, created_at) VALUES (?, ?, ?, ?, ?)",
                 (job_id, spec.owner, spec_json, JobStatus.queued.value, time.time()),
@@ -352,11 +367,19 @@ class JobStore:
         if waiting >= limit:
             raise QuotaExceeded(waiting, limit)
 
-    def check_queue_room(self, owner: str, limit: int) -> None:
-        """QuotaExceeded when ``owner`` already has ``limit`` jobs waiting: an early answer before slow checks
-        (``add`` with ``max_queued_for_owner`` is what enforces the limit)."""
+    @staticmethod
+    def _refuse_when_full(con: sqlite3.Connection, limit: int) -> None:
+        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").fetchone()[0]
+        if waiting >= limit:
+            raise QueueFull(waiting, limit)
+
+    def check_queue_room(self, owner: str, limit: int, total: int | None = None) -> None:
+        """QuotaExceeded when ``owner`` already has ``limit`` jobs waiting, QueueFull when everyone has ``total``: an
+        early answer before slow checks (``add`` is what enforces the limits)."""
         with self._connect() as con:
             self._refuse_over_quota(con, owner, limit)
+            if total is not None:
+                self._refuse_when_full(con, total)
 
     def get(self, job_id: str) -> JobRecord:
         """One job; JobNotFound, or UnreadableJob (a sentence) for a row this version cannot read."""

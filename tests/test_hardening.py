@@ -12,10 +12,13 @@ from backend import uploads
 from backend.api import SpecError, StudioAPI
 from backend.feedback import NotSaved, export_feedback, feedback_log
 from backend.paths import USER_LAYOUT_MARKER
+from backend.limits import Busy
+from backend.mixed_batch import GenerationSettings
 from backend.spec import Method
+from backend.store import JobStatus, QueueFull
 from backend.uploads import keep_upload
 from backend.users import User
-from tests.conftest import tiny_spec
+from tests.conftest import tiny_spec, wait_for
 from tests.faults import fill, tmpfs
 from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
 
@@ -236,3 +239,94 @@ def test_a_check_past_its_memory_or_time_ends_in_a_sentence_and_the_app_process_
         keep_upload(source, "big.jsonl", Method.sft, tmp_path / "uploads")
     assert str(refused.value) == f"dataset: big.jsonl {expected}"
     assert not any((tmp_path / "uploads").iterdir())
+
+
+# --- limits for the whole Space, beside the per-user ones ---------------------------------------------------------
+
+def test_the_whole_queue_has_a_limit_that_says_which_and_when(data_dir, monkeypatch):
+    monkeypatch.setenv("STUDIO_MAX_QUEUED_PER_USER", "2")
+    monkeypatch.setenv("STUDIO_MAX_QUEUED_TOTAL", "3")
+    api = StudioAPI(data_dir, scheduler="none")
+    try:
+        for name in ("ann", "ann", "ben"):
+            api.submit(tiny_spec(), user=User(name))
+        with pytest.raises(QueueFull) as refused:
+            api.submit(tiny_spec(), user=User("cat"))
+        assert str(refused.value) == ("the queue is full: 3 jobs are waiting, the most this Space holds "
+                                      "(STUDIO_MAX_QUEUED_TOTAL = 3); try again in a few minutes, once some have "
+                                      "started")
+        assert len(api.list_jobs()) == 3
+        api.submit(tiny_spec(), user=User("owner", is_admin=True))  # the Space's owner is not held back
+        for job in api.list_jobs()[:2]:
+            api.cancel(job.id)
+        assert api.submit(tiny_spec(), user=User("cat")).job.owner == "cat"  # room again
+    finally:
+        api.close()
+
+
+@pytest.fixture()
+def chat_job(data_dir, models_dir, tmp_path, monkeypatch):
+    """An API whose Space allows 3 chat streams (2 per person), and a finished job with an adapter, per owner."""
+    from tests.test_chat import _build_adapter
+
+    monkeypatch.setenv("STUDIO_MAX_CHAT_STREAMS", "3")
+    api = StudioAPI(data_dir, scheduler="none")
+    adapter = _build_adapter(models_dir, tmp_path / "adapter", seed=1)
+    jobs = {}
+    for owner in ("ann", "ben", "cat"):
+        job = api.submit(tiny_spec(), owner).job
+        assert api.store.claim_next().id == job.id
+        api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+        api.store.finish(job.id, JobStatus.succeeded)
+        jobs[owner] = job.id
+    yield api, jobs
+    api.close()
+
+
+def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_when_dropped(chat_job):
+    api, jobs = chat_job
+    settings = GenerationSettings(max_new_tokens=8)
+
+    def chat(name):
+        stream = api.chat_pair(jobs[name], [], [], "hello", settings, User(name))
+        next(stream)  # answering
+        return stream
+
+    ann = [chat("ann"), chat("ann")]
+    with pytest.raises(Busy, match="chat: you already have 2 running, the most one person may"):
+        chat("ann")
+    ben = chat("ben")
+    with pytest.raises(Busy, match=r"chat: this Space is running 3 at once, the most it allows "
+                                   r"\(STUDIO_MAX_CHAT_STREAMS = 3\); try again in a few seconds"):
+        chat("cat")
+    del ann[0]  # a browser that left mid-answer
+    cat = chat("cat")
+    assert api._chat_streams.in_flight() == 3
+    list(ben)  # read to the end
+    assert list(cat)[-1] and api._chat_streams.in_flight() == 1  # ann's other one
+    ann.clear()
+    assert api._chat_streams.in_flight() == 0
+
+
+def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stopped_waiting(data_dir, monkeypatch):
+    import threading
+
+    from backend import api as api_module
+    from backend.limits import TimedOut, TimeLimit
+
+    monkeypatch.setenv("STUDIO_MAX_DRY_RUNS", "1")
+    api = StudioAPI(data_dir, scheduler="none")
+    api._dry_run_time = TimeLimit("dry run", 0.5, workers=1)
+    gate = threading.Event()
+    try:
+        with pytest.raises(TimedOut):
+            api._held_run(api._dry_runs, User("ann"), gate.wait)  # still playing after the caller gave up
+        with pytest.raises(Busy, match=r"dry run: this Space is running 1 at once.*STUDIO_MAX_DRY_RUNS = 1"):
+            api._held_run(api._dry_runs, User("ben"), lambda: "played")
+        gate.set()
+        wait_for(lambda: api._dry_runs.in_flight() == 0, 5, what="the play to end")
+        assert api._held_run(api._dry_runs, User("ben"), lambda: "played") == "played"
+        assert api_module.DEFAULT_MAX_DRY_RUNS == 2
+    finally:
+        gate.set()
+        api.close()
