@@ -169,15 +169,56 @@ def _files(dirs: list[Path]) -> set[str]:
             if p.is_file() and not any(s in p.name for s in skip) and "models" not in p.parts}
 
 
+@pytest.fixture(scope="module")
+def bob(space):
+    """Another signed-in user, whose job list must keep answering while alice's bad inputs are refused."""
+    client = space.client("bob")
+    client.predict(None, api_name="/list_jobs")  # the first call of a process is slow for reasons of its own
+    return client
+
+
+PEAK_APP_MEMORY_BYTES = 1.5 * 2**30
+OTHERS_WAIT_S = 2.0
+
+
+def _peak_memory(pid: int) -> int:
+    """The process's high-water mark of resident memory (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
 @pytest.fixture()
-def unchanged(space):
-    """Asserts after the case: no job stored, no file left, and the app still answers."""
+def unchanged(space, bob):
+    """Asserts after the case: no job stored, no file left, the app still answers, another signed-in user's
+    /list_jobs answered within 2 s all through the case, and the app's peak memory stayed under 1.5 GB."""
+    import threading
+    import time
+
     store = JobStore(DataPaths(space.data_dir).db)
     jobs_before, files_before = len(store.list()), _files(space.watched)
+    waits: list[float] = []
+    done = threading.Event()
+
+    def others_list_their_jobs():
+        while True:
+            started = time.monotonic()
+            bob.predict(None, api_name="/list_jobs")
+            waits.append(time.monotonic() - started)
+            if done.wait(0.2):
+                return
+
+    watcher = threading.Thread(target=others_list_their_jobs, daemon=True)
+    watcher.start()
     yield
+    done.set()
+    watcher.join(30)
+    assert waits and max(waits) < OTHERS_WAIT_S, f"another user's /list_jobs took {max(waits or [0]):.1f} s"
     assert len(store.list()) == jobs_before, "a refused input was stored"
     assert _files(space.watched) - files_before == set(), "a refused input left files behind"
     assert space.client().predict(api_name="/status"), "the app stopped serving"
+    assert _peak_memory(space.proc.pid) < PEAK_APP_MEMORY_BYTES, "the app's memory went past 1.5 GB"
 
 
 def _answer(client, *args, api_name: str) -> str:
