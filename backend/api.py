@@ -9,6 +9,7 @@ import json
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,7 +25,7 @@ from backend.demo_model import (
 )
 from backend.hardware import detect_device
 from backend.hub_status import hub_status
-from backend.paths import DataPaths, safe_name
+from backend.paths import DataPaths, safe_name, storage_problem
 from backend.artifacts import LearningVerdict, SignalWatch
 from backend.learning import status_text
 from backend.lineage import Lineage, last_checkpoint, resolve_lineage
@@ -74,6 +75,7 @@ def __getattr__(name: str) -> Any:
 
 
 SQLITE_MAX_INT = 2**63 - 1
+PARTIAL_ZIP = ".partial"  # an adapter zip being written, beside where it will be renamed to
 # Space-wide limits (settings of the same names, STUDIO_...): see the README's security section.
 DEFAULT_MAX_QUEUED_TOTAL = 30
 DEFAULT_MAX_DRY_RUNS = 2
@@ -149,6 +151,7 @@ class StudioAPI(HubOperations):
         self.remote = RemoteRegistry(self.paths.db)
         with contextlib.suppress(OSError):  # tried again at the next start
             self.paths.move_user_folders(self.store.owners())
+            self._sweep_half_files()
         self.mode = scheduler
         self.scheduler: Scheduler | None = None
         self._chat_models = None  # loaded on the first chat
@@ -170,6 +173,15 @@ class StudioAPI(HubOperations):
                                               "grpo.max_completion_length, or try a smaller model")
         if scheduler == "thread":
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
+
+    def _sweep_half_files(self) -> None:
+        """What a killed process left half-written: staged uploads and partial adapter zips (never handed out)."""
+        from backend.uploads import sweep_staging
+
+        sweep_staging(self.paths.root / "uploads")
+        for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
+            if time.time() - partial.stat().st_mtime > 3600:  # not one another process is writing now
+                shutil.rmtree(partial.parent, ignore_errors=True)
 
     def close(self) -> None:
         """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""
@@ -540,9 +552,16 @@ class StudioAPI(HubOperations):
         adapter = job.artifacts.adapter_dir if job.status is JobStatus.succeeded else None
         if not adapter or not Path(adapter).is_dir():
             raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
-        target = self.paths.new_download(f"adapter-{job.spec.output.run_name or job.id}.zip")
-        partial = shutil.make_archive(str(target.parent / ".partial"), "zip", adapter)
-        Path(partial).replace(target)
+        try:
+            target = self.paths.new_download(f"adapter-{job.spec.output.run_name or job.id}.zip")
+        except OSError as exc:
+            raise ValueError(f"the adapter could not be zipped: {storage_problem(exc)}") from None
+        try:
+            partial = shutil.make_archive(str(target.parent / PARTIAL_ZIP), "zip", adapter)
+            Path(partial).replace(target)
+        except OSError as exc:
+            shutil.rmtree(target.parent, ignore_errors=True)  # nothing half-written stays in downloads/
+            raise ValueError(f"the adapter could not be zipped: {storage_problem(exc)}") from None
         return target
 
     def samples(self, job_id: str, user: User | None = None) -> list[dict[str, Any]]:

@@ -6,10 +6,13 @@ afterwards makes it usable without uploading it again (``check_upload``).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import shutil
 import signal
 import tempfile
+import time
 import uuid
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -19,12 +22,13 @@ from backend import upload_limits
 from backend.access import upload_display_name, upload_file
 from backend.data import FILE_LOADERS, ColumnsMismatch, load_training_dataset
 from backend.failures import looks_like_oom
-from backend.paths import safe_name
+from backend.paths import safe_name, storage_problem
 from backend.spec import DatasetSpec, Method, SpecError
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its process starts with
 CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
+STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
 
 
 class UnmappedUpload(SpecError):
@@ -146,20 +150,59 @@ def keep_upload(source: Path, original_name: str, method: Method, uploads_dir: P
         raise SpecError([f"dataset: {original_name} is larger than {MAX_UPLOAD_BYTES // 2**20} MB; use a Hub dataset"])
     stem = safe_name(Path(original_name).stem)[:64] or "data"
     upload_id = f"{uuid.uuid4().hex[:12]}-{stem}{suffix}"
-    target = uploads_dir / upload_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
+    # Copied and checked in a staging folder, and moved in only once it passed: a crash or a kill on the way
+    # (the app's, mid-copy or mid-check) never leaves a half file where uploads are looked up.
+    staging = uploads_dir / STAGING
+    staged = staging / upload_id
     try:
-        summary = _checked(upload_id, original_name, method, uploads_dir, columns)
+        for attempt in range(3):  # another upload of this user's may remove the empty folder just after mkdir
+            staging.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(source, staged)
+                break
+            except FileNotFoundError:
+                if attempt == 2 or not source.is_file():
+                    raise
+    except OSError as exc:
+        _unstage(staged)
+        raise SpecError([f"dataset: {original_name} was not kept: {storage_problem(exc)}"]) from None
+    try:
+        summary = _checked(upload_id, original_name, method, staging, columns)
     except ColumnsMismatch as exc:
         problems = [p.replace(upload_display_name(upload_id), original_name) for p in exc.problems]
         summary = f"{original_name}: kept; usable for {method.value.upper()} once its columns are mapped"
+        _unstage(staged, uploads_dir / upload_id)
         raise UnmappedUpload(problems, upload_id, summary) from None
     except SpecError as exc:
-        target.unlink(missing_ok=True)
+        _unstage(staged)
         problems = [p.replace(upload_display_name(upload_id), original_name) for p in exc.problems]
         raise SpecError(problems) from None
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix, with the reason
-        target.unlink(missing_ok=True)
+    except BaseException as exc:
+        _unstage(staged)
+        if not isinstance(exc, Exception):
+            raise
         raise SpecError([f"dataset: {original_name} could not be read ({exc})"]) from None
+    _unstage(staged, uploads_dir / upload_id)
     return upload_id, summary
+
+
+def _unstage(staged: Path, keep_as: Path | None = None) -> None:
+    """Move a checked upload in (or drop a refused one), and remove the staging folder once it is empty."""
+    if keep_as is not None:
+        os.replace(staged, keep_as)
+    else:
+        staged.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        staged.parent.rmdir()
+
+
+def sweep_staging(uploads_root: Path, older_than_s: float = 3600) -> int:
+    """Remove what a crash left in every user's staging folder (files never handed out), once older than any check
+    still running in another process could be; how many were removed."""
+    removed = 0
+    for leftover in uploads_root.glob(f"*/{STAGING}/*"):
+        with contextlib.suppress(OSError):
+            if time.time() - leftover.stat().st_mtime > older_than_s:
+                leftover.unlink()
+                removed += 1
+    return removed

@@ -6,19 +6,21 @@ and that the next good request still works.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backend import uploads
 from backend.api import SpecError, StudioAPI
 from backend.feedback import NotSaved, export_feedback, feedback_log
-from backend.paths import USER_LAYOUT_MARKER
+from backend.paths import USER_LAYOUT_MARKER, DataPaths
 from backend.limits import Busy
 from backend.mixed_batch import GenerationSettings
 from backend.spec import Method
 from backend.store import JobStatus, QueueFull
 from backend.uploads import keep_upload
 from backend.users import User
-from tests.conftest import tiny_spec, wait_for
+from tests.conftest import ROOT, tiny_spec, wait_for
 from tests.faults import fill, tmpfs
 from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
 
@@ -329,4 +331,102 @@ def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stop
         assert api_module.DEFAULT_MAX_DRY_RUNS == 2
     finally:
         gate.set()
+        api.close()
+
+
+# --- killed mid-write: no half file is ever where files are looked up or served ----------------------------------
+
+def _kill_when(proc, appeared: Path, timeout: float = 60) -> None:
+    import signal
+
+    wait_for(lambda: appeared.exists() or proc.poll() is not None, timeout, interval=0.01, what=f"{appeared}")
+    assert proc.poll() is None, "the process ended before it could be killed mid-write"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def _age(path: Path, seconds: float = 7200) -> None:
+    import os
+    import time
+
+    old = time.time() - seconds
+    os.utime(path, (old, old))
+
+
+def test_a_process_killed_mid_upload_leaves_no_upload_and_the_leftover_is_swept(data_dir, tmp_path):
+    import subprocess
+    import sys
+
+    from backend.paths import user_folder
+
+    big = write_jsonl(tmp_path / "big.jsonl", [{"text": f"row {i} " + "z" * 500} for i in range(200_000)])  # 100 MB
+    uploads_dir = DataPaths(data_dir).uploads("ann")
+    code = ("import sys; from pathlib import Path; from backend.uploads import keep_upload; "
+            "from backend.spec import Method; "
+            "keep_upload(Path(sys.argv[1]), 'big.jsonl', Method.sft, Path(sys.argv[2]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(big), str(uploads_dir)], cwd=ROOT)
+    wait_for(lambda: (uploads_dir / ".staging").is_dir() and any((uploads_dir / ".staging").iterdir())
+             or proc.poll() is not None, 60, interval=0.01, what="the staged copy")
+    staged = next((uploads_dir / ".staging").iterdir())
+    _kill_when(proc, staged)
+    assert [p.name for p in uploads_dir.iterdir()] == [".staging"], "a half upload where ids are looked up"
+    StudioAPI(data_dir, scheduler="none").close()  # a start sweeps only what is too old to be in use
+    assert staged.exists()
+    _age(staged)
+    StudioAPI(data_dir, scheduler="none").close()
+    assert not staged.exists() and uploads_dir.name == user_folder("ann")
+
+
+def test_a_process_killed_mid_zip_serves_no_half_zip_and_the_leftover_is_swept(data_dir, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    api = StudioAPI(data_dir, scheduler="none")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(os.urandom(150 * 2**20))  # seconds to deflate
+    job = api.submit(tiny_spec(), "ann").job
+    api.store.claim_next()
+    api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+    api.store.finish(job.id, JobStatus.succeeded)
+    api.close()
+    code = ("import sys; from backend.api import StudioAPI; "
+            "StudioAPI(sys.argv[1], scheduler='none').adapter_archive(sys.argv[2])")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(data_dir), job.id], cwd=ROOT)
+    downloads = DataPaths(data_dir).downloads
+    wait_for(lambda: list(downloads.glob("*/.partial*")) or proc.poll() is not None, 60, interval=0.01,
+             what="the partial zip")
+    partial = next(downloads.glob("*/.partial*"))
+    _kill_when(proc, partial)
+    assert list(downloads.glob("*/*.zip")) == [partial], "only the partial file, under a name never served"
+    _age(partial)
+    StudioAPI(data_dir, scheduler="none").close()
+    assert list(downloads.iterdir()) == []
+
+
+def test_an_upload_or_a_zip_on_a_full_disk_is_a_sentence_and_leaves_nothing(data_dir, tmp_path):
+    paths = DataPaths(data_dir)
+    api = StudioAPI(data_dir, scheduler="none")
+    try:
+        with tmpfs(paths.root / "uploads", "1m"), tmpfs(paths.downloads, "1m"):
+            rows = write_jsonl(tmp_path / "rows.jsonl", CHAT_ROWS * 300)  # more than the free space
+            fill(paths.root / "uploads")
+            with pytest.raises(SpecError, match="rows.jsonl was not kept: the disk that holds the studio’s data "
+                                                "is full"):
+                api.upload_dataset(rows, "rows.jsonl", "sft", User("ann"))
+            assert [p.name for p in (paths.root / "uploads").rglob("*") if p.is_file()] == ["filler"]
+            adapter = tmp_path / "adapter"
+            adapter.mkdir()
+            (adapter / "adapter_model.safetensors").write_bytes(b"\1" * 3 * 2**20)
+            job = api.submit(tiny_spec(), "ann").job
+            api.store.claim_next()
+            api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+            api.store.finish(job.id, JobStatus.succeeded)
+            fill(paths.downloads)
+            with pytest.raises(ValueError, match="the adapter could not be zipped: the disk that holds the studio’s "
+                                                 "data is full"):
+                api.adapter_archive(job.id)
+            assert [p.name for p in paths.downloads.iterdir()] == ["filler"]
+    finally:
         api.close()
