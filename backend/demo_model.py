@@ -38,7 +38,7 @@ ARITH_MODEL_CONFIG = dict(
 ARITH_MODEL_NOTE = (
     f"{ARITH_MODEL_ID} is a tiny model pre-trained on this project's synthetic arithmetic chats (sums and differences "
     "of numbers below 50, answered as `a + b = \\boxed{c}`) and stopped on purpose at a partial skill: it answers "
-    "about a third of unseen problems right, and in the arithmetic environment it seldom submits them with its "
+    "about two in five unseen problems right, and in the arithmetic environment it seldom submits them with its "
     "submit_answer tool. Training on the arith-* datasets (or GRPO in the environment) makes it better, and the job's "
     "learning verdict says by how much. It knows nothing else: other questions get arithmetic-shaped answers."
 )
@@ -81,8 +81,8 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
         "grpo": {
             "dataset.name": "arith-prompts",
             "grpo.num_generations": 8, "grpo.max_completion_length": 24, "grpo.temperature": 0.7,
-            "grpo.rewards": [{"name": "accuracy", "weight": 1.0}],
-            "training.max_steps": 400, "training.learning_rate": 1e-3, "training.batch_size": 16,
+            "grpo.rewards": [{"name": "accuracy", "weight": 1.0}], "lora.dropout": 0.0,
+            "training.max_steps": 300, "training.learning_rate": 1e-3, "training.batch_size": 16,
             "training.max_length": 128, "eval.holdout_rows": 256,
         },
     },

@@ -130,6 +130,7 @@ DECLARED: list[FormField] = [
     FormField("lora_enabled", "lora.enabled", "LoRA"),
     FormField("lora_r", "lora.r", "LoRA rank"),
     FormField("lora_alpha", "lora.alpha", "LoRA alpha"),
+    FormField("lora_dropout", "lora.dropout", "LoRA dropout"),
     FormField("quant_mode", "quantization.mode", "Quantization"),
     FormField("holdout_rows", "eval.holdout_rows", "Held-out rows (before/after evaluation)", zero_means_none=True,
               none_as=0, help="Rows kept out of training; after training, the base and the tuned model are scored "

@@ -30,7 +30,7 @@ from components.session import as_user, require_user
 FIELD_NAMES = list(FIELDS)
 SETTINGS_ROWS = (
     ("max_steps", "learning_rate", "batch_size", "grad_accum", "max_length"),
-    ("lora_enabled", "lora_r", "lora_alpha", "quant_mode"),
+    ("lora_enabled", "lora_r", "lora_alpha", "lora_dropout", "quant_mode"),
     ("holdout_rows", "run_name"),
     ("push_to_hub", "hub_repo_id", "hub_private", "trackio"),
 )

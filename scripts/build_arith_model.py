@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target", type=float, default=0.30, help="stop at this held-out greedy accuracy")
+    parser.add_argument("--target", type=float, default=0.40, help="stop at this held-out greedy accuracy")
     parser.add_argument("--max-steps", type=int, default=6000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)

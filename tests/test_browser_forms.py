@@ -65,7 +65,7 @@ def test_an_empty_chat_tab_says_to_train_a_job_first(page):
 def test_train_tab_help_uses_the_ui_words_and_the_arith_model_is_labelled(page):
     notice = page.locator("#model-notice")
     expect(notice).to_contain_text("builtin:tiny-qwen3-arith is a tiny model pre-trained")
-    expect(notice).to_contain_text("about a third of unseen problems right")
+    expect(notice).to_contain_text("about two in five unseen problems right")
     expect(notice).to_contain_text("filled in with ones measured to make it learn")
     dataset = page.locator("#builtin-dataset")
     expect(dataset).to_contain_text("arith-sft: 1000 arithmetic chats")

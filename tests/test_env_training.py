@@ -142,24 +142,47 @@ def test_dry_run_of_the_warmed_up_model_shows_the_tool_call_its_result_and_the_r
 
 def test_the_arith_model_works_the_sum_out_but_seldom_submits_it_with_the_tool(paths):
     """examples/grpo-env-demo.yaml's starting point: in an episode the pre-trained model writes the sum in its answer
-    format, and only sometimes submits it with submit_answer (it was shown the tool in half of its episodes), so its
-    sampled groups mix episodes the environment hears and episodes it never does: GRPO's lesson is the tool."""
-    from backend import arith_data
+    format, and greedily never submits it with submit_answer (it was shown the tool in half of its episodes), but
+    sampled at the example's temperature it sometimes does, so GRPO's groups mix episodes the environment hears and
+    episodes it never does: GRPO's lesson is the tool. 64 sampled episodes, played 16 side by side."""
+    from dataclasses import replace
 
-    api = StudioAPI(paths.root, scheduler="none")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend import arith_data
+    from backend.data import load_training_dataset
+    from backend.demo_model import ARITH_MODEL_DIR
+    from backend.environments.episodes import EpisodeSettings, play_episodes
+    from backend.environments.runtime import open_environment
+
+    model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).eval()
+    tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
     example = ROOT / "examples" / "grpo-env-demo.yaml"
-    spec = load_spec_text(example.read_text(), example.name)
-    episodes = [api.dry_run(spec, row=row, seed=row) for row in range(12)]  # the example's own sampling (T 0.7)
-    submitted = [e for e in episodes if e.tool_calls]
-    assert all(arith_data.parse_answer(e.turns[0]["content"]) is not None for e in episodes), \
-        [e.transcript() for e in episodes]
-    assert 1 <= len(submitted) <= 10, "some episodes use the tool, some answer in text"
+    spec = parse_spec(load_spec_text(example.read_text(), example.name))
+    dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True)
+    sampled = EpisodeSettings.from_spec(spec)  # the example's own sampling (T 0.7)
+    with open_environment(spec, sessions=16) as environment:
+        sessions = [environment.factory() for _ in range(16)]
+        try:
+            played = [e for first in range(0, 64, 16) for e in play_episodes(
+                model, tokenizer, sessions, [dataset[i] for i in range(first, first + 16)], sampled,
+                list(range(first, first + 16)))]
+            greedy = play_episodes(model, tokenizer, sessions, [dataset[i] for i in range(16)],
+                                   replace(sampled, temperature=0.0), list(range(16)))
+        finally:
+            for session in sessions:
+                session._close()
+    submitted = [e for e in played if e.tool_calls]
+    assert sum(arith_data.parse_answer(e.turns[0]["content"]) is not None for e in played) >= 60, \
+        [e.transcript() for e in played[:4]]
+    assert 1 <= len(submitted) <= 48, f"{len(submitted)} of 64 sampled episodes used the tool"
+    assert sum(e.tool_calls for e in greedy) <= 4, "greedily it seldom submits"
     for episode in submitted:
         call = episode.turns[0]["tool_calls"][0]["function"]
         assert call["name"] == "submit_answer" and episode.tool_calls == 1, episode.transcript()
         assert arith_data.parse_answer(episode.turns[0]["content"]) == call["arguments"]["answer"]
-    assert not any(e.success for e in episodes if not e.tool_calls), "an answer in text never reaches the server"
-    assert api.list_jobs() == []
+    assert not any(e.success for e in played if not e.tool_calls), "an answer in text never reaches the server"
+    print(f"sampled: {len(submitted)} of 64 episodes submitted, {sum(e.success for e in played)} right")
 
 
 def test_dry_run_transcript_for_the_word_game(paths):

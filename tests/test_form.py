@@ -302,12 +302,14 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
         "arith-preferences", 60, 5e-4, 8)
     grpo = _moved(dpo, (ARITH, "dpo"), (ARITH, "grpo"))
     assert (grpo["builtin_dataset"], grpo["grpo_num_generations"], grpo["grpo_max_completion_length"],
-            grpo["grpo_temperature"], grpo["max_steps"], grpo["batch_size"]) == ("arith-prompts", 8, 24, 0.7, 400, 16)
+            grpo["grpo_temperature"], grpo["max_steps"], grpo["batch_size"], grpo["lora_dropout"]) == (
+        "arith-prompts", 8, 24, 0.7, 300, 16, 0.0)
     parse_spec(form_to_spec(grpo))  # a valid job: 16 per step holds two groups of 8
     kto = _moved(grpo, (ARITH, "grpo"), (ARITH, "kto"))
     assert (kto["builtin_dataset"], kto["max_steps"], kto["holdout_rows"]) == ("arith-feedback", 300, 256)
     # GRPO's sampling is back to its plain defaults once the method has no use for the recipe's.
     assert (kto["grpo_num_generations"], kto["grpo_temperature"]) == (DEFAULTS["grpo_num_generations"], 1.0)
+    assert kto["lora_dropout"] == DEFAULTS["lora_dropout"] == 0.05
     # And back to SFT: the very form a fresh page shows.
     assert _moved(kto, (ARITH, "kto"), (ARITH, "sft")) == FIELDS
 
