@@ -7,27 +7,20 @@ afterwards makes it usable without uploading it again (``check_upload``).
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import shutil
-import signal
 import tempfile
 import time
 import uuid
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 from backend import upload_limits
 from backend.access import upload_display_name, upload_file
 from backend.data import FILE_LOADERS, ColumnsMismatch, load_training_dataset
-from backend.failures import looks_like_oom
 from backend.paths import safe_name, storage_problem
 from backend.spec import DatasetSpec, Method, SpecError
 
 MAX_UPLOAD_BYTES = 512 * 2**20
-CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its process starts with
-CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
 STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
 
 
@@ -39,8 +32,7 @@ class UnmappedUpload(SpecError):
         self.upload_id, self.summary = upload_id, summary
 
 
-def _checked_here(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None
-                  ) -> str:
+def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None) -> str:
     """Load a kept upload as the trainer would (with ``columns``) within the limits on what it decodes to; its
     one-line summary, or SpecError (ColumnsMismatch when only the mapping is missing)."""
     upload_limits.before_decoding(upload_file(uploads_dir, upload_id), display)
@@ -52,75 +44,6 @@ def _checked_here(upload_id: str, display: str, method: Method, uploads_dir: Pat
         summary = f"{display}: {len(dataset)} rows, {fmt} format, columns {', '.join(dataset.column_names)}"
         del dataset
     return summary
-
-
-def _check_in_child(conn: Connection, args: tuple, memory_bytes: int, cpu_seconds: int) -> None:
-    """The child's side: limits on itself, the check, and one answer down the pipe."""
-    import resource
-
-    with open("/proc/self/statm") as fh:  # the address space it starts with (the preloaded imports), plus the budget
-        start = int(fh.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (start + memory_bytes, start + memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
-    try:
-        answer: tuple[str, Any] = ("ok", _checked_here(*args))
-    except ColumnsMismatch as exc:
-        answer = ("columns", exc.problems)
-    except SpecError as exc:
-        answer = ("refused", exc.problems)
-    except BaseException as exc:  # noqa: BLE001 - whatever the reader raised is the answer
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        answer = ("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
-    conn.send(answer)
-    conn.close()
-
-
-def _context() -> "multiprocessing.context.BaseContext":
-    """Children forked from a server that imported the loaders once: a clean process each time (not a fork of the
-    app with its threads and models), started in milliseconds after the first."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["backend.uploads", "datasets", "pyarrow.json", "pyarrow.parquet", "numpy"])
-    return context
-
-
-def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None) -> str:
-    """``_checked_here`` in a child process with limits on memory, CPU and time, where a crash of the reader (a
-    segfault in a parser), a memory bomb or a hang cannot reach the app: each becomes a sentence (SpecError)."""
-    context = _context()
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_check_in_child, daemon=True, name="studio-upload-check",
-                            args=(sender, (upload_id, display, method, uploads_dir, columns),
-                                  CHECK_MEMORY_BYTES, CHECK_SECONDS))
-    child.start()
-    sender.close()
-    try:
-        answer = receiver.recv() if receiver.poll(CHECK_SECONDS) else ("timeout", None)
-    except EOFError:  # it died before answering
-        answer = ("died", None)
-    finally:
-        receiver.close()
-        child.join(1)
-        if child.is_alive():
-            child.kill()
-            child.join()
-    kind, value = answer
-    if kind == "ok":
-        return value
-    if kind == "columns":
-        raise ColumnsMismatch(value)
-    if kind == "refused":
-        raise SpecError(value)
-    unsafe = f"dataset: {display} could not be read safely"
-    if kind == "timeout" or child.exitcode == -signal.SIGXCPU:
-        raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s"])
-    if kind == "failed" and not looks_like_oom(value) and "MemoryError" not in value:
-        raise SpecError([f"dataset: {display} could not be read ({value})"])
-    if kind == "failed" or child.exitcode == -signal.SIGKILL:
-        raise SpecError([f"{unsafe}: it needs more than {CHECK_MEMORY_BYTES // 2**20} MB of memory to read"])
-    how = (f"signal {signal.Signals(-child.exitcode).name}" if child.exitcode and child.exitcode < 0
-           else f"exit code {child.exitcode}")
-    raise SpecError([f"{unsafe}: the reader crashed on it ({how}); check that it is well-formed and not nested "
-                     "deeply"])
 
 
 def check_upload(upload_id: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None = None) -> str:
