@@ -176,11 +176,11 @@ class StudioAPI(HubOperations):
 
     def _sweep_half_files(self) -> None:
         """What a killed process left half-written: staged uploads and partial adapter zips (never handed out)."""
-        from backend.uploads import sweep_staging
+        from backend.uploads import LEFTOVER_AGE_S, sweep_staging
 
         sweep_staging(self.paths.root / "uploads")
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
-            if time.time() - partial.stat().st_mtime > 3600:  # not one another process is writing now
+            if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
                 shutil.rmtree(partial.parent, ignore_errors=True)
 
     def close(self) -> None:

@@ -323,8 +323,6 @@ def export_feedback(paths: DataPaths, user_name: str, format: FeedbackFormat) ->
     serves files from); their earlier exports of that format there are removed. ValueError when it is empty, NotSaved
     (nothing left behind) when it could not be written."""
     log = feedback_log(paths, user_name, format)
-    if not log.rows():
-        raise ValueError(log.nothing_yet)
     try:
         path = paths.new_download(f"{log.path.stem}-{format}.jsonl")
     except OSError as exc:
@@ -333,7 +331,7 @@ def export_feedback(paths: DataPaths, user_name: str, format: FeedbackFormat) ->
         target = log.export(path)
     except BaseException:
         with contextlib.suppress(OSError):
-            path.parent.rmdir()  # no empty folder left in downloads/
+            path.parent.rmdir()  # no empty folder left in downloads/ (an empty log too: ValueError)
         raise
     for old in paths.downloads.glob(f"*/{target.name}"):
         if old != target:

@@ -12,15 +12,6 @@ from pathlib import Path
 from typing import Iterable
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
-SPACE_RESERVE_ENV = "STUDIO_SPACE_RESERVE_MB"
-
-
-def space_reserve_bytes() -> int:
-    """The size of the data disk's space reserve: ``$STUDIO_SPACE_RESERVE_MB`` MiB (default 8, 0 for none)."""
-    try:
-        return max(0, min(1024, int(os.environ.get(SPACE_RESERVE_ENV, "8")))) * 2**20
-    except ValueError:
-        return 8 * 2**20
 
 
 def default_data_dir() -> Path:
@@ -125,13 +116,13 @@ class DataPaths:
         how the jobs ended (the store cannot say "failed" on a disk with no free byte)."""
         return self.root / ".space-reserve"
 
-    def keep_space_reserve(self) -> bool:
-        """Write the reserve if it is missing and the disk has room for it several times over; whether it is there."""
+    def keep_space_reserve(self, size: int) -> bool:
+        """Write a reserve of ``size`` bytes if it is missing and the disk has room for it several times over;
+        whether it is there."""
         reserve = self.space_reserve
         if reserve.exists():
             return True
         try:
-            size = space_reserve_bytes()
             if size == 0 or shutil.disk_usage(self.root).free < 8 * size:
                 return False
             with open(reserve, "wb") as fh:

@@ -34,6 +34,7 @@ from backend.failures import (
 )
 from backend.hardware import gpu_count_without_torch
 from backend.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
+from backend.limits import int_setting
 from backend.paths import DataPaths
 from backend.store import JobRecord, JobStatus, JobStore
 
@@ -141,6 +142,8 @@ class Scheduler:
         # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
         self.push_grace_s = _seconds_from_env("STUDIO_PUSH_GRACE_S", 1800)
         self.backoff_cap_s = backoff_cap_s
+        # Freed to record a job's end when the data disk is full (STUDIO_SPACE_RESERVE_MB, 0 for none).
+        self.space_reserve_bytes = int_setting("STUDIO_SPACE_RESERVE_MB", 8, low=0, high=1024) * 2**20
         self.exit_when_idle = exit_when_idle
         # job id -> extra environment for its worker (the user's Hub token): held in memory, never stored.
         self.secret_env = secret_env or (lambda job_id: {})
@@ -321,7 +324,7 @@ class Scheduler:
 
     def tick(self) -> None:
         """One pass: record failures, reap finished workers, enforce cancels, and launch queued jobs into free slots."""
-        self.paths.keep_space_reserve()  # one stat while it is there
+        self.paths.keep_space_reserve(self.space_reserve_bytes)  # one stat while it is there
         self._record_unrecorded_failures()
         self._reap_and_enforce_cancels()
         while len(self._running) < self.max_concurrent:

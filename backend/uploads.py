@@ -22,6 +22,8 @@ from backend.spec import DatasetSpec, Method, SpecError
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
+# A half-written file older than this is a crash's leftover, not one another process is still writing.
+LEFTOVER_AGE_S = 3600
 
 
 class UnmappedUpload(SpecError):
@@ -119,7 +121,7 @@ def _unstage(staged: Path, keep_as: Path | None = None) -> None:
         staged.parent.rmdir()
 
 
-def sweep_staging(uploads_root: Path, older_than_s: float = 3600) -> int:
+def sweep_staging(uploads_root: Path, older_than_s: float = LEFTOVER_AGE_S) -> int:
     """Remove what a crash left in every user's staging folder (files never handed out), once older than any check
     still running in another process could be; how many were removed."""
     removed = 0
