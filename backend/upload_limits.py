@@ -17,6 +17,7 @@ MAX_ROWS = 2_000_000
 MAX_DECODED_BYTES = 768 * 2**20
 MAX_COLUMNS = 1_000
 MAX_DEPTH = 32  # a chat row is 4 deep (messages -> message -> tool_calls -> call): 32 leaves room and stops bombs
+LIMITS = ("MAX_ROWS", "MAX_DECODED_BYTES", "MAX_COLUMNS", "MAX_DEPTH")  # handed to the process that checks a file
 
 # How each compression starts; a text upload that starts like this would be decoded without any limit.
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",

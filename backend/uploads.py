@@ -7,8 +7,12 @@ afterwards makes it usable without uploading it again (``check_upload``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -17,10 +21,14 @@ from pathlib import Path
 from backend import upload_limits
 from backend.access import upload_display_name, upload_file
 from backend.data import FILE_LOADERS, ColumnsMismatch, load_training_dataset
+from backend.failures import looks_like_oom
 from backend.paths import safe_name, storage_problem
 from backend.spec import DatasetSpec, Method, SpecError
 
 MAX_UPLOAD_BYTES = 512 * 2**20
+CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its interpreter starts with
+CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
 # A half-written file older than this is a crash's leftover, not one another process is still writing.
 LEFTOVER_AGE_S = 3600
@@ -34,7 +42,8 @@ class UnmappedUpload(SpecError):
         self.upload_id, self.summary = upload_id, summary
 
 
-def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None) -> str:
+def _checked_here(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None
+                  ) -> str:
     """Load a kept upload as the trainer would (with ``columns``) within the limits on what it decodes to; its
     one-line summary, or SpecError (ColumnsMismatch when only the mapping is missing)."""
     upload_limits.before_decoding(upload_file(uploads_dir, upload_id), display)
@@ -46,6 +55,76 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
         summary = f"{display}: {len(dataset)} rows, {fmt} format, columns {', '.join(dataset.column_names)}"
         del dataset
     return summary
+
+
+def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None) -> str:
+    """``_checked_here`` in a fresh interpreter (``python -m backend.uploads``) with limits on memory, CPU and wall
+    time, where a reader's crash (a segfault in a parser), a memory bomb or a hang cannot reach the app: each is a
+    sentence (SpecError). Only the request goes in (on stdin) and one JSON answer comes out (on stdout); the child
+    never imports the app, opens the store or sees another user's files."""
+    request = {"upload_id": upload_id, "display": display, "method": method.value, "uploads_dir": str(uploads_dir),
+               "columns": columns or {}, "memory": CHECK_MEMORY_BYTES, "cpu": CHECK_SECONDS,
+               "limits": {name: getattr(upload_limits, name) for name in upload_limits.LIMITS}}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    unsafe = f"dataset: {display} could not be read safely"
+    try:
+        done = subprocess.run([sys.executable, "-m", "backend.uploads"], input=json.dumps(request), text=True,
+                              capture_output=True, timeout=CHECK_SECONDS, cwd=_PROJECT_ROOT, env=env,
+                              start_new_session=True)  # its own session: no terminal signal of the app's reaches it
+    except subprocess.TimeoutExpired:  # run() killed it
+        raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s"]) from None
+    except OSError as exc:  # no process could start (out of processes or memory): the app's trouble, said so
+        raise SpecError([f"dataset: {display} could not be checked just now ({exc.strerror or exc}); try again"]
+                        ) from None
+    lines = done.stdout.strip().splitlines()
+    kind, value = json.loads(lines[-1]) if done.returncode == 0 and lines else ("died", None)
+    if kind == "ok":
+        return value
+    if kind == "columns":
+        raise ColumnsMismatch(value)
+    if kind == "refused":
+        raise SpecError(value)
+    if kind == "died" and done.returncode == -signal.SIGXCPU:
+        raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s of CPU"])
+    if kind == "failed" and not looks_like_oom(value) and "MemoryError" not in value:
+        raise SpecError([f"dataset: {display} could not be read ({value})"])
+    if kind == "failed" or "MemoryError" in done.stderr or looks_like_oom(done.stderr) \
+            or done.returncode == -signal.SIGKILL:
+        raise SpecError([f"{unsafe}: it needs more than {CHECK_MEMORY_BYTES // 2**20} MB of memory to read"])
+    how = (f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0
+           else f"exit code {done.returncode}")
+    raise SpecError([f"{unsafe}: the reader crashed on it ({how}); check that it is well-formed and not nested "
+                     "deeply"])
+
+
+def _child() -> None:
+    """``python -m backend.uploads``: one check with limits on itself, its answer as one JSON line on stdout."""
+    import resource
+
+    request = json.loads(sys.stdin.read())
+    for name, value in request["limits"].items():
+        setattr(upload_limits, name, value)
+    import datasets  # noqa: F401 - imported before the limit, which then counts only what the check adds
+    import pyarrow.json  # noqa: F401
+
+    with open("/proc/self/statm") as fh:
+        start = int(fh.read().split()[0]) * resource.getpagesize()
+    memory = start + request["memory"]
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (request["cpu"], request["cpu"] + 5))
+    try:
+        answer: tuple[str, object] = ("ok", _checked_here(
+            request["upload_id"], request["display"], Method(request["method"]), Path(request["uploads_dir"]),
+            request["columns"]))
+    except ColumnsMismatch as exc:
+        answer = ("columns", exc.problems)
+    except SpecError as exc:
+        answer = ("refused", exc.problems)
+    except Exception as exc:  # noqa: BLE001 - whatever the reader raised is the answer
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        answer = ("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    sys.stdout.write("\n" + json.dumps(answer) + "\n")
+    sys.stdout.flush()
 
 
 def check_upload(upload_id: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None = None) -> str:
@@ -131,3 +210,7 @@ def sweep_staging(uploads_root: Path, older_than_s: float = LEFTOVER_AGE_S) -> i
                 leftover.unlink()
                 removed += 1
     return removed
+
+
+if __name__ == "__main__":
+    _child()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from backend import upload_limits, uploads
 from backend.api import SpecError, StudioAPI
 from backend.feedback import NotSaved, export_feedback, feedback_log
 from backend.paths import USER_LAYOUT_MARKER, DataPaths
@@ -225,6 +226,31 @@ def test_an_upload_that_would_decode_past_the_limits_is_refused_and_nothing_is_k
     assert not kept.exists() or not any(kept.iterdir())
     upload_id, _ = keep_upload(write_jsonl(tmp_path / "ok.jsonl", CHAT_ROWS), "ok.jsonl", Method.sft, kept)
     assert [p.name for p in kept.iterdir()] == [upload_id]  # and the next good upload is kept
+
+
+@pytest.mark.parametrize("patch,expected", [
+    # With the depth limit lifted, pyarrow's reader meets the file: a real segfault, in the child.
+    ({"MAX_DEPTH": 10**9}, "could not be read safely: the reader crashed on it (signal SIGSEGV)"),
+    ({"CHECK_MEMORY_BYTES": 48 * 2**20}, "could not be read safely: it needs more than 48 MB of memory to read"),
+    ({"CHECK_SECONDS": 1}, "could not be read safely: reading it took more than 1 s"),
+], ids=["reader-segfault", "memory", "time"])
+def test_a_check_that_crashes_or_runs_past_its_limits_is_a_sentence_and_the_app_process_lives(tmp_path, monkeypatch,
+                                                                                             patch, expected):
+    if "MAX_DEPTH" in patch:
+        source = tmp_path / "big.jsonl"
+        source.write_bytes(_deep_rows())
+    else:  # 25 MB: seconds to load, and memory
+        source = write_jsonl(tmp_path / "big.jsonl", [{"text": f"row {i} " + "z" * 400} for i in range(60_000)])
+    for name, value in patch.items():
+        monkeypatch.setattr(upload_limits if name.startswith("MAX_") else uploads, name, value)
+    kept = tmp_path / "uploads"
+    with pytest.raises(SpecError) as refused:
+        keep_upload(source, "big.jsonl", Method.sft, kept)
+    assert str(refused.value).startswith(f"dataset: big.jsonl {expected}"), str(refused.value)
+    assert not any(kept.iterdir())  # neither the file nor its staging folder
+    monkeypatch.undo()
+    upload_id, _ = keep_upload(write_jsonl(tmp_path / "ok.jsonl", CHAT_ROWS), "ok.jsonl", Method.sft, kept)
+    assert [p.name for p in kept.iterdir()] == [upload_id]  # this process lived, and the next upload is kept
 
 
 # --- limits for the whole Space, beside the per-user ones ---------------------------------------------------------
