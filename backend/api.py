@@ -148,7 +148,7 @@ class StudioAPI(HubOperations):
     ):
         self.paths = DataPaths(data_dir).ensure()
         self.store = JobStore(self.paths.db)
-        self.remote = RemoteRegistry(self.paths.db)
+        self.remote = RemoteRegistry(self.store)
         with contextlib.suppress(OSError):  # tried again at the next start
             self.paths.move_user_folders(self.store.owners())
             self._sweep_half_files()
@@ -189,6 +189,14 @@ class StudioAPI(HubOperations):
             self.scheduler.stop()
         self._bench_time.close()
         self._dry_run_time.close()
+        self.store.close()
+
+    def storage_notice(self) -> str | None:
+        """A sentence for the header when the data folder cannot be written (a read-only mount), else None."""
+        if self.store.writable():
+            return None
+        return (f"The studio’s data folder ({self.paths.root}) is read-only: jobs, logs and adapters can be read, but "
+                "nothing can be queued, cancelled, uploaded or saved until it is writable again.")
 
     def scheduler_health(self) -> SchedulerHealth | None:
         """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);

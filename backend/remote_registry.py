@@ -10,8 +10,9 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from backend.store import JobStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS remote_jobs (
@@ -40,19 +41,15 @@ class RemoteJob:
 
 class RemoteRegistry:
     """The SQLite table of jobs launched on Hugging Face Jobs, with the last status seen of each."""
-    def __init__(self, db: Path):
-        self.db = Path(db)
-        with self._connect() as con:
-            con.execute(_SCHEMA)
-
-    def _connect(self) -> sqlite3.Connection:
-        con = sqlite3.connect(self.db, timeout=30, isolation_level=None)
-        con.row_factory = sqlite3.Row
-        return con
+    def __init__(self, store: JobStore):
+        self.store = store  # one file, one way in: its connections, its read-only mode
+        if store.writable():  # on a read-only folder the table is as it was (or absent: nothing was launched)
+            with store.writing() as con:
+                con.execute(_SCHEMA)
 
     def add(self, hf_job_id: str, owner: str, spec_json: str, flavor: str) -> RemoteJob:
         """Record a newly launched job and return its row."""
-        with self._connect() as con:
+        with self.store.writing() as con:
             con.execute(
                 "INSERT INTO remote_jobs (hf_job_id, owner, spec, flavor, created_at) VALUES (?, ?, ?, ?, ?)",
                 (hf_job_id, owner, spec_json, flavor, time.time()),
@@ -61,21 +58,25 @@ class RemoteRegistry:
 
     def get(self, hf_job_id: str) -> RemoteJob | None:
         """The row of one launched job, or None."""
-        with self._connect() as con:
-            row = con.execute("SELECT * FROM remote_jobs WHERE hf_job_id = ?", (hf_job_id,)).fetchone()
-        return _record(row) if row else None
+        found = self._rows("SELECT * FROM remote_jobs WHERE hf_job_id = ?", (hf_job_id,))
+        return found[0] if found else None
 
     def list(self, owner: str | None = None) -> list[RemoteJob]:
         """The launched jobs (of one owner, if given), oldest first."""
         query, args = "SELECT * FROM remote_jobs", ()
         if owner is not None:
             query, args = query + " WHERE owner = ?", (owner,)
-        with self._connect() as con:
-            return [_record(r) for r in con.execute(query + " ORDER BY created_at", args).fetchall()]
+        return self._rows(query + " ORDER BY created_at", args)
+
+    def _rows(self, query: str, args: tuple) -> list[RemoteJob]:
+        with self.store.reading() as con:
+            if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'remote_jobs'").fetchone() is None:
+                return []  # a read-only store that never had one
+            return [_record(r) for r in con.execute(query, args).fetchall()]
 
     def record_status(self, hf_job_id: str, stage: str, message: str) -> None:
         """Remember the last stage and message read from the Hub for a job."""
-        with self._connect() as con:
+        with self.store.writing() as con:
             con.execute("UPDATE remote_jobs SET last_stage = ?, last_message = ? WHERE hf_job_id = ?",
                         (stage, message, hf_job_id))
 

@@ -169,7 +169,11 @@ class Scheduler:
     # --- ownership of the data directory ------------------------------------------------------------
     def try_acquire(self) -> bool:
         """Take the scheduler lock for this data directory (writing our pid in it); False if another holds it."""
-        fh = open(self.paths.scheduler_lock, "a+")
+        try:
+            fh = open(self.paths.scheduler_lock, "a+")
+        except OSError as exc:  # a read-only data dir: nothing could be run there anyway; the header says why
+            log.warning("cannot take the scheduler lock %s: %s", self.paths.scheduler_lock, exc)
+            return False
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

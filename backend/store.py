@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import lru_cache
 from dataclasses import dataclass, field
 from enum import Enum
@@ -84,6 +85,22 @@ class UnreadableJob(StoreError):
             f"job {job_id} cannot be read ({reason}); it was stored by another version of the app or edited by "
             "hand, so it is left out of job lists and never started"
         )
+
+
+READ_ONLY_SENTENCE = ("the studio’s data folder is read-only just now: jobs, logs and adapters can be read, but "
+                      "nothing can be queued, changed or saved until it is writable again")
+
+
+class StoreReadOnly(SpecError):
+    """The store's folder is read-only (a read-only mount): reads answer, this write did not happen."""
+
+    def __init__(self):
+        super().__init__([READ_ONLY_SENTENCE])
+
+
+def _is_read_only(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused a write because its files cannot be written (SQLITE_READONLY and its kinds)."""
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly database" in str(exc)
 
 
 class QueueFull(SpecError):
@@ -261,15 +278,20 @@ class JobStore:
     def __init__(self, db_path: Path | str):
         """Open (or create) the store; raise StoreCorrupt when the file is damaged or not a SQLite database."""
         self.db_path = Path(db_path)
-        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        self._target, self._uri = str(self.db_path), False
+        if self.db_path.is_file() and not os.access(self.db_path.parent, os.W_OK):
+            self._open_read_only()
+        else:
+            self.db_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             with self._connect() as con:
                 # quick_check walks every page once (no index cross-checks): damage is found at start, not mid-job.
                 verdict = [row[0] for row in con.execute("PRAGMA quick_check").fetchall()]
                 if verdict != ["ok"]:
                     raise StoreCorrupt(self.db_path, "; ".join(verdict[:3]))
-                con.execute("PRAGMA journal_mode=WAL")
-                con.executescript(_SCHEMA)
+                if not self._uri:
+                    con.execute("PRAGMA journal_mode=WAL")
+                    con.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             if not _is_corruption(exc):
                 raise
@@ -278,8 +300,20 @@ class JobStore:
         # closes, and every next connection must create them again, which a full disk refuses ("disk I/O error"),
         # reads included. With this one open they stay, so reads answer on a full disk and small writes reuse the
         # WAL's pages.
-        self._keeper = sqlite3.connect(self.db_path, check_same_thread=False)
+        self._keeper = sqlite3.connect(self._target, check_same_thread=False, uri=self._uri)
         self._keeper.execute("SELECT 1 FROM jobs LIMIT 1").fetchall()
+
+    def _open_read_only(self) -> None:
+        """Started on a read-only folder (a read-only mount): open the file read-only, so reads answer and every
+        write is StoreReadOnly. Without its WAL index beside it (a clean shutdown removes it, and none can be made
+        here) SQLite reads a WAL-mode file only as immutable, which a read-only mount is."""
+        base = f"file:{self.db_path.resolve().as_posix()}?mode=ro"
+        wal_kept = Path(f"{self.db_path}-shm").exists() and Path(f"{self.db_path}-wal").exists()
+        self._target, self._uri = (base if wal_kept else base + "&immutable=1"), True
+
+    def writable(self) -> bool:
+        """Whether the store's folder can be written now (False on a read-only mount): what the header says."""
+        return not self._uri and os.access(self.db_path.parent, os.W_OK)
 
     def close(self) -> None:
         """Close the idle connection that keeps the WAL (every call opens its own short connection anyway)."""
@@ -287,25 +321,40 @@ class JobStore:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        con = sqlite3.connect(self._target, timeout=30, isolation_level=None, uri=self._uri)
         try:
             con.row_factory = sqlite3.Row
-            con.execute("PRAGMA synchronous=NORMAL")
             con.execute("PRAGMA busy_timeout=30000")
+            if not self._uri:
+                con.execute("PRAGMA synchronous=NORMAL")
             yield con
         finally:
             con.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write: all of it or none of it; StoreReadOnly (a sentence) when the folder cannot be written."""
         with self._connect() as con:
-            con.execute("BEGIN IMMEDIATE")
             try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    yield con
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if not _is_read_only(exc):
+                    raise
+                raise StoreReadOnly() from None
+
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A short connection for reads of another table in this file (the remote job registry's)."""
+        return self._connect()
+
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on this file for another table's rows; StoreReadOnly on a read-only folder."""
+        return self._transaction()
 
     @staticmethod
     def _record(row: sqlite3.Row) -> JobRecord:

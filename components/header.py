@@ -22,8 +22,9 @@ class HeaderHandles:
     refresh: Callable[..., str]  # the status line's handler, also run on page load (api_name "status")
 
 
-def status_text(user, health) -> str:
-    """The header line: who is signed in, the device, the Hub, the job queue's health; then any notices."""
+def status_text(user, health, storage: str | None = None) -> str:
+    """The header line: who is signed in, the device, the Hub, the job queue's health; then any notices (``storage``:
+    ``StudioAPI.storage_notice()``, when the data folder cannot be written)."""
     who = (f"Signed in as **{user.name}**" + (" (admin)" if user.is_admin and on_space() else "")) if user else \
         "Not signed in: sign in with Hugging Face to train"
     device = detect_device()
@@ -31,7 +32,8 @@ def status_text(user, health) -> str:
     line = f"{who} · Device: {where} · {hub_status()}"
     queue, problem = queue_status(health)
     line += f" · {queue}" if queue else ""
-    return line + "".join(f"\n\n⚠️ {n}" for n in [*([problem] if problem else []), *notices(user, device)])
+    found = [*([storage] if storage else []), *([problem] if problem else []), *notices(user, device)]
+    return line + "".join(f"\n\n⚠️ {n}" for n in found)
 
 
 def queue_status(health) -> tuple[str | None, str | None]:
@@ -75,7 +77,7 @@ def build(api) -> HeaderHandles:
 
     @as_user(signed_in=False)
     def refresh(user) -> str:
-        return status_text(user, api.scheduler_health())
+        return status_text(user, api.scheduler_health(), api.storage_notice())
 
     refresh.__name__ = "status"
     gr.on([gr.Timer(STATUS_REFRESH_S).tick], refresh, None, status, api_name=False, show_progress="hidden")

@@ -37,3 +37,22 @@ def fill(directory: Path) -> Path:
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return filler
+
+
+@contextlib.contextmanager
+def read_only(target: Path) -> Iterator[Path]:
+    """``target`` made read-only under a running process for the block: a read-only bind mount of it over itself.
+
+    Linux refuses to remount a filesystem read-only while a process holds a file open for writing (EBUSY), as the
+    app always does (its SQLite store), so this is the read-only that can happen under a running app: every file
+    opened from now on, every new SQLite connection included, is read-only (EROFS). Unmounted in a finally."""
+    mounts = [["mount", "--bind", str(target), str(target)], ["mount", "-o", "remount,bind,ro", str(target)]]
+    result = subprocess.run(mounts[0], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot bind-mount here to make a folder read-only ({result.stderr.strip() or result.returncode})")
+    try:
+        subprocess.run(mounts[1], check=True, capture_output=True)
+        yield target
+    finally:
+        if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(target)])

@@ -6,6 +6,8 @@ and that the next good request still works.
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from backend.store import JobStatus, QueueFull
 from backend.uploads import keep_upload
 from backend.users import User
 from tests.conftest import ROOT, tiny_spec, wait_for
-from tests.faults import fill, tmpfs
+from tests.faults import fill, read_only, tmpfs
 from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
 
 # (case id, call on (api, job id), a piece of the sentence)
@@ -440,3 +442,92 @@ def test_an_upload_or_a_zip_on_a_full_disk_is_a_sentence_and_leaves_nothing(data
             assert [p.name for p in paths.downloads.iterdir()] == ["filler"]
     finally:
         api.close()
+
+
+# --- a read-only store: reads answer, writes are refused with a sentence, nothing is half-written ------------------
+
+def _files(root: Path) -> dict[str, int]:
+    """Every file under ``root`` (the data dir) with its size, the SQLite files aside (their pages move on reads)."""
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
+            if p.is_file() and not p.name.startswith("studio.sqlite3") and "models" not in p.parts}
+
+
+def _quick(call):
+    """``call()``, asserted to answer within 2 s."""
+    started = time.monotonic()
+    answer = call()
+    assert time.monotonic() - started < 2, f"took {time.monotonic() - started:.1f} s"
+    return answer
+
+
+def _refusals(api, job_id: str, alice: User, tmp_path: Path) -> dict[str, str]:
+    """What each kind of write says on a read-only data folder (it must raise a sentence)."""
+    said = {}
+    writes = {
+        "submit": lambda: api.submit(tiny_spec(), user=alice),
+        "cancel": lambda: api.cancel(job_id, alice),
+        "upload": lambda: api.upload_dataset(write_jsonl(tmp_path / "up.jsonl", CHAT_ROWS), "up.jsonl", "sft", alice),
+        "thumb": lambda: api.thumb_log(alice).record(_asked("3 + 3?"), "6", True, "tuned", job_id),
+        "export": lambda: api.export_preferences(alice, "kto"),
+    }
+    for name, write in writes.items():
+        with pytest.raises((SpecError, ValueError)) as refused:
+            _quick(write)
+        said[name] = str(refused.value)
+    return said
+
+
+def test_a_data_folder_made_read_only_under_the_running_app_serves_reads_and_refuses_writes_with_a_sentence(
+        data_dir, tmp_path):
+    api = StudioAPI(data_dir, scheduler="none")
+    alice, bob = User("alice"), User("bob")
+    job_id = api.submit(tiny_spec(), user=alice).job.id
+    api.thumb_log(alice).record(_asked("2 + 2?"), "4", True, "tuned", job_id)
+    before = _files(data_dir)
+    try:
+        with read_only(data_dir):
+            assert "is read-only: jobs, logs and adapters can be read" in api.storage_notice()
+            assert [j.id for j in _quick(lambda: api.list_jobs(user=alice))] == [job_id]
+            assert _quick(lambda: api.get_job(job_id, alice)).status is JobStatus.queued
+            assert _quick(lambda: api.metrics_since(job_id, 0, alice)).cursor == 0
+            assert len(_quick(lambda: api.thumb_log(alice).rows())) == 1
+            for name, sentence in _refusals(api, job_id, alice, tmp_path).items():
+                assert "read-only" in sentence and "Traceback" not in sentence and len(sentence) < 300, (name, sentence)
+            assert _quick(lambda: api.list_jobs(user=bob)) == []  # another user's read answers too
+            assert _files(data_dir) == before  # nothing written, nothing half-written
+        assert api.storage_notice() is None  # writable again: the same process writes, with nothing to restart
+        assert api.submit(tiny_spec(), user=bob).job.owner == "bob"
+        assert api.cancel(job_id, alice) is JobStatus.cancelled
+    finally:
+        api.close()
+
+
+def test_an_app_started_on_a_read_only_mount_serves_reads_says_writes_are_off_and_refuses_them(data_dir, tmp_path):
+    mount = tmp_path / "mount"
+    with tmpfs(mount, "64m"):
+        studio = mount / "studio"
+        (studio / "models").mkdir(parents=True)
+        for model in (data_dir / "models").iterdir():  # the built demo models, as a real data dir has them
+            (studio / "models" / model.name).symlink_to(model.resolve(), target_is_directory=True)
+        api = StudioAPI(studio, scheduler="none")
+        alice = User("alice")
+        job_id = api.submit(tiny_spec(), user=alice).job.id
+        api.thumb_log(alice).record(_asked("2 + 2?"), "4", True, "tuned", job_id)
+        api.close()  # a restart: the old process is gone and has closed every file
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        try:
+            before = _files(studio)
+            api = StudioAPI(studio, scheduler="thread")  # the app's own mode: its scheduler must not die of it
+            try:
+                assert "is read-only" in api.storage_notice()
+                assert [j.id for j in _quick(lambda: api.list_jobs(user=alice))] == [job_id]
+                assert _quick(lambda: api.get_job(job_id, alice)).status is JobStatus.queued
+                assert len(api.thumb_log(alice).rows()) == 1 and api.remote.list() == []
+                for name, sentence in _refusals(api, job_id, alice, tmp_path).items():
+                    assert "read-only" in sentence and len(sentence) < 300, (name, sentence)
+                assert api.scheduler_health().alive
+                assert _files(studio) == before
+            finally:
+                api.close()
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)

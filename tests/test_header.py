@@ -29,6 +29,20 @@ def test_the_header_says_how_the_queue_is_doing(paths, monkeypatch):
     assert queue_status(None) == (None, None)  # no scheduler in this process: nothing to say
 
 
+def test_the_header_says_when_the_data_folder_is_read_only(paths):
+    from tests.faults import read_only
+
+    api = StudioAPI(paths.root, scheduler="none")
+    try:
+        assert "read-only" not in status_text(local_user(), None, api.storage_notice())
+        with read_only(paths.root):
+            line = status_text(local_user(), None, api.storage_notice())
+            assert f"⚠️ The studio’s data folder ({paths.root}) is read-only" in line and "nothing can be queued" in line
+        assert "read-only" not in status_text(local_user(), None, api.storage_notice())
+    finally:
+        api.close()
+
+
 def test_the_jobs_refresh_is_answered_directly_not_through_the_queue(paths):
     """Every open Jobs tab lists its jobs every 2 s: a cheap read that must not wait in Gradio's queue behind long
     handlers (benchmarks/latency.py measured it)."""
