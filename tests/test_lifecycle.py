@@ -272,3 +272,37 @@ def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_ord
     b = wait_status(store, second.id, FINAL)
     assert a.status is b.status is JobStatus.succeeded
     assert a.finished_at <= b.started_at, "one GPU slot: the second job starts after the first ends"
+
+
+def test_two_app_processes_on_one_data_dir_share_its_queue_and_the_second_takes_over(tmp_path, models_dir):
+    """Issue 20: a second app started on the same data dir (a Space's old and new process overlapping in a
+    restart, or two started by hand). One scheduler runs the queue (the data dir's lock); the other waits, says so,
+    and takes over when the first goes. Jobs queued through either run once, and both list them."""
+    import json
+
+    from backend.paths import DataPaths
+    from backend.store import JobStore
+    from tests.apps import data_dir_with_models, launch_app
+
+    root = data_dir_with_models(tmp_path / "data", models_dir)
+    store = JobStore(DataPaths(root).db)
+    spec = json.dumps(tiny_spec(training={"max_steps": 2, "save_steps": 2}))
+    with launch_app(root) as first:
+        wait_for(lambda: "Queue: ok" in first.client().predict(api_name="/status"), 60, what="the first to schedule")
+        with launch_app(root) as second:
+            a, b = first.client(), second.client()
+            assert "Queue: waiting for another scheduler" in b.predict(api_name="/status")
+            job_b = b.predict(spec, api_name="/submit_spec")  # queued through the second, run by the first
+            job_a = a.predict(spec, api_name="/submit_spec")
+            for job_id in (job_b, job_a):
+                assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}, 300).status is \
+                    JobStatus.succeeded
+            listed = [c.predict(None, api_name="/list_jobs") for c in (a, b)]
+            assert all(job_a in str(view) and job_b in str(view) for view in listed)
+            assert store.get(job_b).attempts == 1 and store.get(job_a).attempts == 1  # each ran once
+            first.proc.terminate()  # the first goes away; the second takes the queue within a few seconds
+            first.proc.wait(30)
+            wait_for(lambda: "Queue: ok" in b.predict(api_name="/status"), 30, what="the second to take over")
+            job_c = b.predict(spec, api_name="/submit_spec")
+            assert wait_status(store, job_c, {JobStatus.succeeded, JobStatus.failed}, 300).status is \
+                JobStatus.succeeded
