@@ -1,7 +1,9 @@
-"""Hostile numbers, names and full disks at the facade and in the files it writes (no app process needed).
+"""Hostile numbers, names, uploads, full and read-only disks at the facade and in the files it writes, in this process
+as they would be in the app's (the app as a process: test_bad_inputs.py).
 
 Each case asserts a sentence (a SpecError or ValueError whose text names what to fix), nothing stored or left behind,
-and that the next good request still works.
+and that the next good request still works; and for every case, another user's job list answering within 2 s all
+through it and its peak memory adding under 512 MB (``others_still_answer``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,59 @@ from backend.paths import USER_LAYOUT_MARKER, DataPaths
 from backend.limits import Busy
 from backend.mixed_batch import GenerationSettings
 from backend.spec import Method
-from backend.store import JobStatus, QueueFull
+from backend.store import JobStatus, JobStore, QueueFull
 from backend.uploads import keep_upload
 from backend.users import User
 from tests.conftest import ROOT, tiny_spec, wait_for
 from tests.faults import fill, read_only, tmpfs
 from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
+
+OTHERS_WAIT_S = 2.0  # another user's job list answers within this, all through each case
+CASE_MEMORY_BYTES = 512 * 2**20  # what a case's peak may add to the process's resident memory
+
+
+def _resident() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process, in bytes."""
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            found[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return found["VmRSS"], found["VmHWM"]
+
+
+@pytest.fixture(autouse=True)
+def others_still_answer(request, tmp_path):
+    """Every case here runs in this process, as it would in the app's: another user's job list (read from the
+    case's data dir when it has one) answers within 2 s all through the case, and the case's peak adds under
+    512 MB to the process's resident memory (the peak is reset first: /proc/self/clear_refs)."""
+    import threading
+
+    root = request.getfixturevalue("data_dir") if "data_dir" in request.fixturenames else tmp_path / "others"
+    root.mkdir(parents=True, exist_ok=True)
+    others = JobStore(DataPaths(root).db)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    resident_before = _resident()[0]
+    waits: list[float] = []
+    done = threading.Event()
+
+    def list_bobs_jobs():
+        while True:
+            started = time.monotonic()
+            others.list(owner="bob")
+            waits.append(time.monotonic() - started)
+            if done.wait(0.1):
+                return
+
+    watcher = threading.Thread(target=list_bobs_jobs, daemon=True)
+    watcher.start()
+    yield
+    done.set()
+    watcher.join(10)
+    others.close()
+    assert waits and max(waits) < OTHERS_WAIT_S, f"another user's job list took {max(waits or [0]):.1f} s"
+    added = _resident()[1] - resident_before
+    assert added < CASE_MEMORY_BYTES, f"the case's peak added {added / 2**20:.0f} MB"
+
 
 # (case id, call on (api, job id), a piece of the sentence)
 NUMBER_CASES = [
