@@ -65,7 +65,8 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
     request = {"upload_id": upload_id, "display": display, "method": method.value, "uploads_dir": str(uploads_dir),
                "columns": columns or {}, "memory": CHECK_MEMORY_BYTES, "cpu": CHECK_SECONDS,
                "limits": {name: getattr(upload_limits, name) for name in upload_limits.LIMITS}}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+    python_path = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": python_path}
     unsafe = f"dataset: {display} could not be read safely"
     try:
         done = subprocess.run([sys.executable, "-m", "backend.uploads"], input=json.dumps(request), text=True,

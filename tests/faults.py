@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import subprocess
+import threading
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -56,3 +58,27 @@ def read_only(target: Path) -> Iterator[Path]:
     finally:
         if subprocess.run(["umount", str(target)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(target)])
+
+
+@contextlib.contextmanager
+def timed_all_through(call: Callable[[], object], every_s: float = 0.1) -> Iterator[list[float]]:
+    """``call()`` again and again in a thread all through the block (another user's request while a case runs);
+    yields the list of how long each call took, complete once the block has ended."""
+    waits: list[float] = []
+    done = threading.Event()
+
+    def again():
+        while True:
+            started = time.monotonic()
+            call()
+            waits.append(time.monotonic() - started)
+            if done.wait(every_s):
+                return
+
+    caller = threading.Thread(target=again, daemon=True)
+    caller.start()
+    try:
+        yield waits
+    finally:
+        done.set()
+        caller.join(30)

@@ -23,6 +23,7 @@ from backend.paths import DataPaths
 from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.conftest import ROOT
+from tests.faults import timed_all_through
 from tests.test_app import _form
 from tests.test_hardening import _deep_rows, _gzip_rows, _parquet_bomb
 
@@ -193,27 +194,10 @@ def _peak_memory(pid: int) -> int:
 def unchanged(space, bob):
     """Asserts after the case: no job stored, no file left, the app still answers, another signed-in user's
     /list_jobs answered within 2 s all through the case, and the app's peak memory stayed under 1.5 GB."""
-    import threading
-    import time
-
     store = JobStore(DataPaths(space.data_dir).db)
     jobs_before, files_before = len(store.list()), _files(space.watched)
-    waits: list[float] = []
-    done = threading.Event()
-
-    def others_list_their_jobs():
-        while True:
-            started = time.monotonic()
-            bob.predict(None, api_name="/list_jobs")
-            waits.append(time.monotonic() - started)
-            if done.wait(0.2):
-                return
-
-    watcher = threading.Thread(target=others_list_their_jobs, daemon=True)
-    watcher.start()
-    yield
-    done.set()
-    watcher.join(30)
+    with timed_all_through(lambda: bob.predict(None, api_name="/list_jobs"), every_s=0.2) as waits:
+        yield
     assert waits and max(waits) < OTHERS_WAIT_S, f"another user's /list_jobs took {max(waits or [0]):.1f} s"
     assert len(store.list()) == jobs_before, "a refused input was stored"
     assert _files(space.watched) - files_before == set(), "a refused input left files behind"

@@ -25,7 +25,7 @@ from backend.store import JobStatus, JobStore, QueueFull
 from backend.uploads import keep_upload
 from backend.users import User
 from tests.conftest import ROOT, tiny_spec, wait_for
-from tests.faults import fill, read_only, tmpfs
+from tests.faults import fill, read_only, timed_all_through, tmpfs
 from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
 
 OTHERS_WAIT_S = 2.0  # another user's job list answers within this, all through each case
@@ -46,29 +46,13 @@ def others_still_answer(request, tmp_path):
     """Every case here runs in this process, as it would in the app's: another user's job list (read from the
     case's data dir when it has one) answers within 2 s all through the case, and the case's peak adds under
     512 MB to the process's resident memory (the peak is reset first: /proc/self/clear_refs)."""
-    import threading
-
     root = request.getfixturevalue("data_dir") if "data_dir" in request.fixturenames else tmp_path / "others"
     root.mkdir(parents=True, exist_ok=True)
     others = JobStore(DataPaths(root).db)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     resident_before = _resident()[0]
-    waits: list[float] = []
-    done = threading.Event()
-
-    def list_bobs_jobs():
-        while True:
-            started = time.monotonic()
-            others.list(owner="bob")
-            waits.append(time.monotonic() - started)
-            if done.wait(0.1):
-                return
-
-    watcher = threading.Thread(target=list_bobs_jobs, daemon=True)
-    watcher.start()
-    yield
-    done.set()
-    watcher.join(10)
+    with timed_all_through(lambda: others.list(owner="bob")) as waits:
+        yield
     others.close()
     assert waits and max(waits) < OTHERS_WAIT_S, f"another user's job list took {max(waits or [0]):.1f} s"
     added = _resident()[1] - resident_before
