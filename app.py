@@ -29,8 +29,11 @@ class StudioBlocks(gr.Blocks):
         except gr.Error as exc:
             if exc.print_exception:
                 fn = self.fns[block_fn] if isinstance(block_fn, int) else block_fn
-                log.warning("%s refused: %s", getattr(fn, "api_name", None) or getattr(fn, "name", "a handler"),
-                            " ".join(str(exc.message).split()))
+                log.warning(
+                    "%s refused: %s",
+                    getattr(fn, "api_name", None) or getattr(fn, "name", "a handler"),
+                    " ".join(str(exc.message).split()),
+                )
                 exc.print_exception = False
             raise
 

@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from backend.demo_model import BUILTIN_MODELS
-from backend.paths import DataPaths
 from backend.hub import is_local_path, is_repo_id, looks_like_path
+from backend.paths import DataPaths
 from backend.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
 from backend.store import JobNotFound, JobRecord, JobStore
 from backend.users import User
@@ -141,8 +141,9 @@ def hub_name_problem(field: str, name: str, what: str, instead: str) -> str | No
         return f"{field}: {quote_input(name)} is not a Hub {what} id; give one like owner/name"
     # datasets and transformers read a local folder of the same name before asking the Hub.
     if is_local_path(name):
-        return (f"{field}: {quote_input(name)} names a folder on the server, not a Hub {what}; "
-                "give its Hub id (owner/name)")
+        return (
+            f"{field}: {quote_input(name)} names a folder on the server, not a Hub {what}; give its Hub id (owner/name)"
+        )
     return None
 
 

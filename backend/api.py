@@ -16,54 +16,118 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from backend.access import authorize_spec, readable_job
 from backend.api_hub import HubOperations
+from backend.artifacts import LearningVerdict, SignalWatch
 from backend.catalogue import (
-    CURATED_MODELS, DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, REWARDS, SpecField, builtin_dataset_choices,
-    Monitoring, builtin_dataset_help, environment_choices, method_part, methods, monitoring, spec_field,
+    CURATED_MODELS,
+    DEFAULT_HF_JOB_FLAVOR,
+    HF_JOB_FLAVORS,
+    REWARDS,
+    Monitoring,
+    SpecField,
+    builtin_dataset_choices,
+    builtin_dataset_help,
+    environment_choices,
+    method_part,
+    methods,
+    monitoring,
+    spec_field,
 )
 from backend.demo_model import (
-    ARITH_MODEL_ID, DEMO_MODEL_ID, DEMO_MODEL_NOTE, demo_model_note, demo_recipe, is_demo_model,
+    ARITH_MODEL_ID,
+    DEMO_MODEL_ID,
+    DEMO_MODEL_NOTE,
+    demo_model_note,
+    demo_recipe,
+    is_demo_model,
 )
+from backend.failures import tail_lines
 from backend.hardware import detect_device
 from backend.hub_status import hub_status
-from backend.paths import DataPaths, safe_name, storage_problem
-from backend.artifacts import LearningVerdict, SignalWatch
 from backend.learning import status_text
-from backend.lineage import Lineage, last_checkpoint, resolve_lineage
-from backend.preflight import check_and_plan, check_spec
-from backend.failures import tail_lines
 from backend.limits import HeldStream, InFlight, RateLimiter, TimedOut, TimeLimit, int_setting
+from backend.lineage import Lineage, last_checkpoint, resolve_lineage
+from backend.paths import DataPaths, safe_name, storage_problem
+from backend.preflight import check_and_plan, check_spec
 from backend.remote_registry import RemoteRegistry
 from backend.scheduler import Scheduler, SchedulerHealth, spawn_detached
+from backend.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
 from backend.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text, parse_spec
 from backend.store import (
-    RESUMABLE_STATUSES, InvalidTransition, JobNotFound, JobRecord, JobStatus, JobStore, StoreError,
+    RESUMABLE_STATUSES,
+    InvalidTransition,
+    JobNotFound,
+    JobRecord,
+    JobStatus,
+    JobStore,
+    StoreError,
 )
-from backend.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
 from backend.users import User, hub_user, local_user, max_queued_per_user
 
 if TYPE_CHECKING:
     from backend.chat import GenerationSettings
-    from backend.feedback import FeedbackFormat, PreferenceLog, ThumbLog
     from backend.environments.episodes import Episode
+    from backend.feedback import FeedbackFormat, PreferenceLog, ThumbLog
     from backend.preview import DatasetPreview
 
 # The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
 __all__ = [
-    "StudioAPI", "Submitted", "WarmUp", "MetricsPage", "SchedulerHealth", "JobSpec", "Method", "RewardSpec",
-    "SpecError", "load_spec_text", "JobRecord", "JobStatus", "JobNotFound", "InvalidTransition", "StoreError",
-    "User", "hub_user", "local_user", "on_space", "on_zero_gpu", "gpu_task", "ZERO_GPU_REFUSAL", "detect_device",
-    "hub_status", "DEMO_MODEL_ID", "DEMO_MODEL_NOTE", "is_demo_model",
-    "ARITH_MODEL_ID", "demo_model_note", "demo_recipe", "CURATED_MODELS", "HF_JOB_FLAVORS",
-    "DEFAULT_HF_JOB_FLAVOR", "REWARDS", "SpecField", "spec_field", "methods", "method_part", "environment_choices",
-    "builtin_dataset_choices", "builtin_dataset_help", "Monitoring", "monitoring", "status_text", "LearningVerdict",
+    "StudioAPI",
+    "Submitted",
+    "WarmUp",
+    "MetricsPage",
+    "SchedulerHealth",
+    "JobSpec",
+    "Method",
+    "RewardSpec",
+    "SpecError",
+    "load_spec_text",
+    "JobRecord",
+    "JobStatus",
+    "JobNotFound",
+    "InvalidTransition",
+    "StoreError",
+    "User",
+    "hub_user",
+    "local_user",
+    "on_space",
+    "on_zero_gpu",
+    "gpu_task",
+    "ZERO_GPU_REFUSAL",
+    "detect_device",
+    "hub_status",
+    "DEMO_MODEL_ID",
+    "DEMO_MODEL_NOTE",
+    "is_demo_model",
+    "ARITH_MODEL_ID",
+    "demo_model_note",
+    "demo_recipe",
+    "CURATED_MODELS",
+    "HF_JOB_FLAVORS",
+    "DEFAULT_HF_JOB_FLAVOR",
+    "REWARDS",
+    "SpecField",
+    "spec_field",
+    "methods",
+    "method_part",
+    "environment_choices",
+    "builtin_dataset_choices",
+    "builtin_dataset_help",
+    "Monitoring",
+    "monitoring",
+    "status_text",
+    "LearningVerdict",
     "SignalWatch",
 ]
 # Re-exported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which
 # the CLI and the scheduler should not pay for at start-up.
 _LAZY_EXPORTS = {
-    "GenerationSettings": "backend.mixed_batch", "message_text": "backend.chat",
-    "UnmappedUpload": "backend.uploads", "PushError": "backend.publish", "RemoteJobError": "backend.hf_jobs",
-    "live_figures": "backend.performance", "performance_line": "backend.performance",
+    "GenerationSettings": "backend.mixed_batch",
+    "message_text": "backend.chat",
+    "UnmappedUpload": "backend.uploads",
+    "PushError": "backend.publish",
+    "RemoteJobError": "backend.hf_jobs",
+    "live_figures": "backend.performance",
+    "performance_line": "backend.performance",
 }
 
 
@@ -110,6 +174,7 @@ class MetricsPage:
 @dataclass(frozen=True)
 class Submitted:
     """A job just queued: its row, its place in the queue, and warnings worth reading before it runs."""
+
     job: JobRecord
     queue_position: int | None
     warnings: list[str] = field(default_factory=list)
@@ -159,18 +224,27 @@ class StudioAPI(HubOperations):
         # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
         self._tokens: dict[str, str] = {}
         self._bench_calls = RateLimiter("reward bench", BENCH_CALLS_PER_MINUTE)
-        self._bench_time = TimeLimit("reward bench", BENCH_TIME_LIMIT_S,
-                                     advice="use fewer or shorter completions, or simpler patterns")
+        self._bench_time = TimeLimit(
+            "reward bench", BENCH_TIME_LIMIT_S, advice="use fewer or shorter completions, or simpler patterns"
+        )
         self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
         # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
-        self._dry_runs = InFlight("dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS),
-                                  "STUDIO_MAX_DRY_RUNS")
+        self._dry_runs = InFlight(
+            "dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
+        )
         self._chat_streams = InFlight(
-            "chat", int_setting("STUDIO_MAX_CHAT_STREAMS_PER_USER", DEFAULT_MAX_CHAT_STREAMS_PER_USER),
-            int_setting("STUDIO_MAX_CHAT_STREAMS", DEFAULT_MAX_CHAT_STREAMS), "STUDIO_MAX_CHAT_STREAMS")
-        self._dry_run_time = TimeLimit("dry run", DRY_RUN_TIME_LIMIT_S, workers=1,
-                                       advice="lower environment.max_tool_calling_iterations or "
-                                              "grpo.max_completion_length, or try a smaller model")
+            "chat",
+            int_setting("STUDIO_MAX_CHAT_STREAMS_PER_USER", DEFAULT_MAX_CHAT_STREAMS_PER_USER),
+            int_setting("STUDIO_MAX_CHAT_STREAMS", DEFAULT_MAX_CHAT_STREAMS),
+            "STUDIO_MAX_CHAT_STREAMS",
+        )
+        self._dry_run_time = TimeLimit(
+            "dry run",
+            DRY_RUN_TIME_LIMIT_S,
+            workers=1,
+            advice="lower environment.max_tool_calling_iterations or "
+            "grpo.max_completion_length, or try a smaller model",
+        )
         if scheduler == "thread":
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
@@ -195,8 +269,10 @@ class StudioAPI(HubOperations):
         """A sentence for the header when the data folder cannot be written (a read-only mount), else None."""
         if self.store.writable():
             return None
-        return (f"The studio’s data folder ({self.paths.root}) is read-only: jobs, logs and adapters can be read, but "
-                "nothing can be queued, cancelled, uploaded or saved until it is writable again.")
+        return (
+            f"The studio’s data folder ({self.paths.root}) is read-only: jobs, logs and adapters can be read, but "
+            "nothing can be queued, cancelled, uploaded or saved until it is writable again."
+        )
 
     def scheduler_health(self) -> SchedulerHealth | None:
         """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);
@@ -204,14 +280,16 @@ class StudioAPI(HubOperations):
         return self.scheduler.health() if self.scheduler is not None else None
 
     # --- jobs ----------------------------------------------------------------------------------------
-    def _prepare(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
-                 ) -> JobSpec:
+    def _prepare(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> JobSpec:
         """The parsed spec, owned by ``user`` and holding only what they may read (backend/access.py), parent
         resolved. ``user=None`` is a trusted caller in this process (the CLI, tests)."""
         return self._prepare_lineage(spec, owner, user).spec
 
-    def _prepare_lineage(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None,
-                         user: User | None = None) -> Lineage:
+    def _prepare_lineage(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> Lineage:
         """:meth:`_prepare`, with the parent job read on the way (backend/lineage.py)."""
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
@@ -228,8 +306,9 @@ class StudioAPI(HubOperations):
         if user is None and on_space():
             raise SpecError([f"{what}: sign in with Hugging Face first (button at the top right)"])
 
-    def submit(self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
-               ) -> Submitted:
+    def submit(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> Submitted:
         """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run.
 
         With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped
@@ -265,8 +344,14 @@ class StudioAPI(HubOperations):
             text += "\nTo need less: " + "; ".join(estimate.advice)
         return warnings, text + "\nAuto-tune on this machine:\n" + tuning.describe()
 
-    def upload_dataset(self, source: Path | str, original_name: str, method: str, user: User | None = None,
-                       columns: dict[str, str] | None = None) -> tuple[str, str]:
+    def upload_dataset(
+        self,
+        source: Path | str,
+        original_name: str,
+        method: str,
+        user: User | None = None,
+        columns: dict[str, str] | None = None,
+    ) -> tuple[str, str]:
         """Keep an uploaded dataset file if it loads for ``method`` (with the Column mapping ``columns``):
         (upload id, summary). A readable file whose columns need a mapping is kept: UnmappedUpload says which.
 
@@ -284,8 +369,9 @@ class StudioAPI(HubOperations):
         finally:  # kept or refused, the studio's own copy (or nothing) is all that should remain
             Path(source).unlink(missing_ok=True)
 
-    def check_upload(self, upload_id: str, method: str, columns: dict[str, str] | None = None,
-                     user: User | None = None) -> str:
+    def check_upload(
+        self, upload_id: str, method: str, columns: dict[str, str] | None = None, user: User | None = None
+    ) -> str:
         """Check a kept upload again with another Column mapping or method: its summary, or SpecError (kept)."""
         from backend.spec import Method
         from backend.uploads import check_upload
@@ -301,8 +387,9 @@ class StudioAPI(HubOperations):
 
         spec = self._prepare(spec, user=user)
         with tempfile.TemporaryDirectory(prefix="studio-row-") as cache_dir:
-            dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True,
-                                               uploads_dir=self._uploads_of(spec), cache_dir=Path(cache_dir))
+            dataset, _ = load_training_dataset(
+                spec.dataset, spec.method, keep_all=True, uploads_dir=self._uploads_of(spec), cache_dir=Path(cache_dir)
+            )
             return dict(dataset[0])
 
     def _secret_env(self, job_id: str) -> dict[str, str]:
@@ -317,8 +404,7 @@ class StudioAPI(HubOperations):
         elif self.mode == "detached" and not Scheduler.is_running(self.paths):
             spawn_detached(self.paths)
 
-    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3, user: User | None = None
-                ) -> "DatasetPreview":
+    def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3, user: User | None = None) -> DatasetPreview:
         """The first rows of the job's data rendered exactly as its trainer will see them, with token counts."""
         from backend.preview import preview_dataset
         from backend.training.models import load_tokenizer, resolve_model
@@ -329,7 +415,10 @@ class StudioAPI(HubOperations):
         return preview_dataset(spec, tokenizer, rows, uploads_dir=self._uploads_of(spec))
 
     def score_rewards(
-        self, rewards: list[RewardSpec | dict[str, Any]], completions: list[str], row: dict[str, Any] | None = None,
+        self,
+        rewards: list[RewardSpec | dict[str, Any]],
+        completions: list[str],
+        row: dict[str, Any] | None = None,
         user: User | None = None,
     ) -> list[dict[str, Any]]:
         """The reward test bench: each reward's score for completions a user typed, before any training.
@@ -349,8 +438,9 @@ class StudioAPI(HubOperations):
             self._bench_calls.check(user.name)
         return self._bench_time.run(lambda: score_completions(specs, completions, row))
 
-    def dry_run(self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None,
-                user: User | None = None) -> "Episode":
+    def dry_run(
+        self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None, user: User | None = None
+    ) -> Episode:
         """One episode of the job's model (base, or its parent job's adapter) in its environment: the transcript
         (turns, tool calls, tool results) and the reward, before anything is queued."""
         from backend.environments.dryrun import dry_run
@@ -361,7 +451,7 @@ class StudioAPI(HubOperations):
         lineage = self._prepare_lineage(spec, user=user)
         spec, adapter = lineage.spec, lineage.adapter()
 
-        def play() -> "Episode":
+        def play() -> Episode:
             return dry_run(spec, self.paths.models, adapter, row=row, seed=seed, uploads_dir=self._uploads_of(spec))
 
         if user is None:  # a trusted caller (the CLI) waits as long as its model needs
@@ -389,15 +479,22 @@ class StudioAPI(HubOperations):
                 release()
             raise
 
-    def warm_up(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None, *, rows: int = 32,
-                steps: int | None = None, learning_rate: float | None = None) -> "WarmUp":
+    def warm_up(
+        self,
+        spec: JobSpec | dict[str, Any] | str,
+        user: User | None = None,
+        *,
+        rows: int = 32,
+        steps: int | None = None,
+        learning_rate: float | None = None,
+    ) -> WarmUp:
         """Tool-use warm-up for a GRPO environment job: write SFT demonstrations by playing the environment itself
         (backend/environments/warmup.py), keep them as the user's upload, and queue SFT on them, then the GRPO job
         from that adapter (it waits for the SFT in the queue). Raises SpecError (nothing queued, nothing kept) when
         either job could not run."""
+        from backend.data import load_training_dataset
         from backend.environments.runtime import open_environment
         from backend.environments.warmup import demonstrate, warmup_spec
-        from backend.data import load_training_dataset
         from backend.uploads import keep_upload
 
         self._require_user(user, "warm-up")
@@ -423,16 +520,26 @@ class StudioAPI(HubOperations):
             upload_id, _ = keep_upload(path, path.name, Method.sft, self._uploads_of(spec))
         sft = self.submit(warmup_spec(spec, upload_id, len(shown.rows), steps, learning_rate), owner, user)
         try:
-            grpo = self.submit(spec.model_copy(update={"model": spec.model.model_copy(
-                update={"parent_job_id": sft.job.id})}), owner, user)
+            grpo = self.submit(
+                spec.model_copy(update={"model": spec.model.model_copy(update={"parent_job_id": sft.job.id})}),
+                owner,
+                user,
+            )
         except Exception:
             self.store.request_cancel(sft.job.id)  # never half a pair
             raise
         return WarmUp(shown.summary(), upload_id, sft, grpo)
 
     # --- side-by-side chat ----------------------------------------------------------------------------
-    def chat_pair(self, job_id: str, base_history: list[dict], tuned_history: list[dict], message: str,
-                  settings: "GenerationSettings | None" = None, user: User | None = None):
+    def chat_pair(
+        self,
+        job_id: str,
+        base_history: list[dict],
+        tuned_history: list[dict],
+        message: str,
+        settings: GenerationSettings | None = None,
+        user: User | None = None,
+    ):
         """Stream (base answer, tuned answer) so far for a finished job: one base model, adapter on for one side."""
         from backend.chat import ChatModels
 
@@ -443,23 +550,24 @@ class StudioAPI(HubOperations):
         chat = self._chat_models.for_job(job)
         if user is None:
             return chat.stream_pair(base_history, tuned_history, message, settings)
-        return HeldStream(chat.stream_pair(base_history, tuned_history, message, settings),
-                          self._chat_streams.hold(user.name))
+        return HeldStream(
+            chat.stream_pair(base_history, tuned_history, message, settings), self._chat_streams.hold(user.name)
+        )
 
     # Chat feedback (backend/feedback.py): "better" picks are DPO pairs, 👍/👎 on one answer are KTO rows.
-    def preference_log(self, user: User | None = None) -> "PreferenceLog":
+    def preference_log(self, user: User | None = None) -> PreferenceLog:
         """Where a user's "this side is better" picks are kept (DPO rows)."""
         from backend.feedback import feedback_log
 
         return feedback_log(self.paths, _name_of(user), "dpo")
 
-    def thumb_log(self, user: User | None = None) -> "ThumbLog":
+    def thumb_log(self, user: User | None = None) -> ThumbLog:
         """Where a user's 👍/👎 on single answers are kept (KTO rows)."""
         from backend.feedback import feedback_log
 
         return feedback_log(self.paths, _name_of(user), "kto")
 
-    def export_preferences(self, user: User | None = None, format: "FeedbackFormat" = "dpo") -> Path:
+    def export_preferences(self, user: User | None = None, format: FeedbackFormat = "dpo") -> Path:
         """The user's picks (``dpo``) or thumbs (``kto``) as ``<user>-<format>.jsonl`` in a fresh downloads folder
         (the only place the app serves files from); their earlier exports of it are removed. ValueError when empty."""
         from backend.feedback import export_feedback
@@ -505,8 +613,10 @@ class StudioAPI(HubOperations):
             return f"This job is {job.status.value}; only an interrupted, cancelled or failed job can be resumed."
         if job.status is JobStatus.interrupted or last_checkpoint(self.paths.job_output(job.id)) is not None:
             return None
-        return (f"This job is {job.status.value} and saved no checkpoint before it stopped, so there is nothing to "
-                "resume from; clone it to start again (a smaller training.save_steps saves checkpoints sooner).")
+        return (
+            f"This job is {job.status.value} and saved no checkpoint before it stopped, so there is nothing to "
+            "resume from; clone it to start again (a smaller training.save_steps saves checkpoints sooner)."
+        )
 
     def resumable(self, job: JobRecord) -> bool:
         """Whether ``job`` can be resumed now (the Jobs tab enables its Resume button from this)."""
@@ -547,8 +657,11 @@ class StudioAPI(HubOperations):
 
     def finished_jobs(self, user: User | None = None) -> list[JobRecord]:
         """The user's succeeded jobs that kept an adapter, newest first: what a chat or a next stage can start from."""
-        return [job for job in reversed(self.list_jobs(user=user))
-                if job.status is JobStatus.succeeded and job.artifacts.adapter_dir]
+        return [
+            job
+            for job in reversed(self.list_jobs(user=user))
+            if job.status is JobStatus.succeeded and job.artifacts.adapter_dir
+        ]
 
     def adapter_archive(self, job_id: str, user: User | None = None) -> Path:
         """Zip a succeeded job's adapter into a fresh, unguessable ``downloads/<random>/`` path (the only folder the

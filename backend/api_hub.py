@@ -19,8 +19,14 @@ class HubOperations:
     """Push and Hugging Face Jobs, for a class that has ``paths``, ``store``, ``remote``, ``get_job`` and
     ``_prepare`` (``StudioAPI``)."""
 
-    def push_to_hub(self, job_id: str, user: User | None = None, repo_id: str | None = None,
-                    private: bool | None = None, token: str | None = None) -> "PushResult":
+    def push_to_hub(
+        self,
+        job_id: str,
+        user: User | None = None,
+        repo_id: str | None = None,
+        private: bool | None = None,
+        token: str | None = None,
+    ) -> PushResult:
         """Push a finished job's adapter with its model card (a retry after a failed auto-push, or a first push).
 
         The token is the signed-in user's (or HF_TOKEN locally); it is used for this call and kept nowhere.
@@ -33,8 +39,9 @@ class HubOperations:
         token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
         return push_job(job, self.paths, self.store, token, repo_id=repo_id or None, private=private)
 
-    def send_to_hf_jobs(self, spec: JobSpec | dict[str, Any] | str, user: User, flavor: str, timeout: str = "6h"
-                        ) -> str:
+    def send_to_hf_jobs(
+        self, spec: JobSpec | dict[str, Any] | str, user: User, flavor: str, timeout: str = "6h"
+    ) -> str:
         """Run the job on Hugging Face Jobs instead of this machine; returns the HF job id, recorded for the user.
 
         The same worker runs there with the same spec (``python -m backend.remote_job`` in the studio's image) and
@@ -67,8 +74,7 @@ class HubOperations:
         record = self._remote_job(hf_job_id, user)
         status = remote_status(hf_job_id, user.token, namespace=record.owner)
         self.remote.record_status(hf_job_id, status.stage, status.message)
-        return status.stage, status.message, remote_logs(hf_job_id, user.token, tail=log_lines,
-                                                         namespace=record.owner)
+        return status.stage, status.message, remote_logs(hf_job_id, user.token, tail=log_lines, namespace=record.owner)
 
     def cancel_remote_job(self, hf_job_id: str, user: User) -> None:
         """Ask Hugging Face Jobs to cancel one of the user's remote jobs."""

@@ -112,23 +112,35 @@ def wrong_reply(problem: Problem, rng: random.Random, mistakes: dict | None = No
     return answer_text(problem.a, problem.op, problem.b, wrong)
 
 
-def model_answers(model, tokenizer, problems: list[Problem], *, sample: bool = False, batch: int = 64,
-                  max_new_tokens: int = 24) -> list[int | None]:
+def model_answers(
+    model, tokenizer, problems: list[Problem], *, sample: bool = False, batch: int = 64, max_new_tokens: int = 24
+) -> list[int | None]:
     """Each problem's boxed answer from ``model`` (None when it boxed none): greedy, or one sample at temperature 1.
     Used by the build scripts and the tests; needs torch."""
     texts = [tokenizer.apply_chat_template(prompt_of(p), add_generation_prompt=True, tokenize=False) for p in problems]
     return answers_to(model, tokenizer, texts, sample=sample, batch=batch, max_new_tokens=max_new_tokens)
 
 
-def answers_to(model, tokenizer, texts: list[str], *, sample: bool = False, batch: int = 64,
-               max_new_tokens: int = 24) -> list[int | None]:
+def answers_to(
+    model, tokenizer, texts: list[str], *, sample: bool = False, batch: int = 64, max_new_tokens: int = 24
+) -> list[int | None]:
     """The boxed answer in what ``model`` writes after each rendered prompt (None when it boxed none)."""
-    return [parse_answer(text) for text in continuations(model, tokenizer, texts, sample=sample, batch=batch,
-                                                         max_new_tokens=max_new_tokens)]
+    return [
+        parse_answer(text)
+        for text in continuations(model, tokenizer, texts, sample=sample, batch=batch, max_new_tokens=max_new_tokens)
+    ]
 
 
-def continuations(model, tokenizer, texts: list[str], *, sample: bool = False, batch: int = 64,
-                  max_new_tokens: int = 24, skip_special_tokens: bool = True) -> list[str]:
+def continuations(
+    model,
+    tokenizer,
+    texts: list[str],
+    *,
+    sample: bool = False,
+    batch: int = 64,
+    max_new_tokens: int = 24,
+    skip_special_tokens: bool = True,
+) -> list[str]:
     """What ``model`` writes after each rendered prompt, in left-padded batches: greedy, or sampled at temperature 1.
     Special tokens (``<tool_call>``) are kept when ``skip_special_tokens`` is False."""
     import torch
@@ -139,12 +151,19 @@ def continuations(model, tokenizer, texts: list[str], *, sample: bool = False, b
     written: list[str] = []
     sampling = {"do_sample": True, "temperature": 1.0} if sample else {"do_sample": False}
     for start in range(0, len(texts), batch):
-        enc = tokenizer(texts[start:start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = tokenizer(texts[start : start + batch], return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.no_grad():
-            out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id, **sampling)
-        written += [tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
-                    for row in out[:, enc["input_ids"].shape[1]:]]
+            out = model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+                **sampling,
+            )
+        written += [
+            tokenizer.decode(row, skip_special_tokens=skip_special_tokens)
+            for row in out[:, enc["input_ids"].shape[1] :]
+        ]
     model.train(was_training)
     return written
 
@@ -170,8 +189,11 @@ def dpo_rows(count: int, seed: int, mistakes: dict | None = None) -> Iterator[di
     """Preference pairs for DPO: the right answer chosen, the model's own mistake (else a near miss) rejected."""
     rng = random.Random(seed + 1)
     for p in sample("studio", count, seed):
-        yield {"prompt": prompt_of(p), "chosen": [{"role": "assistant", "content": p.reply}],
-               "rejected": [{"role": "assistant", "content": wrong_reply(p, rng, mistakes)}]}
+        yield {
+            "prompt": prompt_of(p),
+            "chosen": [{"role": "assistant", "content": p.reply}],
+            "rejected": [{"role": "assistant", "content": wrong_reply(p, rng, mistakes)}],
+        }
 
 
 def kto_rows(count: int, seed: int, mistakes: dict | None = None) -> Iterator[dict]:

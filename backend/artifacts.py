@@ -125,9 +125,13 @@ class JobArtifacts(BaseModel):
     performance: dict[str, Any] | None = Field(None, description="the run's speed figures (PerformanceMeter.summary)")
     evaluation: dict[str, Any] | None = Field(None, description="before/after scores on held-out rows, or an error")
     environment_evaluation: dict[str, Any] | None = Field(
-        None, description="base and tuned success rate and reward over the same episodes, or an error")
-    learning: LearningVerdict | None = Field(None, description="did training help: the method's metric, before -> "
-                                             "after on held-out rows, with its interval and verdict")
+        None, description="base and tuned success rate and reward over the same episodes, or an error"
+    )
+    learning: LearningVerdict | None = Field(
+        None,
+        description="did training help: the method's metric, before -> "
+        "after on held-out rows, with its interval and verdict",
+    )
     signal: SignalWatch | None = Field(None, description="GRPO: whether the run had anything to learn from")
     # How the attempt ended (a resume clears these: ATTEMPT_END_ARTIFACTS).
     cancelled_at_step: int | None = Field(None, description="the step a cancelled attempt stopped at")
@@ -168,7 +172,9 @@ def artifact_update(update: Mapping[str, Any]) -> dict[str, Any]:
     """
     unknown = sorted(set(update) - set(JobArtifacts.model_fields))
     if unknown:
-        raise UnknownArtifact(f"{', '.join(map(repr, unknown))} is not a job artifact; the artifacts are "
-                              f"{', '.join(sorted(JobArtifacts.model_fields))}")
+        raise UnknownArtifact(
+            f"{', '.join(map(repr, unknown))} is not a job artifact; the artifacts are "
+            f"{', '.join(sorted(JobArtifacts.model_fields))}"
+        )
     checked = JobArtifacts.model_validate(dict(update)).model_dump(mode="json", include=set(update))
     return {key: checked[key] for key in update}

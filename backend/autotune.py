@@ -9,9 +9,10 @@ them, so a job that runs slower or faster than expected says so itself.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from backend.hardware import DeviceInfo
 from backend.memory import GB, MemoryEstimate, estimate_memory, format_bytes, read_available_ram
@@ -45,6 +46,7 @@ class ExampleLengths:
 @dataclass(frozen=True)
 class Tuning:
     """What auto-tune decided for a job: the tuned spec, one sentence per choice, and its memory estimate."""
+
     spec: JobSpec  # every speed setting decided
     choices: list[str]  # one sentence per decision
     estimate: MemoryEstimate  # of the tuned job
@@ -61,8 +63,14 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths: ExampleLengths | None,
-         available_ram: int | None = None, is_installed: Callable[[str], bool] = installed) -> Tuning:
+def tune(
+    spec: JobSpec,
+    config: PretrainedConfig,
+    device: DeviceInfo,
+    lengths: ExampleLengths | None,
+    available_ram: int | None = None,
+    is_installed: Callable[[str], bool] = installed,
+) -> Tuning:
     """Decide the empty speed settings of ``spec`` for ``device`` (pure: the caller measures lengths and memory)."""
     t = spec.training
     budget = _budget(device, available_ram)
@@ -70,44 +78,63 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
     choices: list[str] = []
     cuda = device.kind == "cuda"
     method = support(spec.method)
-    if (budget is not None and cuda and method.generation is not None and spec.grpo.use_vllm != "off"
-            and is_installed("vllm") and device.total_memory_gb):
+    if (
+        budget is not None
+        and cuda
+        and method.generation is not None
+        and spec.grpo.use_vllm != "off"
+        and is_installed("vllm")
+        and device.total_memory_gb
+    ):
         # vLLM colocate mode takes its share of the whole GPU before training allocates anything.
         kept = int(device.total_memory_gb * GB * spec.grpo.vllm_gpu_memory_utilization)
         budget = max(budget - kept, 0)
-        choices.append(f"memory: vLLM colocate keeps {spec.grpo.vllm_gpu_memory_utilization:.0%} of the GPU "
-                       f"({format_bytes(kept)}) for generation; training plans within the other {format_bytes(budget)}")
+        choices.append(
+            f"memory: vLLM colocate keeps {spec.grpo.vllm_gpu_memory_utilization:.0%} of the GPU "
+            f"({format_bytes(kept)}) for generation; training plans within the other {format_bytes(budget)}"
+        )
 
     def decide(path: str, value: Any, reason: str) -> None:
         changes[path] = value
         choices.append(reason)
 
     if not t.auto_tune:
-        defaults = {"training.gradient_checkpointing": True, "training.use_liger_kernel": False,
-                    "training.batch_size": method.smallest_batch(spec)}
+        defaults = {
+            "training.gradient_checkpointing": True,
+            "training.use_liger_kernel": False,
+            "training.batch_size": method.smallest_batch(spec),
+        }
         if method.packing_path is not None:
             defaults[method.packing_path] = False
         for path, value in defaults.items():
             if _get(spec, path) in (None, "auto"):
                 changes[path] = value
-        choices.append("auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
-                       "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)")
+        choices.append(
+            "auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
+            "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"
+        )
         tuned = _apply(spec, changes)
         return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
 
     # Attention: flash attention needs the flash-attn package, a CUDA GPU and 16-bit weights.
     if t.attn_implementation is None:
         if cuda and device.bf16 and is_installed("flash_attn"):
-            decide("training.attn_implementation", "flash_attention_2", "attention: flash_attention_2 (flash-attn is "
-                   "installed on this GPU)")
+            decide(
+                "training.attn_implementation",
+                "flash_attention_2",
+                "attention: flash_attention_2 (flash-attn is installed on this GPU)",
+            )
         else:
             why = "flash-attn is not installed" if cuda else "flash attention needs a CUDA GPU"
             decide("training.attn_implementation", "sdpa", f"attention: sdpa, PyTorch's fused attention ({why})")
     # Liger: a fused linear + cross-entropy never materializes the fp32 logits, the largest term at a large vocabulary.
     if t.use_liger_kernel is None:
         if cuda and is_installed("liger_kernel"):
-            decide("training.use_liger_kernel", True, "Liger kernels: on (fused linear + cross-entropy: the fp32 "
-                   "logits are never held whole)")
+            decide(
+                "training.use_liger_kernel",
+                True,
+                "Liger kernels: on (fused linear + cross-entropy: the fp32 logits are never held whole)",
+            )
         else:
             why = "liger-kernel is not installed" if cuda else "Liger's kernels need a CUDA GPU"
             decide("training.use_liger_kernel", False, f"Liger kernels: off ({why})")
@@ -121,8 +148,12 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
             decide(packing, False, f"packing: off (examples are {typical} against max_length {t.max_length})")
         else:
             per_sequence = max(1, t.max_length // max(lengths.median, 1))
-            decide(packing, True, f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
-                   f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)")
+            decide(
+                packing,
+                True,
+                f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
+                f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)",
+            )
 
     if t.batch_size == "auto":
         _decide_batch(spec, config, device, lengths, budget, changes, choices)
@@ -134,32 +165,53 @@ def tune(spec: JobSpec, config: "PretrainedConfig", device: DeviceInfo, lengths:
         )
         if budget is None or without.total_bytes <= budget:
             where = f" of the {format_bytes(budget)} it may use" if budget else ""
-            decide("training.gradient_checkpointing", False, "gradient checkpointing: off (the job fits without it: "
-                   f"{format_bytes(without.total_bytes)}{where}), which saves recomputing the forward pass")
+            decide(
+                "training.gradient_checkpointing",
+                False,
+                "gradient checkpointing: off (the job fits without it: "
+                f"{format_bytes(without.total_bytes)}{where}), which saves recomputing the forward pass",
+            )
         else:
-            decide("training.gradient_checkpointing", True, "gradient checkpointing: on (without it the job needs "
-                   f"{format_bytes(without.total_bytes)}, more than the {format_bytes(budget)} it may use)")
+            decide(
+                "training.gradient_checkpointing",
+                True,
+                "gradient checkpointing: on (without it the job needs "
+                f"{format_bytes(without.total_bytes)}, more than the {format_bytes(budget)} it may use)",
+            )
 
     # Batch: on a GPU, more examples per device and fewer accumulation steps, same effective batch.
     if cuda and t.gradient_accumulation_steps > 1 and t.batch_size != "auto":
         effective = t.batch_size * t.gradient_accumulation_steps
-        for per_device in sorted((d for d in range(t.batch_size + 1, effective + 1) if effective % d == 0),
-                                 reverse=True):
-            trial = {**changes, "training.batch_size": per_device,
-                     "training.gradient_accumulation_steps": effective // per_device}
+        for per_device in sorted(
+            (d for d in range(t.batch_size + 1, effective + 1) if effective % d == 0), reverse=True
+        ):
+            trial = {
+                **changes,
+                "training.batch_size": per_device,
+                "training.gradient_accumulation_steps": effective // per_device,
+            }
             if budget is None or _estimate(_apply(spec, trial), config, device, lengths).total_bytes <= budget:
                 changes.update(trial)
-                choices.append(f"batch: {per_device} per device x {effective // per_device} accumulation steps "
-                               f"(was {t.batch_size} x {t.gradient_accumulation_steps}; the same {effective} examples "
-                               "per optimizer step, fewer and fuller passes)")
+                choices.append(
+                    f"batch: {per_device} per device x {effective // per_device} accumulation steps "
+                    f"(was {t.batch_size} x {t.gradient_accumulation_steps}; the same {effective} examples "
+                    "per optimizer step, fewer and fuller passes)"
+                )
                 break
 
     tuned = _apply(spec, changes)
     return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
 
 
-def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLengths | None, budget: int | None,
-                  changes: dict[str, Any], choices: list[str]) -> None:
+def _decide_batch(
+    spec: JobSpec,
+    config,
+    device: DeviceInfo,
+    lengths: ExampleLengths | None,
+    budget: int | None,
+    changes: dict[str, Any],
+    choices: list[str],
+) -> None:
     """training.batch_size: auto. GRPO: one generation group per step (rollouts, not memory, bound its batch).
     A CPU: a small batch. A GPU: the largest power of two that fits without gradient checkpointing when that is
     left to auto-tune (else with it), so the GPU is kept busy."""
@@ -185,14 +237,18 @@ def _decide_batch(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLen
             if budget is None or estimate.total_bytes <= budget:
                 changes[path] = size
                 where = f" of {format_bytes(budget)}" if budget else ""
-                choices.append(f"batch: {size} per device (auto: the largest power of two up to "
-                               f"{AUTO_BATCH_GPU_MAX} that fits{' with' if recompute else ' without'} gradient "
-                               f"checkpointing, {format_bytes(estimate.total_bytes)}{where})")
+                choices.append(
+                    f"batch: {size} per device (auto: the largest power of two up to "
+                    f"{AUTO_BATCH_GPU_MAX} that fits{' with' if recompute else ' without'} gradient "
+                    f"checkpointing, {format_bytes(estimate.total_bytes)}{where})"
+                )
                 return
             size //= 2
     changes[path] = method.min_batch
-    choices.append(f"batch: {method.min_batch} per device (auto: not even the smallest batch fits the estimate; expect "
-                   "out-of-memory)")
+    choices.append(
+        f"batch: {method.min_batch} per device (auto: not even the smallest batch fits the estimate; expect "
+        "out-of-memory)"
+    )
 
 
 def measure_lengths(spec: JobSpec, tokenizer, loaded: tuple[Any, str]) -> ExampleLengths | None:
@@ -206,8 +262,9 @@ def measure_lengths(spec: JobSpec, tokenizer, loaded: tuple[Any, str]) -> Exampl
     return ExampleLengths(longest=lengths[-1], median=lengths[len(lengths) // 2])
 
 
-def plan(spec: JobSpec, models_dir: Path, loaded: tuple[Any, str], tokenizer=None,
-         device: DeviceInfo | None = None) -> Tuning:
+def plan(
+    spec: JobSpec, models_dir: Path, loaded: tuple[Any, str], tokenizer=None, device: DeviceInfo | None = None
+) -> Tuning:
     """Tune ``spec`` for this machine: measure its examples, read the model config and the free memory."""
     from backend.hardware import detect_device
     from backend.memory import load_model_config
@@ -216,8 +273,13 @@ def plan(spec: JobSpec, models_dir: Path, loaded: tuple[Any, str], tokenizer=Non
     tokenizer = tokenizer or load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
     device = device or detect_device()
     lengths = measure_lengths(spec, tokenizer, loaded)
-    return tune(spec, load_model_config(spec, models_dir), device, lengths,
-                available_ram=None if device.kind == "cuda" else read_available_ram())
+    return tune(
+        spec,
+        load_model_config(spec, models_dir),
+        device,
+        lengths,
+        available_ram=None if device.kind == "cuda" else read_available_ram(),
+    )
 
 
 def as_run(spec: JobSpec, artifacts: JobArtifacts) -> JobSpec:
@@ -228,9 +290,13 @@ def as_run(spec: JobSpec, artifacts: JobArtifacts) -> JobSpec:
 
 def record(tuning: Tuning) -> dict[str, Any]:
     """What a job keeps of its tuning (``artifacts.auto_tune``): the sentences, the settings and the estimate."""
-    return {"choices": tuning.choices, "settings": tuning.settings,
-            "estimate_bytes": tuning.estimate.total_bytes, "estimate_tensor_bytes": tuning.estimate.tensor_bytes,
-            "budget_bytes": tuning.budget_bytes}
+    return {
+        "choices": tuning.choices,
+        "settings": tuning.settings,
+        "estimate_bytes": tuning.estimate.total_bytes,
+        "estimate_tensor_bytes": tuning.estimate.tensor_bytes,
+        "budget_bytes": tuning.budget_bytes,
+    }
 
 
 def _budget(device: DeviceInfo, available_ram: int | None) -> int | None:

@@ -10,7 +10,7 @@ import types
 import typing
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
+from functools import cache
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
@@ -29,8 +29,16 @@ CURATED_MODELS: tuple[str, ...] = (
     DEMO_MODEL_ID,
 )
 # The Hugging Face Jobs hardware the Train tab offers (backend.hf_jobs checks any flavor against the Hub's list).
-HF_JOB_FLAVORS: tuple[str, ...] = ("l4x1", "a10g-small", "a10g-large", "l40sx1", "a100-large", "h200", "t4-small",
-                                   "cpu-upgrade")
+HF_JOB_FLAVORS: tuple[str, ...] = (
+    "l4x1",
+    "a10g-small",
+    "a10g-large",
+    "l40sx1",
+    "a100-large",
+    "h200",
+    "t4-small",
+    "cpu-upgrade",
+)
 DEFAULT_HF_JOB_FLAVOR = "l4x1"
 REWARDS: tuple[str, ...] = REWARD_NAMES
 
@@ -119,7 +127,7 @@ def _flatten(annotation: Any) -> list[Any]:
     return [annotation]
 
 
-@lru_cache(maxsize=None)
+@cache
 def spec_field(path: str) -> SpecField:
     """Describe the ``JobSpec`` field at dotted ``path`` (``"training.max_steps"``): the single source of a form
     field's help, default and choices."""

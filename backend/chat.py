@@ -6,9 +6,10 @@ from __future__ import annotations
 import gc
 import queue
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from transformers.generation.streamers import BaseStreamer
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 Message = dict[str, str]
 
+
 @dataclass(frozen=True)
 class ChatTarget:
     """What a finished job's chat loads: the base model, how it was quantized, and the adapter on top."""
@@ -31,7 +33,7 @@ class ChatTarget:
     job_id: str | None = None
 
 
-def chat_target(job: "JobRecord") -> ChatTarget:
+def chat_target(job: JobRecord) -> ChatTarget:
     """The model and adapter of a job that can be chatted with; a ValueError a user can act on otherwise."""
     from backend.store import JobStatus
 
@@ -156,7 +158,7 @@ class ComparisonChat:
         models_dir: Path,
         adapter_dir: Path,
         job_id: str | None = None,
-    ) -> "ComparisonChat":
+    ) -> ComparisonChat:
         """Load the base model once with the adapter from ``adapter_dir`` on top."""
         model, tokenizer = load_for_inference(model_spec, quant_spec, models_dir, adapter_dir)
         return cls(model, tokenizer, job_id)
@@ -274,7 +276,11 @@ class ComparisonChat:
             with self._generating:
                 self._check_open()
                 mixed_generate(
-                    self.model, self.tokenizer, prompts, SIDE_ADAPTERS, settings,
+                    self.model,
+                    self.tokenizer,
+                    prompts,
+                    SIDE_ADAPTERS,
+                    settings,
                     eos_token_id=sorted(self._eos_ids()),
                     streamer=streamer,
                     stopping_criteria=StoppingCriteriaList([_StopWhenAsked(stop)]),
@@ -300,7 +306,7 @@ class ChatModels:
         """The loaded comparison, or None before one is picked."""
         return self._chat
 
-    def for_job(self, job: "JobRecord") -> ComparisonChat:
+    def for_job(self, job: JobRecord) -> ComparisonChat:
         """The chat for a finished job's adapter (ValueError when the job has none)."""
         return self.get(chat_target(job))
 

@@ -104,8 +104,12 @@ def _print_record(data: dict[str, Any]) -> None:
     progress = data.get("progress") or {}
     if progress.get("total_steps"):
         rows.append(("progress", f"step {progress['step']}/{progress['total_steps']}"))
-    for label, value in (("adapter dir", artifacts.adapter_dir), ("output dir", artifacts.output_dir),
-                         ("log file", artifacts.log_file), ("parent job id", artifacts.parent_job_id)):
+    for label, value in (
+        ("adapter dir", artifacts.adapter_dir),
+        ("output dir", artifacts.output_dir),
+        ("log file", artifacts.log_file),
+        ("parent job id", artifacts.parent_job_id),
+    ):
         if value:
             rows.append((label, value))
     evaluation = artifacts.evaluation or {}
@@ -148,8 +152,10 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
                 return job
             time.sleep(0.5)
     except KeyboardInterrupt:
-        print(f"\nStopped waiting; job {job_id} keeps running. Cancel it with: python -m backend cancel {job_id}",
-              file=sys.stderr)
+        print(
+            f"\nStopped waiting; job {job_id} keeps running. Cancel it with: python -m backend cancel {job_id}",
+            file=sys.stderr,
+        )
         raise SystemExit(130) from None
     finally:
         if bar is not None:
@@ -202,8 +208,10 @@ def cmd_list(api: StudioAPI, args) -> int:
     for job, status in zip(jobs, statuses):
         p = job.progress
         progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
-        print(f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "
-              f"{_ts(job.created_at):<19}  {job.spec.model.name_or_path}")
+        print(
+            f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "
+            f"{_ts(job.created_at):<19}  {job.spec.model.name_or_path}"
+        )
     return EXIT_OK
 
 
@@ -266,8 +274,11 @@ def cmd_warm_up(api: StudioAPI, args) -> int:
         print(f"queued {sft.id} (SFT warm-up), then {grpo.id} (GRPO from its adapter; waits for it)")
     if not args.wait:
         if args.json:
-            print(json.dumps({"demonstrations": warm.demonstrations, "upload_id": warm.upload_id,
-                              "sft": sft.id, "grpo": grpo.id}))
+            print(
+                json.dumps(
+                    {"demonstrations": warm.demonstrations, "upload_id": warm.upload_id, "sft": sft.id, "grpo": grpo.id}
+                )
+            )
         return EXIT_OK
     done = [_wait(api, job_id, quiet=args.json) for job_id in (sft.id, grpo.id)]
     if args.json:
@@ -287,8 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("submit", help="queue a job from a YAML or JSON spec file")
     p.add_argument("spec_file")
-    p.add_argument("--wait", action="store_true",
-                   help="wait for the job, with a progress bar; exit 1 unless it succeeds")
+    p.add_argument(
+        "--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds"
+    )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("dry-run", help="play one episode of a GRPO environment spec and print the transcript")
@@ -297,12 +309,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: training.seed)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_dry_run)
-    p = sub.add_parser("warm-up", help="for a GRPO environment spec: write tool-call demonstrations by playing the "
-                                        "environment, queue SFT on them, then the GRPO job from that adapter")
+    p = sub.add_parser(
+        "warm-up",
+        help="for a GRPO environment spec: write tool-call demonstrations by playing the "
+        "environment, queue SFT on them, then the GRPO job from that adapter",
+    )
     p.add_argument("spec_file")
     p.add_argument("--rows", type=int, default=32, help="demonstration episodes to write (default 32)")
-    p.add_argument("--steps", type=int, default=None, help="SFT steps (default: 200 for the demo model, else 2 "
-                                                            "passes over the demonstrations)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="SFT steps (default: 200 for the demo model, else 2 passes over the demonstrations)",
+    )
     p.add_argument("--wait", action="store_true", help="wait for both jobs; exit 1 unless both succeed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_warm_up)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from backend.access import UPLOAD_AGAIN, upload_display_name, upload_file
 from backend.builtin_datasets import BUILTIN_DATASETS
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
 EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
 FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
-def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Path | None = None) -> "Dataset":
+
+def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Path | None = None) -> Dataset:
     from datasets import load_dataset
 
     if spec.source == "builtin":
@@ -43,7 +45,7 @@ def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Pat
         raise SpecError([f"dataset.name: Hub dataset {spec.name!r} could not be loaded ({cause})"]) from None
 
 
-def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> "Dataset":
+def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> Dataset:
     """A .jsonl/.json/.csv/.parquet file as a Dataset; errors name the file as its owner knows it.
 
     With ``cache_dir`` the Arrow copy datasets makes goes there (and the rows are held in memory), so a caller that
@@ -57,8 +59,13 @@ def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> "
             [f"dataset.name: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"]
         )
     try:
-        return load_dataset(loader, data_files=str(path), split="train", cache_dir=_cache(cache_dir),
-                            keep_in_memory=cache_dir is not None)
+        return load_dataset(
+            loader,
+            data_files=str(path),
+            split="train",
+            cache_dir=_cache(cache_dir),
+            keep_in_memory=cache_dir is not None,
+        )
     except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
         if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
             raise SpecError([EMPTY_DATASET]) from None
@@ -93,7 +100,7 @@ def mapping_example(columns: list[str], method: Method) -> str:
     return ", ".join(f"{want}={have}" for want, have in zip(required, unused)) or f"{required[0]}=your_column"
 
 
-def apply_column_mapping(ds: "Dataset", mapping: dict[str, str]) -> "Dataset":
+def apply_column_mapping(ds: Dataset, mapping: dict[str, str]) -> Dataset:
     """Rename the user's columns to the names TRL expects (mapping: expected -> user's)."""
     missing = [src for src in mapping.values() if src not in ds.column_names]
     if missing:
@@ -133,10 +140,14 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
 
 
 def load_training_dataset(
-    spec: DatasetSpec, method: Method, keep_columns: set[str] = frozenset(), keep_all: bool = False,
-    uploads_dir: Path | None = None, cache_dir: Path | None = None,
-    check_raw: Callable[["Dataset"], None] | None = None,
-) -> tuple["Dataset", str]:
+    spec: DatasetSpec,
+    method: Method,
+    keep_columns: set[str] = frozenset(),
+    keep_all: bool = False,
+    uploads_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    check_raw: Callable[[Dataset], None] | None = None,
+) -> tuple[Dataset, str]:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
 
     ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
@@ -183,7 +194,7 @@ def load_training_dataset(
     return ds, fmt
 
 
-def _as_text(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
+def _as_text(ds: Dataset, columns: tuple[str, ...]) -> Dataset:
     """Scalar (number, bool) columns the trainer reads as text, as strings: a CSV's ``answer`` of ``4`` loads as an
     integer, and the chat template and the preview concatenate text."""
     from datasets import Value
@@ -195,7 +206,7 @@ def _as_text(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
     return ds
 
 
-def _as_labels(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
+def _as_labels(ds: Dataset, columns: tuple[str, ...]) -> Dataset:
     """Label columns as booleans: a CSV's ``true``/``false`` or ``1``/``0`` loads as text or numbers. A value that is
     none of these is refused by name."""
     from datasets import Value
@@ -206,25 +217,32 @@ def _as_labels(ds: "Dataset", columns: tuple[str, ...]) -> "Dataset":
             continue
         bad = [i for i, v in enumerate(ds[column]) if v is not None and str(v).strip().lower() not in words]
         if bad:
-            raise SpecError([f"dataset: column {column!r} must hold true or false; row {bad[0]} has "
-                             f"{quote_input(ds[bad[0]][column])}"])
+            raise SpecError(
+                [
+                    f"dataset: column {column!r} must hold true or false; row {bad[0]} has "
+                    f"{quote_input(ds[bad[0]][column])}"
+                ]
+            )
         ds = ds.map(lambda row, c=column: {c: None if row[c] is None else words[str(row[c]).strip().lower()]})
         ds = ds.cast_column(column, Value("bool"))
     return ds
 
 
-def conversational_prompts(ds: "Dataset") -> "Dataset":
+def conversational_prompts(ds: Dataset) -> Dataset:
     """Plain-text prompts as one user message each; conversations as they are.
 
     With an environment, TRL appends the reset observation to the prompt's last message: a plain-text prompt column
     failed the first training step (``string indices must be integers``)."""
     if "prompt" not in ds.column_names or not any(isinstance(p, str) for p in ds["prompt"]):
         return ds
-    return ds.map(lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}] if isinstance(row["prompt"], str)
-                               else row["prompt"]})
+    return ds.map(
+        lambda row: {
+            "prompt": [{"role": "user", "content": row["prompt"]}] if isinstance(row["prompt"], str) else row["prompt"]
+        }
+    )
 
 
-def split_holdout(ds: "Dataset", fraction: float, rows: int | None, seed: int) -> tuple["Dataset", "Dataset | None"]:
+def split_holdout(ds: Dataset, fraction: float, rows: int | None, seed: int) -> tuple[Dataset, Dataset | None]:
     """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
     n_eval = rows if rows is not None else int(round(len(ds) * fraction))
     if n_eval <= 0:

@@ -32,8 +32,14 @@ ARITH_MODEL_ID = "builtin:tiny-qwen3-arith"
 ARITH_MODEL_DIR = Path(__file__).parent / "assets" / "models" / "tiny-qwen3-arith"
 ARITH_MODEL_RECIPE = 3
 ARITH_MODEL_CONFIG = dict(
-    hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-    head_dim=32, max_position_embeddings=2048, tie_word_embeddings=True,
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    max_position_embeddings=2048,
+    tie_word_embeddings=True,
 )
 ARITH_MODEL_NOTE = (
     f"{ARITH_MODEL_ID} is a tiny model pre-trained on this project's synthetic arithmetic chats (sums and differences "
@@ -65,25 +71,40 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     ARITH_MODEL_ID: {
         "sft": {
             "dataset.name": "arith-sft",
-            "training.max_steps": 150, "training.learning_rate": 2e-3, "training.batch_size": 16,
-            "training.max_length": 128, "eval.holdout_rows": 256,
+            "training.max_steps": 150,
+            "training.learning_rate": 2e-3,
+            "training.batch_size": 16,
+            "training.max_length": 128,
+            "eval.holdout_rows": 256,
         },
         "dpo": {
             "dataset.name": "arith-preferences",
-            "training.max_steps": 60, "training.learning_rate": 5e-4, "training.batch_size": 8,
-            "training.max_length": 128, "eval.holdout_rows": 128,
+            "training.max_steps": 60,
+            "training.learning_rate": 5e-4,
+            "training.batch_size": 8,
+            "training.max_length": 128,
+            "eval.holdout_rows": 128,
         },
         "kto": {
             "dataset.name": "arith-feedback",
-            "training.max_steps": 300, "training.learning_rate": 2e-3, "training.batch_size": 8,
-            "training.max_length": 128, "eval.holdout_rows": 256,
+            "training.max_steps": 300,
+            "training.learning_rate": 2e-3,
+            "training.batch_size": 8,
+            "training.max_length": 128,
+            "eval.holdout_rows": 256,
         },
         "grpo": {
             "dataset.name": "arith-prompts",
-            "grpo.num_generations": 8, "grpo.max_completion_length": 24, "grpo.temperature": 0.7,
-            "grpo.rewards": [{"name": "accuracy", "weight": 1.0}], "lora.dropout": 0.0,
-            "training.max_steps": 300, "training.learning_rate": 1e-3, "training.batch_size": 16,
-            "training.max_length": 128, "eval.holdout_rows": 256,
+            "grpo.num_generations": 8,
+            "grpo.max_completion_length": 24,
+            "grpo.temperature": 0.7,
+            "grpo.rewards": [{"name": "accuracy", "weight": 1.0}],
+            "lora.dropout": 0.0,
+            "training.max_steps": 300,
+            "training.learning_rate": 1e-3,
+            "training.batch_size": 16,
+            "training.max_length": 128,
+            "eval.holdout_rows": 256,
         },
     },
 }
@@ -98,6 +119,7 @@ def demo_recipe(model: str | None, method: str | None) -> dict[str, Any]:
     """
     recipe = DEMO_RECIPES.get((model or "").strip(), {}).get(method or "", {})
     return copy.deepcopy(recipe)  # a caller may change its copy (the rewards list), never the table
+
 
 _SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -114,8 +136,16 @@ _SPECIAL_TOKENS = [
 
 # The datasets the tokenizer's merges are learned from, fixed: a dataset added later must not change the tokenizer,
 # which builtin:tiny-qwen3-arith ships pre-trained on (tests/test_arith_model.py holds the two equal).
-TOKENIZER_CORPUS = ("arithmetic-demo", "chat-demo", "echo-demo", "echo-tools-sft", "feedback-demo", "math-demo",
-                    "preferences-demo", "wordle-demo")
+TOKENIZER_CORPUS = (
+    "arithmetic-demo",
+    "chat-demo",
+    "echo-demo",
+    "echo-tools-sft",
+    "feedback-demo",
+    "math-demo",
+    "preferences-demo",
+    "wordle-demo",
+)
 
 
 def _training_corpus() -> list[str]:
@@ -135,8 +165,9 @@ def _build_tokenizer():
 
     tok = Tokenizer(models.BPE())
     # One token per digit (as Qwen's and Llama 3's tokenizers do): a number's digits line up, so sums can be learned.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=1024,

@@ -109,9 +109,14 @@ def _answered(prompt, completion) -> tuple[Any, str] | None:
     """(prompt, reference answer) of a row whose completion is one assistant answer in text, else None."""
     if isinstance(completion, str):
         return prompt, completion
-    if (isinstance(completion, list) and len(completion) == 1 and isinstance(completion[0], dict)
-            and completion[0].get("role") == "assistant" and isinstance(completion[0].get("content"), str)
-            and not completion[0].get("tool_calls")):
+    if (
+        isinstance(completion, list)
+        and len(completion) == 1
+        and isinstance(completion[0], dict)
+        and completion[0].get("role") == "assistant"
+        and isinstance(completion[0].get("content"), str)
+        and not completion[0].get("tool_calls")
+    ):
         return prompt, completion[0]["content"]
     return None
 
@@ -166,7 +171,11 @@ def generate_completions(model, tokenizer, prompts, sides, settings: GenerationS
     completions = []
     for chunk in chunks(items):
         ids = mixed_generate(
-            model, tokenizer, [texts[i] for i, _ in chunk], [side for _, side in chunk], settings,
+            model,
+            tokenizer,
+            [texts[i] for i, _ in chunk],
+            [side for _, side in chunk],
+            settings,
             row_seeds=[settings.seed + i for i, _ in chunk],
         )
         completions += [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
@@ -180,8 +189,9 @@ def reward_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[
     from backend.rewards import build_rewards
 
     funcs, weights = build_rewards(spec.grpo.rewards)
-    settings = GenerationSettings(max_new_tokens=spec.grpo.max_completion_length, temperature=0,
-                                  seed=spec.training.seed)
+    settings = GenerationSettings(
+        max_new_tokens=spec.grpo.max_completion_length, temperature=0, seed=spec.training.seed
+    )
     prompts = [row["prompt"] for row in rows]
     columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
     result = {}
@@ -217,8 +227,14 @@ def _split_answer(row) -> tuple[Any, Any] | None:
 def token_nll(model, tokenizer, pairs: list[tuple[Any, Any]], sides) -> dict[str | None, list[float]]:
     """Per side, each (prompt, completion) row's mean negative log-likelihood per completion token (nats)."""
     texts = [render_texts(tokenizer, prompt, completion) for prompt, completion in pairs]
-    counts = [max(1, len(tokenizer(full, add_special_tokens=False)["input_ids"])
-                  - len(tokenizer(head, add_special_tokens=False)["input_ids"])) for head, full in texts]
+    counts = [
+        max(
+            1,
+            len(tokenizer(full, add_special_tokens=False)["input_ids"])
+            - len(tokenizer(head, add_special_tokens=False)["input_ids"]),
+        )
+        for head, full in texts
+    ]
     items = [(i, side) for i in range(len(texts)) for side in sides]
     logprobs: list[float] = []
     for chunk in chunks(items):
@@ -244,8 +260,7 @@ def loss_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[st
             scores[side][PER_ROW] = {"token_nll": values}
         answered = [_answered(prompt, completion) for prompt, completion in pairs]
         if all(a is not None for a in answered):
-            _merge(scores, answer_scores(model, tokenizer, [a[0] for a in answered], [a[1] for a in answered],
-                                         sides))
+            _merge(scores, answer_scores(model, tokenizer, [a[0] for a in answered], [a[1] for a in answered], sides))
     return scores
 
 
@@ -282,8 +297,9 @@ def evaluate_before_after(trainer, spec: JobSpec, held_out, parent_adapter=None)
     return result
 
 
-def learning_verdict(spec: JobSpec, evaluation: dict[str, Any] | None, environment: dict[str, Any] | None,
-                     no_signal: str | None = None):
+def learning_verdict(
+    spec: JobSpec, evaluation: dict[str, Any] | None, environment: dict[str, Any] | None, no_signal: str | None = None
+):
     """The job's learning verdict from its evaluations (an environment's success rate first, else the method's first
     declared metric the evaluation has), or None when no evaluation has per-row scores of two sides."""
     candidates: list[tuple[LearningMetric, dict[str, Any]]] = []
@@ -297,10 +313,15 @@ def learning_verdict(spec: JobSpec, evaluation: dict[str, Any] | None, environme
         if metric.key not in per_row.get("tuned", {}) or metric.key not in per_row.get(start, {}):
             continue
         groups = per_row["tuned"].get("groups")
-        return verdict(metric, per_row[start][metric.key], per_row["tuned"][metric.key],
-                       groups=[bool(g) for g in groups] if groups else None,
-                       base_rows=per_row.get("base", {}).get(metric.key),
-                       start="parent" if start == "start" else "base", no_signal=no_signal)
+        return verdict(
+            metric,
+            per_row[start][metric.key],
+            per_row["tuned"][metric.key],
+            groups=[bool(g) for g in groups] if groups else None,
+            base_rows=per_row.get("base", {}).get(metric.key),
+            start="parent" if start == "start" else "base",
+            no_signal=no_signal,
+        )
     return None
 
 

@@ -40,8 +40,9 @@ def looks_like_disk_full(text: str) -> bool:
 
 def disk_full_sentence(where: Path | str | None) -> str:
     """What a job's record says when the data disk filled up under it."""
-    return (f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job "
-            "again")
+    return (
+        f"the data disk is full ({where or 'the data directory'}): free space on it, then resume or queue the job again"
+    )
 
 
 def disk_full_reason(exc: BaseException, data_dir: Path | str | None = None) -> str | None:
@@ -75,8 +76,9 @@ def describe_failure(exc: BaseException, data_dir: Path | str | None = None) -> 
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def describe_exit(returncode: int | None, cancel_requested: bool, oom_evidence: str | None = None
-                  ) -> tuple[JobStatus, str]:
+def describe_exit(
+    returncode: int | None, cancel_requested: bool, oom_evidence: str | None = None
+) -> tuple[JobStatus, str]:
     """Status and reason for a worker that exited without recording its own end (``returncode`` None: unknown).
 
     A SIGKILL is only blamed on memory when ``oom_evidence`` (see ``oom_evidence``) says so: people also kill -9.
@@ -153,8 +155,9 @@ def kernel_log_names_oom_kill(pid: int, since_monotonic: float | None) -> bool:
     return False
 
 
-def oom_evidence(pid: int, log_text: str, oom_kills_at_launch: int | None, launched_monotonic: float | None
-                 ) -> str | None:
+def oom_evidence(
+    pid: int, log_text: str, oom_kills_at_launch: int | None, launched_monotonic: float | None
+) -> str | None:
     """Why a SIGKILLed worker was probably the OOM killer's victim, or None when nothing points to memory."""
     if looks_like_oom(log_text):
         return "its log reports running out of memory"

@@ -9,8 +9,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from backend.paths import DataPaths, storage_problem
 
@@ -62,7 +63,7 @@ def _read_all(fd: int) -> bytes:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _parsed(line: bytes) -> dict[str, Any] | None:
@@ -226,8 +227,11 @@ class PreferenceLog(FeedbackLog):
         The prompts themselves may differ: each is the picked side's conversation, with that side's earlier answers.
         """
         answers = {old["chosen"][0]["content"], old["rejected"][0]["content"]}
-        return (old.get("job_id") == new["job_id"] and _asked(old["prompt"]) == _asked(new["prompt"])
-                and answers == {new["chosen"][0]["content"], new["rejected"][0]["content"]})
+        return (
+            old.get("job_id") == new["job_id"]
+            and _asked(old["prompt"]) == _asked(new["prompt"])
+            and answers == {new["chosen"][0]["content"], new["rejected"][0]["content"]}
+        )
 
     def record(self, prompt_messages: Sequence[Message], better: str, worse: str, job_id: str | None) -> dict[str, Any]:
         """Record one preference and return the row written, with ``replaced`` True when it replaced this turn's
@@ -248,8 +252,14 @@ class PreferenceLog(FeedbackLog):
         }
         return {**row, "replaced": self._put(row) is not None}
 
-    def record_turn(self, base_history: Sequence[dict], tuned_history: Sequence[dict], system_prompt: str,
-                    better_side: str, job_id: str | None) -> dict[str, Any]:
+    def record_turn(
+        self,
+        base_history: Sequence[dict],
+        tuned_history: Sequence[dict],
+        system_prompt: str,
+        better_side: str,
+        job_id: str | None,
+    ) -> dict[str, Any]:
         """Record that ``better_side``'s answer to the last turn beats the other side's; the prompt is the preferred
         side's conversation (each side keeps its own answers). NoAnswerYet when either side has no answer."""
         if better_side not in SIDES:
@@ -274,11 +284,16 @@ class ThumbLog(FeedbackLog):
 
     def _same(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         """A thumb on the same answer: same job, side, prompt and completion (a regenerated answer is a new one)."""
-        return (old.get("job_id") == new["job_id"] and old.get("side") == new["side"]
-                and old.get("prompt") == new["prompt"] and old["completion"] == new["completion"])
+        return (
+            old.get("job_id") == new["job_id"]
+            and old.get("side") == new["side"]
+            and old.get("prompt") == new["prompt"]
+            and old["completion"] == new["completion"]
+        )
 
-    def record(self, prompt_messages: Sequence[Message], answer: str, label: bool, side: str, job_id: str | None
-               ) -> dict[str, Any]:
+    def record(
+        self, prompt_messages: Sequence[Message], answer: str, label: bool, side: str, job_id: str | None
+    ) -> dict[str, Any]:
         """Record one thumb and return the row written, with ``previous``: the label it replaced (None if new)."""
         prompt = [{"role": m["role"], "content": m["content"]} for m in prompt_messages]
         if not prompt or prompt[-1]["role"] != "user":
@@ -300,8 +315,9 @@ class ThumbLog(FeedbackLog):
         replaced = self._put(row)
         return {**row, "previous": replaced.get("label") if replaced else None}
 
-    def record_turn(self, history: Sequence[dict], system_prompt: str, label: bool, side: str, job_id: str | None
-                    ) -> dict[str, Any]:
+    def record_turn(
+        self, history: Sequence[dict], system_prompt: str, label: bool, side: str, job_id: str | None
+    ) -> dict[str, Any]:
         """Record a thumb on the last answer of one side's chat history; NoAnswerYet when it has none."""
         turn = last_turn(history, system_prompt)
         if turn is None:

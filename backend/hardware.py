@@ -9,6 +9,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class DeviceInfo:
     """The training device as the studio sees it: kind, name, count, memory and bf16 support."""
+
     kind: str  # "cuda" or "cpu"
     name: str
     count: int

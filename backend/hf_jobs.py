@@ -11,12 +11,13 @@ Every Hub failure becomes a :class:`RemoteJobError` with one sentence a person c
 from __future__ import annotations
 
 import base64
-from collections import deque
 import os
 import re
+from collections import deque
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import httpx2  # huggingface_hub's HTTP client: its transport errors are what "the Hub is unreachable" looks like
@@ -59,7 +60,10 @@ _STAGE_TEXT = {
     JobStage.DELETED.value: "Deleted from Hugging Face Jobs.",
 }
 _TERMINAL_STAGES = {
-    JobStage.COMPLETED.value, JobStage.CANCELED.value, JobStage.ERROR.value, JobStage.DELETED.value,
+    JobStage.COMPLETED.value,
+    JobStage.CANCELED.value,
+    JobStage.ERROR.value,
+    JobStage.DELETED.value,
 }
 
 
@@ -109,8 +113,14 @@ class RemoteJobRequest:
         """A JSON-ready description to show before sending (the spec argument shortened, secrets by name only)."""
         command = [part if len(part) <= 80 else f"{part[:40]}...({len(part)} chars)" for part in self.command]
         return {
-            "image": self.image, "command": command, "env": dict(self.env), "secrets": list(self.secret_names),
-            "flavor": self.flavor, "timeout_s": self.timeout_s, "name": self.name, "labels": dict(self.labels),
+            "image": self.image,
+            "command": command,
+            "env": dict(self.env),
+            "secrets": list(self.secret_names),
+            "flavor": self.flavor,
+            "timeout_s": self.timeout_s,
+            "name": self.name,
+            "labels": dict(self.labels),
         }
 
 

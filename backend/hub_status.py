@@ -20,8 +20,13 @@ _LOOKUP_MAX_AGE_S = 60.0
 _PROBE_TIMEOUT_S = 3.0
 # The sentence every fast Hub refusal uses (the header says the same in its own words).
 HUB_UNREACHABLE = "the Hub is not reachable from this machine"
-_state: dict[str, object] = {"checked_at": 0.0, "text": "Hub: checking…", "reachable": None, "endpoint": None,
-                             "probed_at": 0.0}
+_state: dict[str, object] = {
+    "checked_at": 0.0,
+    "text": "Hub: checking…",
+    "reachable": None,
+    "endpoint": None,
+    "probed_at": 0.0,
+}
 _lock = threading.Lock()
 
 

@@ -35,7 +35,8 @@ def _configured(variable: str, what: str, remedy: str) -> str:
 def trainer_python() -> str:
     """The interpreter that runs training workers: ``$STUDIO_TRAINER_PYTHON``, else this process's own."""
     return _configured(
-        TRAINER_PYTHON_VAR, "the training worker",
+        TRAINER_PYTHON_VAR,
+        "the training worker",
         "point it at the trainer environment's python (one with requirements-trainer.txt or "
         "requirements-trainer-gpu.txt installed, e.g. /opt/trainer/bin/python) or unset it to train with the app's "
         "own Python.",
@@ -46,7 +47,8 @@ def app_python() -> str:
     """The app's interpreter, for processes that need the app's packages (openenv servers): ``$STUDIO_APP_PYTHON``
     (set by the scheduler for its workers), else this process's own."""
     return _configured(
-        APP_PYTHON_VAR, "the built-in environment server",
+        APP_PYTHON_VAR,
+        "the built-in environment server",
         "it should be the app's python (the one with requirements.txt installed); the scheduler sets it for its "
         "workers, so unset it where you set it by hand.",
     )

@@ -16,8 +16,9 @@ had anything to learn from (every group scored the same on every step) is ``no_s
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from backend.artifacts import LearningVerdict
 
@@ -51,8 +52,13 @@ def _statistic(values: Sequence[float], groups: Sequence[bool] | None, index: Se
     return sum(good) / len(good) - sum(bad) / len(bad)
 
 
-def paired_interval(before: Sequence[float], after: Sequence[float], groups: Sequence[bool] | None = None,
-                    samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> float | None:
+def paired_interval(
+    before: Sequence[float],
+    after: Sequence[float],
+    groups: Sequence[bool] | None = None,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> float | None:
     """Half-width of the 95% percentile interval of statistic(after) - statistic(before), rows resampled in pairs.
 
     >>> paired_interval([1.0] * 10, [1.0] * 10)
@@ -89,8 +95,16 @@ def _change(delta: float, ci: float | None, metric: LearningMetric) -> str:
     return f"{text}, ±{ci:.2g}" if ci is not None else text
 
 
-def sentence(metric: LearningMetric, before: float | None, after: float | None, delta: float | None,
-             ci: float | None, rows: int, base: float | None = None, start: str = "base") -> str:
+def sentence(
+    metric: LearningMetric,
+    before: float | None,
+    after: float | None,
+    delta: float | None,
+    ci: float | None,
+    rows: int,
+    base: float | None = None,
+    start: str = "base",
+) -> str:
     """``Held-out accuracy 24% -> 41% (+17 points, ±8) on 64 rows.``; with a parent, the base's score too."""
     label = metric.label[:1].upper() + metric.label[1:]
     unit = "episodes" if "success" in metric.key else "rows"
@@ -115,16 +129,24 @@ def judge(delta: float | None, ci: float | None, higher_is_better: bool) -> str:
     return "no_change"
 
 
-def verdict(metric: LearningMetric, before_rows: Sequence[float], after_rows: Sequence[float], *,
-            groups: Sequence[bool] | None = None, base_rows: Sequence[float] | None = None, start: str = "base",
-            no_signal: str | None = None) -> LearningVerdict:
+def verdict(
+    metric: LearningMetric,
+    before_rows: Sequence[float],
+    after_rows: Sequence[float],
+    *,
+    groups: Sequence[bool] | None = None,
+    base_rows: Sequence[float] | None = None,
+    start: str = "base",
+    no_signal: str | None = None,
+) -> LearningVerdict:
     """The verdict from per-row scores of the start and the tuned model (the same rows, in the same order).
 
     ``no_signal``: a sentence saying the run had nothing to learn from; it makes the verdict ``no_signal``.
     """
     if len(before_rows) != len(after_rows):
-        raise ValueError(f"{len(before_rows)} rows before but {len(after_rows)} after: the sides must score the "
-                         "same rows")
+        raise ValueError(
+            f"{len(before_rows)} rows before but {len(after_rows)} after: the sides must score the same rows"
+        )
     groups = list(groups) if metric.grouped and groups is not None else None
     everything = list(range(len(after_rows)))
     before = _statistic(before_rows, groups, everything)
@@ -141,9 +163,19 @@ def verdict(metric: LearningMetric, before_rows: Sequence[float], after_rows: Se
     elif outcome == "worse":
         text += " Training made it worse."
     return LearningVerdict(
-        metric=metric.key, label=metric.label, before=before, after=after, delta=delta, ci95=ci,
-        rows=len(after_rows), verdict=outcome, sentence=text, base=base, start=start,
-        higher_is_better=metric.higher_is_better, rate=metric.rate,
+        metric=metric.key,
+        label=metric.label,
+        before=before,
+        after=after,
+        delta=delta,
+        ci95=ci,
+        rows=len(after_rows),
+        verdict=outcome,
+        sentence=text,
+        base=base,
+        start=start,
+        higher_is_better=metric.higher_is_better,
+        rate=metric.rate,
     )
 
 

@@ -43,10 +43,12 @@ class RateLimiter:
                 recent.popleft()
             if len(recent) >= self.calls:
                 wait = math.ceil(recent[0] + self.per_s - now)
-                raise RateLimited([
-                    f"{self.what}: you used it {self.calls} times in the last {self.per_s:.0f} s, the most allowed; "
-                    f"try again in {max(wait, 1)} s"
-                ])
+                raise RateLimited(
+                    [
+                        f"{self.what}: you used it {self.calls} times in the last {self.per_s:.0f} s, the most "
+                        f"allowed; try again in {max(wait, 1)} s"
+                    ]
+                )
             recent.append(now)
             # Users who stopped calling would otherwise keep an entry forever.
             for name in [n for n, q in self._recent.items() if not q or q[-1] <= now - self.per_s]:
@@ -109,11 +111,19 @@ class InFlight:
         with self._lock:
             mine, everyone = self._held.get(user_name, 0), sum(self._held.values())
             if mine >= self.per_user:
-                raise Busy([f"{self.what}: you already have {mine} running, the most one person may; wait for one "
-                            "to finish, then try again"])
+                raise Busy(
+                    [
+                        f"{self.what}: you already have {mine} running, the most one person may; wait for one "
+                        "to finish, then try again"
+                    ]
+                )
             if everyone >= self.total:
-                raise Busy([f"{self.what}: this Space is running {everyone} at once, the most it allows "
-                            f"({self.setting} = {self.total}); try again in a few seconds"])
+                raise Busy(
+                    [
+                        f"{self.what}: this Space is running {everyone} at once, the most it allows "
+                        f"({self.setting} = {self.total}); try again in a few seconds"
+                    ]
+                )
             self._held[user_name] = mine + 1
         released = threading.Event()
 
@@ -143,7 +153,7 @@ class HeldStream:
     def __init__(self, inner: Iterator[T], release: Callable[[], None]):
         self._inner, self._release = inner, release
 
-    def __iter__(self) -> "HeldStream":
+    def __iter__(self) -> HeldStream:
         return self
 
     def __next__(self):

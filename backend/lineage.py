@@ -71,12 +71,17 @@ def resolve_lineage(spec: JobSpec, store: JobStore, user: User | None = None) ->
     staged = parent.status in (JobStatus.queued, JobStatus.running)
     if not staged:
         if parent.status is not JobStatus.succeeded:
-            raise SpecError([f"{FIELD}: job {parent.id} is {parent.status.value}; only the adapter of a job that "
-                             f"succeeded, or is queued or running, can be trained further"])
+            raise SpecError(
+                [
+                    f"{FIELD}: job {parent.id} is {parent.status.value}; only the adapter of a job that "
+                    f"succeeded, or is queued or running, can be trained further"
+                ]
+            )
         adapter_to_continue(parent)
     if not parent.spec.lora.enabled:
-        raise SpecError([f"{FIELD}: job {parent.id} trained all weights, not an adapter; start from its output "
-                         "folder instead"])
+        raise SpecError(
+            [f"{FIELD}: job {parent.id} trained all weights, not an adapter; start from its output folder instead"]
+        )
     model = parent.spec.model.model_copy(update={"parent_job_id": parent.id})
     return Lineage(spec.model_copy(update={"model": model, "lora": parent.spec.lora}), parent)
 

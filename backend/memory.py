@@ -93,7 +93,7 @@ class _Shape:
         }
 
 
-def _shape(config: "PretrainedConfig") -> _Shape:
+def _shape(config: PretrainedConfig) -> _Shape:
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = config.num_attention_heads
     model_type = getattr(config, "model_type", "")
@@ -114,7 +114,7 @@ def _shape(config: "PretrainedConfig") -> _Shape:
     )
 
 
-def parameter_breakdown(config: "PretrainedConfig") -> ParameterCount:
+def parameter_breakdown(config: PretrainedConfig) -> ParameterCount:
     """Count a dense decoder-only LLM's parameters (Llama, Mistral, Qwen2, Qwen3) from its config alone."""
     s = _shape(config)
     per_layer_linear = sum(n_in * n_out + (n_out if bias else 0) for n_in, n_out, bias in s.layer_linears().values())
@@ -127,12 +127,12 @@ def parameter_breakdown(config: "PretrainedConfig") -> ParameterCount:
     )
 
 
-def count_parameters(config: "PretrainedConfig") -> int:
+def count_parameters(config: PretrainedConfig) -> int:
     """How many parameters a model of this config has, counted from its shape alone."""
     return parameter_breakdown(config).total
 
 
-def count_lora_parameters(config: "PretrainedConfig", lora: LoraSpec) -> int:
+def count_lora_parameters(config: PretrainedConfig, lora: LoraSpec) -> int:
     """Adapter parameters: r x (in + out) for every targeted module; PEFT's all-linear skips the LM head."""
     if not lora.enabled:
         return 0
@@ -152,6 +152,7 @@ def count_lora_parameters(config: "PretrainedConfig", lora: LoraSpec) -> int:
 @dataclass(frozen=True)
 class MemoryEstimate:
     """The estimated peak memory of a job, item by item, with the settings that would shrink it."""
+
     total_bytes: int
     breakdown: list[tuple[str, int]]  # (what, bytes), summing to total_bytes
     parameters: int
@@ -171,7 +172,7 @@ class MemoryEstimate:
 
 def estimate_memory(
     spec: JobSpec,
-    config: "PretrainedConfig",
+    config: PretrainedConfig,
     device: DeviceInfo | None = None,
     prompt_tokens: int | None = None,
     sequence_tokens: int | None = None,
@@ -215,8 +216,10 @@ def estimate_memory(
         items += _generation(method.generation(spec)[0], s, seq_len, dtype_bytes)
     tensors = sum(size for _, size in items)
     if device.kind == "cuda":
-        runtime = [("CUDA context and cuBLAS workspaces", CUDA_CONTEXT_BYTES),
-                   (f"allocator reserve (~{ALLOCATOR_SLACK:.0%} of the tensors)", tensors * ALLOCATOR_SLACK)]
+        runtime = [
+            ("CUDA context and cuBLAS workspaces", CUDA_CONTEXT_BYTES),
+            (f"allocator reserve (~{ALLOCATOR_SLACK:.0%} of the tensors)", tensors * ALLOCATOR_SLACK),
+        ]
     else:
         runtime = [("runtime (torch, transformers, TRL)", CPU_RUNTIME_BYTES)]
     items = [(label, int(size)) for label, size in items + runtime]
@@ -225,7 +228,7 @@ def estimate_memory(
         breakdown=items,
         parameters=params.total,
         advice=_advice(spec, device),
-        runtime_bytes=sum(size for _, size in items[-len(runtime):]),
+        runtime_bytes=sum(size for _, size in items[-len(runtime) :]),
     )
 
 
@@ -242,7 +245,7 @@ def _weights(spec: JobSpec, params: ParameterCount, dtype_bytes: int) -> tuple[s
 
 
 def _trainable_state(
-    spec: JobSpec, config: "PretrainedConfig", params: ParameterCount, dtype_bytes: int
+    spec: JobSpec, config: PretrainedConfig, params: ParameterCount, dtype_bytes: int
 ) -> list[tuple[str, float]]:
     if spec.lora.enabled:
         lora = count_lora_parameters(config, spec.lora)
@@ -354,7 +357,7 @@ def format_bytes(size: float) -> str:
     return f"{size / 2**20:.0f} MB"
 
 
-def load_model_config(spec: JobSpec, models_dir: Path) -> "PretrainedConfig":
+def load_model_config(spec: JobSpec, models_dir: Path) -> PretrainedConfig:
     """The base model's config (the demo model is built if needed), without loading any weights."""
     from transformers import AutoConfig
 

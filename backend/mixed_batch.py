@@ -7,8 +7,9 @@ forward pass, and the two sides' sequences advance together instead of one after
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 # PEFT's name for "no adapter" in a mixed-adapter batch, and the name TRL and PeftModel.from_pretrained give an adapter.
 BASE_ADAPTER = "__base__"
@@ -88,10 +89,12 @@ class RowSeededSampling:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        uniform = torch.stack([
-            torch.rand(scores.shape[-1], generator=g, device=scores.device, dtype=torch.float32)
-            for g in self.generators
-        ])
+        uniform = torch.stack(
+            [
+                torch.rand(scores.shape[-1], generator=g, device=scores.device, dtype=torch.float32)
+                for g in self.generators
+            ]
+        )
         gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-20, max=1.0 - 1e-7)))
         return scores.float() + gumbel
 
@@ -116,9 +119,9 @@ def mixed_generate(
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
     device = model_device(model)
-    enc = tokenizer(
-        list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-    ).to(device)
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(
+        device
+    )
     sampling: dict[str, Any] = {"do_sample": False}
     if not settings.greedy and row_seeds is not None:
         # Warp, add each row's own noise, then pick the largest: a sample per row from its own stream.

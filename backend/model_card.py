@@ -141,8 +141,10 @@ def settings_rows(spec: JobSpec, artifacts: JobArtifacts) -> list[tuple[str, Any
     if spec.lora.enabled:
         targets = spec.lora.target_modules
         targets = targets if isinstance(targets, str) else ", ".join(targets)
-        rows += [("LoRA rank / alpha / dropout", f"{spec.lora.r} / {spec.lora.alpha} / {spec.lora.dropout}"),
-                 ("LoRA target modules", targets)]
+        rows += [
+            ("LoRA rank / alpha / dropout", f"{spec.lora.r} / {spec.lora.alpha} / {spec.lora.dropout}"),
+            ("LoRA target modules", targets),
+        ]
     else:
         rows.append(("adapter", "none (all weights trained)"))
     quant = {"none": "not quantized", "4bit": "4-bit NF4 with double quantization (QLoRA)", "8bit": "8-bit"}
@@ -177,8 +179,11 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
         details = [f"none since step {signal.since_step}"] if signal.since_step is not None else []
         if signal.steps_logged:
             details.append(f"a learning signal on {signal.steps_with_signal} of {signal.steps_logged} logged steps")
-        text = ("> **Training stopped early: no learning signal**" if signal.stopped_early
-                else "> **No learning signal as training ended**")
+        text = (
+            "> **Training stopped early: no learning signal**"
+            if signal.stopped_early
+            else "> **No learning signal as training ended**"
+        )
         text += f" ({'; '.join(details)})." if details else "."
         if signal.warning:
             text += f" {signal.warning}"
@@ -194,8 +199,11 @@ def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, 
             lines += [f"The before/after evaluation failed: {evaluation['error']}", ""]
         else:
             tuned, base = evaluation.get("tuned", {}), evaluation.get("base", {})
-            lines += [f"On {evaluation.get('rows', '?')} held-out rows, the base model (adapter switched off) "
-                      "against the tuned model:", ""]
+            lines += [
+                f"On {evaluation.get('rows', '?')} held-out rows, the base model (adapter switched off) "
+                "against the tuned model:",
+                "",
+            ]
             header = ("metric", "base", "tuned") if base else ("metric", "tuned")
             rows = [((k, base.get(k, "—"), v) if base else (k, v)) for k, v in tuned.items()]
             lines += _table(header, rows) + [""]
@@ -206,8 +214,10 @@ def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, 
             lines += [f"The environment evaluation failed: {environment['error']}", ""]
         else:
             tuned, base = environment.get("tuned", {}), environment.get("base", {})
-            lines += [f"Environment episodes played by each model (same seeds): {environment.get('episodes', '?')}.",
-                      ""]
+            lines += [
+                f"Environment episodes played by each model (same seeds): {environment.get('episodes', '?')}.",
+                "",
+            ]
             header = ("metric", "base", "tuned") if base else ("metric", "tuned")
             rows = [((k, base.get(k, "—"), v) if base else (k, v)) for k, v in tuned.items()]
             lines += _table(header, rows) + [""]
@@ -228,12 +238,17 @@ def _performance_lines(performance: dict[str, Any] | None) -> list[str]:
     return ["## Training performance", "", line, "", note, ""]
 
 
-def _lineage_lines(spec: JobSpec, artifacts: JobArtifacts, parent: "JobRecord | None") -> list[str]:
+def _lineage_lines(spec: JobSpec, artifacts: JobArtifacts, parent: JobRecord | None) -> list[str]:
     parent_id = spec.model.parent_job_id
     if not parent_id:
         return []
-    lines = ["## Lineage", "", f"This is a later stage of a staged run: it continued the LoRA adapter of job "
-             f"`{parent_id}` rather than starting a fresh one, so the adapter here already contains that stage.", ""]
+    lines = [
+        "## Lineage",
+        "",
+        f"This is a later stage of a staged run: it continued the LoRA adapter of job "
+        f"`{parent_id}` rather than starting a fresh one, so the adapter here already contains that stage.",
+        "",
+    ]
     rows: list[tuple[str, Any]] = [("parent job", f"`{parent_id}`")]
     if parent is not None:
         rows.append(("parent method", parent.spec.method.value.upper()))
@@ -249,13 +264,13 @@ def _lineage_lines(spec: JobSpec, artifacts: JobArtifacts, parent: "JobRecord | 
 
 def usage_snippet(spec: JobSpec, repo_id: str) -> str:
     """Python that loads the tuned model (base + this adapter, or the full model) and chats through its template."""
-    chat = '''
+    chat = """
 messages = [{"role": "user", "content": "What is 7 + 5?"}]
 inputs = tokenizer.apply_chat_template(
     messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
 ).to(model.device)
 output = model.generate(**inputs, max_new_tokens=128)
-print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))'''
+print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))"""
     if not spec.lora.enabled:
         return f'''from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -265,16 +280,22 @@ tokenizer = AutoTokenizer.from_pretrained(model_id)
 model = AutoModelForCausalLM.from_pretrained(model_id, dtype="auto", device_map="auto")
 {chat}'''
     base = hub_model_id(spec.model.name_or_path)
-    base_line = f'base_model_id = "{base}"' if base else (
-        f'base_model_id = "path/to/base-model"  # trained on {spec.model.name_or_path}, which is not on the Hub'
+    base_line = (
+        f'base_model_id = "{base}"'
+        if base
+        else (f'base_model_id = "path/to/base-model"  # trained on {spec.model.name_or_path}, which is not on the Hub')
     )
     quant = ""
     if spec.quantization.mode == "4bit":
-        quant = ("\n# Trained on a 4-bit base: to save memory, also pass\n# quantization_config=BitsAndBytesConfig("
-                 "load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True)")
+        quant = (
+            "\n# Trained on a 4-bit base: to save memory, also pass\n# quantization_config=BitsAndBytesConfig("
+            'load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)'
+        )
     elif spec.quantization.mode == "8bit":
-        quant = ("\n# Trained on an 8-bit base: to save memory, also pass "
-                 "quantization_config=BitsAndBytesConfig(load_in_8bit=True)")
+        quant = (
+            "\n# Trained on an 8-bit base: to save memory, also pass "
+            "quantization_config=BitsAndBytesConfig(load_in_8bit=True)"
+        )
     return f'''from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -317,14 +338,14 @@ def card_tags(spec: JobSpec) -> list[str]:
 
 
 def build_model_card(
-    job: "JobRecord",
+    job: JobRecord,
     metrics: list[dict[str, Any]],
     base_card_license: str | None = None,
     plot_path: Path | str | None = None,
     *,
     repo_id: str | None = None,
-    parent: "JobRecord | None" = None,
-) -> "ModelCard":
+    parent: JobRecord | None = None,
+) -> ModelCard:
     """The README.md of the pushed repo: YAML metadata the Hub indexes, then a body a person can act on.
 
     ``repo_id`` is where the card will live (used by the usage snippet); ``parent`` is the job a staged run
@@ -347,13 +368,22 @@ def build_model_card(
     )
     what = "A LoRA adapter" if spec.lora.enabled else "A fine-tuned model"
     lines = [f"# {repo_id.split('/')[-1]}", ""]
-    lines += [f"{what} for `{spec.model.name_or_path}`, trained with [TRL](https://github.com/huggingface/trl) "
-              f"{support(spec.method).summary} in Post-Training Studio (job `{job.id}`).", ""]
+    lines += [
+        f"{what} for `{spec.model.name_or_path}`, trained with [TRL](https://github.com/huggingface/trl) "
+        f"{support(spec.method).summary} in Post-Training Studio (job `{job.id}`).",
+        "",
+    ]
     if base is None:
-        where = ("the app's built-in tiny random demo model, which is not on the Hub"
-                 if is_builtin(spec.model.name_or_path) else "a local folder, not a Hub model")
-        lines += [f"> The base model `{spec.model.name_or_path}` is {where}, so `base_model` is left out of the "
-                  "metadata; load the adapter on the same base.", ""]
+        where = (
+            "the app's built-in tiny random demo model, which is not on the Hub"
+            if is_builtin(spec.model.name_or_path)
+            else "a local folder, not a Hub model"
+        )
+        lines += [
+            f"> The base model `{spec.model.name_or_path}` is {where}, so `base_model` is left out of the "
+            "metadata; load the adapter on the same base.",
+            "",
+        ]
     if base_card_license:
         lines += [f"The license (`{base_card_license}`) is inherited from the base model.", ""]
 
@@ -381,11 +411,17 @@ def build_model_card(
     lines += _lineage_lines(spec, job.artifacts, parent)
     lines += ["## How to use", "", "```python", usage_snippet(spec, repo_id), "```", ""]
     lines += [
-        "## Reproduce with the TRL CLI", "",
+        "## Reproduce with the TRL CLI",
+        "",
         "The same run as a `trl` config (also uploaded as `training_config.yaml`); comments say what the CLI "
-        "cannot express.", "",
-        "```yaml", trl_cli_yaml(spec, output_dir=repo_id.split("/")[-1]).rstrip(), "```", "",
-        "The job's full spec is in `spec.json`, its logged metrics in `metrics.jsonl`.", "",
+        "cannot express.",
+        "",
+        "```yaml",
+        trl_cli_yaml(spec, output_dir=repo_id.split("/")[-1]).rstrip(),
+        "```",
+        "",
+        "The job's full spec is in `spec.json`, its logged metrics in `metrics.jsonl`.",
+        "",
     ]
     versions = _versions()
     if versions:

@@ -8,8 +8,8 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
 
@@ -83,9 +83,10 @@ class DataPaths:
         for old, claimants in claims.items():
             if len(claimants) != 1 or old == user_folder(claimants[0]):
                 continue
-            for source, target in ((self.root / "uploads" / old, self.uploads(claimants[0])),
-                                   *((self.root / kind / f"{old}.jsonl", self.feedback(kind, claimants[0]))
-                                     for kind in FEEDBACK_KINDS)):
+            for source, target in (
+                (self.root / "uploads" / old, self.uploads(claimants[0])),
+                *((self.root / kind / f"{old}.jsonl", self.feedback(kind, claimants[0])) for kind in FEEDBACK_KINDS),
+            ):
                 if source.exists() and not target.exists():
                     os.replace(source, target)
                     moved.append(f"{source.relative_to(self.root)} -> {target.relative_to(self.root)}")
@@ -142,7 +143,7 @@ class DataPaths:
         except OSError:
             return False
 
-    def ensure(self) -> "DataPaths":
+    def ensure(self) -> DataPaths:
         """Create the data directory's folders if missing; returns self."""
         (self.root / "jobs").mkdir(parents=True, exist_ok=True)
         self.models.mkdir(parents=True, exist_ok=True)

@@ -55,8 +55,9 @@ def matmul_parameters(params: ParameterCount) -> int:
     return params.linear + (params.lm_head or params.embeddings)
 
 
-def flops_per_token(params: ParameterCount, *, trains_base_weights: bool, recomputes_forward: bool,
-                    extra_forwards: int = 0) -> float:
+def flops_per_token(
+    params: ParameterCount, *, trains_base_weights: bool, recomputes_forward: bool, extra_forwards: int = 0
+) -> float:
     """Training FLOPs per token from the model's parameter count N (:func:`matmul_parameters`).
 
     A matrix multiply costs 2 FLOPs per weight per token, so each pass over the weights is 2N:
@@ -75,8 +76,9 @@ def flops_per_token(params: ParameterCount, *, trains_base_weights: bool, recomp
     return 2.0 * matmul_parameters(params) * passes
 
 
-def model_flops_utilization(tokens_per_second: float | None, flops_per_token_: float | None,
-                            peak_flops: float | None, devices: int = 1) -> float | None:
+def model_flops_utilization(
+    tokens_per_second: float | None, flops_per_token_: float | None, peak_flops: float | None, devices: int = 1
+) -> float | None:
     """Achieved FLOP/s over the devices' peak (a fraction); None when any figure is unknown."""
     if not tokens_per_second or not flops_per_token_ or not peak_flops or devices < 1:
         return None

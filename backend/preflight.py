@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.data import load_training_dataset, split_holdout
-from backend.training.methods import support
 from backend.demo_model import BUILTIN_MODELS, DEMO_MODEL_ID
-from backend.rewards import reward_columns
 from backend.hub import hub_offline, is_local_path
 from backend.hub_status import HUB_UNREACHABLE, hub_reachable
+from backend.rewards import reward_columns
 from backend.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
+from backend.training.methods import support
 
 if TYPE_CHECKING:
     from backend.autotune import Tuning
@@ -35,9 +35,13 @@ def check_model(model: ModelSpec) -> None:
 
         if isinstance(try_to_load_from_cache(name, "config.json", revision=model.revision), str):
             return
-        raise SpecError([f"model.name_or_path: {quote_input(name)} is not in the local cache and "
-                         f"{HUB_UNREACHABLE}{_offline_note()}; pick a local folder or {DEMO_MODEL_ID}, or try "
-                         "again once the Hub can be reached"])
+        raise SpecError(
+            [
+                f"model.name_or_path: {quote_input(name)} is not in the local cache and "
+                f"{HUB_UNREACHABLE}{_offline_note()}; pick a local folder or {DEMO_MODEL_ID}, or try "
+                "again once the Hub can be reached"
+            ]
+        )
     from transformers import AutoConfig
 
     try:
@@ -57,9 +61,13 @@ def check_hub_dataset(spec: JobSpec) -> None:
     """A Hub dataset with the Hub unreachable: refused at once (with HF_HUB_OFFLINE set, ``datasets`` reads its
     cache without waiting, so that case is left to it)."""
     if spec.dataset.source == "hub" and not hub_offline() and not hub_reachable():
-        raise SpecError([f"dataset.name: Hub dataset {quote_input(spec.dataset.name)} cannot be loaded: "
-                         f"{HUB_UNREACHABLE}; set HF_HUB_OFFLINE=1 to use a copy in the local cache, or upload "
-                         "the data as a file"])
+        raise SpecError(
+            [
+                f"dataset.name: Hub dataset {quote_input(spec.dataset.name)} cannot be loaded: "
+                f"{HUB_UNREACHABLE}; set HF_HUB_OFFLINE=1 to use a copy in the local cache, or upload "
+                "the data as a file"
+            ]
+        )
 
 
 def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> list[str]:
@@ -70,7 +78,7 @@ def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None)
     return check_and_plan(spec, models_dir, uploads_dir)[0]
 
 
-def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> tuple[list[str], "Tuning"]:
+def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> tuple[list[str], Tuning]:
     """:func:`check_spec`, and what auto-tune would choose for the job on this machine (with its estimate)."""
     problems: list[str] = []
     loaded = None
@@ -81,7 +89,10 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
     try:
         check_hub_dataset(spec)
         loaded = load_training_dataset(
-            spec.dataset, spec.method, reward_columns(spec), keep_all=bool(spec.environment.name),
+            spec.dataset,
+            spec.method,
+            reward_columns(spec),
+            keep_all=bool(spec.environment.name),
             uploads_dir=uploads_dir,
         )
         # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
@@ -90,21 +101,25 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
         problems.extend(exc.problems)
     method = support(spec.method)
     if spec.training.batch_size != "auto" and spec.training.batch_size < method.min_batch:
-        problems.append(f"training.batch_size: {method.label} needs at least {method.min_batch} examples per device "
-                        f"(got {spec.training.batch_size}); raise it or use auto")
+        problems.append(
+            f"training.batch_size: {method.label} needs at least {method.min_batch} examples per device "
+            f"(got {spec.training.batch_size}); raise it or use auto"
+        )
     if spec.training.num_gpus > 1:
         from backend.hardware import gpu_count_without_torch
 
         have = gpu_count_without_torch()
         if have < spec.training.num_gpus:
-            problems.append(f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
-                            f"{have}; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor")
+            problems.append(
+                f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
+                f"{have}; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor"
+            )
     if problems:
         raise SpecError(problems)
     return advisories(spec, models_dir, loaded)
 
 
-def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], "Tuning"]:
+def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], Tuning]:
     """What a practitioner would flag before a run: the data rendered through the chat template, and memory (the
     estimate of the job as auto-tune would run it, from the examples' measured lengths)."""
     from backend.autotune import plan
@@ -145,17 +160,21 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
 
     env = spec.environment
     if not supports_tool_calling(tokenizer):
-        raise SpecError([
-            f"model.name_or_path: the chat template of {spec.model.name_or_path} cannot render tool calls, so the "
-            "model cannot act in an environment; pick an instruct model whose template supports tools (Qwen2.5/Qwen3)"
-        ])
+        raise SpecError(
+            [
+                f"model.name_or_path: the chat template of {spec.model.name_or_path} cannot render tool calls, so the "
+                "model cannot act in an environment; pick an instruct model whose template supports tools "
+                "(Qwen2.5/Qwen3)"
+            ]
+        )
     warnings = []
     if builtin_of(env) is None:
         url = resolve_url(env.name)
         try:
             info = describe(url, timeout_s=min(env.timeout_s, 15.0))
-            check_sessions(url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0),
-                           least=spec.grpo.num_generations)
+            check_sessions(
+                url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0), least=spec.grpo.num_generations
+            )
             if not info.tools:
                 raise SpecError([f"environment.name: {info.summary()} offers no tools"])
             never_rewards = probe_rewards(info, timeout_s=min(env.timeout_s, 15.0)).warning(display_name(env))

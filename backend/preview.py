@@ -43,6 +43,7 @@ class PreviewRow:
 @dataclass(frozen=True)
 class PreviewSummary:
     """Token lengths of the previewed rows: the longest, the mean, and how many exceed max_length."""
+
     max_tokens: int
     mean_tokens: float
     over_max_length: int  # previewed rows with a sequence longer than max_length
@@ -52,6 +53,7 @@ class PreviewSummary:
 @dataclass(frozen=True)
 class DatasetPreview:
     """The first rows of a job's dataset as the trainer will see them, with its format, columns and a summary."""
+
     format: str
     columns: list[str]
     total_rows: int
@@ -59,8 +61,9 @@ class DatasetPreview:
     summary: PreviewSummary
 
 
-def preview_dataset(spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple["Dataset", str] | None = None,
-                    uploads_dir: Path | None = None) -> DatasetPreview:
+def preview_dataset(
+    spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple[Dataset, str] | None = None, uploads_dir: Path | None = None
+) -> DatasetPreview:
     """Load the job's data as training will and render its first ``rows`` examples through ``tokenizer``.
 
     ``loaded`` is the (dataset, format) pair from ``load_training_dataset`` when the caller has it already;

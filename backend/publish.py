@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from backend.access import dataset_file_name
 from backend.artifacts import HubPush
+from backend.hub import HUB_REPO_ID_RULE, client_offline, hub_endpoint, hub_model_id, is_namespaced_repo_id
 from backend.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
 from backend.paths import DataPaths
-from backend.hub import HUB_REPO_ID_RULE, client_offline, hub_endpoint, hub_model_id, is_namespaced_repo_id
 from backend.spec import JobSpec, quote_input
 from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
 from backend.trl_cli import slug, trl_cli_yaml
@@ -41,6 +41,7 @@ class PushError(RuntimeError):
 @dataclass(frozen=True)
 class PushResult:
     """A finished push: the Hub repo, its URL, the commit's URL and the files sent."""
+
     repo_id: str
     url: str
     commit_url: str
@@ -52,7 +53,7 @@ def default_repo_name(job: JobRecord) -> str:
     return slug(job.spec.output.run_name or f"{job.spec.method.value}-{job.id}")
 
 
-def _account(api: "HfApi") -> tuple[str, set[str], str | None]:
+def _account(api: HfApi) -> tuple[str, set[str], str | None]:
     """(user name, namespaces the token's account may write to, the token's role) from whoami."""
     info = api.whoami()
     name = info["name"]
@@ -71,7 +72,7 @@ def _metrics_jsonl(metrics: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
 
-def _base_license(api: "HfApi", job: JobRecord) -> str | None:
+def _base_license(api: HfApi, job: JobRecord) -> str | None:
     """The base model's license from its card; None when it is not a Hub model or the lookup fails."""
     base = hub_model_id(job.spec.model.name_or_path)
     if base is None:
@@ -98,14 +99,20 @@ def describe_push_failure(exc: BaseException, repo_id: str, namespace: str, adap
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else None
         if status == 401:
-            return (f"the token cannot write to {namespace}: the Hub did not accept it (401, invalid or expired); "
-                    "sign in again or set HF_TOKEN to a token with write access")
+            return (
+                f"the token cannot write to {namespace}: the Hub did not accept it (401, invalid or expired); "
+                "sign in again or set HF_TOKEN to a token with write access"
+            )
         if status == 403:
-            return (f"the token cannot write to {namespace}: it needs write access (a write token, or a "
-                    f"fine-grained one allowed to write to {namespace})")
+            return (
+                f"the token cannot write to {namespace}: it needs write access (a write token, or a "
+                f"fine-grained one allowed to write to {namespace})"
+            )
         if status == 409:
-            return (f"the repo {repo_id} exists and the Hub refused to write to it (409 conflict): it may belong to "
-                    "someone else or another push is under way; choose another hub_repo_id or retry")
+            return (
+                f"the repo {repo_id} exists and the Hub refused to write to it (409 conflict): it may belong to "
+                "someone else or another push is under way; choose another hub_repo_id or retry"
+            )
         if status == 404:
             return f"the repo {repo_id} was not found (404): check the name and that the token can see it"
         if status is not None and status >= 500:
@@ -171,8 +178,13 @@ def push_job(
     if target and not is_namespaced_repo_id(target):
         raise _fail(store, job, f"the hub repo id {quote_input(target)} must look like {HUB_REPO_ID_RULE}", token)
     if client_offline():
-        raise _fail(store, job, "the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); the adapter is kept "
-                                f"at {adapter_dir}; retry later", token)
+        raise _fail(
+            store,
+            job,
+            "the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); the adapter is kept "
+            f"at {adapter_dir}; retry later",
+            token,
+        )
 
     api = HfApi(endpoint=endpoint, token=token, library_name="post-training-studio")
     try:
@@ -180,11 +192,20 @@ def push_job(
         target = target or f"{user}/{default_repo_name(job)}"
         namespace = target.split("/")[0]
         if role == "read":
-            raise _fail(store, job, f"the token cannot write to {namespace}: it needs write access (this one is "
-                                    "read-only)", token)
+            raise _fail(
+                store,
+                job,
+                f"the token cannot write to {namespace}: it needs write access (this one is read-only)",
+                token,
+            )
         if namespace not in writable:
-            raise _fail(store, job, f"the repo {target} is under {namespace}, which {user} cannot write to: "
-                                    f"push to {user}/{target.split('/', 1)[1]} or one of your organisations", token)
+            raise _fail(
+                store,
+                job,
+                f"the repo {target} is under {namespace}, which {user} cannot write to: "
+                f"push to {user}/{target.split('/', 1)[1]} or one of your organisations",
+                token,
+            )
         private = spec.output.private if private is None else private
         api.create_repo(target, private=private, exist_ok=True, repo_type="model")
         metrics = store.metrics(job.id)
@@ -200,8 +221,10 @@ def push_job(
             "metrics.jsonl": _metrics_jsonl(metrics),
             "final_metrics.json": json.dumps(job.artifacts.final_metrics or {}, indent=2).encode(),
         }
-        for name, result in (("evaluation", job.artifacts.evaluation),
-                             ("environment_evaluation", job.artifacts.environment_evaluation)):
+        for name, result in (
+            ("evaluation", job.artifacts.evaluation),
+            ("environment_evaluation", job.artifacts.environment_evaluation),
+        ):
             if result:
                 files[f"{name}.json"] = json.dumps(result, indent=2).encode()
         with tempfile.TemporaryDirectory(prefix="studio-push-") as scratch:
@@ -212,19 +235,25 @@ def push_job(
             files["README.md"] = str(card).encode()
             operations = _operations(files, adapter_dir)
             commit = api.create_commit(
-                target, operations, repo_type="model",
+                target,
+                operations,
+                repo_type="model",
                 commit_message=f"{spec.method.value.upper()} adapter from Post-Training Studio job {job.id}",
                 commit_description=f"Base model: {spec.model.name_or_path}. Dataset: {_dataset_label(spec)}.",
             )
     except PushError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes one recorded sentence
-        raise _fail(store, job, describe_push_failure(exc, target or "?", namespace, adapter_dir, endpoint),
-                    token) from exc
+        raise _fail(
+            store, job, describe_push_failure(exc, target or "?", namespace, adapter_dir, endpoint), token
+        ) from exc
 
     uploaded = sorted(op.path_in_repo for op in operations)
     url = f"{endpoint}/{target}"
-    store.merge_artifacts(job.id, hub_error=None, hub=HubPush(
-        repo_id=target, url=url, commit=commit.commit_url, private=private, pushed_at=time.time()))
+    store.merge_artifacts(
+        job.id,
+        hub_error=None,
+        hub=HubPush(repo_id=target, url=url, commit=commit.commit_url, private=private, pushed_at=time.time()),
+    )
     log.info("pushed job %s to %s (%d files)", job.id, url, len(uploaded))
     return PushResult(repo_id=target, url=url, commit_url=commit.commit_url, files=uploaded)

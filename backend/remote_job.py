@@ -36,8 +36,10 @@ def run_remote(spec_b64: str, job_id: str | None = None) -> int:
         return EXIT_USAGE
     token = os.environ.get("HF_TOKEN", "").strip()
     if not token:
-        print("HF_TOKEN is not set: the job needs the user's token (sent as a secret) to push its adapter",
-              file=sys.stderr)
+        print(
+            "HF_TOKEN is not set: the job needs the user's token (sent as a secret) to push its adapter",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     paths = DataPaths(os.environ.get("STUDIO_DATA_DIR")).ensure()
     store = JobStore(paths.db)

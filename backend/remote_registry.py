@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS remote_jobs (
 @dataclass(frozen=True)
 class RemoteJob:
     """A job launched on Hugging Face Jobs, as the studio recorded it: owner, spec, flavor, last status seen."""
+
     hf_job_id: str
     owner: str
     spec: dict[str, Any]
@@ -41,6 +42,7 @@ class RemoteJob:
 
 class RemoteRegistry:
     """The SQLite table of jobs launched on Hugging Face Jobs, with the last status seen of each."""
+
     def __init__(self, store: JobStore):
         self.store = store  # one file, one way in: its connections, its read-only mode
         if store.writable():  # on a read-only folder the table is as it was (or absent: nothing was launched)
@@ -77,10 +79,19 @@ class RemoteRegistry:
     def record_status(self, hf_job_id: str, stage: str, message: str) -> None:
         """Remember the last stage and message read from the Hub for a job."""
         with self.store.writing() as con:
-            con.execute("UPDATE remote_jobs SET last_stage = ?, last_message = ? WHERE hf_job_id = ?",
-                        (stage, message, hf_job_id))
+            con.execute(
+                "UPDATE remote_jobs SET last_stage = ?, last_message = ? WHERE hf_job_id = ?",
+                (stage, message, hf_job_id),
+            )
 
 
 def _record(row: sqlite3.Row) -> RemoteJob:
-    return RemoteJob(row["hf_job_id"], row["owner"], json.loads(row["spec"]), row["flavor"], row["created_at"],
-                     row["last_stage"], row["last_message"])
+    return RemoteJob(
+        row["hf_job_id"],
+        row["owner"],
+        json.loads(row["spec"]),
+        row["flavor"],
+        row["created_at"],
+        row["last_stage"],
+        row["last_message"],
+    )

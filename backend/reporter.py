@@ -28,8 +28,9 @@ class JobReporter(Protocol):
     def cancel_requested(self, job_id: str) -> bool:
         """Whether someone asked the running job to stop."""
 
-    def report(self, job_id: str, rows: Sequence[MetricRow], progress: dict[str, Any] | None,
-               samples: Sequence[SampleRow] = ()) -> None:
+    def report(
+        self, job_id: str, rows: Sequence[MetricRow], progress: dict[str, Any] | None, samples: Sequence[SampleRow] = ()
+    ) -> None:
         """Append metric rows and samples and replace the progress, in one transaction."""
 
     def forget_reports_after(self, job_id: str, step: int) -> None:
@@ -39,8 +40,9 @@ class JobReporter(Protocol):
         """Record some artifacts (JobArtifacts fields), leaving the others as they are; a key that is not a
         field raises UnknownArtifact."""
 
-    def finish(self, job_id: str, status: JobStatus, error: str | None = None,
-               artifacts: Mapping[str, Any] | None = None) -> bool:
+    def finish(
+        self, job_id: str, status: JobStatus, error: str | None = None, artifacts: Mapping[str, Any] | None = None
+    ) -> bool:
         """Move the running job to a final status (with artifacts, in the same transaction); False when it was
         no longer running and nothing was written."""
 
@@ -60,8 +62,9 @@ class NullReporter:
         """The store's cancel flag: every rank stops at the same step."""
         return self._store.cancel_requested(job_id)
 
-    def report(self, job_id: str, rows: Sequence[MetricRow], progress: dict[str, Any] | None,
-               samples: Sequence[SampleRow] = ()) -> None:
+    def report(
+        self, job_id: str, rows: Sequence[MetricRow], progress: dict[str, Any] | None, samples: Sequence[SampleRow] = ()
+    ) -> None:
         """Nothing: rank 0 reports."""
 
     def forget_reports_after(self, job_id: str, step: int) -> None:
@@ -71,8 +74,9 @@ class NullReporter:
         """Nothing, once the update is known to be a valid one."""
         artifact_update({**(update or {}), **fields})
 
-    def finish(self, job_id: str, status: JobStatus, error: str | None = None,
-               artifacts: Mapping[str, Any] | None = None) -> bool:
+    def finish(
+        self, job_id: str, status: JobStatus, error: str | None = None, artifacts: Mapping[str, Any] | None = None
+    ) -> bool:
         """False (nothing written), once the status and artifacts are known to be valid ones: rank 0 finishes."""
         if not status.finished:
             raise ValueError(f"{status.value} is not a final status")

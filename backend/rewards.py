@@ -33,7 +33,7 @@ THINK_END = "</think>"
 USER_PATTERN_TIMEOUT_S = 0.1
 
 
-def search_user_pattern(pattern: "regex.Pattern", text: str) -> bool | None:
+def search_user_pattern(pattern: regex.Pattern, text: str) -> bool | None:
     """Whether a user's compiled pattern occurs in ``text``; None when it ran out of time.
 
     >>> search_user_pattern(regex.compile("(a|aa)+$"), "a" * 40 + "b") is None
@@ -262,9 +262,14 @@ class RegexMatch:
         found = [search_user_pattern(self.pattern, completion_text(c)) for c in completions]
         self.timed_out = [index for index, hit in enumerate(found) if hit is None]
         if self.timed_out:
-            log.warning("%s reward: pattern %r ran past %.1f s on %d of %d completions; they score 0.0",
-                        self.__name__, self.pattern.pattern[:80], USER_PATTERN_TIMEOUT_S, len(self.timed_out),
-                        len(found))
+            log.warning(
+                "%s reward: pattern %r ran past %.1f s on %d of %d completions; they score 0.0",
+                self.__name__,
+                self.pattern.pattern[:80],
+                USER_PATTERN_TIMEOUT_S,
+                len(self.timed_out),
+                len(found),
+            )
         return [1.0 if hit else 0.0 for hit in found]
 
 
@@ -343,21 +348,25 @@ def _time_limited_pattern_validator():
         if not validator.is_type(instance, "object"):
             return
         named, patterns = schema.get("properties", {}), schema.get("patternProperties", {})
-        extras = [key for key in instance
-                  if key not in named and not any(matches(p, key) for p in patterns)]
+        extras = [key for key in instance if key not in named and not any(matches(p, key) for p in patterns)]
         if validator.is_type(allowed, "object"):
             for key in extras:
                 yield from validator.descend(instance[key], allowed, path=key)
         elif not allowed and extras:
             yield ValidationError(f"additional properties are not allowed ({', '.join(map(repr, extras[:5]))})")
 
-    return validators.extend(Draft202012Validator, {
-        "pattern": pattern, "patternProperties": pattern_properties, "additionalProperties": additional_properties,
-    })
+    return validators.extend(
+        Draft202012Validator,
+        {
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+            "additionalProperties": additional_properties,
+        },
+    )
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> "regex.Pattern":
+def _compiled(pattern: str) -> regex.Pattern:
     return regex.compile(pattern, regex.V0)
 
 
@@ -541,20 +550,27 @@ def bench_input_problems(specs: Sequence[Any], completions: Sequence[Any], row: 
     """Sentences for bench input over the limits (nothing is scored then); empty when it fits."""
     problems = []
     if len(specs) > BENCH_MAX_REWARDS:
-        problems.append(f"rewards: the bench scores at most {BENCH_MAX_REWARDS} rewards at once; "
-                        f"you gave {len(specs)}, remove some")
+        problems.append(
+            f"rewards: the bench scores at most {BENCH_MAX_REWARDS} rewards at once; you gave {len(specs)}, remove some"
+        )
     if len(completions) > BENCH_MAX_COMPLETIONS:
-        problems.append(f"completions: the bench scores at most {BENCH_MAX_COMPLETIONS} completions at once; "
-                        f"you gave {len(completions)}, score them in parts")
+        problems.append(
+            f"completions: the bench scores at most {BENCH_MAX_COMPLETIONS} completions at once; "
+            f"you gave {len(completions)}, score them in parts"
+        )
     longest = max((len(completion_text(c)) for c in completions), default=0)
     if longest > BENCH_MAX_COMPLETION_CHARS:
-        problems.append(f"completions: each may be at most {BENCH_MAX_COMPLETION_CHARS:,} characters; the longest has "
-                        f"{longest:,}, shorten it")
+        problems.append(
+            f"completions: each may be at most {BENCH_MAX_COMPLETION_CHARS:,} characters; the longest has "
+            f"{longest:,}, shorten it"
+        )
     if row is not None:
         size = len(json.dumps(row, default=str))
         if size > BENCH_MAX_ROW_CHARS:
-            problems.append(f"row: the dataset row may be at most {BENCH_MAX_ROW_CHARS:,} characters of JSON; "
-                            f"it has {size:,}, keep only the columns the rewards read")
+            problems.append(
+                f"row: the dataset row may be at most {BENCH_MAX_ROW_CHARS:,} characters of JSON; "
+                f"it has {size:,}, keep only the columns the rewards read"
+            )
     return problems
 
 
@@ -585,8 +601,12 @@ def score_completions(
                 f"{fn.__name__}: the pattern ran past {USER_PATTERN_TIMEOUT_S} s and scored 0.0; simplify it"
             )
     return [
-        {**_scored(completion, {name: scores[index] for name, scores in scores_by_reward.items()}, functions, weights),
-         "notes": notes.get(index, [])}
+        {
+            **_scored(
+                completion, {name: scores[index] for name, scores in scores_by_reward.items()}, functions, weights
+            ),
+            "notes": notes.get(index, []),
+        }
         for index, completion in enumerate(completions)
     ]
 

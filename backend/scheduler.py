@@ -116,6 +116,7 @@ class _Running:
 
 class Scheduler:
     """Runs queued jobs, each in its own worker process, at most ``max_concurrent`` at once."""
+
     def __init__(
         self,
         paths: DataPaths,
@@ -206,7 +207,7 @@ class Scheduler:
         return False
 
     # --- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> "Scheduler":
+    def start(self) -> Scheduler:
         """Run in a background thread (the app's mode); waits for the lock if another scheduler holds it."""
         self._thread = threading.Thread(target=self._serve, name="studio-scheduler", daemon=True)
         self._thread.start()
@@ -294,11 +295,16 @@ class Scheduler:
         self._consecutive_failures += 1
         self._last_error = f"{what}: {disk_full_reason(exc, self.paths.root) or describe_failure(exc)}"
         self._last_error_at = time.time()
-        log.error("%s (%d in a row); retrying in %.1fs", self._last_error, self._consecutive_failures,
-                  self._backoff_delay(), exc_info=exc)
+        log.error(
+            "%s (%d in a row); retrying in %.1fs",
+            self._last_error,
+            self._consecutive_failures,
+            self._backoff_delay(),
+            exc_info=exc,
+        )
 
     def _backoff_delay(self) -> float:
-        return min(self.backoff_cap_s, self.poll_interval * 2 ** self._consecutive_failures)
+        return min(self.backoff_cap_s, self.poll_interval * 2**self._consecutive_failures)
 
     # --- the work ------------------------------------------------------------------------------------
     def reconcile(self) -> None:
@@ -320,8 +326,9 @@ class Scheduler:
 
     def _adopt(self, job: JobRecord) -> None:
         log.info("adopting worker %d of %s job %s", job.pid, job.status.value, job.id)
-        self._running[job.id] = _Running(job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id),
-                                         gpus=job.spec.training.num_gpus)
+        self._running[job.id] = _Running(
+            job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id), gpus=job.spec.training.num_gpus
+        )
 
     def _checkpoint_note(self, job_id: str) -> str:
         return " from its last checkpoint" if any(self.paths.job_output(job_id).glob("checkpoint-*")) else ""
@@ -334,8 +341,10 @@ class Scheduler:
         while len(self._running) < self.max_concurrent:
             waiting = self.store.list(statuses=[JobStatus.queued])
             # A multi-GPU job takes the whole machine: it waits for the others to finish, and others wait for it.
-            if waiting and self._running and (
-                waiting[0].spec.training.num_gpus > 1 or any(r.gpus > 1 for r in self._running.values())
+            if (
+                waiting
+                and self._running
+                and (waiting[0].spec.training.num_gpus > 1 or any(r.gpus > 1 for r in self._running.values()))
             ):
                 break
             job = self.store.claim_next()
@@ -373,8 +382,9 @@ class Scheduler:
             # Marks where each attempt starts (a resumed job appends here), and finds a full disk before a worker runs.
             log_file.write(f"--- attempt {job.attempts} started {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             oom_kills = oom_kill_count()
-            popen = spawn_backend_process(module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec(),
-                                          python=python)
+            popen = spawn_backend_process(
+                module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec(), python=python
+            )
             self.store.set_pid(job.id, popen.pid)
         except BaseException:
             if popen is not None:  # started, but nobody would know its pid: it must not train unseen
@@ -382,14 +392,24 @@ class Scheduler:
                 popen.wait()
             log_file.close()
             raise
-        self._running[job.id] = _Running(job.id, popen.pid, slot, popen, log_path, log_file=log_file, gpus=gpus,
-                                         launched_monotonic=time.monotonic(), oom_kills_at_launch=oom_kills)
+        self._running[job.id] = _Running(
+            job.id,
+            popen.pid,
+            slot,
+            popen,
+            log_path,
+            log_file=log_file,
+            gpus=gpus,
+            launched_monotonic=time.monotonic(),
+            oom_kills_at_launch=oom_kills,
+        )
         log.info("job %s started in worker %d (slot %d)", job.id, popen.pid, slot)
 
     def _fail_unlaunched(self, job_id: str, exc: BaseException) -> None:
         """A claimed job whose worker could not start ends failed with the cause (retried if even that write fails)."""
-        reason = (disk_full_reason(exc, self.paths.root)
-                  or f"could not start the worker process ({describe_failure(exc)})")
+        reason = (
+            disk_full_reason(exc, self.paths.root) or f"could not start the worker process ({describe_failure(exc)})"
+        )
         self._unrecorded_failures[job_id] = reason
         self._record_unrecorded_failures()
 
@@ -434,20 +454,34 @@ class Scheduler:
         now = time.monotonic()
         if run.final_seen_at is None:
             run.final_seen_at = now
-        pushing = (job.status is JobStatus.succeeded and job.spec.output.push_to_hub
-                   and job.artifacts.hub is None and job.artifacts.hub_error is None)
+        pushing = (
+            job.status is JobStatus.succeeded
+            and job.spec.output.push_to_hub
+            and job.artifacts.hub is None
+            and job.artifacts.hub_error is None
+        )
         grace = max(self.final_grace_s, self.push_grace_s) if pushing else self.final_grace_s
         lingered = now - run.final_seen_at
         try:
             if lingered > grace + LINGERING_TERM_TO_KILL_S:
                 os.killpg(run.pid, signal.SIGKILL)
-                log.warning("job %s is %s but worker %d did not exit; killed it to free slot %d",
-                            run.job_id, job.status.value, run.pid, run.slot)
+                log.warning(
+                    "job %s is %s but worker %d did not exit; killed it to free slot %d",
+                    run.job_id,
+                    job.status.value,
+                    run.pid,
+                    run.slot,
+                )
             elif lingered > grace and not run.lingering_term_sent:
                 os.killpg(run.pid, signal.SIGTERM)
                 run.lingering_term_sent = True
-                log.warning("job %s is %s but worker %d is still running after %.0fs; stopping it",
-                            run.job_id, job.status.value, run.pid, grace)
+                log.warning(
+                    "job %s is %s but worker %d is still running after %.0fs; stopping it",
+                    run.job_id,
+                    job.status.value,
+                    run.pid,
+                    grace,
+                )
         except ProcessLookupError:
             pass
 
@@ -484,8 +518,9 @@ class Scheduler:
                 reason = "Out of memory: " + reason
             reason = with_log_tail(reason, run.log_path)
         if status is JobStatus.cancelled:  # not an error: how it stopped is a note beside the step it reached
-            self._finish(run.job_id, status, None,
-                         {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason})
+            self._finish(
+                run.job_id, status, None, {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason}
+            )
         else:
             self._finish(run.job_id, status, reason)
         log.info("job %s ended %s: %s", run.job_id, status.value, reason.splitlines()[0])
@@ -507,8 +542,7 @@ class Scheduler:
         except Exception as exc:
             if disk_full_reason(exc) is None or not self.paths.release_space_reserve():
                 raise
-            log.warning("the data disk is full: freed the space reserve to record that job %s %s", job_id,
-                        status.value)
+            log.warning("the data disk is full: freed the space reserve to record that job %s %s", job_id, status.value)
             return self.store.finish(job_id, status, reason, artifacts)
 
     def wait_idle(self, timeout: float) -> bool:
@@ -550,12 +584,28 @@ def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, l
     args = ["--job-id", job_id, "--data-dir", str(paths.root)]
     if gpus <= 1:
         return "backend.worker", args
-    return "accelerate.commands.launch", ["--multi_gpu", "--num_processes", str(gpus), "--num_machines", "1",
-                                          "--mixed_precision", "no", "--module", "backend.worker", *args]
+    return "accelerate.commands.launch", [
+        "--multi_gpu",
+        "--num_processes",
+        str(gpus),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--module",
+        "backend.worker",
+        *args,
+    ]
 
 
-def spawn_backend_process(module: str, args: list[str], log_file, extra_env: dict[str, str] | None = None,
-                          preexec_fn=None, python: str | None = None) -> subprocess.Popen:
+def spawn_backend_process(
+    module: str,
+    args: list[str],
+    log_file,
+    extra_env: dict[str, str] | None = None,
+    preexec_fn=None,
+    python: str | None = None,
+) -> subprocess.Popen:
     """``python -m module args`` from the project root, in its own process session, output appended to log_file.
 
     ``python`` defaults to this process's interpreter; workers get the trainer's (``interpreters.trainer_python``).
@@ -579,9 +629,7 @@ def spawn_detached(paths: DataPaths) -> subprocess.Popen:
     """Start a scheduler process that outlives the caller and exits once the queue is empty."""
     paths.ensure()
     with open(paths.root / "scheduler.log", "ab") as out:
-        return spawn_backend_process(
-            "backend.scheduler", ["--data-dir", str(paths.root), "--exit-when-idle"], out
-        )
+        return spawn_backend_process("backend.scheduler", ["--data-dir", str(paths.root), "--exit-when-idle"], out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,6 +71,7 @@ def default_model() -> str:
 
 class Method(str, Enum):
     """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO (rewards)."""
+
     sft = "sft"
     dpo = "dpo"
     grpo = "grpo"
@@ -85,6 +86,7 @@ class _Part(BaseModel):
 
 class ModelSpec(_Part):
     """The base model (Hub id, local folder or built-in), its revision, or a finished job to continue from."""
+
     name_or_path: str = Field(
         default_factory=default_model,
         min_length=1,
@@ -101,6 +103,7 @@ class ModelSpec(_Part):
 
 class DatasetSpec(_Part):
     """Where the training data comes from, which split and rows, and how its columns map to the method's."""
+
     source: Literal["builtin", "hub", "upload", "file"] = Field(
         "builtin",
         description="Where the data comes from: a built-in sample, a Hub dataset id, a file you uploaded, "
@@ -123,6 +126,7 @@ class DatasetSpec(_Part):
 
 class LoraSpec(_Part):
     """The LoRA adapter: whether to train one, its rank, scaling, dropout and target modules."""
+
     enabled: bool = Field(True, description="Train a LoRA adapter instead of all weights.")
     r: int = Field(16, gt=0, le=1024, description="LoRA rank: capacity of the adapter.")
     alpha: int = Field(32, gt=0, description="LoRA scaling (alpha / r multiplies the update).")
@@ -141,6 +145,7 @@ class LoraSpec(_Part):
 
 class QuantizationSpec(_Part):
     """How the base model is loaded: full precision, 4-bit NF4 (QLoRA) or 8-bit."""
+
     mode: Literal["none", "4bit", "8bit"] = Field(
         "none", description="Load the base model in 4-bit NF4 (double quant, QLoRA) or 8-bit to save memory."
     )
@@ -148,12 +153,14 @@ class QuantizationSpec(_Part):
 
 class TrainingSpec(_Part):
     """The optimisation loop: epochs or steps, learning rate, batch, sequence length, seed, checkpoints, GPUs."""
+
     epochs: float = Field(1.0, gt=0, description="Passes over the dataset (ignored when max_steps is set).")
     max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     batch_size: int | Literal["auto"] = Field(
-        2, description="Examples per device per step, 1-1024; auto: auto_tune picks the largest that fits (a power "
-        "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO)."
+        2,
+        description="Examples per device per step, 1-1024; auto: auto_tune picks the largest that fits (a power "
+        "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
     )
     gradient_accumulation_steps: int = Field(1, gt=0, le=1024, description="Steps whose gradients are summed.")
     max_length: int = Field(1024, gt=8, le=131072, description="Longest tokenized example; longer ones are cut.")
@@ -162,31 +169,37 @@ class TrainingSpec(_Part):
     logging_steps: int = Field(1, gt=0, description="Log metrics every N steps.")
     save_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every N steps.")
     num_gpus: int = Field(
-        1, ge=1, le=64,
+        1,
+        ge=1,
+        le=64,
         description="GPUs for this job: more than 1 launches the worker with accelerate (DDP) on the whole machine.",
     )
     gradient_checkpointing: bool | None = Field(
-        None, description="Recompute activations in the backward pass: less memory, ~20-30% more compute. Empty: "
-        "off when auto_tune finds the job fits without it, else on (TRL's default)."
+        None,
+        description="Recompute activations in the backward pass: less memory, ~20-30% more compute. Empty: "
+        "off when auto_tune finds the job fits without it, else on (TRL's default).",
     )
     auto_tune: bool = Field(
-        True, description="Fill the speed settings left empty (gradient checkpointing, packing, fused kernels, "
+        True,
+        description="Fill the speed settings left empty (gradient checkpointing, packing, fused kernels, "
         "attention) and split the batch between device and accumulation from the memory estimate and the device; "
-        "the job log and the Jobs tab say what was chosen and why."
+        "the job log and the Jobs tab say what was chosen and why.",
     )
     use_liger_kernel: bool | None = Field(
-        None, description="Liger's fused kernels (linear + cross-entropy without the full fp32 logits). Empty: on "
-        "when auto_tune runs on a CUDA GPU with liger-kernel installed."
+        None,
+        description="Liger's fused kernels (linear + cross-entropy without the full fp32 logits). Empty: on "
+        "when auto_tune runs on a CUDA GPU with liger-kernel installed.",
     )
     stop_when_no_signal: bool = Field(
-        False, description="GRPO: end the run early, saying why, once several logged steps in a row had nothing to "
+        False,
+        description="GRPO: end the run early, saying why, once several logged steps in a row had nothing to "
         "learn from (every group scored the same, a constant reward, or every completion cut at the length limit).",
     )
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flash_attention_3"] | None = Field(
-        None, description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "
-        "bf16 CUDA GPU, else PyTorch's sdpa."
+        None,
+        description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "
+        "bf16 CUDA GPU, else PyTorch's sdpa.",
     )
-
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -208,17 +221,20 @@ class TrainingSpec(_Part):
 
 class SFTSpec(_Part):
     """SFT settings: completion-only loss and packing."""
+
     completion_only_loss: bool = Field(
         True, description="Loss on the assistant turns / completion only, not on the prompt."
     )
     packing: bool | None = Field(
-        None, description="Pack several short examples into one max_length sequence (best-fit, no attention across "
-        "examples). Empty: on when auto_tune finds the examples short on a GPU."
+        None,
+        description="Pack several short examples into one max_length sequence (best-fit, no attention across "
+        "examples). Empty: on when auto_tune finds the examples short on a GPU.",
     )
 
 
 class DPOSpec(_Part):
     """DPO settings: beta and the loss type."""
+
     beta: float = Field(0.1, gt=0, le=10, description="How far the model may move from the reference (higher: less).")
     loss_type: Literal["sigmoid", "ipo", "hinge", "robust", "apo_zero", "apo_down", "sigmoid_norm"] = Field(
         "sigmoid", description="DPO loss: sigmoid is the paper's; ipo and robust are gentler on noisy labels."
@@ -245,6 +261,7 @@ REWARD_NAMES: tuple[str, ...] = get_args(RewardName)
 
 class RewardSpec(_Part):
     """One GRPO reward function by name, its weight, and the settings that function reads."""
+
     name: RewardName = Field(description="Which reward function scores each completion.")
     weight: float = Field(1.0, description="Weight of this reward in the total.")
     column: str | None = Field(
@@ -270,7 +287,7 @@ class RewardSpec(_Part):
         return value
 
     @model_validator(mode="after")
-    def _params_fit_the_reward(self) -> "RewardSpec":
+    def _params_fit_the_reward(self) -> RewardSpec:
         if self.name == "exact_match" and not self.column:
             raise ValueError("exact_match needs column: the dataset column holding the expected answer")
         if self.name == "regex":
@@ -303,6 +320,7 @@ def _default_rewards() -> list[RewardSpec]:
 
 class GRPOSpec(_Part):
     """GRPO settings: group size, sampling, loss, rewards and vLLM generation."""
+
     num_generations: int = Field(4, ge=2, le=64, description="Completions sampled per prompt (the group).")
     max_completion_length: int = Field(
         256, gt=0, le=32768, description="Longest completion; for environments, the whole episode."
@@ -337,8 +355,10 @@ def remote_environment_problem(reference: str) -> str | None:
     """Why ``reference`` names no environment server (a sentence), or None for a Hub Space id or an http(s) URL."""
     if reference.startswith(("http://", "https://")) or is_namespaced_repo_id(reference):
         return None
-    return (f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
-            f"or a built-in name such as {BUILTIN_PREFIX}echo")
+    return (
+        f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
+        f"or a built-in name such as {BUILTIN_PREFIX}echo"
+    )
 
 
 def template_problem(template: str) -> str | None:
@@ -367,17 +387,18 @@ class EnvironmentSpec(_Part):
         description="Reward read from the environment: success (1.0 when the episode ends with a positive "
         "reward, else 0.0; binary, as TRL recommends), last (last reward) or sum (all rewards).",
     )
-    max_tool_calling_iterations: int = Field(
-        8, ge=1, le=64, description="Most model turns (tool calls) per episode."
-    )
+    max_tool_calling_iterations: int = Field(8, ge=1, le=64, description="Most model turns (tool calls) per episode.")
     eval_episodes: int = Field(
-        16, ge=0, le=512,
+        16,
+        ge=0,
+        le=512,
         description="Episodes played after training by the base and the tuned model (same seeds) to measure the "
         "success rate (0: skip).",
     )
     timeout_s: float = Field(60.0, gt=0, le=600, description="Longest wait for one environment answer (seconds).")
     observation_template: str | None = Field(
-        None, max_length=2000,
+        None,
+        max_length=2000,
         description="How the model reads an observation, for the rare environment that needs a layout: a format "
         "string over its fields, e.g. '{board}\\nLegal moves: {legal_moves}'. None: the fields as short text.",
     )
@@ -411,6 +432,7 @@ class EnvironmentSpec(_Part):
 
 class EvalSpec(_Part):
     """The before/after evaluation: how many rows are held out, and whether the base model is scored too."""
+
     holdout_fraction: float = Field(
         0.0, ge=0, lt=0.9, description="Share of rows held out for the before/after evaluation (0: none)."
     )
@@ -425,8 +447,11 @@ class OutputSpec(_Part):
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
     private: bool = Field(True, description="Create the Hub repo as private.")
-    trackio: bool = Field(False, description="Also log the run to trackio, Hugging Face's local-first experiment "
-                          "tracker (kept in the data dir; the Jobs tab says how to open its dashboard).")
+    trackio: bool = Field(
+        False,
+        description="Also log the run to trackio, Hugging Face's local-first experiment "
+        "tracker (kept in the data dir; the Jobs tab says how to open its dashboard).",
+    )
 
     _plain_run_name = field_validator("run_name")(_refuse_control_characters)
 
@@ -440,10 +465,11 @@ class OutputSpec(_Part):
 
 class JobSpec(_Part):
     """Everything one training job needs, validated: method, model, data, LoRA, training, rewards and output."""
+
     schema_version: int = Field(SCHEMA_VERSION, description="Spec format version.")
     method: Method = Field(
-        Method.sft, description="sft (demonstrations), dpo (preference pairs), grpo (rewards) or kto (answers marked "
-        "good or bad)."
+        Method.sft,
+        description="sft (demonstrations), dpo (preference pairs), grpo (rewards) or kto (answers marked good or bad).",
     )
     model: ModelSpec = Field(default_factory=ModelSpec)
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
@@ -481,7 +507,7 @@ class JobSpec(_Part):
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> "JobSpec":
+    def _consistent(self) -> JobSpec:
         if self.quantization.mode != "none" and not self.lora.enabled:
             raise ValueError(
                 "a quantized base model cannot be trained directly: enable LoRA (lora.enabled: true) "
@@ -510,12 +536,12 @@ class JobSpec(_Part):
         return self.model_dump_json()
 
     @classmethod
-    def from_json(cls, text: str) -> "JobSpec":
+    def from_json(cls, text: str) -> JobSpec:
         """The spec from JSON text (``parse_spec``); SpecError lists every problem."""
         return parse_spec(text)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobSpec":
+    def from_dict(cls, data: dict[str, Any]) -> JobSpec:
         """The spec from parsed YAML or JSON data (``parse_spec``); SpecError lists every problem."""
         return parse_spec(data)
 

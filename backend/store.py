@@ -8,12 +8,13 @@ import os
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from functools import lru_cache
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from pydantic_core import PydanticSerializationError
 
@@ -26,6 +27,7 @@ _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 class JobStatus(str, Enum):
     """Where a job is in its life: queued, running, or finished as succeeded, failed, cancelled or interrupted."""
+
     queued = "queued"
     running = "running"
     succeeded = "succeeded"
@@ -47,6 +49,7 @@ ATTEMPT_END_ARTIFACTS = ("cancelled_at_step", "cancel_note")
 
 class JobNotFound(KeyError):
     """No job has this id (or none the asker may see)."""
+
     def __init__(self, job_id: str):
         super().__init__(job_id)
         self.job_id = job_id
@@ -87,8 +90,10 @@ class UnreadableJob(StoreError):
         )
 
 
-READ_ONLY_SENTENCE = ("the studio’s data folder is read-only just now: jobs, logs and adapters can be read, but "
-                      "nothing can be queued, changed or saved until it is writable again")
+READ_ONLY_SENTENCE = (
+    "the studio’s data folder is read-only just now: jobs, logs and adapters can be read, but "
+    "nothing can be queued, changed or saved until it is writable again"
+)
 
 
 class StoreReadOnly(SpecError):
@@ -108,10 +113,12 @@ class QueueFull(SpecError):
 
     def __init__(self, waiting: int, limit: int):
         self.waiting, self.limit = waiting, limit
-        super().__init__([
-            f"the queue is full: {waiting} jobs are waiting, the most this Space holds "
-            f"(STUDIO_MAX_QUEUED_TOTAL = {limit}); try again in a few minutes, once some have started"
-        ])
+        super().__init__(
+            [
+                f"the queue is full: {waiting} jobs are waiting, the most this Space holds "
+                f"(STUDIO_MAX_QUEUED_TOTAL = {limit}); try again in a few minutes, once some have started"
+            ]
+        )
 
 
 class QuotaExceeded(SpecError):
@@ -120,10 +127,12 @@ class QuotaExceeded(SpecError):
     def __init__(self, waiting: int, limit: int):
         self.waiting = waiting
         self.limit = limit
-        super().__init__([
-            f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
-            "wait for one to start, or cancel one"
-        ])
+        super().__init__(
+            [
+                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
+                "wait for one to start, or cancel one"
+            ]
+        )
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -172,6 +181,7 @@ def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
 @dataclass
 class JobRecord:
     """One job's row: its spec, owner, status, timestamps, error, outputs, progress and worker."""
+
     id: str
     seq: int
     owner: str
@@ -389,8 +399,13 @@ class JobStore:
         )
 
     # --- creating and reading ---------------------------------------------------------------------
-    def add(self, spec: JobSpec, job_id: str | None = None, max_queued_for_owner: int | None = None,
-            max_queued_total: int | None = None) -> JobRecord:
+    def add(
+        self,
+        spec: JobSpec,
+        job_id: str | None = None,
+        max_queued_for_owner: int | None = None,
+        max_queued_total: int | None = None,
+    ) -> JobRecord:
         """Queue a job. The spec is written only if it reads back unchanged (SpecError otherwise); with
         ``max_queued_for_owner`` the owner's waiting jobs (and with ``max_queued_total`` everyone's) are counted in
         the same transaction as the insert, so concurrent submissions cannot overshoot a limit (QuotaExceeded or
@@ -410,9 +425,7 @@ class JobStore:
 
     @staticmethod
     def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int) -> None:
-        waiting = con.execute(
-            "SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)
-        ).fetchone()[0]
+        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)).fetchone()[0]
         if waiting >= limit:
             raise QuotaExceeded(waiting, limit)
 
@@ -465,8 +478,9 @@ class JobStore:
         with self._connect() as con:
             return [row[0] for row in con.execute("SELECT DISTINCT owner FROM jobs")]
 
-    def unreadable_rows(self, owner: str | None = None, statuses: list[JobStatus] | None = None
-                        ) -> list[tuple[str, str]]:
+    def unreadable_rows(
+        self, owner: str | None = None, statuses: list[JobStatus] | None = None
+    ) -> list[tuple[str, str]]:
         """(job id, reason) for each row ``list`` skips because it cannot be read."""
         return [(r.job_id, r.reason) for r in self._read_rows(owner, statuses) if isinstance(r, UnreadableJob)]
 
@@ -500,8 +514,10 @@ class JobStore:
                 if problem is None:
                     break
                 if problem != WAITING:
-                    con.execute("UPDATE jobs SET status = 'failed', finished_at = ?, error = ? WHERE id = ?",
-                                (time.time(), problem, row["id"]))
+                    con.execute(
+                        "UPDATE jobs SET status = 'failed', finished_at = ?, error = ? WHERE id = ?",
+                        (time.time(), problem, row["id"]),
+                    )
             else:
                 return None
             con.execute(
@@ -516,8 +532,9 @@ class JobStore:
         with self._connect() as con:
             con.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
 
-    def finish(self, job_id: str, status: JobStatus, error: str | None = None,
-               artifacts: Mapping[str, Any] | None = None) -> bool:
+    def finish(
+        self, job_id: str, status: JobStatus, error: str | None = None, artifacts: Mapping[str, Any] | None = None
+    ) -> bool:
         """Move a running job to a final status, merging ``artifacts`` (JobArtifacts fields) in the same transaction;
         False when it was no longer running (someone finished it first, and nothing is written)."""
         if not status.finished:
@@ -535,8 +552,10 @@ class JobStore:
             if row is None:
                 return False
             merged = {**json.loads(row["artifacts"]), **update}
-            con.execute("UPDATE jobs SET status = ?, error = ?, finished_at = ?, artifacts = ? WHERE id = ?",
-                        (status.value, error, time.time(), _json_text(merged), job_id))
+            con.execute(
+                "UPDATE jobs SET status = ?, error = ?, finished_at = ?, artifacts = ? WHERE id = ?",
+                (status.value, error, time.time(), _json_text(merged), job_id),
+            )
         return True
 
     def request_cancel(self, job_id: str) -> JobStatus:
@@ -548,8 +567,7 @@ class JobStore:
             status = JobStatus(row["status"])
             if status is JobStatus.queued:
                 con.execute(
-                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, error = NULL "
-                    "WHERE id = ?",
+                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, error = NULL WHERE id = ?",
                     (time.time(), job_id),
                 )
                 return JobStatus.cancelled
@@ -667,5 +685,7 @@ def _parent_problem(con: sqlite3.Connection, job: JobRecord) -> str | None:
         return WAITING
     if status == "succeeded" and JobArtifacts.from_stored(_json_object(row["artifacts"]) or {}).adapter_dir:
         return None
-    return (f"the job it continues ({parent_id}) ended {status} with no adapter to start from; queue this job "
-            f"again once that one has succeeded")
+    return (
+        f"the job it continues ({parent_id}) ended {status} with no adapter to start from; queue this job "
+        f"again once that one has succeeded"
+    )

@@ -42,12 +42,19 @@ def trackio_unavailable() -> str | None:
 
 def trackio_training_kwargs(owner: str, job_id: str, run_name: str | None) -> dict[str, Any]:
     """TrainingArguments that log to trackio locally only: no Space, no static snapshot pushed to the Hub."""
-    return dict(report_to=["trackio"], project=trackio_project(owner), run_name=trackio_run(job_id, run_name),
-                trackio_space_id=None, trackio_static_space_id=False)
+    return dict(
+        report_to=["trackio"],
+        project=trackio_project(owner),
+        run_name=trackio_run(job_id, run_name),
+        trackio_space_id=None,
+        trackio_static_space_id=False,
+    )
 
 
 def dashboard_command(paths: DataPaths, owner: str) -> str:
     """The shell command that serves the dashboard of ``owner``'s runs (trackio's own ``trackio show``, on
     127.0.0.1), run where the studio runs."""
-    return (f"{TRACKIO_DIR_ENV}={shlex.quote(str(trackio_dir(paths)))} trackio show "
-            f"--project {shlex.quote(trackio_project(owner))}")
+    return (
+        f"{TRACKIO_DIR_ENV}={shlex.quote(str(trackio_dir(paths)))} trackio show "
+        f"--project {shlex.quote(trackio_project(owner))}"
+    )

@@ -104,10 +104,23 @@ def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
     # The same TrainingArguments the app's trainers get (warmup ratio as warmup_steps, saving, logging, seed),
     # minus what the CLI machine decides for itself (precision, progress bars, run name).
     shared = base_training_kwargs(spec, Path(output_dir))
-    section.update({key: shared[key] for key in (
-        "per_device_train_batch_size", "gradient_accumulation_steps", "warmup_steps", "seed", "logging_steps",
-        "save_strategy", "save_steps", "save_total_limit", "gradient_checkpointing", "report_to",
-    )})
+    section.update(
+        {
+            key: shared[key]
+            for key in (
+                "per_device_train_batch_size",
+                "gradient_accumulation_steps",
+                "warmup_steps",
+                "seed",
+                "logging_steps",
+                "save_strategy",
+                "save_steps",
+                "save_total_limit",
+                "gradient_checkpointing",
+                "report_to",
+            )
+        }
+    )
     if shared["auto_find_batch_size"]:
         section["auto_find_batch_size"] = True
     if spec.output.run_name:
@@ -204,8 +217,10 @@ def trl_cli_notes(spec: JobSpec) -> list[str]:
     notes += support(spec.method).cli_notes(spec)
     notes.append("precision: TRL's configs train in bf16 by default; on a CPU or a GPU without bf16 add --bf16 false.")
     if spec.training.num_gpus > 1:
-        notes.append(f"launch: the app trained on {spec.training.num_gpus} GPUs; add --num_processes "
-                     f"{spec.training.num_gpus} to the trl command.")
+        notes.append(
+            f"launch: the app trained on {spec.training.num_gpus} GPUs; add --num_processes "
+            f"{spec.training.num_gpus} to the trl command."
+        )
     return notes
 
 

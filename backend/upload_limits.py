@@ -20,14 +20,21 @@ MAX_DEPTH = 32  # a chat row is 4 deep (messages -> message -> tool_calls -> cal
 LIMITS = ("MAX_ROWS", "MAX_DECODED_BYTES", "MAX_COLUMNS", "MAX_DEPTH")  # handed to the process that checks a file
 
 # How each compression starts; a text upload that starts like this would be decoded without any limit.
-_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd",
-          b"PK\x03\x04": "zip", b"\x04\x22\x4d\x18": "lz4"}
+_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"PK\x03\x04": "zip",
+    b"\x04\x22\x4d\x18": "lz4",
+}
 _CHUNK = 4 * 2**20
 DROP_COLUMNS = "keep only the columns training uses"
 
 
-def _too_big(display: str, what: str, found: str, limit: str,
-             advice: str = "use fewer or shorter rows, or a Hub dataset") -> SpecError:
+def _too_big(
+    display: str, what: str, found: str, limit: str, advice: str = "use fewer or shorter rows, or a Hub dataset"
+) -> SpecError:
     return SpecError([f"dataset: {display} {what} {found}, more than the {limit} an upload may have; {advice}"])
 
 
@@ -66,8 +73,9 @@ def json_depth(path: Path) -> int:
             raw = np.frombuffer(data, dtype=np.uint8)
             quotes = np.cumsum(raw == ord('"'), dtype=np.int32)
             outside = (quotes % 2 == 0) if not in_string else (quotes % 2 == 1)
-            step = (np.isin(raw, (ord("["), ord("{"))).astype(np.int8)
-                    - np.isin(raw, (ord("]"), ord("}"))).astype(np.int8)) * outside
+            step = (
+                np.isin(raw, (ord("["), ord("{"))).astype(np.int8) - np.isin(raw, (ord("]"), ord("}"))).astype(np.int8)
+            ) * outside
             levels = depth + np.cumsum(step, dtype=np.int32)
             if levels.size:
                 deepest = max(deepest, int(levels.max()))
@@ -93,8 +101,12 @@ def before_decoding(path: Path, display: str) -> None:
     suffix, parquet metadata over the rows, bytes or columns, JSON nested deeper than ``MAX_DEPTH``."""
     suffix = path.suffix.lower()
     if suffix != ".parquet" and (kind := compression(path)) is not None:
-        raise SpecError([f"dataset: {display} is {kind}-compressed; upload the file itself, uncompressed (compressed "
-                         "data can swell far past the upload limit)"])
+        raise SpecError(
+            [
+                f"dataset: {display} is {kind}-compressed; upload the file itself, uncompressed (compressed "
+                "data can swell far past the upload limit)"
+            ]
+        )
     if suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -111,22 +123,25 @@ def before_decoding(path: Path, display: str) -> None:
         # there and huge as rows. So decode a few rows at a time and count, stopping at the limit.
         decoded = 0
         for batch in pq.ParquetFile(path).iter_batches(batch_size=64):
-            decoded += sum((c.dictionary_decode() if pa.types.is_dictionary(c.type) else c).nbytes
-                           for c in batch.columns)
+            decoded += sum(
+                (c.dictionary_decode() if pa.types.is_dictionary(c.type) else c).nbytes for c in batch.columns
+            )
             if decoded > MAX_DECODED_BYTES:
-                raise _too_big(display, "decodes to", f"over {MAX_DECODED_BYTES // 2**20} MB",
-                               f"{MAX_DECODED_BYTES // 2**20} MB")
+                raise _too_big(
+                    display, "decodes to", f"over {MAX_DECODED_BYTES // 2**20} MB", f"{MAX_DECODED_BYTES // 2**20} MB"
+                )
     elif suffix in (".json", ".jsonl") and (depth := json_depth(path)) > MAX_DEPTH:
         raise SpecError([f"dataset: {display} nests values {depth:,} levels deep; at most {MAX_DEPTH} are allowed"])
 
 
-def after_decoding(dataset: "Dataset", display: str) -> None:
+def after_decoding(dataset: Dataset, display: str) -> None:
     """Refuse (SpecError) rows past the limits once decoded: count, bytes, columns and nesting depth."""
     if len(dataset) > MAX_ROWS:
         raise _too_big(display, "has", f"{len(dataset):,} rows", f"{MAX_ROWS:,}")
     if dataset.data.nbytes > MAX_DECODED_BYTES:
-        raise _too_big(display, "decodes to", f"{dataset.data.nbytes / 2**20:,.0f} MB",
-                       f"{MAX_DECODED_BYTES // 2**20} MB")
+        raise _too_big(
+            display, "decodes to", f"{dataset.data.nbytes / 2**20:,.0f} MB", f"{MAX_DECODED_BYTES // 2**20} MB"
+        )
     if len(dataset.column_names) > MAX_COLUMNS:
         raise _too_big(display, "has", f"{len(dataset.column_names):,} columns", f"{MAX_COLUMNS:,}", DROP_COLUMNS)
     depth = max((_type_depth(field.type) for field in dataset.data.schema), default=0)

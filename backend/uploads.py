@@ -42,16 +42,21 @@ class UnmappedUpload(SpecError):
         self.upload_id, self.summary = upload_id, summary
 
 
-def _checked_here(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None
-                  ) -> str:
+def _checked_here(
+    upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None
+) -> str:
     """Load a kept upload as the trainer would (with ``columns``) within the limits on what it decodes to; its
     one-line summary, or SpecError (ColumnsMismatch when only the mapping is missing)."""
     upload_limits.before_decoding(upload_file(uploads_dir, upload_id), display)
     # The check's Arrow copy would otherwise stay in the shared datasets cache, as large as the file.
     with tempfile.TemporaryDirectory(prefix="studio-upload-check-") as cache_dir:
         dataset, fmt = load_training_dataset(
-            DatasetSpec(source="upload", name=upload_id, columns=columns or {}), method, uploads_dir=uploads_dir,
-            cache_dir=Path(cache_dir), check_raw=lambda rows: upload_limits.after_decoding(rows, display))
+            DatasetSpec(source="upload", name=upload_id, columns=columns or {}),
+            method,
+            uploads_dir=uploads_dir,
+            cache_dir=Path(cache_dir),
+            check_raw=lambda rows: upload_limits.after_decoding(rows, display),
+        )
         summary = f"{display}: {len(dataset)} rows, {fmt} format, columns {', '.join(dataset.column_names)}"
         del dataset
     return summary
@@ -62,21 +67,36 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
     time, where a reader's crash (a segfault in a parser), a memory bomb or a hang cannot reach the app: each is a
     sentence (SpecError). Only the request goes in (on stdin) and one JSON answer comes out (on stdout); the child
     never imports the app, opens the store or sees another user's files."""
-    request = {"upload_id": upload_id, "display": display, "method": method.value, "uploads_dir": str(uploads_dir),
-               "columns": columns or {}, "memory": CHECK_MEMORY_BYTES, "cpu": CHECK_SECONDS,
-               "limits": {name: getattr(upload_limits, name) for name in upload_limits.LIMITS}}
+    request = {
+        "upload_id": upload_id,
+        "display": display,
+        "method": method.value,
+        "uploads_dir": str(uploads_dir),
+        "columns": columns or {},
+        "memory": CHECK_MEMORY_BYTES,
+        "cpu": CHECK_SECONDS,
+        "limits": {name: getattr(upload_limits, name) for name in upload_limits.LIMITS},
+    }
     python_path = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": python_path}
     unsafe = f"dataset: {display} could not be read safely"
     try:
-        done = subprocess.run([sys.executable, "-m", "backend.uploads"], input=json.dumps(request), text=True,
-                              capture_output=True, timeout=CHECK_SECONDS, cwd=_PROJECT_ROOT, env=env,
-                              start_new_session=True)  # its own session: no terminal signal of the app's reaches it
+        done = subprocess.run(
+            [sys.executable, "-m", "backend.uploads"],
+            input=json.dumps(request),
+            text=True,
+            capture_output=True,
+            timeout=CHECK_SECONDS,
+            cwd=_PROJECT_ROOT,
+            env=env,
+            start_new_session=True,
+        )  # its own session: no terminal signal of the app's reaches it
     except subprocess.TimeoutExpired:  # run() killed it
         raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s"]) from None
     except OSError as exc:  # no process could start (out of processes or memory): the app's trouble, said so
-        raise SpecError([f"dataset: {display} could not be checked just now ({exc.strerror or exc}); try again"]
-                        ) from None
+        raise SpecError(
+            [f"dataset: {display} could not be checked just now ({exc.strerror or exc}); try again"]
+        ) from None
     lines = done.stdout.strip().splitlines()
     kind, value = json.loads(lines[-1]) if done.returncode == 0 and lines else ("died", None)
     if kind == "ok":
@@ -89,13 +109,15 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
         raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s of CPU"])
     if kind == "failed" and not looks_like_oom(value) and "MemoryError" not in value:
         raise SpecError([f"dataset: {display} could not be read ({value})"])
-    if kind == "failed" or "MemoryError" in done.stderr or looks_like_oom(done.stderr) \
-            or done.returncode == -signal.SIGKILL:
+    if (
+        kind == "failed"
+        or "MemoryError" in done.stderr
+        or looks_like_oom(done.stderr)
+        or done.returncode == -signal.SIGKILL
+    ):
         raise SpecError([f"{unsafe}: it needs more than {CHECK_MEMORY_BYTES // 2**20} MB of memory to read"])
-    how = (f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0
-           else f"exit code {done.returncode}")
-    raise SpecError([f"{unsafe}: the reader crashed on it ({how}); check that it is well-formed and not nested "
-                     "deeply"])
+    how = f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0 else f"exit code {done.returncode}"
+    raise SpecError([f"{unsafe}: the reader crashed on it ({how}); check that it is well-formed and not nested deeply"])
 
 
 def _child() -> None:
@@ -114,9 +136,16 @@ def _child() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (request["cpu"], request["cpu"] + 5))
     try:
-        answer: tuple[str, object] = ("ok", _checked_here(
-            request["upload_id"], request["display"], Method(request["method"]), Path(request["uploads_dir"]),
-            request["columns"]))
+        answer: tuple[str, object] = (
+            "ok",
+            _checked_here(
+                request["upload_id"],
+                request["display"],
+                Method(request["method"]),
+                Path(request["uploads_dir"]),
+                request["columns"],
+            ),
+        )
     except ColumnsMismatch as exc:
         answer = ("columns", exc.problems)
     except SpecError as exc:
@@ -137,8 +166,9 @@ def check_upload(upload_id: str, method: Method, uploads_dir: Path, columns: dic
         raise SpecError([p.replace(upload_id, display) for p in exc.problems]) from None
 
 
-def keep_upload(source: Path, original_name: str, method: Method, uploads_dir: Path,
-                columns: dict[str, str] | None = None) -> tuple[str, str]:
+def keep_upload(
+    source: Path, original_name: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None = None
+) -> tuple[str, str]:
     """Copy an uploaded file into ``uploads_dir`` (one user's folder) if it loads as a dataset for ``method``.
 
     ``columns`` is the Column mapping (expected -> the file's column) to check it with. Returns (upload id, a

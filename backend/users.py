@@ -15,6 +15,7 @@ DEFAULT_MAX_QUEUED_PER_USER = 3
 @dataclass(frozen=True)
 class User:
     """A person using the studio: their name, whether they are an admin or at this machine, and their Hub token."""
+
     name: str
     is_admin: bool = False
     # The person at this machine (``local_user()``): only they may name files and folders on it. A Space admin is not.
@@ -37,8 +38,9 @@ def admins() -> set[str]:
 
 def local_user() -> User:
     """The person running the app on their own machine: ``STUDIO_LOCAL_USER`` (default ``local``), an admin."""
-    return User(os.environ.get("STUDIO_LOCAL_USER", "local"), is_admin=True, local=True,
-                token=os.environ.get("HF_TOKEN"))
+    return User(
+        os.environ.get("STUDIO_LOCAL_USER", "local"), is_admin=True, local=True, token=os.environ.get("HF_TOKEN")
+    )
 
 
 def hub_user(username: str, token: str | None = None) -> User:

@@ -18,12 +18,12 @@ import traceback
 from contextlib import ExitStack
 from pathlib import Path
 
-from backend.failures import describe_failure, with_log_tail
 from backend.data import load_training_dataset, split_holdout
+from backend.failures import describe_failure, with_log_tail
 from backend.lineage import checkpoint_step, last_checkpoint, starting_adapter
-from backend.rewards import reward_columns
 from backend.paths import DataPaths
 from backend.reporter import JobReporter, NullReporter
+from backend.rewards import reward_columns
 from backend.spec import JobSpec
 from backend.store import JobStatus, JobStore
 
@@ -37,7 +37,10 @@ def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
     """(dataset, format) as the job's trainer reads it."""
     # An environment's reset receives the dataset's columns, so an environment job keeps them all.
     return load_training_dataset(
-        spec.dataset, spec.method, reward_columns(spec), keep_all=environment is not None,
+        spec.dataset,
+        spec.method,
+        reward_columns(spec),
+        keep_all=environment is not None,
         uploads_dir=paths.uploads(spec.owner),  # the owner the job was stored under: whose upload the id names
     )
 
@@ -57,18 +60,34 @@ def tuned_spec(job, spec: JobSpec, paths: DataPaths, loaded, store: JobReporter)
     return tuning.spec
 
 
-def build_trainer(spec: JobSpec, paths: DataPaths, job_id: str, callbacks: list, parent_adapter: Path | None,
-                  environment=None, loaded=None):
+def build_trainer(
+    spec: JobSpec,
+    paths: DataPaths,
+    job_id: str,
+    callbacks: list,
+    parent_adapter: Path | None,
+    environment=None,
+    loaded=None,
+):
     """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
     dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     log.info("dataset ready: %d rows to train on, %d held out", len(train), len(held_out) if held_out else 0)
     from backend.training.methods import TrainerInputs, support
 
-    trainer = support(spec.method).build_trainer(TrainerInputs(
-        spec=spec, output_dir=paths.job_output(job_id), models_dir=paths.models, callbacks=callbacks, dataset=train,
-        dataset_format=fmt, parent_adapter=parent_adapter, held_out=held_out, environment=environment,
-    ))
+    trainer = support(spec.method).build_trainer(
+        TrainerInputs(
+            spec=spec,
+            output_dir=paths.job_output(job_id),
+            models_dir=paths.models,
+            callbacks=callbacks,
+            dataset=train,
+            dataset_format=fmt,
+            parent_adapter=parent_adapter,
+            held_out=held_out,
+            environment=environment,
+        )
+    )
     return trainer, held_out
 
 
@@ -105,33 +124,54 @@ def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> di
     return result
 
 
-def run_evaluation(trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str,
-                   parent_adapter: Path | None = None) -> dict:
+def run_evaluation(
+    trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str, parent_adapter: Path | None = None
+) -> dict:
     """Before/after scores on the held-out rows (with where a staged job started: its parent's adapter)."""
     from backend.evaluation import evaluate_before_after
 
-    log.info("evaluating the base, %sthe tuned model on %d held-out rows",
-             "the parent's adapter and " if parent_adapter else "", len(held_out))
-    return recorded_evaluation("evaluation", lambda: evaluate_before_after(trainer, spec, held_out, parent_adapter),
-                               paths, job_id)
+    log.info(
+        "evaluating the base, %sthe tuned model on %d held-out rows",
+        "the parent's adapter and " if parent_adapter else "",
+        len(held_out),
+    )
+    return recorded_evaluation(
+        "evaluation", lambda: evaluate_before_after(trainer, spec, held_out, parent_adapter), paths, job_id
+    )
 
 
-def run_environment_evaluation(trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str,
-                               parent_adapter: Path | None = None) -> dict:
+def run_environment_evaluation(
+    trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str, parent_adapter: Path | None = None
+) -> dict:
     """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
     episodes."""
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import concurrent_episodes
     from backend.evaluation import START_ADAPTER, load_start_adapter
 
-    log.info("playing %d evaluation episodes with the base, %sthe tuned model", spec.environment.eval_episodes,
-             "the parent's adapter and " if parent_adapter else "")
+    log.info(
+        "playing %d evaluation episodes with the base, %sthe tuned model",
+        spec.environment.eval_episodes,
+        "the parent's adapter and " if parent_adapter else "",
+    )
     start = START_ADAPTER if load_start_adapter(trainer.model, parent_adapter) else None
-    return recorded_evaluation("environment_evaluation", lambda: success_rates(
-        trainer.model, trainer.processing_class, environment.factory, rows, EpisodeSettings.from_spec(spec),
-        spec.environment.eval_episodes, spec.training.seed, compare_base=spec.eval.compare_base,
-        start_adapter=start, sessions=concurrent_episodes(spec),
-    ), paths, job_id)
+    return recorded_evaluation(
+        "environment_evaluation",
+        lambda: success_rates(
+            trainer.model,
+            trainer.processing_class,
+            environment.factory,
+            rows,
+            EpisodeSettings.from_spec(spec),
+            spec.environment.eval_episodes,
+            spec.training.seed,
+            compare_base=spec.eval.compare_base,
+            start_adapter=start,
+            sessions=concurrent_episodes(spec),
+        ),
+        paths,
+        job_id,
+    )
 
 
 def without_rows(evaluation: dict) -> dict:
@@ -139,8 +179,9 @@ def without_rows(evaluation: dict) -> dict:
     return {key: value for key, value in evaluation.items() if key != "per_row"}
 
 
-def record_learning(store: JobReporter, job_id: str, spec: JobSpec, evaluation: dict | None,
-                    environment_evaluation: dict | None) -> None:
+def record_learning(
+    store: JobReporter, job_id: str, spec: JobSpec, evaluation: dict | None, environment_evaluation: dict | None
+) -> None:
     """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job."""
     from backend.evaluation import learning_verdict
     from backend.training.signal import no_signal_reason
@@ -180,10 +221,17 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     spec = job.spec
     output_dir = paths.job_output(job_id)
     output_dir.mkdir(parents=True, exist_ok=True)
-    store.merge_artifacts(job_id, job_dir=str(paths.job_dir(job_id)), log_file=str(paths.job_log(job_id)),
-                          output_dir=str(output_dir))
-    log.info("job %s: %s of %s on %s (attempt %d)", job_id, spec.method.value.upper(),
-             spec.model.name_or_path, spec.dataset.name, job.attempts)
+    store.merge_artifacts(
+        job_id, job_dir=str(paths.job_dir(job_id)), log_file=str(paths.job_log(job_id)), output_dir=str(output_dir)
+    )
+    log.info(
+        "job %s: %s of %s on %s (attempt %d)",
+        job_id,
+        spec.method.value.upper(),
+        spec.model.name_or_path,
+        spec.dataset.name,
+        job.attempts,
+    )
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job
     try:
         callback = StoreReportingCallback(store, job_id, stop_event)
@@ -195,8 +243,9 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             from backend.environments.runtime import open_environment
 
             environment = stack.enter_context(open_environment(spec))
-            store.merge_artifacts(job_id, environment=environment.info.summary(),
-                                  environment_server_pid=environment.server_pid)
+            store.merge_artifacts(
+                job_id, environment=environment.info.summary(), environment_server_pid=environment.server_pid
+            )
         loaded = load_job_dataset(spec, paths, environment)
         spec = tuned_spec(job, spec, paths, loaded, store)
         trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment, loaded)
@@ -209,8 +258,12 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             store.forget_reports_after(job_id, checkpoint_step(resume_from) if resume_from else 0)
         if stop_event.is_set() or store.cancel_requested(job_id):
             # A cancel is not an error: the UI says "Cancelled" (at the checkpoint's step when resumed from one).
-            store.finish(job_id, JobStatus.cancelled, None,
-                         {"cancelled_at_step": checkpoint_step(resume_from) if resume_from else 0})
+            store.finish(
+                job_id,
+                JobStatus.cancelled,
+                None,
+                {"cancelled_at_step": checkpoint_step(resume_from) if resume_from else 0},
+            )
             log.info("cancelled before training started")
             return EXIT_OK
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
@@ -233,8 +286,9 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         if environment is not None and spec.environment.eval_episodes:
             rows = held_out if held_out is not None else trainer.train_dataset
             rows = [rows[i] for i in range(len(rows))]
-            environment_evaluation = run_environment_evaluation(trainer, spec, environment, rows, paths, job_id,
-                                                                parent_adapter)
+            environment_evaluation = run_environment_evaluation(
+                trainer, spec, environment, rows, paths, job_id, parent_adapter
+            )
             store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
         record_learning(store, job_id, spec, evaluation, environment_evaluation)
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
@@ -274,9 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-id", required=True)
     parser.add_argument("--data-dir", required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Which environment trains (STUDIO_TRAINER_PYTHON): the first thing a job log says.
     log.info("worker for job %s running under %s (Python %s)", args.job_id, sys.executable, sys.version.split()[0])
     # trackio (output.trackio) reads its folder when first imported: the data dir's, never ~/.cache/huggingface.

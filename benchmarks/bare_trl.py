@@ -33,14 +33,24 @@ common = dict(
 )
 lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
 if args.method == "sft":
-    trainer = SFTTrainer(model=args.model, train_dataset=dataset, peft_config=lora,
-                         args=SFTConfig(**common, max_length=256, assistant_only_loss=True))
+    trainer = SFTTrainer(
+        model=args.model,
+        train_dataset=dataset,
+        peft_config=lora,
+        args=SFTConfig(**common, max_length=256, assistant_only_loss=True),
+    )
 elif args.method == "dpo":
-    trainer = DPOTrainer(model=args.model, train_dataset=dataset, peft_config=lora,
-                         args=DPOConfig(**common, max_length=256, beta=0.1))
+    trainer = DPOTrainer(
+        model=args.model, train_dataset=dataset, peft_config=lora, args=DPOConfig(**common, max_length=256, beta=0.1)
+    )
 else:
-    trainer = GRPOTrainer(model=args.model, train_dataset=dataset, peft_config=lora, reward_funcs=accuracy_reward,
-                          args=GRPOConfig(**common, num_generations=4, max_completion_length=32))
+    trainer = GRPOTrainer(
+        model=args.model,
+        train_dataset=dataset,
+        peft_config=lora,
+        reward_funcs=accuracy_reward,
+        args=GRPOConfig(**common, num_generations=4, max_completion_length=32),
+    )
 trainer.train()
 trainer.save_model(args.out + "/adapter")
 # The job is done once the adapter is saved; interpreter teardown after that is not part of either side's time.

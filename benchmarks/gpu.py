@@ -36,11 +36,19 @@ def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: 
     from backend.store import JobStatus
 
     spec = {
-        "method": "sft", "model": {"name_or_path": str(model_dir)},
-        "dataset": {"source": "builtin", "name": "chat-demo"}, "quantization": {"mode": quantization},
-        "lora": {"r": 16}, "eval": {"holdout_fraction": 0},
-        "training": {"max_steps": steps, "batch_size": 8, "max_length": 1024, "save_steps": 10_000,
-                     "auto_tune": auto_tune},
+        "method": "sft",
+        "model": {"name_or_path": str(model_dir)},
+        "dataset": {"source": "builtin", "name": "chat-demo"},
+        "quantization": {"mode": quantization},
+        "lora": {"r": 16},
+        "eval": {"holdout_fraction": 0},
+        "training": {
+            "max_steps": steps,
+            "batch_size": 8,
+            "max_length": 1024,
+            "save_steps": 10_000,
+            "auto_tune": auto_tune,
+        },
     }
     submitted = time.time()
     job = api.submit(spec).job
@@ -53,23 +61,27 @@ def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: 
     performance = job.artifacts.performance or {}
     tuned = job.artifacts.auto_tune
     return {
-        "tokens_per_second": performance.get("tokens_per_second"), "step_seconds": performance.get("step_seconds"),
-        "peak_memory_gb": performance.get("peak_memory_gb"), "peak_memory_kind": performance.get("peak_memory_kind"),
-        "mfu": performance.get("mfu"), "device": performance.get("device"),
+        "tokens_per_second": performance.get("tokens_per_second"),
+        "step_seconds": performance.get("step_seconds"),
+        "peak_memory_gb": performance.get("peak_memory_gb"),
+        "peak_memory_kind": performance.get("peak_memory_kind"),
+        "mfu": performance.get("mfu"),
+        "device": performance.get("device"),
         "estimate_gb": (tuned and tuned.estimate_bytes or 0) / GB or None,
         "estimate_tensor_gb": (tuned and tuned.estimate_tensor_bytes or 0) / GB or None,
-        "first_step_s": (first - submitted) if first else None, "wall_s": time.time() - submitted,
-        "settings": tuned.get("settings", {}), "choices": tuned.get("choices", []),
+        "first_step_s": (first - submitted) if first else None,
+        "wall_s": time.time() - submitted,
+        "settings": tuned.get("settings", {}),
+        "choices": tuned.get("choices", []),
     }
 
 
 def bare_trl(model_dir: Path, steps: int, settings: dict, out: Path) -> dict:
     """SFTTrainer with the knobs auto-tune chose, no studio in the loop."""
     import torch
+    from datasets import load_dataset
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
-
-    from datasets import load_dataset
 
     from backend.builtin_datasets import BUILTIN_DATASETS
 
@@ -81,16 +93,30 @@ def bare_trl(model_dir: Path, steps: int, settings: dict, out: Path) -> dict:
     if settings.get("training.attn_implementation"):
         model_kwargs["attn_implementation"] = settings["training.attn_implementation"]
     args = SFTConfig(
-        output_dir=str(out), max_steps=steps, per_device_train_batch_size=settings.get("training.batch_size", 8),
-        learning_rate=2e-4, logging_steps=1, save_steps=10_000, report_to="none", disable_tqdm=True, seed=42,
-        bf16=cuda, max_length=1024, assistant_only_loss=True, model_init_kwargs=model_kwargs,
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=settings.get("training.batch_size", 8),
+        learning_rate=2e-4,
+        logging_steps=1,
+        save_steps=10_000,
+        report_to="none",
+        disable_tqdm=True,
+        seed=42,
+        bf16=cuda,
+        max_length=1024,
+        assistant_only_loss=True,
+        model_init_kwargs=model_kwargs,
         gradient_checkpointing=bool(settings.get("training.gradient_checkpointing", True)),
         packing=bool(settings.get("sft.packing", False)),
         use_liger_kernel=bool(settings.get("training.use_liger_kernel", False)),
     )
     lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = SFTTrainer(model=str(model_dir), train_dataset=load_dataset(
-        "json", data_files=str(BUILTIN_DATASETS["chat-demo"].path), split="train"), peft_config=lora, args=args)
+    trainer = SFTTrainer(
+        model=str(model_dir),
+        train_dataset=load_dataset("json", data_files=str(BUILTIN_DATASETS["chat-demo"].path), split="train"),
+        peft_config=lora,
+        args=args,
+    )
     step_times: list[float] = []
     from transformers import TrainerCallback
 
@@ -105,9 +131,12 @@ def bare_trl(model_dir: Path, steps: int, settings: dict, out: Path) -> dict:
     first_step = time.time()
     trainer.train()
     tokens = max((row.get("num_tokens", 0) for row in trainer.state.log_history), default=0)
-    row = {"tokens_per_second": tokens / sum(step_times) if step_times else None,
-           "step_seconds": statistics.median(step_times) if step_times else None,
-           "first_step_s": first_step - started, "wall_s": time.time() - started}
+    row = {
+        "tokens_per_second": tokens / sum(step_times) if step_times else None,
+        "step_seconds": statistics.median(step_times) if step_times else None,
+        "first_step_s": first_step - started,
+        "wall_s": time.time() - started,
+    }
     if cuda:
         row.update(peak_memory_gb=torch.cuda.max_memory_allocated() / GB, peak_memory_kind="GPU allocated")
     return row
@@ -151,13 +180,17 @@ def table_markdown(results: list[dict]) -> str:
     def num(value, fmt):
         return format(value, fmt) if isinstance(value, (int, float)) else "-"
 
-    lines = ["| shape | run | tokens/s | s/step | peak GB | estimate GB | MFU | submit -> 1st step s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| shape | run | tokens/s | s/step | peak GB | estimate GB | MFU | submit -> 1st step s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         mfu = f"{r['mfu'] * 100:.1f}%" if isinstance(r.get("mfu"), (int, float)) else "-"
-        lines.append(f"| {r['shape']} | {r['run']} | {num(r.get('tokens_per_second'), ',.0f')} | "
-                     f"{num(r.get('step_seconds'), '.3f')} | {num(r.get('peak_memory_gb'), '.2f')} | "
-                     f"{num(r.get('estimate_gb'), '.2f')} | {mfu} | {num(r.get('first_step_s'), '.1f')} |")
+        lines.append(
+            f"| {r['shape']} | {r['run']} | {num(r.get('tokens_per_second'), ',.0f')} | "
+            f"{num(r.get('step_seconds'), '.3f')} | {num(r.get('peak_memory_gb'), '.2f')} | "
+            f"{num(r.get('estimate_gb'), '.2f')} | {mfu} | {num(r.get('first_step_s'), '.1f')} |"
+        )
     return "\n".join(lines)
 
 

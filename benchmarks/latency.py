@@ -22,8 +22,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -49,10 +49,12 @@ def _browser_call(url: str) -> Callable[[], object]:
     body = json.dumps({"data": [None], "event_data": None, "fn_index": None, "session_hash": "latencybench1"}).encode()
 
     def call():
-        request = urllib.request.Request(url + "gradio_api/run/list_jobs", data=body,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url + "gradio_api/run/list_jobs", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=30) as answer:
             return json.loads(answer.read())["data"]
+
     return call
 
 
@@ -83,12 +85,21 @@ def _fill_store(data: Path, jobs: int) -> None:
 
     store = JobStore(DataPaths(data).ensure().db)
     for i in range(jobs):
-        spec = parse_spec({"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, "owner": f"user{i % 7}",
-                           "output": {"run_name": f"run {i}"}})
+        spec = parse_spec(
+            {
+                "method": "sft",
+                "model": {"name_or_path": "builtin:tiny-qwen3"},
+                "owner": f"user{i % 7}",
+                "output": {"run_name": f"run {i}"},
+            }
+        )
         job = store.add(spec)
         store.claim_next()
-        store.report(job.id, [(step, time.time(), {"loss": 1.0 / step}) for step in range(1, 51)],
-                     {"step": 50, "total_steps": 50})
+        store.report(
+            job.id,
+            [(step, time.time(), {"loss": 1.0 / step}) for step in range(1, 51)],
+            {"step": 50, "total_steps": 50},
+        )
         store.finish(job.id, JobStatus.succeeded if i % 5 else JobStatus.failed)
 
 
@@ -103,10 +114,22 @@ def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="studio-latency-"))
     _fill_store(data, args.jobs)
     port = free_port()
-    env = {**os.environ, "STUDIO_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "STUDIO_DATA_DIR": str(data),
+        "GRADIO_SERVER_PORT": str(port),
+        "HF_HUB_OFFLINE": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}/"
         _wait_up(url, proc)
@@ -115,8 +138,11 @@ def main() -> None:
         for call in clients.values():
             _measure(call, 10)  # warm up
         idle = {name: _summary(_measure(call, args.calls)) for name, call in clients.items()}
-        spec = {"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"},
-                "training": {"max_steps": args.steps, "batch_size": 4, "max_length": 256, "save_steps": 10_000}}
+        spec = {
+            "method": "sft",
+            "model": {"name_or_path": "builtin:tiny-qwen3"},
+            "training": {"max_steps": args.steps, "batch_size": 4, "max_length": 256, "save_steps": 10_000},
+        }
         job_id = client.predict(json.dumps(spec), api_name="/submit_spec")
         while True:  # measure only while the job is really training
             rows = client.predict(None, api_name="/list_jobs")[0]["data"]
@@ -128,8 +154,18 @@ def main() -> None:
         rows = client.predict(None, api_name="/list_jobs")[0]["data"]
         still = next(r for r in rows if r[0] == job_id)[2]
         client.predict(job_id, api_name="/cancel_job")
-        print(json.dumps({"jobs_in_store": args.jobs + 1, "idle": idle, "while_training": training,
-                          "job_still_running_at_end": still == "running", "cpu_cores": os.cpu_count()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "jobs_in_store": args.jobs + 1,
+                    "idle": idle,
+                    "while_training": training,
+                    "job_still_running_at_end": still == "running",
+                    "cpu_cores": os.cpu_count(),
+                },
+                indent=2,
+            )
+        )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)

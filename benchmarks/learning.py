@@ -54,9 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             job, seconds = run_example(name, Path(tmp), args.seed)
         learning = job.artifacts.learning
-        print(f"{name}: {job.status.value} in {seconds:.0f}s; "
-              f"{learning.verdict + ': ' + learning.sentence if learning else 'no verdict: ' + str(job.error)}",
-              flush=True)
+        print(
+            f"{name}: {job.status.value} in {seconds:.0f}s; "
+            f"{learning.verdict + ': ' + learning.sentence if learning else 'no verdict: ' + str(job.error)}",
+            flush=True,
+        )
     return 0
 
 

@@ -56,19 +56,30 @@ def measure(args) -> dict:
     shape = json.loads(CALIBRATION.read_text())["shapes"][args.shape]
     work = Path(args.work)
     model_dir = build_model(shape, work / f"model-{args.shape}")
-    spec = parse_spec({
-        "method": "sft", "model": {"name_or_path": str(model_dir)},
-        "dataset": {"source": "builtin", "name": "chat-demo"},
-        "quantization": {"mode": args.quantization}, "lora": {"r": 16},
-        "training": {"max_steps": args.steps, "batch_size": args.batch_size, "max_length": 512, "save_steps": 1000,
-                     "gradient_checkpointing": args.gradient_checkpointing == "on", "auto_tune": False},
-    })
+    spec = parse_spec(
+        {
+            "method": "sft",
+            "model": {"name_or_path": str(model_dir)},
+            "dataset": {"source": "builtin", "name": "chat-demo"},
+            "quantization": {"mode": args.quantization},
+            "lora": {"r": 16},
+            "training": {
+                "max_steps": args.steps,
+                "batch_size": args.batch_size,
+                "max_length": 512,
+                "save_steps": 1000,
+                "gradient_checkpointing": args.gradient_checkpointing == "on",
+                "auto_tune": False,
+            },
+        }
+    )
     store = JobStore(work / "db.sqlite3")
     job = store.add(spec)
     dataset, fmt = load_training_dataset(spec.dataset, spec.method)
     lengths: list[int] = []
-    trainer = build_sft_trainer(spec, work / "out", work, [StoreReportingCallback(store, job.id, threading.Event())],
-                                dataset, fmt)
+    trainer = build_sft_trainer(
+        spec, work / "out", work, [StoreReportingCallback(store, job.id, threading.Event())], dataset, fmt
+    )
     collate = trainer.data_collator
 
     def counting(batch):
@@ -86,8 +97,12 @@ def measure(args) -> dict:
     estimate = estimate_memory(spec, load_model_config(spec, work), device, sequence_tokens=sequence_tokens)
     row = {
         "source": f"{device.describe()}, the studio's trainer, torch {torch.__version__}",
-        "shape": args.shape, "method": "sft", "quantization": args.quantization, "lora_r": 16,
-        "gradient_checkpointing": args.gradient_checkpointing == "on", "batch_size": args.batch_size,
+        "shape": args.shape,
+        "method": "sft",
+        "quantization": args.quantization,
+        "lora_r": 16,
+        "gradient_checkpointing": args.gradient_checkpointing == "on",
+        "batch_size": args.batch_size,
         "sequence_tokens": sequence_tokens,
         "estimate_tensor_gb": round(estimate.tensor_bytes / GB, 3),
         "estimate_total_gb": round(estimate.total_bytes / GB, 3),

@@ -81,9 +81,14 @@ def run(api: StudioAPI, method: str, steps: int, holdout: int) -> dict[str, floa
     metrics = api.metrics(job_id)
     marks = _log_marks(Path(job.artifacts.log_file))
     ends = {
-        "queue": job.started_at, "spawn": marks["spawn"], "imports": marks["imports"], "dataset": marks["dataset"],
-        "trainer": marks["trainer"], "1st step": next(m["ts"] for m in metrics if m.get("step") == 1),
-        "training": next(m["ts"] for m in metrics if "train_runtime" in m), "save": marks["save"],
+        "queue": job.started_at,
+        "spawn": marks["spawn"],
+        "imports": marks["imports"],
+        "dataset": marks["dataset"],
+        "trainer": marks["trainer"],
+        "1st step": next(m["ts"] for m in metrics if m.get("step") == 1),
+        "training": next(m["ts"] for m in metrics if "train_runtime" in m),
+        "save": marks["save"],
         "evaluation": marks["evaluation"],
     }
     phases, start = {}, submitted
@@ -111,8 +116,10 @@ def main() -> None:
             results = {m: [run(api, m, args.steps, args.holdout) for _ in range(args.repeats)] for m in args.methods}
         finally:
             api.close()
-    print(f"\nseconds per phase, demo model, {args.steps} steps x batch 4, {args.holdout} held-out rows, "
-          f"median of {args.repeats}, {os.cpu_count()} CPU cores")
+    print(
+        f"\nseconds per phase, demo model, {args.steps} steps x batch 4, {args.holdout} held-out rows, "
+        f"median of {args.repeats}, {os.cpu_count()} CPU cores"
+    )
     print(f"{'phase':<20}" + "".join(f"{m:>9}" for m in results))
     for phase in PHASES + ["submit -> 1st step", "whole job"]:
         medians = (statistics.median(r[phase] for r in rows) for rows in results.values())

@@ -9,7 +9,12 @@ from dataclasses import dataclass
 import gradio as gr
 
 from backend.api import (
-    GenerationSettings, JobNotFound, StudioAPI, demo_model_note, gpu_task, message_text,
+    GenerationSettings,
+    JobNotFound,
+    StudioAPI,
+    demo_model_note,
+    gpu_task,
+    message_text,
 )
 from components.form import finished_job_choices, job_choice_id
 from components.job_views import evaluation_markdown, verdict_line
@@ -31,8 +36,12 @@ def _last_user_message(history: list[dict]) -> str | None:
 
 
 def _settings(system, temperature, max_tokens, seed) -> GenerationSettings:
-    return GenerationSettings(system_prompt=system or "", temperature=float(temperature or 0.0),
-                              max_new_tokens=int(max_tokens or 128), seed=int(seed or 0))
+    return GenerationSettings(
+        system_prompt=system or "",
+        temperature=float(temperature or 0.0),
+        max_new_tokens=int(max_tokens or 128),
+        seed=int(seed or 0),
+    )
 
 
 NO_JOBS_HINT = "Train a job first; finished jobs appear here (Train tab → Queue, then wait for it to succeed)."
@@ -55,8 +64,11 @@ def thumb_note(row: dict, rows: list[dict]) -> str:
     thumb, before = ("👍" if row["label"] else "👎"), row["previous"]
     said = f"{thumb} on the {row['side']} answer"
     if before is not None:  # one thumb per side per turn: the second click replaced the first
-        said = (f"{said}, as before (kept once)" if before == row["label"]
-                else f"Changed to {said}, replacing your {'👍' if before else '👎'}")
+        said = (
+            f"{said}, as before (kept once)"
+            if before == row["label"]
+            else f"Changed to {said}, replacing your {'👍' if before else '👎'}"
+        )
     return f"{said} ({thumb_rows_text(rows)}; one thumb per side per turn)."
 
 
@@ -107,8 +119,14 @@ def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
 
 def build(api: StudioAPI) -> ChatHandles:
     with gr.Row():
-        job = gr.Dropdown([""], value="", label="Finished job", info="Its base model on the left, tuned on the right",
-                          elem_id="chat-job", allow_custom_value=True)
+        job = gr.Dropdown(
+            [""],
+            value="",
+            label="Finished job",
+            info="Its base model on the left, tuned on the right",
+            elem_id="chat-job",
+            allow_custom_value=True,
+        )
         refresh = gr.Button("Refresh jobs", size="sm")
     job_info = gr.Markdown(PICK_JOB_HINT, elem_id="chat-job-info")
     with gr.Accordion("System prompt and sampling (the same for both sides)", open=False):
@@ -122,15 +140,27 @@ def build(api: StudioAPI) -> ChatHandles:
         # wide and tall, and the floating label covered the first message; the label is a heading instead.
         with gr.Column():
             gr.Markdown("**Base model**")
-            base = gr.Chatbot(label="Base model", show_label=False, elem_id="chat-base", height=380,
-                              layout="panel", placeholder=PICK_JOB_HINT)
+            base = gr.Chatbot(
+                label="Base model",
+                show_label=False,
+                elem_id="chat-base",
+                height=380,
+                layout="panel",
+                placeholder=PICK_JOB_HINT,
+            )
             with gr.Row():
                 left_up = gr.Button("👍 Good", size="sm", elem_id="left-up", scale=0, min_width=90)
                 left_down = gr.Button("👎 Bad", size="sm", elem_id="left-down", scale=0, min_width=90)
         with gr.Column():
             gr.Markdown("**Tuned model**")
-            tuned = gr.Chatbot(label="Tuned model", show_label=False, elem_id="chat-tuned", height=380,
-                               layout="panel", placeholder=PICK_JOB_HINT)
+            tuned = gr.Chatbot(
+                label="Tuned model",
+                show_label=False,
+                elem_id="chat-tuned",
+                height=380,
+                layout="panel",
+                placeholder=PICK_JOB_HINT,
+            )
             with gr.Row():
                 right_up = gr.Button("👍 Good", size="sm", elem_id="right-up", scale=0, min_width=90)
                 right_down = gr.Button("👎 Bad", size="sm", elem_id="right-down", scale=0, min_width=90)
@@ -144,10 +174,12 @@ def build(api: StudioAPI) -> ChatHandles:
         right_better = gr.Button("Tuned is better ➡", size="sm", elem_id="right-better")
         # Their values are kept up to date (an export is written after every pick or thumb), so one click downloads:
         # a handler on the click that made the file only armed the button for a second click.
-        export = gr.DownloadButton("Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences",
-                                   interactive=False)
-        export_kto = gr.DownloadButton("Export thumbs (KTO .jsonl)", size="sm", elem_id="export-thumbs",
-                                       interactive=False)
+        export = gr.DownloadButton(
+            "Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences", interactive=False
+        )
+        export_kto = gr.DownloadButton(
+            "Export thumbs (KTO .jsonl)", size="sm", elem_id="export-thumbs", interactive=False
+        )
     note = gr.Markdown(elem_id="chat-note")
 
     def jobs(profile: gr.OAuthProfile | None = None) -> list[str]:
@@ -155,6 +187,7 @@ def build(api: StudioAPI) -> ChatHandles:
         return finished_job_choices(api, user_from(profile))
 
     gr.api(jobs, api_name="chat_jobs")
+
     @as_user(signed_in=False)
     def refresh_choices(user):
         return gr.update(choices=finished_job_choices(api, user))
@@ -168,8 +201,13 @@ def build(api: StudioAPI) -> ChatHandles:
         has_jobs = len(finished_job_choices(api, user)) > 1
         hint = PICK_JOB_HINT if has_jobs else NO_JOBS_HINT
         dpo, kto = current_export(user, "dpo"), current_export(user, "kto")
-        return (hint, gr.update(placeholder=hint), gr.update(placeholder=hint),
-                gr.update(value=dpo, interactive=dpo is not None), gr.update(value=kto, interactive=kto is not None))
+        return (
+            hint,
+            gr.update(placeholder=hint),
+            gr.update(placeholder=hint),
+            gr.update(value=dpo, interactive=dpo is not None),
+            gr.update(value=kto, interactive=kto is not None),
+        )
 
     def current_export(user, fmt: str) -> str | None:
         log = api.preference_log(user) if fmt == "dpo" else api.thumb_log(user)
@@ -186,8 +224,17 @@ def build(api: StudioAPI) -> ChatHandles:
     job.change(on_job, job, job_info, api_name=False)
 
     @gpu_task(duration=120)  # on ZeroGPU the chat borrows a GPU per message; elsewhere a no-op
-    def stream(job_choice, text, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,
-               profile: gr.OAuthProfile | None = None):
+    def stream(
+        job_choice,
+        text,
+        base_hist,
+        tuned_hist,
+        system_prompt,
+        temp,
+        max_new,
+        seed_value,
+        profile: gr.OAuthProfile | None = None,
+    ):
         user = require_user(profile)
         job_id = job_choice_id(job_choice)
         if not job_id:
@@ -196,16 +243,20 @@ def build(api: StudioAPI) -> ChatHandles:
             raise gr.Error("Type a message.")
         base_hist, tuned_hist = list(base_hist or []), list(tuned_hist or [])
         try:
-            pairs = api.chat_pair(job_id, base_hist, tuned_hist, text, _settings(system_prompt, temp, max_new,
-                                                                                  seed_value), user)
+            pairs = api.chat_pair(
+                job_id, base_hist, tuned_hist, text, _settings(system_prompt, temp, max_new, seed_value), user
+            )
         except JobNotFound:
             raise gr.Error("That job is not yours or no longer exists.") from None
         except ValueError as exc:
             raise gr.Error(str(exc)) from None
         asked = {"role": "user", "content": text}
         for left, right in pairs:
-            yield ([*base_hist, asked, {"role": "assistant", "content": left}],
-                   [*tuned_hist, asked, {"role": "assistant", "content": right}], "")
+            yield (
+                [*base_hist, asked, {"role": "assistant", "content": left}],
+                [*tuned_hist, asked, {"role": "assistant", "content": right}],
+                "",
+            )
 
     # While answers stream, the 👍/👎 and "better" buttons are off: a click then recorded the half-written answer.
     judges = [left_up, left_down, right_up, right_down, left_better, right_better]
@@ -213,7 +264,10 @@ def build(api: StudioAPI) -> ChatHandles:
     def answering(trigger, handler, handler_inputs, api_name):
         """``trigger`` runs ``handler`` (a streaming answer) with the judging buttons off until it ends, however."""
         trigger(lambda: [gr.update(interactive=False)] * len(judges), None, judges, api_name=False, queue=False).then(
-            handler, handler_inputs, [base, tuned, message], api_name=api_name,
+            handler,
+            handler_inputs,
+            [base, tuned, message],
+            api_name=api_name,
         ).then(lambda: [gr.update(interactive=True)] * len(judges), None, judges, api_name=False, queue=False)
 
     inputs = [job, message, base, tuned, system, temperature, max_tokens, seed]
@@ -229,15 +283,33 @@ def build(api: StudioAPI) -> ChatHandles:
         cut_tuned = max(i for i, m in enumerate(tuned_hist) if m.get("role") == "user")
         return base_hist[:cut], tuned_hist[:cut_tuned], text
 
-    def regenerate_turn(job_choice, base_hist, tuned_hist, system_prompt, temp, max_new, seed_value,
-                        profile: gr.OAuthProfile | None = None):
+    def regenerate_turn(
+        job_choice,
+        base_hist,
+        tuned_hist,
+        system_prompt,
+        temp,
+        max_new,
+        seed_value,
+        profile: gr.OAuthProfile | None = None,
+    ):
         base_prev, tuned_prev, text = drop_last_turn(base_hist, tuned_hist)
         # A new seed, so a sampled answer changes (greedy ones stay the same by design).
-        yield from stream(job_choice, text, base_prev, tuned_prev, system_prompt, temp, max_new,
-                          int(seed_value or 0) + 1, profile=profile)
+        yield from stream(
+            job_choice,
+            text,
+            base_prev,
+            tuned_prev,
+            system_prompt,
+            temp,
+            max_new,
+            int(seed_value or 0) + 1,
+            profile=profile,
+        )
 
-    answering(regenerate.click, regenerate_turn, [job, base, tuned, system, temperature, max_tokens, seed],
-              "chat_regenerate")
+    answering(
+        regenerate.click, regenerate_turn, [job, base, tuned, system, temperature, max_tokens, seed], "chat_regenerate"
+    )
     clear.click(lambda: ([], [], ""), None, [base, tuned, note], api_name="chat_clear")
 
     def prefer(side: str):
@@ -251,6 +323,7 @@ def build(api: StudioAPI) -> ChatHandles:
             done = "Changed your pick for this turn" if row["replaced"] else "Saved"
             text = f"{done}: the {side} answer is better ({rows_text(len(log.rows()))} so far; one per turn)."
             return text, gr.update(value=current_export(user, "dpo"), interactive=True)
+
         return record
 
     pref_inputs = [job, base, tuned, system]
@@ -263,17 +336,28 @@ def build(api: StudioAPI) -> ChatHandles:
             user = require_user(profile)
             log = api.thumb_log(user)
             try:
-                row = log.record_turn(base_hist if side == "base" else tuned_hist, system_prompt or "", label,
-                                      side, job_choice_id(job_choice))
+                row = log.record_turn(
+                    base_hist if side == "base" else tuned_hist,
+                    system_prompt or "",
+                    label,
+                    side,
+                    job_choice_id(job_choice),
+                )
             except ValueError as exc:
                 return f"Nothing recorded: {exc}.", gr.update()
             return thumb_note(row, log.rows()), gr.update(value=current_export(user, "kto"), interactive=True)
+
         return record
 
-    for button, side, label in ((left_up, "base", True), (left_down, "base", False), (right_up, "tuned", True),
-                                (right_down, "tuned", False)):
-        button.click(thumb(side, label), pref_inputs, [note, export_kto],
-                     api_name=f"thumb_{side}_{'up' if label else 'down'}")
+    for button, side, label in (
+        (left_up, "base", True),
+        (left_down, "base", False),
+        (right_up, "tuned", True),
+        (right_down, "tuned", False),
+    ):
+        button.click(
+            thumb(side, label), pref_inputs, [note, export_kto], api_name=f"thumb_{side}_{'up' if label else 'down'}"
+        )
 
     def export_file(fmt: str):
         def export_now(profile: gr.OAuthProfile | None = None):
@@ -284,6 +368,7 @@ def build(api: StudioAPI) -> ChatHandles:
                 return str(api.export_preferences(user, fmt))
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
+
         return export_now
 
     # For gradio_client: events whose output is a file, so the client downloads it (the buttons need no event).

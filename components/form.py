@@ -15,9 +15,22 @@ from typing import Any
 import yaml
 
 from backend.api import (
-    ARITH_MODEL_ID, CURATED_MODELS, DEMO_MODEL_ID, REWARDS, JobSpec, RewardSpec, SpecField, StudioAPI,
-    builtin_dataset_choices, builtin_dataset_help, demo_model_note, demo_recipe, environment_choices, method_part,
-    methods, spec_field,
+    ARITH_MODEL_ID,
+    CURATED_MODELS,
+    DEMO_MODEL_ID,
+    REWARDS,
+    JobSpec,
+    RewardSpec,
+    SpecField,
+    StudioAPI,
+    builtin_dataset_choices,
+    builtin_dataset_help,
+    demo_model_note,
+    demo_recipe,
+    environment_choices,
+    method_part,
+    methods,
+    spec_field,
 )
 from components.links import job_link
 
@@ -25,9 +38,11 @@ from components.links import job_link
 TRI_STATE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 _SPEC = object()  # a declaration's default: the spec's own
 
-BASE_MODEL_HELP = (f"A curated small instruct model, any Hub id, or a built-in tiny model that runs offline: "
-                   f"{ARITH_MODEL_ID} knows a little arithmetic (picking it fills in settings measured to make it "
-                   f"learn), {DEMO_MODEL_ID} has random weights (plumbing only).")
+BASE_MODEL_HELP = (
+    f"A curated small instruct model, any Hub id, or a built-in tiny model that runs offline: "
+    f"{ARITH_MODEL_ID} knows a little arithmetic (picking it fills in settings measured to make it "
+    f"learn), {DEMO_MODEL_ID} has random weights (plumbing only)."
+)
 # The model the form starts on: it runs anywhere, and with its demo recipe a first try shows learning.
 START_MODEL = ARITH_MODEL_ID
 
@@ -77,54 +92,114 @@ def rewards_text(rewards) -> str:
 
 
 DECLARED: list[FormField] = [
-    FormField("base_model", "model.name_or_path", "Base model", help=BASE_MODEL_HELP, choices=CURATED_MODELS,
-              default=START_MODEL,  # the spec picks by network; the form starts on what runs anywhere
-              options={"elem_id": "base-model"}),
-    FormField("parent_job", "model.parent_job_id", "…or continue from a finished job", derived=True, choices=("",),
-              help="Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then "
-                   "DPO or GRPO). The base model is then the parent job's.", options={"elem_id": "parent-job"}),
-    FormField("dataset_source", "dataset.source", "Source", derived=True, choices=("builtin", "hub", "upload"),
-              help="", options={"elem_id": "dataset-source", "closed": True}),
-    FormField("builtin_dataset", "dataset.name", "Built-in dataset", derived=True,
-              choices=tuple(builtin_dataset_choices()),
-              help=builtin_dataset_help(demo_recipe(START_MODEL, JobSpec().method.value).get("dataset.name")),
-              options={"elem_id": "builtin-dataset"}),
-    FormField("hub_dataset", "dataset.name", "Hub dataset id", derived=True, default="", help="",
-              options={"placeholder": "trl-lib/Capybara", "visible": False}),
+    FormField(
+        "base_model",
+        "model.name_or_path",
+        "Base model",
+        help=BASE_MODEL_HELP,
+        choices=CURATED_MODELS,
+        default=START_MODEL,  # the spec picks by network; the form starts on what runs anywhere
+        options={"elem_id": "base-model"},
+    ),
+    FormField(
+        "parent_job",
+        "model.parent_job_id",
+        "…or continue from a finished job",
+        derived=True,
+        choices=("",),
+        help="Start from a finished job: its base model plus its adapter, trained further (e.g. SFT, then "
+        "DPO or GRPO). The base model is then the parent job's.",
+        options={"elem_id": "parent-job"},
+    ),
+    FormField(
+        "dataset_source",
+        "dataset.source",
+        "Source",
+        derived=True,
+        choices=("builtin", "hub", "upload"),
+        help="",
+        options={"elem_id": "dataset-source", "closed": True},
+    ),
+    FormField(
+        "builtin_dataset",
+        "dataset.name",
+        "Built-in dataset",
+        derived=True,
+        choices=tuple(builtin_dataset_choices()),
+        help=builtin_dataset_help(demo_recipe(START_MODEL, JobSpec().method.value).get("dataset.name")),
+        options={"elem_id": "builtin-dataset"},
+    ),
+    FormField(
+        "hub_dataset",
+        "dataset.name",
+        "Hub dataset id",
+        derived=True,
+        default="",
+        help="",
+        options={"placeholder": "trl-lib/Capybara", "visible": False},
+    ),
     FormField("hub_split", "dataset.split", "Split", derived=True, help="", options={"visible": False}),
     # What StudioAPI.upload_dataset returned; never a path on the server.
     FormField("upload_id", "dataset.name", "", derived=True, default="", help="", options={"visible": False}),
-    FormField("column_map", "dataset.columns", "Column mapping", derived=True, default="",
-              help="When your columns are named differently: expected=your_column, e.g. prompt=question, "
-                   "completion=answer (SFT) or messages=conversation.",
-              options={"elem_id": "column-map", "placeholder": "prompt=question, completion=answer"}),
+    FormField(
+        "column_map",
+        "dataset.columns",
+        "Column mapping",
+        derived=True,
+        default="",
+        help="When your columns are named differently: expected=your_column, e.g. prompt=question, "
+        "completion=answer (SFT) or messages=conversation.",
+        options={"elem_id": "column-map", "placeholder": "prompt=question, completion=answer"},
+    ),
     FormField("max_rows", "dataset.max_rows", "Max rows (0: all)", zero_means_none=True, options={"minimum": 0}),
     FormField("method", "method", "Method", options={"elem_id": "method"}),
     FormField("sft_completion_only", "sft.completion_only_loss", "Loss on completions only"),
-    FormField("sft_packing", "sft.packing", "Packing",
-              help="Pack several short examples into one Max length sequence (no attention across examples). "
-                   "auto: on when auto-tune finds the examples short on a GPU."),
+    FormField(
+        "sft_packing",
+        "sft.packing",
+        "Packing",
+        help="Pack several short examples into one Max length sequence (no attention across examples). "
+        "auto: on when auto-tune finds the examples short on a GPU.",
+    ),
     FormField("dpo_beta", "dpo.beta", "beta"),
     FormField("dpo_loss_type", "dpo.loss_type", "Loss"),
     FormField("grpo_num_generations", "grpo.num_generations", "Generations per prompt"),
     FormField("grpo_max_completion_length", "grpo.max_completion_length", "Max completion length"),
     FormField("grpo_temperature", "grpo.temperature", "Temperature"),
-    FormField("grpo_rewards", "grpo.rewards", f"Rewards (YAML list; names: {', '.join(REWARDS)})", derived=True,
-              help="", default=rewards_text(JobSpec().grpo.rewards)),
-    FormField("env_name", "environment.name", "Environment", for_method="grpo", choices=tuple(environment_choices()),
-              help="An OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, or a "
-                   "built-in (builtin:echo, builtin:wordle, builtin:arithmetic). Empty: no environment.",
-              options={"elem_id": "env-name"}),
+    FormField(
+        "grpo_rewards",
+        "grpo.rewards",
+        f"Rewards (YAML list; names: {', '.join(REWARDS)})",
+        derived=True,
+        help="",
+        default=rewards_text(JobSpec().grpo.rewards),
+    ),
+    FormField(
+        "env_name",
+        "environment.name",
+        "Environment",
+        for_method="grpo",
+        choices=tuple(environment_choices()),
+        help="An OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, or a "
+        "built-in (builtin:echo, builtin:wordle, builtin:arithmetic). Empty: no environment.",
+        options={"elem_id": "env-name"},
+    ),
     FormField("env_reward", "environment.reward", "Reward", for_method="grpo"),
-    FormField("env_max_iterations", "environment.max_tool_calling_iterations", "Max tool calls per episode",
-              for_method="grpo"),
+    FormField(
+        "env_max_iterations", "environment.max_tool_calling_iterations", "Max tool calls per episode", for_method="grpo"
+    ),
     FormField("env_eval_episodes", "environment.eval_episodes", "Evaluation episodes", for_method="grpo"),
-    FormField("max_steps", "training.max_steps", "Max steps",
-              default=30),  # the spec trains an epoch; a first try from the form should end in minutes
+    FormField(
+        "max_steps", "training.max_steps", "Max steps", default=30
+    ),  # the spec trains an epoch; a first try from the form should end in minutes
     FormField("learning_rate", "training.learning_rate", "Learning rate", options={"step": 1e-5}),
-    FormField("batch_size", "training.batch_size", "Batch size",
-              help="Examples per step on the device, 1-1024. Empty: auto-tune picks the largest that fits (a power "
-                   "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO)."),
+    FormField(
+        "batch_size",
+        "training.batch_size",
+        "Batch size",
+        help="Examples per step on the device, 1-1024. Empty: auto-tune picks the largest that fits (a power "
+        "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
+    ),
     FormField("grad_accum", "training.gradient_accumulation_steps", "Gradient accumulation"),
     FormField("max_length", "training.max_length", "Max length"),
     FormField("lora_enabled", "lora.enabled", "LoRA"),
@@ -132,9 +207,15 @@ DECLARED: list[FormField] = [
     FormField("lora_alpha", "lora.alpha", "LoRA alpha"),
     FormField("lora_dropout", "lora.dropout", "LoRA dropout"),
     FormField("quant_mode", "quantization.mode", "Quantization"),
-    FormField("holdout_rows", "eval.holdout_rows", "Held-out rows (before/after evaluation)", zero_means_none=True,
-              none_as=0, help="Rows kept out of training; after training, the base and the tuned model are scored "
-                              "on them (0: no before/after evaluation)."),
+    FormField(
+        "holdout_rows",
+        "eval.holdout_rows",
+        "Held-out rows (before/after evaluation)",
+        zero_means_none=True,
+        none_as=0,
+        help="Rows kept out of training; after training, the base and the tuned model are scored "
+        "on them (0: no before/after evaluation).",
+    ),
     FormField("run_name", "output.run_name", "Run name"),
     FormField("push_to_hub", "output.push_to_hub", "Push to the Hub when done"),
     FormField("hub_repo_id", "output.hub_repo_id", "Hub repo", options={"placeholder": "you/my-adapter"}),
@@ -162,8 +243,15 @@ def generated_fields(declared: set[str | None]) -> list[FormField]:
 # Which box under the form shows a problem, by the spec path it starts with.
 SECTIONS = ("model", "dataset", "method", "environment", "settings", "general")
 _PREFIXES = {
-    "model": "model", "dataset": "dataset", "columns": "dataset", "environment": "environment",
-    "training": "settings", "lora": "settings", "quantization": "settings", "eval": "settings", "output": "settings",
+    "model": "model",
+    "dataset": "dataset",
+    "columns": "dataset",
+    "environment": "environment",
+    "training": "settings",
+    "lora": "settings",
+    "quantization": "settings",
+    "eval": "settings",
+    "output": "settings",
     **{method: "method" for method in methods()},
 }
 
@@ -185,8 +273,10 @@ def finished_job_choices(api: StudioAPI, user) -> list[str]:
     """The pickers of a finished job (Train's parent job, Chat's job): ``<id> · <method> · <name>``, newest first."""
     if user is None:
         return [""]
-    return [""] + [f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}"
-                   for j in api.finished_jobs(user)]
+    return [""] + [
+        f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}"
+        for j in api.finished_jobs(user)
+    ]
 
 
 def parse_column_map(text: str) -> dict[str, str]:
@@ -243,8 +333,9 @@ def _to_spec_value(f: FormField, raw: Any) -> Any:
     if described.kind == "bool":
         return TRI_STATE[raw or "auto"] if described.optional else bool(raw)
     if described.kind in ("int", "float"):
-        number = _number(raw, f.path, int if described.kind == "int" else float,
-                         optional=described.optional or f.zero_means_none)
+        number = _number(
+            raw, f.path, int if described.kind == "int" else float, optional=described.optional or f.zero_means_none
+        )
         if number is None or (f.zero_means_none and number == 0):
             return words[0] if words else None  # empty batch size: "auto"
         return number
@@ -289,8 +380,11 @@ DEFAULTS: dict[str, Any] = {name: f.initial for name, f in FORM_FIELDS.items()}
 
 # --- demo recipes: a built-in model's settings measured to make it learn (backend.api.demo_recipe) ----------------
 # The field a recipe's spec path fills: the plain fields by their path, and two hand-mapped ones.
-_RECIPE_FIELD = {"dataset.name": "builtin_dataset", "grpo.rewards": "grpo_rewards",
-                 **{f.path: name for name, f in FORM_FIELDS.items() if not f.derived}}
+_RECIPE_FIELD = {
+    "dataset.name": "builtin_dataset",
+    "grpo.rewards": "grpo_rewards",
+    **{f.path: name for name, f in FORM_FIELDS.items() if not f.derived},
+}
 
 
 def recipe_values(model: str | None, method: str | None) -> dict[str, Any]:
@@ -308,8 +402,12 @@ def recipe_values(model: str | None, method: str | None) -> dict[str, Any]:
 
 
 # Every field some built-in model's recipe sets, and the dataset (which a method change moves too).
-RECIPE_FIELDS: tuple[str, ...] = tuple(name for name in FORM_FIELDS if name == "builtin_dataset" or any(
-    name in recipe_values(model, method) for model in CURATED_MODELS for method in methods()))
+RECIPE_FIELDS: tuple[str, ...] = tuple(
+    name
+    for name in FORM_FIELDS
+    if name == "builtin_dataset"
+    or any(name in recipe_values(model, method) for model in CURATED_MODELS for method in methods())
+)
 
 
 def dataset_choices(model: str | None, method: str) -> list[str]:
@@ -384,8 +482,11 @@ def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
         _derived_to_spec(v, spec)
         return spec
     except (TypeError, AttributeError) as exc:  # an API caller sent e.g. a list where the form has a text box
-        raise FormError("general", f"the form sent a value of the wrong type ({str(exc)[:80]}); "
-                        "send text, numbers and booleans as the Train tab does") from None
+        raise FormError(
+            "general",
+            f"the form sent a value of the wrong type ({str(exc)[:80]}); "
+            "send text, numbers and booleans as the Train tab does",
+        ) from None
 
 
 def _derived_to_spec(v: dict[str, Any], spec: dict[str, Any]) -> None:
@@ -415,8 +516,7 @@ def _derived_to_spec(v: dict[str, Any], spec: dict[str, Any]) -> None:
 
 def spec_to_form(spec: JobSpec) -> dict[str, Any]:
     """A stored job's settings as form values: "clone this job" fills the Train tab with them."""
-    values = {name: _from_spec_value(f, get_path(spec, f.path))
-              for name, f in FORM_FIELDS.items() if not f.derived}
+    values = {name: _from_spec_value(f, get_path(spec, f.path)) for name, f in FORM_FIELDS.items() if not f.derived}
     values.update(_derived_from_spec(spec))
     return {name: values[name] for name in FIELDS}
 
@@ -436,8 +536,6 @@ def _derived_from_spec(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-
-
 def bench_table(scored: list[dict[str, Any]]) -> dict[str, list]:
     """The reward bench's result as a table: completion (cut to 80 characters), each reward's score, total, notes.
 
@@ -445,8 +543,12 @@ def bench_table(scored: list[dict[str, Any]]) -> dict[str, list]:
     """
     rewards = list(scored[0]["scores"]) if scored else []
     rows = [
-        [s["completion"][:80], *("-" if v is None else f"{v:.3f}" for v in s["scores"].values()), f"{s['total']:.3f}",
-         "; ".join(s.get("notes", []))]
+        [
+            s["completion"][:80],
+            *("-" if v is None else f"{v:.3f}" for v in s["scores"].values()),
+            f"{s['total']:.3f}",
+            "; ".join(s.get("notes", [])),
+        ]
         for s in scored
     ]
     return {"headers": ["completion", *rewards, "total", "notes"], "data": rows}
@@ -461,9 +563,11 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
     return routed
 
 
-RECIPE_NOTE = ("The Train form's settings (dataset, steps, learning rate, batch size, held-out rows and, for GRPO, "
-               "its sampling) were filled in with ones measured to make it learn with each method; a value you type "
-               "yourself is kept.")
+RECIPE_NOTE = (
+    "The Train form's settings (dataset, steps, learning rate, batch size, held-out rows and, for GRPO, "
+    "its sampling) were filled in with ones measured to make it learn with each method; a value you type "
+    "yourself is kept."
+)
 
 
 def model_notice(base_model: str | None) -> str:

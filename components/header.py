@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import gradio as gr
 
 from backend.api import ZERO_GPU_REFUSAL, detect_device, hub_status, on_zero_gpu
 from components.session import as_user, on_space
-
 
 STATUS_REFRESH_S = 10
 
@@ -25,8 +24,11 @@ class HeaderHandles:
 def status_text(user, health, storage: str | None = None) -> str:
     """The header line: who is signed in, the device, the Hub, the job queue's health; then any notices (``storage``:
     ``StudioAPI.storage_notice()``, when the data folder cannot be written)."""
-    who = (f"Signed in as **{user.name}**" + (" (admin)" if user.is_admin and on_space() else "")) if user else \
-        "Not signed in: sign in with Hugging Face to train"
+    who = (
+        (f"Signed in as **{user.name}**" + (" (admin)" if user.is_admin and on_space() else ""))
+        if user
+        else "Not signed in: sign in with Hugging Face to train"
+    )
     device = detect_device()
     where = device.describe() if device.kind == "cuda" else f"{device.describe()}: small models and the demo model only"
     line = f"{who} · Device: {where} · {hub_status()}"
@@ -41,8 +43,10 @@ def queue_status(health) -> tuple[str | None, str | None]:
     if health is None:
         return None, None
     if not health.alive:
-        return "Queue: stopped", (f"The job queue has stopped ({health.last_error or 'no reason recorded'}). Queued "
-                                  "jobs are kept; restart the app (on a Space: Settings -> Restart) to serve them.")
+        return "Queue: stopped", (
+            f"The job queue has stopped ({health.last_error or 'no reason recorded'}). Queued "
+            "jobs are kept; restart the app (on a Space: Settings -> Restart) to serve them."
+        )
     if not health.owns_queue:
         return "Queue: waiting for another scheduler of this data directory", None
     if health.consecutive_failures:
@@ -56,20 +60,27 @@ def notices(user, device) -> list[str]:
     if on_zero_gpu():
         found.append(ZERO_GPU_REFUSAL)
     elif on_space() and device.kind == "cpu":
-        found.append("This Space has no GPU: only the demo model and tiny runs are practical. Duplicate it onto "
-                     "GPU hardware (Settings -> Hardware) to train real models.")
+        found.append(
+            "This Space has no GPU: only the demo model and tiny runs are practical. Duplicate it onto "
+            "GPU hardware (Settings -> Hardware) to train real models."
+        )
     owner = os.environ.get("SPACE_AUTHOR_NAME")
     if on_space() and owner and (user is None or user.name != owner):
-        found.append(f"This is {owner}'s Space, shared by everyone who opens it: jobs wait in one queue. Duplicate it "
-                     "to train on your own hardware, privately.")
+        found.append(
+            f"This is {owner}'s Space, shared by everyone who opens it: jobs wait in one queue. Duplicate it "
+            "to train on your own hardware, privately."
+        )
     return found
 
 
 def build(api) -> HeaderHandles:
     """The header; its status line is filled on page load and refreshed every STATUS_REFRESH_S."""
     with gr.Row(equal_height=True):
-        gr.Markdown("# Post-Training Studio\nSFT, DPO, KTO and GRPO (with OpenEnv environments) for open LLMs, "
-                    "with LoRA and 4-bit loading.", elem_id="title")
+        gr.Markdown(
+            "# Post-Training Studio\nSFT, DPO, KTO and GRPO (with OpenEnv environments) for open LLMs, "
+            "with LoRA and 4-bit loading.",
+            elem_id="title",
+        )
         if on_space():
             gr.DuplicateButton("Duplicate this Space", size="sm")
         login = gr.LoginButton() if on_space() else None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
@@ -25,8 +26,14 @@ MIN_X_SPAN = 24
 RAW_SUFFIX = " (raw)"
 
 # Strong colours for the smoothed series and a faint tint of each for the raw one.
-PALETTE = [("#4f46e5", "#c7d2fe"), ("#e11d48", "#fecdd3"), ("#059669", "#a7f3d0"), ("#d97706", "#fde68a"),
-           ("#0891b2", "#a5f3fc"), ("#7c3aed", "#ddd6fe")]
+PALETTE = [
+    ("#4f46e5", "#c7d2fe"),
+    ("#e11d48", "#fecdd3"),
+    ("#059669", "#a7f3d0"),
+    ("#d97706", "#fde68a"),
+    ("#0891b2", "#a5f3fc"),
+    ("#7c3aed", "#ddd6fe"),
+]
 
 
 @dataclass(frozen=True)
@@ -57,16 +64,32 @@ FAMILIES: tuple[Family, ...] = (
     Family("reward", "Reward", "mean reward per completion", ("reward",), pattern=("rewards/", "/mean")),
     Family("margins", "Reward margin (chosen − rejected)", "implicit reward (β·log-ratio)", ("rewards/margins",)),
     Family("preference_accuracy", "Preference accuracy", "fraction of pairs (0–1)", ("rewards/accuracies",)),
-    Family("chosen_rejected", "Chosen and rejected rewards", "implicit reward (β·log-ratio)",
-           ("rewards/chosen", "rewards/rejected")),
-    Family("token_accuracy", "Token accuracy", "fraction of tokens (0–1)",
-           ("mean_token_accuracy", "eval_mean_token_accuracy")),
+    Family(
+        "chosen_rejected",
+        "Chosen and rejected rewards",
+        "implicit reward (β·log-ratio)",
+        ("rewards/chosen", "rewards/rejected"),
+    ),
+    Family(
+        "token_accuracy",
+        "Token accuracy",
+        "fraction of tokens (0–1)",
+        ("mean_token_accuracy", "eval_mean_token_accuracy"),
+    ),
     Family("reward_std", "Reward spread within a group", "standard deviation", ("reward_std",)),
     Family("kl", "KL to the reference", "nats", ("kl",)),
-    Family("length", "Completion length", "tokens",
-           ("completions/mean_length", "completions/min_length", "completions/max_length")),
-    Family("fractions", "Groups without signal, completions cut short", "fraction (0–1)",
-           ("frac_reward_zero_std", "completions/clipped_ratio")),
+    Family(
+        "length",
+        "Completion length",
+        "tokens",
+        ("completions/mean_length", "completions/min_length", "completions/max_length"),
+    ),
+    Family(
+        "fractions",
+        "Groups without signal, completions cut short",
+        "fraction (0–1)",
+        ("frac_reward_zero_std", "completions/clipped_ratio"),
+    ),
     Family("tools", "Tool calls", "per completion", ("tools/call_frequency", "tools/failure_frequency")),
     Family("lr", "Learning rate", "learning rate", ("learning_rate",), shared=True, smooth=False),
     Family("grad_norm", "Gradient norm", "L2 norm", ("grad_norm",), shared=True),
@@ -145,8 +168,7 @@ class PlotView:
     title: str
 
 
-def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None = None
-               ) -> dict[str, PlotView | None]:
+def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None = None) -> dict[str, PlotView | None]:
     """Each family's plot for ``method`` (None where there is nothing to draw): the smoothed series in a strong
     colour named after the metric, the raw one faint as "<metric> (raw)"."""
     x_lim = step_axis(rows, total_steps)
@@ -157,8 +179,11 @@ def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None 
         raw_points: list[dict[str, Any]] = []
         colors: dict[str, str] = {}
         for i, name in enumerate(names):
-            series = [(int(r["step"]), v) for r in rows
-                      if r.get("step") is not None and (v := _number(r.get(name))) is not None]
+            series = [
+                (int(r["step"]), v)
+                for r in rows
+                if r.get("step") is not None and (v := _number(r.get(name))) is not None
+            ]
             strong, faint = PALETTE[i % len(PALETTE)]
             values = [v for _, v in series]
             # Both series from the first point on: the chart fixes its legend when first drawn, and is drawn
@@ -169,8 +194,11 @@ def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None 
             if family.smooth:
                 raw_points += [{"step": s, "value": v, "series": name + RAW_SUFFIX} for s, v in series]
                 colors[name + RAW_SUFFIX] = faint
-        views[family.key] = PlotView(pd.DataFrame(points + raw_points), colors, x_lim, family.unit_for(method),
-                                     family.title) if points else None
+        views[family.key] = (
+            PlotView(pd.DataFrame(points + raw_points), colors, x_lim, family.unit_for(method), family.title)
+            if points
+            else None
+        )
     return views
 
 
@@ -194,8 +222,13 @@ def log_rows(method: str, rows: list[dict[str, Any]], limit: int = 20) -> pd.Dat
         if not any(_number(row.get(key)) is not None for key, _ in columns):
             continue  # the end-of-training summary row and perf-only rows say nothing here
         ts = row.get("ts")
-        out.append([time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "", row.get("step") or "",
-                    *(_fmt(row.get(key), key) for key, _ in columns)])
+        out.append(
+            [
+                time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "",
+                row.get("step") or "",
+                *(_fmt(row.get(key), key) for key, _ in columns),
+            ]
+        )
     return pd.DataFrame(out[-limit:][::-1], columns=["time", "step", *(label for _, label in columns)])
 
 
@@ -236,8 +269,9 @@ def sample_total(sample: dict[str, Any], weights: dict[str, float] | None = None
     return sum(v * (weights or {}).get(k, 1.0) for k, v in values)
 
 
-def samples_table(samples: list[dict[str, Any]], weights: dict[str, float] | None = None, limit: int = 24
-                  ) -> pd.DataFrame:
+def samples_table(
+    samples: list[dict[str, Any]], weights: dict[str, float] | None = None, limit: int = 24
+) -> pd.DataFrame:
     """The newest ``limit`` samples, newest step first and best total first within a step: step, prompt,
     completion, one column per reward, total, advantage."""
     names = list(dict.fromkeys(k for s in samples for k in (s.get("rewards") or {})))
@@ -247,9 +281,16 @@ def samples_table(samples: list[dict[str, Any]], weights: dict[str, float] | Non
     for s in chosen:
         rewards = s.get("rewards") or {}
         total = sample_total(s, weights)
-        rows.append([s.get("step"), _short(_prompt_text(s.get("prompt")), 100), _short(_text(s.get("completion")), 240),
-                     *(_fmt(rewards.get(name)) if _number(rewards.get(name)) is not None else "" for name in names),
-                     "" if total is None else f"{total:.3g}", _fmt(s.get("advantage"))])
+        rows.append(
+            [
+                s.get("step"),
+                _short(_prompt_text(s.get("prompt")), 100),
+                _short(_text(s.get("completion")), 240),
+                *(_fmt(rewards.get(name)) if _number(rewards.get(name)) is not None else "" for name in names),
+                "" if total is None else f"{total:.3g}",
+                _fmt(s.get("advantage")),
+            ]
+        )
     return pd.DataFrame(rows, columns=["step", "prompt", "completion", *names, "total", "advantage"])
 
 
@@ -288,14 +329,16 @@ def compare_labels(jobs: list[tuple[str, str | None]]) -> list[str]:
     return [f"{name} · {job_id[-6:]}" if names.count(name) > 1 else name for name, (job_id, _) in zip(names, jobs)]
 
 
-def compare_frame(curves: Iterable[tuple[str, list[dict[str, Any]]]], metric: str, smooth: bool = True
-                  ) -> pd.DataFrame | None:
+def compare_frame(
+    curves: Iterable[tuple[str, list[dict[str, Any]]]], metric: str, smooth: bool = True
+) -> pd.DataFrame | None:
     """One long frame (step, value, job) overlaying ``metric`` of each (label, metric rows) pair; None when no job
     logged it."""
     points = []
     for label, rows in curves:
-        series = [(int(r["step"]), v) for r in rows
-                  if r.get("step") is not None and (v := _number(r.get(metric))) is not None]
+        series = [
+            (int(r["step"]), v) for r in rows if r.get("step") is not None and (v := _number(r.get(metric))) is not None
+        ]
         values = [v for _, v in series]
         shown = ema(values) if smooth and len(values) >= 3 else values
         points += [{"step": s, "value": v, "job": label} for (s, _), v in zip(series, shown)]

@@ -16,11 +16,23 @@ from typing import Any
 
 from backend.api import JobRecord, JobStatus, StudioAPI, live_figures, performance_line, status_text
 
-TABLE_COLUMNS = ["id", "run name", "owner", "status", "method", "model", "dataset", "queue", "progress", "ETA",
-                 "created"]
+TABLE_COLUMNS = [
+    "id",
+    "run name",
+    "owner",
+    "status",
+    "method",
+    "model",
+    "dataset",
+    "queue",
+    "progress",
+    "ETA",
+    "created",
+]
 EMPTY_JOBS = "No jobs yet: queue one in the Train tab, then follow it here."
 # The learning verdict's mark, as the summary shows it (backend/learning.py decides the verdict).
 VERDICT_MARKS = {"improved": "✅", "no_change": "➖", "worse": "⚠️", "no_signal": "🚫"}
+
 
 def _short(text: str, n: int) -> str:
     text = " ".join(str(text).split())
@@ -101,7 +113,7 @@ def signal_line(job: JobRecord) -> str:
     signal = job.artifacts.signal
     if signal is None or not signal.shown:
         return ""
-    text = ("🛑 **Stopped early: no learning signal**" if signal.stopped_early else "⚠️ **No learning signal**")
+    text = "🛑 **Stopped early: no learning signal**" if signal.stopped_early else "⚠️ **No learning signal**"
     if signal.held:
         text += f" ({signal.held})"
     if signal.warning:
@@ -116,13 +128,21 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
         p = job.progress or {}
         progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""
         queue = api.queue_position(job.id) if job.status is JobStatus.queued else None
-        rows.append([
-            job.id, _short(job.spec.output.run_name or "", 30), job.owner, status_label(job), job.spec.method.value,
-            _short(job.spec.model.name_or_path, 40),
-            _short(job.spec.dataset.name, 30), queue or "", progress,
-            eta_text(p.get("eta_seconds")) if job.status is JobStatus.running else "",
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(job.created_at)),
-        ])
+        rows.append(
+            [
+                job.id,
+                _short(job.spec.output.run_name or "", 30),
+                job.owner,
+                status_label(job),
+                job.spec.method.value,
+                _short(job.spec.model.name_or_path, 40),
+                _short(job.spec.dataset.name, 30),
+                queue or "",
+                progress,
+                eta_text(p.get("eta_seconds")) if job.status is JobStatus.running else "",
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(job.created_at)),
+            ]
+        )
     return rows
 
 
@@ -149,8 +169,10 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     Under the job's line come the news that matter most: the learning verdict once the job has one, and GRPO's
     no-signal warning while it holds (or as the run ended with it).
     """
-    lines = [f"**{job.id}** · {status_label(job)} · {job.spec.method.value.upper()} of "
-             f"`{job.spec.model.name_or_path}` on `{job.spec.dataset.name}` · owner {job.owner}"]
+    lines = [
+        f"**{job.id}** · {status_label(job)} · {job.spec.method.value.upper()} of "
+        f"`{job.spec.model.name_or_path}` on `{job.spec.dataset.name}` · owner {job.owner}"
+    ]
     if job.spec.output.run_name:
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
     lines += [line for line in (verdict_line(job), signal_line(job)) if line]
@@ -167,8 +189,10 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     if choices:
         lines.append("Auto-tune: " + "; ".join(html.escape(choice) for choice in choices))
     if job.status is JobStatus.cancelled:
-        lines.append(f"**{cancelled_sentence(job)}**" + (": it can resume from its last checkpoint (Resume)"
-                                                         if api.resumable(job) else ""))
+        lines.append(
+            f"**{cancelled_sentence(job)}**"
+            + (": it can resume from its last checkpoint (Resume)" if api.resumable(job) else "")
+        )
     elif job.error:
         lines.append(f"**Error:** {html.escape(job.error.splitlines()[0])}")
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")
@@ -181,8 +205,10 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     if hub:
         lines.append(f"On the Hub: [{hub.repo_id}]({hub.url})" + (" (private)" if hub.private else ""))
     elif job.artifacts.hub_error:
-        lines.append(f"**Push to the Hub failed:** {html.escape(job.artifacts.hub_error)} (the adapter is kept; "
-                     "push again below)")
+        lines.append(
+            f"**Push to the Hub failed:** {html.escape(job.artifacts.hub_error)} (the adapter is kept; "
+            "push again below)"
+        )
     for warning in job.artifacts.preflight_warnings or []:
         lines.append(f"⚠️ {warning}")
     return "\n\n".join(lines)
@@ -236,6 +262,7 @@ def environment_text(job: JobRecord) -> str:
     if not described:
         return f"`{name}`"
     if job.status is not JobStatus.running:
+
         def drop_local(match: re.Match) -> str:
             return "" if is_loopback_url(match.group(1)) else match.group(0)
 
@@ -261,8 +288,12 @@ def job_actions(api: StudioAPI, job: JobRecord | None) -> JobActions:
     if job is None:
         return JobActions(False, False, False, False)
     has_adapter = job.status is JobStatus.succeeded and _adapter_dir(job) is not None
-    return JobActions(cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
-                      resume=api.resumable(job), push=has_adapter, download=has_adapter)
+    return JobActions(
+        cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
+        resume=api.resumable(job),
+        push=has_adapter,
+        download=has_adapter,
+    )
 
 
 def _adapter_dir(job: JobRecord) -> Path | None:
@@ -275,7 +306,7 @@ def _table(title: str, result: dict[str, Any]) -> str:
     keys = list(dict.fromkeys([*tuned, *base]))
     lines = [f"**{title}**", "", "| metric | base | tuned |", "| --- | --- | --- |"]
     for key in keys:
-        fmt = (lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else "")
+        fmt = lambda v: f"{v:.4f}" if isinstance(v, (int, float)) else ""
         lines.append(f"| {key} | {fmt(base.get(key))} | {fmt(tuned.get(key))} |")
     return "\n".join(lines)
 
@@ -284,12 +315,18 @@ def evaluation_markdown(job: JobRecord) -> str:
     parts = []
     evaluation = job.artifacts.evaluation
     if evaluation:
-        parts.append(f"Evaluation failed: {evaluation['error']}" if "error" in evaluation else
-                     _table(f"Before/after on {evaluation.get('rows')} held-out rows", evaluation))
+        parts.append(
+            f"Evaluation failed: {evaluation['error']}"
+            if "error" in evaluation
+            else _table(f"Before/after on {evaluation.get('rows')} held-out rows", evaluation)
+        )
     env_eval = job.artifacts.environment_evaluation
     if env_eval:
-        parts.append(f"Environment evaluation failed: {env_eval['error']}" if "error" in env_eval else
-                     _table(f"Environment success over {env_eval.get('episodes')} episodes (same seeds)", env_eval))
+        parts.append(
+            f"Environment evaluation failed: {env_eval['error']}"
+            if "error" in env_eval
+            else _table(f"Environment success over {env_eval.get('episodes')} episodes (same seeds)", env_eval)
+        )
     return "\n\n".join(parts)
 
 
@@ -297,6 +334,15 @@ REMOTE_COLUMNS = ["HF job id", "owner", "method", "model", "flavor", "stage", "s
 
 
 def remote_rows(records) -> list[list[Any]]:
-    return [[r.hf_job_id, r.owner, r.spec.get("method"), _short(r.spec.get("model", {}).get("name_or_path", ""), 40),
-             r.flavor, r.last_stage or "", time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))]
-            for r in reversed(records)]
+    return [
+        [
+            r.hf_job_id,
+            r.owner,
+            r.spec.get("method"),
+            _short(r.spec.get("model", {}).get("name_or_path", ""), 40),
+            r.flavor,
+            r.last_stage or "",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at)),
+        ]
+        for r in reversed(records)
+    ]

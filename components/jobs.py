@@ -10,8 +10,8 @@ state. The table and the detail come from one read per tick, so they never disag
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import gradio as gr
 from gradio.context import Context
@@ -42,10 +42,12 @@ def _plot_id(key: str) -> str:
 def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     empty_note = gr.Markdown(job_views.EMPTY_JOBS, elem_id="jobs-empty")
     with gr.Column(visible=False) as jobs_list:
-        table = gr.Dataframe(headers=job_views.TABLE_COLUMNS, value=[], interactive=False, label="Jobs",
-                             elem_id="jobs-table")
-        picker = gr.Dropdown([], label="Job", info="Pick a job to follow it live", elem_id="job-picker",
-                             allow_custom_value=True)
+        table = gr.Dataframe(
+            headers=job_views.TABLE_COLUMNS, value=[], interactive=False, label="Jobs", elem_id="jobs-table"
+        )
+        picker = gr.Dropdown(
+            [], label="Job", info="Pick a job to follow it live", elem_id="job-picker", allow_custom_value=True
+        )
     with gr.Column(visible=False, elem_id="job-detail") as detail_box:
         summary = gr.Markdown(elem_id="job-summary")
         progress = gr.HTML(elem_id="job-progress")
@@ -53,8 +55,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             cancel_button = gr.Button("Cancel", elem_id="cancel-button", size="sm", interactive=False)
             resume_button = gr.Button("Resume from checkpoint", elem_id="resume-button", size="sm", interactive=False)
             clone_button = gr.Button("Clone settings into Train", elem_id="clone-button", size="sm")
-            prepare_button = gr.Button("Prepare adapter zip", elem_id="prepare-download-button", size="sm",
-                                       interactive=False)
+            prepare_button = gr.Button(
+                "Prepare adapter zip", elem_id="prepare-download-button", size="sm", interactive=False
+            )
             download = gr.DownloadButton("Download adapter", visible=False, elem_id="download-button", size="sm")
         with gr.Row():
             push_repo = gr.Textbox(label="Hub repo (empty: the job's setting, else you/<run name>)", scale=3)
@@ -62,34 +65,72 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             push_button = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1, interactive=False)
         action_note = gr.Markdown(elem_id="job-action-note")
         with gr.Row(elem_id="job-plots"):
-            plots = {family.key: gr.LinePlot(x="step", y="value", color="series", x_title="step",
-                                             y_title=family.unit, label=family.title, color_title="",
-                                             elem_id=_plot_id(family.key), visible=False, min_width=380)
-                     for family in job_monitor.FAMILIES}
+            plots = {
+                family.key: gr.LinePlot(
+                    x="step",
+                    y="value",
+                    color="series",
+                    x_title="step",
+                    y_title=family.unit,
+                    label=family.title,
+                    color_title="",
+                    elem_id=_plot_id(family.key),
+                    visible=False,
+                    min_width=380,
+                )
+                for family in job_monitor.FAMILIES
+            }
         evaluation = gr.Markdown(elem_id="job-evaluation")
         samples_note = gr.Markdown(elem_id="job-samples-best")
-        samples = gr.Dataframe(value=None, interactive=False, label="Sampled completions (GRPO), newest step first",
-                               elem_id="job-samples", visible=False, wrap=True)
-        log_rows = gr.Dataframe(value=None, interactive=False, label="Training log (newest first)",
-                                elem_id="job-log-rows", visible=False)
+        samples = gr.Dataframe(
+            value=None,
+            interactive=False,
+            label="Sampled completions (GRPO), newest step first",
+            elem_id="job-samples",
+            visible=False,
+            wrap=True,
+        )
+        log_rows = gr.Dataframe(
+            value=None, interactive=False, label="Training log (newest first)", elem_id="job-log-rows", visible=False
+        )
         with gr.Accordion("Raw log", open=False, elem_id="job-raw-log"):
-            log = gr.Code(label=f"Log (last {RAW_LOG_LINES} lines)", language=None, elem_id="job-log", lines=16,
-                          max_lines=40, show_line_numbers=False)
+            log = gr.Code(
+                label=f"Log (last {RAW_LOG_LINES} lines)",
+                language=None,
+                elem_id="job-log",
+                lines=16,
+                max_lines=40,
+                show_line_numbers=False,
+            )
 
     def detail_updates(user: User | None, job: JobRecord | None) -> list:
         """Every detail output for ``job`` (None: hidden), in the order of ``detail``."""
         if job is None or user is None:
-            return [gr.update(value=""), "", *(gr.update(visible=False, value=None) for _ in plots),
-                    gr.update(visible=False), *(gr.update(interactive=False) for _ in range(4)), "", "",
-                    gr.update(visible=False, value=None), gr.update(visible=False, value=None), ""]
+            return [
+                gr.update(value=""),
+                "",
+                *(gr.update(visible=False, value=None) for _ in plots),
+                gr.update(visible=False),
+                *(gr.update(interactive=False) for _ in range(4)),
+                "",
+                "",
+                gr.update(visible=False, value=None),
+                gr.update(visible=False, value=None),
+                "",
+            ]
         method = job.spec.method.value
         metrics = api.metrics(job.id, user=user)
         views = job_monitor.plot_views(method, metrics, (job.progress or {}).get("total_steps"))
         plot_updates = []
         for key in plots:
             view = views[key]
-            plot_updates.append(gr.update(visible=False, value=None) if view is None else gr.update(
-                visible=True, value=view.frame, color_map=view.color_map, x_lim=view.x_lim, y_title=view.y_title))
+            plot_updates.append(
+                gr.update(visible=False, value=None)
+                if view is None
+                else gr.update(
+                    visible=True, value=view.frame, color_map=view.color_map, x_lim=view.x_lim, y_title=view.y_title
+                )
+            )
         actions = job_views.job_actions(api, job)
         grpo = method == "grpo"
         kept = api.samples(job.id, user=user) if grpo else []
@@ -100,8 +141,10 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             job_views.progress_html(job),
             *plot_updates,
             gr.update(visible=True),
-            gr.update(interactive=actions.cancel), gr.update(interactive=actions.resume),
-            gr.update(interactive=actions.push), gr.update(interactive=actions.download),
+            gr.update(interactive=actions.cancel),
+            gr.update(interactive=actions.resume),
+            gr.update(interactive=actions.push),
+            gr.update(interactive=actions.download),
             job_views.evaluation_markdown(job),
             job_monitor.best_and_worst(kept, weights),
             gr.update(value=job_monitor.samples_table(kept, weights), visible=bool(kept)),
@@ -109,8 +152,21 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             "\n".join(api.log_tail(job.id, RAW_LOG_LINES, user=user)),
         ]
 
-    detail = [summary, progress, *plots.values(), detail_box, cancel_button, resume_button, push_button,
-              prepare_button, evaluation, samples_note, samples, log_rows, log]
+    detail = [
+        summary,
+        progress,
+        *plots.values(),
+        detail_box,
+        cancel_button,
+        resume_button,
+        push_button,
+        prepare_button,
+        evaluation,
+        samples_note,
+        samples,
+        log_rows,
+        log,
+    ]
 
     def listing(user: User | None, selected) -> tuple[list[JobRecord], list, dict, JobRecord | None]:
         """One read of the user's jobs: (jobs, table rows, picker update, the picked job from that same read).
@@ -139,10 +195,15 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         user = user_from(profile)
         jobs, rows, picker_update, picked = listing(user, selected)
         note = SIGN_IN_FIRST if user is None else job_views.EMPTY_JOBS
-        return [gr.update(visible=not jobs, value=note), gr.update(visible=bool(jobs)), gr.update(visible=bool(jobs)),
-                rows, picker_update,
-                gr.update(choices=[(job_views.choice(j), j.id) for j in reversed(jobs)]),
-                *detail_updates(user, picked)]
+        return [
+            gr.update(visible=not jobs, value=note),
+            gr.update(visible=bool(jobs)),
+            gr.update(visible=bool(jobs)),
+            rows,
+            picker_update,
+            gr.update(choices=[(job_views.choice(j), j.id) for j in reversed(jobs)]),
+            *detail_updates(user, picked),
+        ]
 
     def show_job(selected, profile: gr.OAuthProfile | None = None):
         """The picked job's detail at once (not at the next tick)."""
@@ -158,14 +219,33 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
 
     with gr.Column(visible=False) as compare_box, gr.Accordion("Compare jobs", open=False, elem_id="compare-box"):
         with gr.Row():
-            compare_jobs = gr.Dropdown([], multiselect=True, label="Jobs to compare", elem_id="compare-jobs",
-                                       info="Two or more of your jobs: a sweep, or the stages of a staged run",
-                                       scale=3)
-            compare_metric = gr.Dropdown(list(job_monitor.COMPARE_METRICS), value="loss", label="Metric",
-                                         allow_custom_value=True, elem_id="compare-metric", scale=1)
+            compare_jobs = gr.Dropdown(
+                [],
+                multiselect=True,
+                label="Jobs to compare",
+                elem_id="compare-jobs",
+                info="Two or more of your jobs: a sweep, or the stages of a staged run",
+                scale=3,
+            )
+            compare_metric = gr.Dropdown(
+                list(job_monitor.COMPARE_METRICS),
+                value="loss",
+                label="Metric",
+                allow_custom_value=True,
+                elem_id="compare-metric",
+                scale=1,
+            )
         compare_note = gr.Markdown(elem_id="compare-note")
-        compare_plot = gr.LinePlot(x="step", y="value", color="job", x_title="step", y_title="smoothed value",
-                                   color_title="", elem_id="compare-plot", visible=False)
+        compare_plot = gr.LinePlot(
+            x="step",
+            y="value",
+            color="job",
+            x_title="step",
+            y_title="smoothed value",
+            color_title="",
+            elem_id="compare-plot",
+            visible=False,
+        )
         compare_again = gr.Button("Compare again (latest steps)", size="sm")
 
     def compare(job_ids, metric, profile: gr.OAuthProfile | None = None):
@@ -187,8 +267,10 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
         colors = {label: job_monitor.PALETTE[i % len(job_monitor.PALETTE)][0] for i, label in enumerate(labels)}
         x_lim = job_monitor.step_axis([row for _, rows in curves for row in rows if row.get(metric) is not None])
-        return (gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
-                f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).")
+        return (
+            gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
+            f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).",
+        )
 
     # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot
     # is drawn afresh, so a changed selection hides it first. Revisit when Gradio redraws legends on new data.
@@ -197,9 +279,11 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
 
     for trigger in (compare_jobs.change, compare_metric.change):
         trigger(hidden, None, compare_plot, api_visibility="private", queue=False).then(
-            compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_visibility="private")
+            compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_visibility="private"
+        )
     compare_again.click(hidden, None, compare_plot, api_visibility="private", queue=False).then(
-        compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_name="compare_jobs")
+        compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_name="compare_jobs"
+    )
 
     everything = [empty_note, jobs_list, compare_box, table, picker, compare_jobs, *detail]
     timer = gr.Timer(REFRESH_S)
@@ -212,9 +296,13 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     if isinstance(Context.block, gr.Tab):
         Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
     # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
-    picker.change(lambda: [*[gr.update(visible=False)] * len(plots), ""], None, [*plots.values(), action_note],
-                  api_visibility="private", queue=False).then(
-        show_job, picker, detail, api_name="show_job", show_progress="hidden")
+    picker.change(
+        lambda: [*[gr.update(visible=False)] * len(plots), ""],
+        None,
+        [*plots.values(), action_note],
+        api_visibility="private",
+        queue=False,
+    ).then(show_job, picker, detail, api_name="show_job", show_progress="hidden")
     picker.change(lambda: gr.update(value=None, visible=False), None, download, api_visibility="private", queue=False)
     picker.focus(list_jobs, picker, [table, picker], api_name="list_jobs", queue=False)
 
@@ -228,8 +316,10 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         except ValueError as exc:
             raise gr.Error(str(exc)) from None
         size_mb = path.stat().st_size / 1e6
-        return (gr.update(value=str(path), visible=True),
-                f"Adapter zip ready ({size_mb:.1f} MB): click **Download adapter**.")
+        return (
+            gr.update(value=str(path), visible=True),
+            f"Adapter zip ready ({size_mb:.1f} MB): click **Download adapter**.",
+        )
 
     prepare_button.click(prepare, picker, [download, action_note], api_name="prepare_download")
 
@@ -246,7 +336,8 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         return "Asked to stop: it ends at its next training step."
 
     cancel_button.click(cancel, picker, action_note, api_name="cancel_job").then(
-        refresh, picker, everything, api_visibility="private", show_progress="hidden")
+        refresh, picker, everything, api_visibility="private", show_progress="hidden"
+    )
 
     def resume(selected, profile: gr.OAuthProfile | None = None):
         user = require_user(profile)
@@ -259,15 +350,17 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
         return f"Queued again: {job.id} continues from its last checkpoint."
 
     resume_button.click(resume, picker, action_note, api_name="resume_job").then(
-        refresh, picker, everything, api_visibility="private", show_progress="hidden")
+        refresh, picker, everything, api_visibility="private", show_progress="hidden"
+    )
 
     def push(selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
         from backend.api import PushError  # loads the model card's drawing code: on first use only
 
         user = require_user(profile, token)
         try:
-            result = api.push_to_hub(job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None,
-                                     private=bool(private))
+            result = api.push_to_hub(
+                job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None, private=bool(private)
+            )
         except JobNotFound:
             raise gr.Error("Pick one of your jobs first.") from None
         except PushError as exc:
@@ -277,8 +370,9 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     push_button.click(push, [picker, push_repo, push_private], action_note, api_name="push_to_hub")
 
     with gr.Accordion("Jobs on Hugging Face Jobs", open=False):
-        remote_table = gr.Dataframe(headers=job_views.REMOTE_COLUMNS, value=[], interactive=False,
-                                    elem_id="remote-table")
+        remote_table = gr.Dataframe(
+            headers=job_views.REMOTE_COLUMNS, value=[], interactive=False, elem_id="remote-table"
+        )
         with gr.Row():
             remote_id = gr.Textbox(label="HF job id", scale=3)
             remote_refresh = gr.Button("Refresh status and logs", size="sm", scale=1)
@@ -301,8 +395,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             return rows, f"⚠️ {exc}", ""
         return job_views.remote_rows(api.list_remote_jobs(user)), f"**{stage}**: {sentence}", "\n".join(lines)
 
-    remote_refresh.click(refresh_remote, remote_id, [remote_table, remote_status, remote_log],
-                         api_name="remote_status")
+    remote_refresh.click(refresh_remote, remote_id, [remote_table, remote_status, remote_log], api_name="remote_status")
 
     def cancel_remote(hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
         from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
@@ -319,6 +412,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     remote_cancel.click(cancel_remote, remote_id, remote_status, api_name="cancel_remote")
 
     if train is not None:
+
         def clone(selected, profile: gr.OAuthProfile | None = None):
             user = require_user(profile)
             try:
@@ -326,8 +420,10 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
             except JobNotFound:
                 raise gr.Error("Pick one of your jobs first.") from None
             values = spec_to_form(job.spec)
-            return {**{train.inputs[name]: values[name] for name in FIELD_NAMES},
-                    action_note: f"Settings of {job.id} copied into the Train tab."}
+            return {
+                **{train.inputs[name]: values[name] for name in FIELD_NAMES},
+                action_note: f"Settings of {job.id} copied into the Train tab.",
+            }
 
         clone_button.click(clone, picker, [*train.input_list(), action_note], api_name="clone_job")
     return JobsHandles(table=table, picker=picker, summary=summary, refresh=refresh, refreshed=everything)

@@ -56,7 +56,7 @@ _SET_PARAM = """
 """
 
 
-def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs: "JobsHandles") -> None:
+def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs: JobsHandles) -> None:
     """Wire the deep links into the assembled app: on load, show the linked job and open the linked tab; then the
     address bar follows the tab and the job picked in the Jobs tab."""
     import gradio as gr
@@ -82,19 +82,32 @@ def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs
     demo.load(None, None, jobs.picker, js=linked_job).then(
         jobs.refresh, jobs.picker, jobs.refreshed, api_visibility="private", queue=False, show_progress="hidden"
     ).then(on_load, None, tabs, api_visibility="private", show_progress="hidden").then(
-        None, None, None, js=f"""() => {{
+        None,
+        None,
+        None,
+        js=f"""() => {{
             const params = new URL(window.location.href).searchParams;
             const linked = /{_JOB_ID.pattern}/.test(params.get("job") || "");
             if (!{list(TABS)!r}.includes(params.get("tab"))) {{
                 ({_SET_PARAM})("tab", linked ? "jobs" : (window.studioTab || "train"));
             }}
             window.studioLinksReady = true;
-        }}""")
+        }}""",
+    )
     for name, tab in tab_handles.items():
-        tab.select(None, None, None, js=f"""() => {{
+        tab.select(
+            None,
+            None,
+            None,
+            js=f"""() => {{
             window.studioTab = {name!r};
             if (window.studioLinksReady) ({_SET_PARAM})('tab', {name!r});
-        }}""")
+        }}""",
+        )
     job_of_choice = "(choice || '').split(' · ')[0].trim()"  # a picker choice reads "<id> · <method> · …"
-    jobs.picker.change(None, jobs.picker, None,
-                       js=f"(choice) => {{ if (window.studioLinksReady) ({_SET_PARAM})('job', {job_of_choice}); }}")
+    jobs.picker.change(
+        None,
+        jobs.picker,
+        None,
+        js=f"(choice) => {{ if (window.studioLinksReady) ({_SET_PARAM})('job', {job_of_choice}); }}",
+    )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
 
@@ -36,16 +37,20 @@ def as_user(handler: Callable[..., Any] | None = None, *, signed_in: bool = True
     user was told to sign in). The wrapper puts both first, where Gradio fills them, and resolves the user once.
     ``signed_in=True`` refuses visitors with a sentence; ``False`` hands them in as ``None`` (views that show less).
     """
+
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         def resolve(profile, token) -> User | None:
             return require_user(profile, token) if signed_in else user_from(profile, token)
 
         if inspect.isgeneratorfunction(fn):
+
             def call(profile: gr.OAuthProfile | None, token: gr.OAuthToken | None, *inputs):
                 yield from fn(resolve(profile, token), *inputs)
         else:
+
             def call(profile: gr.OAuthProfile | None, token: gr.OAuthToken | None, *inputs):
                 return fn(resolve(profile, token), *inputs)
+
         # Name and doc only: copying __wrapped__ would make Gradio read the inner signature again.
         call.__name__, call.__doc__ = fn.__name__, fn.__doc__
         return call

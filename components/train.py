@@ -17,13 +17,36 @@ import gradio as gr
 from gradio.utils import NamedString
 
 from backend.api import (
-    DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, JobNotFound, SpecError, StudioAPI, UnmappedUpload,
-    builtin_dataset_help, load_spec_text, method_part, methods,
+    DEFAULT_HF_JOB_FLAVOR,
+    HF_JOB_FLAVORS,
+    JobNotFound,
+    SpecError,
+    StudioAPI,
+    UnmappedUpload,
+    builtin_dataset_help,
+    load_spec_text,
+    method_part,
+    methods,
 )
 from components.form import (
-    BASE_MODEL_HELP, FIELDS, FORM_FIELDS, RECIPE_FIELDS, SECTIONS, TRI_STATE, FormError, FormField, dataset_choices,
-    finished_job_choices, form_to_spec, job_choice_id, model_notice, parse_column_map, pick_dataset, queued_link,
-    recipe_updates, route_problems,
+    BASE_MODEL_HELP,
+    FIELDS,
+    FORM_FIELDS,
+    RECIPE_FIELDS,
+    SECTIONS,
+    TRI_STATE,
+    FormError,
+    FormField,
+    dataset_choices,
+    finished_job_choices,
+    form_to_spec,
+    job_choice_id,
+    model_notice,
+    parse_column_map,
+    pick_dataset,
+    queued_link,
+    recipe_updates,
+    route_problems,
 )
 from components.session import as_user, require_user
 
@@ -87,8 +110,10 @@ def _bench_row(text: str | None) -> Any:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise FormError("method", f"the dataset row is not valid JSON ({str(exc)[:80]}); "
-                        'write an object such as {"solution": "$4$"}') from None
+        raise FormError(
+            "method",
+            f'the dataset row is not valid JSON ({str(exc)[:80]}); write an object such as {{"solution": "$4$"}}',
+        ) from None
 
 
 def _values(args: tuple) -> dict[str, Any]:
@@ -133,8 +158,12 @@ def _lay_out() -> _Layout:
     _row(inputs, ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"))
     # file_types filters the browser's file picker; on the server the upload check refuses other files with a
     # sentence and removes them.
-    upload = gr.File(label="Upload a dataset (.jsonl, .json, .csv, .parquet)", visible=False,
-                     file_types=[".jsonl", ".json", ".csv", ".parquet"], elem_id="dataset-upload")
+    upload = gr.File(
+        label="Upload a dataset (.jsonl, .json, .csv, .parquet)",
+        visible=False,
+        file_types=[".jsonl", ".json", ".csv", ".parquet"],
+        elem_id="dataset-upload",
+    )
     # Gradio 6.31's File.preprocess checks file_types (refusing with its own message, the file left in its temp
     # folder) and creates an empty temp file per upload that nobody removes (gradio/components/file.py). The
     # handler needs only the path.
@@ -170,12 +199,13 @@ def _lay_out() -> _Layout:
         extra["queue_button"] = gr.Button("Queue", variant="primary", elem_id="queue-button")
     with gr.Accordion("…or run it on Hugging Face Jobs (your account, billed to you)", open=False):
         with gr.Row():
-            extra["hf_flavor"] = gr.Dropdown(list(HF_JOB_FLAVORS), value=DEFAULT_HF_JOB_FLAVOR,
-                                             label="Hardware flavor")
+            extra["hf_flavor"] = gr.Dropdown(list(HF_JOB_FLAVORS), value=DEFAULT_HF_JOB_FLAVOR, label="Hardware flavor")
             extra["hf_timeout"] = gr.Textbox("6h", label="Timeout", info="e.g. 90m, 6h")
             extra["hf_button"] = gr.Button("Send to Hugging Face Jobs", elem_id="hf-jobs-button")
-        gr.Markdown("The same worker runs there with the same spec and pushes the adapter to your account "
-                    "(turn on *Push to the Hub*); follow it in the Jobs tab.")
+        gr.Markdown(
+            "The same worker runs there with the same spec and pushes the adapter to your account "
+            "(turn on *Push to the Hub*); follow it in the Jobs tab."
+        )
     errors["general"] = box("general")
     extra["result"] = gr.Markdown(elem_id="queue-result")
     return _Layout(inputs, errors, groups, extra)
@@ -187,8 +217,9 @@ def _lay_out_grpo(inputs: dict[str, Any], errors: dict, extra: dict, box) -> Non
     inputs["grpo_rewards"] = gr.Code(FIELDS["grpo_rewards"], language="yaml", label=rewards.label)
     with gr.Accordion("Reward test bench: score completions before training", open=False):
         extra["bench_completions"] = gr.Textbox(lines=3, label="Completions, one per line")
-        extra["bench_row"] = gr.Textbox(label="Dataset row (JSON) for rewards that read a column",
-                                        placeholder='{"solution": "$4$"}')
+        extra["bench_row"] = gr.Textbox(
+            label="Dataset row (JSON) for rewards that read a column", placeholder='{"solution": "$4$"}'
+        )
         extra["bench_button"] = gr.Button("Score", size="sm")
         extra["bench_note"] = gr.Markdown(elem_id="bench-note")
         extra["bench_out"] = gr.Dataframe(label="Scores", interactive=False, elem_id="bench-scores")
@@ -198,9 +229,11 @@ def _lay_out_grpo(inputs: dict[str, Any], errors: dict, extra: dict, box) -> Non
     with gr.Row():
         extra["dry_run_button"] = gr.Button("Dry run: play one episode", size="sm")
         extra["warm_up_button"] = gr.Button("Warm up on this environment", size="sm", elem_id="warm-up-button")
-    gr.Markdown("*Warm up* writes tool-call demonstrations by playing the environment with your prompts, queues "
-                "SFT on them, then this GRPO job from that adapter: a model that has never called these tools "
-                "gives GRPO nothing to learn from.")
+    gr.Markdown(
+        "*Warm up* writes tool-call demonstrations by playing the environment with your prompts, queues "
+        "SFT on them, then this GRPO job from that adapter: a model that has never called these tools "
+        "gives GRPO nothing to learn from."
+    )
     extra["transcript"] = gr.Markdown(elem_id="dry-run-transcript")
 
 
@@ -216,52 +249,74 @@ def build(api: StudioAPI) -> TrainHandles:
 def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     """What one field changes in others: the dataset source's widgets, the method's group, the parent's model."""
     inputs, pair = ui.inputs, ui.recipe_pair
-    source_widgets = {"builtin": [inputs["builtin_dataset"]], "hub": [inputs["hub_dataset"], inputs["hub_split"]],
-                      "upload": [ui.upload, ui.upload_note]}
+    source_widgets = {
+        "builtin": [inputs["builtin_dataset"]],
+        "hub": [inputs["hub_dataset"], inputs["hub_split"]],
+        "upload": [ui.upload, ui.upload_note],
+    }
     recipe_inputs = [inputs[name] for name in RECIPE_FIELDS]
 
     def on_source(source):
         return {widget: gr.update(visible=kind == source) for kind, ws in source_widgets.items() for widget in ws}
 
-    inputs["dataset_source"].change(on_source, inputs["dataset_source"],
-                                    [w for ws in source_widgets.values() for w in ws], api_name=False)
+    inputs["dataset_source"].change(
+        on_source, inputs["dataset_source"], [w for ws in source_widgets.values() for w in ws], api_name=False
+    )
 
     def recipe_changes(before, model, method, values, dataset: bool) -> dict:
         """The recipe fields' updates for the pair ``before`` -> (model, method) (components/form.py's rule)."""
         before = tuple(before) if before else (FIELDS["base_model"], FIELDS["method"])
         current = dict(zip(RECIPE_FIELDS, values))
         changed = recipe_updates(current, before, (model, method))
-        updates = {inputs[name]: changed[name] if name in changed else gr.update()
-                   for name in RECIPE_FIELDS if name != "builtin_dataset"}
+        updates = {
+            inputs[name]: changed[name] if name in changed else gr.update()
+            for name in RECIPE_FIELDS
+            if name != "builtin_dataset"
+        }
         if dataset:
-            updates[inputs["builtin_dataset"]] = gr.update(choices=dataset_choices(model, method),
-                                                           value=changed.get("builtin_dataset",
-                                                                             current["builtin_dataset"]))
+            updates[inputs["builtin_dataset"]] = gr.update(
+                choices=dataset_choices(model, method), value=changed.get("builtin_dataset", current["builtin_dataset"])
+            )
         return {**updates, pair: [model, method]}
 
     def on_method(method, model, current):
         """Every method change (a clone's too): its settings group, and a built-in dataset that suits it."""
-        return {**{group: gr.update(visible=name == method) for name, group in ui.groups.items()},
-                inputs["builtin_dataset"]: gr.update(choices=dataset_choices(model, method),
-                                                     value=pick_dataset(model, method, current)),
-                pair: [model, method]}
+        return {
+            **{group: gr.update(visible=name == method) for name, group in ui.groups.items()},
+            inputs["builtin_dataset"]: gr.update(
+                choices=dataset_choices(model, method), value=pick_dataset(model, method, current)
+            ),
+            pair: [model, method],
+        }
 
-    inputs["method"].change(on_method, [inputs["method"], inputs["base_model"], inputs["builtin_dataset"]],
-                            [*ui.groups.values(), inputs["builtin_dataset"], pair], api_name=False)
+    inputs["method"].change(
+        on_method,
+        [inputs["method"], inputs["base_model"], inputs["builtin_dataset"]],
+        [*ui.groups.values(), inputs["builtin_dataset"], pair],
+        api_name=False,
+    )
 
     # A method or model the user picks applies its demo recipe; a clone's (a change, not an input) keeps its values.
     # The method's change event picks the dataset above (by the same rule): one writer for it.
     def on_method_input(before, model, method, *values):
         return recipe_changes(before, model, method, values, dataset=False)
 
-    inputs["method"].input(on_method_input, [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
-                           [*(i for i in recipe_inputs if i is not inputs["builtin_dataset"]), pair], api_name=False)
+    inputs["method"].input(
+        on_method_input,
+        [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
+        [*(i for i in recipe_inputs if i is not inputs["builtin_dataset"]), pair],
+        api_name=False,
+    )
 
     def on_model_input(before, model, method, *values):
         return recipe_changes(before, model, method, values, dataset=True)
 
-    inputs["base_model"].input(on_model_input, [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
-                               [*recipe_inputs, pair], api_name=False)
+    inputs["base_model"].input(
+        on_model_input,
+        [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
+        [*recipe_inputs, pair],
+        api_name=False,
+    )
 
     def on_environment(env_name, rewards):
         # The default reward (accuracy on a `solution` column) is for prompt datasets; with an environment its
@@ -270,14 +325,16 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
             return {inputs["grpo_rewards"]: ""}
         return {inputs["grpo_rewards"]: gr.update()}
 
-    inputs["env_name"].change(on_environment, [inputs["env_name"], inputs["grpo_rewards"]], inputs["grpo_rewards"],
-                              api_name=False)
+    inputs["env_name"].change(
+        on_environment, [inputs["env_name"], inputs["grpo_rewards"]], inputs["grpo_rewards"], api_name=False
+    )
 
     def on_model(model, method):
         return {ui.model_note: model_notice(model), pair: [model, method]}
 
-    inputs["base_model"].change(on_model, [inputs["base_model"], inputs["method"]], [ui.model_note, pair],
-                                api_name=False)
+    inputs["base_model"].change(
+        on_model, [inputs["base_model"], inputs["method"]], [ui.model_note, pair], api_name=False
+    )
 
     @as_user(signed_in=False)
     def on_parent(user, parent_choice, before, method, *values):
@@ -291,19 +348,28 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
             parent_model = api.get_job(parent_id, user).spec.model.name_or_path
         except JobNotFound:
             return unlocked
-        return {inputs["base_model"]: gr.update(
-            value=parent_model, interactive=False,
-            info=f"The parent job {parent_id}'s base model; clear the parent job to pick another."),
-            **recipe_changes(before, parent_model, method, values, dataset=True)}
+        return {
+            inputs["base_model"]: gr.update(
+                value=parent_model,
+                interactive=False,
+                info=f"The parent job {parent_id}'s base model; clear the parent job to pick another.",
+            ),
+            **recipe_changes(before, parent_model, method, values, dataset=True),
+        }
 
-    inputs["parent_job"].change(on_parent, [inputs["parent_job"], pair, inputs["method"], *recipe_inputs],
-                                [inputs["base_model"], *recipe_inputs, pair], api_name=False)
+    inputs["parent_job"].change(
+        on_parent,
+        [inputs["parent_job"], pair, inputs["method"], *recipe_inputs],
+        [inputs["base_model"], *recipe_inputs, pair],
+        api_name=False,
+    )
 
     def on_builtin_dataset(name):
         return {inputs["builtin_dataset"]: gr.update(info=builtin_dataset_help(name))}
 
-    inputs["builtin_dataset"].change(on_builtin_dataset, inputs["builtin_dataset"], inputs["builtin_dataset"],
-                                     api_name=False)
+    inputs["builtin_dataset"].change(
+        on_builtin_dataset, inputs["builtin_dataset"], inputs["builtin_dataset"], api_name=False
+    )
 
     @as_user(signed_in=False)
     def refresh_parents(user):
@@ -318,8 +384,9 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
 
     # The Column mapping comes last with a None default, so scripts that send (file, method) keep working:
     # gradio_client reads optional parameters from the handler's own signature (as_user's *inputs hides them).
-    def on_upload(file, method, column_map=None, profile: gr.OAuthProfile | None = None,
-                  token: gr.OAuthToken | None = None):
+    def on_upload(
+        file, method, column_map=None, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None
+    ):
         """Keep an uploaded dataset file if it reads for the method (with the Column mapping)."""
         user = require_user(profile, token)
         if file is None:
@@ -329,22 +396,38 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
             columns = parse_column_map(column_map)
             upload_id, summary = api.upload_dataset(path, path.name, method, user, columns)  # removes gradio's copy
         except UnmappedUpload as exc:  # kept: filling the Column mapping makes it usable, no second upload
-            return {inputs["upload_id"]: exc.upload_id, note: gr.update(value=f"📄 {exc.summary}", visible=True),
-                    box: _problems_markdown(exc.problems), widget: gr.update()}
+            return {
+                inputs["upload_id"]: exc.upload_id,
+                note: gr.update(value=f"📄 {exc.summary}", visible=True),
+                box: _problems_markdown(exc.problems),
+                widget: gr.update(),
+            }
         except (SpecError, FormError) as exc:
             # The widget is emptied too, so it never shows a file that was not kept.
             problems = exc.problems if isinstance(exc, SpecError) else [str(exc)]
-            return {inputs["upload_id"]: "", note: gr.update(value="", visible=False),
-                    box: _problems_markdown(problems), widget: None}
+            return {
+                inputs["upload_id"]: "",
+                note: gr.update(value="", visible=False),
+                box: _problems_markdown(problems),
+                widget: None,
+            }
         finally:
             path.unlink(missing_ok=True)  # a FormError comes before the facade, which otherwise removes it
             with suppress(OSError):  # and the folder gradio made for it, once empty
                 path.parent.rmdir()
-        return {inputs["upload_id"]: upload_id, note: gr.update(value=f"✅ {summary}", visible=True), box: "",
-                widget: gr.update()}
+        return {
+            inputs["upload_id"]: upload_id,
+            note: gr.update(value=f"✅ {summary}", visible=True),
+            box: "",
+            widget: gr.update(),
+        }
 
-    widget.upload(on_upload, [widget, inputs["method"], inputs["column_map"]],
-                  [inputs["upload_id"], note, box, widget], api_name="upload_dataset")
+    widget.upload(
+        on_upload,
+        [widget, inputs["method"], inputs["column_map"]],
+        [inputs["upload_id"], note, box, widget],
+        api_name="upload_dataset",
+    )
 
     @as_user
     def recheck_upload(user, source, upload_id, method, column_map):
@@ -400,8 +483,10 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3, user=user), args)
         if preview is None:
             return {ui.preview_out: "", **boxes}
-        parts = [f"**{preview.total_rows} rows**, format `{preview.format}`, columns: {', '.join(preview.columns)}; "
-                 f"longest previewed: {preview.summary.max_tokens} tokens (max_length {preview.summary.max_length})"]
+        parts = [
+            f"**{preview.total_rows} rows**, format `{preview.format}`, columns: {', '.join(preview.columns)}; "
+            f"longest previewed: {preview.summary.max_tokens} tokens (max_length {preview.summary.max_length})"
+        ]
         for i, row in enumerate(preview.rows):
             cut = " — **longer than max_length: will be cut**" if row.over_max_length else ""
             parts.append(f"Row {i} · {row.n_tokens} tokens{cut}\n```\n{row.rendered}\n```")
@@ -424,9 +509,11 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         warm, boxes = with_environment("warm-up", lambda spec: api.warm_up(spec, user=user), args)
         if warm is None:
             return {ui.result: "", **boxes}
-        text = (f"Wrote {warm.demonstrations}. Queued {queued_link(warm.sft.job.id)} (SFT warm-up), then "
-                f"{queued_link(warm.grpo.job.id)} (this GRPO job, from the warm-up's adapter; it waits for it). "
-                f"Follow them in the Jobs tab (click an id to open it there).")
+        text = (
+            f"Wrote {warm.demonstrations}. Queued {queued_link(warm.sft.job.id)} (SFT warm-up), then "
+            f"{queued_link(warm.grpo.job.id)} (this GRPO job, from the warm-up's adapter; it waits for it). "
+            f"Follow them in the Jobs tab (click an id to open it there)."
+        )
         warnings = warm.sft.warnings + warm.grpo.warnings
         return {ui.result: text + "".join(f"\n- ⚠️ {w}" for w in warnings), **boxes}
 
@@ -468,11 +555,11 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             return {ui.result: "", **error_updates([f"spec: {exc}"])}
         if hf_id is None:
             return {ui.result: "", **boxes}
-        return {ui.result: f"Sent to Hugging Face Jobs as **{hf_id}** ({flavor}). Follow it in the Jobs tab.",
-                **boxes}
+        return {ui.result: f"Sent to Hugging Face Jobs as **{hf_id}** ({flavor}). Follow it in the Jobs tab.", **boxes}
 
-    ui.hf_button.click(on_hf_jobs, [*form, ui.hf_flavor, ui.hf_timeout], [ui.result, *error_boxes],
-                       api_name="send_to_hf_jobs")
+    ui.hf_button.click(
+        on_hf_jobs, [*form, ui.hf_flavor, ui.hf_timeout], [ui.result, *error_boxes], api_name="send_to_hf_jobs"
+    )
 
     def submit_spec(spec_json: str, profile: gr.OAuthProfile | None = None) -> str:
         """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
@@ -494,15 +581,31 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
 
     inputs = ui.inputs
 
-    def on_bench(rewards_yaml, completions, row_json, dataset_source=None, builtin_dataset=None,
-                 hub_dataset=None, hub_split=None, upload_id=None, column_map=None,
-                 profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+    def on_bench(
+        rewards_yaml,
+        completions,
+        row_json,
+        dataset_source=None,
+        builtin_dataset=None,
+        hub_dataset=None,
+        hub_split=None,
+        upload_id=None,
+        column_map=None,
+        profile: gr.OAuthProfile | None = None,
+        token: gr.OAuthToken | None = None,
+    ):
         """Scores per reward as a table, and a sentence: which row was scored against, or what to fix (shown next
         to the bench; an exception would leave only a bare "Error" in the table's frame). The dataset fields are
         optional for scripts (gradio_client treats a None default as optional): the form's defaults then."""
         user = require_user(profile, token)
-        dataset_args = (dataset_source or "builtin", builtin_dataset or "math-demo", hub_dataset or "",
-                        hub_split or "train", upload_id or "", column_map or "")
+        dataset_args = (
+            dataset_source or "builtin",
+            builtin_dataset or "math-demo",
+            hub_dataset or "",
+            hub_split or "train",
+            upload_id or "",
+            column_map or "",
+        )
 
         empty = {"headers": ["completion", "total", "notes"], "data": []}
         lines = [c for c in (completions or "").splitlines() if c.strip()]
@@ -528,6 +631,9 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
         shown = json.dumps(row, ensure_ascii=False, default=str)
         return row, f"the dataset's first row: `{shown[:160]}{'…' if len(shown) > 160 else ''}`"
 
-    ui.bench_button.click(on_bench, [inputs["grpo_rewards"], ui.bench_completions, ui.bench_row,
-                                     *(inputs[name] for name in BENCH_DATASET)],
-                          [ui.bench_out, ui.bench_note], api_name="score_rewards")
+    ui.bench_button.click(
+        on_bench,
+        [inputs["grpo_rewards"], ui.bench_completions, ui.bench_row, *(inputs[name] for name in BENCH_DATASET)],
+        [ui.bench_out, ui.bench_note],
+        api_name="score_rewards",
+    )

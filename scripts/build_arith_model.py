@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backend import arith_data  # noqa: E402
-from backend.demo_model import ARITH_MODEL_RECIPE, ARITH_MODEL_CONFIG, _build_tokenizer  # noqa: E402
+from backend.demo_model import ARITH_MODEL_CONFIG, ARITH_MODEL_RECIPE, _build_tokenizer  # noqa: E402
 
 DEFAULT_OUT = ROOT / "backend" / "assets" / "models" / "tiny-qwen3-arith"
 
 
-def tool_rows(problems: list[arith_data.Problem], rng: random.Random, checks: list[arith_data.Problem],
-              call_share: float = 1.0) -> tuple[list[tuple[list[dict], list[dict], int]], list[tuple]]:
+def tool_rows(
+    problems: list[arith_data.Problem], rng: random.Random, checks: list[arith_data.Problem], call_share: float = 1.0
+) -> tuple[list[tuple[list[dict], list[dict], int]], list[tuple]]:
     """(messages, tools, learn_from) per problem, and (opening messages, tools) per check problem.
 
     An episode works the sum out in the chat format (``a op b = \\boxed{c}``) and submits it with ``submit_answer``.
@@ -43,19 +44,27 @@ def tool_rows(problems: list[arith_data.Problem], rng: random.Random, checks: li
     skill too, one that GRPO in the environment can teach."""
     from transformers.utils import get_json_schema
 
-    from backend.environments.episodes import opening_messages
     from backend.environments.adapter import tool_methods
+    from backend.environments.episodes import opening_messages
     from backend.environments.runtime import open_environment
     from backend.spec import JobSpec
 
-    spec = JobSpec.model_validate({"method": "grpo", "model": {"name_or_path": "builtin:tiny-qwen3"},
-                                   "environment": {"name": "builtin:arithmetic"}, "grpo": {"num_generations": 2},
-                                   "training": {"batch_size": 2}})
+    spec = JobSpec.model_validate(
+        {
+            "method": "grpo",
+            "model": {"name_or_path": "builtin:tiny-qwen3"},
+            "environment": {"name": "builtin:arithmetic"},
+            "grpo": {"num_generations": 2},
+            "training": {"batch_size": 2},
+        }
+    )
 
     def attempt(env, p: arith_data.Problem, answer: int) -> list[dict]:
         call = {"type": "function", "function": {"name": "submit_answer", "arguments": {"answer": answer}}}
-        return [{"role": "assistant", "content": arith_data.answer_text(p.a, p.op, p.b, answer), "tool_calls": [call]},
-                {"role": "tool", "name": "submit_answer", "content": str(env.submit_answer(answer=answer))}]
+        return [
+            {"role": "assistant", "content": arith_data.answer_text(p.a, p.op, p.b, answer), "tool_calls": [call]},
+            {"role": "tool", "name": "submit_answer", "content": str(env.submit_answer(answer=answer))},
+        ]
 
     def opening(env, i: int, p: arith_data.Problem) -> list[dict]:
         text = arith_data.ENV_PHRASINGS[i % len(arith_data.ENV_PHRASINGS)].format(a=p.a, op=p.op, b=p.b)
@@ -91,7 +100,7 @@ def encode(tokenizer, messages, tools=None, learn_from: int | None = None) -> tu
     assert full.startswith(prefix), "the chat template renders the prompt differently inside the conversation"
     prompt_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
     ids = tokenizer(full, add_special_tokens=False)["input_ids"]
-    labels = [-100] * len(prompt_ids) + ids[len(prompt_ids):]
+    labels = [-100] * len(prompt_ids) + ids[len(prompt_ids) :]
     return ids, labels
 
 
@@ -101,8 +110,9 @@ def greedy_accuracy(model, tokenizer, problems: list[arith_data.Problem], openin
     if openings is None:
         answers = arith_data.model_answers(model, tokenizer, problems)
     else:
-        texts = [tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False)
-                 for m, t in openings]
+        texts = [
+            tokenizer.apply_chat_template(m, tools=t, add_generation_prompt=True, tokenize=False) for m, t in openings
+        ]
         answers = arith_data.answers_to(model, tokenizer, texts, batch=32)
     return sum(answer == p.answer for answer, p in zip(answers, problems)) / len(problems)
 
@@ -154,12 +164,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=6000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--tool-target", type=float, default=0.30,
-                        help="and at this held-out greedy accuracy of an environment episode's first turn")
+    parser.add_argument(
+        "--tool-target",
+        type=float,
+        default=0.30,
+        help="and at this held-out greedy accuracy of an environment episode's first turn",
+    )
     parser.add_argument("--tool-share", type=float, default=0.5, help="share of steps that train on tool episodes")
     parser.add_argument("--tool-episodes", type=int, default=1500, help="distinct tool episodes to train on")
-    parser.add_argument("--call-share", type=float, default=0.5,
-                        help="share of tool episodes that submit the answer with the tool (the others answer in text)")
+    parser.add_argument(
+        "--call-share",
+        type=float,
+        default=0.5,
+        help="share of tool episodes that submit the answer with the tool (the others answer in text)",
+    )
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(2)
@@ -167,17 +185,27 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     tokenizer = _build_tokenizer()
-    pretrain = [arith_data.Problem(a, op, b, rng.randrange(len(arith_data.PHRASINGS)))
-                for a, op, b in arith_data.problems("pretrain")]
+    pretrain = [
+        arith_data.Problem(a, op, b, rng.randrange(len(arith_data.PHRASINGS)))
+        for a, op, b in arith_data.problems("pretrain")
+    ]
     chats = [encode(tokenizer, arith_data.chat(p)) for p in pretrain]
     check = arith_data.sample("studio", 200, seed=args.seed + 99)
     episodes, openings = tool_rows(rng.sample(pretrain, args.tool_episodes), rng, check[:100], args.call_share)
     tools = [encode(tokenizer, m, t, k) for m, t, k in episodes]
-    print(f"{len(chats)} chat rows, {len(tools)} tool episodes, {len(check)} held-out checks "
-          f"({time.monotonic() - started:.0f}s)", flush=True)
+    print(
+        f"{len(chats)} chat rows, {len(tools)} tool episodes, {len(check)} held-out checks "
+        f"({time.monotonic() - started:.0f}s)",
+        flush=True,
+    )
 
-    config = Qwen3Config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **ARITH_MODEL_CONFIG)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **ARITH_MODEL_CONFIG,
+    )
     model = Qwen3ForCausalLM(config)
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
@@ -202,32 +230,53 @@ def main(argv: list[str] | None = None) -> int:
         if step % 100 == 0:
             accuracy = greedy_accuracy(model, tokenizer, check)
             tool_accuracy = greedy_accuracy(model, tokenizer, check[:100], openings)
-            history.append({"step": step, "loss": round(loss.item(), 4), "heldout_accuracy": accuracy,
-                            "heldout_tool_accuracy": tool_accuracy})
-            print(f"step {step}: loss {loss.item():.3f}, held-out greedy accuracy {accuracy:.1%}, in an "
-                  f"episode {tool_accuracy:.1%} ({time.monotonic() - started:.0f}s)", flush=True)
+            history.append(
+                {
+                    "step": step,
+                    "loss": round(loss.item(), 4),
+                    "heldout_accuracy": accuracy,
+                    "heldout_tool_accuracy": tool_accuracy,
+                }
+            )
+            print(
+                f"step {step}: loss {loss.item():.3f}, held-out greedy accuracy {accuracy:.1%}, in an "
+                f"episode {tool_accuracy:.1%} ({time.monotonic() - started:.0f}s)",
+                flush=True,
+            )
             if accuracy >= args.target and tool_accuracy >= args.tool_target:
                 break
 
     call_rate = greedy_call_rate(model, tokenizer, openings)
     print(f"greedy first turns that call the tool: {call_rate:.0%}", flush=True)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                                               do_sample=True, max_new_tokens=64)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True, max_new_tokens=64
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     record = {
-        "recipe": ARITH_MODEL_RECIPE, "seed": args.seed, "steps": step, "batch": args.batch, "learning_rate": args.lr,
+        "recipe": ARITH_MODEL_RECIPE,
+        "seed": args.seed,
+        "steps": step,
+        "batch": args.batch,
+        "learning_rate": args.lr,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "tool_share": args.tool_share, "tool_episodes": args.tool_episodes, "call_share": args.call_share,
+        "tool_share": args.tool_share,
+        "tool_episodes": args.tool_episodes,
+        "call_share": args.call_share,
         "target": args.target,
-        "tool_target": args.tool_target, "heldout_accuracy": accuracy, "heldout_tool_accuracy": tool_accuracy,
-        "heldout_call_rate": call_rate, "history": history,
+        "tool_target": args.tool_target,
+        "heldout_accuracy": accuracy,
+        "heldout_tool_accuracy": tool_accuracy,
+        "heldout_call_rate": call_rate,
+        "history": history,
     }
     (args.out / "studio_demo.json").write_text(json.dumps(record, indent=2))
     (args.out / "README.md").write_text(model_card(record))
-    print(f"saved to {args.out} after {step} steps, held-out greedy accuracy {accuracy:.1%} "
-          f"({time.monotonic() - started:.0f}s)")
+    print(
+        f"saved to {args.out} after {step} steps, held-out greedy accuracy {accuracy:.1%} "
+        f"({time.monotonic() - started:.0f}s)"
+    )
     return 0
 
 

@@ -19,10 +19,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from backend.environments.launcher import free_port
 
@@ -51,8 +51,9 @@ def _up(url: str) -> bool:
         return False
 
 
-def session_cookie(username: str, token: str | None = None, secret: str = OAUTH_CLIENT_SECRET,
-                   expires_in: int = 8 * 3600) -> str:
+def session_cookie(
+    username: str, token: str | None = None, secret: str = OAUTH_CLIENT_SECRET, expires_in: int = 8 * 3600
+) -> str:
     """The value of Gradio's ``session`` cookie after ``username`` signed in with Hugging Face."""
     import itsdangerous
 
@@ -107,25 +108,34 @@ def data_dir_with_models(root: Path, models_dir: Path) -> Path:
 
 
 @contextmanager
-def launch_app(data_dir: Path, space: bool = False, extra_env: dict[str, str] | None = None
-               ) -> Iterator[RunningApp]:
+def launch_app(data_dir: Path, space: bool = False, extra_env: dict[str, str] | None = None) -> Iterator[RunningApp]:
     """``python app.py`` on a free port of 127.0.0.1; stopped (its whole process group) afterwards."""
     port = free_port()
     # As on a Space with persistent storage (/data/studio): the data dir lies outside the working directory and
     # outside the app's temp folder, the two places Gradio serves files from unless told otherwise.
     app_tmp = data_dir.parent / f"app-tmp-{port}"
     app_tmp.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(app_tmp), "GRADIO_TEMP_DIR": str(app_tmp / "gradio"),
-           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "STUDIO_DATA_DIR": str(data_dir),
-           "PYTHONPATH": str(ROOT), **(SPACE_ENV if space else {}), **(extra_env or {})}
+    env = {
+        **os.environ,
+        "TMPDIR": str(app_tmp),
+        "GRADIO_TEMP_DIR": str(app_tmp / "gradio"),
+        "GRADIO_SERVER_PORT": str(port),
+        "GRADIO_SERVER_NAME": "127.0.0.1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "HF_HUB_OFFLINE": "1",
+        "STUDIO_DATA_DIR": str(data_dir),
+        "PYTHONPATH": str(ROOT),
+        **(SPACE_ENV if space else {}),
+        **(extra_env or {}),
+    }
     if not space:
         for name in SPACE_ENV:
             env.pop(name, None)
     log_path = data_dir.parent / f"app-{port}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "app.py"], cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+        )
     app = RunningApp(f"http://127.0.0.1:{port}/", data_dir, proc, log_path, space)
     try:
         deadline = time.monotonic() + 90

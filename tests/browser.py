@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urljoin
 
 import pytest
@@ -19,8 +19,10 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 
 BROWSER_MARKS = [
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does it)"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium; .ci/run does it)",
+    ),
 ]
 
 
@@ -146,8 +148,9 @@ def wait_in_jobs_tab(page, store, job_id: str, timeout_ms: int = 240_000) -> Non
 
     summary = page.locator("#job-summary")
     try:
-        expect(summary).to_contain_text(re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"),
-                                        timeout=timeout_ms)
+        expect(summary).to_contain_text(
+            re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"), timeout=timeout_ms
+        )
     finally:
         job = store.get(job_id)
     assert job.status is JobStatus.succeeded, job.error

@@ -115,5 +115,4 @@ def screenshot_on_failure(request):
     if request.session.testsfailed > failed_before and "page" in request.fixturenames:
         from tests.browser import ARTIFACTS
 
-        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png",
-                                                   full_page=True)
+        request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png", full_page=True)

@@ -7,8 +7,8 @@ import errno
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
@@ -18,8 +18,9 @@ def tmpfs(target: Path, size: str = "4m") -> Iterator[Path]:
     """A tmpfs of ``size`` mounted on ``target`` (created if missing) for the block; skips where mounting is not
     allowed. Unmounted in a finally, lazily when a process still holds a file open there."""
     target.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)], capture_output=True, text=True
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here to fill a disk ({result.stderr.strip() or result.returncode})")
     try:

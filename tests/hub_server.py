@@ -82,8 +82,14 @@ class FakeHub:
     JSON ``model_info`` returns (e.g. ``{"Qwen/Qwen3-0.6B": {"cardData": {"license": "apache-2.0"}}}``).
     """
 
-    def __init__(self, token: str, user: str = "tester", orgs: tuple[str, ...] = (), role: str = "write",
-                 models: dict[str, dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        token: str,
+        user: str = "tester",
+        orgs: tuple[str, ...] = (),
+        role: str = "write",
+        models: dict[str, dict[str, Any]] | None = None,
+    ):
         self.token = token
         self.user = user
         self.orgs = tuple(orgs)
@@ -98,7 +104,7 @@ class FakeHub:
         self.url = ""
 
     # --- lifecycle --------------------------------------------------------------------------------------
-    def start(self) -> "FakeHub":
+    def start(self) -> FakeHub:
         hub = self
 
         class Handler(_Handler):
@@ -119,7 +125,7 @@ class FakeHub:
             self._thread.join(5)
             self._server = None
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -242,13 +248,16 @@ class _Handler(BaseHTTPRequestHandler):
     # --- endpoints --------------------------------------------------------------------------------------
     def _whoami(self, record: RecordedRequest) -> None:
         fake = self.fake
-        self._send(200, {
-            "type": "user",
-            "name": fake.user,
-            "fullname": fake.user.title(),
-            "orgs": [{"type": "org", "name": org, "roleInOrg": "write"} for org in fake.orgs],
-            "auth": {"type": "access_token", "accessToken": {"displayName": "test token", "role": fake.role}},
-        })
+        self._send(
+            200,
+            {
+                "type": "user",
+                "name": fake.user,
+                "fullname": fake.user.title(),
+                "orgs": [{"type": "org", "name": org, "roleInOrg": "write"} for org in fake.orgs],
+                "auth": {"type": "access_token", "accessToken": {"displayName": "test token", "role": fake.role}},
+            },
+        )
 
     def _create(self, record: RecordedRequest) -> None:
         payload = record.json or {}
@@ -259,8 +268,11 @@ class _Handler(BaseHTTPRequestHandler):
         url = f"{self.fake.url}/{repo_id}"
         with self.fake._lock:
             if repo_id in self.fake.repos:
-                return self._send(409, {"error": "You already created this model repo", "url": url},
-                                  {"X-Error-Message": "You already created this model repo"})
+                return self._send(
+                    409,
+                    {"error": "You already created this model repo", "url": url},
+                    {"X-Error-Message": "You already created this model repo"},
+                )
             self.fake.repos[repo_id] = FakeRepo(
                 repo_id, payload.get("visibility") == "private", payload.get("type") or "model"
             )
@@ -304,10 +316,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self._repo_for_write(record) is None:
             return
         files = (record.json or {}).get("files", [])
-        self._send(200, {
-            "files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files],
-            "commitOid": "0" * 40,
-        })
+        self._send(
+            200,
+            {
+                "files": [
+                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files
+                ],
+                "commitOid": "0" * 40,
+            },
+        )
 
     def _commit(self, record: RecordedRequest) -> None:
         repo = self._repo_for_write(record)
@@ -326,9 +343,12 @@ class _Handler(BaseHTTPRequestHandler):
         header = lines[0]["value"]
         with self.fake._lock:
             repo.commits.append(FakeCommit(oid, header.get("summary", ""), header.get("description", ""), files))
-        self._send(200, {
-            "success": True,
-            "commitOid": oid,
-            "commitUrl": f"{self.fake.url}/{repo.repo_id}/commit/{oid}",
-            "pullRequestUrl": None,
-        })
+        self._send(
+            200,
+            {
+                "success": True,
+                "commitOid": oid,
+                "commitUrl": f"{self.fake.url}/{repo.repo_id}/commit/{oid}",
+                "pullRequestUrl": None,
+            },
+        )

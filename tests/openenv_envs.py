@@ -38,8 +38,10 @@ TESTS = Path(__file__).resolve().parent
 SERVE = TESTS / "env_servers" / "openenv_serve.py"
 DEFAULT_OPENENV_REPO = Path("/work/.mirror/meta-pytorch+OpenEnv/repo")
 DEFAULT_OPENENV_DIR = TESTS.parent.parent / "shared" / "openenv"
-CHECKOUT_MISSING = ("set OPENENV_REPO to a clone of meta-pytorch/OpenEnv (https://github.com/meta-pytorch/OpenEnv; "
-                    "a bare git dir or a work tree with .git) to run the OpenEnv catalogue environments")
+CHECKOUT_MISSING = (
+    "set OPENENV_REPO to a clone of meta-pytorch/OpenEnv (https://github.com/meta-pytorch/OpenEnv; "
+    "a bare git dir or a work tree with .git) to run the OpenEnv catalogue environments"
+)
 
 
 class OpenEnvCheckoutMissing(RuntimeError):
@@ -67,35 +69,75 @@ class CatalogEnv:
         return env_folder(self.name)
 
 
-CATALOG_ENVS: dict[str, CatalogEnv] = {env.name: env for env in (
-    CatalogEnv("echo_env", valid=("echo_message", {"message": "hi"}), invalid=("echo_message", {"message": 5}),
-               note="MCP: tools echo_message, echo_with_length; reward always 0.0"),
-    CatalogEnv("connect4_env", ("numpy",), mark_concurrent=True,
-               valid=(None, {"column": 3}), invalid=(None, {"column": "three"}),
-               note="typed: column:int with no bounds in the schema (column 9 reaches the server, which ends the game "
-                    "with -1); no max_concurrent_envs (openenv's default is 1), class not marked concurrent"),
-    CatalogEnv("maze_env", ("numpy",), valid=(None, {"action": 1}), invalid=(None, {"action": "up"}),
-               note="typed: action:int (0-3); app.py hard-codes max_concurrent_envs=1"),
-    CatalogEnv("grid_world_env", mark_concurrent=True, valid=(None, {"action": "UP"}),
-               invalid=(None, {"action": "NORTH"}),
-               note="typed: action is a str Enum -> $ref into $defs; default 1 session, class not marked"),
-    CatalogEnv("reasoning_gym_env", ("reasoning_gym",), valid=(None, {"answer": "4"}), invalid=(None, {}),
-               note="typed: answer:str; one step per episode; app.py hard-codes max_concurrent_envs=1"),
-    CatalogEnv("textarena_env", ("textarena", "nltk"),
-               # Wordle-v0 (the server's default) needs NLTK's `words` corpus, which it downloads at start: not
-               # offline. GuessTheNumber-v0 (1..20, 10 turns) uses no data.
-               environ={"TEXTARENA_ENV_ID": "GuessTheNumber-v0", "TEXTARENA_DOWNLOAD_NLTK": "0"},
-               valid=(None, {"message": "[10]"}), invalid=(None, {"message": 3}),
-               note="typed: message:str; the game's log grows inside one message, sent twice (messages, "
-                    "metadata.raw_messages); reset ignores seed; any game by env var"),
-    CatalogEnv("coding_env", ("smolagents",), mark_concurrent=True,
-               valid=(None, {"code": "print(6 * 7)"}), invalid=(None, {"code": 42}),
-               slow={"code": "import time\ntime.sleep(3)\nprint('late')"},
-               note="typed: code:str; stdout/stderr/exit_code; safety/quality transforms set the reward"),
-    CatalogEnv("repl_env", ("smolagents", "gradio"), environ={"HF_TOKEN": ""},
-               valid=(None, {"code": "print(6 * 7)"}), invalid=(None, {"is_final": "yes"}),
-               note="typed: code, is_final, final_answer; nested CodeBlockResult; `state` before reset raises"),
-)}
+CATALOG_ENVS: dict[str, CatalogEnv] = {
+    env.name: env
+    for env in (
+        CatalogEnv(
+            "echo_env",
+            valid=("echo_message", {"message": "hi"}),
+            invalid=("echo_message", {"message": 5}),
+            note="MCP: tools echo_message, echo_with_length; reward always 0.0",
+        ),
+        CatalogEnv(
+            "connect4_env",
+            ("numpy",),
+            mark_concurrent=True,
+            valid=(None, {"column": 3}),
+            invalid=(None, {"column": "three"}),
+            note="typed: column:int with no bounds in the schema (column 9 reaches the server, which ends the game "
+            "with -1); no max_concurrent_envs (openenv's default is 1), class not marked concurrent",
+        ),
+        CatalogEnv(
+            "maze_env",
+            ("numpy",),
+            valid=(None, {"action": 1}),
+            invalid=(None, {"action": "up"}),
+            note="typed: action:int (0-3); app.py hard-codes max_concurrent_envs=1",
+        ),
+        CatalogEnv(
+            "grid_world_env",
+            mark_concurrent=True,
+            valid=(None, {"action": "UP"}),
+            invalid=(None, {"action": "NORTH"}),
+            note="typed: action is a str Enum -> $ref into $defs; default 1 session, class not marked",
+        ),
+        CatalogEnv(
+            "reasoning_gym_env",
+            ("reasoning_gym",),
+            valid=(None, {"answer": "4"}),
+            invalid=(None, {}),
+            note="typed: answer:str; one step per episode; app.py hard-codes max_concurrent_envs=1",
+        ),
+        CatalogEnv(
+            "textarena_env",
+            ("textarena", "nltk"),
+            # Wordle-v0 (the server's default) needs NLTK's `words` corpus, which it downloads at start: not
+            # offline. GuessTheNumber-v0 (1..20, 10 turns) uses no data.
+            environ={"TEXTARENA_ENV_ID": "GuessTheNumber-v0", "TEXTARENA_DOWNLOAD_NLTK": "0"},
+            valid=(None, {"message": "[10]"}),
+            invalid=(None, {"message": 3}),
+            note="typed: message:str; the game's log grows inside one message, sent twice (messages, "
+            "metadata.raw_messages); reset ignores seed; any game by env var",
+        ),
+        CatalogEnv(
+            "coding_env",
+            ("smolagents",),
+            mark_concurrent=True,
+            valid=(None, {"code": "print(6 * 7)"}),
+            invalid=(None, {"code": 42}),
+            slow={"code": "import time\ntime.sleep(3)\nprint('late')"},
+            note="typed: code:str; stdout/stderr/exit_code; safety/quality transforms set the reward",
+        ),
+        CatalogEnv(
+            "repl_env",
+            ("smolagents", "gradio"),
+            environ={"HF_TOKEN": ""},
+            valid=(None, {"code": "print(6 * 7)"}),
+            invalid=(None, {"is_final": "yes"}),
+            note="typed: code, is_final, final_answer; nested CodeBlockResult; `state` before reset raises",
+        ),
+    )
+}
 
 
 def catalog_env(name: str) -> CatalogEnv:
@@ -110,8 +152,9 @@ def missing_modules(name: str) -> list[str]:
     return [module for module in catalog_env(name).modules if importlib.util.find_spec(module) is None]
 
 
-def start_catalog_env(name: str, *, max_sessions: int = 8, timeout_s: float = 120.0, wait: bool = True,
-                      log_dir: Path | None = None) -> RunningEnvironment:
+def start_catalog_env(
+    name: str, *, max_sessions: int = 8, timeout_s: float = 120.0, wait: bool = True, log_dir: Path | None = None
+) -> RunningEnvironment:
     """Start ``name`` (from the OpenEnv repository, see ``env_folder``) on 127.0.0.1 (a free port) with
     ``max_sessions`` sessions; stop it with ``stop()``. With ``wait=False`` call ``wait_until_ready`` yourself (to
     start several side by side).
@@ -123,8 +166,9 @@ def start_catalog_env(name: str, *, max_sessions: int = 8, timeout_s: float = 12
     argv = [sys.executable, str(SERVE), str(env_folder(name)), "--max-sessions", str(max_sessions)]
     if env.mark_concurrent:
         argv.append("--mark-concurrent")
-    return start_server_process(argv, name=name, timeout_s=timeout_s, wait=wait, log_dir=log_dir,
-                                extra_env=dict(env.environ))
+    return start_server_process(
+        argv, name=name, timeout_s=timeout_s, wait=wait, log_dir=log_dir, extra_env=dict(env.environ)
+    )
 
 
 def _git_dir(path: Path) -> Path | None:
@@ -138,8 +182,9 @@ def _git_dir(path: Path) -> Path | None:
 
 
 def _git(git_dir: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True,
-                          timeout=120).stdout
+    return subprocess.run(
+        ["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True, timeout=120
+    ).stdout
 
 
 def openenv_checkout() -> Path | None:
@@ -231,12 +276,14 @@ def skip_reason(name: str) -> str | None:
     if openenv_checkout() is None and (folder is None or not (folder / "envs" / name).is_dir()):
         configured = os.environ.get("OPENENV_REPO", "").strip()
         if configured:
-            return (f"OPENENV_REPO={configured} is not a git repository with envs/ at {_revision()}: "
-                    f"{CHECKOUT_MISSING}")
+            return f"OPENENV_REPO={configured} is not a git repository with envs/ at {_revision()}: {CHECKOUT_MISSING}"
         return CHECKOUT_MISSING
     missing = missing_modules(name)
-    return f"{name} needs the Python modules {', '.join(missing)} (pip install -r requirements-dev.txt)" if missing \
+    return (
+        f"{name} needs the Python modules {', '.join(missing)} (pip install -r requirements-dev.txt)"
+        if missing
         else None
+    )
 
 
 def _report(name: str) -> None:
@@ -259,8 +306,10 @@ def _report(name: str) -> None:
         print(f"## {name} at {server.url} (pid {server.pid}, healthy after {time.monotonic() - began:.1f} s)")
         schema = get_json(server.url, "/schema")
         action = schema.get("action") or {}
-        print(f"  /schema action: fields {sorted(action.get('properties') or {})}, required {action.get('required')},"
-              f" $defs {sorted(action.get('$defs') or {})}")
+        print(
+            f"  /schema action: fields {sorted(action.get('properties') or {})}, required {action.get('required')},"
+            f" $defs {sorted(action.get('$defs') or {})}"
+        )
         print(f"  /schema observation fields: {sorted((schema.get('observation') or {}).get('properties') or {})}")
         try:
             info = describe(server.url)

@@ -19,8 +19,10 @@ from tests.test_app import _form, app_url  # noqa: F401 - app_url is a fixture
 
 ALICE, BOB = User("alice"), User("bob")
 SPACE_ADMIN = User("owner", is_admin=True)
-CHAT_ROWS = [{"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": f"hello {i}"}]}
-             for i in range(12)]
+CHAT_ROWS = [
+    {"messages": [{"role": "user", "content": f"hi {i}"}, {"role": "assistant", "content": f"hello {i}"}]}
+    for i in range(12)
+]
 
 
 @pytest.fixture()
@@ -47,8 +49,13 @@ def refused(call, *fragments: str) -> str:
 
 def files_under(*folders: Path) -> set[Path]:
     """Files below the folders, but the store's own database files (SQLite opens and drops -wal/-shm as it likes)."""
-    return {p for folder in folders if folder.exists() for p in folder.rglob("*")
-            if p.is_file() and not p.name.startswith("studio.sqlite3")}
+    return {
+        p
+        for folder in folders
+        if folder.exists()
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith("studio.sqlite3")
+    }
 
 
 def uploaded(api: StudioAPI, user: User | None, tmp_path: Path, name: str = "chats.jsonl") -> str:
@@ -65,11 +72,17 @@ def test_a_space_user_cannot_train_on_a_server_file_and_the_local_admin_can(api,
     server_file = write_jsonl(tmp_path / "secrets" / "rows.jsonl", CHAT_ROWS)
     spec = tiny_spec(dataset={"source": "file", "name": str(server_file)})
     for user in (ALICE, SPACE_ADMIN):
-        for call in (lambda: api.submit(spec, user=user), lambda: api.check(spec, user=user),  # noqa: B023 - each is called in the loop
-                     lambda: api.preview(spec, user=user)):  # noqa: B023
+        for call in (  # each is called within the loop, so the user it reads is this one
+            lambda: api.submit(spec, user=user),  # noqa: B023
+            lambda: api.check(spec, user=user),  # noqa: B023
+            lambda: api.preview(spec, user=user),  # noqa: B023
+        ):
             # Quoted as every refusal quotes input (cut at 80 characters), so the check holds for any tmp path.
-            refused(call, f"dataset.name: {quote_input(str(server_file))} is a path on the server; "
-                          "upload the file instead (Dataset -> Upload)")
+            refused(
+                call,
+                f"dataset.name: {quote_input(str(server_file))} is a path on the server; "
+                "upload the file instead (Dataset -> Upload)",
+            )
     assert api.list_jobs() == [], "nothing was stored"
     assert api.submit(spec, user=local_user()).job.spec.dataset.name == str(server_file)
     assert api.preview(spec, rows=1).total_rows == 12, "trusted in-process callers keep their reach"
@@ -90,15 +103,22 @@ def test_a_hub_name_that_is_also_a_folder_here_is_refused_on_a_space(api, tmp_pa
     # load_dataset("uploads") reads a folder of that name in the working directory before asking the Hub.
     monkeypatch.chdir(tmp_path)
     write_jsonl(tmp_path / "uploads" / "bob" / "rows.jsonl", CHAT_ROWS)
-    refused(lambda: api.preview(tiny_spec(dataset={"source": "hub", "name": "uploads"}), user=ALICE),
-            "dataset.name: 'uploads' names a folder on the server, not a Hub dataset")
-    refused(lambda: api.check(tiny_spec(model={"name_or_path": "uploads"}), user=ALICE),
-            "model.name_or_path: 'uploads' names a folder on the server")
+    refused(
+        lambda: api.preview(tiny_spec(dataset={"source": "hub", "name": "uploads"}), user=ALICE),
+        "dataset.name: 'uploads' names a folder on the server, not a Hub dataset",
+    )
+    refused(
+        lambda: api.check(tiny_spec(model={"name_or_path": "uploads"}), user=ALICE),
+        "model.name_or_path: 'uploads' names a folder on the server",
+    )
 
 
 def test_a_space_user_cannot_load_a_model_from_a_server_folder_or_run_repository_code(api, demo_model_path):
-    refused(lambda: api.check(tiny_spec(model={"name_or_path": str(demo_model_path)}), user=ALICE),
-            "model.name_or_path:", "is a path on the server")
+    refused(
+        lambda: api.check(tiny_spec(model={"name_or_path": str(demo_model_path)}), user=ALICE),
+        "model.name_or_path:",
+        "is a path on the server",
+    )
     refused(lambda: api.check(tiny_spec(model={"trust_remote_code": True}), user=ALICE), "model.trust_remote_code:")
     assert api.check(tiny_spec(model={"name_or_path": str(demo_model_path)}), user=local_user())
 
@@ -113,13 +133,18 @@ def test_an_upload_id_is_readable_by_its_uploader_only(api, paths, tmp_path):
     assert api.preview(spec, rows=1, user=ALICE).total_rows == 12
     job = api.submit(spec, user=ALICE).job
     assert job.spec.dataset.model_dump(include={"source", "name"}) == {"source": "upload", "name": upload_id}
-    for call in (lambda: api.preview(spec, user=BOB), lambda: api.submit(spec, user=BOB),
-                 lambda: api.check(spec, user=BOB)):
+    for call in (
+        lambda: api.preview(spec, user=BOB),
+        lambda: api.submit(spec, user=BOB),
+        lambda: api.check(spec, user=BOB),
+    ):
         refused(call, f"dataset.name: there is no upload '{upload_id}' of yours")
     kept = paths.uploads("alice") / upload_id
     for trick in (str(kept), f"../alice/{upload_id}", "../../studio.sqlite3"):
-        refused(lambda: api.preview(tiny_spec(dataset={"source": "upload", "name": trick}), user=BOB),  # noqa: B023
-                "dataset.name:")
+        refused(
+            lambda: api.preview(tiny_spec(dataset={"source": "upload", "name": trick}), user=BOB),  # noqa: B023
+            "dataset.name:",
+        )
 
 
 def test_the_worker_trains_on_the_owners_upload(api, paths, tmp_path):
@@ -127,8 +152,9 @@ def test_the_worker_trains_on_the_owners_upload(api, paths, tmp_path):
     from backend.worker import run_job
 
     upload_id = uploaded(api, ALICE, tmp_path)
-    job = api.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}, training={"max_steps": 1}),
-                     user=ALICE).job
+    job = api.submit(
+        tiny_spec(dataset={"source": "upload", "name": upload_id}, training={"max_steps": 1}), user=ALICE
+    ).job
     assert api.store.claim_next().id == job.id  # what the scheduler does before it starts the worker
     assert run_job(job.id, paths, threading.Event()) == 0
     done = api.get_job(job.id)
@@ -147,8 +173,9 @@ def test_a_refused_upload_leaves_nothing_anywhere(api, paths, tmp_path, monkeypa
     # column names are kept instead: a Column mapping fixes them; see test_form.py.)
     temp_copy = write_jsonl(gradio_temp / "f00d" / "notes.jsonl", [{"text": ""}] * 2000 + [{"text": "x" * 200}])
     before = files_under(paths.root, cache)
-    refused(lambda: api.upload_dataset(temp_copy, "notes.jsonl", "sft", ALICE),
-            "2000 of 2001 rows have an empty 'text'")
+    refused(
+        lambda: api.upload_dataset(temp_copy, "notes.jsonl", "sft", ALICE), "2000 of 2001 rows have an empty 'text'"
+    )
     assert files_under(gradio_temp) == set(), "the web server's temporary copy is removed"
     assert files_under(paths.root, cache) == before, "no kept copy, no Arrow files in the datasets cache"
 
@@ -164,28 +191,39 @@ def test_the_hub_jobs_path_refuses_an_upload_like_a_local_file(api, tmp_path):
 
 def test_on_a_space_the_bench_and_dry_runs_need_a_signed_in_user(api, monkeypatch):
     monkeypatch.setenv("SPACE_ID", "someone/studio")
-    refused(lambda: api.score_rewards([{"name": "regex", "pattern": "x"}], ["x"]),
-            "reward bench: sign in with Hugging Face first")
+    refused(
+        lambda: api.score_rewards([{"name": "regex", "pattern": "x"}], ["x"]),
+        "reward bench: sign in with Hugging Face first",
+    )
     refused(lambda: api.dry_run(tiny_spec()), "dry run: sign in with Hugging Face first")
     assert api.score_rewards([{"name": "regex", "pattern": "x"}], ["x"], user=ALICE)[0]["total"] == 1.0
 
 
 def test_the_bench_answers_fast_on_a_catastrophic_pattern(api):
     start = time.monotonic()
-    scored = api.score_rewards([{"name": "regex", "pattern": "(a|aa)+$"}, {"name": "regex", "pattern": "(a+)+$"}],
-                               ["a" * 40 + "b", "a" * 30 + "b"], user=ALICE)
+    scored = api.score_rewards(
+        [{"name": "regex", "pattern": "(a|aa)+$"}, {"name": "regex", "pattern": "(a+)+$"}],
+        ["a" * 40 + "b", "a" * 30 + "b"],
+        user=ALICE,
+    )
     assert time.monotonic() - start < 1.5
     assert [s["total"] for s in scored] == [0.0, 0.0]
     assert "regex: the pattern ran past 0.1 s and scored 0.0" in scored[0]["notes"][0]
 
 
 def test_the_bench_refuses_oversized_input_with_a_sentence(api):
-    refused(lambda: api.score_rewards([{"name": "length", "target_length": 3}], ["x"] * 33, user=ALICE),
-            "completions: the bench scores at most 32 completions at once; you gave 33")
-    refused(lambda: api.score_rewards([{"name": "length", "target_length": 3}], ["x" * 9000], user=ALICE),
-            "completions: each may be at most 8,000 characters")
-    refused(lambda: api.score_rewards([{"name": "exact_match", "column": "a"}], ["x"], row={"a": "y" * 20_000},
-                                      user=ALICE), "row: the dataset row may be at most 16,000 characters")
+    refused(
+        lambda: api.score_rewards([{"name": "length", "target_length": 3}], ["x"] * 33, user=ALICE),
+        "completions: the bench scores at most 32 completions at once; you gave 33",
+    )
+    refused(
+        lambda: api.score_rewards([{"name": "length", "target_length": 3}], ["x" * 9000], user=ALICE),
+        "completions: each may be at most 8,000 characters",
+    )
+    refused(
+        lambda: api.score_rewards([{"name": "exact_match", "column": "a"}], ["x"], row={"a": "y" * 20_000}, user=ALICE),
+        "row: the dataset row may be at most 16,000 characters",
+    )
 
 
 def test_the_bench_is_rate_limited_per_user(api):
@@ -246,8 +284,12 @@ def test_the_app_keeps_an_upload_by_id_previews_it_and_scores_the_bench(app_url,
     assert is_upload_id(upload_id) and "12 rows" in note["value"] and not error
     preview, *_ = client.predict(*_form(dataset_source="upload", upload_id=upload_id), api_name="/preview_dataset")
     assert preview.startswith("**12 rows**"), preview
-    table, note = client.predict("- name: exact_match\n  column: answer\n- name: accuracy\n", "Paris\nLyon",
-                                 '{"answer": "paris", "solution": "no math"}', api_name="/score_rewards")
+    table, note = client.predict(
+        "- name: exact_match\n  column: answer\n- name: accuracy\n",
+        "Paris\nLyon",
+        '{"answer": "paris", "solution": "no math"}',
+        api_name="/score_rewards",
+    )
     assert note == "Scored against the row typed above."
     assert table["headers"] == ["completion", "exact_match", "accuracy", "total", "notes"]
     assert table["data"] == [["Paris", "1.000", "-", "1.000", ""], ["Lyon", "0.000", "-", "0.000", ""]]

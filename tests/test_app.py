@@ -21,8 +21,17 @@ def _form(**values):
     from components.form import FIELDS
 
     # Plumbing: the random demo model on its own chats, as the form has them without the arith model's recipe.
-    merged = {**FIELDS, "base_model": "builtin:tiny-qwen3", "builtin_dataset": "chat-demo", "holdout_rows": 0,
-              "max_steps": 4, "learning_rate": 1e-3, "batch_size": 2, "max_length": 128, **values}
+    merged = {
+        **FIELDS,
+        "base_model": "builtin:tiny-qwen3",
+        "builtin_dataset": "chat-demo",
+        "holdout_rows": 0,
+        "max_steps": 4,
+        "learning_rate": 1e-3,
+        "batch_size": 2,
+        "max_length": 128,
+        **values,
+    }
     return [merged[name] for name in FIELDS]
 
 
@@ -66,9 +75,11 @@ def test_app_cancels_a_running_job(app_url, store):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
-    job_id = client.predict('{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
-                            '"training": {"max_steps": 5000, "batch_size": 2, "max_length": 128}}',
-                            api_name="/submit_spec")
+    job_id = client.predict(
+        '{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
+        '"training": {"max_steps": 5000, "batch_size": 2, "max_length": 128}}',
+        api_name="/submit_spec",
+    )
     wait_for(lambda: store.get(job_id).status is JobStatus.running, 120, what="the job to start")
     note = client.predict(job_id, api_name="/cancel_job")
     assert "stop" in note.lower() or "cancelled" in note.lower()
@@ -81,7 +92,8 @@ def test_app_shows_spec_errors_next_to_their_fields(app_url, store):
 
     client = Client(app_url, verbose=False)
     result, model_error, dataset_error, method_error, env_error, settings_error, general = client.predict(
-        *_form(learning_rate=-1), api_name="/submit_job")
+        *_form(learning_rate=-1), api_name="/submit_job"
+    )
     assert result == "" and "learning_rate" in settings_error and not model_error
     result, model_error, *_ = client.predict(*_form(base_model="nobody/missing-model"), api_name="/submit_job")
     assert result == "" and "the Hub is not reachable from this machine" in model_error
@@ -93,13 +105,14 @@ def test_app_second_chat_turn_and_a_preference_round_trip(app_url, store):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
-    job_id = client.predict('{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
-                            '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}',
-                            api_name="/submit_spec")
+    job_id = client.predict(
+        '{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
+        '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}',
+        api_name="/submit_spec",
+    )
     assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
     base, tuned, _ = client.predict(job_id, "Hi", [], [], "Be brief.", 0.9, 12, 1, api_name="/chat_send")
-    base, tuned, _ = client.predict(job_id, "And again?", base, tuned, "Be brief.", 0.9, 12, 1,
-                                    api_name="/chat_send")
+    base, tuned, _ = client.predict(job_id, "And again?", base, tuned, "Be brief.", 0.9, 12, 1, api_name="/chat_send")
     assert len(base) == len(tuned) == 4
     note, ready = client.predict(job_id, base, tuned, "Be brief.", api_name="/prefer_tuned")
     assert "(1 preference row so far" in note and ready  # the export is ready for the button's one click
@@ -118,8 +131,11 @@ def test_a_user_error_logs_one_line_and_no_traceback(data_dir):
         client = Client(app.url, verbose=False)
         with pytest.raises(Exception, match="Pick one of your jobs first"):
             client.predict(None, api_name="/cancel_job")  # no job picked
-        log = wait_for(lambda: (text := app.log_path.read_text(errors="replace")) and "Pick one" in text and text,
-                       10, what="the refusal in the app's log")
+        log = wait_for(
+            lambda: (text := app.log_path.read_text(errors="replace")) and "Pick one" in text and text,
+            10,
+            what="the refusal in the app's log",
+        )
     lines = [line for line in log.splitlines() if "Pick one of your jobs first" in line]
     assert lines == ["cancel_job refused: Pick one of your jobs first."], log[-3000:]
     assert "Traceback" not in log, log[-3000:]

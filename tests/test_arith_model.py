@@ -11,8 +11,8 @@ import time
 import pytest
 
 from backend import arith_data
-from backend.demo_model import ARITH_MODEL_DIR, ARITH_MODEL_RECIPE, _build_tokenizer
 from backend.builtin_datasets import BUILTIN_DATASETS_DIR
+from backend.demo_model import ARITH_MODEL_DIR, ARITH_MODEL_RECIPE, _build_tokenizer
 from tests.conftest import ROOT, tiny_spec
 
 
@@ -123,8 +123,14 @@ def test_a_staged_jobs_verdict_compares_against_its_parent(api):
     """The child's 'before' is the parent's adapter, not the base; base, start and tuned are all scored."""
     parent = _run(api, tiny_spec(eval={"holdout_rows": 4}))
     assert parent.artifacts.learning.start == "base"
-    child = _run(api, tiny_spec(model={"parent_job_id": parent.id}, eval={"holdout_rows": 4},
-                                training={"max_steps": 4, "learning_rate": 5e-2}))
+    child = _run(
+        api,
+        tiny_spec(
+            model={"parent_job_id": parent.id},
+            eval={"holdout_rows": 4},
+            training={"max_steps": 4, "learning_rate": 5e-2},
+        ),
+    )
     evaluation = child.artifacts.evaluation
     assert {"base", "start", "tuned"} <= set(evaluation)
     learning = child.artifacts.learning

@@ -55,8 +55,11 @@ def test_on_a_cpu_checkpointing_goes_when_ram_allows_and_nothing_is_packed():
 
 
 def test_what_the_user_set_is_kept():
-    tuning = _tune(training={"gradient_checkpointing": True, "attn_implementation": "eager"}, sft={"packing": False},
-                   installed=("flash_attn",))
+    tuning = _tune(
+        training={"gradient_checkpointing": True, "attn_implementation": "eager"},
+        sft={"packing": False},
+        installed=("flash_attn",),
+    )
     t = tuning.spec.training
     assert t.gradient_checkpointing is True and t.attn_implementation == "eager" and tuning.spec.sft.packing is False
     assert set(tuning.settings) == {"training.use_liger_kernel"}
@@ -93,8 +96,12 @@ def test_other_methods_are_tuned_without_packing(method):
 
 
 def test_vllm_colocate_memory_is_taken_out_of_the_budget():
-    grpo = dict(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, training={"batch_size": 4},
-                grpo={"vllm_gpu_memory_utilization": 0.5})
+    grpo = dict(
+        method="grpo",
+        dataset={"source": "builtin", "name": "math-demo"},
+        training={"batch_size": 4},
+        grpo={"vllm_gpu_memory_utilization": 0.5},
+    )
     plain = _tune(**grpo)
     colocated = _tune(installed=("vllm",), **grpo)
     assert colocated.budget_bytes < plain.budget_bytes
@@ -112,8 +119,12 @@ def test_the_recorded_choices_replay_onto_the_users_spec():
 def test_an_auto_batch_is_the_largest_power_of_two_that_fits_the_gpu():
     big = _tune(training={"batch_size": "auto"}, sft={"packing": False})
     l4 = DeviceInfo(kind="cuda", name="NVIDIA L4", count=1, total_memory_gb=22.0, free_memory_gb=8.0, bf16=True)
-    small = _tune(device=l4, training={"batch_size": "auto", "max_length": 1024}, sft={"packing": False},
-                  lengths=ExampleLengths(1000, 900))
+    small = _tune(
+        device=l4,
+        training={"batch_size": "auto", "max_length": 1024},
+        sft={"packing": False},
+        lengths=ExampleLengths(1000, 900),
+    )
     assert big.spec.training.batch_size == 64 and big.spec.training.gradient_checkpointing is False
     assert "batch: 64 per device (auto: the largest power of two up to 64 that fits without gradient" in big.describe()
     b = small.spec.training.batch_size
@@ -122,18 +133,25 @@ def test_an_auto_batch_is_the_largest_power_of_two_that_fits_the_gpu():
 
 def test_an_auto_batch_elsewhere_is_small_or_one_generation_group():
     assert _tune(device=CPU, available_ram=16 * GB, training={"batch_size": "auto"}).spec.training.batch_size == 4
-    grpo = _tune(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, training={"batch_size": "auto"},
-                 grpo={"num_generations": 6})
+    grpo = _tune(
+        method="grpo",
+        dataset={"source": "builtin", "name": "math-demo"},
+        training={"batch_size": "auto"},
+        grpo={"num_generations": 6},
+    )
     assert grpo.spec.training.batch_size == 6
     off = _tune(training={"batch_size": "auto", "auto_tune": False})
     assert off.spec.training.batch_size == 1
 
 
-@pytest.mark.parametrize("value, problem", [
-    (0, "training.batch_size: must be from 1 to 1024, or auto (got 0)"),
-    ("big", "training.batch_size: must be a whole number from 1 to 1024, or auto (got 'big')"),
-    (2.5, "training.batch_size: must be a whole number from 1 to 1024, or auto (got 2.5)"),
-])
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        (0, "training.batch_size: must be from 1 to 1024, or auto (got 0)"),
+        ("big", "training.batch_size: must be a whole number from 1 to 1024, or auto (got 'big')"),
+        (2.5, "training.batch_size: must be a whole number from 1 to 1024, or auto (got 2.5)"),
+    ],
+)
 def test_a_batch_size_is_a_whole_number_or_auto(value, problem):
     from backend.spec import SpecError
 

@@ -30,16 +30,20 @@ from tests.test_hardening import _deep_rows, _gzip_rows, _parquet_bomb
 pytestmark = pytest.mark.slow
 
 MAX_ANSWER_CHARS = 4000  # a refusal echoes at most a short excerpt of what it was given
-BASE_SPEC = {"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"},
-             "training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}
+BASE_SPEC = {
+    "method": "sft",
+    "model": {"name_or_path": "builtin:tiny-qwen3"},
+    "training": {"max_steps": 2, "batch_size": 2, "max_length": 128},
+}
 
 
 def spec(**parts) -> str:
     """BASE_SPEC with top-level parts merged one level deep, as JSON (non-finite numbers written as JS literals)."""
     merged = json.loads(json.dumps(BASE_SPEC))
     for key, value in parts.items():
-        merged[key] = {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-            else value
+        merged[key] = (
+            {**merged[key], **value} if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return json.dumps(merged)
 
 
@@ -51,20 +55,43 @@ SPEC_CASES = [
     ("empty", "", "must be a mapping"),
     ("over-a-megabyte", json.dumps({"output": {"run_name": "x" * (2 << 20)}}), "larger than a spec can be"),
     ("epochs-infinity", spec(training={"epochs": math.inf, "max_steps": None}), "training.epochs"),
-    ("reward-weight-nan", spec(method="grpo", dataset={"name": "math-demo"},
-                               training={"batch_size": 4},
-                               grpo={"rewards": [{"name": "accuracy", "weight": math.nan}]}),
-     "weight"),
-    ("grpo-beta-infinity", spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4},
-                                grpo={"beta": math.inf}), "grpo.beta"),
+    (
+        "reward-weight-nan",
+        spec(
+            method="grpo",
+            dataset={"name": "math-demo"},
+            training={"batch_size": 4},
+            grpo={"rewards": [{"name": "accuracy", "weight": math.nan}]},
+        ),
+        "weight",
+    ),
+    (
+        "grpo-beta-infinity",
+        spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4}, grpo={"beta": math.inf}),
+        "grpo.beta",
+    ),
     ("learning-rate-minus-infinity", spec(training={"learning_rate": -math.inf}), "training.learning_rate"),
     ("lora-dropout-nan", spec(lora={"dropout": math.nan}), "lora.dropout"),
-    ("env-timeout-infinity", spec(method="grpo", dataset={"name": "echo-demo"}, training={"batch_size": 4},
-                                  environment={"name": "builtin:echo", "timeout_s": math.inf}),
-     "environment.timeout_s"),
-    ("json-schema-nan", spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4},
-                             grpo={"rewards": [{"name": "valid_json", "json_schema": {"maximum": math.nan}}]}),
-     "json_schema"),
+    (
+        "env-timeout-infinity",
+        spec(
+            method="grpo",
+            dataset={"name": "echo-demo"},
+            training={"batch_size": 4},
+            environment={"name": "builtin:echo", "timeout_s": math.inf},
+        ),
+        "environment.timeout_s",
+    ),
+    (
+        "json-schema-nan",
+        spec(
+            method="grpo",
+            dataset={"name": "math-demo"},
+            training={"batch_size": 4},
+            grpo={"rewards": [{"name": "valid_json", "json_schema": {"maximum": math.nan}}]},
+        ),
+        "json_schema",
+    ),
     ("unknown-key", spec(training={"epoch": 3}), "unknown setting"),
     ("unknown-method", spec(method="ppo"), "method"),
     ("schema-version", spec(schema_version=99), "schema_version"),
@@ -81,17 +108,47 @@ SPEC_CASES = [
     ("huge-echoed-value", spec(method="x" * 500_000), "method"),
     ("batch-size-zero", spec(training={"batch_size": 0}), "training.batch_size"),
     ("max-length-huge", spec(training={"max_length": 10**9}), "training.max_length"),
-    ("env-ftp-url", spec(method="grpo", dataset={"name": "echo-demo"}, training={"batch_size": 4},
-                         environment={"name": "ftp://127.0.0.1/x"}), "environment.name"),
+    (
+        "env-ftp-url",
+        spec(
+            method="grpo",
+            dataset={"name": "echo-demo"},
+            training={"batch_size": 4},
+            environment={"name": "ftp://127.0.0.1/x"},
+        ),
+        "environment.name",
+    ),
     ("env-on-sft", spec(environment={"name": "builtin:echo"}), "environment.name"),
-    ("grpo-without-rewards", spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4},
-                                  grpo={"rewards": []}), "grpo.rewards"),
-    ("bad-regex", spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4},
-                       grpo={"rewards": [{"name": "regex", "pattern": "(unclosed"}]}), "regular expression"),
-    ("reward-as-list", spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4},
-                            grpo={"rewards": [[1, 2]]}), "grpo.rewards"),
-    ("exact-match-no-column", spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4},
-                                   grpo={"rewards": [{"name": "exact_match"}]}), "column"),
+    (
+        "grpo-without-rewards",
+        spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4}, grpo={"rewards": []}),
+        "grpo.rewards",
+    ),
+    (
+        "bad-regex",
+        spec(
+            method="grpo",
+            dataset={"name": "math-demo"},
+            training={"batch_size": 4},
+            grpo={"rewards": [{"name": "regex", "pattern": "(unclosed"}]},
+        ),
+        "regular expression",
+    ),
+    (
+        "reward-as-list",
+        spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4}, grpo={"rewards": [[1, 2]]}),
+        "grpo.rewards",
+    ),
+    (
+        "exact-match-no-column",
+        spec(
+            method="grpo",
+            dataset={"name": "math-demo"},
+            training={"batch_size": 4},
+            grpo={"rewards": [{"name": "exact_match"}]},
+        ),
+        "column",
+    ),
     ("4bit-without-lora", spec(quantization={"mode": "4bit"}, lora={"enabled": False}), "LoRA"),
     ("unknown-parent", spec(model={"parent_job_id": "20990101-000000-abcdef"}), "there is no job"),
     ("unknown-builtin-dataset", spec(dataset={"name": "no-such-set"}), "no built-in dataset"),
@@ -106,17 +163,32 @@ FORM_CASES = [
     ("text-learning-rate", {"learning_rate": "fast"}, "is not a number"),
     ("infinite-learning-rate", {"learning_rate": "inf"}, "finite number"),
     ("no-accumulation", {"grad_accum": 0}, "training.gradient_accumulation_steps"),
-    ("rewards-not-yaml", {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: [unclosed"},
-     "rewards are not valid YAML"),
-    ("rewards-not-mappings", {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- 1\n- 2"},
-     "YAML list of mappings"),
+    (
+        "rewards-not-yaml",
+        {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: [unclosed"},
+        "rewards are not valid YAML",
+    ),
+    (
+        "rewards-not-mappings",
+        {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- 1\n- 2"},
+        "YAML list of mappings",
+    ),
     ("column-map-nonsense", {"column_map": "nonsense"}, "column mapping"),
     ("hub-without-id", {"dataset_source": "hub", "hub_dataset": ""}, "give a Hub dataset id"),
     ("upload-without-file", {"dataset_source": "upload", "upload_id": ""}, "upload a .jsonl"),
     ("upload-client-path", {"dataset_source": "upload", "upload_id": "/etc/passwd"}, "dataset"),
     ("base-model-list", {"base_model": ["a", "b"]}, "wrong type"),
-    ("env-not-a-url", {"method": "grpo", "builtin_dataset": "echo-demo", "env_name": "not a url at all",
-                       "grpo_rewards": "", "batch_size": 4}, "environment.name"),
+    (
+        "env-not-a-url",
+        {
+            "method": "grpo",
+            "builtin_dataset": "echo-demo",
+            "env_name": "not a url at all",
+            "grpo_rewards": "",
+            "batch_size": 4,
+        },
+        "environment.name",
+    ),
     ("negative-max-rows", {"max_rows": -5}, "less than minimum value 0"),  # Gradio's own bound on the field
     ("unknown-parent-job", {"parent_job": "20990101-000000-abcdef"}, "there is no job"),
     ("huge-run-name", {"run_name": "r" * 200_000}, "output.run_name"),
@@ -166,8 +238,13 @@ def alice(space):
 def _files(dirs: list[Path]) -> set[str]:
     """What lies on disk, less the store's own files and logs (which change on every request)."""
     skip = ("studio.sqlite3", "scheduler.lock", ".log")
-    return {str(p) for d in dirs if d.exists() for p in d.rglob("*")
-            if p.is_file() and not any(s in p.name for s in skip) and "models" not in p.parts}
+    return {
+        str(p)
+        for d in dirs
+        if d.exists()
+        for p in d.rglob("*")
+        if p.is_file() and not any(s in p.name for s in skip) and "models" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -253,13 +330,25 @@ CLI_CASES = [
     ("cli-missing-file", ["submit", "/nonexistent/spec.yaml"], None, "does not exist"),
     ("cli-yaml-list", ["submit", "{file}"], b"- method: sft\n", "must be a mapping"),
     ("cli-bad-yaml", ["submit", "{file}"], b"method: [sft\n", "not valid JSON or YAML"),
-    ("cli-infinity", ["submit", "{file}"], spec(training={"epochs": math.inf, "max_steps": None}).encode(),
-     "training.epochs"),
+    (
+        "cli-infinity",
+        ["submit", "{file}"],
+        spec(training={"epochs": math.inf, "max_steps": None}).encode(),
+        "training.epochs",
+    ),
     ("cli-unknown-job", ["show", "20990101-000000-abcdef"], None, "no job"),
     ("cli-cancel-unknown", ["cancel", "20990101-000000-abcdef"], None, "no job"),
-    ("cli-dry-run-unreachable", ["dry-run", "{file}"],
-     spec(method="grpo", dataset={"name": "echo-demo"}, training={"batch_size": 4},
-          environment={"name": "http://127.0.0.1:9", "timeout_s": 2}).encode(), "not reachable"),
+    (
+        "cli-dry-run-unreachable",
+        ["dry-run", "{file}"],
+        spec(
+            method="grpo",
+            dataset={"name": "echo-demo"},
+            training={"batch_size": 4},
+            environment={"name": "http://127.0.0.1:9", "timeout_s": 2},
+        ).encode(),
+        "not reachable",
+    ),
 ]
 
 
@@ -269,8 +358,13 @@ def test_the_cli_answers_user_errors_with_a_sentence_and_exit_2(data_dir, tmp_pa
     if content is not None:
         spec_file.write_bytes(content)
     argv = [a.replace("{file}", str(spec_file)) for a in argv]
-    done = subprocess.run([sys.executable, "-m", "backend", *argv], cwd=ROOT, capture_output=True, timeout=300,
-                          env={**os.environ, "STUDIO_DATA_DIR": str(data_dir)})
+    done = subprocess.run(
+        [sys.executable, "-m", "backend", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "STUDIO_DATA_DIR": str(data_dir)},
+    )
     output = (done.stdout + done.stderr).decode(errors="replace")
     assert done.returncode == 2, output[-2000:]
     _assert_sentence(output, expected)

@@ -20,11 +20,18 @@ from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import (
-    ARTIFACTS, BROWSER_MARKS, fill_settings, follow_job_link, goto, open_page, pick_base_model, pick_option,
-    queue_job, wait_in_jobs_tab,
+    ARTIFACTS,
+    BROWSER_MARKS,
+    fill_settings,
+    follow_job_link,
+    goto,
+    open_page,
+    pick_base_model,
+    pick_option,
+    queue_job,
+    wait_in_jobs_tab,
 )
 from tests.conftest import wait_for
-
 
 pytestmark = BROWSER_MARKS
 
@@ -78,8 +85,16 @@ def test_a_fresh_train_tab_starts_on_the_arith_model_with_settings_that_make_it_
     expect(page.locator("#model-notice")).to_contain_text("measured to make it learn")
     page.get_by_text("4. Training settings, LoRA and quantization").click()
     # examples/sft-demo.yaml's settings (backend/demo_model.py's recipe), not the spec's 2e-4 and 30 steps.
-    _settings(page, {"Max steps": "150", "Learning rate": "0.002", "Batch size": "16", "Max length": "128",
-                     "Held-out rows (before/after evaluation)": "256"})
+    _settings(
+        page,
+        {
+            "Max steps": "150",
+            "Learning rate": "0.002",
+            "Batch size": "16",
+            "Max length": "128",
+            "Held-out rows (before/after evaluation)": "256",
+        },
+    )
     page.locator("#method").get_by_label("dpo").check()
     expect(page.locator("#builtin-dataset input")).to_have_value("arith-preferences")
     _settings(page, {"Learning rate": "0.0005", "Batch size": "8", "Max steps": "60"})
@@ -140,8 +155,7 @@ def test_jobs_tab_follows_the_job_to_success_and_plots_its_loss(page, store):
     expect(summary).to_contain_text(job_id, timeout=15_000)
     # The tab polls the store every 2 s; training 6 steps of the demo model takes ~30 s on 2 cores.
     try:
-        expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"),
-                                        timeout=180_000)
+        expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"), timeout=180_000)
     finally:
         job = store.get(job_id)
     assert job.status is JobStatus.succeeded, job.error
@@ -160,8 +174,11 @@ def test_jobs_tab_follows_the_job_to_success_and_plots_its_loss(page, store):
     expect(chart.locator("svg .mark-line path, canvas").first).to_be_attached(timeout=20_000)
     if chart.locator("svg").count():
         lines = chart.locator("svg .mark-line path")
-        drawn = [d for d in (lines.nth(i).get_attribute("d") or "" for i in range(lines.count()))
-                 if len(re.findall(r"[ML]", d)) >= 2]
+        drawn = [
+            d
+            for d in (lines.nth(i).get_attribute("d") or "" for i in range(lines.count()))
+            if len(re.findall(r"[ML]", d)) >= 2
+        ]
         assert drawn, "the loss plot has no line with at least two points"
         legend = chart.locator("svg .role-legend-label text").all_text_contents()  # SVG: no innerText
         assert "loss" in legend, legend
@@ -221,10 +238,6 @@ def test_chat_tab_streams_base_and_tuned_answers_side_by_side(page):
     print(f"chat: {len(seen)} reads, streaming observed: {grew}, final lengths {len(base)}/{len(tuned)}")
     expect(page.locator("#chat-input textarea")).to_have_value("")
     page.screenshot(path=ARTIFACTS / "chat.png", full_page=True)
-
-
-
-
 
 
 def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store, tmp_path):
@@ -289,8 +302,16 @@ def test_clone_fills_the_jobs_own_settings_which_no_recipe_rewrites(page):
     expect(page.locator("#model-notice")).to_contain_text("builtin:tiny-qwen3 is a random tiny model")
     expect(page.locator("#builtin-dataset input")).to_have_value("chat-demo")
     page.get_by_text("4. Training settings, LoRA and quantization").click()
-    _settings(page, {"Max steps": "6", "Batch size": "1", "Max length": "128", "Learning rate": "0.0002",
-                     "Held-out rows (before/after evaluation)": "0"})
+    _settings(
+        page,
+        {
+            "Max steps": "6",
+            "Batch size": "1",
+            "Max length": "128",
+            "Learning rate": "0.0002",
+            "Held-out rows (before/after evaluation)": "0",
+        },
+    )
 
 
 def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(page, store):
@@ -349,7 +370,7 @@ def test_a_bad_upload_shows_its_error_next_to_the_dataset_and_queues_nothing(pag
     expect(page.locator("#builtin-dataset")).to_be_hidden()
 
     not_json = tmp_path / "broken.jsonl"
-    not_json.write_text("this is not JSON\n{\"messages\": [\n")
+    not_json.write_text('this is not JSON\n{"messages": [\n')
     upload.locator("input[type=file]").set_input_files(not_json)
     dataset_error = page.locator("#dataset-error")
     expect(dataset_error).to_contain_text("broken.jsonl could not be read as JSONL", timeout=30_000)

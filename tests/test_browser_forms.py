@@ -25,8 +25,10 @@ pytestmark = BROWSER_MARKS
 
 STATE: dict[str, str] = {}
 # A dotted spec path as the spec and CLI name fields (model.parent_job_id, dataset.columns, training.max_steps, ...).
-SPEC_PATH = re.compile(r"\b(model|dataset|columns|sft|dpo|grpo|environment|training|lora|quantization|eval|output)"
-                       r"\.[a-z_]+")
+SPEC_PATH = re.compile(
+    r"\b(model|dataset|columns|sft|dpo|grpo|environment|training|lora|quantization|eval|output)"
+    r"\.[a-z_]+"
+)
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +142,7 @@ def test_an_upload_with_other_column_names_is_mapped_and_queued(page, store, tmp
     mapping.fill("")
     mapping.press("Tab")
     _upload(page, second)
-    expect(page.get_by_text("qa2.csv: kept; usable for SFT once its columns are mapped")).to_be_visible(
-        timeout=30_000)
+    expect(page.get_by_text("qa2.csv: kept; usable for SFT once its columns are mapped")).to_be_visible(timeout=30_000)
     expect(dataset_error).to_contain_text("“Column mapping”")
     expect(dataset_error).to_contain_text("prompt=question, completion=answer")
     assert not SPEC_PATH.search(dataset_error.inner_text()), dataset_error.inner_text()
@@ -150,8 +151,10 @@ def test_an_upload_with_other_column_names_is_mapped_and_queued(page, store, tmp
     expect(dataset_error).to_have_text("", timeout=30_000)
     expect(page.get_by_text("qa2.csv: 16 rows, prompt-completion format")).to_be_visible()
 
-    fill_settings(page, **{"Max steps": "4", "Batch size": "2", "Max length": "128",
-                           "Held-out rows (before/after evaluation)": "4"})
+    fill_settings(
+        page,
+        **{"Max steps": "4", "Batch size": "2", "Max length": "128", "Held-out rows (before/after evaluation)": "4"},
+    )
     page.locator("#queue-button").click()
     result = page.locator("#queue-result")
     expect(result).to_contain_text("Queued", timeout=60_000)
@@ -194,8 +197,9 @@ def test_chat_shows_the_jobs_loss_and_evaluation_and_keeps_one_preference_per_tu
     page.locator("#chat-send").click()
     for side in ("base", "tuned"):
         expect(_bubble(page, side)).not_to_have_text("", timeout=120_000)
-    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(re.compile("hide"),
-                                                                                     timeout=120_000)
+    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
+        re.compile("hide"), timeout=120_000
+    )
     # Layout: a short answer is a wide, low box (not a one-word-wide column), and nothing covers the question.
     pane = page.locator("#chat-base").bounding_box()
     bubble = _bubble(page, "base").bounding_box()
@@ -206,8 +210,10 @@ def test_chat_shows_the_jobs_loss_and_evaluation_and_keeps_one_preference_per_tu
     for i in range(labels.count()):
         box = labels.nth(i).bounding_box()
         if box:
-            assert box["y"] + box["height"] <= question["y"] or box["y"] >= question["y"] + question["height"], \
-                (box, question)
+            assert box["y"] + box["height"] <= question["y"] or box["y"] >= question["y"] + question["height"], (
+                box,
+                question,
+            )
 
     note = page.locator("#chat-note")
     log = app.data_dir / "preferences" / "local.jsonl"
@@ -219,8 +225,7 @@ def test_chat_shows_the_jobs_loss_and_evaluation_and_keeps_one_preference_per_tu
     expect(note).to_contain_text("Saved: the base answer is better (1 preference row so far")
     (base_pick,) = rows()
     page.locator("#right-better").click()
-    expect(note).to_contain_text("Changed your pick for this turn: the tuned answer is better "
-                                 "(1 preference row so far")
+    expect(note).to_contain_text("Changed your pick for this turn: the tuned answer is better (1 preference row so far")
     (tuned_pick,) = rows()  # replaced, not added: the sides swapped
     assert (tuned_pick["chosen"], tuned_pick["rejected"]) == (base_pick["rejected"], base_pick["chosen"])
 

@@ -66,9 +66,12 @@ def _pick(page, job_id: str) -> None:
 
 
 def _inside(inner: dict | None, outer: dict | None) -> bool:
-    return bool(inner and outer) and (outer["x"] - 1 <= inner["x"] and inner["x"] + inner["width"] <= outer["x"]
-                                      + outer["width"] + 1 and outer["y"] - 1 <= inner["y"]
-                                      and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1)
+    return bool(inner and outer) and (
+        outer["x"] - 1 <= inner["x"]
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
+        and outer["y"] - 1 <= inner["y"]
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
+    )
 
 
 def _legend(page, plot_id: str, expected: list[str]) -> None:
@@ -99,10 +102,20 @@ def test_an_empty_jobs_tab_says_what_to_do_and_draws_no_empty_plots(page):
 
 
 def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, store):
-    short = _submit(app, tiny_spec(output={"run_name": "sft-short"},
-                                   training={"max_steps": 6, "batch_size": 2, "max_length": 128, "save_steps": 3}))
-    long = _submit(app, tiny_spec(output={"run_name": "sft-long"},
-                                  training={"max_steps": 5000, "batch_size": 2, "max_length": 128, "save_steps": 1}))
+    short = _submit(
+        app,
+        tiny_spec(
+            output={"run_name": "sft-short"},
+            training={"max_steps": 6, "batch_size": 2, "max_length": 128, "save_steps": 3},
+        ),
+    )
+    long = _submit(
+        app,
+        tiny_spec(
+            output={"run_name": "sft-long"},
+            training={"max_steps": 5000, "batch_size": 2, "max_length": 128, "save_steps": 1},
+        ),
+    )
     STATE.update(short=short, long=long)
     expect(page.locator("#jobs-empty")).to_be_hidden(timeout=10_000)
     table = page.locator("#jobs-table")
@@ -134,8 +147,9 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     expect(page.locator("#plot-lr")).to_be_visible()
     expect(page.locator("#plot-token-accuracy")).to_be_visible()
     _legend(page, "plot-lr", ["learning_rate"])
-    expect(page.locator("#plot-main svg .role-axis-title text").filter(has_text="cross-entropy (nats/token)")
-           ).to_have_count(1)
+    expect(
+        page.locator("#plot-main svg .role-axis-title text").filter(has_text="cross-entropy (nats/token)")
+    ).to_have_count(1)
     for plot_id in ("plot-main", "plot-lr", "plot-throughput"):  # the last one alone on its row: full width
         _whole_steps(page, plot_id)
 
@@ -188,12 +202,21 @@ def test_compare_overlays_the_loss_of_two_jobs(page):
 
 
 def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(page, app, store):
-    grpo = _submit(app, tiny_spec(
-        method="grpo", dataset={"source": "builtin", "name": "echo-demo"}, output={"run_name": "grpo-echo"},
-        environment={"name": "builtin:echo", "eval_episodes": 0, "max_tool_calling_iterations": 1},
-        grpo={"num_generations": 2, "max_completion_length": 16,
-              "rewards": [{"name": "length", "target_length": 4, "unit": "chars"}]},
-        training={"max_steps": 2, "batch_size": 2, "max_length": 256, "save_steps": 100}))
+    grpo = _submit(
+        app,
+        tiny_spec(
+            method="grpo",
+            dataset={"source": "builtin", "name": "echo-demo"},
+            output={"run_name": "grpo-echo"},
+            environment={"name": "builtin:echo", "eval_episodes": 0, "max_tool_calling_iterations": 1},
+            grpo={
+                "num_generations": 2,
+                "max_completion_length": 16,
+                "rewards": [{"name": "length", "target_length": 4, "unit": "chars"}],
+            },
+            training={"max_steps": 2, "batch_size": 2, "max_length": 256, "save_steps": 100},
+        ),
+    )
     _pick(page, grpo)
     summary = page.locator("#job-summary")
     expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"), timeout=300_000)

@@ -26,9 +26,14 @@ from tests.conftest import tiny_spec
 pytestmark = BROWSER_MARKS
 
 NOTHING_TO_LEARN = tiny_spec(
-    method="grpo", dataset={"source": "builtin", "name": "math-demo"}, output={"run_name": "grpo-no-signal"},
-    grpo={"num_generations": 2, "max_completion_length": 8,
-          "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]},
+    method="grpo",
+    dataset={"source": "builtin", "name": "math-demo"},
+    output={"run_name": "grpo-no-signal"},
+    grpo={
+        "num_generations": 2,
+        "max_completion_length": 8,
+        "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}],
+    },
     # About 0.3 s a step on a CPU: the warning comes at step 3 and the run goes on for some 10 s more, several of
     # the Jobs tab's 2 s refreshes.
     training={"max_steps": 40, "batch_size": 2, "logging_steps": 1, "save_steps": 100},
@@ -66,9 +71,11 @@ def test_the_jobs_tab_warns_while_the_run_has_no_signal_and_ends_saying_it_learn
                 break
             if job.status.finished or time.monotonic() > deadline:
                 signal = job.artifacts.signal
-                pytest.fail(f"the job reached {job.status.value} (error: {job.error}) and the page never showed a "
-                            f"no-signal warning while it ran; the stored signal watch: "
-                            f"{signal.model_dump() if signal else 'none recorded (backend/training/callbacks.py)'}")
+                pytest.fail(
+                    f"the job reached {job.status.value} (error: {job.error}) and the page never showed a "
+                    f"no-signal warning while it ran; the stored signal watch: "
+                    f"{signal.model_dump() if signal else 'none recorded (backend/training/callbacks.py)'}"
+                )
             page.wait_for_timeout(250)
         warning = store.get(job_id).artifacts.signal.warning
         assert warning and _plain(warning)[:60] in shown, (warning, shown)
@@ -76,8 +83,9 @@ def test_the_jobs_tab_warns_while_the_run_has_no_signal_and_ends_saying_it_learn
         page.screenshot(path=ARTIFACTS / "jobs-no-signal-running.png", full_page=True)
 
         # Once it ended: a success that learned nothing, in the summary and the table, and so in the record.
-        expect(summary).to_contain_text(re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"),
-                                        timeout=120_000)
+        expect(summary).to_contain_text(
+            re.compile(rf"{job_id} · (succeeded|failed|cancelled|interrupted)"), timeout=120_000
+        )
         job = store.get(job_id)
         assert job.status is JobStatus.succeeded, job.error
         assert job.artifacts.learning is not None, "the worker recorded no learning verdict (backend/worker.py)"

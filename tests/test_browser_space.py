@@ -17,7 +17,6 @@ from backend.store import JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
 from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings, pick_base_model
 
-
 pytestmark = BROWSER_MARKS
 
 

@@ -17,14 +17,24 @@ from backend.paths import DataPaths
 from backend.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import (
-    ARTIFACTS, BROWSER_MARKS, fill_settings, follow_job_link, open_page, pick_option, queue_job, wait_in_jobs_tab,
+    ARTIFACTS,
+    BROWSER_MARKS,
+    fill_settings,
+    follow_job_link,
+    open_page,
+    pick_option,
+    queue_job,
+    wait_in_jobs_tab,
 )
 from tests.conftest import wait_status
 
 pytestmark = BROWSER_MARKS
 
-TINY_SFT = {"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"},
-            "training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}
+TINY_SFT = {
+    "method": "sft",
+    "model": {"name_or_path": "builtin:tiny-qwen3"},
+    "training": {"max_steps": 2, "batch_size": 2, "max_length": 128},
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +63,9 @@ def _ask(page, text: str) -> None:
     for side in ("base", "tuned"):
         expect(page.locator(f"#chat-{side} [data-testid='user']").last).to_have_text(text, timeout=15_000)
         expect(page.locator(f"#chat-{side} [data-testid='bot']").last).not_to_have_text("", timeout=120_000)
-    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(re.compile("hide"),
-                                                                                     timeout=120_000)
+    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
+        re.compile("hide"), timeout=120_000
+    )
 
 
 def _download(page, button: str) -> tuple[str, list[dict]]:
@@ -130,7 +141,8 @@ def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
     max_tokens.fill("96")
     max_tokens.press("Tab")
     judges = ("#left-up", "#left-down", "#right-up", "#right-down", "#left-better", "#right-better")
-    page.evaluate("""(judges) => {
+    page.evaluate(
+        """(judges) => {
         window.__judgeLog = [];
         const observer = new MutationObserver(() => {
             const turns = [...document.querySelectorAll(
@@ -144,22 +156,27 @@ def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
         observer.observe(document.querySelector("#chat-base"), {subtree: true, childList: true, characterData: true});
         observer.observe(document.querySelector("#chat-tuned"), {subtree: true, childList: true, characterData: true});
         window.__judgeObserver = observer;
-    }""", list(judges))
+    }""",
+        list(judges),
+    )
     before = page.evaluate("""() => [...document.querySelectorAll("#chat-tuned [data-testid='bot']")].length""")
     page.locator("#chat-input textarea").fill("Tell me more")
     page.locator("#chat-send").click()
     expect(page.locator("#chat-tuned [data-testid='bot']")).to_have_count(before + 1, timeout=60_000)
     expect(page.locator("#chat-tuned [data-testid='bot']").last).not_to_have_text("", timeout=120_000)
-    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(re.compile("hide"),
-                                                                                     timeout=120_000)
+    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
+        re.compile("hide"), timeout=120_000
+    )
     for button in judges:
         expect(page.locator(button)).to_be_enabled(timeout=30_000)
     log = page.evaluate("() => { window.__judgeObserver.disconnect(); return window.__judgeLog; }")
     streamed = [entry for entry in log if "Tell me more" in entry["text"]]
     assert len(streamed) >= 2, f"the question and the answers were seen on the page: {log}"
     on_while_streaming = [entry["enabled"] for entry in streamed if entry["enabled"]]
-    assert not on_while_streaming, (f"judging buttons were on at {len(on_while_streaming)} of {len(streamed)} "
-                                    f"changes of the answers, first {on_while_streaming[0]}")
+    assert not on_while_streaming, (
+        f"judging buttons were on at {len(on_while_streaming)} of {len(streamed)} "
+        f"changes of the answers, first {on_while_streaming[0]}"
+    )
 
 
 def test_a_returning_user_finds_both_exports_ready(page, app):
@@ -210,5 +227,6 @@ def test_the_thumbs_file_uploaded_in_the_train_tab_trains_a_kto_job_on_the_sft_a
     wait_in_jobs_tab(page, store, kto_id, timeout_ms=300_000)
     expect(page.locator("#job-summary")).to_contain_text(f"Continues job {app.job_id}")
     expect(page.locator("#plot-main svg .role-axis-title text").filter(has_text="KTO loss (nats)")).to_be_visible(
-        timeout=30_000)  # (a margin needs good and bad rows in one batch: with 4 rows, batches may lack one)
+        timeout=30_000
+    )  # (a margin needs good and bad rows in one batch: with 4 rows, batches may lack one)
     page.screenshot(path=ARTIFACTS / "chat-thumbs-kto-job.png", full_page=True)

@@ -19,8 +19,8 @@ from backend.chat import (
     chat_target,
 )
 from backend.data import load_training_dataset
-from backend.feedback import PreferenceLog
 from backend.demo_model import DEMO_MODEL_ID
+from backend.feedback import PreferenceLog
 from backend.spec import DatasetSpec, Method, ModelSpec, QuantizationSpec, parse_spec
 from backend.store import JobStatus
 from tests.conftest import tiny_spec

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.slow
 
 def cli(*args, timeout=300):
     return subprocess.run(
-        [sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "backend", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
@@ -76,8 +80,11 @@ def _chat_tab_answers_are_readable_and_the_tuned_side_is_right_more_often(data_d
 
 
 # Each example's own metric on held-out rows of builtin:tiny-qwen3-arith (problems neither it nor the job trained on).
-EXAMPLE_METRICS = {"dpo-demo": ("preference_accuracy", 128), "kto-demo": ("logprob", 256),
-                   "grpo-demo": ("reward/total", 256)}
+EXAMPLE_METRICS = {
+    "dpo-demo": ("preference_accuracy", 128),
+    "kto-demo": ("logprob", 256),
+    "grpo-demo": ("reward/total", 256),
+}
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLE_METRICS))
@@ -189,7 +196,9 @@ def test_warm_up_queues_the_sft_then_the_grpo_job_that_waits_for_it(data_dir, st
         assert out["demonstrations"] == "4 demonstration episodes of echo_message (4 earned a reward)"
         sft, grpo = store.get(out["sft"]), store.get(out["grpo"])
         assert (sft.spec.method.value, sft.spec.training.max_steps, sft.spec.dataset.name) == (
-            "sft", 5, out["upload_id"]
+            "sft",
+            5,
+            out["upload_id"],
         )
         assert grpo.spec.model.parent_job_id == sft.id and grpo.status is sft.status is JobStatus.queued
         refused = cli("warm-up", "examples/sft-demo.yaml")
@@ -203,15 +212,34 @@ def test_warm_up_queues_the_sft_then_the_grpo_job_that_waits_for_it(data_dir, st
 
 # The learning verdict and the signal watch, read from stored records: in-process, nothing trains.
 NO_SIGNAL_WARNING = "Every group scored the same for 3 logged steps: try a reward that tells completions apart."
-SIGNAL = {"warning": NO_SIGNAL_WARNING, "conditions": ["zero_std"], "since_step": 1, "consecutive": 3,
-          "steps_logged": 3, "steps_with_signal": 0}
-LEARNING = {"metric": "reward/total", "label": "held-out reward", "before": 0.0, "after": 0.0, "delta": 0.0,
-            "ci95": 0.0, "rows": 4, "verdict": "no_signal",
-            "sentence": "Held-out reward 0 -> 0 (+0, ±0) on 4 rows. The run learned nothing: every group scored the "
-                        "same."}
-GRPO_SPEC = tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"},
-                      grpo={"num_generations": 2, "max_completion_length": 8,
-                            "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]})
+SIGNAL = {
+    "warning": NO_SIGNAL_WARNING,
+    "conditions": ["zero_std"],
+    "since_step": 1,
+    "consecutive": 3,
+    "steps_logged": 3,
+    "steps_with_signal": 0,
+}
+LEARNING = {
+    "metric": "reward/total",
+    "label": "held-out reward",
+    "before": 0.0,
+    "after": 0.0,
+    "delta": 0.0,
+    "ci95": 0.0,
+    "rows": 4,
+    "verdict": "no_signal",
+    "sentence": "Held-out reward 0 -> 0 (+0, ±0) on 4 rows. The run learned nothing: every group scored the same.",
+}
+GRPO_SPEC = tiny_spec(
+    method="grpo",
+    dataset={"source": "builtin", "name": "math-demo"},
+    grpo={
+        "num_generations": 2,
+        "max_completion_length": 8,
+        "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}],
+    },
+)
 
 
 def run_main(capsys, *args) -> tuple[int, str, str]:
@@ -239,8 +267,12 @@ def test_show_and_list_say_a_success_learned_nothing_with_the_verdict_and_the_wa
     assert code == 0
     assert re.search(r"^status\s+succeeded - learned nothing$", out, re.M), out
     assert re.search(rf"^learning\s+learned nothing: {re.escape(LEARNING['sentence'])}$", out, re.M), out
-    assert re.search(r"^signal\s+no learning signal \(since step 1, 3 logged steps in a row\): "
-                     rf"{re.escape(NO_SIGNAL_WARNING)}$", out, re.M), out
+    assert re.search(
+        r"^signal\s+no learning signal \(since step 1, 3 logged steps in a row\): "
+        rf"{re.escape(NO_SIGNAL_WARNING)}$",
+        out,
+        re.M,
+    ), out
     code, out, _ = run_main(capsys, "list")
     assert code == 0 and re.search(rf"^{job_id}\s+succeeded - learned nothing\s+grpo\s", out, re.M), out
 
@@ -256,13 +288,22 @@ def test_show_and_list_say_a_success_learned_nothing_with_the_verdict_and_the_wa
 
 
 def test_show_prints_an_improvement_and_a_job_without_a_verdict_as_before(data_dir, store, capsys):
-    improved = {**LEARNING, "verdict": "improved", "before": 0.25, "after": 0.75, "delta": 0.5, "ci95": 0.12,
-                "rate": True, "sentence": "Held-out accuracy 25% -> 75% (+50 points, ±12) on 64 rows."}
+    improved = {
+        **LEARNING,
+        "verdict": "improved",
+        "before": 0.25,
+        "after": 0.75,
+        "delta": 0.5,
+        "ci95": 0.12,
+        "rate": True,
+        "sentence": "Held-out accuracy 25% -> 75% (+50 points, ±12) on 64 rows.",
+    }
     job_id = _ended_job(store, improved)
     out = run_main(capsys, "show", job_id)[1]
     assert re.search(r"^status\s+succeeded$", out, re.M)
-    assert re.search(r"^learning\s+improved: Held-out accuracy 25% -> 75% \(\+50 points, ±12\) on 64 rows\.$",
-                     out, re.M), out
+    assert re.search(
+        r"^learning\s+improved: Held-out accuracy 25% -> 75% \(\+50 points, ±12\) on 64 rows\.$", out, re.M
+    ), out
     assert not re.search(r"^signal\s", out, re.M)
     plain = _ended_job(store)
     out = run_main(capsys, "show", plain)[1]

@@ -139,5 +139,6 @@ def test_numbers_in_a_csvs_text_columns_are_read_as_text(tmp_path):
     path = tmp_path / "qa.csv"
     path.write_text("question,answer\nWhat is 2 plus 2?,4\nWhat is 3 plus 3?,6\n")
     ds, fmt = load_training_dataset(
-        DatasetSpec(source="file", name=str(path), columns={"prompt": "question", "completion": "answer"}), Method.sft)
+        DatasetSpec(source="file", name=str(path), columns={"prompt": "question", "completion": "answer"}), Method.sft
+    )
     assert fmt == "prompt-completion" and ds["completion"] == ["4", "6"]

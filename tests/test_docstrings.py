@@ -6,10 +6,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
+
 def _is_accessor(node: ast.AST) -> bool:
     # A property's setter or deleter shares the getter's docstring.
-    return any(isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter")
-               for d in getattr(node, "decorator_list", []))
+    return any(
+        isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter") for d in getattr(node, "decorator_list", [])
+    )
 
 
 def public_definitions(path: Path, root: Path = ROOT) -> list[tuple[str, ast.AST]]:
@@ -21,8 +23,11 @@ def public_definitions(path: Path, root: Path = ROOT) -> list[tuple[str, ast.AST
             continue
         found.append((f"{module}:{node.name}", node))
         if isinstance(node, ast.ClassDef):
-            found += [(f"{module}:{node.name}.{item.name}", item) for item in node.body
-                      if isinstance(item, _DEFS[:2]) and not item.name.startswith("_") and not _is_accessor(item)]
+            found += [
+                (f"{module}:{node.name}.{item.name}", item)
+                for item in node.body
+                if isinstance(item, _DEFS[:2]) and not item.name.startswith("_") and not _is_accessor(item)
+            ]
     return found
 
 
@@ -57,5 +62,10 @@ class _Hidden:
     def method(self): pass
 ''')
     assert [name for name, _ in public_definitions(source, tmp_path)] == [
-        "pkg.mod:bare", "pkg.mod:told", "pkg.mod:Thing", "pkg.mod:Thing.method", "pkg.mod:Thing.size"]
+        "pkg.mod:bare",
+        "pkg.mod:told",
+        "pkg.mod:Thing",
+        "pkg.mod:Thing.method",
+        "pkg.mod:Thing.size",
+    ]
     assert undocumented([source], tmp_path) == ["pkg.mod:bare", "pkg.mod:Thing", "pkg.mod:Thing.method"]

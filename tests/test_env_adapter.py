@@ -39,7 +39,6 @@ from backend.environments.connection import (
     resolve_url,
     space_url,
 )
-from backend.environments.runtime import open_environment
 from backend.environments.launcher import (
     PROJECT_ROOT,
     RunningEnvironment,
@@ -47,7 +46,7 @@ from backend.environments.launcher import (
     start_builtin,
     start_server_process,
 )
-
+from backend.environments.runtime import open_environment
 from backend.spec import parse_spec
 from tests.conftest import tiny_spec
 
@@ -73,14 +72,16 @@ def servers() -> Iterator[dict[str, RunningEnvironment]]:
         )
         started["counter_quirky"] = start_server_process(  # as some real environments: see the quirk tests
             [sys.executable, str(SERVERS_DIR / "counter_server.py"), "--strict-state", "--no-reward"],
-            name="counter_quirky", wait=False,
+            name="counter_quirky",
+            wait=False,
         )
         started["notes"] = start_server_process(
             [sys.executable, str(SERVERS_DIR / "notes_mcp_server.py")], name="notes", wait=False
         )
         started["notes_single"] = start_server_process(
             [sys.executable, str(SERVERS_DIR / "notes_mcp_server.py"), "--max-sessions", "1"],
-            name="notes_single", wait=False,
+            name="notes_single",
+            wait=False,
         )
         started["doomed"] = start_builtin("arithmetic", max_sessions=2, wait=False)
         for server in started.values():
@@ -113,54 +114,77 @@ def open_episode(infos) -> Iterator[OpenEpisode]:
 
 # --- what the model is shown ------------------------------------------------------------------------------------
 
+
 def _param(json_type: str, description: str, **extra: Any) -> dict[str, Any]:
     return {"type": json_type, **extra, "description": description}
 
 
 # server -> (kind, class name, {tool: (description, properties, required)}) as get_json_schema must report them
 EXPECTED_TOOLS: dict[str, tuple[str, str, dict[str, tuple[str, dict[str, Any], list[str] | None]]]] = {
-    "echo": ("mcp", "EchoEnv", {
-        "echo_message": (
-            "Echo a message back unchanged. The episode is won when the message equals the target text exactly.",
-            {"message": _param("string", "The text to echo back, character for character.")},
-            ["message"],
-        ),
-    }),
-    "wordle": ("typed", "WordleEnv", {
-        "guess": (
-            "Guess the secret word: one five-letter English word. Returns one code per letter (G/Y/X).",
-            {"guess": _param("string", "Your guess: exactly five letters, e.g. 'crane'")},
-            ["guess"],
-        ),
-    }),
-    "arithmetic": ("typed", "ArithmeticEnv", {
-        "submit_answer": (
-            "Submit your answer to the question: one whole number (it may be negative).",
-            {"answer": _param("integer", "The result of the calculation, as a whole number")},
-            ["answer"],
-        ),
-    }),
-    "counter": ("typed", "CounterEnv", {  # no x-tool-name and two fields: named after CounterAction
-        "counter": (
-            "Move the counter by step_by in the given direction.",
-            {
-                "step_by": _param("integer", "How far to move the counter, 1 to 10"),
-                "direction": _param("string", "Which way to move: up or down. One of: up, down.", enum=["up", "down"]),
-            },
-            ["step_by"],
-        ),
-    }),
-    "notes": ("mcp", "NotesEnv", {
-        "add_note": (
-            "Save a note under a new title.",
-            {
-                "title": _param("string", "A short title, different from every earlier note's."),
-                "body": _param("string", "The note's text."),
-            },
-            ["title", "body"],
-        ),
-        "count_notes": ("How many notes have been saved in this episode.", {}, None),
-    }),
+    "echo": (
+        "mcp",
+        "EchoEnv",
+        {
+            "echo_message": (
+                "Echo a message back unchanged. The episode is won when the message equals the target text exactly.",
+                {"message": _param("string", "The text to echo back, character for character.")},
+                ["message"],
+            ),
+        },
+    ),
+    "wordle": (
+        "typed",
+        "WordleEnv",
+        {
+            "guess": (
+                "Guess the secret word: one five-letter English word. Returns one code per letter (G/Y/X).",
+                {"guess": _param("string", "Your guess: exactly five letters, e.g. 'crane'")},
+                ["guess"],
+            ),
+        },
+    ),
+    "arithmetic": (
+        "typed",
+        "ArithmeticEnv",
+        {
+            "submit_answer": (
+                "Submit your answer to the question: one whole number (it may be negative).",
+                {"answer": _param("integer", "The result of the calculation, as a whole number")},
+                ["answer"],
+            ),
+        },
+    ),
+    "counter": (
+        "typed",
+        "CounterEnv",
+        {  # no x-tool-name and two fields: named after CounterAction
+            "counter": (
+                "Move the counter by step_by in the given direction.",
+                {
+                    "step_by": _param("integer", "How far to move the counter, 1 to 10"),
+                    "direction": _param(
+                        "string", "Which way to move: up or down. One of: up, down.", enum=["up", "down"]
+                    ),
+                },
+                ["step_by"],
+            ),
+        },
+    ),
+    "notes": (
+        "mcp",
+        "NotesEnv",
+        {
+            "add_note": (
+                "Save a note under a new title.",
+                {
+                    "title": _param("string", "A short title, different from every earlier note's."),
+                    "body": _param("string", "The note's text."),
+                },
+                ["title", "body"],
+            ),
+            "count_notes": ("How many notes have been saved in this episode.", {}, None),
+        },
+    ),
 }
 
 
@@ -214,7 +238,10 @@ print(json.dumps({"rewards": rewards, "loaded": loaded}))
 """
     result = subprocess.run(
         [sys.executable, "-c", script, servers["counter"].url, servers["notes"].url],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
     )
     assert result.returncode == 0, result.stderr
@@ -229,30 +256,44 @@ Move = tuple[str, dict[str, Any]]
 #            reset row, losing moves) -- the losing moves use up the episode
 EPISODES: dict[str, tuple[dict[str, Any], list[str], list[Move], str, dict[str, Any], list[Move]]] = {
     "echo": (
-        {"target": "paper boat"}, ["Echo this text exactly: paper boat", "attempts_left: 3"],
-        [("echo_message", {"message": "Paper boat"}), ("echo_message", {"message": "paper boat"})], "paper boat",
-        {"target": "blue sky"}, [("echo_message", {"message": "nope"})] * 3,
+        {"target": "paper boat"},
+        ["Echo this text exactly: paper boat", "attempts_left: 3"],
+        [("echo_message", {"message": "Paper boat"}), ("echo_message", {"message": "paper boat"})],
+        "paper boat",
+        {"target": "blue sky"},
+        [("echo_message", {"message": "nope"})] * 3,
     ),
     "wordle": (
-        {"word": "crane"}, ["guesses_left: 6", "G = right letter in the right place"],
-        [("guess", {"guess": "slate"}), ("guess", {"guess": "CRANE"})], "GGGGG",
-        {"word": "there"}, [("guess", {"guess": "blimp"})] * 6,
+        {"word": "crane"},
+        ["guesses_left: 6", "G = right letter in the right place"],
+        [("guess", {"guess": "slate"}), ("guess", {"guess": "CRANE"})],
+        "GGGGG",
+        {"word": "there"},
+        [("guess", {"guess": "blimp"})] * 6,
     ),
     "arithmetic": (
-        {"a": 17, "b": 25, "op": "+"}, ["What is 17 + 25?", "tries_left: 3"],
-        [("submit_answer", {"answer": 50}), ("submit_answer", {"answer": 42})], "Correct! 17 + 25 = 42.",
-        {"a": 6, "b": 7, "op": "*"}, [("submit_answer", {"answer": 41})] * 3,
+        {"a": 17, "b": 25, "op": "+"},
+        ["What is 17 + 25?", "tries_left: 3"],
+        [("submit_answer", {"answer": 50}), ("submit_answer", {"answer": 42})],
+        "Correct! 17 + 25 = 42.",
+        {"a": 6, "b": 7, "op": "*"},
+        [("submit_answer", {"answer": 41})] * 3,
     ),
     "counter": (
-        {"target": 7, "start": 2}, ["count: 2", "target: 7", "moves_left: 5"],
-        [("counter", {"step_by": 10}), ("counter", {"step_by": 5, "direction": "down"})], "Target reached!",
-        {"target": 30, "start": 0}, [("counter", {"step_by": 1})] * 5,
+        {"target": 7, "start": 2},
+        ["count: 2", "target: 7", "moves_left: 5"],
+        [("counter", {"step_by": 10}), ("counter", {"step_by": 5, "direction": "down"})],
+        "Target reached!",
+        {"target": 30, "start": 0},
+        [("counter", {"step_by": 1})] * 5,
     ),
     "notes": (
-        {"goal": 2}, ["Add 2 notes with different titles using add_note."],
+        {"goal": 2},
+        ["Add 2 notes with different titles using add_note."],
         [("add_note", {"title": "a", "body": "one"}), ("count_notes", {}), ("add_note", {"title": "b", "body": "two"})],
         "saved note 'b' (2 of 2)",
-        {"goal": 3}, [("add_note", {"title": "x", "body": "1"}), ("add_note", {"title": "y", "body": "2"})],
+        {"goal": 3},
+        [("add_note", {"title": "x", "body": "1"}), ("add_note", {"title": "y", "body": "2"})],
     ),
 }
 
@@ -289,10 +330,13 @@ def test_a_won_then_a_lost_episode_on_one_instance(open_episode, name):
             _play(environment, loss_moves[-1:])
 
 
-@pytest.mark.parametrize("name, row, moves, rewards", [
-    ("counter", {"target": 7, "start": 2}, EPISODES["counter"][2], [0.0, 1.0]),
-    ("notes", {"goal": 2}, EPISODES["notes"][2], [0.0, 0.0, 1.0]),
-])
+@pytest.mark.parametrize(
+    "name, row, moves, rewards",
+    [
+        ("counter", {"target": 7, "start": 2}, EPISODES["counter"][2], [0.0, 1.0]),
+        ("notes", {"goal": 2}, EPISODES["notes"][2], [0.0, 0.0, 1.0]),
+    ],
+)
 @pytest.mark.parametrize("mode", ["success", "last", "sum"])
 def test_reward_modes_on_a_multi_step_episode(open_episode, name, row, moves, rewards, mode):
     environment = open_episode(name, reward_mode=mode)
@@ -338,10 +382,13 @@ def graded_url() -> Iterator[str]:
     thread.join(timeout=5)
 
 
-@pytest.mark.parametrize("points, expected", [
-    ([2, 5, 4], {"success": 1.0, "last": 0.4, "sum": 1.1}),
-    ([3, 2, 0], {"success": 0.0, "last": 0.0, "sum": 0.5}),
-])
+@pytest.mark.parametrize(
+    "points, expected",
+    [
+        ([2, 5, 4], {"success": 1.0, "last": 0.4, "sum": 1.1}),
+        ([3, 2, 0], {"success": 0.0, "last": 0.0, "sum": 0.5}),
+    ],
+)
 def test_reward_modes_with_graded_rewards(graded_url, points, expected):
     points_arg = {"type": "integer", "description": "How far, 0 to 10."}
     climb = ToolSpec("climb", "Climb.", {"points": points_arg}, ("points",))
@@ -353,7 +400,8 @@ def test_reward_modes_with_graded_rewards(graded_url, points, expected):
             answers = [environment.climb(points=p) for p in points]
             # The model reads each step's reward after the step's own text, and when the episode is over.
             assert answers == [f"climbed {p}\nreward: {p / 10:g}" for p in points[:-1]] + [
-                f"climbed {points[-1]}\nreward: {points[-1] / 10:g}\nThe episode is over."]
+                f"climbed {points[-1]}\nreward: {points[-1] / 10:g}\nThe episode is over."
+            ]
             assert environment.get_reward() == pytest.approx(reward)
         finally:
             environment._close()
@@ -362,17 +410,20 @@ def test_reward_modes_with_graded_rewards(graded_url, points, expected):
 SUM = {"a": 17, "b": 25, "op": "+"}
 
 
-@pytest.mark.parametrize("name, row, tool, arguments, message", [
-    ("arithmetic", SUM, "submit_answer", {"answer": "42"}, r"answer: '42' is not of type 'integer'"),
-    ("arithmetic", SUM, "submit_answer", {"answer": 4.5}, r"answer: 4.5 is not of type 'integer'"),
-    ("arithmetic", SUM, "submit_answer", {}, r"'answer' is a required property"),
-    ("arithmetic", SUM, "submit_answer", {"answer": 42, "hint": 1}, r"'hint' was unexpected"),
-    ("counter", {"target": 7}, "counter", {"step_by": 11}, r"step_by: 11 is greater than the maximum of 10"),
-    ("counter", {"target": 7}, "counter", {"step_by": 3, "direction": "left"}, r"direction: 'left' is not one of"),
-    ("notes", {"goal": 1}, "add_note", {"title": 7, "body": "x"}, r"title: 7 is not of type 'string'"),
-    ("notes", {"goal": 1}, "add_note", {"title": "x"}, r"'body' is a required property"),
-    ("notes", {"goal": 1}, "count_notes", {"verbose": True}, r"'verbose' was unexpected"),
-])
+@pytest.mark.parametrize(
+    "name, row, tool, arguments, message",
+    [
+        ("arithmetic", SUM, "submit_answer", {"answer": "42"}, r"answer: '42' is not of type 'integer'"),
+        ("arithmetic", SUM, "submit_answer", {"answer": 4.5}, r"answer: 4.5 is not of type 'integer'"),
+        ("arithmetic", SUM, "submit_answer", {}, r"'answer' is a required property"),
+        ("arithmetic", SUM, "submit_answer", {"answer": 42, "hint": 1}, r"'hint' was unexpected"),
+        ("counter", {"target": 7}, "counter", {"step_by": 11}, r"step_by: 11 is greater than the maximum of 10"),
+        ("counter", {"target": 7}, "counter", {"step_by": 3, "direction": "left"}, r"direction: 'left' is not one of"),
+        ("notes", {"goal": 1}, "add_note", {"title": 7, "body": "x"}, r"title: 7 is not of type 'string'"),
+        ("notes", {"goal": 1}, "add_note", {"title": "x"}, r"'body' is a required property"),
+        ("notes", {"goal": 1}, "count_notes", {"verbose": True}, r"'verbose' was unexpected"),
+    ],
+)
 def test_invalid_arguments_are_refused_before_reaching_the_server(open_episode, name, row, tool, arguments, message):
     environment = open_episode(name)
     environment.reset(**row)
@@ -400,6 +451,7 @@ def test_environment_side_errors_carry_the_servers_message(open_episode):
 
 
 # --- a server that dies or stalls -------------------------------------------------------------------------------
+
 
 def test_a_killed_server_fails_the_episode_and_the_job_without_hanging(servers, open_episode):
     doomed = servers["doomed"]
@@ -444,6 +496,7 @@ def test_a_stalled_server_times_out_instead_of_hanging(servers, open_episode):
 
 
 # --- capacity ---------------------------------------------------------------------------------------------------
+
 
 def test_check_sessions_passes_when_the_server_allows_enough(servers):
     check_sessions(servers["echo"].url, 4)
@@ -510,9 +563,16 @@ def test_the_environment_evaluation_fits_in_the_sessions_training_used(servers, 
     pooled = factory()  # the only session, held as TRL holds its pool
     model = AutoModelForCausalLM.from_pretrained(demo_model_path)
     tokenizer = AutoTokenizer.from_pretrained(demo_model_path)
-    result = success_rates(model, tokenizer, factory, [{"prompt": PROMPT, "goal": 1}],
-                           EpisodeSettings(max_completion_length=8, max_iterations=1), episodes=1, seed=0,
-                           compare_base=False)
+    result = success_rates(
+        model,
+        tokenizer,
+        factory,
+        [{"prompt": PROMPT, "goal": 1}],
+        EpisodeSettings(max_completion_length=8, max_iterations=1),
+        episodes=1,
+        seed=0,
+        compare_base=False,
+    )
     assert result["episodes"] == 1 and "success_rate" in result["tuned"]
     assert not pooled._session.connected
 
@@ -530,8 +590,14 @@ def test_a_second_instance_on_a_one_session_server_is_refused(open_episode):
 def test_leaving_a_jobs_environment_closes_every_session_still_pooled():
     """TRL keeps its instances to the end; their sockets must be closed when the job's environment closes, not by
     ``__del__`` at interpreter exit, where closing joins a reader thread that can no longer run (a hung worker)."""
-    spec = parse_spec(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "echo-demo"},
-                                environment={"name": "builtin:echo"}, grpo={"num_generations": 2}))
+    spec = parse_spec(
+        tiny_spec(
+            method="grpo",
+            dataset={"source": "builtin", "name": "echo-demo"},
+            environment={"name": "builtin:echo"},
+            grpo={"num_generations": 2},
+        )
+    )
     with open_environment(spec, sessions=2) as environment:
         pooled = [environment.factory(), environment.factory()]
         assert all(episode._session.connected for episode in pooled)
@@ -539,6 +605,7 @@ def test_leaving_a_jobs_environment_closes_every_session_still_pooled():
 
 
 # --- addresses --------------------------------------------------------------------------------------------------
+
 
 def test_space_ids_and_urls_resolve():
     assert resolve_url("openenv/echo_env") == "https://openenv-echo-env.hf.space"

@@ -110,8 +110,9 @@ def test_the_description_is_the_prose_and_each_argument_keeps_its_own():
     tool = _tool(MazeAction)
     assert tool.description == "Walk one square."
     assert tool.parameters["target"]["description"] == "The square you expect to reach, used to check your map."
-    mcp = ToolSpec("add_note", "Add a note.\n\nArgs:\n    title: The note's title.\n", {"title": {"type": "string"}},
-                   ("title",))
+    mcp = ToolSpec(
+        "add_note", "Add a note.\n\nArgs:\n    title: The note's title.\n", {"title": {"type": "string"}}, ("title",)
+    )
     doc = tool_docstring(mcp)
     assert doc.count("title:") == 1 and doc.startswith("Add a note.")
 
@@ -119,8 +120,14 @@ def test_the_description_is_the_prose_and_each_argument_keeps_its_own():
 def test_observations_keep_the_feedback_and_do_not_repeat_history():
     board = [[0, 0, 1], [0, 2, 1]]
     first = {"board": board, "history": ["e4"], "legal_moves": [0, 1, 2], "metadata": {}}
-    illegal = {"board": board, "history": ["e4"], "legal_moves": [0, 1, 2],
-               "metadata": {"error": "column 5 is full"}, "reward": -0.1, "done": False}
+    illegal = {
+        "board": board,
+        "history": ["e4"],
+        "legal_moves": [0, 1, 2],
+        "metadata": {"error": "column 5 is full"},
+        "reward": -0.1,
+        "done": False,
+    }
     text = observation_text(illegal, previous=first, reward=-0.1)
     assert "column 5 is full" in text and "reward: -0.1" in text, text
     assert "0 0 1\n0 2 1" in text  # the board as rows
@@ -142,8 +149,12 @@ def test_a_history_that_grows_inside_a_message_is_shown_by_its_new_part():
 
     def turn(log: str) -> dict:
         message = {"sender_id": -1, "content": log, "category": "MESSAGE"}
-        return {"prompt": "GuessTheNumber-v0", "messages": [message], "turn": log.count("[Player]"),
-                "metadata": {"raw_messages": [message], "env_id": "GuessTheNumber-v0"}}
+        return {
+            "prompt": "GuessTheNumber-v0",
+            "messages": [message],
+            "turn": log.count("[Player]"),
+            "metadata": {"raw_messages": [message], "env_id": "GuessTheNumber-v0"},
+        }
 
     log = intro
     previous = turn(log)
@@ -161,17 +172,30 @@ def test_a_history_that_grows_inside_a_message_is_shown_by_its_new_part():
 
 
 def test_an_observation_template_lays_out_the_fields():
-    spec = parse_spec(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "echo-demo"},
-                                training={"batch_size": 4}, grpo={"num_generations": 2},
-                                environment={"name": "builtin:echo",
-                                             "observation_template": "{board}\nYour moves: {legal_moves}"}))
-    text = observation_text({"board": [[1, 0]], "legal_moves": [1], "metadata": {"error": "full"}},
-                            template=spec.environment.observation_template)
+    spec = parse_spec(
+        tiny_spec(
+            method="grpo",
+            dataset={"source": "builtin", "name": "echo-demo"},
+            training={"batch_size": 4},
+            grpo={"num_generations": 2},
+            environment={"name": "builtin:echo", "observation_template": "{board}\nYour moves: {legal_moves}"},
+        )
+    )
+    text = observation_text(
+        {"board": [[1, 0]], "legal_moves": [1], "metadata": {"error": "full"}},
+        template=spec.environment.observation_template,
+    )
     assert text == "1 0\nYour moves: [1]\nerror: full"
     with pytest.raises(SpecError, match="not a plain field name"):
-        parse_spec(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "echo-demo"},
-                             training={"batch_size": 4}, grpo={"num_generations": 2},
-                             environment={"name": "builtin:echo", "observation_template": "{board.__class__}"}))
+        parse_spec(
+            tiny_spec(
+                method="grpo",
+                dataset={"source": "builtin", "name": "echo-demo"},
+                training={"batch_size": 4},
+                grpo={"num_generations": 2},
+                environment={"name": "builtin:echo", "observation_template": "{board.__class__}"},
+            )
+        )
 
 
 def test_a_url_environment_is_named_after_what_the_server_calls_itself():
@@ -187,8 +211,17 @@ def test_a_transcript_shows_the_models_reasoning():
     from backend.environments.episodes import Episode
 
     turn = {"role": "assistant", "reasoning_content": "The target is 7,\nso I move up by 7.", "content": "Done."}
-    episode = Episode(messages=[{"role": "user", "content": "Count to 7."}, turn], prompt_messages=1, reward=0.0,
-                      success=False, done=False, tool_calls=0, tool_failures=0, completion_tokens=58,
-                      stop_reason="the model answered without a tool call", seed=0)
+    episode = Episode(
+        messages=[{"role": "user", "content": "Count to 7."}, turn],
+        prompt_messages=1,
+        reward=0.0,
+        success=False,
+        done=False,
+        tool_calls=0,
+        tool_failures=0,
+        completion_tokens=58,
+        stop_reason="the model answered without a tool call",
+        seed=0,
+    )
     text = episode.transcript()
     assert "The target is 7, so I move up by 7." in text and text.index("reasoning") < text.index("Done.")

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed
@@ -108,6 +108,7 @@ def first_row(dataset: str) -> dict[str, Any]:
 
 # --- registry and endpoints ----------------------------------------------------------------------------------
 
+
 def test_registry_names_datasets_that_exist():
     for env in BUILTIN_ENVIRONMENTS.values():
         assert env.dataset in BUILTIN_DATASETS and "grpo" in BUILTIN_DATASETS[env.dataset].suits
@@ -118,8 +119,13 @@ def test_registry_names_datasets_that_exist():
 
 @pytest.mark.parametrize(
     "name, kind_marker",
-    [("echo", "CallToolAction"), ("wordle", "guess"), ("arithmetic", "submit_answer"), ("counter", None),
-     ("notes", "CallToolAction")],
+    [
+        ("echo", "CallToolAction"),
+        ("wordle", "guess"),
+        ("arithmetic", "submit_answer"),
+        ("counter", None),
+        ("notes", "CallToolAction"),
+    ],
 )
 def test_health_metadata_and_schema(servers, name, kind_marker):
     url = servers[name].url
@@ -157,6 +163,7 @@ def test_reset_takes_the_dataset_columns(servers, name):
 
 # --- echo (MCP) --------------------------------------------------------------------------------------------------
 
+
 def test_echo_lists_its_tool_with_description_and_schema(servers):
     with ws_session(servers["echo"].url) as call:
         tools = observed(call("step", {"type": "list_tools"}))["observation"]["tools"]
@@ -192,6 +199,7 @@ def test_echo_ends_after_three_misses_and_seeds_pick_the_same_target(servers):
 
 
 # --- wordle (typed) -----------------------------------------------------------------------------------------
+
 
 def test_wordle_win_with_repeated_letter_feedback(servers):
     with ws_session(servers["wordle"].url) as call:
@@ -230,6 +238,7 @@ def test_wordle_loss_after_six_guesses(servers):
 
 # --- arithmetic (typed) -------------------------------------------------------------------------------------
 
+
 def test_arithmetic_hints_then_reward(servers):
     with ws_session(servers["arithmetic"].url) as call:
         reset = observed(call("reset", {"a": 17, "b": 25, "op": "+"}))["observation"]
@@ -262,6 +271,7 @@ def test_launcher_passes_the_session_limit(servers):
 
 
 # --- foreign servers ------------------------------------------------------------------------------------------
+
 
 def test_counter_server_multi_field_action(servers):
     with ws_session(servers["counter"].url) as call:
@@ -302,6 +312,7 @@ def test_single_session_server_refuses_a_second_session(servers):
 
 
 # --- launcher -------------------------------------------------------------------------------------------------
+
 
 def test_launcher_reports_a_server_that_exits_with_its_log_tail():
     with pytest.raises(EnvironmentStartError) as caught:

@@ -20,9 +20,11 @@ from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 
+
 def grpo_env(env: str, dataset: dict, **overrides) -> dict:
     spec = {
-        "method": "grpo", "dataset": dataset,
+        "method": "grpo",
+        "dataset": dataset,
         "environment": {"name": env, "eval_episodes": 4},
         "grpo": {"num_generations": 4, "max_completion_length": 96, "temperature": 0.5},
         "training": {"max_steps": 3, "batch_size": 4, "max_length": 512, "learning_rate": 1e-4, "save_steps": 1000},
@@ -74,8 +76,11 @@ def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_too
     user, call, answer, closing = first["messages"]
     assert user["content"].endswith("attempts_left: 3"), "the prompt carries the reset observation, as in GRPO"
     arguments = call["tool_calls"][0]["function"]["arguments"]
-    assert answer == {"role": "tool", "name": "echo_message",
-                      "content": f"{arguments['message']}\nreward: 1\nThe episode is over."}
+    assert answer == {
+        "role": "tool",
+        "name": "echo_message",
+        "content": f"{arguments['message']}\nreward: 1\nThe episode is over.",
+    }
     assert closing == {"role": "assistant", "content": "Done."}
     # The tools column is what TRL hands the chat template during GRPO: the JSON schema of the tool methods.
     assert first["tools"][0]["function"]["name"] == "echo_message"
@@ -127,8 +132,12 @@ def test_the_example_warms_up_then_learns_from_the_environment(warmed):
 def test_dry_run_of_the_warmed_up_model_shows_the_tool_call_its_result_and_the_reward(warmed):
     api, _, sft = warmed
     # Near-greedy: the tiny model's tool calls are reliable only at a low temperature.
-    spec = grpo_env("builtin:echo", {"source": "builtin", "name": "echo-demo"}, model={"parent_job_id": sft.id},
-                    grpo={"temperature": 0.05})
+    spec = grpo_env(
+        "builtin:echo",
+        {"source": "builtin", "name": "echo-demo"},
+        model={"parent_job_id": sft.id},
+        grpo={"temperature": 0.05},
+    )
     episode = api.dry_run(spec, row=0, seed=0)
     assert episode.messages[0]["content"].endswith("attempts_left: 3"), "the reset observation joins the prompt"
     calls = [m for m in episode.turns if m.get("tool_calls")]
@@ -164,17 +173,33 @@ def test_the_arith_model_works_the_sum_out_but_seldom_submits_it_with_the_tool(p
     with open_environment(spec, sessions=16) as environment:
         sessions = [environment.factory() for _ in range(16)]
         try:
-            played = [e for first in range(0, 64, 16) for e in play_episodes(
-                model, tokenizer, sessions, [dataset[i] for i in range(first, first + 16)], sampled,
-                list(range(first, first + 16)))]
-            greedy = play_episodes(model, tokenizer, sessions, [dataset[i] for i in range(16)],
-                                   replace(sampled, temperature=0.0), list(range(16)))
+            played = [
+                e
+                for first in range(0, 64, 16)
+                for e in play_episodes(
+                    model,
+                    tokenizer,
+                    sessions,
+                    [dataset[i] for i in range(first, first + 16)],
+                    sampled,
+                    list(range(first, first + 16)),
+                )
+            ]
+            greedy = play_episodes(
+                model,
+                tokenizer,
+                sessions,
+                [dataset[i] for i in range(16)],
+                replace(sampled, temperature=0.0),
+                list(range(16)),
+            )
         finally:
             for session in sessions:
                 session._close()
     submitted = [e for e in played if e.tool_calls]
-    assert sum(arith_data.parse_answer(e.turns[0]["content"]) is not None for e in played) >= 60, \
-        [e.transcript() for e in played[:4]]
+    assert sum(arith_data.parse_answer(e.turns[0]["content"]) is not None for e in played) >= 60, [
+        e.transcript() for e in played[:4]
+    ]
     assert 1 <= len(submitted) <= 48, f"{len(submitted)} of 64 sampled episodes used the tool"
     assert sum(e.tool_calls for e in greedy) <= 4, "greedily it seldom submits"
     for episode in submitted:
@@ -187,8 +212,7 @@ def test_the_arith_model_works_the_sum_out_but_seldom_submits_it_with_the_tool(p
 
 def test_dry_run_transcript_for_the_word_game(paths):
     api = StudioAPI(paths.root, scheduler="none")
-    spec = grpo_env("builtin:wordle", {"source": "builtin", "name": "wordle-demo"},
-                    grpo={"max_completion_length": 48})
+    spec = grpo_env("builtin:wordle", {"source": "builtin", "name": "wordle-demo"}, grpo={"max_completion_length": 48})
     episode = api.dry_run(spec, row=3, seed=1)
     prompt = episode.messages[episode.prompt_messages - 1]["content"]
     assert "guesses_left: 6" in prompt and "Guess the secret 5-letter word" in prompt
@@ -202,11 +226,20 @@ def test_dry_run_transcript_for_the_word_game(paths):
 
 def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(grpo_env("builtin:arithmetic", {"source": "builtin", "name": "arithmetic-demo"},
-                              training={"max_steps": 400}, grpo={"max_completion_length": 32})).job
+    job = api.submit(
+        grpo_env(
+            "builtin:arithmetic",
+            {"source": "builtin", "name": "arithmetic-demo"},
+            training={"max_steps": 400},
+            grpo={"max_completion_length": 32},
+        )
+    ).job
     scheduler = scheduler_factory()
-    running = wait_for(lambda: (j := store.get(job.id)).artifacts.environment_server_pid and j, 180,
-                       what="the environment server to start")
+    running = wait_for(
+        lambda: (j := store.get(job.id)).artifacts.environment_server_pid and j,
+        180,
+        what="the environment server to start",
+    )
     server_pid = running.artifacts.environment_server_pid
     assert _alive(server_pid)
     worker_pid = wait_for(lambda: store.get(job.id).pid, 60, what="the worker pid")
@@ -219,26 +252,40 @@ def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_fa
 def counter_server(tmp_path):
     server = start_server_process(
         [sys.executable, str(ROOT / "tests" / "env_servers" / "counter_server.py"), "--max-sessions", "16"],
-        name="counter", log_dir=tmp_path,
+        name="counter",
+        log_dir=tmp_path,
     )
     yield server
     server.stop()
 
 
-def test_a_dead_environment_server_fails_the_job_with_a_clear_error(paths, store, scheduler_factory, counter_server,
-                                                                     tmp_path):
+def test_a_dead_environment_server_fails_the_job_with_a_clear_error(
+    paths, store, scheduler_factory, counter_server, tmp_path
+):
     data = tmp_path / "counter.jsonl"
-    data.write_text("".join(
-        json.dumps({"prompt": [{"role": "user", "content": f"Reach {t} with the counter tool."}], "target": t}) + "\n"
-        for t in range(3, 11)
-    ))
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": [{"role": "user", "content": f"Reach {t} with the counter tool."}], "target": t})
+            + "\n"
+            for t in range(3, 11)
+        )
+    )
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(grpo_env(counter_server.url, {"source": "file", "name": str(data)},
-                              training={"max_steps": 400}, grpo={"max_completion_length": 24},
-                              environment={"eval_episodes": 0})).job
+    job = api.submit(
+        grpo_env(
+            counter_server.url,
+            {"source": "file", "name": str(data)},
+            training={"max_steps": 400},
+            grpo={"max_completion_length": 24},
+            environment={"eval_episodes": 0},
+        )
+    ).job
     scheduler_factory()
-    wait_for(lambda: store.get(job.id).progress and store.get(job.id).progress.get("step", 0) >= 1, 240,
-             what="training to start")
+    wait_for(
+        lambda: store.get(job.id).progress and store.get(job.id).progress.get("step", 0) >= 1,
+        240,
+        what="training to start",
+    )
     counter_server.stop()
     started = time.monotonic()
     done = wait_status(store, job.id, FINAL, timeout=120)
@@ -267,8 +314,9 @@ def test_submit_refuses_an_unreachable_environment_and_warns_about_a_short_episo
     assert "not reachable" in str(err.value)
     assert api.list_jobs() == []
 
-    submitted = api.submit(grpo_env("builtin:wordle", {"source": "builtin", "name": "wordle-demo"},
-                                    grpo={"max_completion_length": 64}))
+    submitted = api.submit(
+        grpo_env("builtin:wordle", {"source": "builtin", "name": "wordle-demo"}, grpo={"max_completion_length": 64})
+    )
     assert any("max_completion_length (64) is below a typical wordle episode" in w for w in submitted.warnings)
     assert any("parent_job_id" in w for w in submitted.warnings), "GRPO from scratch is advised to SFT first"
 
@@ -297,8 +345,9 @@ def test_evaluation_episodes_are_played_side_by_side_with_the_same_outcomes():
     with open_environment(spec, sessions=8) as environment:
         alone = success_rates(model, tokenizer, environment.factory, rows, settings, 16, seed=3, compare_base=False)
         alone_calls, calls[:] = list(calls), []
-        together = success_rates(model, tokenizer, environment.factory, rows, settings, 16, seed=3,
-                                 compare_base=False, sessions=8)
+        together = success_rates(
+            model, tokenizer, environment.factory, rows, settings, 16, seed=3, compare_base=False, sessions=8
+        )
     assert len(alone_calls) >= 16 and set(alone_calls) == {1}
     assert len(calls) <= 2 * (settings.max_iterations + 1) and max(calls) == 8, calls
     assert together["per_row"] == alone["per_row"], (alone["per_row"], together["per_row"])

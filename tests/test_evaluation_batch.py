@@ -5,27 +5,42 @@ import threading
 import pytest
 import torch
 
-from backend.evaluation import render_texts as _render, evaluate_before_after, generate_completions
+from backend.evaluation import evaluate_before_after, generate_completions
+from backend.evaluation import render_texts as _render
 from backend.mixed_batch import BASE_ADAPTER, GenerationSettings, mixed_logprobs
 from backend.spec import parse_spec
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
 from tests.conftest import tiny_spec
 
-DPO = {"method": "dpo", "dataset": {"source": "builtin", "name": "preferences-demo"}, "eval": {"holdout_rows": 6},
-       "training": {"max_steps": 1, "batch_size": 4, "max_length": 128}}
-GRPO = {"method": "grpo", "dataset": {"source": "builtin", "name": "math-demo"}, "eval": {"holdout_rows": 6},
-        "grpo": {"num_generations": 4, "max_completion_length": 12, "temperature": 0.9, "top_p": 0.9,
-                 "rewards": [{"name": "accuracy"}, {"name": "length", "target_length": 4, "tolerance": 2}]},
-        "training": {"max_steps": 1, "batch_size": 4, "max_length": 128}}
+DPO = {
+    "method": "dpo",
+    "dataset": {"source": "builtin", "name": "preferences-demo"},
+    "eval": {"holdout_rows": 6},
+    "training": {"max_steps": 1, "batch_size": 4, "max_length": 128},
+}
+GRPO = {
+    "method": "grpo",
+    "dataset": {"source": "builtin", "name": "math-demo"},
+    "eval": {"holdout_rows": 6},
+    "grpo": {
+        "num_generations": 4,
+        "max_completion_length": 12,
+        "temperature": 0.9,
+        "top_p": 0.9,
+        "rewards": [{"name": "accuracy"}, {"name": "length", "target_length": 4, "tolerance": 2}],
+    },
+    "training": {"max_steps": 1, "batch_size": 4, "max_length": 128},
+}
 
 
 def _tuned_trainer(paths, store, spec_dict):
     """The job's real trainer, its LoRA B matrices set to random values so the adapter changes the model's output."""
     spec = parse_spec(tiny_spec(**spec_dict))
     job = store.add(spec)
-    trainer, held_out = build_trainer(spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())],
-                                      None)
+    trainer, held_out = build_trainer(
+        spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())], None
+    )
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in trainer.model.named_parameters():
@@ -58,8 +73,11 @@ def test_dpo_scores_of_one_mixed_batch_equal_separate_base_and_tuned_runs(paths,
     model, tokenizer = trainer.model, trainer.processing_class
 
     def margins() -> list[float]:
-        return [_reference_logprob(model, tokenizer, r["prompt"], r["chosen"])
-                - _reference_logprob(model, tokenizer, r["prompt"], r["rejected"]) for r in rows]
+        return [
+            _reference_logprob(model, tokenizer, r["prompt"], r["chosen"])
+            - _reference_logprob(model, tokenizer, r["prompt"], r["rejected"])
+            for r in rows
+        ]
 
     tuned = margins()
     with model.disable_adapter():
@@ -99,7 +117,7 @@ def test_grpo_completions_of_one_mixed_batch_equal_separate_base_and_tuned_runs(
         enc = tokenizer(_render(tokenizer, prompt)[0], add_special_tokens=False, return_tensors="pt")
         with torch.no_grad():
             out = model.generate(**enc, do_sample=False, max_new_tokens=12, pad_token_id=tokenizer.pad_token_id)
-        return tokenizer.decode(out[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
+        return tokenizer.decode(out[0, enc.input_ids.shape[1] :], skip_special_tokens=True)
 
     tuned = [greedy_alone(p) for p in prompts]
     with model.disable_adapter():
@@ -108,8 +126,9 @@ def test_grpo_completions_of_one_mixed_batch_equal_separate_base_and_tuned_runs(
 
     sizes, hook = _lm_head_batch_sizes(model)
     try:
-        greedy = generate_completions(model, tokenizer, prompts, ["default", BASE_ADAPTER],
-                                      GenerationSettings(max_new_tokens=12, temperature=0))
+        greedy = generate_completions(
+            model, tokenizer, prompts, ["default", BASE_ADAPTER], GenerationSettings(max_new_tokens=12, temperature=0)
+        )
     finally:
         hook.remove()
     assert greedy == {"default": tuned, BASE_ADAPTER: base}
@@ -120,10 +139,16 @@ def test_grpo_completions_of_one_mixed_batch_equal_separate_base_and_tuned_runs(
     sampling = GenerationSettings(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7)
     batched = generate_completions(model, tokenizer, prompts, ["default", BASE_ADAPTER], sampling)
     for side in ("default", BASE_ADAPTER):
-        alone = [generate_completions(
-                     model, tokenizer, [p], [side],
-                     GenerationSettings(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7 + i))[side][0]
-                 for i, p in enumerate(prompts)]
+        alone = [
+            generate_completions(
+                model,
+                tokenizer,
+                [p],
+                [side],
+                GenerationSettings(max_new_tokens=12, temperature=0.9, top_p=0.9, seed=7 + i),
+            )[side][0]
+            for i, p in enumerate(prompts)
+        ]
         assert batched[side] == alone
     assert batched["default"] != tuned, "sampling is not greedy decoding"
 

@@ -43,9 +43,18 @@ class Tab:
     def method(self):
         from backend import publish, users
 """
-    assert sorted(backend_imports(source)) == sorted([
-        "backend.store", "backend.spec", "backend.api", "backend.environments.registry", "backend.hf_jobs",
-        "backend.chat", "backend.publish", "backend.users"])
+    assert sorted(backend_imports(source)) == sorted(
+        [
+            "backend.store",
+            "backend.spec",
+            "backend.api",
+            "backend.environments.registry",
+            "backend.hf_jobs",
+            "backend.chat",
+            "backend.publish",
+            "backend.users",
+        ]
+    )
 
 
 @pytest.mark.parametrize("path", UI_FILES, ids=lambda p: p.name)
@@ -66,6 +75,9 @@ def test_the_facade_exports_what_it_lists():
 
 def test_the_chat_tab_imports_no_other_tab():
     """The finished-job picker both tabs show lives in components/form.py, not in the Train tab."""
-    imported = {node.module for node in ast.walk(ast.parse((ROOT / "components" / "chat.py").read_text()))
-                if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse((ROOT / "components" / "chat.py").read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert not imported & {"components.train", "components.jobs", "components.header"}

@@ -13,17 +13,28 @@ from backend.users import User
 ALICE, BOB = User("alice"), User("bob")
 SYSTEM = "Be brief."
 # What the Chat tab hands back: each side its own past answers; Gradio may send content as typed parts.
-BASE = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
-        {"role": "user", "content": [{"type": "text", "text": "And again?"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "base says again"}]}]
-TUNED = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi there!"},
-         {"role": "user", "content": "And again?"}, {"role": "assistant", "content": "tuned says again"}]
+BASE = [
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hello."},
+    {"role": "user", "content": [{"type": "text", "text": "And again?"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "base says again"}]},
+]
+TUNED = [
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "Hi there!"},
+    {"role": "user", "content": "And again?"},
+    {"role": "assistant", "content": "tuned says again"},
+]
 
 
 def test_a_turn_is_that_sides_conversation_up_to_the_user_message_then_its_answer():
     prompt, answer = last_turn(BASE, SYSTEM)
-    assert prompt == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"},
-                      {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "And again?"}]
+    assert prompt == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "And again?"},
+    ]
     assert answer == "base says again"
     assert last_turn(TUNED, "  ")[0][0] == {"role": "user", "content": "Hi"}  # a blank system prompt is left out
     assert last_turn([], SYSTEM) is None
@@ -123,7 +134,8 @@ def test_changing_the_pick_on_a_later_turn_replaces_it_though_each_side_has_its_
     changed = log.record_turn(BASE, TUNED, SYSTEM, "tuned", "job-1")
     assert changed["replaced"] is True and changed["prompt"] == last_turn(TUNED, SYSTEM)[0]
     assert [(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in log.rows()] == [
-        ("tuned says again", "base says again")]
+        ("tuned says again", "base says again")
+    ]
     # Another question after the same first exchange is another turn, even with the same two answers.
     other = [*BASE[:2], {"role": "user", "content": "Something else?"}, BASE[3]]
     assert log.record_turn(other, [*TUNED[:2], other[2], TUNED[3]], SYSTEM, "base", "job-1")["replaced"] is False

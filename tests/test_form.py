@@ -7,7 +7,13 @@ from backend.spec import parse_spec
 from backend.store import JobStatus
 from components import job_monitor, job_views
 from components.form import (
-    FIELDS, FormError, bench_table, form_to_spec, parse_column_map, route_problems, spec_to_form,
+    FIELDS,
+    FormError,
+    bench_table,
+    form_to_spec,
+    parse_column_map,
+    route_problems,
+    spec_to_form,
 )
 from tests.conftest import tiny_spec
 
@@ -18,19 +24,44 @@ def test_the_default_form_is_a_valid_sft_spec_of_the_arith_model_with_its_recipe
     assert (spec.model.name_or_path, spec.dataset.name) == ("builtin:tiny-qwen3-arith", "arith-sft")
     training = spec.training
     assert (training.max_steps, training.learning_rate, training.batch_size, training.max_length) == (
-        150, 2e-3, 16, 128) and spec.eval.holdout_rows == 256
+        150,
+        2e-3,
+        16,
+        128,
+    ) and spec.eval.holdout_rows == 256
 
 
-@pytest.mark.parametrize("values", [
-    {"method": "dpo", "builtin_dataset": "preferences-demo", "dpo_beta": 0.2, "quant_mode": "4bit"},
-    {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: accuracy\n- name: think_format\n",
-     "batch_size": 4},  # the spec's default batch (2) holds half of its default group (4 generations)
-    {"method": "grpo", "builtin_dataset": "wordle-demo", "env_name": "builtin:wordle", "grpo_rewards": "",
-     "env_reward": "last", "env_eval_episodes": 4, "batch_size": 4},
-    {"dataset_source": "hub", "hub_dataset": "trl-lib/Capybara", "hub_split": "test", "column_map": "messages=conv",
-     "max_rows": 100, "run_name": "x", "holdout_rows": 5},
-    {"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"},
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"method": "dpo", "builtin_dataset": "preferences-demo", "dpo_beta": 0.2, "quant_mode": "4bit"},
+        {
+            "method": "grpo",
+            "builtin_dataset": "math-demo",
+            "grpo_rewards": "- name: accuracy\n- name: think_format\n",
+            "batch_size": 4,
+        },  # the spec's default batch (2) holds half of its default group (4 generations)
+        {
+            "method": "grpo",
+            "builtin_dataset": "wordle-demo",
+            "env_name": "builtin:wordle",
+            "grpo_rewards": "",
+            "env_reward": "last",
+            "env_eval_episodes": 4,
+            "batch_size": 4,
+        },
+        {
+            "dataset_source": "hub",
+            "hub_dataset": "trl-lib/Capybara",
+            "hub_split": "test",
+            "column_map": "messages=conv",
+            "max_rows": 100,
+            "run_name": "x",
+            "holdout_rows": 5,
+        },
+        {"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"},
+    ],
+)
 def test_form_and_spec_round_trip(values):
     spec = parse_spec(form_to_spec(values))
     again = parse_spec(form_to_spec(spec_to_form(spec)))
@@ -39,7 +70,9 @@ def test_form_and_spec_round_trip(values):
 
 def test_an_upload_is_named_by_its_id_and_a_cloned_local_file_by_its_path():
     assert form_to_spec({"dataset_source": "upload", "upload_id": "0123456789ab-chats.jsonl"})["dataset"] == {
-        "source": "upload", "name": "0123456789ab-chats.jsonl"}
+        "source": "upload",
+        "name": "0123456789ab-chats.jsonl",
+    }
     # Only the local admin may use a file source; the backend refuses it for everyone else (tests/test_access.py).
     local = parse_spec(tiny_spec(dataset={"source": "file", "name": "/home/me/rows.jsonl"}))
     assert form_to_spec(spec_to_form(local))["dataset"] == {"source": "file", "name": "/home/me/rows.jsonl"}
@@ -48,9 +81,13 @@ def test_an_upload_is_named_by_its_id_and_a_cloned_local_file_by_its_path():
 def test_the_reward_bench_table_shows_each_score_and_the_total(paths):
     api = StudioAPI(paths.root, scheduler="none")
     scored = api.score_rewards(
-        [{"name": "exact_match", "column": "answer", "weight": 2.0}, {"name": "accuracy"},
-         {"name": "regex", "pattern": "(a|aa)+$"}],
-        ["Paris", "a" * 40 + "b"], row={"answer": "paris", "solution": "no math here"},
+        [
+            {"name": "exact_match", "column": "answer", "weight": 2.0},
+            {"name": "accuracy"},
+            {"name": "regex", "pattern": "(a|aa)+$"},
+        ],
+        ["Paris", "a" * 40 + "b"],
+        row={"answer": "paris", "solution": "no math here"},
     )
     table = bench_table(scored)
     assert table["headers"] == ["completion", "exact_match", "accuracy", "regex", "total", "notes"]
@@ -61,18 +98,30 @@ def test_the_reward_bench_table_shows_each_score_and_the_total(paths):
 
 
 def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():
-    spec = parse_spec(form_to_spec({"method": "grpo", "builtin_dataset": "echo-demo", "env_name": "builtin:echo",
-                                    "grpo_rewards": "", "batch_size": 4}))
+    spec = parse_spec(
+        form_to_spec(
+            {
+                "method": "grpo",
+                "builtin_dataset": "echo-demo",
+                "env_name": "builtin:echo",
+                "grpo_rewards": "",
+                "batch_size": 4,
+            }
+        )
+    )
     assert spec.grpo.rewards == [] and spec.environment.name == "builtin:echo"
 
 
-@pytest.mark.parametrize("values, section, fragment", [
-    ({"dataset_source": "hub", "hub_dataset": " "}, "dataset", "give a Hub dataset id"),
-    ({"dataset_source": "upload"}, "dataset", "upload a .jsonl"),
-    ({"column_map": "messages"}, "dataset", "must look like expected=your_column"),
-    ({"method": "grpo", "grpo_rewards": "- name: [unclosed"}, "method", "not valid YAML"),
-    ({"method": "grpo", "grpo_rewards": "accuracy"}, "method", "YAML list of mappings"),
-])
+@pytest.mark.parametrize(
+    "values, section, fragment",
+    [
+        ({"dataset_source": "hub", "hub_dataset": " "}, "dataset", "give a Hub dataset id"),
+        ({"dataset_source": "upload"}, "dataset", "upload a .jsonl"),
+        ({"column_map": "messages"}, "dataset", "must look like expected=your_column"),
+        ({"method": "grpo", "grpo_rewards": "- name: [unclosed"}, "method", "not valid YAML"),
+        ({"method": "grpo", "grpo_rewards": "accuracy"}, "method", "YAML list of mappings"),
+    ],
+)
 def test_unreadable_form_values_name_their_section(values, section, fragment):
     with pytest.raises(FormError) as err:
         form_to_spec(values)
@@ -80,11 +129,16 @@ def test_unreadable_form_values_name_their_section(values, section, fragment):
 
 
 def test_problems_are_routed_next_to_their_field():
-    routed = route_problems([
-        "dataset: SFT needs columns messages", "training.learning_rate: must be greater than 0",
-        "environment.name: not reachable", "model.name_or_path: not found", "grpo.rewards: needs one",
-        "spec: something global",
-    ])
+    routed = route_problems(
+        [
+            "dataset: SFT needs columns messages",
+            "training.learning_rate: must be greater than 0",
+            "environment.name: not reachable",
+            "model.name_or_path: not found",
+            "grpo.rewards: needs one",
+            "spec: something global",
+        ]
+    )
     assert routed["dataset"] and routed["settings"] and routed["environment"] and routed["model"]
     assert routed["method"] == ["grpo.rewards: needs one"] and routed["general"] == ["spec: something global"]
     assert parse_column_map("a=b, c = d\ne=f") == {"a": "b", "c": "d", "e": "f"}
@@ -93,29 +147,54 @@ def test_problems_are_routed_next_to_their_field():
 
 def test_job_views_from_real_records(paths, store):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"},
-                               grpo={"num_generations": 2})).job
+    job = api.submit(
+        tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, grpo={"num_generations": 2})
+    ).job
     rows = job_views.table_rows(api, api.list_jobs())
     assert rows[0][0] == job.id and rows[0][3] == "queued" and rows[0][7] == 1
-    store.report(job.id, [(1, 0.0, {"loss": 0.5, "reward": 0.25, "rewards/accuracy/mean": 0.25, "kl": 0.01,
-                                    "tools/call_frequency": 0.5})],
-                 {"step": 1, "total_steps": 4, "eta_seconds": 75, "loss": 0.5},
-                 [(1, {"prompt": [{"role": "user", "content": "2+2?"}],
-                       "completion": [{"role": "assistant", "content": "4"}], "rewards": {"accuracy": 1.0},
-                       "advantage": 0.5})])
+    store.report(
+        job.id,
+        [
+            (
+                1,
+                0.0,
+                {"loss": 0.5, "reward": 0.25, "rewards/accuracy/mean": 0.25, "kl": 0.01, "tools/call_frequency": 0.5},
+            )
+        ],
+        {"step": 1, "total_steps": 4, "eta_seconds": 75, "loss": 0.5},
+        [
+            (
+                1,
+                {
+                    "prompt": [{"role": "user", "content": "2+2?"}],
+                    "completion": [{"role": "assistant", "content": "4"}],
+                    "rewards": {"accuracy": 1.0},
+                    "advantage": 0.5,
+                },
+            )
+        ],
+    )
     views = job_monitor.plot_views("grpo", api.metrics(job.id))
     assert set(views["loss"].frame["series"]) == {"loss", "loss (raw)"} and views["lr"] is None
-    assert set(views["reward"].frame["series"]) == {"reward", "reward (raw)", "rewards/accuracy/mean",
-                                                    "rewards/accuracy/mean (raw)"}
-    assert set(views["kl"].color_map) == {"kl", "kl (raw)"} and set(views["tools"].color_map) == {
-        "tools/call_frequency", "tools/call_frequency (raw)"} and views["length"] is None
+    assert set(views["reward"].frame["series"]) == {
+        "reward",
+        "reward (raw)",
+        "rewards/accuracy/mean",
+        "rewards/accuracy/mean (raw)",
+    }
+    assert (
+        set(views["kl"].color_map) == {"kl", "kl (raw)"}
+        and set(views["tools"].color_map) == {"tools/call_frequency", "tools/call_frequency (raw)"}
+        and views["length"] is None
+    )
     assert job_monitor.plot_views("sft", [])["loss"] is None
     samples = job_monitor.samples_table(api.samples(job.id))
     assert samples.values.tolist() == [[1, "2+2?", "assistant: 4", "1", "1", "0.5"]]
     assert list(samples.columns) == ["step", "prompt", "completion", "accuracy", "total", "advantage"]
     store.merge_artifacts(job.id, {"auto_tune": {"choices": ["gradient checkpointing: off (fits)", "packing: off"]}})
     assert "Auto-tune: gradient checkpointing: off (fits); packing: off" in job_views.summary_markdown(
-        api, store.get(job.id))
+        api, store.get(job.id)
+    )
     html = job_views.progress_html(store.get(job.id))
     assert 'data-fraction="0.250"' in html
     assert job_views.eta_text(75) == "1m 15s"
@@ -179,9 +258,15 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
     # The mapping first: kept at once.
     upload_id, summary = api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft", columns=mapping)
     assert summary.startswith("qa.csv: 6 rows, prompt-completion") and upload_id != kept.value.upload_id
-    spec = form_to_spec({"dataset_source": "upload", "upload_id": upload_id,
-                         "column_map": "prompt=question, completion=answer", "max_steps": 1,
-                         "holdout_rows": 0})  # (the arith recipe's 256 held-out rows would leave none of the 6)
+    spec = form_to_spec(
+        {
+            "dataset_source": "upload",
+            "upload_id": upload_id,
+            "column_map": "prompt=question, completion=answer",
+            "max_steps": 1,
+            "holdout_rows": 0,
+        }
+    )  # (the arith recipe's 256 held-out rows would leave none of the 6)
     api.check(spec)  # the pre-flight reads it with the mapping
 
 
@@ -215,14 +300,15 @@ def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(
 # --- issue 14: one declaration bound to spec paths ------------------------------------------------------------------
 def test_the_forms_defaults_are_the_specs_defaults():
     from backend.api import JobSpec
-    from components.form import FIELDS, FORM_FIELDS, get_path, spec_to_form
-
-    from components.form import DEFAULTS, recipe_values
+    from components.form import DEFAULTS, FIELDS, FORM_FIELDS, get_path, recipe_values, spec_to_form
 
     default = JobSpec()
     # Where the old widgets disagreed with the spec, the spec won.
     assert (DEFAULTS["batch_size"], DEFAULTS["max_length"], DEFAULTS["grpo_max_completion_length"]) == (
-        default.training.batch_size, default.training.max_length, default.grpo.max_completion_length)
+        default.training.batch_size,
+        default.training.max_length,
+        default.grpo.max_completion_length,
+    )
     as_form = spec_to_form(default)
     # The plain defaults (any model's) differ from the spec's on purpose in two fields only: the step count (a quick
     # first try; the spec trains an epoch) and the model (the arithmetic model runs anywhere; the spec's default
@@ -250,12 +336,17 @@ def test_labels_help_and_choices_come_from_the_declaration_and_the_spec():
     assert loss_types[0] == "sigmoid" and "ipo" in loss_types
     assert FORM_FIELDS["sft_packing"].spec.kind == "bool" and FORM_FIELDS["sft_packing"].spec.optional
     assert [f.method for f in map(FORM_FIELDS.get, ("dpo_beta", "grpo_temperature", "env_name", "max_steps"))] == [
-        "dpo", "grpo", "grpo", None]
+        "dpo",
+        "grpo",
+        "grpo",
+        None,
+    ]
 
 
 def test_only_the_picked_methods_settings_are_sent():
-    spec = form_to_spec({"method": "dpo", "dpo_beta": 0.3, "grpo_temperature": "not read for DPO",
-                         "sft_completion_only": False})
+    spec = form_to_spec(
+        {"method": "dpo", "dpo_beta": 0.3, "grpo_temperature": "not read for DPO", "sft_completion_only": False}
+    )
     assert spec["dpo"] == {"beta": 0.3, "loss_type": "sigmoid"} and "sft" not in spec and "grpo" not in spec
 
 
@@ -278,7 +369,9 @@ def test_values_are_set_and_read_by_dotted_path():
     assert get_path(parse_spec(tiny_spec(training={"max_steps": 3})), "training.max_steps") == 3
     assert form_to_spec({"batch_size": None})["training"]["batch_size"] == "auto"
     assert form_to_spec({"holdout_rows": 0}).get("eval") is None and form_to_spec({"max_rows": 0})["dataset"] == {
-        "source": "builtin", "name": "arith-sft"}
+        "source": "builtin",
+        "name": "arith-sft",
+    }
     with pytest.raises(FormError, match="training.max_length: must be a whole number"):
         form_to_spec({"max_length": 1.5})
 
@@ -299,11 +392,21 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
 
     dpo = _moved(FIELDS, (ARITH, "sft"), (ARITH, "dpo"))
     assert (dpo["builtin_dataset"], dpo["max_steps"], dpo["learning_rate"], dpo["batch_size"]) == (
-        "arith-preferences", 60, 5e-4, 8)
+        "arith-preferences",
+        60,
+        5e-4,
+        8,
+    )
     grpo = _moved(dpo, (ARITH, "dpo"), (ARITH, "grpo"))
-    assert (grpo["builtin_dataset"], grpo["grpo_num_generations"], grpo["grpo_max_completion_length"],
-            grpo["grpo_temperature"], grpo["max_steps"], grpo["batch_size"], grpo["lora_dropout"]) == (
-        "arith-prompts", 8, 24, 0.7, 300, 16, 0.0)
+    assert (
+        grpo["builtin_dataset"],
+        grpo["grpo_num_generations"],
+        grpo["grpo_max_completion_length"],
+        grpo["grpo_temperature"],
+        grpo["max_steps"],
+        grpo["batch_size"],
+        grpo["lora_dropout"],
+    ) == ("arith-prompts", 8, 24, 0.7, 300, 16, 0.0)
     parse_spec(form_to_spec(grpo))  # a valid job: 16 per step holds two groups of 8
     kto = _moved(grpo, (ARITH, "grpo"), (ARITH, "kto"))
     assert (kto["builtin_dataset"], kto["max_steps"], kto["holdout_rows"]) == ("arith-feedback", 300, 256)
@@ -326,8 +429,7 @@ def test_another_model_puts_the_recipe_fields_back_to_the_plain_defaults_and_bac
     assert dpo["builtin_dataset"] == "preferences-demo" and dpo["batch_size"] == 2
     # Picking the arith model again fills its recipe for the method in hand.
     again = _moved(dpo, (other, "dpo"), (ARITH, "dpo"))
-    assert (again["builtin_dataset"], again["learning_rate"], again["holdout_rows"]) == ("arith-preferences", 5e-4,
-                                                                                          128)
+    assert (again["builtin_dataset"], again["learning_rate"], again["holdout_rows"]) == ("arith-preferences", 5e-4, 128)
 
 
 def test_a_value_the_user_typed_is_kept_across_models_and_methods():
@@ -338,7 +440,11 @@ def test_a_value_the_user_typed_is_kept_across_models_and_methods():
     dpo = _moved(qwen, (QWEN, "sft"), (ARITH, "dpo"))
     # A picked dataset that does not suit the new method gives way to the first choice: the recipe's.
     assert (dpo["learning_rate"], dpo["max_steps"], dpo["builtin_dataset"], dpo["batch_size"]) == (
-        1e-3, 7, "arith-preferences", 8)
+        1e-3,
+        7,
+        "arith-preferences",
+        8,
+    )
     # A field the user set to the plain default counts as untouched (nothing tells the two apart).
     assert _moved({**FIELDS, "max_steps": 30}, (ARITH, "sft"), (ARITH, "kto"))["max_steps"] == 300
 

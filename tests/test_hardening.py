@@ -17,9 +17,9 @@ import pytest
 from backend import upload_limits, uploads
 from backend.api import SpecError, StudioAPI
 from backend.feedback import NotSaved, export_feedback, feedback_log
-from backend.paths import USER_LAYOUT_MARKER, DataPaths
 from backend.limits import Busy
 from backend.mixed_batch import GenerationSettings
+from backend.paths import USER_LAYOUT_MARKER, DataPaths
 from backend.spec import Method
 from backend.store import JobStatus, JobStore, QueueFull
 from backend.uploads import keep_upload
@@ -99,6 +99,7 @@ def test_an_out_of_range_number_at_the_facade_is_a_sentence(api_with_a_job, call
 
 # --- feedback on a full disk: every row is all or nothing --------------------------------------------------------
 
+
 def _asked(question: str) -> list[dict]:
     return [{"role": "user", "content": question}]
 
@@ -113,8 +114,10 @@ def test_a_thumb_on_a_full_disk_is_refused_with_a_sentence_and_leaves_the_log_as
         for answer, label in (("x" * 20_000, True), ("2 + 2 = \\boxed{4}", False)):  # an append, then a rewrite
             with pytest.raises(NotSaved) as refused:
                 thumbs.record(_asked("2 + 2?"), answer, label, "tuned", None)
-            assert str(refused.value) == "not saved: the disk that holds the studio’s data is full; free some " \
-                                         "space and try again"
+            assert (
+                str(refused.value) == "not saved: the disk that holds the studio’s data is full; free some "
+                "space and try again"
+            )
             assert thumbs.path.read_bytes() == before
         assert sorted(p.name for p in thumbs.path.parent.iterdir()) == ["alice.jsonl", "filler"]  # no temp file
         filler.unlink()
@@ -159,8 +162,9 @@ def test_an_empty_export_leaves_no_folder_behind(paths):
 TWINS = [("ada lovelace", "ada_lovelace"), ("zoë", "zoé"), ("..", "__"), ("a.b", "a_b"), ("ë" * 96, "ë" * 95 + "e")]
 
 
-@pytest.mark.parametrize("first,second", TWINS, ids=["space-underscore", "non-ascii", "dots", "dot-underscore",
-                                                      "very-long"])
+@pytest.mark.parametrize(
+    "first,second", TWINS, ids=["space-underscore", "non-ascii", "dots", "dot-underscore", "very-long"]
+)
 def test_two_names_never_share_a_folder_nor_an_upload(data_dir, tmp_path, first, second):
     api = StudioAPI(data_dir, scheduler="none")
     try:
@@ -204,6 +208,7 @@ def test_old_user_folders_move_over_once_at_start_and_a_shared_one_stays_put(dat
 
 # --- uploads: what a file decodes to, checked where a crash cannot reach the app --------------------------------
 
+
 def _deep_rows(depth: int = 90_000, rows: int = 12) -> bytes:
     """The issue's file: 12 rows of arrays nested ~90,000 deep (2 MB), which crashed the app's reader (SIGSEGV)."""
     return (b'{"text": ' + b"[" * depth + b"]" * depth + b"}\n") * rows
@@ -243,15 +248,19 @@ UPLOAD_LIMIT_CASES = [
     # 0.5 KB on disk, 1.5 GB as rows: one long string, dictionary-encoded in every row.
     ("parquet-bomb", "bomb.parquet", _parquet_bomb, "decodes to over 768 MB"),
     ("parquet-rows", "many.parquet", lambda: _parquet({"text": ["a"] * 2_000_001}), "2,000,001 rows"),
-    ("csv-columns", "wide.csv", lambda: (",".join(f"c{i}" for i in range(1001)) + "\n" + "1," * 1000 + "1\n").encode(),
-     "1,001 columns"),
+    (
+        "csv-columns",
+        "wide.csv",
+        lambda: (",".join(f"c{i}" for i in range(1001)) + "\n" + "1," * 1000 + "1\n").encode(),
+        "1,001 columns",
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,content,expected", [c[1:] for c in UPLOAD_LIMIT_CASES],
-                         ids=[c[0] for c in UPLOAD_LIMIT_CASES])
-def test_an_upload_that_would_decode_past_the_limits_is_refused_and_nothing_is_kept(tmp_path, name, content,
-                                                                                    expected):
+@pytest.mark.parametrize(
+    "name,content,expected", [c[1:] for c in UPLOAD_LIMIT_CASES], ids=[c[0] for c in UPLOAD_LIMIT_CASES]
+)
+def test_an_upload_that_would_decode_past_the_limits_is_refused_and_nothing_is_kept(tmp_path, name, content, expected):
     source = tmp_path / name
     source.write_bytes(content())
     kept = tmp_path / "uploads"
@@ -263,14 +272,19 @@ def test_an_upload_that_would_decode_past_the_limits_is_refused_and_nothing_is_k
     assert [p.name for p in kept.iterdir()] == [upload_id]  # and the next good upload is kept
 
 
-@pytest.mark.parametrize("patch,expected", [
-    # With the depth limit lifted, pyarrow's reader meets the issue's file: a real segfault, in the child.
-    ({"MAX_DEPTH": 10**9}, "could not be read safely: the reader crashed on it (signal SIGSEGV)"),
-    ({"CHECK_MEMORY_BYTES": 48 * 2**20}, "could not be read safely: it needs more than 48 MB of memory to read"),
-    ({"CHECK_SECONDS": 1}, "could not be read safely: reading it took more than 1 s"),
-], ids=["reader-segfault", "memory", "time"])
-def test_a_check_that_crashes_or_runs_past_its_limits_is_a_sentence_and_the_app_process_lives(tmp_path, monkeypatch,
-                                                                                             patch, expected):
+@pytest.mark.parametrize(
+    "patch,expected",
+    [
+        # With the depth limit lifted, pyarrow's reader meets the issue's file: a real segfault, in the child.
+        ({"MAX_DEPTH": 10**9}, "could not be read safely: the reader crashed on it (signal SIGSEGV)"),
+        ({"CHECK_MEMORY_BYTES": 48 * 2**20}, "could not be read safely: it needs more than 48 MB of memory to read"),
+        ({"CHECK_SECONDS": 1}, "could not be read safely: reading it took more than 1 s"),
+    ],
+    ids=["reader-segfault", "memory", "time"],
+)
+def test_a_check_that_crashes_or_runs_past_its_limits_is_a_sentence_and_the_app_process_lives(
+    tmp_path, monkeypatch, patch, expected
+):
     if "MAX_DEPTH" in patch:
         source = tmp_path / "big.jsonl"
         source.write_bytes(_deep_rows())
@@ -290,6 +304,7 @@ def test_a_check_that_crashes_or_runs_past_its_limits_is_a_sentence_and_the_app_
 
 # --- limits for the whole Space, beside the per-user ones ---------------------------------------------------------
 
+
 def test_the_whole_queue_has_a_limit_that_says_which_and_when(data_dir, monkeypatch):
     monkeypatch.setenv("STUDIO_MAX_QUEUED_PER_USER", "2")
     monkeypatch.setenv("STUDIO_MAX_QUEUED_TOTAL", "3")
@@ -299,9 +314,11 @@ def test_the_whole_queue_has_a_limit_that_says_which_and_when(data_dir, monkeypa
             api.submit(tiny_spec(), user=User(name))
         with pytest.raises(QueueFull) as refused:
             api.submit(tiny_spec(), user=User("cat"))
-        assert str(refused.value) == ("the queue is full: 3 jobs are waiting, the most this Space holds "
-                                      "(STUDIO_MAX_QUEUED_TOTAL = 3); try again in a few minutes, once some have "
-                                      "started")
+        assert str(refused.value) == (
+            "the queue is full: 3 jobs are waiting, the most this Space holds "
+            "(STUDIO_MAX_QUEUED_TOTAL = 3); try again in a few minutes, once some have "
+            "started"
+        )
         assert len(api.list_jobs()) == 3
         api.submit(tiny_spec(), user=User("owner", is_admin=True))  # the Space's owner is not held back
         for job in api.list_jobs()[:2]:
@@ -343,8 +360,11 @@ def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_wh
     with pytest.raises(Busy, match="chat: you already have 2 running, the most one person may"):
         chat("ann")
     ben = chat("ben")
-    with pytest.raises(Busy, match=r"chat: this Space is running 3 at once, the most it allows "
-                                   r"\(STUDIO_MAX_CHAT_STREAMS = 3\); try again in a few seconds"):
+    with pytest.raises(
+        Busy,
+        match=r"chat: this Space is running 3 at once, the most it allows "
+        r"\(STUDIO_MAX_CHAT_STREAMS = 3\); try again in a few seconds",
+    ):
         chat("cat")
     del ann[0]  # a browser that left mid-answer
     cat = chat("cat")
@@ -381,6 +401,7 @@ def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stop
 
 # --- killed mid-write: no half file is ever where files are looked up or served ----------------------------------
 
+
 def _kill_when(proc, appeared: Path, timeout: float = 60) -> None:
     import signal
 
@@ -406,12 +427,20 @@ def test_a_process_killed_mid_upload_leaves_no_upload_and_the_leftover_is_swept(
 
     big = write_jsonl(tmp_path / "big.jsonl", [{"text": f"row {i} " + "z" * 500} for i in range(200_000)])  # 100 MB
     uploads_dir = DataPaths(data_dir).uploads("ann")
-    code = ("import sys; from pathlib import Path; from backend.uploads import keep_upload; "
-            "from backend.spec import Method; "
-            "keep_upload(Path(sys.argv[1]), 'big.jsonl', Method.sft, Path(sys.argv[2]))")
+    code = (
+        "import sys; from pathlib import Path; from backend.uploads import keep_upload; "
+        "from backend.spec import Method; "
+        "keep_upload(Path(sys.argv[1]), 'big.jsonl', Method.sft, Path(sys.argv[2]))"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(big), str(uploads_dir)], cwd=ROOT)
-    wait_for(lambda: (uploads_dir / ".staging").is_dir() and any((uploads_dir / ".staging").iterdir())
-             or proc.poll() is not None, 60, interval=0.01, what="the staged copy")
+    wait_for(
+        lambda: (
+            (uploads_dir / ".staging").is_dir() and any((uploads_dir / ".staging").iterdir()) or proc.poll() is not None
+        ),
+        60,
+        interval=0.01,
+        what="the staged copy",
+    )
     staged = next((uploads_dir / ".staging").iterdir())
     _kill_when(proc, staged)
     assert [p.name for p in uploads_dir.iterdir()] == [".staging"], "a half upload where ids are looked up"
@@ -436,12 +465,18 @@ def test_a_process_killed_mid_zip_serves_no_half_zip_and_the_leftover_is_swept(d
     api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
     api.store.finish(job.id, JobStatus.succeeded)
     api.close()
-    code = ("import sys; from backend.api import StudioAPI; "
-            "StudioAPI(sys.argv[1], scheduler='none').adapter_archive(sys.argv[2])")
+    code = (
+        "import sys; from backend.api import StudioAPI; "
+        "StudioAPI(sys.argv[1], scheduler='none').adapter_archive(sys.argv[2])"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(data_dir), job.id], cwd=ROOT)
     downloads = DataPaths(data_dir).downloads
-    wait_for(lambda: list(downloads.glob("*/.partial*")) or proc.poll() is not None, 60, interval=0.01,
-             what="the partial zip")
+    wait_for(
+        lambda: list(downloads.glob("*/.partial*")) or proc.poll() is not None,
+        60,
+        interval=0.01,
+        what="the partial zip",
+    )
     partial = next(downloads.glob("*/.partial*"))
     _kill_when(proc, partial)
     assert list(downloads.glob("*/*.zip")) == [partial], "only the partial file, under a name never served"
@@ -457,8 +492,9 @@ def test_an_upload_or_a_zip_on_a_full_disk_is_a_sentence_and_leaves_nothing(data
         with tmpfs(paths.root / "uploads", "1m"), tmpfs(paths.downloads, "1m"):
             rows = write_jsonl(tmp_path / "rows.jsonl", CHAT_ROWS * 300)  # more than the free space
             fill(paths.root / "uploads")
-            with pytest.raises(SpecError, match="rows.jsonl was not kept: the disk that holds the studio’s data "
-                                                "is full"):
+            with pytest.raises(
+                SpecError, match="rows.jsonl was not kept: the disk that holds the studio’s data is full"
+            ):
                 api.upload_dataset(rows, "rows.jsonl", "sft", User("ann"))
             assert [p.name for p in (paths.root / "uploads").rglob("*") if p.is_file()] == ["filler"]
             adapter = tmp_path / "adapter"
@@ -469,8 +505,9 @@ def test_an_upload_or_a_zip_on_a_full_disk_is_a_sentence_and_leaves_nothing(data
             api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
             api.store.finish(job.id, JobStatus.succeeded)
             fill(paths.downloads)
-            with pytest.raises(ValueError, match="the adapter could not be zipped: the disk that holds the studio’s "
-                                                 "data is full"):
+            with pytest.raises(
+                ValueError, match="the adapter could not be zipped: the disk that holds the studio’s data is full"
+            ):
                 api.adapter_archive(job.id)
             assert [p.name for p in paths.downloads.iterdir()] == ["filler"]
     finally:
@@ -479,10 +516,14 @@ def test_an_upload_or_a_zip_on_a_full_disk_is_a_sentence_and_leaves_nothing(data
 
 # --- a read-only store: reads answer, writes are refused with a sentence, nothing is half-written ------------------
 
+
 def _files(root: Path) -> dict[str, int]:
     """Every file under ``root`` (the data dir) with its size, the SQLite files aside (their pages move on reads)."""
-    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
-            if p.is_file() and not p.name.startswith("studio.sqlite3") and "models" not in p.parts}
+    return {
+        str(p.relative_to(root)): p.stat().st_size
+        for p in root.rglob("*")
+        if p.is_file() and not p.name.startswith("studio.sqlite3") and "models" not in p.parts
+    }
 
 
 def _quick(call):
@@ -511,7 +552,8 @@ def _refusals(api, job_id: str, alice: User, tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_data_folder_made_read_only_under_the_running_app_serves_reads_and_refuses_writes_with_a_sentence(
-        data_dir, tmp_path):
+    data_dir, tmp_path
+):
     api = StudioAPI(data_dir, scheduler="none")
     alice, bob = User("alice"), User("bob")
     job_id = api.submit(tiny_spec(), user=alice).job.id

@@ -53,10 +53,16 @@ class FakeJobsHub:
     def job_json(self, body: dict) -> dict:
         image = {"spaceId": body["spaceId"]} if "spaceId" in body else {"dockerImage": body.get("dockerImage")}
         return {
-            "id": JOB_ID, "createdAt": "2026-01-02T03:04:05.000Z", **image,
-            "command": body.get("command"), "arguments": [], "environment": body.get("environment", {}),
-            "secrets": {k: "(encrypted)" for k in body.get("secrets", {})}, "flavor": body.get("flavor"),
-            "labels": body.get("labels"), "status": {"stage": self.stage, "message": self.message},
+            "id": JOB_ID,
+            "createdAt": "2026-01-02T03:04:05.000Z",
+            **image,
+            "command": body.get("command"),
+            "arguments": [],
+            "environment": body.get("environment", {}),
+            "secrets": {k: "(encrypted)" for k in body.get("secrets", {})},
+            "flavor": body.get("flavor"),
+            "labels": body.get("labels"),
+            "status": {"stage": self.stage, "message": self.message},
             "owner": {"id": "u1", "name": USER, "type": "user"},
         }
 
@@ -107,8 +113,7 @@ def make_handler(hub: FakeJobsHub):
                 events = ["===== Job started at 2026-01-02 03:04:06 =====", *hub.log_lines]
                 lines = events[-tail:] if tail else events
                 stream = "".join(
-                    f"data: {json.dumps({'data': line, 'timestamp': '2026-01-02T03:04:06.000Z'})}\n\n"
-                    for line in lines
+                    f"data: {json.dumps({'data': line, 'timestamp': '2026-01-02T03:04:06.000Z'})}\n\n" for line in lines
                 ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -279,11 +284,13 @@ def test_unreachable_hub_and_offline_mode_are_one_sentence(hub, monkeypatch):
 def test_specs_that_cannot_run_remotely_are_refused_with_reasons(tmp_path):
     local_model = tmp_path / "my-model"
     local_model.mkdir()
-    spec = parse_spec({
-        "model": {"name_or_path": str(local_model), "parent_job_id": "abc"},
-        "dataset": {"source": "file", "name": str(tmp_path / "rows.jsonl")},
-        "output": {"push_to_hub": False},
-    })
+    spec = parse_spec(
+        {
+            "model": {"name_or_path": str(local_model), "parent_job_id": "abc"},
+            "dataset": {"source": "file", "name": str(tmp_path / "rows.jsonl")},
+            "output": {"push_to_hub": False},
+        }
+    )
     with pytest.raises(SpecError) as caught:
         remote_job_request(spec)
     fields = [problem.split(":")[0] for problem in caught.value.problems]
@@ -293,8 +300,13 @@ def test_specs_that_cannot_run_remotely_are_refused_with_reasons(tmp_path):
     with pytest.raises(SpecError, match="environment.name"):
         remote_job_request(local_env)
     # built-ins live in the image, so the offline demo model and built-in environments are fine remotely
-    builtin = pushing_spec(model={"name_or_path": "builtin:tiny-qwen3"}, method="grpo", grpo={"num_generations": 2},
-                           environment={"name": "builtin:echo"}, dataset={"source": "builtin", "name": "echo-demo"})
+    builtin = pushing_spec(
+        model={"name_or_path": "builtin:tiny-qwen3"},
+        method="grpo",
+        grpo={"num_generations": 2},
+        environment={"name": "builtin:echo"},
+        dataset={"source": "builtin", "name": "echo-demo"},
+    )
     assert remote_job_request(builtin).command[2] == "backend.remote_job"
 
 

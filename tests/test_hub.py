@@ -43,19 +43,22 @@ def test_the_client_flag_is_what_huggingface_hub_decided_at_import(monkeypatch):
     assert hub.hub_offline() and not hub.client_offline()
 
 
-@pytest.mark.parametrize("name, repo, namespaced", [
-    ("Qwen/Qwen3-0.6B", True, True),
-    ("gpt2", True, False),
-    ("my_org/model.v2", True, True),
-    ("owner/na--me", False, False),
-    ("owner/name.", False, False),
-    ("-owner/name", False, False),
-    ("a/b/c", False, False),
-    ("./folder", False, False),
-    ("builtin:tiny-qwen3", False, False),
-    ("x" * 97, False, False),
-    ("", False, False),
-])
+@pytest.mark.parametrize(
+    "name, repo, namespaced",
+    [
+        ("Qwen/Qwen3-0.6B", True, True),
+        ("gpt2", True, False),
+        ("my_org/model.v2", True, True),
+        ("owner/na--me", False, False),
+        ("owner/name.", False, False),
+        ("-owner/name", False, False),
+        ("a/b/c", False, False),
+        ("./folder", False, False),
+        ("builtin:tiny-qwen3", False, False),
+        ("x" * 97, False, False),
+        ("", False, False),
+    ],
+)
 def test_repo_ids_follow_the_hubs_rules(name, repo, namespaced):
     assert hub.is_repo_id(name) is repo
     assert hub.is_namespaced_repo_id(name) is namespaced
@@ -85,14 +88,20 @@ def test_every_site_judges_a_model_name_the_same_way(name):
 
 def test_only_hub_py_reads_the_endpoint_and_the_offline_flag():
     reads = re.compile(r"environ(?:\.get\(|\[)\s*[\"']HF_(?:ENDPOINT|HUB_OFFLINE)[\"']|is_offline_mode\(\)")
-    offenders = [str(path.relative_to(BACKEND)) for path in BACKEND.rglob("*.py")
-                 if path.name != "hub.py" and reads.search(path.read_text(encoding="utf-8"))]
+    offenders = [
+        str(path.relative_to(BACKEND))
+        for path in BACKEND.rglob("*.py")
+        if path.name != "hub.py" and reads.search(path.read_text(encoding="utf-8"))
+    ]
     assert offenders == []
 
 
 def test_no_other_module_writes_its_own_repo_id_pattern():
     # The old copies were regexes of owner/name parts; hub.py's HUB_NAME_PART is the only one.
     pattern = re.compile(r"re\.compile\(r?[\"'][^\"']*\[A-Za-z0-9\][^\"']*/")
-    offenders = [str(path.relative_to(BACKEND)) for path in BACKEND.rglob("*.py")
-                 if path.name != "hub.py" and pattern.search(path.read_text(encoding="utf-8"))]
+    offenders = [
+        str(path.relative_to(BACKEND))
+        for path in BACKEND.rglob("*.py")
+        if path.name != "hub.py" and pattern.search(path.read_text(encoding="utf-8"))
+    ]
     assert offenders == []

@@ -48,8 +48,9 @@ def test_a_signed_in_users_job_pushes_itself_and_the_token_stays_in_memory(paths
         done = wait_status(api.store, job.id, FINAL, timeout=240)
         assert done.status is JobStatus.succeeded, done.error
         # The worker pushes right after recording success.
-        done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.hub or j.artifacts.hub_error
-                        and j, 120, what="the push")
+        done = wait_for(
+            lambda: (j := api.get_job(job.id)).artifacts.hub or j.artifacts.hub_error and j, 120, what="the push"
+        )
         done = api.get_job(job.id)
         hub_info = done.artifacts.hub
         assert hub_info and hub_info.repo_id == "tester/flow", done.artifacts.hub_error
@@ -82,11 +83,22 @@ def test_the_hf_jobs_entry_point_trains_and_pushes_in_a_fresh_data_dir(tmp_path,
     data = tmp_path / "remote-data"
     data.mkdir()
     (data / "models").symlink_to(models_dir, target_is_directory=True)  # the image would build it itself
-    env = {**os.environ, "HF_TOKEN": TOKEN, "HF_ENDPOINT": hub.url, "STUDIO_DATA_DIR": str(data),
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "HF_TOKEN": TOKEN,
+        "HF_ENDPOINT": hub.url,
+        "STUDIO_DATA_DIR": str(data),
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("HF_HUB_OFFLINE", None)
-    out = subprocess.run([sys.executable, "-m", "backend.remote_job", "--spec-b64", encode_spec(spec),
-                          "--job-id", "remote-1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "backend.remote_job", "--spec-b64", encode_spec(spec), "--job-id", "remote-1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     repo = hub.repos["tester/remote"]
     assert not repo.private and "adapter_model.safetensors" in repo.files
@@ -94,6 +106,12 @@ def test_the_hf_jobs_entry_point_trains_and_pushes_in_a_fresh_data_dir(tmp_path,
 
     # Without the token secret it refuses at once, with the reason.
     env.pop("HF_TOKEN")
-    out = subprocess.run([sys.executable, "-m", "backend.remote_job", "--spec-b64", encode_spec(spec)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "backend.remote_job", "--spec-b64", encode_spec(spec)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "HF_TOKEN is not set" in out.stderr

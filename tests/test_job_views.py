@@ -32,8 +32,17 @@ def test_the_doctests_hold():
     assert doctest.testmod(job_views).failed == 0
 
 
-SFT_ROWS = [{"step": s, "ts": 1_700_000_000 + s, "loss": 3.0 - 0.2 * s, "learning_rate": 1e-3 * (7 - s) / 6,
-             "grad_norm": 1.5, "mean_token_accuracy": 0.1 * s} for s in range(1, 7)]
+SFT_ROWS = [
+    {
+        "step": s,
+        "ts": 1_700_000_000 + s,
+        "loss": 3.0 - 0.2 * s,
+        "learning_rate": 1e-3 * (7 - s) / 6,
+        "grad_norm": 1.5,
+        "mean_token_accuracy": 0.1 * s,
+    }
+    for s in range(1, 7)
+]
 
 
 def test_each_metric_family_gets_its_own_plot_with_units_integer_steps_and_a_faint_raw_line():
@@ -67,14 +76,37 @@ def _lines(view) -> set[str]:
 
 
 def test_dpo_and_grpo_families():
-    dpo = job_monitor.plot_views("dpo", [{"step": 1, "loss": 0.69, "rewards/margins": 0.1, "rewards/accuracies": 0.5,
-                                          "rewards/chosen": 0.2, "rewards/rejected": 0.1}])
+    dpo = job_monitor.plot_views(
+        "dpo",
+        [
+            {
+                "step": 1,
+                "loss": 0.69,
+                "rewards/margins": 0.1,
+                "rewards/accuracies": 0.5,
+                "rewards/chosen": 0.2,
+                "rewards/rejected": 0.1,
+            }
+        ],
+    )
     assert _lines(dpo["margins"]) == {"rewards/margins"}
     assert _lines(dpo["preference_accuracy"]) == {"rewards/accuracies"}
     assert _lines(dpo["chosen_rejected"]) == {"rewards/chosen", "rewards/rejected"}
-    grpo = job_monitor.plot_views("grpo", [{"step": s, "reward": 0.5, "rewards/accuracy/mean": 0.5, "kl": 0.01,
-                                            "completions/mean_length": 20.0, "completions/clipped_ratio": 0.25,
-                                            "frac_reward_zero_std": 1.0} for s in (1, 2)])
+    grpo = job_monitor.plot_views(
+        "grpo",
+        [
+            {
+                "step": s,
+                "reward": 0.5,
+                "rewards/accuracy/mean": 0.5,
+                "kl": 0.01,
+                "completions/mean_length": 20.0,
+                "completions/clipped_ratio": 0.25,
+                "frac_reward_zero_std": 1.0,
+            }
+            for s in (1, 2)
+        ],
+    )
     assert _lines(grpo["reward"]) == {"reward", "rewards/accuracy/mean"}
     assert grpo["length"].y_title == "tokens" and grpo["kl"].y_title == "nats"
     assert _lines(grpo["fractions"]) == {"frac_reward_zero_std", "completions/clipped_ratio"}
@@ -82,8 +114,10 @@ def test_dpo_and_grpo_families():
 
 
 def test_a_kto_job_plots_its_loss_margin_good_and_bad_rewards_and_kl():
-    rows = [{"step": s, "loss": 0.5, "rewards/margins": 0.1, "rewards/chosen": 0.2, "rewards/rejected": 0.1, "kl": 0.0}
-            for s in (1, 2)]
+    rows = [
+        {"step": s, "loss": 0.5, "rewards/margins": 0.1, "rewards/chosen": 0.2, "rewards/rejected": 0.1, "kl": 0.0}
+        for s in (1, 2)
+    ]
     kto = job_monitor.plot_views("kto", rows)
     assert _lines(kto["loss"]) == {"loss"} and kto["loss"].y_title == "KTO loss (nats)"
     assert _lines(kto["margins"]) == {"rewards/margins"}
@@ -105,21 +139,31 @@ def test_log_rows_show_time_step_and_the_methods_metrics_newest_first():
     assert list(rows.columns) == ["time", "step", "loss", "eval loss", "token acc", "lr", "grad norm"]
     assert rows.iloc[0]["step"] == 6 and rows.iloc[-1]["step"] == 1 and len(rows) == 6  # summary row left out
     assert rows.iloc[0]["loss"] == "1.8" and rows.iloc[0]["lr"] == "1.67e-04" and ":" in rows.iloc[0]["time"]
-    grpo = job_monitor.log_rows("grpo", [{"step": 1, "ts": 1.0, "reward": 0.5, "kl": 0.0, "reward_std": 0.1,
-                                          "completions/mean_length": 12.5}])
+    grpo = job_monitor.log_rows(
+        "grpo", [{"step": 1, "ts": 1.0, "reward": 0.5, "kl": 0.0, "reward_std": 0.1, "completions/mean_length": 12.5}]
+    )
     assert list(grpo.columns)[:6] == ["time", "step", "reward", "reward std", "kl", "length (tokens)"]
     dpo = job_monitor.log_rows("dpo", [{"step": 1, "ts": 1.0, "rewards/margins": 0.25}])
     assert "margin" in dpo.columns and dpo.iloc[0]["margin"] == "0.25"
 
 
 def _sample(step, completion, **rewards):
-    return {"step": step, "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
-            "completion": [{"role": "assistant", "content": completion}], "rewards": rewards, "advantage": 0.0}
+    return {
+        "step": step,
+        "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+        "completion": [{"role": "assistant", "content": completion}],
+        "rewards": rewards,
+        "advantage": 0.0,
+    }
 
 
 def test_samples_table_has_a_column_per_reward_and_a_weighted_total_and_names_the_best_and_worst():
-    samples = [_sample(1, "old", accuracy=1.0, length=1.0), _sample(2, "five", accuracy=0.0, length=0.5),
-               _sample(2, "4", accuracy=1.0, length=0.25), _sample(2, "four", accuracy=0.0, length=None)]
+    samples = [
+        _sample(1, "old", accuracy=1.0, length=1.0),
+        _sample(2, "five", accuracy=0.0, length=0.5),
+        _sample(2, "4", accuracy=1.0, length=0.25),
+        _sample(2, "four", accuracy=0.0, length=None),
+    ]
     table = job_monitor.samples_table(samples, {"accuracy": 2.0})
     assert list(table.columns) == ["step", "prompt", "completion", "accuracy", "length", "total", "advantage"]
     assert table["completion"].tolist() == ["assistant: 4", "assistant: five", "assistant: four", "assistant: old"]
@@ -132,8 +176,10 @@ def test_samples_table_has_a_column_per_reward_and_a_weighted_total_and_names_th
 
 
 def test_compare_overlays_one_metric_of_several_jobs():
-    frame = job_monitor.compare_frame([("a · lr 1e-3", SFT_ROWS), ("b · lr 1e-4", SFT_ROWS[:2]),
-                                       ("c · dpo", [{"step": 1, "rewards/margins": 0.1}])], "loss")
+    frame = job_monitor.compare_frame(
+        [("a · lr 1e-3", SFT_ROWS), ("b · lr 1e-4", SFT_ROWS[:2]), ("c · dpo", [{"step": 1, "rewards/margins": 0.1}])],
+        "loss",
+    )
     assert list(dict.fromkeys(frame["job"])) == ["a · lr 1e-3", "b · lr 1e-4"]
     assert len(frame) == 8
     assert job_monitor.compare_frame([("c", [{"step": 1, "kl": 0.1}])], "loss") is None
@@ -173,16 +219,24 @@ def test_buttons_follow_the_jobs_state(api):
 
 def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
     # As the store records a cancel (backend/scheduler.py, worker.py): no error, the step it reached beside it.
-    job = dataclasses.replace(_job(api), status=JobStatus.cancelled, error=None,
-                              artifacts=JobArtifacts(cancelled_at_step=1218),
-                              progress={"step": 1220, "total_steps": 2000})
+    job = dataclasses.replace(
+        _job(api),
+        status=JobStatus.cancelled,
+        error=None,
+        artifacts=JobArtifacts(cancelled_at_step=1218),
+        progress={"step": 1220, "total_steps": 2000},
+    )
     summary = job_views.summary_markdown(api, job)
     assert "**Cancelled at step 1218**" in summary and "Error" not in summary and "stopped by request" not in summary
     (api.paths.job_output(job.id) / "checkpoint-1200").mkdir(parents=True)
     (api.paths.job_output(job.id) / "checkpoint-1200" / "trainer_state.json").write_text("{}")
     assert "it can resume from its last checkpoint" in job_views.summary_markdown(api, job)
-    killed = dataclasses.replace(job, artifacts=JobArtifacts(cancelled_at_step=1218, cancel_note="stopped by request "
-                                                             "(the worker was killed after the grace period)"))
+    killed = dataclasses.replace(
+        job,
+        artifacts=JobArtifacts(
+            cancelled_at_step=1218, cancel_note="stopped by request (the worker was killed after the grace period)"
+        ),
+    )
     assert job_views.cancelled_sentence(killed).startswith("Cancelled at step 1218 (the worker did not stop")
     queued = dataclasses.replace(job, artifacts=JobArtifacts(), progress={})
     assert job_views.cancelled_sentence(queued) == "Cancelled before it started"
@@ -190,9 +244,16 @@ def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
 
 def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
     described = "echo_env (mcp environment at http://127.0.0.1:41234; tools: echo)"
-    job = dataclasses.replace(_job(api, method="grpo", environment={"name": "builtin:echo"},
-                                   dataset={"source": "builtin", "name": "math-demo"}, grpo={"num_generations": 2}),
-                              artifacts=JobArtifacts(environment=described))
+    job = dataclasses.replace(
+        _job(
+            api,
+            method="grpo",
+            environment={"name": "builtin:echo"},
+            dataset={"source": "builtin", "name": "math-demo"},
+            grpo={"num_generations": 2},
+        ),
+        artifacts=JobArtifacts(environment=described),
+    )
     running = job_views.environment_text(dataclasses.replace(job, status=JobStatus.running))
     assert "http://127.0.0.1:41234" in running
     done = job_views.environment_text(dataclasses.replace(job, status=JobStatus.succeeded))
@@ -258,24 +319,45 @@ def test_every_metric_the_method_table_monitors_has_a_plot_and_every_method_a_lo
         assert seen.loss_unit != "loss" and seen.log_columns[0][0] in ("loss", "reward"), method
 
 
-NO_SIGNAL_WARNING = ("Every group of completions scored the same on the last 3 logged steps, so GRPO had nothing to "
-                     "learn from: try a reward that tells completions apart, or more generations per prompt.")
-NO_SIGNAL = {"verdict": "no_signal", "metric": "reward/total", "label": "held-out reward", "before": 0.0,
-             "after": 0.0, "delta": 0.0, "ci95": 0.0, "rows": 4,
-             "sentence": "Held-out reward 0 -> 0 (+0, ±0) on 4 rows. The run learned nothing: every group scored the "
-                         "same."}
+NO_SIGNAL_WARNING = (
+    "Every group of completions scored the same on the last 3 logged steps, so GRPO had nothing to "
+    "learn from: try a reward that tells completions apart, or more generations per prompt."
+)
+NO_SIGNAL = {
+    "verdict": "no_signal",
+    "metric": "reward/total",
+    "label": "held-out reward",
+    "before": 0.0,
+    "after": 0.0,
+    "delta": 0.0,
+    "ci95": 0.0,
+    "rows": 4,
+    "sentence": "Held-out reward 0 -> 0 (+0, ±0) on 4 rows. The run learned nothing: every group scored the same.",
+}
 
 
 def _grpo_job(api: StudioAPI):
-    return _job(api, method="grpo", dataset={"source": "builtin", "name": "math-demo"},
-                grpo={"num_generations": 2, "rewards": [{"name": "regex", "pattern": "^NEVER$"}]})
+    return _job(
+        api,
+        method="grpo",
+        dataset={"source": "builtin", "name": "math-demo"},
+        grpo={"num_generations": 2, "rewards": [{"name": "regex", "pattern": "^NEVER$"}]},
+    )
 
 
 def test_a_success_that_learned_nothing_says_so_in_the_heading_the_table_and_the_picker(api):
     job = _grpo_job(api)
     assert api.store.claim_next().id == job.id
-    api.store.merge_artifacts(job.id, signal={"warning": NO_SIGNAL_WARNING, "since_step": 1, "consecutive": 8,
-                                              "steps_logged": 8, "steps_with_signal": 0})
+    api.store.merge_artifacts(
+        job.id,
+        signal={
+            "warning": NO_SIGNAL_WARNING,
+            "since_step": 1,
+            "consecutive": 8,
+            "steps_logged": 8,
+            "steps_with_signal": 0,
+        },
+    )
     api.store.finish(job.id, JobStatus.succeeded, artifacts={"learning": NO_SIGNAL})
     job = api.get_job(job.id)
     summary = job_views.summary_markdown(api, job)
@@ -288,8 +370,9 @@ def test_a_success_that_learned_nothing_says_so_in_the_heading_the_table_and_the
     assert job_views.choice(job).endswith(" · grpo · math-demo · succeeded - learned nothing")
 
 
-@pytest.mark.parametrize("verdict,mark,word", [("improved", "✅", "Improved"), ("no_change", "➖", "No change"),
-                                               ("worse", "⚠️", "Worse")])
+@pytest.mark.parametrize(
+    "verdict,mark,word", [("improved", "✅", "Improved"), ("no_change", "➖", "No change"), ("worse", "⚠️", "Worse")]
+)
 def test_the_verdict_leads_the_summary_with_its_mark_and_the_status_stays_plain(api, verdict, mark, word):
     job = _job(api)
     sentence = "Held-out loss 2.1 -> 1.7 (-0.4, ±0.1) on 8 rows."
@@ -304,15 +387,38 @@ def test_the_verdict_leads_the_summary_with_its_mark_and_the_status_stays_plain(
 def test_a_running_grpo_jobs_no_signal_warning_shows_prominently_and_says_when_it_stopped_the_run(api):
     job = dataclasses.replace(_grpo_job(api), status=JobStatus.running)
     assert job_views.signal_line(job) == "" and "No learning signal" not in job_views.summary_markdown(api, job)
-    holding = dataclasses.replace(job, artifacts=JobArtifacts(signal={
-        "warning": NO_SIGNAL_WARNING, "since_step": 2, "consecutive": 3, "steps_logged": 4, "steps_with_signal": 1}))
+    holding = dataclasses.replace(
+        job,
+        artifacts=JobArtifacts(
+            signal={
+                "warning": NO_SIGNAL_WARNING,
+                "since_step": 2,
+                "consecutive": 3,
+                "steps_logged": 4,
+                "steps_with_signal": 1,
+            }
+        ),
+    )
     lines = job_views.summary_markdown(api, holding).split("\n\n")
     assert lines[1] == f"> ⚠️ **No learning signal** (since step 2, 3 logged steps in a row): {NO_SIGNAL_WARNING}"
     assert "· running ·" in lines[0] and "Stopped early" not in lines[1]
-    recovered = dataclasses.replace(job, artifacts=JobArtifacts(signal={"warning": None, "steps_logged": 9,
-                                                                        "steps_with_signal": 6}))
+    recovered = dataclasses.replace(
+        job, artifacts=JobArtifacts(signal={"warning": None, "steps_logged": 9, "steps_with_signal": 6})
+    )
     assert "No learning signal" not in job_views.summary_markdown(api, recovered)
-    stopped = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(signal={
-        "warning": NO_SIGNAL_WARNING, "since_step": 1, "consecutive": 5, "steps_logged": 5, "stopped_early": True}))
+    stopped = dataclasses.replace(
+        job,
+        status=JobStatus.succeeded,
+        artifacts=JobArtifacts(
+            signal={
+                "warning": NO_SIGNAL_WARNING,
+                "since_step": 1,
+                "consecutive": 5,
+                "steps_logged": 5,
+                "stopped_early": True,
+            }
+        ),
+    )
     assert job_views.summary_markdown(api, stopped).split("\n\n")[1] == (
-        f"> 🛑 **Stopped early: no learning signal** (since step 1, 5 logged steps in a row): {NO_SIGNAL_WARNING}")
+        f"> 🛑 **Stopped early: no learning signal** (since step 1, 5 logged steps in a row): {NO_SIGNAL_WARNING}"
+    )

@@ -19,8 +19,11 @@ from tests.conftest import tiny_spec
 from tests.test_cli import cli
 from tests.test_trl_cli import parse_like_trl_cli
 
-KTO = {"method": "kto", "dataset": {"source": "builtin", "name": "feedback-demo"},
-       "training": {"max_steps": 3, "batch_size": 2, "learning_rate": 5e-3, "max_length": 128, "save_steps": 100}}
+KTO = {
+    "method": "kto",
+    "dataset": {"source": "builtin", "name": "feedback-demo"},
+    "training": {"max_steps": 3, "batch_size": 2, "learning_rate": 5e-3, "max_length": 128, "save_steps": 100},
+}
 
 
 def test_the_sample_and_conversational_thumbs_load_with_boolean_labels(tmp_path):
@@ -65,8 +68,15 @@ def test_the_trl_cli_export_parses_into_the_trainers_kto_settings(tmp_path):
     script_args, args, model_args, _ = parse_like_trl_cli("kto", text, tmp_path)
     assert script_args.dataset_name == "YOUR_USERNAME/feedback-demo"
     app = to_kto_config(spec, tmp_path / "out")
-    for name in ("beta", "desirable_weight", "undesirable_weight", "max_length", "max_steps", "learning_rate",
-                 "per_device_train_batch_size"):
+    for name in (
+        "beta",
+        "desirable_weight",
+        "undesirable_weight",
+        "max_length",
+        "max_steps",
+        "learning_rate",
+        "per_device_train_batch_size",
+    ):
         assert getattr(args, name) == getattr(app, name), name
     assert (args.beta, args.desirable_weight, args.undesirable_weight) == (0.2, 1.5, 0.5)
     assert model_args.use_peft
@@ -92,8 +102,8 @@ def test_kto_trains_the_adapter_only_and_logs_kto_metrics(paths, store):
 @pytest.mark.slow
 def test_a_kto_job_from_the_cli_ends_with_evaluation_model_card_and_trl_config(data_dir, tmp_path):
     from backend.model_card import build_model_card
-    from backend.store import JobStore
     from backend.paths import DataPaths
+    from backend.store import JobStore
 
     spec_file = tmp_path / "kto.yaml"
     spec_file.write_text(yaml.safe_dump(tiny_spec(**KTO, eval={"holdout_rows": 6})))
@@ -103,7 +113,10 @@ def test_a_kto_job_from_the_cli_ends_with_evaluation_model_card_and_trl_config(d
     assert record["status"] == "succeeded"
     evaluation = record["artifacts"]["evaluation"]
     assert evaluation["rows"] == 6 and set(evaluation["base"]) == set(evaluation["tuned"]) == {
-        "desirable_logprob", "undesirable_logprob", "logprob_margin"}
+        "desirable_logprob",
+        "undesirable_logprob",
+        "logprob_margin",
+    }
     assert "eval tuned" in cli("show", record["id"]).stdout
 
     store = JobStore(DataPaths(data_dir).db)
@@ -137,5 +150,6 @@ def test_thumbs_from_the_chat_become_a_kto_dataset_that_trains(paths, store):
     assert trainer.train_dataset.num_rows == 12
     before = {n: p.detach().float().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
-    assert any(not torch.equal(before[n], p.detach().float()) for n, p in trainer.model.named_parameters()
-               if n in before)
+    assert any(
+        not torch.equal(before[n], p.detach().float()) for n, p in trainer.model.named_parameters() if n in before
+    )

@@ -84,8 +84,9 @@ def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, st
     wait_for(lambda: _gone(pid), 10, what="killed worker to be gone")
 
 
-def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(paths, store, scheduler_factory,
-                                                                          demo_model_path, tmp_path):
+def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(
+    paths, store, scheduler_factory, demo_model_path, tmp_path
+):
     model_copy = tmp_path / "model"
     shutil.copytree(demo_model_path, model_copy)
     api = StudioAPI(paths.root, scheduler="none")
@@ -119,8 +120,9 @@ def _oversized_model(target, demo_model_path, vocab_size=6_000_000):
     return target
 
 
-def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(paths, store, scheduler_factory, demo_model_path,
-                                                               tmp_path, monkeypatch):
+def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(
+    paths, store, scheduler_factory, demo_model_path, tmp_path, monkeypatch
+):
     huge = _oversized_model(tmp_path / "huge", demo_model_path)
     monkeypatch.setenv("STUDIO_WORKER_MEMORY_LIMIT_MB", "3500")  # the demo job peaks near 2.6 GB of address space
     api = StudioAPI(paths.root, scheduler="none")
@@ -137,7 +139,11 @@ def _start_scheduler_process(paths):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, "-m", "backend.scheduler", "--data-dir", str(paths.root)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
@@ -209,8 +215,9 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
     assert checkpoint_step >= 5 and checkpoint_step % 5 == 0
     metrics = api.metrics(job.id)
     resumed_steps = [m["step"] for m in metrics if m["id"] > last_id_before and "loss" in m]
-    assert resumed_steps == list(range(checkpoint_step + 1, RESUME_STEPS + 1)), \
+    assert resumed_steps == list(range(checkpoint_step + 1, RESUME_STEPS + 1)), (
         "training continues after the checkpoint"
+    )
     # Steps between the checkpoint and the kill ran twice; the plot shows each once (the second run's).
     loss_steps = [m["step"] for m in metrics if "loss" in m]
     assert loss_steps == sorted(set(loss_steps)), "each step is stored once"
@@ -295,8 +302,10 @@ def test_two_app_processes_on_one_data_dir_share_its_queue_and_the_second_takes_
             job_b = b.predict(spec, api_name="/submit_spec")  # queued through the second, run by the first
             job_a = a.predict(spec, api_name="/submit_spec")
             for job_id in (job_b, job_a):
-                assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}, 300).status is \
-                    JobStatus.succeeded
+                assert (
+                    wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}, 300).status
+                    is JobStatus.succeeded
+                )
             listed = [c.predict(None, api_name="/list_jobs") for c in (a, b)]
             assert all(job_a in str(view) and job_b in str(view) for view in listed)
             assert store.get(job_b).attempts == 1 and store.get(job_a).attempts == 1  # each ran once
@@ -304,5 +313,4 @@ def test_two_app_processes_on_one_data_dir_share_its_queue_and_the_second_takes_
             first.proc.wait(30)
             wait_for(lambda: "Queue: ok" in b.predict(api_name="/status"), 30, what="the second to take over")
             job_c = b.predict(spec, api_name="/submit_spec")
-            assert wait_status(store, job_c, {JobStatus.succeeded, JobStatus.failed}, 300).status is \
-                JobStatus.succeeded
+            assert wait_status(store, job_c, {JobStatus.succeeded, JobStatus.failed}, 300).status is JobStatus.succeeded

@@ -38,8 +38,15 @@ def _job(store: JobStore, status: JobStatus, adapter: Path | None = None, **spec
 
 
 def _child(parent_id: str, **spec):
-    return parse_spec(tiny_spec(method="dpo", dataset={"source": "builtin", "name": "preferences-demo"},
-                                model={"parent_job_id": parent_id}, owner="alice", **spec))
+    return parse_spec(
+        tiny_spec(
+            method="dpo",
+            dataset={"source": "builtin", "name": "preferences-demo"},
+            model={"parent_job_id": parent_id},
+            owner="alice",
+            **spec,
+        )
+    )
 
 
 @pytest.fixture()
@@ -89,7 +96,8 @@ def test_a_parent_that_ended_otherwise_cannot_be_continued(store, adapter, statu
         resolve_parent(_child(parent.id), store)
     assert err.value.problems == [
         f"model.parent_job_id: job {parent.id} is {status.value}; only the adapter of a job that succeeded, or is "
-        "queued or running, can be trained further"]
+        "queued or running, can be trained further"
+    ]
 
 
 @pytest.mark.parametrize("status", [JobStatus.queued, JobStatus.running])

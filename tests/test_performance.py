@@ -12,7 +12,12 @@ from backend.artifacts import JobArtifacts
 from backend.memory import parameter_breakdown
 from backend.model_card import build_model_card
 from backend.performance import (
-    flops_per_token, live_figures, matmul_parameters, model_flops_utilization, peak_bf16_flops, performance_line,
+    flops_per_token,
+    live_figures,
+    matmul_parameters,
+    model_flops_utilization,
+    peak_bf16_flops,
+    performance_line,
 )
 from backend.spec import parse_spec
 from backend.store import JobStatus
@@ -22,8 +27,16 @@ from components.job_views import summary_markdown
 from tests.conftest import tiny_spec
 
 # Qwen3-0.6B's shape (its config.json), built without a download.
-QWEN3_0_6B = dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
-                  num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)
+QWEN3_0_6B = dict(
+    hidden_size=1024,
+    num_hidden_layers=28,
+    intermediate_size=3072,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+)
 
 
 def test_the_doctests_hold():
@@ -49,21 +62,40 @@ def test_flops_per_token_and_mfu_for_a_qwen3_0_6b_shape():
     assert model_flops_utilization(3580, lora, None) is None
 
 
-@pytest.mark.parametrize("name, tflops", [
-    ("NVIDIA H200", 989.5), ("NVIDIA H100 80GB HBM3", 989.5), ("NVIDIA H100 PCIe", 756.5),
-    ("NVIDIA A100-SXM4-80GB", 312), ("NVIDIA A100 80GB PCIe", 312), ("NVIDIA L40S", 362.05), ("NVIDIA L4", 121),
-    ("NVIDIA A10", 125),
-    # Unknown or without bf16: no MFU rather than a guess (the L40 and A10G must not borrow the L4's or A10's).
-    ("NVIDIA L40", None), ("NVIDIA A10G", None), ("Tesla T4", None), ("NVIDIA H100 NVL", None), ("CPU", None),
-    ("NVIDIA GeForce RTX 4090", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "name, tflops",
+    [
+        ("NVIDIA H200", 989.5),
+        ("NVIDIA H100 80GB HBM3", 989.5),
+        ("NVIDIA H100 PCIe", 756.5),
+        ("NVIDIA A100-SXM4-80GB", 312),
+        ("NVIDIA A100 80GB PCIe", 312),
+        ("NVIDIA L40S", 362.05),
+        ("NVIDIA L4", 121),
+        ("NVIDIA A10", 125),
+        # Unknown or without bf16: no MFU rather than a guess (the L40 and A10G must not borrow the L4's or A10's).
+        ("NVIDIA L40", None),
+        ("NVIDIA A10G", None),
+        ("Tesla T4", None),
+        ("NVIDIA H100 NVL", None),
+        ("CPU", None),
+        ("NVIDIA GeForce RTX 4090", None),
+        (None, None),
+    ],
+)
 def test_peak_bf16_flops_by_device_name(name, tflops):
     assert peak_bf16_flops(name) == (tflops * 1e12 if tflops else None)
 
 
 def test_the_line_leaves_out_what_is_unknown():
-    cpu = {"tokens_per_second": 812.3, "step_seconds": 0.0412, "peak_memory_gb": 1.26, "peak_memory_kind": "CPU RSS",
-           "mfu": None, "device": "CPU"}
+    cpu = {
+        "tokens_per_second": 812.3,
+        "step_seconds": 0.0412,
+        "peak_memory_gb": 1.26,
+        "peak_memory_kind": "CPU RSS",
+        "mfu": None,
+        "device": "CPU",
+    }
     assert performance_line(cpu) == "812 tokens/s · 0.04 s/step · peak 1.3 GB CPU RSS · CPU"
     assert performance_line(None) == "" and performance_line({"device": "CPU"}) == ""
     assert live_figures([{"loss": 1.0}]) is None
@@ -112,11 +144,18 @@ def check_the_figures_of_a_finished_sft_job(api, done, demo_model_path):
 
 @pytest.mark.slow
 def test_a_grpo_run_records_figures_for_prompt_and_completion_tokens(paths, store):
-    spec = parse_spec(tiny_spec(
-        method="grpo", dataset={"source": "builtin", "name": "math-demo"},
-        grpo={"num_generations": 4, "max_completion_length": 8, "rewards": [{"name": "length", "target_length": 4}]},
-        training={"max_steps": 2, "batch_size": 4, "max_length": 128, "save_steps": 100},
-    ))
+    spec = parse_spec(
+        tiny_spec(
+            method="grpo",
+            dataset={"source": "builtin", "name": "math-demo"},
+            grpo={
+                "num_generations": 4,
+                "max_completion_length": 8,
+                "rewards": [{"name": "length", "target_length": 4}],
+            },
+            training={"max_steps": 2, "batch_size": 4, "max_length": 128, "save_steps": 100},
+        )
+    )
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
     trainer, _ = build_trainer(spec, paths, job.id, [callback], None)
@@ -130,4 +169,5 @@ def test_a_grpo_run_records_figures_for_prompt_and_completion_tokens(paths, stor
     params = parameter_breakdown(trainer.model.config)
     recompute = bool(trainer.args.gradient_checkpointing)
     assert summary["flops_per_token"] == flops_per_token(
-        params, trains_base_weights=False, recomputes_forward=recompute, extra_forwards=1)  # generation; beta is 0
+        params, trains_base_weights=False, recomputes_forward=recompute, extra_forwards=1
+    )  # generation; beta is 0

@@ -35,9 +35,12 @@ def test_folder_that_is_not_a_model(api, tmp_path):
 
 
 def test_unknown_hub_model_offline(api):
-    _refused(api, tiny_spec(model={"name_or_path": "nobody/does-not-exist"}),
-             "'nobody/does-not-exist' is not in the local cache and the Hub is not reachable from this machine "
-             "(HF_HUB_OFFLINE is set)")
+    _refused(
+        api,
+        tiny_spec(model={"name_or_path": "nobody/does-not-exist"}),
+        "'nobody/does-not-exist' is not in the local cache and the Hub is not reachable from this machine "
+        "(HF_HUB_OFFLINE is set)",
+    )
 
 
 # Check and submit a Hub model id and a Hub dataset id in a fresh process (huggingface_hub reads HF_ENDPOINT and
@@ -64,8 +67,11 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("env", [{"HF_ENDPOINT": "http://127.0.0.1:9"}, {"HF_HUB_OFFLINE": "1"}],
-                         ids=["unreachable-endpoint", "hf-hub-offline"])
+@pytest.mark.parametrize(
+    "env",
+    [{"HF_ENDPOINT": "http://127.0.0.1:9"}, {"HF_HUB_OFFLINE": "1"}],
+    ids=["unreachable-endpoint", "hf-hub-offline"],
+)
 def test_hub_lookups_without_a_hub_fail_at_once_saying_so(paths, env):
     import os
     import subprocess
@@ -74,8 +80,14 @@ def test_hub_lookups_without_a_hub_fail_at_once_saying_so(paths, env):
     from tests.conftest import ROOT
 
     clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT")}
-    run = subprocess.run([sys.executable, "-c", _HUB_LOOKUPS, str(paths.root)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=300, env={**clean, "PYTHONPATH": str(ROOT), **env})
+    run = subprocess.run(
+        [sys.executable, "-c", _HUB_LOOKUPS, str(paths.root)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, "PYTHONPATH": str(ROOT), **env},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     model_check, model_submit, data_check, data_submit = json.loads(run.stdout.splitlines()[-1])
     for result in (model_check, model_submit):
@@ -117,8 +129,12 @@ def test_dataset_file_that_is_not_jsonl(api, tmp_path):
 def test_missing_columns_for_the_method(api, tmp_path):
     data = tmp_path / "qa.jsonl"
     data.write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
-    _refused(api, tiny_spec(dataset={"source": "file", "name": str(data)}),
-             "SFT needs columns messages or prompt/completion or text", "the dataset has question, answer")
+    _refused(
+        api,
+        tiny_spec(dataset={"source": "file", "name": str(data)}),
+        "SFT needs columns messages or prompt/completion or text",
+        "the dataset has question, answer",
+    )
 
 
 def test_empty_dataset(api, tmp_path):
@@ -127,17 +143,26 @@ def test_empty_dataset(api, tmp_path):
     _refused(api, tiny_spec(dataset={"source": "file", "name": str(data)}), "dataset")
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    ("learning_rate", -1e-4, "must be greater than 0"), ("batch_size", 0, "must be from 1 to 1024, or auto"),
-    ("max_steps", -5, "must be greater than 0"), ("epochs", 0, "must be greater than 0"),
-])
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("learning_rate", -1e-4, "must be greater than 0"),
+        ("batch_size", 0, "must be from 1 to 1024, or auto"),
+        ("max_steps", -5, "must be greater than 0"),
+        ("epochs", 0, "must be greater than 0"),
+    ],
+)
 def test_non_positive_hyper_parameters(api, field, value, problem):
     _refused(api, tiny_spec(training={field: value}), f"training.{field}: {problem}")
 
 
 def test_model_and_data_problems_are_reported_together(api, tmp_path):
-    text = _refused(api, tiny_spec(model={"name_or_path": str(tmp_path / "nope")},
-                                   dataset={"source": "builtin", "name": "nope"}), "model.name_or_path", "dataset.name")
+    text = _refused(
+        api,
+        tiny_spec(model={"name_or_path": str(tmp_path / "nope")}, dataset={"source": "builtin", "name": "nope"}),
+        "model.name_or_path",
+        "dataset.name",
+    )
     assert len(text.splitlines()) == 2
 
 
@@ -153,8 +178,9 @@ def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
     assert any("longer than training.max_length (16 tokens)" in w for w in cut.warnings)
     assert api.get_job(cut.job.id).artifacts.preflight_warnings == cut.warnings
     # Packed, every sequence fills max_length (short rows alone would not: the estimate counts their real length).
-    huge = api.submit(tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000},
-                                sft={"packing": True}))
+    huge = api.submit(
+        tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000}, sft={"packing": True})
+    )
     from backend.hardware import detect_device
 
     on_gpu = detect_device().kind == "cuda"  # 4-bit loading is advised only where it helps
@@ -183,7 +209,8 @@ def test_facade_preview_renders_through_the_chat_template(api):
 def test_facade_reward_bench_scores_typed_completions(api):
     scored = api.score_rewards(
         [{"name": "exact_match", "column": "answer", "weight": 2.0}, {"name": "length", "target_length": 1}],
-        ["Paris", "I think it is Lyon"], row={"answer": "paris"},
+        ["Paris", "I think it is Lyon"],
+        row={"answer": "paris"},
     )
     assert [s["scores"]["exact_match"] for s in scored] == [1.0, 0.0]
     assert scored[0]["total"] == 3.0

@@ -27,10 +27,21 @@ from tests.hub_server import FakeHub
 
 TOKEN = "hf_test_token_0123456789"
 FAKE_TOKEN = "hf_FAKE_TOKEN_ab12cd34"  # recognisable, for the grep test
-ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json",
-                 "chat_template.jinja"}
-GENERATED_FILES = {"README.md", "training_config.yaml", "spec.json", "metrics.jsonl", "final_metrics.json",
-                   "training_curves.png"}
+ADAPTER_FILES = {
+    "adapter_config.json",
+    "adapter_model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+}
+GENERATED_FILES = {
+    "README.md",
+    "training_config.yaml",
+    "spec.json",
+    "metrics.jsonl",
+    "final_metrics.json",
+    "training_curves.png",
+}
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +77,11 @@ def hub(online):
 
 
 def folder_digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def fenced(text: str, language: str) -> str:
@@ -86,8 +100,12 @@ def test_push_creates_a_private_repo_and_uploads_everything_in_one_commit(traine
 
     assert result.repo_id == "tester/tiny-chat-sft"
     created = hub.requests_to("create")
-    assert len(created) == 1 and created[0].json == {"name": "tiny-chat-sft", "organization": "tester",
-                                                     "visibility": "private", "type": "model"}
+    assert len(created) == 1 and created[0].json == {
+        "name": "tiny-chat-sft",
+        "organization": "tester",
+        "visibility": "private",
+        "type": "model",
+    }
     repo = hub.repos["tester/tiny-chat-sft"]
     assert repo.private and len(repo.commits) == 1 and len(hub.requests_to("commit")) == 1
     assert set(repo.files) == ADAPTER_FILES | GENERATED_FILES
@@ -145,7 +163,7 @@ def test_the_cards_trl_config_parses_and_its_usage_snippet_runs(trained, hub, tm
     for name, content in repo.files.items():
         (downloaded / name).write_bytes(content)
     snippet = fenced(text, "python")
-    snippet = re.sub(r'^base_model_id = .*$', f'base_model_id = "{demo_model_path}"', snippet, flags=re.M)
+    snippet = re.sub(r"^base_model_id = .*$", f'base_model_id = "{demo_model_path}"', snippet, flags=re.M)
     snippet = snippet.replace('adapter_id = "studio-org/snippet-check"', f'adapter_id = "{downloaded}"')
     snippet = snippet.replace("max_new_tokens=128", "max_new_tokens=4")
     namespace: dict = {}
@@ -167,10 +185,14 @@ def test_public_when_asked(trained, hub):
         (lambda h: h.fail(403, on="create"), "the token cannot write to tester: it needs write access"),
         (lambda h: h.fail(403, on="commit"), "the token cannot write to tester: it needs write access"),
         (lambda h: h.fail(401, on="whoami"), "the token cannot write to tester: the Hub did not accept it (401"),
-        (lambda h: h.fail(409, on="commit"), "the repo tester/tiny-chat-sft exists and the Hub refused to write to it "
-                                             "(409 conflict)"),
-        (lambda h: setattr(h, "role", "read"), "the token cannot write to tester: it needs write access (this one "
-                                               "is read-only)"),
+        (
+            lambda h: h.fail(409, on="commit"),
+            "the repo tester/tiny-chat-sft exists and the Hub refused to write to it (409 conflict)",
+        ),
+        (
+            lambda h: setattr(h, "role", "read"),
+            "the token cannot write to tester: it needs write access (this one is read-only)",
+        ),
         (lambda h: h.stop(), "the Hub is not reachable: http://127.0.0.1:"),
     ],
     ids=["403-create", "403-commit", "401", "409", "read-token", "down"],
@@ -193,8 +215,13 @@ def test_failed_push_says_why_keeps_the_adapter_and_records_the_error(trained, h
 
 def hub_based_job(store: JobStore, adapter_dir: str, **spec_overrides) -> JobRecord:
     """A succeeded job record on a Hub base model that reuses the trained adapter folder (push reads it only)."""
-    spec = parse_spec(tiny_spec(model={"name_or_path": "Qwen/Qwen3-0.6B"},
-                                dataset={"source": "hub", "name": "trl-lib/Capybara"}, **spec_overrides))
+    spec = parse_spec(
+        tiny_spec(
+            model={"name_or_path": "Qwen/Qwen3-0.6B"},
+            dataset={"source": "hub", "name": "trl-lib/Capybara"},
+            **spec_overrides,
+        )
+    )
     job = store.add(spec)
     assert store.claim_next().id == job.id
     store.merge_artifacts(job.id, {"adapter_dir": adapter_dir, "final_metrics": {"train_loss": 1.5}})
@@ -207,8 +234,11 @@ def test_hub_base_license_is_inherited_and_the_spec_chooses_the_repo(trained, on
     from huggingface_hub import ModelCard
 
     paths, store, trained_job = trained
-    job = hub_based_job(store, trained_job.artifacts.adapter_dir,
-                        output={"hub_repo_id": "studio-org/from-spec", "private": False, "push_to_hub": True})
+    job = hub_based_job(
+        store,
+        trained_job.artifacts.adapter_dir,
+        output={"hub_repo_id": "studio-org/from-spec", "private": False, "push_to_hub": True},
+    )
     models = {"Qwen/Qwen3-0.6B": {"cardData": {"license": "apache-2.0"}}}
     with FakeHub(TOKEN, user="tester", orgs=("studio-org",), models=models) as server:
         if license_lookup == "fails":
@@ -225,8 +255,10 @@ def test_hub_base_license_is_inherited_and_the_spec_chooses_the_repo(trained, on
 def test_pushing_under_someone_elses_name_is_refused_before_any_upload(trained, hub):
     paths, store, job = trained
     hub.add_repo("someone-else/taken")
-    with pytest.raises(PushError, match="the repo someone-else/taken is under someone-else, which tester cannot "
-                                        "write to: push to tester/taken"):
+    with pytest.raises(
+        PushError,
+        match="the repo someone-else/taken is under someone-else, which tester cannot write to: push to tester/taken",
+    ):
         push_job(job, paths, store, TOKEN, repo_id="someone-else/taken", endpoint=hub.url)
     assert not hub.requests_to("create") and not hub.requests_to("commit")
 
@@ -286,23 +318,54 @@ def test_card_for_a_staged_grpo_job_with_an_environment(tmp_path):
     from huggingface_hub import ModelCard
     from PIL import Image
 
-    spec = parse_spec({
-        "method": "grpo", "model": {"name_or_path": "Qwen/Qwen3-0.6B", "parent_job_id": "parent-1"},
-        "dataset": {"source": "hub", "name": "openenv/echo-prompts"}, "environment": {"name": "builtin:echo"},
-        "grpo": {"rewards": [{"name": "think_format", "weight": 0.5}]}, "training": {"batch_size": 4},
-    })
-    parent_spec = parse_spec({"method": "sft", "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
-                              "dataset": {"source": "builtin", "name": "echo-tools-sft"}})
+    spec = parse_spec(
+        {
+            "method": "grpo",
+            "model": {"name_or_path": "Qwen/Qwen3-0.6B", "parent_job_id": "parent-1"},
+            "dataset": {"source": "hub", "name": "openenv/echo-prompts"},
+            "environment": {"name": "builtin:echo"},
+            "grpo": {"rewards": [{"name": "think_format", "weight": 0.5}]},
+            "training": {"batch_size": 4},
+        }
+    )
+    parent_spec = parse_spec(
+        {
+            "method": "sft",
+            "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
+            "dataset": {"source": "builtin", "name": "echo-tools-sft"},
+        }
+    )
     now = time.time()
-    parent = JobRecord("parent-1", 1, "local", JobStatus.succeeded, parent_spec, now,
-                       artifacts=JobArtifacts(hub={"repo_id": "tester/echo-sft"}))
-    job = JobRecord("child-2", 2, "local", JobStatus.succeeded, spec, now, artifacts=JobArtifacts.model_validate({
-        "global_step": 3, "parent_adapter": "/data/jobs/parent-1/adapter",
-        "final_metrics": {"train_loss": 0.01},
-        "evaluation": {"rows": 8, "tuned": {"reward/total": 0.75}, "base": {"reward/total": 0.25}},
-        "environment_evaluation": {"episodes": 16, "tuned": {"success_rate": 0.5, "mean_reward": 0.5},
-                                   "base": {"success_rate": 0.125, "mean_reward": 0.125}},
-    }))
+    parent = JobRecord(
+        "parent-1",
+        1,
+        "local",
+        JobStatus.succeeded,
+        parent_spec,
+        now,
+        artifacts=JobArtifacts(hub={"repo_id": "tester/echo-sft"}),
+    )
+    job = JobRecord(
+        "child-2",
+        2,
+        "local",
+        JobStatus.succeeded,
+        spec,
+        now,
+        artifacts=JobArtifacts.model_validate(
+            {
+                "global_step": 3,
+                "parent_adapter": "/data/jobs/parent-1/adapter",
+                "final_metrics": {"train_loss": 0.01},
+                "evaluation": {"rows": 8, "tuned": {"reward/total": 0.75}, "base": {"reward/total": 0.25}},
+                "environment_evaluation": {
+                    "episodes": 16,
+                    "tuned": {"success_rate": 0.5, "mean_reward": 0.5},
+                    "base": {"success_rate": 0.125, "mean_reward": 0.125},
+                },
+            }
+        ),
+    )
     metrics = [{"step": s, "loss": 0.1 / s, "reward": 0.2 * s} for s in (1, 2, 3)]
     plot = draw_training_curves(metrics, spec.method, tmp_path / "training_curves.png")
     image = Image.open(plot)
@@ -325,37 +388,68 @@ def test_card_for_a_staged_grpo_job_with_an_environment(tmp_path):
 
 
 def test_the_card_leads_its_results_with_the_verdict_and_says_when_a_run_had_no_signal():
-    spec = parse_spec({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
-                       "dataset": {"source": "builtin", "name": "math-demo"},
-                       "grpo": {"rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]},
-                       "training": {"batch_size": 4}})
+    spec = parse_spec(
+        {
+            "method": "grpo",
+            "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
+            "dataset": {"source": "builtin", "name": "math-demo"},
+            "grpo": {"rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]},
+            "training": {"batch_size": 4},
+        }
+    )
     warning = "Every group scored the same for 5 logged steps: try a reward that tells completions apart."
-    sentence = ("Held-out reward 0 -> 0 (+0, ±0) on 8 rows. The run learned nothing: every group scored the same.")
-    artifacts = JobArtifacts.model_validate({
-        "global_step": 5, "final_metrics": {"train_loss": 0.0},
-        "learning": {"metric": "reward/total", "label": "held-out reward", "before": 0.0, "after": 0.0,
-                     "delta": 0.0, "ci95": 0.0, "rows": 8, "verdict": "no_signal", "sentence": sentence},
-        "signal": {"warning": warning, "since_step": 1, "consecutive": 5, "steps_logged": 5, "steps_with_signal": 0,
-                   "stopped_early": True},
-    })
+    sentence = "Held-out reward 0 -> 0 (+0, ±0) on 8 rows. The run learned nothing: every group scored the same."
+    artifacts = JobArtifacts.model_validate(
+        {
+            "global_step": 5,
+            "final_metrics": {"train_loss": 0.0},
+            "learning": {
+                "metric": "reward/total",
+                "label": "held-out reward",
+                "before": 0.0,
+                "after": 0.0,
+                "delta": 0.0,
+                "ci95": 0.0,
+                "rows": 8,
+                "verdict": "no_signal",
+                "sentence": sentence,
+            },
+            "signal": {
+                "warning": warning,
+                "since_step": 1,
+                "consecutive": 5,
+                "steps_logged": 5,
+                "steps_with_signal": 0,
+                "stopped_early": True,
+            },
+        }
+    )
     job = JobRecord("nosignal-1", 1, "local", JobStatus.succeeded, spec, time.time(), artifacts=artifacts)
     text = build_model_card(job, [{"step": s, "loss": 0.0, "reward": 0.0} for s in (1, 2, 3, 4, 5)]).text
     results = text.split("## Results\n\n", 1)[1]
-    assert results.startswith(f"**Verdict: learned nothing.** {sentence}\n\n> **Training stopped early: no learning "
-                              "signal** (none since step 1; a learning signal on 0 of 5 logged steps). "
-                              f"{warning}\n\n| metric | value |"), results[:600]
+    assert results.startswith(
+        f"**Verdict: learned nothing.** {sentence}\n\n> **Training stopped early: no learning "
+        "signal** (none since step 1; a learning signal on 0 of 5 logged steps). "
+        f"{warning}\n\n| metric | value |"
+    ), results[:600]
 
     # A run that improved: the verdict word and sentence, and no word of a missing signal.
-    improved = artifacts.model_copy(update={
-        "learning": artifacts.learning.model_copy(update={"verdict": "improved", "sentence": "Held-out reward "
-                                                          "0.1 -> 0.6 (+0.5, ±0.2) on 8 rows."}),
-        "signal": artifacts.signal.model_copy(update={"warning": None, "stopped_early": False})})
-    text = build_model_card(JobRecord("better-2", 2, "local", JobStatus.succeeded, spec, time.time(),
-                                      artifacts=improved), []).text
+    improved = artifacts.model_copy(
+        update={
+            "learning": artifacts.learning.model_copy(
+                update={"verdict": "improved", "sentence": "Held-out reward 0.1 -> 0.6 (+0.5, ±0.2) on 8 rows."}
+            ),
+            "signal": artifacts.signal.model_copy(update={"warning": None, "stopped_early": False}),
+        }
+    )
+    text = build_model_card(
+        JobRecord("better-2", 2, "local", JobStatus.succeeded, spec, time.time(), artifacts=improved), []
+    ).text
     assert "## Results\n\n**Verdict: improved.** Held-out reward 0.1 -> 0.6 (+0.5, ±0.2) on 8 rows.\n" in text
     assert "learning signal" not in text
     # Still running out of signal at the end, without stopping early: said as such.
     ended = artifacts.model_copy(update={"signal": artifacts.signal.model_copy(update={"stopped_early": False})})
-    text = build_model_card(JobRecord("ended-3", 3, "local", JobStatus.succeeded, spec, time.time(),
-                                      artifacts=ended), []).text
+    text = build_model_card(
+        JobRecord("ended-3", 3, "local", JobStatus.succeeded, spec, time.time(), artifacts=ended), []
+    ).text
     assert "> **No learning signal as training ended** (none since step 1" in text and "stopped early" not in text

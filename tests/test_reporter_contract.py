@@ -36,8 +36,9 @@ def test_the_protocol_names_exactly_the_methods_a_job_uses():
 def test_each_method_takes_the_protocols_arguments(implementation, method):
     wanted = inspect.signature(getattr(JobReporter, method))
     got = inspect.signature(getattr(implementation, method))
-    assert [(p.name, p.kind, p.default) for p in got.parameters.values()] == \
-           [(p.name, p.kind, p.default) for p in wanted.parameters.values()]
+    assert [(p.name, p.kind, p.default) for p in got.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in wanted.parameters.values()
+    ]
 
 
 def test_it_is_a_job_reporter(setup):

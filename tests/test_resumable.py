@@ -32,8 +32,9 @@ def test_a_job_without_a_checkpoint_cannot_resume_and_says_why(data_dir, status)
 @pytest.mark.parametrize("status", [JobStatus.cancelled, JobStatus.failed, JobStatus.interrupted])
 def test_a_job_with_a_checkpoint_resumes_without_its_old_ending(data_dir, status):
     api = StudioAPI(data_dir, scheduler="none")
-    job = _ended(api, status, None if status is JobStatus.cancelled else "the worker was killed (SIGKILL)",
-                 checkpoint=True)
+    job = _ended(
+        api, status, None if status is JobStatus.cancelled else "the worker was killed (SIGKILL)", checkpoint=True
+    )
     assert api.resumable(job)
     queued = api.resume(job.id)
     assert queued.status is JobStatus.queued and queued.resume and queued.error is None

@@ -95,8 +95,12 @@ def test_accuracy_is_none_when_the_solution_cannot_be_parsed():
 def test_accuracy_keeps_trainer_kwargs_flowing():
     logged = {}
     scores = TRLReward("accuracy")(
-        ["\\boxed{2}"], solution=["$2$"], log_extra=lambda name, values: logged.setdefault(name, values),
-        prompts=["1+1?"], completion_ids=[[1, 2]], trainer_state=None,
+        ["\\boxed{2}"],
+        solution=["$2$"],
+        log_extra=lambda name, values: logged.setdefault(name, values),
+        prompts=["1+1?"],
+        completion_ids=[[1, 2]],
+        trainer_state=None,
     )
     assert scores == [1.0] and logged["solution"] == ["$2$"]
 
@@ -203,11 +207,14 @@ def test_regex_on_a_megabyte_completion():
     assert RegexMatch(r"\bneedle\b")([MEGABYTE + "needle", MEGABYTE]) == [1.0, 0.0]
 
 
-@pytest.mark.parametrize(("pattern", "text"), [
-    ("(a+)+$", "a" * 30 + "b"),  # ~19 s with Python's re
-    ("(a|aa)+$", "a" * 40 + "b"),  # exponential for the regex package too, so its timeout is what ends it
-    ("^(\\w+\\s?)*$", "an input that is long enough to hurt " * 3 + "!"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        ("(a+)+$", "a" * 30 + "b"),  # ~19 s with Python's re
+        ("(a|aa)+$", "a" * 40 + "b"),  # exponential for the regex package too, so its timeout is what ends it
+        ("^(\\w+\\s?)*$", "an input that is long enough to hurt " * 3 + "!"),
+    ],
+)
 def test_a_catastrophic_pattern_gives_up_after_its_time_limit_and_scores_zero(pattern, text):
     reward = RegexMatch(pattern)
     start = time.monotonic()
@@ -223,12 +230,24 @@ def test_a_pattern_that_runs_out_of_time_is_logged_and_remembered():
 
 
 def test_a_schema_pattern_is_time_limited_too():
-    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": "(a|aa)+$"}},
-              "patternProperties": {"(x|xx)+$": {"type": "integer"}}, "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "string", "pattern": "(a|aa)+$"}},
+        "patternProperties": {"(x|xx)+$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
     reward = ValidJSON(schema)
     start = time.monotonic()
-    scores = reward(['{"id": "%s"}' % ("a" * 40 + "b"), '{"id": "aaa"}', '{"%s": 1}' % ("x" * 40 + "y"),
-                     '{"xx": 1}', '{"xx": "no"}', '{"other": 1}'])
+    scores = reward(
+        [
+            '{"id": "%s"}' % ("a" * 40 + "b"),
+            '{"id": "aaa"}',
+            '{"%s": 1}' % ("x" * 40 + "y"),
+            '{"xx": 1}',
+            '{"xx": "no"}',
+            '{"other": 1}',
+        ]
+    )
     assert time.monotonic() - start < 2.0
     assert scores == [0.0, 1.0, 0.0, 1.0, 0.0, 0.0]
 
@@ -245,7 +264,14 @@ def test_valid_json_parses_plain_and_fenced_json():
 def test_valid_json_refuses_garbage_and_non_standard_constants():
     reward = ValidJSON()
     assert reward(["", chat(None), "{", "NaN", '{"x": Infinity}', "```", "``````", "null"]) == [
-        0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        1.0,
     ]
 
 

@@ -27,6 +27,7 @@ def test_a_multi_gpu_job_is_launched_through_accelerate_launch_with_one_process_
 def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkeypatch):
     launched = []
     scheduler = Scheduler(paths, max_concurrent=4)
+
     def fake_launch(job):
         gpus = job.spec.training.num_gpus
         launched.append((job.id, gpus))
@@ -54,8 +55,9 @@ def test_num_gpus_beyond_the_machine_is_refused_at_submit(paths):
 
 
 def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):
-    spec = parse_spec(tiny_spec(method="grpo", grpo={"num_generations": 2},
-                                dataset={"source": "builtin", "name": "math-demo"}))
+    spec = parse_spec(
+        tiny_spec(method="grpo", grpo={"num_generations": 2}, dataset={"source": "builtin", "name": "math-demo"})
+    )
     kwargs, notice = vllm_settings(spec, available=True)
     config = to_grpo_config(spec, tmp_path, [1.0], kwargs)
     assert config.use_vllm and config.vllm_mode == "colocate" and config.vllm_gpu_memory_utilization == 0.3
@@ -64,8 +66,13 @@ def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):
     # vLLM cannot be installed beside the app: the notice says which environment it goes into
     assert "requirements-trainer-gpu.txt into the trainer environment, STUDIO_TRAINER_PYTHON's" in notice
     assert vllm_settings(spec)[0] == {"use_vllm": False}, "this machine has no CUDA GPU"
-    forced = parse_spec(tiny_spec(method="grpo", grpo={"num_generations": 2, "use_vllm": "on"},
-                                  dataset={"source": "builtin", "name": "math-demo"}))
+    forced = parse_spec(
+        tiny_spec(
+            method="grpo",
+            grpo={"num_generations": 2, "use_vllm": "on"},
+            dataset={"source": "builtin", "name": "math-demo"},
+        )
+    )
     with pytest.raises(SpecError, match="vLLM needs a CUDA GPU and the vllm package in the trainer's environment"):
         vllm_settings(forced, available=False)
 

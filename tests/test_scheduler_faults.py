@@ -41,6 +41,7 @@ def _fail_once(monkeypatch, exc: BaseException, method: str = "claim_next"):
 
 # --- how endings are described (no processes) -------------------------------------------------------------------
 
+
 def test_a_sigkill_is_blamed_on_memory_only_with_evidence(tmp_path):
     assert describe_exit(-signal.SIGKILL, False) == (JobStatus.failed, "the worker was killed (SIGKILL)")
     status, reason = describe_exit(-signal.SIGKILL, False, "the kernel log names process 42")
@@ -63,6 +64,7 @@ def test_a_full_disk_is_named_with_the_path_and_what_to_do():
 
 
 # --- the loop survives ------------------------------------------------------------------------------------------
+
 
 @slow
 def test_an_exception_in_a_tick_is_survived_and_the_next_job_runs(paths, store, scheduler_factory, monkeypatch):
@@ -90,7 +92,8 @@ def test_a_dead_scheduler_thread_says_so_in_its_health(paths, scheduler_factory,
 
 @slow
 def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_space_is_freed(
-        paths, store, scheduler_factory):
+    paths, store, scheduler_factory
+):
     # Where logs and checkpoints go; the store stays writable, as with a nearly full disk.
     jobs_dir = paths.root / "jobs"
     with tmpfs(jobs_dir, "64m"):
@@ -100,8 +103,9 @@ def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_sp
         sched = scheduler_factory()
         failed = wait_status(store, doomed.id, FINAL, timeout=30)
         assert failed.status is JobStatus.failed
-        assert failed.error == (f"the data disk is full ({paths.root}): free space on it, then resume or queue the "
-                                "job again")
+        assert failed.error == (
+            f"the data disk is full ({paths.root}): free space on it, then resume or queue the job again"
+        )
         health = sched.health()
         assert health.alive and "a scheduler tick failed: the data disk is full" in health.last_error
         filler.unlink()
@@ -134,13 +138,16 @@ def test_a_disk_that_fills_up_mid_job_fails_it_within_30_s_while_reads_still_ans
                 time.sleep(0.2)
             assert slowest < 2, f"a read took {slowest:.1f} s on the full disk"
             assert job.status is JobStatus.failed
-            assert job.error.splitlines()[0] == (f"the data disk is full ({root}): free space on it, then resume or "
-                                                 "queue the job again"), job.error
+            assert job.error.splitlines()[0] == (
+                f"the data disk is full ({root}): free space on it, then resume or queue the job again"
+            ), job.error
             wait_for(lambda: api.scheduler.health().running == 0, 10, what="the slot to be freed")
             filler.unlink()
             after = api.submit(tiny_spec()).job
-            assert wait_for(lambda: api.get_job(after.id).status.finished and api.get_job(after.id), 120
-                            ).status is JobStatus.succeeded
+            assert (
+                wait_for(lambda: api.get_job(after.id).status.finished and api.get_job(after.id), 120).status
+                is JobStatus.succeeded
+            )
             wait_for(lambda: (root / ".space-reserve").exists(), 10, what="the reserve to be written again")
         finally:
             api.close()
@@ -155,6 +162,7 @@ def _kill_group_of(pid: int) -> None:
 
 
 # --- workers and schedulers that die or linger --------------------------------------------------------------------
+
 
 @slow
 def test_a_worker_killed_with_sigkill_is_reported_as_a_kill_not_as_out_of_memory(paths, store, scheduler_factory):
@@ -172,15 +180,23 @@ def test_a_worker_killed_with_sigkill_is_reported_as_a_kill_not_as_out_of_memory
 
 @slow
 @pytest.mark.parametrize("finished", ["while adopted", "before the scheduler started"])
-def test_a_worker_that_outlives_its_final_status_is_killed_and_frees_its_slot(paths, store, scheduler_factory,
-                                                                               finished):
+def test_a_worker_that_outlives_its_final_status_is_killed_and_frees_its_slot(
+    paths, store, scheduler_factory, finished
+):
     api = StudioAPI(paths.root, scheduler="none")
     done = api.submit(tiny_spec()).job
     assert store.claim_next().id == done.id
     # Stands in for a worker hung in interpreter shutdown: it has the worker's argv and ignores SIGTERM.
     lingering = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)",
-         "backend.worker", "--job-id", done.id], start_new_session=True,
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)",
+            "backend.worker",
+            "--job-id",
+            done.id,
+        ],
+        start_new_session=True,
     )
     try:
         store.set_pid(done.id, lingering.pid)
@@ -240,11 +256,15 @@ def test_the_worker_process_ends_once_its_job_is_recorded_even_if_shutdown_would
     blocker.mkdir()
     # A thread nobody stops, as an open websocket's reader can be: a normal exit would wait for it forever.
     (blocker / "sitecustomize.py").write_text(
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n")
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()\n"
+    )
     worker = subprocess.Popen(
-        [sys.executable, "-m", "backend.worker", "--job-id", job.id, "--data-dir", str(paths.root)], cwd=ROOT,
+        [sys.executable, "-m", "backend.worker", "--job-id", job.id, "--data-dir", str(paths.root)],
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)])},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         failed = wait_status(store, job.id, FINAL, timeout=120)

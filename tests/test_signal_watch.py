@@ -12,7 +12,12 @@ from backend.spec import parse_spec
 from backend.store import JobStatus
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.signal import (
-    ALL_CLIPPED, GROUPS_SCORED_SAME, PATIENCE, REWARD_CONSTANT, SignalMonitor, no_signal_reason,
+    ALL_CLIPPED,
+    GROUPS_SCORED_SAME,
+    PATIENCE,
+    REWARD_CONSTANT,
+    SignalMonitor,
+    no_signal_reason,
 )
 from backend.worker import run_job
 from tests.conftest import tiny_spec
@@ -78,18 +83,23 @@ def test_no_signal_reason_only_for_a_run_that_never_had_any():
 
 def test_rows_that_are_not_grpo_training_rows_are_ignored():
     monitor = SignalMonitor()
-    for row in ({"loss": 1.2, "grad_norm": 0.3, "learning_rate": 1e-3},  # SFT
-                {"loss": 0.6, "rewards/margins": 0.1},  # DPO
-                {"eval_frac_reward_zero_std": 1.0, "eval_reward_std": 0.0},  # a GRPO eval row
-                {**FLAT, "train_runtime": 3.2, "train_loss": 0.0}):  # the final summary row
+    for row in (
+        {"loss": 1.2, "grad_norm": 0.3, "learning_rate": 1e-3},  # SFT
+        {"loss": 0.6, "rewards/margins": 0.1},  # DPO
+        {"eval_frac_reward_zero_std": 1.0, "eval_reward_std": 0.0},  # a GRPO eval row
+        {**FLAT, "train_runtime": 3.2, "train_loss": 0.0},
+    ):  # the final summary row
         assert not monitor.observe(row, 1)
     watch = monitor.snapshot()
     assert watch == SignalWatch() and no_signal_reason(watch) is None
 
 
 def test_the_callback_records_the_warning_once_and_its_clearing_without_stopping(store, caplog):
-    job = store.add(parse_spec(tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"},
-                                         training={"batch_size": 4})))  # stop_when_no_signal is off
+    job = store.add(
+        parse_spec(
+            tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, training={"batch_size": 4})
+        )
+    )  # stop_when_no_signal is off
     callback = StoreReportingCallback(store, job.id, threading.Event())
     state, args = TrainerState(), SimpleNamespace(world_size=1)
     callback.on_train_begin(args, state, TrainerControl())
@@ -116,13 +126,26 @@ def test_the_callback_records_the_warning_once_and_its_clearing_without_stopping
 @pytest.mark.slow
 def test_grpo_on_a_constant_reward_stops_early_and_still_succeeds(paths, store):
     max_steps = 8
-    spec = parse_spec(tiny_spec(
-        method="grpo", dataset={"source": "builtin", "name": "math-demo"},
-        grpo={"num_generations": 2, "max_completion_length": 8, "use_vllm": "off",
-              "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}]},
-        training={"max_steps": max_steps, "batch_size": 2, "learning_rate": 1e-3, "max_length": 128,
-                  "save_steps": 100, "stop_when_no_signal": True},
-    ))
+    spec = parse_spec(
+        tiny_spec(
+            method="grpo",
+            dataset={"source": "builtin", "name": "math-demo"},
+            grpo={
+                "num_generations": 2,
+                "max_completion_length": 8,
+                "use_vllm": "off",
+                "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}],
+            },
+            training={
+                "max_steps": max_steps,
+                "batch_size": 2,
+                "learning_rate": 1e-3,
+                "max_length": 128,
+                "save_steps": 100,
+                "stop_when_no_signal": True,
+            },
+        )
+    )
     job = store.add(spec)
     assert store.claim_next().id == job.id  # what the scheduler does before it starts the worker
     assert run_job(job.id, paths, threading.Event()) == 0

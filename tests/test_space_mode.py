@@ -20,8 +20,10 @@ from tests.test_app import _form, _job_id
 pytestmark = pytest.mark.slow
 
 SIGN_IN = "Sign in with Hugging Face first"
-TINY_SPEC = ('{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
-             '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}')
+TINY_SPEC = (
+    '{"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"}, '
+    '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}'
+)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +87,17 @@ def test_a_signed_in_user_checks_previews_and_queues_from_the_train_tab(space, s
 
 def test_a_signed_in_user_dry_runs_an_environment(space):
     transcript, *boxes = space.client("alice").predict(
-        *_form(method="grpo", builtin_dataset="echo-demo", env_name="builtin:echo", grpo_rewards="",
-               grpo_max_completion_length=32, env_max_iterations=1, batch_size=4), api_name="/dry_run")
+        *_form(
+            method="grpo",
+            builtin_dataset="echo-demo",
+            env_name="builtin:echo",
+            grpo_rewards="",
+            grpo_max_completion_length=32,
+            env_max_iterations=1,
+            batch_size=4,
+        ),
+        api_name="/dry_run",
+    )
     assert not any(boxes), boxes
     assert "reward" in transcript.lower(), transcript
 
@@ -141,11 +152,14 @@ def test_thumbs_are_each_signed_in_users_own_and_a_visitor_records_none(space, a
 
     bob = space.client("bob")
     _refused(bob, api_name="/export_thumbs", expect="no thumbs recorded yet")
-    his = [{"role": role, "content": [{"type": "text", "text": text}]}
-           for role, text in (("user", "Hi"), ("assistant", "bob's own answer"))]
+    his = [
+        {"role": role, "content": [{"type": "text", "text": text}]}
+        for role, text in (("user", "Hi"), ("assistant", "bob's own answer"))
+    ]
     note, _ = bob.predict("", his, his, "", api_name="/thumb_tuned_up")
     assert "1 KTO row so far" in note
     assert [r["completion"][0]["content"] for r in _rows(bob.predict(api_name="/export_thumbs"))] == [
-        "bob's own answer"]
+        "bob's own answer"
+    ]
     assert sorted(p.name for p in thumbs.iterdir()) == ["alice.jsonl", "bob.jsonl"]
     assert len(_rows(alice.predict(api_name="/export_thumbs"))) == 2, "bob's thumb is not in alice's export"

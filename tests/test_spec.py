@@ -154,12 +154,15 @@ def test_hub_repo_id_follows_the_hubs_rules_even_without_a_push(repo_id):
     assert problem.startswith("output.hub_repo_id: must be a Hub repo id: owner/name")
 
 
-@pytest.mark.parametrize("field, data", [
-    ("output.run_name", {"output": {"run_name": "line one\nline two"}}),
-    ("output.run_name", {"output": {"run_name": "bell\x07"}}),
-    ("owner", {"owner": "ali\x00ce"}),
-    ("owner", {"owner": "al\u2028ice"}),
-])
+@pytest.mark.parametrize(
+    "field, data",
+    [
+        ("output.run_name", {"output": {"run_name": "line one\nline two"}}),
+        ("output.run_name", {"output": {"run_name": "bell\x07"}}),
+        ("owner", {"owner": "ali\x00ce"}),
+        ("owner", {"owner": "al\u2028ice"}),
+    ],
+)
 def test_names_refuse_control_characters(field, data):
     with pytest.raises(SpecError) as err:
         parse_spec(data)
@@ -174,16 +177,19 @@ def test_seed_is_bounded_by_what_numpy_and_torch_accept():
     assert err.value.problems == ["training.seed: must be less than or equal to 4294967295 (got 4294967296)"]
 
 
-@pytest.mark.parametrize("data", [
-    {"output": {"run_name": "x" * 20_000_000}},
-    {"k" * 20_000_000: 1},
-    {"dataset": {"columns": {"messages": "c", "k" * 1_000_000: 3}}},
-    _grpo_reward(name="regex", pattern="(" * 100_000),
-    _grpo_reward(name="regex", pattern="[" + "x" * 100_000),
-    {"method": "grpo", "environment": {"name": "builtin:" + "z" * 1_000_000}},
-    {"method": "grpo", "environment": {"name": "not an env " * 100_000}},
-    "{" + " " * 1_000_000,
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"output": {"run_name": "x" * 20_000_000}},
+        {"k" * 20_000_000: 1},
+        {"dataset": {"columns": {"messages": "c", "k" * 1_000_000: 3}}},
+        _grpo_reward(name="regex", pattern="(" * 100_000),
+        _grpo_reward(name="regex", pattern="[" + "x" * 100_000),
+        {"method": "grpo", "environment": {"name": "builtin:" + "z" * 1_000_000}},
+        {"method": "grpo", "environment": {"name": "not an env " * 100_000}},
+        "{" + " " * 1_000_000,
+    ],
+)
 def test_a_huge_input_gives_a_short_refusal(data):
     with pytest.raises(SpecError) as err:
         parse_spec(data)

@@ -124,23 +124,32 @@ def test_artifacts_merge_and_progress_replace(any_store):
     any_store.report(job.id, [], {"step": 1})
     any_store.report(job.id, [], {"step": 2, "total_steps": 4})
     got = any_store.get(job.id)
-    assert (
-        got.artifacts.stored() == {"log_file": "a", "adapter_dir": "b"}
-        and got.progress == {"step": 2, "total_steps": 4}
-    )
+    assert got.artifacts.stored() == {"log_file": "a", "adapter_dir": "b"} and got.progress == {
+        "step": 2,
+        "total_steps": 4,
+    }
 
 
 def test_a_row_written_as_the_old_artifacts_dict_still_loads(any_store):
     # As versions before JobArtifacts stored them: a plain JSON object, here with a key this version does not know
     # (written by a newer one, or by hand) and a value of the wrong type.
-    old = {"job_dir": "/d/jobs/x", "log_file": "/d/jobs/x/log.txt", "output_dir": "/d/jobs/x/output",
-           "adapter_dir": "/d/jobs/x/adapter", "final_metrics": {"train_loss": 0.5, "epoch": 1}, "global_step": 3,
-           "reporting_overhead_s": 0.01,
-           "auto_tune": {"choices": ["packing: off"], "settings": {"training.packing": False}},
-           "evaluation": {"rows": 2, "base": {"eval_loss": 2.0}, "tuned": {"eval_loss": 1.0}},
-           "hub": {"repo_id": "me/x", "url": "https://hf.co/me/x", "private": True}, "hub_error": None,
-           "preflight_warnings": ["few rows"], "resumed_from": None, "from_a_newer_version": {"a": 1},
-           "environment_server_pid": "not a pid"}
+    old = {
+        "job_dir": "/d/jobs/x",
+        "log_file": "/d/jobs/x/log.txt",
+        "output_dir": "/d/jobs/x/output",
+        "adapter_dir": "/d/jobs/x/adapter",
+        "final_metrics": {"train_loss": 0.5, "epoch": 1},
+        "global_step": 3,
+        "reporting_overhead_s": 0.01,
+        "auto_tune": {"choices": ["packing: off"], "settings": {"training.packing": False}},
+        "evaluation": {"rows": 2, "base": {"eval_loss": 2.0}, "tuned": {"eval_loss": 1.0}},
+        "hub": {"repo_id": "me/x", "url": "https://hf.co/me/x", "private": True},
+        "hub_error": None,
+        "preflight_warnings": ["few rows"],
+        "resumed_from": None,
+        "from_a_newer_version": {"a": 1},
+        "environment_server_pid": "not a pid",
+    }
     job = any_store.add(_spec())
     with sqlite3.connect(any_store.db_path) as con:
         con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (json.dumps(old), job.id))
@@ -152,8 +161,9 @@ def test_a_row_written_as_the_old_artifacts_dict_still_loads(any_store):
     assert got.artifacts.preflight_warnings == ["few rows"] and got.artifacts.evaluation["tuned"]["eval_loss"] == 1.0
     assert got.artifacts.environment_server_pid is None, "a value of the wrong type is left out, not the whole job"
     assert not hasattr(got.artifacts, "from_a_newer_version"), "an unknown key is ignored on read"
-    assert got.to_dict()["artifacts"] == {k: v for k, v in old.items()
-                                          if k not in ("from_a_newer_version", "environment_server_pid")}
+    assert got.to_dict()["artifacts"] == {
+        k: v for k, v in old.items() if k not in ("from_a_newer_version", "environment_server_pid")
+    }
     any_store.merge_artifacts(job.id, cancel_note="stopped")
     with sqlite3.connect(any_store.db_path) as con:
         row = json.loads(con.execute("SELECT artifacts FROM jobs WHERE id = ?", (job.id,)).fetchone()[0])
@@ -169,8 +179,10 @@ def test_list_filters_by_owner_and_status(any_store):
 
 def _strict_json(text):
     """json.loads that refuses Python's NaN/Infinity extension, as a browser or another language would."""
+
     def refuse(name):
         raise ValueError(f"{name} is not JSON")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -189,8 +201,12 @@ def test_a_spec_that_would_not_read_back_is_refused_and_nothing_is_stored(any_st
 def test_non_finite_metrics_progress_samples_and_artifacts_are_stored_as_strict_json(any_store):
     job = any_store.add(_spec())
     nan, inf = float("nan"), float("inf")
-    any_store.report(job.id, [(1, 10.0, {"loss": nan, "grad_norm": inf, "nested": [1.0, -inf]})],
-                     {"step": 1, "loss": nan}, samples=[(1, {"completion": "x", "rewards": {"r": -inf}})])
+    any_store.report(
+        job.id,
+        [(1, 10.0, {"loss": nan, "grad_norm": inf, "nested": [1.0, -inf]})],
+        {"step": 1, "loss": nan},
+        samples=[(1, {"completion": "x", "rewards": {"r": -inf}})],
+    )
     any_store.merge_artifacts(job.id, {"evaluation": {"tuned": {"eval_loss": nan}}})
     [row] = any_store.metrics(job.id)
     assert row["loss"] is None and row["grad_norm"] is None and row["nested"] == [1.0, None]
@@ -198,8 +214,13 @@ def test_non_finite_metrics_progress_samples_and_artifacts_are_stored_as_strict_
     assert got.progress["loss"] is None and got.artifacts.evaluation["tuned"]["eval_loss"] is None
     assert any_store.samples(job.id)[0]["rewards"] == {"r": None}
     con = sqlite3.connect(any_store.db_path)
-    texts = [r[0] for r in con.execute("SELECT data FROM metrics UNION ALL SELECT data FROM samples "
-                                       "UNION ALL SELECT progress FROM jobs UNION ALL SELECT artifacts FROM jobs")]
+    texts = [
+        r[0]
+        for r in con.execute(
+            "SELECT data FROM metrics UNION ALL SELECT data FROM samples "
+            "UNION ALL SELECT progress FROM jobs UNION ALL SELECT artifacts FROM jobs"
+        )
+    ]
     con.close()
     [_strict_json(text) for text in texts]
 
@@ -227,14 +248,26 @@ def test_a_resumed_job_keeps_each_step_once(any_store):
     kept_ids = [m["id"] for m in any_store.metrics(job.id)][:4]
 
     any_store.forget_reports_after(job.id, 4)  # the worker resumes from checkpoint-4
-    any_store.report(job.id, [(step, 100.0 + step, {"loss": 1.0 / step}) for step in range(5, 10)], None,
-                     samples=[(step, {"completion": f"b{step}"}) for step in range(5, 10)])
+    any_store.report(
+        job.id,
+        [(step, 100.0 + step, {"loss": 1.0 / step}) for step in range(5, 10)],
+        None,
+        samples=[(step, {"completion": f"b{step}"}) for step in range(5, 10)],
+    )
 
     rows = any_store.metrics(job.id)
     assert [r["step"] for r in rows] == list(range(1, 10))
     assert [r["id"] for r in rows[:4]] == kept_ids and all(r["ts"] > 100 for r in rows[4:])
     assert [s["completion"] for s in any_store.samples(job.id)] == [
-        "a1", "a2", "a3", "a4", "b5", "b6", "b7", "b8", "b9"
+        "a1",
+        "a2",
+        "a3",
+        "a4",
+        "b5",
+        "b6",
+        "b7",
+        "b8",
+        "b9",
     ]
 
 
@@ -280,5 +313,7 @@ def test_a_staged_job_whose_parent_ended_without_an_adapter_fails_with_the_reaso
     assert any_store.claim_next() is None
     failed = any_store.get(child.id)
     assert failed.status is JobStatus.failed
-    assert failed.error == (f"the job it continues ({parent.id}) ended {ending.value} with no adapter to start from; "
-                            "queue this job again once that one has succeeded")
+    assert failed.error == (
+        f"the job it continues ({parent.id}) ended {ending.value} with no adapter to start from; "
+        "queue this job again once that one has succeeded"
+    )

@@ -13,27 +13,30 @@ from backend.environments.launcher import free_port
 TOKEN = "hf_secret_never_leaves"
 
 
-@pytest.mark.parametrize(("url", "allowed"), [
-    ("https://openenv-echo-env.hf.space", True),
-    ("https://openenv-echo-env.hf.space/ws", True),
-    ("HTTPS://Openenv-Echo.HF.space:443/", True),
-    ("https://huggingface.co/api/whoami-v2", True),
-    ("http://attacker/x.hf.space", False),
-    ("http://openenv-echo-env.hf.space", False),  # plain http: anyone on the path reads it
-    ("https://x.hf.space.evil.com", False),
-    ("https://user:pw@x.hf.space", False),
-    ("https://@x.hf.space", False),
-    ("https://evil.com/?u=x.hf.space", False),
-    ("https://evil.com#.hf.space", False),
-    ("https://evil.com/x.hf.space", False),
-    ("https://a.b.hf.space", False),  # one label only: the Hub serves Spaces at <name>.hf.space
-    ("https://hf.space", False),
-    ("https://x.hf.space:notaport/", False),
-    ("https://x.hf.space\\@evil.com", False),
-    ("https://huggingface.co.evil.com", False),
-    ("ftp://x.hf.space", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://openenv-echo-env.hf.space", True),
+        ("https://openenv-echo-env.hf.space/ws", True),
+        ("HTTPS://Openenv-Echo.HF.space:443/", True),
+        ("https://huggingface.co/api/whoami-v2", True),
+        ("http://attacker/x.hf.space", False),
+        ("http://openenv-echo-env.hf.space", False),  # plain http: anyone on the path reads it
+        ("https://x.hf.space.evil.com", False),
+        ("https://user:pw@x.hf.space", False),
+        ("https://@x.hf.space", False),
+        ("https://evil.com/?u=x.hf.space", False),
+        ("https://evil.com#.hf.space", False),
+        ("https://evil.com/x.hf.space", False),
+        ("https://a.b.hf.space", False),  # one label only: the Hub serves Spaces at <name>.hf.space
+        ("https://hf.space", False),
+        ("https://x.hf.space:notaport/", False),
+        ("https://x.hf.space\\@evil.com", False),
+        ("https://huggingface.co.evil.com", False),
+        ("ftp://x.hf.space", False),
+        ("", False),
+    ],
+)
 def test_the_token_goes_only_to_spaces_and_the_hub(url, allowed, monkeypatch):
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.setenv("HF_TOKEN", TOKEN)

@@ -25,7 +25,8 @@ print(json.dumps({"projects": SQLiteStorage.get_projects(), "runs": SQLiteStorag
 
 
 def test_a_job_with_trackio_logs_its_loss_under_the_data_dir_and_one_without_writes_nothing(
-        paths, store, scheduler_factory, tmp_path, monkeypatch):
+    paths, store, scheduler_factory, tmp_path, monkeypatch
+):
     home = tmp_path / "hf-home"
     monkeypatch.setenv("HF_HOME", str(home))  # where trackio would write by default: it must stay empty
     api = StudioAPI(paths.root, scheduler="none")
@@ -38,9 +39,14 @@ def test_a_job_with_trackio_logs_its_loss_under_the_data_dir_and_one_without_wri
     done = wait_status(store, tracked.id, FINAL)
     assert done.status is JobStatus.succeeded, done.error
 
-    read = subprocess.run([sys.executable, "-c", _READ_RUN, trackio_project("local"), f"demo_run-{tracked.id}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TRACKIO_DIR": str(trackio_dir(paths))})
+    read = subprocess.run(
+        [sys.executable, "-c", _READ_RUN, trackio_project("local"), f"demo_run-{tracked.id}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TRACKIO_DIR": str(trackio_dir(paths))},
+    )
     assert read.returncode == 0, read.stderr[-2000:]
     found = json.loads(read.stdout.splitlines()[-1])
     assert found["projects"] == ["studio-local"] and found["runs"] == [f"demo_run-{tracked.id}"]

@@ -71,9 +71,12 @@ def worker_modules() -> list[str]:
 def third_party_imports(module: str) -> set[str]:
     """Top-level names of the non-backend, non-stdlib modules ``module`` imports (outside ``if TYPE_CHECKING:``)."""
     tree = ast.parse(Path(importlib.util.find_spec(module).origin).read_text())
-    type_only = {id(node) for block in ast.walk(tree)
-                 if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
-                 for node in ast.walk(block)}
+    type_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in ast.walk(block)
+    }
     names = set()
     for node in ast.walk(tree):
         if id(node) in type_only:
@@ -132,8 +135,9 @@ def test_a_trainer_python_that_is_not_executable_is_refused_with_the_variables_n
     assert "requirements-trainer.txt" in message and "Traceback" not in message
 
 
-def test_a_job_under_a_missing_trainer_python_fails_with_that_sentence_and_the_queue_moves_on(paths, store,
-                                                                                             monkeypatch):
+def test_a_job_under_a_missing_trainer_python_fails_with_that_sentence_and_the_queue_moves_on(
+    paths, store, monkeypatch
+):
     monkeypatch.setenv(TRAINER_PYTHON_VAR, "/nowhere/bin/python")
     first = store.add(parse_spec(tiny_spec()))
     second = store.add(parse_spec(tiny_spec()))
@@ -148,20 +152,25 @@ def test_a_job_under_a_missing_trainer_python_fails_with_that_sentence_and_the_q
     for job_id in (first.id, second.id):
         job = store.get(job_id)
         assert job.status is JobStatus.failed and job.pid is None
-        assert job.error.startswith(f"{TRAINER_PYTHON_VAR} is set to '/nowhere/bin/python', which is not an "
-                                    "executable file, so the training worker cannot start"), job.error
+        assert job.error.startswith(
+            f"{TRAINER_PYTHON_VAR} is set to '/nowhere/bin/python', which is not an "
+            "executable file, so the training worker cannot start"
+        ), job.error
 
 
 def test_single_and_multi_gpu_workers_start_under_the_trainer_python(paths, store, monkeypatch, tmp_path):
     """The accelerate launch form too: accelerate starts its ranks with its own interpreter, the trainer's."""
     argv_file = tmp_path / "argv.jsonl"
     # A stand-in trainer interpreter that records how it was started, then fails the way a broken one would.
-    recorder = executable(tmp_path / "trainer-python", f"""#!{sys.executable}
+    recorder = executable(
+        tmp_path / "trainer-python",
+        f"""#!{sys.executable}
 import json, sys
 with open({str(argv_file)!r}, "a") as out:
     out.write(json.dumps(sys.argv[1:]) + "\\n")
 sys.exit(3)
-""")
+""",
+    )
     monkeypatch.setenv(TRAINER_PYTHON_VAR, str(recorder))
     single = store.add(parse_spec(tiny_spec()))
     multi = store.add(parse_spec(tiny_spec(training={"num_gpus": 2})))
@@ -181,17 +190,28 @@ sys.exit(3)
 def test_a_hugging_face_job_reruns_its_entry_point_under_the_trainer_python(tmp_path):
     """The image's `python -m backend.remote_job` is the app's python; the job trains under /opt/trainer's."""
     seen = tmp_path / "seen.json"
-    recorder = executable(tmp_path / "trainer-python", f"""#!{sys.executable}
+    recorder = executable(
+        tmp_path / "trainer-python",
+        f"""#!{sys.executable}
 import json, os, sys
 json.dump({{"argv": sys.argv[1:], "app": os.environ.get({APP_PYTHON_VAR!r})}}, open({str(seen)!r}, "w"))
-""")
+""",
+    )
     command = [sys.executable, "-m", "backend.remote_job", "--spec-b64", "e30="]
     env = {**os.environ, "PYTHONPATH": str(ROOT), TRAINER_PYTHON_VAR: str(recorder)}
     subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=120)
-    assert json.loads(seen.read_text()) == {"argv": ["-m", "backend.remote_job", "--spec-b64", "e30="],
-                                            "app": sys.executable}
-    refused = subprocess.run(command, cwd=ROOT, env={**env, TRAINER_PYTHON_VAR: "/nowhere/python"},
-                             capture_output=True, text=True, timeout=120)
+    assert json.loads(seen.read_text()) == {
+        "argv": ["-m", "backend.remote_job", "--spec-b64", "e30="],
+        "app": sys.executable,
+    }
+    refused = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**env, TRAINER_PYTHON_VAR: "/nowhere/python"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 2 and refused.stderr.startswith(f"{TRAINER_PYTHON_VAR} is set to '/nowhere/python'")
 
 
@@ -208,14 +228,22 @@ def test_a_builtin_environment_server_starts_under_the_app_python(tmp_path, monk
 
 def test_the_worker_and_every_backend_module_it_imports_load_without_the_apps_packages():
     modules = worker_modules()
-    assert {"backend.training.sft", "backend.training.dpo", "backend.training.grpo", "backend.training.kto",
-            "backend.environments.runtime", "backend.evaluation", "backend.publish"} <= set(modules)
+    assert {
+        "backend.training.sft",
+        "backend.training.dpo",
+        "backend.training.grpo",
+        "backend.training.kto",
+        "backend.environments.runtime",
+        "backend.evaluation",
+        "backend.publish",
+    } <= set(modules)
     probe = (
         f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
         f"print([m for m in sys.modules if m.split('.')[0] in {APP_ONLY!r}])"
     )
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
     assert out.strip() == "[]", out
 
 
@@ -246,16 +274,22 @@ def trainer_venv(tmp_path_factory) -> Path:
             if not app_only(entry.name) and not (farm / entry.name).exists():
                 (farm / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
-    venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+    venv_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # addsitedir, not a bare path line: the farm's own .pth files are processed as in a real site-packages.
     (Path(venv_site) / "studio-trainer-farm.pth").write_text(f"import site; site.addsitedir({str(farm)!r})\n")
     return python
 
 
 def test_the_trainer_venv_has_the_training_libraries_and_none_of_the_apps(trainer_venv):
-    probe = ("import importlib.util, sys; import torch, trl, peft, transformers, websockets.sync.client; "
-             f"print(sys.prefix, [m for m in {APP_ONLY!r} if importlib.util.find_spec(m)])")
+    probe = (
+        "import importlib.util, sys; import torch, trl, peft, transformers, websockets.sync.client; "
+        f"print(sys.prefix, [m for m in {APP_ONLY!r} if importlib.util.find_spec(m)])"
+    )
     out = subprocess.run([str(trainer_venv), "-c", probe], capture_output=True, text=True, timeout=300, check=True)
     prefix, found = out.stdout.strip().split(" ", 1)
     assert Path(prefix) == trainer_venv.parent.parent and found == "[]", out.stdout
@@ -266,16 +300,22 @@ def test_the_trainer_venv_has_the_training_libraries_and_none_of_the_apps(traine
 
 @pytest.mark.slow
 def test_sft_and_grpo_with_the_builtin_environment_train_under_a_trainer_python_without_gradio_or_openenv(
-        trainer_venv, paths, store, scheduler_factory, monkeypatch):
+    trainer_venv, paths, store, scheduler_factory, monkeypatch
+):
     monkeypatch.setenv(TRAINER_PYTHON_VAR, str(trainer_venv))
     monkeypatch.delenv(APP_PYTHON_VAR, raising=False)
     sft = store.add(parse_spec(tiny_spec(training={"max_steps": 2})))
-    grpo = store.add(parse_spec(tiny_spec(
-        method="grpo", dataset={"source": "builtin", "name": "echo-demo"},
-        environment={"name": "builtin:echo", "eval_episodes": 0},
-        grpo={"num_generations": 2, "max_completion_length": 32, "temperature": 0.7, "rewards": []},
-        training={"max_steps": 1, "batch_size": 2, "max_length": 256, "save_steps": 1000},
-    )))
+    grpo = store.add(
+        parse_spec(
+            tiny_spec(
+                method="grpo",
+                dataset={"source": "builtin", "name": "echo-demo"},
+                environment={"name": "builtin:echo", "eval_episodes": 0},
+                grpo={"num_generations": 2, "max_completion_length": 32, "temperature": 0.7, "rewards": []},
+                training={"max_steps": 1, "batch_size": 2, "max_length": 256, "save_steps": 1000},
+            )
+        )
+    )
     scheduler_factory()
 
     done = wait_status(store, sft.id, FINAL, timeout=300)

@@ -12,8 +12,17 @@ from backend.trl_cli import trl_cli_config, trl_cli_yaml
 
 # Shared TrainingArguments fields the app sets from the spec; the CLI config must give TRL the same values.
 TRAINING_FIELDS = (
-    "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "warmup_steps", "seed", "logging_steps", "save_steps", "save_total_limit", "gradient_checkpointing",
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "warmup_steps",
+    "seed",
+    "logging_steps",
+    "save_steps",
+    "save_total_limit",
+    "gradient_checkpointing",
 )
 
 SFT = {
@@ -22,8 +31,17 @@ SFT = {
     "dataset": {"source": "hub", "name": "trl-lib/Capybara", "config": "default", "split": "train"},
     "lora": {"r": 8, "alpha": 16, "dropout": 0.1, "target_modules": ["q_proj", "k_proj", "v_proj"]},
     "quantization": {"mode": "4bit"},
-    "training": {"max_steps": 30, "learning_rate": 1e-4, "batch_size": 4, "gradient_accumulation_steps": 2,
-                 "max_length": 512, "warmup_ratio": 0.1, "seed": 7, "logging_steps": 5, "save_steps": 10},
+    "training": {
+        "max_steps": 30,
+        "learning_rate": 1e-4,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "max_length": 512,
+        "warmup_ratio": 0.1,
+        "seed": 7,
+        "logging_steps": 5,
+        "save_steps": 10,
+    },
     "sft": {"completion_only_loss": False, "packing": True},
     "output": {"run_name": "capybara sft"},
 }
@@ -42,9 +60,17 @@ GRPO = {
     "dataset": {"source": "hub", "name": "trl-lib/DeepMath-103K", "split": "train"},
     "lora": {"enabled": True, "target_modules": "all-linear"},
     "training": {"max_steps": 50, "batch_size": 8, "gradient_accumulation_steps": 2},
-    "grpo": {"num_generations": 8, "max_completion_length": 512, "temperature": 0.7, "top_p": 0.95, "beta": 0.04,
-             "loss_type": "dr_grpo", "enable_thinking": False, "use_vllm": "off",
-             "rewards": [{"name": "accuracy", "weight": 1.0}, {"name": "think_format", "weight": 0.25}]},
+    "grpo": {
+        "num_generations": 8,
+        "max_completion_length": 512,
+        "temperature": 0.7,
+        "top_p": 0.95,
+        "beta": 0.04,
+        "loss_type": "dr_grpo",
+        "enable_thinking": False,
+        "use_vllm": "off",
+        "rewards": [{"name": "accuracy", "weight": 1.0}, {"name": "think_format", "weight": 0.25}],
+    },
 }
 
 
@@ -150,16 +176,37 @@ def test_grpo_config_names_trls_reward_functions_and_parses(tmp_path):
     assert (args.num_generations, args.max_completion_length, args.temperature, args.top_p) == (8, 512, 0.7, 0.95)
     assert (args.beta, args.loss_type, args.chat_template_kwargs) == (0.04, "dr_grpo", {"enable_thinking": False})
     app = app_config(spec, tmp_path)
-    for name in (*TRAINING_FIELDS, "num_generations", "max_completion_length", "temperature", "top_p", "beta",
-                 "loss_type", "reward_weights", "log_completions", "chat_template_kwargs", "use_vllm"):
+    for name in (
+        *TRAINING_FIELDS,
+        "num_generations",
+        "max_completion_length",
+        "temperature",
+        "top_p",
+        "beta",
+        "loss_type",
+        "reward_weights",
+        "log_completions",
+        "chat_template_kwargs",
+        "use_vllm",
+    ):
         assert getattr(args, name) == getattr(app, name), name
     assert get_peft_config(model_args).target_modules == "all-linear"
     assert not model_args.load_in_4bit and not model_args.load_in_8bit
 
 
 def test_app_only_rewards_and_environments_become_comments_not_keys(tmp_path):
-    spec = parse_spec({**GRPO, "grpo": {**GRPO["grpo"], "rewards": [
-        {"name": "accuracy"}, {"name": "length", "target_length": 20, "tolerance": 5, "weight": 0.5}]}})
+    spec = parse_spec(
+        {
+            **GRPO,
+            "grpo": {
+                **GRPO["grpo"],
+                "rewards": [
+                    {"name": "accuracy"},
+                    {"name": "length", "target_length": 20, "tolerance": 5, "weight": 0.5},
+                ],
+            },
+        }
+    )
     text = trl_cli_yaml(spec)
     config = yaml.safe_load(text)
     assert config == trl_cli_config(spec)
@@ -169,9 +216,15 @@ def test_app_only_rewards_and_environments_become_comments_not_keys(tmp_path):
     assert "dotted import paths in reward_funcs" in comments(text)
     parse_like_trl_cli("grpo", text, tmp_path)
 
-    env_spec = parse_spec({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
-                           "dataset": {"source": "builtin", "name": "echo-demo"},
-                           "environment": {"name": "builtin:echo"}, "training": {"batch_size": 4}})
+    env_spec = parse_spec(
+        {
+            "method": "grpo",
+            "model": {"name_or_path": "Qwen/Qwen3-0.6B"},
+            "dataset": {"source": "builtin", "name": "echo-demo"},
+            "environment": {"name": "builtin:echo"},
+            "training": {"batch_size": 4},
+        }
+    )
     env_text = trl_cli_yaml(env_spec)
     assert "the TRL CLI cannot attach an environment" in comments(env_text)
     assert "reward_funcs" not in yaml.safe_load(env_text)

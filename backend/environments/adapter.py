@@ -20,8 +20,6 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from backend.environments.observations import observation_text as render_observation
-from backend.environments.schema import argument_text, inline_refs, python_type, snake, split_docstring
 from backend.environments.connection import (
     CapacityError,
     ConnectionLost,
@@ -32,6 +30,8 @@ from backend.environments.connection import (
     get_json,
     probe_capacity,
 )
+from backend.environments.observations import observation_text as render_observation
+from backend.environments.schema import argument_text, inline_refs, python_type, snake, split_docstring
 
 RewardMode = Literal["success", "last", "sum"]
 _MCP_ACTIONS = {"CallToolAction", "ListToolsAction"}
@@ -94,11 +94,14 @@ def _list_mcp_tools(url: str, timeout_s: float) -> tuple[ToolSpec, ...]:
     for tool in observation.get("tools") or []:
         schema = inline_refs(tool.get("input_schema") or tool.get("inputSchema") or {})
         description, described = split_docstring(tool.get("description") or "")
-        tools.append(ToolSpec(
-            name=tool["name"], description=description,
-            parameters=_with_descriptions(schema.get("properties") or {}, described),
-            required=tuple(schema.get("required") or ()),
-        ))
+        tools.append(
+            ToolSpec(
+                name=tool["name"],
+                description=description,
+                parameters=_with_descriptions(schema.get("properties") or {}, described),
+                required=tuple(schema.get("required") or ()),
+            )
+        )
     if not tools:
         raise EnvironmentUnavailable(f"the MCP environment at {url} lists no tools")
     return tuple(tools)
@@ -110,8 +113,14 @@ _GENERIC_FIELDS = {"action", "command", "input", "value", "data", "payload", "mo
 
 def _with_descriptions(properties: dict[str, Any], described: dict[str, str]) -> dict[str, dict[str, Any]]:
     """The properties, each given the docstring's description where the schema has none of its own."""
-    return {name: ({**prop, "description": described[name]} if not prop.get("description") and name in described
-                   else dict(prop)) for name, prop in properties.items()}
+    return {
+        name: (
+            {**prop, "description": described[name]}
+            if not prop.get("description") and name in described
+            else dict(prop)
+        )
+        for name, prop in properties.items()
+    }
 
 
 def _action_tool(action: dict[str, Any], env_name: str) -> ToolSpec:
@@ -120,7 +129,8 @@ def _action_tool(action: dict[str, Any], env_name: str) -> ToolSpec:
     ``move``, ``REPLAction`` -> ``repl``)."""
     description, described = split_docstring(action.get("description") or "")
     properties = _with_descriptions(
-        {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}, described)
+        {k: v for k, v in (action.get("properties") or {}).items() if k != "metadata"}, described
+    )
     if not properties:
         raise EnvironmentUnavailable(f"the action schema of {env_name} has no fields to turn into a tool")
     title = re.sub(r"Action$", "", str(action.get("title") or ""))
@@ -130,11 +140,16 @@ def _action_tool(action: dict[str, Any], env_name: str) -> ToolSpec:
         name = next(iter(properties))
     else:
         name = snake(title) if _IDENTIFIER.match(snake(title)) else "act"
-    return ToolSpec(name=name, description=description or f"Take an action in the {env_name} environment.",
-                    parameters=properties, required=tuple(action.get("required") or ()))
+    return ToolSpec(
+        name=name,
+        description=description or f"Take an action in the {env_name} environment.",
+        parameters=properties,
+        required=tuple(action.get("required") or ()),
+    )
 
 
 # --- building the TRL environment class ------------------------------------------------------------------------
+
 
 def tool_docstring(tool: ToolSpec) -> str:
     """The description plus an ``Args:`` section: TRL (through transformers) builds the tool schema from it."""
@@ -161,8 +176,14 @@ def _signature(tool: ToolSpec) -> tuple[inspect.Signature, dict[str, Any]]:
     return inspect.Signature(params, return_annotation=str), annotations
 
 
-def observation_text(observation: dict[str, Any], *, previous: dict[str, Any] | None = None,
-                     reward: float | None = None, done: bool = False, template: str | None = None) -> str:
+def observation_text(
+    observation: dict[str, Any],
+    *,
+    previous: dict[str, Any] | None = None,
+    reward: float | None = None,
+    done: bool = False,
+    template: str | None = None,
+) -> str:
     """What the model reads after a reset or an action (``observations.render_observation``); an MCP tool's result
     is its readable part."""
     if "tool_name" in observation and ("result" in observation or "error" in observation):
@@ -188,8 +209,12 @@ def mcp_result_text(result: Any) -> str:
 def _validate_arguments(tool: ToolSpec, arguments: dict[str, Any]) -> None:
     import jsonschema
 
-    schema = {"type": "object", "properties": tool.parameters, "required": list(tool.required),
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": tool.parameters,
+        "required": list(tool.required),
+        "additionalProperties": False,
+    }
     try:
         jsonschema.validate(arguments, schema)
     except jsonschema.ValidationError as exc:
@@ -212,8 +237,9 @@ class OpenEnvEpisode:
     _live: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
     def __init__(self) -> None:
-        self._session = Session(self.info.url, connect_timeout_s=min(self.timeout_s, 30.0),
-                                message_timeout_s=self.timeout_s)
+        self._session = Session(
+            self.info.url, connect_timeout_s=min(self.timeout_s, 30.0), message_timeout_s=self.timeout_s
+        )
         type(self)._live.add(self)
         self._session.open_checked()  # a refused session (at capacity) fails here, clearly
         self._unreachable: str | None = None
@@ -270,8 +296,11 @@ class OpenEnvEpisode:
             why = f" ({self.failed})" if self.failed else ""
             raise EnvironmentActionError(f"The episode is over{why}; no more actions are accepted.")
         _validate_arguments(tool, arguments)
-        payload = ({"type": "call_tool", "tool_name": tool.name, "arguments": arguments}
-                   if self.info.kind == "mcp" else arguments)
+        payload = (
+            {"type": "call_tool", "tool_name": tool.name, "arguments": arguments}
+            if self.info.kind == "mcp"
+            else arguments
+        )
         try:
             outcome = self._session.step(payload)
         except ConnectionLost as exc:
@@ -299,8 +328,13 @@ class OpenEnvEpisode:
         if error:
             message = error.get("message", error) if isinstance(error, dict) else error
             raise EnvironmentActionError(str(message))
-        text = observation_text(outcome.observation, previous=self._previous, reward=outcome.reward, done=outcome.done,
-                                template=self.observation_template)
+        text = observation_text(
+            outcome.observation,
+            previous=self._previous,
+            reward=outcome.reward,
+            done=outcome.done,
+            template=self.observation_template,
+        )
         self._previous = outcome.observation
         return text
 
@@ -380,17 +414,27 @@ def class_name(env_name: str) -> str:
     return base if base.endswith("Env") else base + "Env"
 
 
-def environment_class(info: EnvironmentInfo, *, reward_mode: RewardMode = "success", timeout_s: float = 60.0,
-                      name: str | None = None, observation_template: str | None = None) -> type[OpenEnvEpisode]:
+def environment_class(
+    info: EnvironmentInfo,
+    *,
+    reward_mode: RewardMode = "success",
+    timeout_s: float = 60.0,
+    name: str | None = None,
+    observation_template: str | None = None,
+) -> type[OpenEnvEpisode]:
     """A class for ``environment_factory``: no-argument constructor, ``reset``, one method per tool, ``get_reward``.
 
     TRL names the environment's reward column after the class, so the class is named after the environment.
     """
     reserved = {"reset", "get_reward"} | set(dir(OpenEnvEpisode))
-    members: dict[str, Any] = {"info": info, "reward_mode": reward_mode, "timeout_s": timeout_s,
-                               "observation_template": observation_template,
-                               "_live": weakref.WeakSet(),
-                               "__doc__": info.description or f"The {info.name} environment."}
+    members: dict[str, Any] = {
+        "info": info,
+        "reward_mode": reward_mode,
+        "timeout_s": timeout_s,
+        "observation_template": observation_template,
+        "_live": weakref.WeakSet(),
+        "__doc__": info.description or f"The {info.name} environment.",
+    }
     for tool in info.tools:
         if tool.name in reserved or tool.name.startswith("_") or not _IDENTIFIER.match(tool.name):
             raise EnvironmentUnavailable(f"the environment's tool name {tool.name!r} cannot be used as a tool method")
@@ -416,16 +460,22 @@ def check_sessions(url: str, needed: int, *, timeout_s: float = 10.0, least: int
     allowed = probe_capacity(url, needed, timeout_s=timeout_s)
     if allowed >= needed:
         return
-    more = ("run your own copy with more sessions (duplicate the Space and raise max_concurrent_envs in the "
-            "create_app call of its server/app.py, or the MAX_CONCURRENT_ENVS variable where the server reads one; "
-            "openenv starts more than one session only for an environment class that declares "
-            "SUPPORTS_CONCURRENT_SESSIONS = True, which is right when each instance keeps its own state)")
+    more = (
+        "run your own copy with more sessions (duplicate the Space and raise max_concurrent_envs in the "
+        "create_app call of its server/app.py, or the MAX_CONCURRENT_ENVS variable where the server reads one; "
+        "openenv starts more than one session only for an environment class that declares "
+        "SUPPORTS_CONCURRENT_SESSIONS = True, which is right when each instance keeps its own state)"
+    )
     if allowed < least:
-        advice = (f"GRPO plays at least {least} episodes at once (one per completion of a prompt), so no batch "
-                  f"size fits: {more}")
+        advice = (
+            f"GRPO plays at least {least} episodes at once (one per completion of a prompt), so no batch "
+            f"size fits: {more}"
+        )
     else:
-        advice = (f"{more}, or lower the batch size x gradient accumulation to at most {allowed} (a multiple of "
-                  f"num_generations)")
+        advice = (
+            f"{more}, or lower the batch size x gradient accumulation to at most {allowed} (a multiple of "
+            f"num_generations)"
+        )
     raise EnvironmentUnavailable(
         f"the environment at {url} accepted only {allowed} concurrent session(s), but this job runs {needed} "
         f"episodes at once (per-device batch x gradient accumulation). To train on it, {advice}."

@@ -100,9 +100,7 @@ class ArithmeticEnvironment(ServedEnvironment, Environment[ArithmeticAction, Ari
         s = self._state
         return f"What is {s.a} {s.op} {s.b}?"
 
-    def step(
-        self, action: ArithmeticAction, timeout_s: float | None = None, **kwargs: Any
-    ) -> ArithmeticObservation:
+    def step(self, action: ArithmeticAction, timeout_s: float | None = None, **kwargs: Any) -> ArithmeticObservation:
         """Check one answer."""
         state = self._state
         if not state.started:
@@ -127,8 +125,14 @@ class ArithmeticEnvironment(ServedEnvironment, Environment[ArithmeticAction, Ari
             done=state.done,
         )
 
-SERVER = EnvironmentServer(ArithmeticEnvironment, ArithmeticAction, ArithmeticObservation, ArithmeticState,
-                           "Serve the arithmetic OpenEnv environment (typed action: submit_answer).")
+
+SERVER = EnvironmentServer(
+    ArithmeticEnvironment,
+    ArithmeticAction,
+    ArithmeticObservation,
+    ArithmeticState,
+    "Serve the arithmetic OpenEnv environment (typed action: submit_answer).",
+)
 build_app, main, __getattr__ = SERVER.build_app, SERVER.main, SERVER.module_getattr(__name__)
 
 if __name__ == "__main__":

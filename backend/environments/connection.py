@@ -13,8 +13,8 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from backend.hub import hub_endpoint
 from backend.spec import remote_environment_problem
@@ -109,6 +109,7 @@ def get_json(url: str, path: str, timeout_s: float = 10.0) -> Any:
 @dataclass
 class StepOutcome:
     """One answer of an environment: the observation, its reward (if any) and whether the episode is done."""
+
     observation: dict[str, Any]
     reward: float | None
     done: bool
@@ -129,21 +130,25 @@ class Session:
         """Whether a session is open."""
         return self._ws is not None
 
-    def connect(self) -> "Session":
+    def connect(self) -> Session:
         """Open (or reopen) the WebSocket session; EnvironmentUnavailable if the server cannot be reached."""
         from websockets.sync.client import connect
 
         self.close()
         try:
             self._ws = connect(
-                self.ws_url, open_timeout=self.connect_timeout_s, additional_headers=auth_headers(self.url),
-                max_size=64 * 1024 * 1024, proxy=None, close_timeout=2.0,  # not 10 s when the server stalls
+                self.ws_url,
+                open_timeout=self.connect_timeout_s,
+                additional_headers=auth_headers(self.url),
+                max_size=64 * 1024 * 1024,
+                proxy=None,
+                close_timeout=2.0,  # not 10 s when the server stalls
             )
         except Exception as exc:  # noqa: BLE001 - every way a connect fails means the same to the caller
             raise EnvironmentUnavailable(f"cannot open a session with the environment at {self.url} ({exc})") from exc
         return self
 
-    def open_checked(self) -> "Session":
+    def open_checked(self) -> Session:
         """Connect and make sure the server kept the session: a server at capacity refuses it here (CapacityError).
         A server that answers the check with "not initialized, call reset() first" has kept it all the same."""
         self.connect()

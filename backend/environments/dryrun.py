@@ -16,8 +16,14 @@ from backend.inference import load_for_inference
 from backend.spec import JobSpec, SpecError
 
 
-def dry_run(spec: JobSpec, models_dir: Path, adapter_dir: Path | None = None, row: int = 0,
-            seed: int | None = None, uploads_dir: Path | None = None) -> Episode:
+def dry_run(
+    spec: JobSpec,
+    models_dir: Path,
+    adapter_dir: Path | None = None,
+    row: int = 0,
+    seed: int | None = None,
+    uploads_dir: Path | None = None,
+) -> Episode:
     """Play one episode on dataset row ``row`` (the job's own data, every column passed to the environment).
 
     ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``)."""
@@ -31,7 +37,11 @@ def dry_run(spec: JobSpec, models_dir: Path, adapter_dir: Path | None = None, ro
         episode_env = environment.factory()
         try:
             return play_episode(
-                model, tokenizer, episode_env, dataset[row], EpisodeSettings.from_spec(spec),
+                model,
+                tokenizer,
+                episode_env,
+                dataset[row],
+                EpisodeSettings.from_spec(spec),
                 spec.training.seed if seed is None else seed,
             )
         finally:

@@ -130,9 +130,15 @@ class EchoEnvironment(ServedEnvironment, MCPEnvironment):
             f"got {type(action).__name__}"
         )
 
-SERVER = EnvironmentServer(EchoEnvironment, CallToolAction, CallToolObservation, EchoState,
-                           "Serve the echo OpenEnv environment (MCP tool echo_message).",
-                           reset_observation=EchoObservation)
+
+SERVER = EnvironmentServer(
+    EchoEnvironment,
+    CallToolAction,
+    CallToolObservation,
+    EchoState,
+    "Serve the echo OpenEnv environment (MCP tool echo_message).",
+    reset_observation=EchoObservation,
+)
 build_app, main, __getattr__ = SERVER.build_app, SERVER.main, SERVER.module_getattr(__name__)
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from backend.environments.adapter import OpenEnvEpisode, episode_reward, tool_me
 @dataclass
 class Episode:
     """One played episode: the conversation, its reward and success, tool-call counts and why it stopped."""
+
     messages: list[dict[str, Any]]  # the prompt (with the reset observation) and every turn after it
     prompt_messages: int  # how many of ``messages`` are the prompt
     reward: float
@@ -31,7 +32,7 @@ class Episode:
     @property
     def turns(self) -> list[dict[str, Any]]:
         """The messages after the prompt: the model's turns and the tools' answers."""
-        return self.messages[self.prompt_messages:]
+        return self.messages[self.prompt_messages :]
 
     def to_dict(self) -> dict[str, Any]:
         """The episode as plain JSON-ready data."""
@@ -64,6 +65,7 @@ class Episode:
 @dataclass
 class EpisodeSettings:
     """How an episode is sampled: token and turn budgets, temperature, top-p and chat-template options."""
+
     max_completion_length: int
     max_iterations: int
     temperature: float = 1.0
@@ -77,12 +79,13 @@ class EpisodeSettings:
         return {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
 
     @classmethod
-    def from_spec(cls, spec) -> "EpisodeSettings":
+    def from_spec(cls, spec) -> EpisodeSettings:
         """The settings a GRPO job's spec asks for."""
         g = spec.grpo
         kwargs = {"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else {}
-        return cls(g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p,
-                   kwargs)
+        return cls(
+            g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p, kwargs
+        )
 
 
 def opening_messages(environment: OpenEnvEpisode, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,7 +101,11 @@ def opening_messages(environment: OpenEnvEpisode, row: dict[str, Any]) -> list[d
 
 def _render(tokenizer, messages, tools, settings: EpisodeSettings) -> list[int]:
     ids = tokenizer.apply_chat_template(
-        messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=True,
+        messages,
+        tools=tools or None,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
         **settings.chat_template_kwargs,
     )["input_ids"]
     return list(ids[0]) if ids and isinstance(ids[0], list) else list(ids)
@@ -121,6 +128,7 @@ def _call_tool(tools: dict[str, Any], call: dict[str, Any]) -> tuple[str, Any, b
 @dataclass
 class _Play:
     """One episode in progress: its environment, conversation, tools and token count so far."""
+
     environment: OpenEnvEpisode
     messages: list[dict[str, Any]]
     prompt_messages: int
@@ -140,8 +148,9 @@ class _Play:
         return settings.max_completion_length - (len(self.prompt_ids) - self.start)
 
 
-def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, settings: EpisodeSettings
-              ) -> list[list[int]]:
+def _generate(
+    model, tokenizer, prompts: list[list[int]], max_new_tokens: int, settings: EpisodeSettings
+) -> list[list[int]]:
     """One batched ``generate`` over left-padded prompts: each row's new tokens, cut after its end-of-turn token."""
     import torch
 
@@ -150,12 +159,18 @@ def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, s
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=model.device)
     with torch.no_grad():
-        out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                             **settings.sampling(), pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            **settings.sampling(),
+            pad_token_id=pad,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     completions = []
     for row in out[:, width:].tolist():
         if tokenizer.eos_token_id in row:
-            row = row[:row.index(tokenizer.eos_token_id) + 1]
+            row = row[: row.index(tokenizer.eos_token_id) + 1]
         completions.append(row)
     return completions
 
@@ -165,7 +180,7 @@ def _take_turn(play: _Play, completion: list[int], tokenizer, settings: EpisodeS
     whether the episode goes on."""
     from trl.chat_template_utils import parse_response
 
-    completion = completion[:max(play.budget(settings), 0)]
+    completion = completion[: max(play.budget(settings), 0)]
     play.used = len(play.prompt_ids) - play.start + len(completion)
     parsed = parse_response(tokenizer, completion, prefix=play.prompt_ids, tools=play.methods)
     play.messages.append(parsed)
@@ -197,14 +212,27 @@ def _finish(play: _Play) -> Episode:
     environment = play.environment
     success = episode_reward(environment.rewards, environment.done, environment.failed, "success") > 0
     return Episode(
-        messages=play.messages, prompt_messages=play.prompt_messages, reward=environment.get_reward(),
-        success=success, done=environment.done, tool_calls=play.calls, tool_failures=play.failures,
-        completion_tokens=play.used, stop_reason=play.stop_reason, seed=play.seed,
+        messages=play.messages,
+        prompt_messages=play.prompt_messages,
+        reward=environment.get_reward(),
+        success=success,
+        done=environment.done,
+        tool_calls=play.calls,
+        tool_failures=play.failures,
+        completion_tokens=play.used,
+        stop_reason=play.stop_reason,
+        seed=play.seed,
     )
 
 
-def play_episodes(model, tokenizer, environments: list[OpenEnvEpisode], rows: list[dict[str, Any]],
-                  settings: EpisodeSettings, seeds: list[int]) -> list[Episode]:
+def play_episodes(
+    model,
+    tokenizer,
+    environments: list[OpenEnvEpisode],
+    rows: list[dict[str, Any]],
+    settings: EpisodeSettings,
+    seeds: list[int],
+) -> list[Episode]:
     """Episodes of ``model``, one per (environment session, dataset row), played side by side: each round of model
     turns is one batched ``generate`` over every episode still going (left-padded), so N episodes cost about as many
     ``generate`` calls as one. Sampling is seeded once, with the first seed."""
@@ -226,22 +254,37 @@ def play_episodes(model, tokenizer, environments: list[OpenEnvEpisode], rows: li
         going = [play for play in plays if not play.over]
         if not going:
             break
-        completions = _generate(model, tokenizer, [play.prompt_ids for play in going],
-                                max(play.budget(settings) for play in going), settings)
+        completions = _generate(
+            model,
+            tokenizer,
+            [play.prompt_ids for play in going],
+            max(play.budget(settings) for play in going),
+            settings,
+        )
         for play, completion in zip(going, completions):
             _take_turn(play, completion, tokenizer, settings)
     return [_finish(play) for play in plays]
 
 
-def play_episode(model, tokenizer, environment: OpenEnvEpisode, row: dict[str, Any], settings: EpisodeSettings,
-                 seed: int) -> Episode:
+def play_episode(
+    model, tokenizer, environment: OpenEnvEpisode, row: dict[str, Any], settings: EpisodeSettings, seed: int
+) -> Episode:
     """One episode of ``model`` in ``environment`` starting from dataset ``row``."""
     return play_episodes(model, tokenizer, [environment], [row], settings, [seed])[0]
 
 
-def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[dict[str, Any]],
-                  settings: EpisodeSettings, episodes: int, seed: int, compare_base: bool = True,
-                  start_adapter: str | None = None, sessions: int = 1) -> dict[str, Any]:
+def success_rates(
+    model,
+    tokenizer,
+    factory: type[OpenEnvEpisode],
+    rows: list[dict[str, Any]],
+    settings: EpisodeSettings,
+    episodes: int,
+    seed: int,
+    compare_base: bool = True,
+    start_adapter: str | None = None,
+    sessions: int = 1,
+) -> dict[str, Any]:
     """Success rate and mean reward of the tuned model, of where a staged job started (``start_adapter``, the parent's
     adapter loaded beside the tuned one) and of the base (adapter switched off), over the same episodes.
 
@@ -262,8 +305,14 @@ def success_rates(model, tokenizer, factory: type[OpenEnvEpisode], rows: list[di
             played: list[Episode] = []
             for first in range(0, episodes, len(environments)):
                 numbers = range(first, min(first + len(environments), episodes))
-                played += play_episodes(model, tokenizer, environments[:len(numbers)],
-                                        [rows[i % len(rows)] for i in numbers], settings, [seed + i for i in numbers])
+                played += play_episodes(
+                    model,
+                    tokenizer,
+                    environments[: len(numbers)],
+                    [rows[i % len(rows)] for i in numbers],
+                    settings,
+                    [seed + i for i in numbers],
+                )
             successes[side] = [float(e.success) for e in played]
             return {
                 "success_rate": sum(e.success for e in played) / len(played),

@@ -85,7 +85,7 @@ class RunningEnvironment:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:]) or "(the log is empty)"
 
-    def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.1) -> "RunningEnvironment":
+    def wait_until_ready(self, timeout_s: float = 60.0, poll_s: float = 0.1) -> RunningEnvironment:
         """Block until ``/health`` answers; on exit or timeout stop the server and raise EnvironmentStartError."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -126,7 +126,7 @@ class RunningEnvironment:
             shutil.rmtree(self.owned_log_dir, ignore_errors=True)
             self.owned_log_dir = None
 
-    def __enter__(self) -> "RunningEnvironment":
+    def __enter__(self) -> RunningEnvironment:
         return self
 
     def __exit__(
@@ -163,8 +163,14 @@ def start_server_process(
     command = [*argv, "--port", str(port)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
     running = RunningEnvironment(
         name=name, url=f"http://{HOST}:{port}", process=process, log_path=log_path, owned_log_dir=owned

@@ -61,9 +61,9 @@ def _new_part(value: Any, before: Any) -> Any:
     [{'id': 1, 'log': 'then y'}]
     """
     if isinstance(value, list) and isinstance(before, list) and before:
-        if value[:len(before)] == before:
+        if value[: len(before)] == before:
             if len(value) > len(before):
-                return value[len(before):]
+                return value[len(before) :]
             return f"(unchanged, {len(value)} items)" if len(value) > 10 else value
         if len(value) == len(before) and value[:-1] == before[:-1]:
             last = _new_part(value[-1], before[-1])
@@ -73,7 +73,7 @@ def _new_part(value: Any, before: Any) -> Any:
         parts = {key: _new_part(item, before[key]) for key, item in value.items()}
         return parts if any(parts[key] is not value[key] for key in value) else value
     if isinstance(value, str) and isinstance(before, str) and len(before) > 40 and value.startswith(before):
-        return value[len(before):].lstrip("\n")
+        return value[len(before) :].lstrip("\n")
     return value
 
 
@@ -84,8 +84,11 @@ def _feedback(observation: dict[str, Any], previous: dict[str, Any], reward: flo
         # Scalars (messages, flags) and lists (a maze some servers keep here); dicts are bookkeeping. A history kept
         # here is shown by its new part, as the observation's own fields are.
         before = previous.get("metadata") if isinstance(previous.get("metadata"), dict) else {}
-        shown = {key: _new_part(value, before.get(key)) for key, value in metadata.items()
-                 if _scalar(value) or isinstance(value, list)}
+        shown = {
+            key: _new_part(value, before.get(key))
+            for key, value in metadata.items()
+            if _scalar(value) or isinstance(value, list)
+        }
         lines += [_labelled(key, render_value(value)) for key, value in shown.items() if not _empty(value)]
     if reward is not None:
         lines.append(f"reward: {reward:g}")
@@ -94,8 +97,14 @@ def _feedback(observation: dict[str, Any], previous: dict[str, Any], reward: flo
     return lines
 
 
-def observation_text(observation: dict[str, Any], *, previous: dict[str, Any] | None = None,
-                     reward: float | None = None, done: bool = False, template: str | None = None) -> str:
+def observation_text(
+    observation: dict[str, Any],
+    *,
+    previous: dict[str, Any] | None = None,
+    reward: float | None = None,
+    done: bool = False,
+    template: str | None = None,
+) -> str:
     """The text for one observation (see the module's docstring); ``previous`` is the episode's last one.
 
     >>> print(observation_text({"board": [[0, 1], [1, 0]], "history": ["a", "b", "c"], "legal": [],
@@ -109,8 +118,9 @@ def observation_text(observation: dict[str, Any], *, previous: dict[str, Any] | 
     reward: 0
     """
     previous = previous or {}
-    fields = {key: _new_part(value, previous.get(key)) for key, value in observation.items()
-              if key not in _FEEDBACK_KEYS}
+    fields = {
+        key: _new_part(value, previous.get(key)) for key, value in observation.items() if key not in _FEEDBACK_KEYS
+    }
     fields = {key: value for key, value in fields.items() if not _empty(value)}
     if template:
         body = render_template(template, observation)
@@ -134,6 +144,5 @@ def render_template(template: str, observation: dict[str, Any]) -> str:
     """``template`` filled with the observation's fields rendered as text (a missing field is empty)."""
     values = _Fields({key: render_value(value) for key, value in observation.items() if key != "metadata"})
     if isinstance(observation.get("metadata"), dict):
-        values.update({key: render_value(value) for key, value in observation["metadata"].items()
-                       if key not in values})
+        values.update({key: render_value(value) for key, value in observation["metadata"].items() if key not in values})
     return template.format_map(values).strip()

@@ -18,6 +18,7 @@ from backend.environments.connection import EnvironmentActionError
 @dataclass(frozen=True)
 class RewardProbe:
     """What random valid actions got from an environment: episodes, actions carried out, answers rewarded."""
+
     episodes: int
     actions: int  # tool calls the server carried out (an MCP tool's error counts; a typed server's refusal does not)
     rewarded: int  # answers that carried a reward value (0.0 counts)
@@ -26,9 +27,11 @@ class RewardProbe:
         """A warning when no action was ever rewarded (GRPO would have nothing to learn), else None."""
         if self.actions == 0 or self.rewarded:
             return None
-        return (f"{name} gave no reward for any of {self.actions} random valid actions in {self.episodes} "
-                f"episode(s): GRPO learns only from reward differences, so if it never rewards, training has "
-                f"nothing to learn from. Check in a dry run that an episode can earn a reward")
+        return (
+            f"{name} gave no reward for any of {self.actions} random valid actions in {self.episodes} "
+            f"episode(s): GRPO learns only from reward differences, so if it never rewards, training has "
+            f"nothing to learn from. Check in a dry run that an episode can earn a reward"
+        )
 
 
 def random_value(prop: dict[str, Any], rng: random.Random) -> Any:
@@ -64,8 +67,9 @@ def random_arguments(tool: ToolSpec, rng: random.Random) -> dict[str, Any]:
     return {name: random_value(tool.parameters[name], rng) for name in tool.required if name in tool.parameters}
 
 
-def probe_rewards(info: EnvironmentInfo, *, episodes: int = 2, actions_per_episode: int = 4, seed: int = 0,
-                  timeout_s: float = 15.0) -> RewardProbe:
+def probe_rewards(
+    info: EnvironmentInfo, *, episodes: int = 2, actions_per_episode: int = 4, seed: int = 0, timeout_s: float = 15.0
+) -> RewardProbe:
     """Play ``episodes`` short episodes of random valid calls on one session and count the answers with a reward."""
     rng = random.Random(seed)
     environment = environment_class(info, timeout_s=timeout_s)()

@@ -58,8 +58,10 @@ BUILTIN_ENVIRONMENTS: dict[str, BuiltinEnvironment] = {
 
 # The spec validates names against its own list (it imports nothing above it): the two must say the same.
 if tuple(BUILTIN_ENVIRONMENTS) != BUILTIN_ENVIRONMENT_NAMES:
-    raise RuntimeError(f"backend.spec.BUILTIN_ENVIRONMENT_NAMES {BUILTIN_ENVIRONMENT_NAMES} must list the built-in "
-                       f"environments of this registry in order: {tuple(BUILTIN_ENVIRONMENTS)}")
+    raise RuntimeError(
+        f"backend.spec.BUILTIN_ENVIRONMENT_NAMES {BUILTIN_ENVIRONMENT_NAMES} must list the built-in "
+        f"environments of this registry in order: {tuple(BUILTIN_ENVIRONMENTS)}"
+    )
 
 
 def builtin_environment(name: str) -> BuiltinEnvironment:

@@ -4,9 +4,9 @@ hold the job's concurrent episodes, and hand back the class for TRL's ``environm
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from backend.environments.adapter import EnvironmentInfo, OpenEnvEpisode, check_sessions, describe, environment_class
 from backend.environments.connection import resolve_url
@@ -23,6 +23,7 @@ REMOTE_TOKENS_PER_TURN = 64
 @dataclass
 class ActiveEnvironment:
     """The environment a job trains against: its description, episode class, and the built-in server if any."""
+
     info: EnvironmentInfo
     factory: type[OpenEnvEpisode]
     builtin: BuiltinEnvironment | None
@@ -87,16 +88,25 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
 
             server = start_builtin(builtin.name, max_sessions=max(64, needed + 2))
             url = server.url
-            log.info("started built-in environment %s at %s (pid %d, under %s)", builtin.name, url, server.pid,
-                     server.process.args[0])
+            log.info(
+                "started built-in environment %s at %s (pid %d, under %s)",
+                builtin.name,
+                url,
+                server.pid,
+                server.process.args[0],
+            )
         else:
             url = resolve_url(env_spec.name)
         info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))
-        check_sessions(url, needed, timeout_s=min(env_spec.timeout_s, 30.0),
-                       least=min(needed, spec.grpo.num_generations))
+        check_sessions(
+            url, needed, timeout_s=min(env_spec.timeout_s, 30.0), least=min(needed, spec.grpo.num_generations)
+        )
         log.info("environment: %s; %d concurrent sessions available", info.summary(), needed)
         factory = environment_class(
-            info, reward_mode=env_spec.reward, timeout_s=env_spec.timeout_s, name=reward_name(env_spec, info),
+            info,
+            reward_mode=env_spec.reward,
+            timeout_s=env_spec.timeout_s,
+            name=reward_name(env_spec, info),
             observation_template=env_spec.observation_template,
         )
         yield ActiveEnvironment(info=info, factory=factory, builtin=builtin, server_pid=server.pid if server else None)

@@ -15,10 +15,18 @@ import typing
 from typing import Any, Literal
 
 _JSON_TYPES: dict[str, type] = {
-    "string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict,
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
 }
-_SECTION = re.compile(r"^\s*(Attributes|Args|Arguments|Parameters|Fields|Returns|Raises|Yields|Examples?|Notes?)"
-                      r"\s*:\s*$", re.IGNORECASE)
+_SECTION = re.compile(
+    r"^\s*(Attributes|Args|Arguments|Parameters|Fields|Returns|Raises|Yields|Examples?|Notes?)"
+    r"\s*:\s*$",
+    re.IGNORECASE,
+)
 _ENTRY = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _DESCRIBED_SECTIONS = {"attributes", "args", "arguments", "parameters", "fields"}
 
@@ -52,8 +60,12 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
                 seen = seen | {key}
             else:
                 node.setdefault("type", "object")
-        return {k: (walk(v, seen) if k != "properties" else {p: walk(s, seen) for p, s in v.items()})
-                if isinstance(v, (dict, list)) else v for k, v in node.items()}
+        return {
+            k: (walk(v, seen) if k != "properties" else {p: walk(s, seen) for p, s in v.items()})
+            if isinstance(v, (dict, list))
+            else v
+            for k, v in node.items()
+        }
 
     return walk(schema, frozenset())
 
@@ -108,7 +120,7 @@ def python_type(prop: dict[str, Any]) -> Any:
     if options:
         kinds = [o for o in options if o.get("type") != "null"]
         inner = python_type(kinds[0]) if len(kinds) == 1 else Any
-        return typing.Optional[inner] if len(kinds) < len(options) else inner
+        return typing.Optional[inner] if len(kinds) < len(options) else inner  # noqa: UP045 - a value built at run time
     json_type = prop.get("type")
     if isinstance(json_type, list):
         json_type = next((t for t in json_type if t != "null"), "string")
@@ -127,8 +139,9 @@ def argument_text(name: str, prop: dict[str, Any]) -> str:
     fields = prop.get("properties")
     if isinstance(fields, dict) and fields:
         required = set(prop.get("required") or ())
-        parts = [f"{field} ({field_type(sub)}{', required' if field in required else ''})"
-                 for field, sub in fields.items()]
+        parts = [
+            f"{field} ({field_type(sub)}{', required' if field in required else ''})" for field, sub in fields.items()
+        ]
         text = f"{text.rstrip(' .')}. An object with: {'; '.join(parts)}."
     return text
 

@@ -55,7 +55,7 @@ def parse_server_args(description: str, argv: Sequence[str] | None = None) -> ar
     return args
 
 
-def serve(build_app: Callable[[int], "FastAPI"], description: str, argv: Sequence[str] | None = None) -> None:
+def serve(build_app: Callable[[int], FastAPI], description: str, argv: Sequence[str] | None = None) -> None:
     """Build the app with the requested session limit and serve it with uvicorn until stopped (SIGTERM/Ctrl-C)."""
     import uvicorn
 
@@ -97,13 +97,20 @@ class EnvironmentServer:
     usage: str  # the command line's description
     reset_observation: type | None = None  # when reset answers with another observation type than step
 
-    def build_app(self, max_sessions: int = DEFAULT_MAX_SESSIONS) -> "FastAPI":
+    def build_app(self, max_sessions: int = DEFAULT_MAX_SESSIONS) -> FastAPI:
         """The server's FastAPI app, allowing ``max_sessions`` simultaneous WebSocket sessions."""
         from openenv.core.env_server import create_app
 
         extra = {"reset_observation_cls": self.reset_observation} if self.reset_observation else {}
-        return create_app(self.environment, self.action, self.observation, env_name=self.environment.NAME,
-                          max_concurrent_envs=max_sessions, state_cls=self.state, **extra)
+        return create_app(
+            self.environment,
+            self.action,
+            self.observation,
+            env_name=self.environment.NAME,
+            max_concurrent_envs=max_sessions,
+            state_cls=self.state,
+            **extra,
+        )
 
     def module_getattr(self, module: str) -> Callable[[str], Any]:
         """The server module's ``__getattr__``: ``app`` is built on first access (``uvicorn <module>:app``), not at

@@ -38,6 +38,7 @@ CLOSING = "Done."
 @dataclass(frozen=True)
 class Demonstrations:
     """Tool-call demonstrations for an SFT warm-up: the rows, how many were rewarded or refused, the tools."""
+
     rows: list[dict[str, Any]]
     rewarded: int  # demonstrations whose call earned a positive reward
     refused: int  # candidate calls the environment refused (not used)
@@ -45,8 +46,7 @@ class Demonstrations:
 
     def summary(self) -> str:
         """The demonstrations in one line, for the log and the UI."""
-        return (f"{len(self.rows)} demonstration episodes of {', '.join(self.tools)} "
-                f"({self.rewarded} earned a reward)")
+        return f"{len(self.rows)} demonstration episodes of {', '.join(self.tools)} ({self.rewarded} earned a reward)"
 
 
 def _fits(value: Any, prop: dict[str, Any]) -> bool:
@@ -54,9 +54,12 @@ def _fits(value: Any, prop: dict[str, Any]) -> bool:
         return value in prop["enum"]
     kind = prop.get("type")
     kinds = kind if isinstance(kind, list) else [kind]
-    checks = {"string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}
+    checks = {
+        "string": lambda v: isinstance(v, str),
+        "boolean": lambda v: isinstance(v, bool),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    }
     return any(checks[k](value) for k in kinds if k in checks)
 
 
@@ -76,8 +79,9 @@ def candidate_arguments(tool: ToolSpec, row: dict[str, Any], rng: random.Random,
     return list(unique.values())[:count]
 
 
-def _play(environment: OpenEnvEpisode, row: dict[str, Any], tool: ToolSpec, arguments: dict[str, Any]
-          ) -> tuple[float, list[dict[str, Any]]] | None:
+def _play(
+    environment: OpenEnvEpisode, row: dict[str, Any], tool: ToolSpec, arguments: dict[str, Any]
+) -> tuple[float, list[dict[str, Any]]] | None:
     """One episode of one call: (summed reward, the conversation), or None when the environment refused the call."""
     messages = opening_messages(environment, row)  # as GRPO will see it
     try:
@@ -85,14 +89,17 @@ def _play(environment: OpenEnvEpisode, row: dict[str, Any], tool: ToolSpec, argu
     except EnvironmentActionError:
         return None
     call = {"type": "function", "function": {"name": tool.name, "arguments": arguments}}
-    messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
-                 {"role": "tool", "name": tool.name, "content": str(answer)},
-                 {"role": "assistant", "content": CLOSING}]
+    messages += [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": tool.name, "content": str(answer)},
+        {"role": "assistant", "content": CLOSING},
+    ]
     return sum(environment.rewards), messages
 
 
-def demonstrate(environment: OpenEnvEpisode, rows: list[dict[str, Any]], *, count: int = 32, tries: int = 4,
-                seed: int = 0) -> Demonstrations:
+def demonstrate(
+    environment: OpenEnvEpisode, rows: list[dict[str, Any]], *, count: int = 32, tries: int = 4, seed: int = 0
+) -> Demonstrations:
     """``count`` demonstrations over ``rows`` (cycled), each tool in turn, on one open session of ``environment``."""
     from transformers.utils import get_json_schema
 
@@ -119,7 +126,8 @@ def demonstrate(environment: OpenEnvEpisode, rows: list[dict[str, Any]], *, coun
             out.append({"messages": best[1], "tools": schemas})
     if not out:
         raise EnvironmentActionError(
-            f"the environment refused every one of {refused} schema-valid calls, so no demonstration could be written")
+            f"the environment refused every one of {refused} schema-valid calls, so no demonstration could be written"
+        )
     return Demonstrations(rows=out, rewarded=rewarded, refused=refused, tools=tuple(t.name for t in tools))
 
 
@@ -131,26 +139,36 @@ WARMUP_EPOCHS = 2
 WARMUP_LEARNING_RATE = 2e-4
 
 
-def warmup_spec(spec: JobSpec, upload_id: str, rows: int, steps: int | None = None,
-                learning_rate: float | None = None) -> dict[str, Any]:
+def warmup_spec(
+    spec: JobSpec, upload_id: str, rows: int, steps: int | None = None, learning_rate: float | None = None
+) -> dict[str, Any]:
     """The SFT job that teaches ``spec``'s model the environment's tool calls from the demonstrations in
     ``upload_id``: same model, quantization, LoRA shape, batch and length as the GRPO job it comes before."""
     t = spec.training
     demo = is_builtin(spec.model.name_or_path)
-    default_steps = (DEMO_MODEL_WARMUP["max_steps"] if demo else
-                     max(10, math.ceil(WARMUP_EPOCHS * rows / (t.batch_or(4) * t.gradient_accumulation_steps))))
+    default_steps = (
+        DEMO_MODEL_WARMUP["max_steps"]
+        if demo
+        else max(10, math.ceil(WARMUP_EPOCHS * rows / (t.batch_or(4) * t.gradient_accumulation_steps)))
+    )
     name = spec.output.run_name or spec.environment.name or "environment"
     return {
-        "method": "sft", "owner": spec.owner,
-        "model": spec.model.model_dump(), "quantization": spec.quantization.model_dump(),
+        "method": "sft",
+        "owner": spec.owner,
+        "model": spec.model.model_dump(),
+        "quantization": spec.quantization.model_dump(),
         "lora": spec.lora.model_dump(),
         "dataset": {"source": "upload", "name": upload_id},
         "training": {
             "max_steps": steps or default_steps,
             "learning_rate": learning_rate or (DEMO_MODEL_WARMUP["learning_rate"] if demo else WARMUP_LEARNING_RATE),
-            "batch_size": t.batch_size, "gradient_accumulation_steps": t.gradient_accumulation_steps,
-            "max_length": t.max_length, "seed": t.seed, "save_steps": max(steps or default_steps, 50),
-            "gradient_checkpointing": t.gradient_checkpointing, "num_gpus": t.num_gpus,
+            "batch_size": t.batch_size,
+            "gradient_accumulation_steps": t.gradient_accumulation_steps,
+            "max_length": t.max_length,
+            "seed": t.seed,
+            "save_steps": max(steps or default_steps, 50),
+            "gradient_checkpointing": t.gradient_checkpointing,
+            "num_gpus": t.num_gpus,
         },
         "output": {"run_name": f"{name}-warm-up"[:96]},
     }

@@ -139,8 +139,14 @@ class WordleEnvironment(ServedEnvironment, Environment[WordleAction, WordleObser
             feedback=feedback, guesses_left=left, message=message, reward=1.0 if state.won else 0.0, done=state.done
         )
 
-SERVER = EnvironmentServer(WordleEnvironment, WordleAction, WordleObservation, WordleState,
-                           "Serve the Wordle OpenEnv environment (typed action: guess).")
+
+SERVER = EnvironmentServer(
+    WordleEnvironment,
+    WordleAction,
+    WordleObservation,
+    WordleState,
+    "Serve the Wordle OpenEnv environment (typed action: guess).",
+)
 build_app, main, __getattr__ = SERVER.build_app, SERVER.main, SERVER.module_getattr(__name__)
 
 if __name__ == "__main__":

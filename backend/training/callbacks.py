@@ -93,14 +93,19 @@ class StoreReportingCallback(TrainerCallback):
         rewards = {name: list(values) for name, values in logs["rewards"].items()}
         advantages = list(logs["advantages"])
         for i, (prompt, completion) in enumerate(zip(logs["prompt"], logs["completion"])):
-            self._pending_samples.append((step, {
-                "prompt": prompt,
-                "completion": completion,
-                "rewards": {
-                    name: _jsonable(values[i]) if i < len(values) else None for name, values in rewards.items()
-                },
-                "advantage": _jsonable(advantages[i]) if i < len(advantages) else None,
-            }))
+            self._pending_samples.append(
+                (
+                    step,
+                    {
+                        "prompt": prompt,
+                        "completion": completion,
+                        "rewards": {
+                            name: _jsonable(values[i]) if i < len(values) else None for name, values in rewards.items()
+                        },
+                        "advantage": _jsonable(advantages[i]) if i < len(advantages) else None,
+                    },
+                )
+            )
 
     def _should_stop(self) -> bool:
         now = time.monotonic()
@@ -131,17 +136,24 @@ class StoreReportingCallback(TrainerCallback):
                 control.should_training_stop = True
                 self.signal.stopped_early = True
                 if state.is_world_process_zero:
-                    log.warning("stopping early at step %d: %s (training.stop_when_no_signal)", state.global_step,
-                                self.signal.warning)
+                    log.warning(
+                        "stopping early at step %d: %s (training.stop_when_no_signal)",
+                        state.global_step,
+                        self.signal.warning,
+                    )
             elif state.is_world_process_zero:
                 log.warning("step %d: %s", state.global_step, self.signal.warning)
         elif warning_before is not None and self.signal.warning is None and state.is_world_process_zero:
-            log.info("step %d: the learning signal is back (some group's completions scored differently)",
-                     state.global_step)
+            log.info(
+                "step %d: the learning signal is back (some group's completions scored differently)", state.global_step
+            )
         # A warning appearing or clearing, and the first step with signal, are recorded at once; the count of steps
         # with signal at most every REPORT_EVERY_S (on_train_end records the last state).
-        if (self.signal.warning != warning_before or not signal_before
-                or time.monotonic() - self._last_signal_write >= REPORT_EVERY_S):
+        if (
+            self.signal.warning != warning_before
+            or not signal_before
+            or time.monotonic() - self._last_signal_write >= REPORT_EVERY_S
+        ):
             self._record_signal()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):

@@ -11,7 +11,6 @@ from backend.memory import checkpointing
 from backend.spec import JobSpec
 from backend.training import models
 
-
 AUTO_FIND_BATCH_START = 16
 
 
@@ -50,8 +49,9 @@ def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = N
         # Straight onto this process's GPU (its LOCAL_RANK under accelerate launch), as TRL loads a fresh model,
         # rather than onto the CPU and copied over afterwards.
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
-    base = AutoModelForCausalLM.from_pretrained(path, quantization_config=models.to_bnb_config(spec.quantization),
-                                                **kwargs)
+    base = AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=models.to_bnb_config(spec.quantization), **kwargs
+    )
     if spec.quantization.mode != "none":
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=checkpointing(spec))
     # Staged training continues the parent's adapter rather than stacking a new one on top.
@@ -101,6 +101,5 @@ def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
             # output_dir is the job's jobs/<id>/output (DataPaths.job_output): its parent names the job.
             kwargs.update(trackio_training_kwargs(spec.owner, Path(output_dir).parent.name, spec.output.run_name))
     if spec.model.parent_job_id is None:
-        kwargs["model_init_kwargs"] = models.model_init_kwargs(spec.model, spec.quantization,
-                                                               t.attn_implementation)
+        kwargs["model_init_kwargs"] = models.model_init_kwargs(spec.model, spec.quantization, t.attn_implementation)
     return kwargs

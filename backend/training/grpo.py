@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.evaluation import reward_scores
-from backend.preview import render_prompt_row
 from backend.learning import LearningMetric
+from backend.preview import render_prompt_row
 from backend.spec import JobSpec, Method, SpecError
 from backend.training.common import base_training_kwargs, load_policy
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
@@ -44,13 +44,22 @@ def vllm_settings(spec: JobSpec, available: bool | None = None) -> tuple[dict, s
     available = vllm_available() if available is None else available
     if not available:
         if mode == "on":
-            raise SpecError([f"grpo.use_vllm: vLLM needs a CUDA GPU and the vllm package in the trainer's environment "
-                             f"({VLLM_INSTALL}); set it to auto or off to generate with transformers"])
-        return {"use_vllm": False}, ("generation: transformers; vLLM colocate mode needs a CUDA GPU and the vllm "
-                                     f"package ({VLLM_INSTALL}), so generation is slower here")
+            raise SpecError(
+                [
+                    f"grpo.use_vllm: vLLM needs a CUDA GPU and the vllm package in the trainer's environment "
+                    f"({VLLM_INSTALL}); set it to auto or off to generate with transformers"
+                ]
+            )
+        return {"use_vllm": False}, (
+            "generation: transformers; vLLM colocate mode needs a CUDA GPU and the vllm "
+            f"package ({VLLM_INSTALL}), so generation is slower here"
+        )
     return (
-        {"use_vllm": True, "vllm_mode": "colocate",
-         "vllm_gpu_memory_utilization": spec.grpo.vllm_gpu_memory_utilization},
+        {
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "vllm_gpu_memory_utilization": spec.grpo.vllm_gpu_memory_utilization,
+        },
         f"generation: vLLM colocate mode, {spec.grpo.vllm_gpu_memory_utilization:.0%} of GPU memory",
     )
 
@@ -73,8 +82,9 @@ def grpo_config_kwargs(spec: JobSpec, dataset_format: str | None = None) -> dict
     return kwargs
 
 
-def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float],
-                   vllm_kwargs: dict | None = None) -> "GRPOConfig":
+def to_grpo_config(
+    spec: JobSpec, output_dir: Path, reward_weights: list[float], vllm_kwargs: dict | None = None
+) -> GRPOConfig:
     """The spec's settings, the reward weights and the generation engine's settings as TRL's GRPOConfig."""
     from trl import GRPOConfig
 
@@ -90,9 +100,14 @@ def to_grpo_config(spec: JobSpec, output_dir: Path, reward_weights: list[float],
 
 
 def build_grpo_trainer(
-    spec: JobSpec, output_dir: Path, models_dir: Path, callbacks: list, dataset: "Dataset",
-    parent_adapter: Path | None = None, environment: "ActiveEnvironment | None" = None,
-) -> "GRPOTrainer":
+    spec: JobSpec,
+    output_dir: Path,
+    models_dir: Path,
+    callbacks: list,
+    dataset: Dataset,
+    parent_adapter: Path | None = None,
+    environment: ActiveEnvironment | None = None,
+) -> GRPOTrainer:
     """The trainer; with an environment, TRL runs the multi-turn tool loop and adds the environment's reward."""
     from trl import GRPOTrainer
 
@@ -166,8 +181,10 @@ def cli_notes(spec: JobSpec) -> list[str]:
             "the TRL CLI cannot attach an environment: use GRPOTrainer(environment_factory=...) in a script."
         )
     if spec.grpo.use_vllm == "auto":
-        notes.append("generation: the app uses vLLM colocate mode when a CUDA GPU and vllm are present "
-                     "(use_vllm: true, vllm_mode: colocate).")
+        notes.append(
+            "generation: the app uses vLLM colocate mode when a CUDA GPU and vllm are present "
+            "(use_vllm: true, vllm_mode: colocate)."
+        )
     return notes
 
 
@@ -199,8 +216,15 @@ def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
 
 
 def _build(inputs: TrainerInputs):
-    return build_grpo_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
-                              inputs.parent_adapter, environment=inputs.environment)
+    return build_grpo_trainer(
+        inputs.spec,
+        inputs.output_dir,
+        inputs.models_dir,
+        inputs.callbacks,
+        inputs.dataset,
+        inputs.parent_adapter,
+        environment=inputs.environment,
+    )
 
 
 SUPPORT = MethodSupport(
@@ -214,9 +238,16 @@ SUPPORT = MethodSupport(
     learning_metrics=learning_metrics,
     render=render_prompt_row,
     card_rows=_card_rows,
-    form_fields=("grpo.num_generations", "grpo.max_completion_length", "grpo.temperature", "grpo.rewards",
-                 "environment.name", "environment.reward", "environment.max_tool_calling_iterations",
-                 "environment.eval_episodes"),
+    form_fields=(
+        "grpo.num_generations",
+        "grpo.max_completion_length",
+        "grpo.temperature",
+        "grpo.rewards",
+        "environment.name",
+        "environment.reward",
+        "environment.max_tool_calling_iterations",
+        "environment.eval_episodes",
+    ),
     plots=(("loss", "loss"), ("reward", "mean reward")),
     reference_model=lambda spec: spec.grpo.beta > 0,  # the KL term's reference; beta 0 (TRL's default) needs none
     generation=lambda spec: (spec.grpo.num_generations, spec.grpo.max_completion_length),
@@ -224,9 +255,24 @@ SUPPORT = MethodSupport(
     cli_extras=cli_extras,
     cli_notes=cli_notes,
     loss_unit="policy loss",
-    monitored=("reward", "reward_std", "kl", "completions/mean_length", "completions/min_length",
-               "completions/max_length", "frac_reward_zero_std", "completions/clipped_ratio", "tools/call_frequency",
-               "tools/failure_frequency"),
-    log_columns=(("reward", "reward"), ("reward_std", "reward std"), ("kl", "kl"),
-                 ("completions/mean_length", "length (tokens)"), ("loss", "loss"), ("learning_rate", "lr")),
+    monitored=(
+        "reward",
+        "reward_std",
+        "kl",
+        "completions/mean_length",
+        "completions/min_length",
+        "completions/max_length",
+        "frac_reward_zero_std",
+        "completions/clipped_ratio",
+        "tools/call_frequency",
+        "tools/failure_frequency",
+    ),
+    log_columns=(
+        ("reward", "reward"),
+        ("reward_std", "reward std"),
+        ("kl", "kl"),
+        ("completions/mean_length", "length (tokens)"),
+        ("loss", "loss"),
+        ("learning_rate", "lr"),
+    ),
 )

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.evaluation import PER_ROW, chunks, per_side, render_texts
+from backend.learning import LearningMetric
 from backend.mixed_batch import mixed_logprobs
 from backend.preview import render_sft_row
-from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, policy_trainer
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs, always
@@ -25,18 +25,22 @@ if TYPE_CHECKING:
 def kto_config_kwargs(spec: JobSpec, dataset_format: str | None = None) -> dict:
     """KTOConfig's method kwargs, for the trainer and the TRL CLI export alike."""
     k = spec.kto
-    return {"max_length": spec.training.max_length, "beta": k.beta, "desirable_weight": k.desirable_weight,
-            "undesirable_weight": k.undesirable_weight}
+    return {
+        "max_length": spec.training.max_length,
+        "beta": k.beta,
+        "desirable_weight": k.desirable_weight,
+        "undesirable_weight": k.undesirable_weight,
+    }
 
 
-def to_kto_config(spec: JobSpec, output_dir: Path) -> "KTOConfig":
+def to_kto_config(spec: JobSpec, output_dir: Path) -> KTOConfig:
     """Pure translation of the spec's settings into TRL's KTOConfig (the stable ``trl`` import, not experimental)."""
     from trl import KTOConfig
 
     return KTOConfig(**base_training_kwargs(spec, output_dir), **kto_config_kwargs(spec))
 
 
-def build_kto_trainer(inputs: TrainerInputs) -> "KTOTrainer":
+def build_kto_trainer(inputs: TrainerInputs) -> KTOTrainer:
     """The KTOTrainer; the reference is the policy with its adapter off (or the parent's frozen adapter)."""
     from trl import KTOTrainer
 
@@ -52,8 +56,11 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
     (desirable minus undesirable; KTO should raise it). Every side is scored in the same batches; a held-out set
     with one kind of label only has that kind's mean."""
     model, tokenizer = trainer.model, trainer.processing_class
-    items = [(side, render_texts(tokenizer, row["prompt"], row["completion"]), bool(row["label"]))
-             for row in rows for side in sides]
+    items = [
+        (side, render_texts(tokenizer, row["prompt"], row["completion"]), bool(row["label"]))
+        for row in rows
+        for side in sides
+    ]
     logprobs: list[float] = []
     for chunk in chunks(items):
         logprobs += mixed_logprobs(model, tokenizer, [text for _, text, _ in chunk], [side for side, _, _ in chunk])
@@ -62,8 +69,11 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
     for side, values in scored.items():
         good = _mean([lp for label, lp in values if label])
         bad = _mean([lp for label, lp in values if not label])
-        row = {"desirable_logprob": good, "undesirable_logprob": bad,
-               "logprob_margin": good - bad if good is not None and bad is not None else None}
+        row = {
+            "desirable_logprob": good,
+            "undesirable_logprob": bad,
+            "logprob_margin": good - bad if good is not None and bad is not None else None,
+        }
         scores[side] = {name: value for name, value in row.items() if value is not None}
         scores[side][PER_ROW] = {"logprob": [lp for _, lp in values], "groups": [float(label) for label, _ in values]}
     return scores
@@ -82,8 +92,9 @@ SUPPORT = MethodSupport(
     config_kwargs=kto_config_kwargs,
     build_trainer=build_kto_trainer,
     evaluate=feedback_scores,
-    learning_metrics=lambda spec: (LearningMetric("logprob", "held-out desirable - undesirable log-prob gap",
-                                                  grouped=True),),
+    learning_metrics=lambda spec: (
+        LearningMetric("logprob", "held-out desirable - undesirable log-prob gap", grouped=True),
+    ),
     render=render_sft_row,  # prompt + completion, as KTOTrainer tokenizes them
     card_rows=_card_rows,
     form_fields=("kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),
@@ -93,6 +104,13 @@ SUPPORT = MethodSupport(
     min_batch=2,  # the KL estimate pairs each prompt with another row's completion in the same batch
     loss_unit="KTO loss (nats)",
     monitored=("rewards/margins", "rewards/chosen", "rewards/rejected", "kl"),
-    log_columns=(("loss", "loss"), ("rewards/margins", "margin"), ("rewards/chosen", "good"),
-                 ("rewards/rejected", "bad"), ("kl", "kl"), ("learning_rate", "lr"), ("grad_norm", "grad norm")),
+    log_columns=(
+        ("loss", "loss"),
+        ("rewards/margins", "margin"),
+        ("rewards/chosen", "good"),
+        ("rewards/rejected", "bad"),
+        ("kl", "kl"),
+        ("learning_rate", "lr"),
+        ("grad_norm", "grad norm"),
+    ),
 )

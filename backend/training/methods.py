@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from backend.learning import LearningMetric
 from backend.spec import JobSpec, Method

@@ -36,7 +36,7 @@ def compute_dtype_name() -> str:
     return str(compute_dtype()).removeprefix("torch.")
 
 
-def to_bnb_config(quant: QuantizationSpec) -> "BitsAndBytesConfig | None":
+def to_bnb_config(quant: QuantizationSpec) -> BitsAndBytesConfig | None:
     """The bitsandbytes config for 4-bit NF4 (double quant) or 8-bit loading; None for full precision."""
     from transformers import BitsAndBytesConfig
 
@@ -52,7 +52,7 @@ def to_bnb_config(quant: QuantizationSpec) -> "BitsAndBytesConfig | None":
     return None
 
 
-def to_peft_config(lora: LoraSpec) -> "LoraConfig | None":
+def to_peft_config(lora: LoraSpec) -> LoraConfig | None:
     """The job's LoRA config for PEFT; None when it trains all weights."""
     from peft import LoraConfig
 
@@ -67,8 +67,9 @@ def to_peft_config(lora: LoraSpec) -> "LoraConfig | None":
     )
 
 
-def model_init_kwargs(model: ModelSpec, quant: QuantizationSpec, attn_implementation: str | None = None
-                      ) -> dict[str, Any]:
+def model_init_kwargs(
+    model: ModelSpec, quant: QuantizationSpec, attn_implementation: str | None = None
+) -> dict[str, Any]:
     """``from_pretrained`` arguments for the base model: dtype, revision, attention, device for quantization."""
     import torch
 
@@ -87,9 +88,7 @@ def load_tokenizer(path: str, model: ModelSpec):
     """The model's tokenizer, with the EOS token as padding when it has no pad token."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        path, revision=model.revision, trust_remote_code=model.trust_remote_code
-    )
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=model.revision, trust_remote_code=model.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -35,8 +35,10 @@ def peak_memory() -> dict[str, Any]:
             "peak_memory_kind": "GPU allocated",
         }
     # ru_maxrss is in KiB on Linux. It is the whole process's peak: model loading and data included.
-    return {"peak_memory_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB,
-            "peak_memory_kind": "CPU RSS"}
+    return {
+        "peak_memory_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB,
+        "peak_memory_kind": "CPU RSS",
+    }
 
 
 class PerformanceMeter:
@@ -106,8 +108,9 @@ class PerformanceMeter:
             self.tokens += int(grown)
             if seconds > 0:
                 row["perf/tokens_per_second"] = grown / seconds
-        mfu = model_flops_utilization(row.get("perf/tokens_per_second"), self.flops_per_token, self.peak_flops,
-                                      self.devices)
+        mfu = model_flops_utilization(
+            row.get("perf/tokens_per_second"), self.flops_per_token, self.peak_flops, self.devices
+        )
         memory = peak_memory()
         row.update({f"perf/{key}": value for key, value in memory.items()})
         row["perf/mfu"] = mfu

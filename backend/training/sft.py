@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.evaluation import loss_scores
-from backend.preview import render_sft_row
 from backend.learning import LearningMetric
+from backend.preview import render_sft_row
 from backend.spec import JobSpec, Method
 from backend.training.common import base_training_kwargs, load_policy
 from backend.training.methods import DataFormat, MethodSupport, TrainerInputs
@@ -41,8 +41,10 @@ def sft_config_kwargs(spec: JobSpec, dataset_format: str | None = None, assistan
     ``assistant_masks``) and its completion-only loss for prompt/completion rows.
     """
     only = spec.sft.completion_only_loss
-    kwargs = {"max_length": spec.training.max_length,
-              "packing": bool(spec.sft.packing)}  # best-fit decreasing (TRL's default strategy), padding-free
+    kwargs = {
+        "max_length": spec.training.max_length,
+        "packing": bool(spec.sft.packing),
+    }  # best-fit decreasing (TRL's default strategy), padding-free
     if dataset_format == "conversational":
         kwargs["assistant_only_loss"] = only and assistant_masks
     if dataset_format in (None, "prompt-completion"):
@@ -50,22 +52,25 @@ def sft_config_kwargs(spec: JobSpec, dataset_format: str | None = None, assistan
     return kwargs
 
 
-def to_sft_config(spec: JobSpec, output_dir: Path, dataset_format: str, assistant_masks: bool) -> "SFTConfig":
+def to_sft_config(spec: JobSpec, output_dir: Path, dataset_format: str, assistant_masks: bool) -> SFTConfig:
     """Pure translation of the spec's settings into TRL's SFTConfig."""
     from trl import SFTConfig
 
-    return SFTConfig(**base_training_kwargs(spec, output_dir),
-                     **sft_config_kwargs(spec, dataset_format, assistant_masks))
+    return SFTConfig(
+        **base_training_kwargs(spec, output_dir), **sft_config_kwargs(spec, dataset_format, assistant_masks)
+    )
+
+
 def build_sft_trainer(
     spec: JobSpec,
     output_dir: Path,
     models_dir: Path,
     callbacks: list,
-    dataset: "Dataset",
+    dataset: Dataset,
     dataset_format: str,
     parent_adapter: Path | None = None,
-    eval_dataset: "Dataset | None" = None,
-) -> "SFTTrainer":
+    eval_dataset: Dataset | None = None,
+) -> SFTTrainer:
     """The SFTTrainer; ``eval_dataset`` (the held-out rows) is tokenized with the training rows."""
     from trl import SFTTrainer
 
@@ -94,13 +99,23 @@ def training_template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> d
 
 def _build(inputs: TrainerInputs):
     # The held-out loss comes from trainer.evaluate(), so TRL must tokenize those rows too.
-    return build_sft_trainer(inputs.spec, inputs.output_dir, inputs.models_dir, inputs.callbacks, inputs.dataset,
-                             inputs.dataset_format, inputs.parent_adapter, eval_dataset=inputs.held_out)
+    return build_sft_trainer(
+        inputs.spec,
+        inputs.output_dir,
+        inputs.models_dir,
+        inputs.callbacks,
+        inputs.dataset,
+        inputs.dataset_format,
+        inputs.parent_adapter,
+        eval_dataset=inputs.held_out,
+    )
 
 
 def _card_rows(spec: JobSpec) -> list[tuple[str, object]]:
-    return [("completion-only loss", spec.sft.completion_only_loss),
-            ("packing", {True: "on", False: "off", None: "auto"}[spec.sft.packing])]
+    return [
+        ("completion-only loss", spec.sft.completion_only_loss),
+        ("packing", {True: "on", False: "off", None: "auto"}[spec.sft.packing]),
+    ]
 
 
 SUPPORT = MethodSupport(
@@ -117,8 +132,10 @@ SUPPORT = MethodSupport(
     build_trainer=_build,
     evaluate=loss_scores,
     # Exact match where each held-out row's answer is one reply, else the loss on the answers.
-    learning_metrics=lambda spec: (LearningMetric("exact_match", "held-out exact-match accuracy", rate=True),
-                                   LearningMetric("token_nll", "held-out loss (nats/token)", higher_is_better=False)),
+    learning_metrics=lambda spec: (
+        LearningMetric("exact_match", "held-out exact-match accuracy", rate=True),
+        LearningMetric("token_nll", "held-out loss (nats/token)", higher_is_better=False),
+    ),
     render=render_sft_row,
     card_rows=_card_rows,
     form_fields=("sft.completion_only_loss", "sft.packing"),
@@ -126,6 +143,11 @@ SUPPORT = MethodSupport(
     template_kwargs=training_template_kwargs,
     loss_unit="cross-entropy (nats/token)",
     monitored=("mean_token_accuracy", "eval_mean_token_accuracy"),
-    log_columns=(("loss", "loss"), ("eval_loss", "eval loss"), ("mean_token_accuracy", "token acc"),
-                 ("learning_rate", "lr"), ("grad_norm", "grad norm")),
+    log_columns=(
+        ("loss", "loss"),
+        ("eval_loss", "eval loss"),
+        ("mean_token_accuracy", "token acc"),
+        ("learning_rate", "lr"),
+        ("grad_norm", "grad norm"),
+    ),
 )

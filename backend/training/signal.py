@@ -49,14 +49,17 @@ def warning_sentence(conditions: list[str], patience: int = PATIENCE, reward: fl
     """What held for ``patience`` logged steps in a row, what it does to training, and what to try."""
     said = [CONDITIONS[name] for name in conditions if name in CONDITIONS]
     if REWARD_CONSTANT in conditions and reward is not None:
-        said = [text.replace("reward_std = 0)", f"reward_std = 0: every completion scored {reward:g})")
-                for text in said]
+        said = [
+            text.replace("reward_std = 0)", f"reward_std = 0: every completion scored {reward:g})") for text in said
+        ]
     what = said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1]
     if GROUPS_SCORED_SAME in conditions or REWARD_CONSTANT in conditions:
         effect = ", so the advantages, the loss and the gradients are 0 and the model learns nothing"
-        tips = ["the reward bench (Train tab) to check the rewards on real completions",
-                "a warm-up or SFT job first so the model produces answers a reward can tell apart",
-                "a higher grpo.temperature for more diverse groups"]
+        tips = [
+            "the reward bench (Train tab) to check the rewards on real completions",
+            "a warm-up or SFT job first so the model produces answers a reward can tell apart",
+            "a higher grpo.temperature for more diverse groups",
+        ]
     else:
         effect = ", so the rewards only ever score unfinished answers"
         tips = []
@@ -117,9 +120,15 @@ class SignalMonitor:
 
     def snapshot(self) -> SignalWatch:
         """The state as the typed ``signal`` artifact."""
-        return SignalWatch(warning=self.warning, conditions=list(self.conditions), since_step=self.since_step,
-                           consecutive=self.consecutive, steps_logged=self.steps_logged,
-                           steps_with_signal=self.steps_with_signal, stopped_early=self.stopped_early)
+        return SignalWatch(
+            warning=self.warning,
+            conditions=list(self.conditions),
+            since_step=self.since_step,
+            consecutive=self.consecutive,
+            steps_logged=self.steps_logged,
+            steps_with_signal=self.steps_with_signal,
+            stopped_early=self.stopped_early,
+        )
 
 
 def _as_watch(signal: SignalWatch | Mapping[str, Any] | None) -> SignalWatch | None:
@@ -139,5 +148,4 @@ def no_signal_reason(signal: SignalWatch | dict | None) -> str | None:
         return None
     steps = "the one logged step" if watch.steps_logged == 1 else f"all {watch.steps_logged} logged steps"
     stopped = " (training.stop_when_no_signal ended the run early)" if watch.stopped_early else ""
-    return (f"on {steps} every group's completions scored the same, so the advantages and "
-            f"gradients were 0{stopped}.")
+    return f"on {steps} every group's completions scored the same, so the advantages and gradients were 0{stopped}."

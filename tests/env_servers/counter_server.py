@@ -58,16 +58,24 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
         self._state = CounterState()
 
     def reset(
-        self, seed: int | None = None, episode_id: str | None = None, target: int | None = None, start: int = 0,
-        slow_s: float = 0.0, **kwargs: Any,
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        target: int | None = None,
+        start: int = 0,
+        slow_s: float = 0.0,
+        **kwargs: Any,
     ) -> CounterObservation:
         """Start counting from ``start`` towards ``target`` (random 5..30 when not given); every move of the episode
         then takes ``slow_s`` seconds (a slow but healthy server, as a code environment running slow code)."""
         goal = random.Random(seed).randint(5, 30) if target is None else int(target)
-        self._state = CounterState(episode_id=episode_id, count=int(start), target=goal, started=True,
-                                   slow_s=float(slow_s))
+        self._state = CounterState(
+            episode_id=episode_id, count=int(start), target=goal, started=True, slow_s=float(slow_s)
+        )
         return CounterObservation(
-            count=int(start), target=goal, moves_left=MAX_MOVES,
+            count=int(start),
+            target=goal,
+            moves_left=MAX_MOVES,
             message=f"Move the counter from {start} to exactly {goal} in at most {MAX_MOVES} moves.",
         )
 
@@ -86,8 +94,12 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
         state.done = won or state.moves >= MAX_MOVES
         message = "Target reached!" if won else f"The counter is at {state.count}."
         return CounterObservation(
-            count=state.count, target=state.target, moves_left=MAX_MOVES - state.moves, message=message,
-            reward=None if NO_REWARD else 1.0 if won else 0.0, done=state.done,
+            count=state.count,
+            target=state.target,
+            moves_left=MAX_MOVES - state.moves,
+            message=message,
+            reward=None if NO_REWARD else 1.0 if won else 0.0,
+            done=state.done,
         )
 
     @property
@@ -113,8 +125,12 @@ def main() -> None:
     global STRICT_STATE, NO_REWARD
     STRICT_STATE, NO_REWARD = args.strict_state, args.no_reward
     app = create_app(
-        CounterEnvironment, CounterAction, CounterObservation, env_name="counter",
-        max_concurrent_envs=args.max_sessions, state_cls=CounterState,
+        CounterEnvironment,
+        CounterAction,
+        CounterObservation,
+        env_name="counter",
+        max_concurrent_envs=args.max_sessions,
+        state_cls=CounterState,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

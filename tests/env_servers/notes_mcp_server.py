@@ -112,8 +112,13 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=8)
     args = parser.parse_args()
     app = create_app(
-        NotesEnvironment, CallToolAction, CallToolObservation, env_name="notes",
-        max_concurrent_envs=args.max_sessions, state_cls=NotesState, reset_observation_cls=NotesObservation,
+        NotesEnvironment,
+        CallToolAction,
+        CallToolObservation,
+        env_name="notes",
+        max_concurrent_envs=args.max_sessions,
+        state_cls=NotesState,
+        reset_observation_cls=NotesObservation,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

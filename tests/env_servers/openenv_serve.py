@@ -55,8 +55,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-sessions", type=int, default=8)
-    parser.add_argument("--mark-concurrent", action="store_true",
-                        help="declare SUPPORTS_CONCURRENT_SESSIONS on an environment class that does not")
+    parser.add_argument(
+        "--mark-concurrent",
+        action="store_true",
+        help="declare SUPPORTS_CONCURRENT_SESSIONS on an environment class that does not",
+    )
     args = parser.parse_args(argv)
 
     env_dir = Path(args.env_dir).resolve()
