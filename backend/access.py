@@ -13,6 +13,7 @@ from pathlib import Path
 from backend.demo_model import BUILTIN_MODELS
 from backend.hub import is_local_path, is_repo_id, looks_like_path
 from backend.paths import DataPaths
+from backend.reporter import JobReporter
 from backend.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
 from backend.store import JobNotFound, JobRecord, JobStore
 from backend.users import User
@@ -33,7 +34,7 @@ def may_name_server_paths(user: User | None) -> bool:
 # --- jobs --------------------------------------------------------------------------------------------------------
 
 
-def readable_job(store: JobStore, job_id: str, user: User | None) -> JobRecord:
+def readable_job(store: JobStore | JobReporter, job_id: str, user: User | None) -> JobRecord:
     """The job if ``user`` may read it; another user's job is JobNotFound (its existence is not theirs to know)."""
     job = store.get(job_id)
     if user is not None and not user.can_access(job.owner):
@@ -124,7 +125,7 @@ def model_problems(model: ModelSpec, user: User | None) -> list[str]:
         )
         if problem:
             problems.append(problem)
-    if model.trust_remote_code and not user.is_admin:
+    if model.trust_remote_code and user is not None and not user.is_admin:
         # A repository's own modelling code would run in this process, with every user's data in reach.
         problems.append(
             "model.trust_remote_code: running a model repository's own code is not allowed on a shared Space; "

@@ -17,8 +17,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from backend.failures import (
     describe_exit,
@@ -100,7 +102,7 @@ class _Running:
     popen: subprocess.Popen | None  # None for a worker adopted from a previous scheduler
     log_path: Path
     term_sent_at: float | None = None
-    log_file: object | None = field(default=None, repr=False)
+    log_file: IO[bytes] | None = field(default=None, repr=False)
     gpus: int = 1
     launched_monotonic: float | None = None  # kernel-log timestamps are compared with this
     oom_kills_at_launch: int | None = None  # the cgroup's oom_kill counter when the worker started
@@ -147,12 +149,12 @@ class Scheduler:
         self.space_reserve_bytes = int_setting("STUDIO_SPACE_RESERVE_MB", 8, low=0, high=1024) * 2**20
         self.exit_when_idle = exit_when_idle
         # job id -> extra environment for its worker (the user's Hub token): held in memory, never stored.
-        self.secret_env = secret_env or (lambda job_id: {})
+        self.secret_env: Callable[[str], dict[str, str]] = secret_env or (lambda job_id: {})
         self._running: dict[str, _Running] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_file = None
+        self._lock_file: IO[str] | None = None
         self._reconciled = False
         # job id -> reason, for jobs that could not be launched and whose failure could not be written yet (full disk)
         self._unrecorded_failures: dict[str, str] = {}
@@ -325,6 +327,7 @@ class Scheduler:
                 self._adopt(job)
 
     def _adopt(self, job: JobRecord) -> None:
+        assert job.pid is not None  # reconcile adopts only jobs with a live worker pid
         log.info("adopting worker %d of %s job %s", job.pid, job.status.value, job.id)
         self._running[job.id] = _Running(
             job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id), gpus=job.spec.training.num_gpus
@@ -646,9 +649,9 @@ def main(argv: list[str] | None = None) -> int:
         scheduler.run_until_idle()
         return 0
     signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(timeout=0))
-    scheduler.start()
-    while scheduler._thread.is_alive():
-        scheduler._thread.join(0.5)
+    thread = scheduler.start()._thread
+    while thread is not None and thread.is_alive():
+        thread.join(0.5)
     return 1 if scheduler._died else 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Mapping
 from enum import Enum
 from string import Formatter
 from typing import Any, Literal, get_args
@@ -546,7 +547,7 @@ class JobSpec(_Part):
         return parse_spec(data)
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     # Dict keys in the location are the user's input too (an unknown setting, a column mapping).
     where = ".".join(shorten(str(p), ECHO_LIMIT) for p in error["loc"]) or "spec"
     kind = error["type"]

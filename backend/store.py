@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -473,14 +474,14 @@ class JobStore:
         """The readable jobs, oldest first; a row that cannot be read is skipped (see ``unreadable_rows``)."""
         return [r for r in self._read_rows(owner, statuses) if isinstance(r, JobRecord)]
 
-    def owners(self) -> list[str]:
+    def owners(self) -> builtins.list[str]:
         """Everyone who ever submitted a job here."""
         with self._connect() as con:
             return [row[0] for row in con.execute("SELECT DISTINCT owner FROM jobs")]
 
     def unreadable_rows(
-        self, owner: str | None = None, statuses: list[JobStatus] | None = None
-    ) -> list[tuple[str, str]]:
+        self, owner: str | None = None, statuses: builtins.list[JobStatus] | None = None
+    ) -> builtins.list[tuple[str, str]]:
         """(job id, reason) for each row ``list`` skips because it cannot be read."""
         return [(r.job_id, r.reason) for r in self._read_rows(owner, statuses) if isinstance(r, UnreadableJob)]
 
@@ -620,9 +621,9 @@ class JobStore:
     def report(
         self,
         job_id: str,
-        rows: list[tuple[int | None, float, dict[str, Any]]],
+        rows: builtins.list[tuple[int | None, float, dict[str, Any]]],
         progress: dict[str, Any] | None,
-        samples: list[tuple[int | None, dict[str, Any]]] = (),
+        samples: Sequence[tuple[int | None, dict[str, Any]]] = (),
     ) -> None:
         """A worker's periodic report in one transaction: metric rows (step, ts, data), samples and its progress.
 
@@ -647,7 +648,7 @@ class JobStore:
             con.execute("DELETE FROM metrics WHERE job_id = ? AND step > ?", (job_id, step))
             con.execute("DELETE FROM samples WHERE job_id = ? AND step > ?", (job_id, step))
 
-    def samples(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
+    def samples(self, job_id: str, after_id: int = 0) -> builtins.list[dict[str, Any]]:
         """Sampled completions (GRPO) with their rewards, oldest first."""
         with self._connect() as con:
             rows = con.execute(
@@ -657,7 +658,7 @@ class JobStore:
             {"id": r["id"], "step": r["step"], **data} for r in rows if (data := _json_object(r["data"])) is not None
         ]
 
-    def metrics(self, job_id: str, after_id: int = 0) -> list[dict[str, Any]]:
+    def metrics(self, job_id: str, after_id: int = 0) -> builtins.list[dict[str, Any]]:
         """Metric rows in the order they were logged; ``after_id`` lets a live view fetch only new rows."""
         with self._connect() as con:
             rows = con.execute(

@@ -1,5 +1,5 @@
-"""The repository keeps its habits: `ruff check` (pycodestyle, pyflakes, bugbear, import order, pyupgrade) and
-`ruff format --check`, with the settings in pyproject.toml."""
+"""The repository keeps its habits: `ruff check` (pycodestyle, pyflakes, bugbear, import order, pyupgrade),
+`ruff format --check` and mypy over the ground floor and the job machinery, with the settings in pyproject.toml."""
 
 import importlib.util
 import subprocess
@@ -27,3 +27,11 @@ def test_ruff_check_passes():
 def test_the_code_is_as_ruff_format_writes_it():
     result = _ruff("format", "--check")
     assert result.returncode == 0, f"run `ruff format .` (or `make format`):\n{result.stdout}{result.stderr}"
+
+
+def test_mypy_finds_no_type_errors_in_the_files_it_checks():
+    """mypy over pyproject.toml's ``[tool.mypy] files`` (about 50 s the first time, 2 s with its cache)."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.fail("mypy is not installed: pip install -r requirements-dev.txt")
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"mypy (files in pyproject.toml) found:\n{result.stdout}{result.stderr}"
