@@ -422,7 +422,24 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
             widget: gr.update(),
         }
 
-    widget.upload(
+    # While a file is checked (seconds: in a child process), the buttons that read it wait: a Queue clicked meanwhile
+    # would read no upload yet, and the check's answer would then clear the refusal from the dataset's box.
+    waiting = [ui.check_button, ui.queue_button, ui.hf_button]
+
+    def hold():
+        return [gr.update(interactive=False)] * len(waiting)
+
+    def release():
+        return [gr.update(interactive=True)] * len(waiting)
+
+    def held(trigger, handler, inputs_, outputs, **kwargs):
+        """``trigger(handler)`` with the buttons that read the upload off until it has answered (even by failing)."""
+        trigger(hold, None, waiting, queue=False, show_progress="hidden", api_name=False).then(
+            handler, inputs_, outputs, **kwargs
+        ).then(release, None, waiting, queue=False, show_progress="hidden", api_name=False)
+
+    held(
+        widget.upload,
         on_upload,
         [widget, inputs["method"], inputs["column_map"]],
         [inputs["upload_id"], note, box, widget],
@@ -443,9 +460,8 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
         return {note: gr.update(value=f"✅ {summary}", visible=True), box: ""}
 
     recheck = ([inputs["dataset_source"], inputs["upload_id"], inputs["method"], inputs["column_map"]], [note, box])
-    inputs["column_map"].blur(recheck_upload, *recheck, api_name=False)
-    inputs["column_map"].submit(recheck_upload, *recheck, api_name=False)
-    inputs["method"].input(recheck_upload, *recheck, api_name=False)
+    for trigger in (inputs["column_map"].blur, inputs["column_map"].submit, inputs["method"].input):
+        held(trigger, recheck_upload, *recheck, api_name=False)
 
 
 def _wire_actions(api: StudioAPI, ui: _Layout) -> None:

@@ -260,6 +260,7 @@ def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store
     page.locator("#dataset-source").get_by_label("upload").check()
     page.locator("#dataset-upload input[type=file]").set_input_files(exported)
     expect(page.locator("#dataset-upload")).to_contain_text("preferences-dpo.jsonl", timeout=30_000)
+    expect(page.get_by_text("preferences-dpo.jsonl: 1 rows, preference format")).to_be_visible(timeout=30_000)
     expect(page.locator("#dataset-error")).to_have_text("")
     fill_settings(page, **{"Max steps": "2", "Batch size": "1"})
     dpo_id = queue_job(page)

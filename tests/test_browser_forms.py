@@ -134,7 +134,12 @@ def test_an_upload_with_other_column_names_is_mapped_and_queued(page, store, tmp
     mapping.fill("prompt=question, completion=answer")
     mapping.press("Tab")
     _upload(page, first)
+    # While the file is checked (in a child process, seconds), Queue waits: clicked meanwhile, it would read no
+    # upload yet, and the check's answer would then clear its refusal (a Queue that silently did nothing).
+    queue = page.locator("#queue-button")
+    expect(queue).to_be_disabled(timeout=10_000)
     expect(page.get_by_text("qa.csv: 16 rows, prompt-completion format")).to_be_visible(timeout=30_000)
+    expect(queue).to_be_enabled()
     expect(dataset_error).to_have_text("")
 
     # The upload first: kept, with a sentence in the UI's words saying what to fill; filling it makes it usable.

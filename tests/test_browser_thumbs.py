@@ -217,6 +217,7 @@ def test_the_thumbs_file_uploaded_in_the_train_tab_trains_a_kto_job_on_the_sft_a
     page.locator("#dataset-source").get_by_label("upload").check()
     page.locator("#dataset-upload input[type=file]").set_input_files(exported)
     expect(page.locator("#dataset-upload")).to_contain_text("local-kto.jsonl", timeout=30_000)
+    expect(page.get_by_text("local-kto.jsonl: 4 rows, unpaired-preference format")).to_be_visible(timeout=30_000)
     expect(page.locator("#dataset-error")).to_have_text("")
     fill_settings(page, **{"Max steps": "2", "Batch size": "2", "Max length": "128"})
     kto_id = queue_job(page)
