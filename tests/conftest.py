@@ -21,6 +21,32 @@ from backend.store import JobStatus, JobStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Fixtures that start an app process, a browser or a scheduler with workers, or train a model: every test that uses
+# one is slow, marked here so the fast lane (`pytest -m "not slow"`) never waits on one, whoever writes the test.
+SLOW_FIXTURES = frozenset(
+    {
+        "app",
+        "space",
+        "running",
+        "app_url",
+        "app_with_jobs",
+        "browser",
+        "page",
+        "scheduler_factory",
+        "chat_job",
+        "trained",
+        "warmed",
+        "alices_job",
+        "trainer_venv",
+    }
+)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory) -> Path:
