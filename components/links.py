@@ -8,12 +8,21 @@ in the browser only (``history.replaceState``: no reload, no server round trip).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # Gradio is imported only where the links are wired: the parsing and job_link stay Gradio-free
     import gradio as gr
 
-    from components.jobs import JobsHandles
+
+class JobsView(Protocol):
+    """What the links need of the Jobs tab (``components.jobs.JobsHandles`` has it): its job picker, and the handler
+    that draws the picked job with the outputs it fills. A protocol, so this module never imports the Jobs tab."""
+
+    picker: gr.Dropdown
+    refresh: Callable[..., Any]
+    refreshed: list[Any]
+
 
 TABS = ("train", "jobs", "chat")
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -56,7 +65,7 @@ _SET_PARAM = """
 """
 
 
-def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs: JobsHandles) -> None:
+def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs: JobsView) -> None:
     """Wire the deep links into the assembled app: on load, show the linked job and open the linked tab; then the
     address bar follows the tab and the job picked in the Jobs tab."""
     import gradio as gr

@@ -9,21 +9,26 @@ ROOT = Path(__file__).resolve().parents[1]
 UI_FILES = sorted((ROOT / "components").glob("*.py")) + [ROOT / "app.py"]
 
 
-def backend_imports(source: str) -> list[str]:
-    """Every backend module a source imports, at any depth (functions, TYPE_CHECKING blocks, try blocks).
+def package_imports(source: str, package: str) -> list[str]:
+    """Every module of ``package`` a source imports, at any depth (functions, TYPE_CHECKING blocks, try blocks).
 
     ``from backend import x`` counts as ``backend.x``: x may be a module.
     """
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "backend"]
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == package]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "backend":
-                found += [f"backend.{alias.name}" for alias in node.names]
-            elif node.module.split(".")[0] == "backend":
+            if node.module == package:
+                found += [f"{package}.{alias.name}" for alias in node.names]
+            elif node.module.split(".")[0] == package:
                 found.append(node.module)
     return found
+
+
+def backend_imports(source: str) -> list[str]:
+    """Every backend module a source imports (``package_imports`` of ``backend``)."""
+    return package_imports(source, "backend")
 
 
 def test_the_checker_sees_every_form_of_backend_import():
@@ -81,3 +86,25 @@ def test_the_chat_tab_imports_no_other_tab():
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert not imported & {"components.train", "components.jobs", "components.header"}
+
+
+def test_the_ui_modules_import_each_other_in_no_circle():
+    """Tabs may use shared UI modules (form, session, job views), never each other round a circle: type-only and
+    in-function imports count too. What crosses tabs is wired by the page (app.py) or through a protocol."""
+    graph = {
+        f"components.{path.stem}": set(package_imports(path.read_text(), "components")) - {"components"}
+        for path in (ROOT / "components").glob("*.py")
+    }
+
+    def circle_from(start: str, node: str, path: list[str]) -> list[str] | None:
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == start:
+                return [*path, nxt]
+            if nxt not in path:
+                found = circle_from(start, nxt, [*path, nxt])
+                if found:
+                    return found
+        return None
+
+    circles = [c for name in sorted(graph) if (c := circle_from(name, name, [name]))]
+    assert not circles, f"UI modules import each other in a circle: {' -> '.join(circles[0])}"
