@@ -170,7 +170,7 @@ def _lay_out() -> _Layout:
     upload._process_single_file = lambda f: NamedString(f.path)
     extra["upload"] = upload
     inputs["upload_id"] = field_widget(FORM_FIELDS["upload_id"])  # an id only: resolved in the user's own folder
-    extra["upload_note"] = gr.Markdown(visible=False)
+    extra["upload_note"] = gr.Markdown(visible=False, elem_id="upload-note")
     _row(inputs, ("column_map", "max_rows"))
     errors["dataset"] = box("dataset")
     with gr.Accordion("Preview: the first rows as the trainer sees them", open=False):

@@ -259,8 +259,11 @@ def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store
     page.locator("#method").get_by_label("dpo").check()
     page.locator("#dataset-source").get_by_label("upload").check()
     page.locator("#dataset-upload input[type=file]").set_input_files(exported)
-    expect(page.locator("#dataset-upload")).to_contain_text("preferences-dpo.jsonl", timeout=30_000)
-    expect(page.get_by_text("preferences-dpo.jsonl: 1 rows, preference format")).to_be_visible(timeout=30_000)
+    # (the widget writes the name as stem and suffix apart: "preferences-dpo .jsonl")
+    expect(page.locator("#dataset-upload")).to_contain_text(re.compile(r"preferences-dpo\s*\.jsonl"), timeout=30_000)
+    expect(page.locator("#upload-note")).to_contain_text(
+        "preferences-dpo.jsonl: 1 rows, preference format", timeout=30_000
+    )
     expect(page.locator("#dataset-error")).to_have_text("")
     fill_settings(page, **{"Max steps": "2", "Batch size": "1"})
     dpo_id = queue_job(page)
