@@ -97,8 +97,7 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
         raise SpecError(
             [f"dataset: {display} could not be checked just now ({exc.strerror or exc}); try again"]
         ) from None
-    lines = done.stdout.strip().splitlines()
-    kind, value = json.loads(lines[-1]) if done.returncode == 0 and lines else ("died", None)
+    kind, value = _answer(done.stdout) if done.returncode == 0 else ("died", None)
     if kind == "ok":
         return value
     if kind == "columns":
@@ -118,6 +117,22 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
         raise SpecError([f"{unsafe}: it needs more than {CHECK_MEMORY_BYTES // 2**20} MB of memory to read"])
     how = f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0 else f"exit code {done.returncode}"
     raise SpecError([f"{unsafe}: the reader crashed on it ({how}); check that it is well-formed and not nested deeply"])
+
+
+def _answer(stdout: str) -> tuple[str, object]:
+    """The child's answer: its last line that reads as one (a library may print around it), else ("died", None).
+
+    >>> _answer('noise\\n["ok", "a.jsonl: 2 rows"]\\nmore noise'), _answer("")
+    (('ok', 'a.jsonl: 2 rows'), ('died', None))
+    """
+    for line in reversed(stdout.splitlines()):
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(answer, list) and len(answer) == 2 and answer[0] in ("ok", "columns", "refused", "failed"):
+            return answer[0], answer[1]
+    return "died", None
 
 
 def _child() -> None:
