@@ -11,9 +11,20 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from pathlib import Path
 
 TRAINER_PYTHON_VAR = "STUDIO_TRAINER_PYTHON"
 APP_PYTHON_VAR = "STUDIO_APP_PYTHON"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def backend_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a ``python -m backend.<module>`` child: the project root first on PYTHONPATH
+    (so the child imports this checkout from any working directory), then ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
 
 
 class InterpreterError(RuntimeError):

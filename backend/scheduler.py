@@ -35,14 +35,20 @@ from backend.failures import (
     with_log_tail,
 )
 from backend.hardware import gpu_count_without_torch
-from backend.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
+from backend.interpreters import (
+    APP_PYTHON_VAR,
+    PROJECT_ROOT,
+    InterpreterError,
+    app_python,
+    backend_env,
+    trainer_python,
+)
 from backend.limits import int_setting
 from backend.paths import DataPaths
 from backend.store import JobRecord, JobStatus, JobStore
 
 log = logging.getLogger("studio.scheduler")
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FINAL_STATUSES = [JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted]
 # After SIGTERM, how long a lingering worker gets before SIGKILL: its job is already recorded, nothing is lost.
 LINGERING_TERM_TO_KILL_S = 2.0
@@ -613,9 +619,7 @@ def spawn_backend_process(
 
     ``python`` defaults to this process's interpreter; workers get the trainer's (``interpreters.trainer_python``).
     """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
-    env.update(extra_env or {})
+    env = backend_env(extra_env)
     return subprocess.Popen(
         [python or sys.executable, "-m", module, *args],  # an argv list, never a shell string
         cwd=PROJECT_ROOT,

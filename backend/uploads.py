@@ -22,13 +22,13 @@ from backend import upload_limits
 from backend.access import upload_display_name, upload_file
 from backend.data import FILE_LOADERS, ColumnsMismatch, load_training_dataset
 from backend.failures import looks_like_oom
+from backend.interpreters import PROJECT_ROOT, backend_env
 from backend.paths import safe_name, storage_problem
 from backend.spec import DatasetSpec, Method, SpecError
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its interpreter starts with
 CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
 # A half-written file older than this is a crash's leftover, not one another process is still writing.
 LEFTOVER_AGE_S = 3600
@@ -77,8 +77,6 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
         "cpu": CHECK_SECONDS,
         "limits": {name: getattr(upload_limits, name) for name in upload_limits.LIMITS},
     }
-    python_path = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": python_path}
     unsafe = f"dataset: {display} could not be read safely"
     try:
         done = subprocess.run(
@@ -87,8 +85,8 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
             text=True,
             capture_output=True,
             timeout=CHECK_SECONDS,
-            cwd=_PROJECT_ROOT,
-            env=env,
+            cwd=PROJECT_ROOT,
+            env=backend_env(),
             start_new_session=True,
         )  # its own session: no terminal signal of the app's reaches it
     except subprocess.TimeoutExpired:  # run() killed it

@@ -19,10 +19,9 @@ from pathlib import Path
 from types import TracebackType
 
 from backend.environments.registry import DEFAULT_MAX_SESSIONS, builtin_environment
-from backend.interpreters import InterpreterError, app_python
+from backend.interpreters import PROJECT_ROOT, InterpreterError, app_python, backend_env
 
 HOST = "127.0.0.1"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_LINES = 30
 
 
@@ -156,10 +155,7 @@ def start_server_process(
         log_dir = owned = Path(tempfile.mkdtemp(prefix=f"studio-env-{name}-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "server.log"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra_env or {})
+    env = backend_env({"PYTHONUNBUFFERED": "1", **(extra_env or {})})
     command = [*argv, "--port", str(port)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
