@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from backend.api import StudioAPI
-from backend.artifacts import JobArtifacts, LearningVerdict, SignalWatch
+from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
+from backend.core.learning import status_text
+from backend.core.spec import SpecError, load_spec_text
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.launcher import EnvironmentStartError
-from backend.learning import status_text
-from backend.spec import SpecError, load_spec_text
-from backend.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
+from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 

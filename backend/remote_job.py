@@ -15,11 +15,11 @@ import signal
 import sys
 import threading
 
-from backend.hf_jobs import decode_spec
-from backend.interpreters import APP_PYTHON_VAR, InterpreterError, trainer_python
-from backend.paths import DataPaths
-from backend.spec import SpecError
-from backend.store import JobStatus, JobStore
+from backend.core.paths import DataPaths
+from backend.core.spec import SpecError
+from backend.hub.hf_jobs import decode_spec
+from backend.jobs.store import JobStatus, JobStore
+from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, trainer_python
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # Set before re-running under the trainer's interpreter: the second process trains where it is (never a loop).
@@ -49,7 +49,7 @@ def run_remote(spec_b64: str, job_id: str | None = None) -> int:
         print(f"could not start job {job.id} in the fresh store", file=sys.stderr)
         return EXIT_FAILED
 
-    from backend.publish import PushError, push_job
+    from backend.hub.publish import PushError, push_job
     from backend.worker import run_job
 
     stop = threading.Event()

@@ -18,14 +18,14 @@ import traceback
 from contextlib import ExitStack
 from pathlib import Path
 
-from backend.data import load_training_dataset, split_holdout
-from backend.failures import describe_failure, with_log_tail
-from backend.lineage import checkpoint_step, last_checkpoint, starting_adapter
-from backend.paths import DataPaths
-from backend.reporter import JobReporter, NullReporter
-from backend.rewards import reward_columns
-from backend.spec import JobSpec
-from backend.store import JobStatus, JobStore
+from backend.core.paths import DataPaths
+from backend.core.spec import JobSpec
+from backend.data.loading import load_training_dataset, split_holdout
+from backend.jobs.failures import describe_failure, with_log_tail
+from backend.jobs.lineage import checkpoint_step, last_checkpoint, starting_adapter
+from backend.jobs.reporter import JobReporter, NullReporter
+from backend.jobs.store import JobStatus, JobStore
+from backend.methods.table import reward_columns
 
 log = logging.getLogger("studio.worker")
 
@@ -48,7 +48,7 @@ def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
 def tuned_spec(job, spec: JobSpec, paths: DataPaths, loaded, store: JobReporter) -> JobSpec:
     """The spec with auto-tune's choices for this machine (logged and kept as ``artifacts.auto_tune``); a
     resumed job keeps its first attempt's choices, so its checkpoint still matches."""
-    from backend.autotune import as_run, plan, record
+    from backend.training.autotune import as_run, plan, record
 
     if job.resume and job.artifacts.auto_tune:
         log.info("auto-tune: keeping the first attempt's choices")
@@ -73,7 +73,7 @@ def build_trainer(
     dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     log.info("dataset ready: %d rows to train on, %d held out", len(train), len(held_out) if held_out else 0)
-    from backend.training.methods import TrainerInputs, support
+    from backend.methods.table import TrainerInputs, support
 
     trainer = support(spec.method).build_trainer(
         TrainerInputs(
@@ -106,7 +106,7 @@ def record_performance(store: JobReporter, job_id: str, summary: dict | None) ->
     """Keep the run's speed figures as the ``performance`` artifact (a stopped run's too) and say them in the log."""
     if summary is None:
         return
-    from backend.performance import performance_line
+    from backend.training.flops import performance_line
 
     store.merge_artifacts(job_id, performance=summary)
     log.info("performance: %s", performance_line(summary))
@@ -128,7 +128,7 @@ def run_evaluation(
     trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str, parent_adapter: Path | None = None
 ) -> dict:
     """Before/after scores on the held-out rows (with where a staged job started: its parent's adapter)."""
-    from backend.evaluation import evaluate_before_after
+    from backend.training.evaluation import evaluate_before_after
 
     log.info(
         "evaluating the base, %sthe tuned model on %d held-out rows",
@@ -147,7 +147,7 @@ def run_environment_evaluation(
     episodes."""
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import concurrent_episodes
-    from backend.evaluation import START_ADAPTER, load_start_adapter
+    from backend.training.evaluation import START_ADAPTER, load_start_adapter
 
     log.info(
         "playing %d evaluation episodes with the base, %sthe tuned model",
@@ -183,7 +183,7 @@ def record_learning(
     store: JobReporter, job_id: str, spec: JobSpec, evaluation: dict | None, environment_evaluation: dict | None
 ) -> None:
     """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job."""
-    from backend.evaluation import learning_verdict
+    from backend.training.evaluation import learning_verdict
     from backend.training.signal import no_signal_reason
 
     try:
@@ -311,7 +311,7 @@ def push_to_hub(paths: DataPaths, job_id: str) -> None:
 
     The token is the submitting user's, handed to this process in HF_TOKEN by the scheduler (memory only).
     """
-    from backend.publish import PushError, push_job
+    from backend.hub.publish import PushError, push_job
 
     store = JobStore(paths.db)  # a push reads the job's metrics too: the whole store, not the job's reporter
     try:
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     # Which environment trains (STUDIO_TRAINER_PYTHON): the first thing a job log says.
     log.info("worker for job %s running under %s (Python %s)", args.job_id, sys.executable, sys.version.split()[0])
     # trackio (output.trackio) reads its folder when first imported: the data dir's, never ~/.cache/huggingface.
-    from backend.tracking import TRACKIO_DIR_ENV, trackio_dir
+    from backend.platform.tracking import TRACKIO_DIR_ENV, trackio_dir
 
     os.environ[TRACKIO_DIR_ENV] = str(trackio_dir(DataPaths(args.data_dir)))
     stop_event = threading.Event()

@@ -33,7 +33,7 @@ SMOKE_SHAPES = {"qwen3-cpu-probe": 2}
 
 def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: str = "none") -> dict:
     """Run one SFT job through the queue; its figures as the Jobs tab would show them."""
-    from backend.store import JobStatus
+    from backend.jobs.store import JobStatus
 
     spec = {
         "method": "sft",
@@ -83,7 +83,7 @@ def bare_trl(model_dir: Path, steps: int, settings: dict, out: Path) -> dict:
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    from backend.builtin_datasets import BUILTIN_DATASETS
+    from backend.data.builtin import BUILTIN_DATASETS
 
     started = time.time()
     cuda = torch.cuda.is_available()

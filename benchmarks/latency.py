@@ -79,9 +79,9 @@ def _summary(times: list[float]) -> dict[str, float]:
 
 def _fill_store(data: Path, jobs: int) -> None:
     """N finished jobs of several owners, each with 50 metric rows, written through the real store."""
-    from backend.paths import DataPaths
-    from backend.spec import parse_spec
-    from backend.store import JobStatus, JobStore
+    from backend.core.paths import DataPaths
+    from backend.core.spec import parse_spec
+    from backend.jobs.store import JobStatus, JobStore
 
     store = JobStore(DataPaths(data).ensure().db)
     for i in range(jobs):

@@ -24,9 +24,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backend.api import StudioAPI  # noqa: E402
-from backend.builtin_datasets import BUILTIN_DATASETS  # noqa: E402
-from backend.demo_model import ensure_demo_model  # noqa: E402
-from backend.store import JobStatus  # noqa: E402
+from backend.data.builtin import BUILTIN_DATASETS  # noqa: E402
+from backend.jobs.store import JobStatus  # noqa: E402
+from backend.models.demo import ensure_demo_model  # noqa: E402
 
 DATASETS = {"sft": "chat-demo", "dpo": "preferences-demo", "grpo": "math-demo"}
 

@@ -30,7 +30,7 @@ def build_model(shape: dict, target: Path) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from backend.demo_model import ensure_demo_model
+    from backend.models.demo import ensure_demo_model
 
     demo = ensure_demo_model(target.parent / "demo")
     fields = {k: v for k, v in shape.items() if k != "model_type"}
@@ -45,13 +45,13 @@ def build_model(shape: dict, target: Path) -> Path:
 def measure(args) -> dict:
     import torch
 
-    from backend.data import load_training_dataset
-    from backend.hardware import detect_device
-    from backend.memory import estimate_memory, load_model_config
-    from backend.spec import parse_spec
-    from backend.store import JobStore
+    from backend.core.spec import parse_spec
+    from backend.data.loading import load_training_dataset
+    from backend.jobs.store import JobStore
+    from backend.methods.sft import build_sft_trainer
+    from backend.platform.hardware import detect_device
     from backend.training.callbacks import StoreReportingCallback
-    from backend.training.sft import build_sft_trainer
+    from backend.training.memory import estimate_memory, load_model_config
 
     shape = json.loads(CALIBRATION.read_text())["shapes"][args.shape]
     work = Path(args.work)

@@ -30,7 +30,7 @@ TABLE_COLUMNS = [
     "created",
 ]
 EMPTY_JOBS = "No jobs yet: queue one in the Train tab, then follow it here."
-# The learning verdict's mark, as the summary shows it (backend/learning.py decides the verdict).
+# The learning verdict's mark, as the summary shows it (backend/core/learning.py decides the verdict).
 VERDICT_MARKS = {"improved": "✅", "no_change": "➖", "worse": "⚠️", "no_signal": "🚫"}
 
 

@@ -1,4 +1,4 @@
-"""Writes the arithmetic datasets (backend/assets/datasets/arith-*.jsonl) from the recipe in backend/arith_data.py.
+"""Writes the arithmetic datasets (backend/assets/datasets/arith-*.jsonl) from the recipe in backend/data/arith.py.
 
     python scripts/build_arith_datasets.py
 
@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend import arith_data  # noqa: E402
-from backend.builtin_datasets import BUILTIN_DATASETS_DIR  # noqa: E402
+from backend.data import arith as arith_data  # noqa: E402
+from backend.data.builtin import BUILTIN_DATASETS_DIR  # noqa: E402
 
 ON_POLICY = ("arith-preferences", "arith-feedback")
 SAMPLES = 4
@@ -29,7 +29,7 @@ def model_mistakes(problems: list[arith_data.Problem]) -> dict[tuple[int, str, i
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from backend.demo_model import ARITH_MODEL_DIR
+    from backend.models.demo import ARITH_MODEL_DIR
 
     model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).eval()
     tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)

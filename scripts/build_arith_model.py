@@ -2,7 +2,7 @@
 
     python scripts/build_arith_model.py [--out backend/assets/models/tiny-qwen3-arith] [--seed 0]
 
-The recipe (backend/arith_data.py): sums and differences of integers 0..49, phrased four ways, answered as
+The recipe (backend/data/arith.py): sums and differences of integers 0..49, phrased four ways, answered as
 ``a op b = \\boxed{c}``, plus episodes of the built-in arithmetic environment in which the answer is submitted with the
 ``submit_answer`` tool (started here on 127.0.0.1, so the rows are exactly what GRPO renders). Only the ``pretrain``
 part of the problems is trained on. Training is full-weight AdamW on the assistant tokens only, and it stops on purpose
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backend import arith_data  # noqa: E402
-from backend.demo_model import ARITH_MODEL_CONFIG, ARITH_MODEL_RECIPE, _build_tokenizer  # noqa: E402
+from backend.data import arith as arith_data  # noqa: E402
+from backend.models.demo import ARITH_MODEL_CONFIG, ARITH_MODEL_RECIPE, _build_tokenizer  # noqa: E402
 
 DEFAULT_OUT = ROOT / "backend" / "assets" / "models" / "tiny-qwen3-arith"
 
@@ -44,10 +44,10 @@ def tool_rows(
     skill too, one that GRPO in the environment can teach."""
     from transformers.utils import get_json_schema
 
+    from backend.core.spec import JobSpec
     from backend.environments.adapter import tool_methods
     from backend.environments.episodes import opening_messages
     from backend.environments.runtime import open_environment
-    from backend.spec import JobSpec
 
     spec = JobSpec.model_validate(
         {
@@ -136,7 +136,7 @@ A tiny causal language model for trying post-training offline: the Qwen3 archite
 {record["parameters"]:,} parameters, the tokenizer and chat template of `builtin:tiny-qwen3` (one digit per token).
 
 **What it is.** Pre-trained from random weights by `scripts/build_arith_model.py` (recipe {record["recipe"]}, seed
-{record["seed"]}, {record["steps"]} full-weight AdamW steps) on synthetic data from `backend/arith_data.py`: sums and
+{record["seed"]}, {record["steps"]} full-weight AdamW steps) on synthetic data from `backend/data/arith.py`: sums and
 differences of integers 0..49, asked four ways and answered `a + b = \\boxed{{c}}`, and episodes of the built-in
 arithmetic environment in which it works the sum out the same way and, in {record["call_share"]:.0%} of them,
 submits it with the `submit_answer` tool (the others answer in text and end there, unheard by the environment). It

@@ -10,7 +10,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from backend.store import JobStatus
+from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, wait_for
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).

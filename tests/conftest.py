@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from backend.demo_model import ensure_demo_model
-from backend.paths import DataPaths
-from backend.scheduler import Scheduler
-from backend.store import JobStatus, JobStore
+from backend.core.paths import DataPaths
+from backend.jobs.scheduler import Scheduler
+from backend.jobs.store import JobStatus, JobStore
+from backend.models.demo import ensure_demo_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from backend.access import is_upload_id
 from backend.api import StudioAPI
-from backend.hf_jobs import remote_problems
-from backend.limits import RateLimited, RateLimiter, TimedOut, TimeLimit
-from backend.spec import SpecError, parse_spec, quote_input
-from backend.users import User, local_user
+from backend.core.spec import SpecError, parse_spec, quote_input
+from backend.core.uploads import is_upload_id
+from backend.core.users import User, local_user
+from backend.hub.hf_jobs import remote_problems
+from backend.platform.limits import RateLimited, RateLimiter, TimedOut, TimeLimit
 from tests.conftest import tiny_spec
 from tests.test_app import _form, app_url  # noqa: F401 - app_url is a fixture
 
@@ -148,7 +148,7 @@ def test_an_upload_id_is_readable_by_its_uploader_only(api, paths, tmp_path):
 
 
 def test_the_worker_trains_on_the_owners_upload(api, paths, tmp_path):
-    from backend.store import JobStatus
+    from backend.jobs.store import JobStatus
     from backend.worker import run_job
 
     upload_id = uploaded(api, ALICE, tmp_path)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from backend.store import JobStatus
+from backend.jobs.store import JobStatus
 from tests.apps import launch_app
 from tests.conftest import wait_for, wait_status
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from backend import arith_data
-from backend.builtin_datasets import BUILTIN_DATASETS_DIR
-from backend.demo_model import ARITH_MODEL_DIR, ARITH_MODEL_RECIPE, _build_tokenizer
+from backend.data import arith as arith_data
+from backend.data.builtin import BUILTIN_DATASETS_DIR
+from backend.models.demo import ARITH_MODEL_DIR, ARITH_MODEL_RECIPE, _build_tokenizer
 from tests.conftest import ROOT, tiny_spec
 
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from backend.artifacts import JobArtifacts
-from backend.autotune import ExampleLengths, as_run, record, tune
-from backend.hardware import DeviceInfo
-from backend.memory import GB
-from backend.spec import parse_spec
+from backend.core.artifacts import JobArtifacts
+from backend.core.spec import parse_spec
+from backend.platform.hardware import DeviceInfo
+from backend.training.autotune import ExampleLengths, as_run, record, tune
+from backend.training.memory import GB
 from tests.conftest import tiny_spec
 from tests.test_memory_calibration import _config
 
@@ -153,7 +153,7 @@ def test_an_auto_batch_elsewhere_is_small_or_one_generation_group():
     ],
 )
 def test_a_batch_size_is_a_whole_number_or_auto(value, problem):
-    from backend.spec import SpecError
+    from backend.core.spec import SpecError
 
     with pytest.raises(SpecError) as caught:
         parse_spec(tiny_spec(training={"batch_size": value}))

@@ -19,8 +19,8 @@ import pytest
 from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
-from backend.paths import DataPaths
-from backend.store import JobStore
+from backend.core.paths import DataPaths
+from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.conftest import ROOT
 from tests.faults import timed_all_through

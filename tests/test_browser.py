@@ -16,8 +16,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from backend.paths import DataPaths
-from backend.store import JobStatus, JobStore
+from backend.core.paths import DataPaths
+from backend.jobs.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import (
     ARTIFACTS,
@@ -84,7 +84,7 @@ def test_a_fresh_train_tab_starts_on_the_arith_model_with_settings_that_make_it_
     expect(page.locator("#method").get_by_label("sft")).to_be_checked()
     expect(page.locator("#model-notice")).to_contain_text("measured to make it learn")
     page.get_by_text("4. Training settings, LoRA and quantization").click()
-    # examples/sft-demo.yaml's settings (backend/demo_model.py's recipe), not the spec's 2e-4 and 30 steps.
+    # examples/sft-demo.yaml's settings (backend/models/demo.py's recipe), not the spec's 2e-4 and 30 steps.
     _settings(
         page,
         {

@@ -10,9 +10,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from backend.paths import DataPaths
-from backend.spec import parse_spec
-from backend.store import JobStore
+from backend.core.paths import DataPaths
+from backend.core.spec import parse_spec
+from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import BROWSER_MARKS, open_page
 from tests.conftest import tiny_spec

@@ -12,8 +12,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from backend.paths import DataPaths
-from backend.store import JobStore
+from backend.core.paths import DataPaths
+from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
 from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings, pick_base_model
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.chat import (
+from backend.chat.feedback import PreferenceLog
+from backend.chat.side_by_side import (
     ChatModels,
     ChatTarget,
     ComparisonChat,
@@ -18,11 +19,10 @@ from backend.chat import (
     build_prompt,
     chat_target,
 )
-from backend.data import load_training_dataset
-from backend.demo_model import DEMO_MODEL_ID
-from backend.feedback import PreferenceLog
-from backend.spec import DatasetSpec, Method, ModelSpec, QuantizationSpec, parse_spec
-from backend.store import JobStatus
+from backend.core.spec import DatasetSpec, Method, ModelSpec, QuantizationSpec, parse_spec
+from backend.data.loading import load_training_dataset
+from backend.jobs.store import JobStatus
+from backend.models.demo import DEMO_MODEL_ID
 from tests.conftest import tiny_spec
 
 MODEL = ModelSpec(name_or_path=DEMO_MODEL_ID)

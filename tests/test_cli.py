@@ -11,9 +11,9 @@ import time
 import pytest
 import yaml
 
-from backend.paths import DataPaths
-from backend.scheduler import Scheduler
-from backend.store import JobStatus
+from backend.core.paths import DataPaths
+from backend.jobs.scheduler import Scheduler
+from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 pytestmark = pytest.mark.slow
@@ -56,9 +56,9 @@ def test_submit_wait_runs_the_example_to_a_saved_adapter_with_a_progress_bar(dat
 def _chat_tab_answers_are_readable_and_the_tuned_side_is_right_more_often(data_dir, job_id, count=96):
     """The Chat tab's own path (StudioAPI.chat_pair: one base model, the adapter on for one side), greedy, on problems
     that neither pre-training nor the job's dataset holds."""
-    from backend import arith_data
     from backend.api import GenerationSettings, StudioAPI
-    from backend.builtin_datasets import BUILTIN_DATASETS
+    from backend.data import arith as arith_data
+    from backend.data.builtin import BUILTIN_DATASETS
 
     seen = {json.loads(line)["messages"][-1]["content"] for line in BUILTIN_DATASETS["arith-sft"].path.open()}
     problems = [p for p in arith_data.sample("studio", 800, seed=7) if p.reply not in seen][:count]
@@ -251,7 +251,7 @@ def run_main(capsys, *args) -> tuple[int, str, str]:
 
 
 def _ended_job(store, learning=None, signal=None):
-    from backend.spec import parse_spec
+    from backend.core.spec import parse_spec
 
     job = store.add(parse_spec(GRPO_SPEC))
     assert store.claim_next().id == job.id

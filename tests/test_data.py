@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.data import detect_format, load_training_dataset
-from backend.spec import DatasetSpec, Method, SpecError
+from backend.core.spec import DatasetSpec, Method, SpecError
+from backend.data.builtin import BUILTIN_DATASETS
+from backend.data.loading import detect_format, load_training_dataset
 
 
 def _write_jsonl(path, rows):
@@ -127,7 +127,7 @@ def test_hub_dataset_offline_gives_a_clear_error():
 def test_plain_text_prompts_become_one_user_message_for_an_environment():
     from datasets import Dataset
 
-    from backend.data import conversational_prompts
+    from backend.methods.grpo import conversational_prompts
 
     plain = conversational_prompts(Dataset.from_list([{"prompt": "Go.", "target": "x"}]))
     assert plain[0] == {"prompt": [{"role": "user", "content": "Go."}], "target": "x"}

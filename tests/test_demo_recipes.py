@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from backend.api import ARITH_MODEL_ID, JobSpec, demo_recipe, methods
-from backend.spec import parse_spec
+from backend.core.spec import parse_spec
 from tests.conftest import ROOT
 
 EXAMPLES = {method: ROOT / "examples" / f"{method}-demo.yaml" for method in ("sft", "dpo", "kto", "grpo")}

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from transformers.utils import get_json_schema
 
+from backend.core.spec import parse_spec
 from backend.environments.adapter import (
     EnvironmentInfo,
     OpenEnvEpisode,
@@ -47,7 +48,6 @@ from backend.environments.launcher import (
     start_server_process,
 )
 from backend.environments.runtime import open_environment
-from backend.spec import parse_spec
 from tests.conftest import tiny_spec
 
 pytestmark = pytest.mark.slow
@@ -232,7 +232,7 @@ notes.reset(goal=1)
 notes.add_note(title="only", body="one")
 rewards = [counter.get_reward(), notes.get_reward()]
 counter._close(); notes._close()
-servers = {"backend.environments." + name for name in ("echo", "wordle", "arithmetic")}
+servers = {"backend.environments.builtin." + name for name in ("echo", "wordle", "arithmetic")}
 loaded = sorted(m for m in sys.modules if m == "tests" or m.startswith("tests.") or m in servers)
 print(json.dumps({"rewards": rewards, "loaded": loaded}))
 """

@@ -15,6 +15,7 @@ from openenv.core.env_server import Action
 from pydantic import BaseModel, Field
 from transformers.utils import get_json_schema
 
+from backend.core.spec import EnvironmentSpec, SpecError, parse_spec
 from backend.environments.adapter import (
     EnvironmentInfo,
     ToolSpec,
@@ -28,7 +29,6 @@ from backend.environments.adapter import (
 from backend.environments.connection import EnvironmentActionError
 from backend.environments.runtime import reward_name
 from backend.environments.schema import inline_refs
-from backend.spec import EnvironmentSpec, SpecError, parse_spec
 from tests.conftest import tiny_spec
 
 

@@ -18,8 +18,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from backend.builtin_datasets import BUILTIN_DATASETS
-from backend.environments import BUILTIN_ENVIRONMENTS, builtin_environment
+from backend.data.builtin import BUILTIN_DATASETS
+from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS, builtin_environment
 from backend.environments.launcher import (
     EnvironmentStartError,
     RunningEnvironment,
@@ -112,7 +112,7 @@ def first_row(dataset: str) -> dict[str, Any]:
 def test_registry_names_datasets_that_exist():
     for env in BUILTIN_ENVIRONMENTS.values():
         assert env.dataset in BUILTIN_DATASETS and "grpo" in BUILTIN_DATASETS[env.dataset].suits
-        assert env.module == f"backend.environments.{env.name}"
+        assert env.module == f"backend.environments.builtin.{env.name}"
     with pytest.raises(KeyError, match="echo, wordle, arithmetic"):
         builtin_environment("chess")
 

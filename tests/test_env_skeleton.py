@@ -1,4 +1,4 @@
-"""The built-in environment servers share one skeleton (backend/environments/serving.py) and keep only their game."""
+"""The built-in environment servers share one skeleton (environments/builtin/serving.py) and keep only their game."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.environments.registry import BUILTIN_ENVIRONMENTS
-from backend.environments.serving import EnvironmentServer, ServedEnvironment
+from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS
+from backend.environments.builtin.serving import EnvironmentServer, ServedEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 SKELETON = {"build_app", "main", "__getattr__", "state", "get_metadata"}
@@ -34,6 +34,6 @@ def test_each_server_is_its_game_on_the_shared_skeleton(name):
 
 
 def test_the_command_line_is_checked_before_anything_is_served():
-    server = importlib.import_module("backend.environments.echo").SERVER
+    server = importlib.import_module("backend.environments.builtin.echo").SERVER
     with pytest.raises(SystemExit):
         server.main(["--port", "1", "--max-sessions", "0"])

@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from backend.api import StudioAPI
+from backend.core.spec import SpecError, load_spec_text, parse_spec
 from backend.environments.launcher import start_server_process
-from backend.spec import SpecError, load_spec_text, parse_spec
-from backend.store import JobStatus
+from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
@@ -158,11 +158,11 @@ def test_the_arith_model_works_the_sum_out_but_seldom_submits_it_with_the_tool(p
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from backend import arith_data
-    from backend.data import load_training_dataset
-    from backend.demo_model import ARITH_MODEL_DIR
+    from backend.data import arith as arith_data
+    from backend.data.loading import load_training_dataset
     from backend.environments.episodes import EpisodeSettings, play_episodes
     from backend.environments.runtime import open_environment
+    from backend.models.demo import ARITH_MODEL_DIR
 
     model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).eval()
     tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
@@ -327,9 +327,9 @@ def test_evaluation_episodes_are_played_side_by_side_with_the_same_outcomes():
     turn per episode, and every episode ends as it does when played alone."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from backend.demo_model import ARITH_MODEL_DIR
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import open_environment
+    from backend.models.demo import ARITH_MODEL_DIR
 
     model = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR)
     tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
@@ -337,7 +337,7 @@ def test_evaluation_episodes_are_played_side_by_side_with_the_same_outcomes():
     generate = model.generate
     model.generate = lambda *a, **k: calls.append(k["input_ids"].shape[0]) or generate(*a, **k)
     spec = parse_spec(load_spec_text((ROOT / "examples" / "grpo-env-demo.yaml").read_text(), "grpo-env-demo.yaml"))
-    from backend.data import load_training_dataset
+    from backend.data.loading import load_training_dataset
 
     dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True)
     rows = [dataset[i] for i in range(16)]

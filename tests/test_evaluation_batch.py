@@ -5,11 +5,12 @@ import threading
 import pytest
 import torch
 
-from backend.evaluation import evaluate_before_after, generate_completions
-from backend.evaluation import render_texts as _render
-from backend.mixed_batch import BASE_ADAPTER, GenerationSettings, mixed_logprobs
-from backend.spec import parse_spec
+from backend.core.spec import parse_spec
+from backend.models.mixed_batch import BASE_ADAPTER, GenerationSettings, mixed_logprobs
+from backend.models.scoring import generate_completions
+from backend.models.scoring import render_texts as _render
 from backend.training.callbacks import StoreReportingCallback
+from backend.training.evaluation import evaluate_before_after
 from backend.worker import build_trainer
 from tests.conftest import tiny_spec
 

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from backend.api import StudioAPI
-from backend.feedback import NoAnswerYet, PreferenceLog, ThumbLog, last_turn
-from backend.users import User
+from backend.chat.feedback import NoAnswerYet, PreferenceLog, ThumbLog, last_turn
+from backend.core.users import User
 
 ALICE, BOB = User("alice"), User("bob")
 SYSTEM = "Be brief."

@@ -3,8 +3,8 @@
 import pytest
 
 from backend.api import StudioAPI
-from backend.spec import parse_spec
-from backend.store import JobStatus
+from backend.core.spec import parse_spec
+from backend.jobs.store import JobStatus
 from components import job_monitor, job_views
 from components.form import (
     FIELDS,
@@ -209,7 +209,7 @@ SPEC_PATH = r"\b(model|dataset|columns|sft|dpo|grpo|environment|training|lora|qu
 def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described():
     import re
 
-    from backend.builtin_datasets import BUILTIN_DATASETS
+    from backend.data.builtin import BUILTIN_DATASETS
     from components.form import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
 
     texts = [BASE_MODEL_HELP, *(f.info for f in FORM_FIELDS.values())]  # every field's help, the spec's or the form's
@@ -241,7 +241,7 @@ def _qa_csv(tmp_path, name="qa.csv"):
 
 
 def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable(paths, tmp_path):
-    from backend.uploads import UnmappedUpload
+    from backend.data.uploads import UnmappedUpload
 
     api = StudioAPI(paths.root, scheduler="none")
     with pytest.raises(UnmappedUpload) as kept:

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from backend import upload_limits, uploads
 from backend.api import SpecError, StudioAPI
-from backend.feedback import NotSaved, export_feedback, feedback_log
-from backend.limits import Busy
-from backend.mixed_batch import GenerationSettings
-from backend.paths import USER_LAYOUT_MARKER, DataPaths
-from backend.spec import Method
-from backend.store import JobStatus, JobStore, QueueFull
-from backend.uploads import keep_upload
-from backend.users import User
+from backend.chat.feedback import NotSaved, export_feedback, feedback_log
+from backend.core.paths import USER_LAYOUT_MARKER, DataPaths
+from backend.core.spec import Method
+from backend.core.users import User
+from backend.data import upload_limits, uploads
+from backend.data.uploads import keep_upload
+from backend.jobs.store import JobStatus, JobStore, QueueFull
+from backend.models.mixed_batch import GenerationSettings
+from backend.platform.limits import Busy
 from tests.conftest import ROOT, tiny_spec, wait_for
 from tests.faults import fill, read_only, timed_all_through, tmpfs
 from tests.test_access import CHAT_ROWS, uploaded, write_jsonl
@@ -378,8 +378,8 @@ def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_wh
 def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stopped_waiting(data_dir, monkeypatch):
     import threading
 
-    from backend import api as api_module
-    from backend.limits import TimedOut, TimeLimit
+    from backend.api import common as api_module
+    from backend.platform.limits import TimedOut, TimeLimit
 
     monkeypatch.setenv("STUDIO_MAX_DRY_RUNS", "1")
     api = StudioAPI(data_dir, scheduler="none")
@@ -423,13 +423,13 @@ def test_a_process_killed_mid_upload_leaves_no_upload_and_the_leftover_is_swept(
     import subprocess
     import sys
 
-    from backend.paths import user_folder
+    from backend.core.paths import user_folder
 
     big = write_jsonl(tmp_path / "big.jsonl", [{"text": f"row {i} " + "z" * 500} for i in range(200_000)])  # 100 MB
     uploads_dir = DataPaths(data_dir).uploads("ann")
     code = (
-        "import sys; from pathlib import Path; from backend.uploads import keep_upload; "
-        "from backend.spec import Method; "
+        "import sys; from pathlib import Path; from backend.data.uploads import keep_upload; "
+        "from backend.core.spec import Method; "
         "keep_upload(Path(sys.argv[1]), 'big.jsonl', Method.sft, Path(sys.argv[2]))"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(big), str(uploads_dir)], cwd=ROOT)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backend.api import StudioAPI
-from backend.users import local_user
+from backend.core.users import local_user
 from components.header import queue_status, status_text
 from tests.conftest import wait_for
 

@@ -16,7 +16,8 @@ from urllib.parse import parse_qs, urlparse
 import huggingface_hub.constants
 import pytest
 
-from backend.hf_jobs import (
+from backend.core.spec import SpecError, parse_spec
+from backend.hub.hf_jobs import (
     DEFAULT_IMAGE,
     JOB_FLAVORS,
     MAX_LOG_LINES,
@@ -30,7 +31,6 @@ from backend.hf_jobs import (
     submit_remote,
     timeout_seconds,
 )
-from backend.spec import SpecError, parse_spec
 
 TOKEN = "hf_test_jobs_token_123"
 NO_SCOPE_TOKEN = "hf_test_read_only_456"
@@ -329,8 +329,8 @@ def test_timeouts_and_default_image(monkeypatch):
 def test_the_facade_records_follows_and_cancels_a_users_remote_job(hub, paths):
     """Sent from the app: recorded for its owner only, status and logs pulled back, cancel goes through."""
     from backend.api import StudioAPI
-    from backend.store import JobNotFound
-    from backend.users import User
+    from backend.core.users import User
+    from backend.jobs.store import JobNotFound
 
     api = StudioAPI(paths.root, scheduler="none")
     alice, bob = User(USER, token=TOKEN), User("bob", token="hf_bob_token")

@@ -1,4 +1,4 @@
-"""backend/hub.py: the one place for the Hub's endpoint, the offline flag and what a name means; every site agrees."""
+"""backend/core/hub_names.py: the one place for the Hub endpoint, the offline flag and what a name means."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from backend import hub
-from backend.access import hub_name_problem
-from backend.hf_jobs import remote_problems
-from backend.spec import parse_spec
-from backend.trl_cli import trl_cli_yaml
+from backend.core import hub_names as hub
+from backend.core.spec import parse_spec
+from backend.hub.hf_jobs import remote_problems
+from backend.hub.trl_cli import trl_cli_yaml
+from backend.jobs.access import hub_name_problem
 from tests.conftest import tiny_spec
 
 BACKEND = Path(__file__).resolve().parent.parent / "backend"
@@ -73,7 +73,7 @@ def test_a_name_that_exists_here_is_a_local_folder_not_a_hub_id(tmp_path, monkey
 
 
 # Names the old copies judged differently: trl_cli and hf_jobs took '--', a trailing '.' or '_' first as Hub ids,
-# access and spec did not. Now every site asks backend/hub.py.
+# access and spec did not. Now every site asks backend/core/hub_names.py.
 @pytest.mark.parametrize("name", ["owner/na--me", "owner/name.", "_owner/name", "Qwen/Qwen3-0.6B", "gpt2"])
 def test_every_site_judges_a_model_name_the_same_way(name):
     is_hub = hub.hub_model_id(name) is not None
@@ -91,7 +91,7 @@ def test_only_hub_py_reads_the_endpoint_and_the_offline_flag():
     offenders = [
         str(path.relative_to(BACKEND))
         for path in BACKEND.rglob("*.py")
-        if path.name != "hub.py" and reads.search(path.read_text(encoding="utf-8"))
+        if path.name != "hub_names.py" and reads.search(path.read_text(encoding="utf-8"))
     ]
     assert offenders == []
 

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from backend.api import StudioAPI
-from backend.hf_jobs import encode_spec
-from backend.spec import parse_spec
-from backend.store import JobStatus
-from backend.users import User
+from backend.core.spec import parse_spec
+from backend.core.users import User
+from backend.hub.hf_jobs import encode_spec
+from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 from tests.hub_server import FakeHub
 

@@ -10,10 +10,10 @@ import zipfile
 import pytest
 
 from backend.api import StudioAPI
-from backend.artifacts import JobArtifacts
-from backend.spec import parse_spec
-from backend.store import JobNotFound, JobStatus
-from backend.users import User
+from backend.core.artifacts import JobArtifacts
+from backend.core.spec import parse_spec
+from backend.core.users import User
+from backend.jobs.store import JobNotFound, JobStatus
 from components import job_monitor, job_views
 from tests.conftest import tiny_spec
 
@@ -218,7 +218,7 @@ def test_buttons_follow_the_jobs_state(api):
 
 
 def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
-    # As the store records a cancel (backend/scheduler.py, worker.py): no error, the step it reached beside it.
+    # As the store records a cancel (backend/jobs/scheduler.py, worker.py): no error, the step it reached beside it.
     job = dataclasses.replace(
         _job(api),
         status=JobStatus.cancelled,

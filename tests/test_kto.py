@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 
-from backend.data import load_training_dataset
-from backend.spec import DatasetSpec, Method, SpecError, parse_spec
+from backend.core.spec import DatasetSpec, Method, SpecError, parse_spec
+from backend.data.loading import load_training_dataset
+from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
 from backend.training.callbacks import StoreReportingCallback
-from backend.trl_cli import trl_cli_config, trl_cli_yaml
 from backend.worker import build_trainer
 from tests.conftest import tiny_spec
 from tests.test_cli import cli
@@ -42,14 +42,14 @@ def test_the_sample_and_conversational_thumbs_load_with_boolean_labels(tmp_path)
 
 
 def test_a_one_example_batch_is_refused_before_queueing(paths):
-    from backend.preflight import check_spec
+    from backend.training.preflight import check_spec
 
     with pytest.raises(SpecError, match="training.batch_size: KTO needs at least 2 examples per device"):
         check_spec(parse_spec(tiny_spec(**{**KTO, "training": {**KTO["training"], "batch_size": 1}})), paths.models)
 
 
 def test_the_example_is_a_valid_kto_job_of_the_arithmetic_model(paths):
-    from backend.preflight import check_spec
+    from backend.training.preflight import check_spec
     from tests.conftest import ROOT
 
     spec = parse_spec(yaml.safe_load((ROOT / "examples" / "kto-demo.yaml").read_text()))
@@ -59,7 +59,7 @@ def test_the_example_is_a_valid_kto_job_of_the_arithmetic_model(paths):
 
 
 def test_the_trl_cli_export_parses_into_the_trainers_kto_settings(tmp_path):
-    from backend.training.kto import to_kto_config
+    from backend.methods.kto import to_kto_config
 
     spec = parse_spec(tiny_spec(**KTO, kto={"beta": 0.2, "desirable_weight": 1.5, "undesirable_weight": 0.5}))
     text = trl_cli_yaml(spec)
@@ -101,9 +101,9 @@ def test_kto_trains_the_adapter_only_and_logs_kto_metrics(paths, store):
 
 @pytest.mark.slow
 def test_a_kto_job_from_the_cli_ends_with_evaluation_model_card_and_trl_config(data_dir, tmp_path):
-    from backend.model_card import build_model_card
-    from backend.paths import DataPaths
-    from backend.store import JobStore
+    from backend.core.paths import DataPaths
+    from backend.hub.model_card import build_model_card
+    from backend.jobs.store import JobStore
 
     spec_file = tmp_path / "kto.yaml"
     spec_file.write_text(yaml.safe_dump(tiny_spec(**KTO, eval={"holdout_rows": 6})))

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from backend.api import StudioAPI
-from backend.scheduler import worker_alive
-from backend.store import JobStatus
+from backend.jobs.scheduler import worker_alive
+from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 pytestmark = pytest.mark.slow
@@ -138,7 +138,7 @@ def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(
 def _start_scheduler_process(paths):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "backend.scheduler", "--data-dir", str(paths.root)],
+        [sys.executable, "-m", "backend.jobs.scheduler", "--data-dir", str(paths.root)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -287,8 +287,8 @@ def test_two_app_processes_on_one_data_dir_share_its_queue_and_the_second_takes_
     and takes over when the first goes. Jobs queued through either run once, and both list them."""
     import json
 
-    from backend.paths import DataPaths
-    from backend.store import JobStore
+    from backend.core.paths import DataPaths
+    from backend.jobs.store import JobStore
     from tests.apps import data_dir_with_models, launch_app
 
     root = data_dir_with_models(tmp_path / "data", models_dir)

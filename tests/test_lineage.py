@@ -1,4 +1,4 @@
-"""backend/lineage.py: the parent-job rule ("yours, an adapter, succeeded with it saved") on a real SQLite store."""
+"""backend/jobs/lineage.py: the parent-job rule (yours, an adapter, succeeded with it saved) on a real store."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
-from backend.lineage import (
+from backend.core.spec import SpecError, parse_spec
+from backend.core.users import User
+from backend.jobs.lineage import (
     Lineage,
     last_checkpoint,
     resolve_lineage,
     resolve_parent,
     starting_adapter,
 )
-from backend.spec import SpecError, parse_spec
-from backend.store import JobStatus, JobStore
-from backend.users import User
+from backend.jobs.store import JobStatus, JobStore
 from tests.conftest import tiny_spec
 
 ALICE, BOB = User("alice"), User("bob")
@@ -135,10 +135,12 @@ def test_the_facade_reads_the_parent_row_once(paths, adapter, monkeypatch):
 
 
 def test_the_facade_does_not_import_the_worker():
-    tree = ast.parse((ROOT / "backend" / "api.py").read_text(encoding="utf-8"))
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "backend.worker" not in imported and "backend.lineage" in imported
+    imported = set()
+    for path in (ROOT / "backend" / "api").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "backend.worker" not in imported and "backend.jobs.lineage" in imported
 
 
 def test_the_last_complete_checkpoint_is_the_one_to_resume(tmp_path):

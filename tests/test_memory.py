@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from backend.hardware import DeviceInfo
-from backend.memory import (
+from backend.core.spec import JobSpec
+from backend.platform.hardware import DeviceInfo
+from backend.training.memory import (
     GB,
     check_memory,
     count_lora_parameters,
@@ -16,7 +17,6 @@ from backend.memory import (
     parameter_breakdown,
     read_available_ram,
 )
-from backend.spec import JobSpec
 from tests.conftest import tiny_spec
 
 A10G = DeviceInfo(kind="cuda", name="NVIDIA A10G", count=1, total_memory_gb=22.0, free_memory_gb=21.5, bf16=True)
@@ -145,7 +145,7 @@ def test_lora_count_matches_peft(models_dir, targets):
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from backend.training.models import to_peft_config
+    from backend.models.loading import to_peft_config
 
     job = spec(lora={"r": 8, "target_modules": targets})
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(models_dir / "tiny-qwen3"), to_peft_config(job.lora))
@@ -262,7 +262,7 @@ def test_on_a_cpu_4bit_is_never_advised(paths):
     assert any("4-bit" in a for a in estimate_memory(job, qwen25_05b_config(), A10G).advice)  # a GPU still hears it
 
     from backend.api import StudioAPI
-    from backend.hardware import detect_device
+    from backend.platform.hardware import detect_device
 
     if detect_device().kind == "cpu":  # this machine's own Check result
         _, text = StudioAPI(paths.root, scheduler="none").check(tiny_spec())

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.hardware import DeviceInfo
-from backend.memory import GB, estimate_memory
-from backend.spec import parse_spec
+from backend.core.spec import parse_spec
+from backend.platform.hardware import DeviceInfo
+from backend.training.memory import GB, estimate_memory
 
 TABLE = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "memory_calibration.json").read_text())
 TOLERANCE = 0.25

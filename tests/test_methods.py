@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file
 
 from backend.api import StudioAPI
-from backend.lineage import resolve_parent
-from backend.spec import SpecError, parse_spec
-from backend.store import JobStatus
+from backend.core.spec import SpecError, parse_spec
+from backend.jobs.lineage import resolve_parent
+from backend.jobs.store import JobStatus
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
 from tests.conftest import tiny_spec, wait_status
@@ -146,7 +146,7 @@ def test_sft_before_after_evaluation_shows_the_tuned_model_fits_held_out_chats_b
 
 @pytest.mark.slow
 def test_dpo_and_grpo_evaluations_score_base_and_tuned(paths, store):
-    from backend.evaluation import evaluate_before_after
+    from backend.training.evaluation import evaluate_before_after
 
     # DPO also checks the greedy answers against the chosen one (preferring must not cost accuracy).
     for spec_dict, keys in (

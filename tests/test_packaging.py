@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from backend.hf_jobs import APP_DIR, DEFAULT_TIMEOUT, timeout_seconds
+from backend.hub.hf_jobs import APP_DIR, DEFAULT_TIMEOUT, timeout_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

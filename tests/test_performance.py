@@ -7,11 +7,13 @@ import threading
 
 import pytest
 
-import backend.performance
-from backend.artifacts import JobArtifacts
-from backend.memory import parameter_breakdown
-from backend.model_card import build_model_card
-from backend.performance import (
+import backend.training.flops
+from backend.core.artifacts import JobArtifacts
+from backend.core.spec import parse_spec
+from backend.hub.model_card import build_model_card
+from backend.jobs.store import JobStatus
+from backend.training.callbacks import StoreReportingCallback
+from backend.training.flops import (
     flops_per_token,
     live_figures,
     matmul_parameters,
@@ -19,9 +21,7 @@ from backend.performance import (
     peak_bf16_flops,
     performance_line,
 )
-from backend.spec import parse_spec
-from backend.store import JobStatus
-from backend.training.callbacks import StoreReportingCallback
+from backend.training.memory import parameter_breakdown
 from backend.worker import build_trainer
 from components.job_views import summary_markdown
 from tests.conftest import tiny_spec
@@ -40,7 +40,7 @@ QWEN3_0_6B = dict(
 
 
 def test_the_doctests_hold():
-    assert doctest.testmod(backend.performance).failed == 0
+    assert doctest.testmod(backend.training.flops).failed == 0
 
 
 def test_flops_per_token_and_mfu_for_a_qwen3_0_6b_shape():

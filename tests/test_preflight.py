@@ -5,7 +5,7 @@ import json
 import pytest
 
 from backend.api import StudioAPI
-from backend.spec import SpecError
+from backend.core.spec import SpecError
 from tests.conftest import tiny_spec
 
 
@@ -48,7 +48,7 @@ def test_unknown_hub_model_offline(api):
 _HUB_LOOKUPS = """
 import json, sys, time
 from backend.api import StudioAPI
-from backend.spec import SpecError
+from backend.core.spec import SpecError
 api = StudioAPI(sys.argv[1], scheduler="none")
 import datasets, huggingface_hub  # imported before the clock starts: importing is not looking up
 out = []
@@ -106,7 +106,7 @@ def test_any_http_answer_means_the_hub_is_reachable(monkeypatch):
     import http.server
     import threading
 
-    from backend import hub_status
+    from backend.platform import hub_status
 
     server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -181,7 +181,7 @@ def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
     huge = api.submit(
         tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000}, sft={"packing": True})
     )
-    from backend.hardware import detect_device
+    from backend.platform.hardware import detect_device
 
     on_gpu = detect_device().kind == "cuda"  # 4-bit loading is advised only where it helps
     assert any(w.startswith("Estimated") and "enable LoRA" in w and ("4-bit" in w) == on_gpu for w in huge.warnings)

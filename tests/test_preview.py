@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from backend.preview import preview_dataset
-from backend.spec import JobSpec, SpecError
+from backend.core.spec import JobSpec, SpecError
+from backend.training.preview import preview_dataset
 from tests.conftest import tiny_spec
 
 EOS = "<|im_end|>"  # the demo tokenizer's EOS
@@ -199,8 +199,8 @@ def test_conversational_data_needs_a_chat_template(make_spec, tokenizer):
 
 def test_sft_preview_matches_what_sfttrainer_tokenizes(make_spec, tokenizer, models_dir, tmp_path):
     """The ground truth: the ids SFTTrainer prepared decode to the previewed text, for every SFT format."""
-    from backend.data import load_training_dataset
-    from backend.training.sft import build_sft_trainer
+    from backend.data.loading import load_training_dataset
+    from backend.methods.sft import build_sft_trainer
 
     for rows in (MESSAGES, PROMPT_COMPLETION_CHAT, PROMPT_COMPLETION_TEXT, TEXT):
         spec = make_spec(rows)

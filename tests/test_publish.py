@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
-from backend.artifacts import JobArtifacts
-from backend.model_card import build_model_card, draw_training_curves
-from backend.paths import DataPaths
-from backend.publish import PushError, push_job
-from backend.scheduler import Scheduler
-from backend.spec import parse_spec
-from backend.store import JobRecord, JobStatus, JobStore
+from backend.core.artifacts import JobArtifacts
+from backend.core.paths import DataPaths
+from backend.core.spec import parse_spec
+from backend.hub.model_card import build_model_card, draw_training_curves
+from backend.hub.publish import PushError, push_job
+from backend.jobs.scheduler import Scheduler
+from backend.jobs.store import JobRecord, JobStatus, JobStore
 from tests.conftest import tiny_spec, wait_status
 from tests.hub_server import FakeHub
 

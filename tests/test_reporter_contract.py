@@ -7,10 +7,10 @@ import inspect
 import pytest
 from pydantic import ValidationError
 
-from backend.artifacts import UnknownArtifact
-from backend.reporter import JobReporter, NullReporter
-from backend.spec import parse_spec
-from backend.store import JobNotFound, JobRecord, JobStatus, JobStore
+from backend.core.artifacts import UnknownArtifact
+from backend.core.spec import parse_spec
+from backend.jobs.reporter import JobReporter, NullReporter
+from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore
 from tests.conftest import tiny_spec
 
 # What a running job may do to the store; a method added to the protocol must be added here and tested below.

@@ -3,7 +3,7 @@
 import pytest
 
 from backend.api import StudioAPI
-from backend.store import InvalidTransition, JobStatus
+from backend.jobs.store import InvalidTransition, JobStatus
 from tests.conftest import tiny_spec
 
 

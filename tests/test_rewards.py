@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-import backend.rewards
-from backend.rewards import (
+import backend.methods.rewards
+from backend.core.spec import REWARD_NAMES, RewardSpec, SpecError, parse_spec
+from backend.methods.rewards import (
     ExactMatch,
     Keywords,
     LengthTarget,
@@ -20,7 +21,6 @@ from backend.rewards import (
     required_columns,
     score_completions,
 )
-from backend.spec import REWARD_NAMES, RewardSpec, SpecError, parse_spec
 
 MEGABYTE = "word " * 200_000
 
@@ -42,7 +42,7 @@ def one_spec_per_reward() -> list[RewardSpec]:
 
 
 def test_docstring_examples_hold():
-    results = doctest.testmod(backend.rewards)
+    results = doctest.testmod(backend.methods.rewards)
     assert results.attempted >= 10 and results.failed == 0
 
 

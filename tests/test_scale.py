@@ -3,11 +3,11 @@
 import pytest
 
 from backend.api import StudioAPI
-from backend.scheduler import Scheduler, worker_command
-from backend.space_runtime import gpu_task
-from backend.spec import SpecError, parse_spec
-from backend.store import JobStatus
-from backend.training.grpo import to_grpo_config, vllm_settings
+from backend.core.spec import SpecError, parse_spec
+from backend.jobs.scheduler import Scheduler, worker_command
+from backend.jobs.store import JobStatus
+from backend.methods.grpo import to_grpo_config, vllm_settings
+from backend.platform.space_runtime import gpu_task
 from components.header import notices
 from tests.conftest import tiny_spec
 
@@ -91,8 +91,8 @@ def test_zero_gpu_refuses_training_with_the_reason_and_chat_still_works(paths, m
 
 
 def test_space_notices(monkeypatch):
-    from backend.hardware import DeviceInfo
-    from backend.users import User
+    from backend.core.users import User
+    from backend.platform.hardware import DeviceInfo
 
     cpu = DeviceInfo("cpu", "CPU", 0, None, None, False)
     assert notices(User("local", True), cpu) == [], "nothing to say on your own machine"

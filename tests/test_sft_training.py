@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.data import load_training_dataset
-from backend.spec import parse_spec
-from backend.store import JobStatus, JobStore
+from backend.core.spec import parse_spec
+from backend.data.loading import load_training_dataset
+from backend.jobs.store import JobStatus, JobStore
+from backend.methods.sft import build_sft_trainer
 from backend.training.callbacks import StoreReportingCallback
-from backend.training.sft import build_sft_trainer
 from tests.conftest import tiny_spec, wait_status
 from tests.test_performance import check_the_figures_of_a_finished_sft_job
 

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from backend.artifacts import SignalWatch
-from backend.spec import parse_spec
-from backend.store import JobStatus
+from backend.core.artifacts import SignalWatch
+from backend.core.spec import parse_spec
+from backend.jobs.store import JobStatus
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.signal import (
     ALL_CLIPPED,
@@ -75,7 +75,7 @@ def test_no_signal_reason_only_for_a_run_that_never_had_any():
     assert no_signal_reason(_fed(FLAT, SIGNAL, FLAT, FLAT).snapshot()) is None  # one step with signal
     assert no_signal_reason(None) is None and no_signal_reason(SignalWatch()) is None  # nothing logged
     # The verdict's sentence says it once: "... The run learned nothing: on all 4 logged steps every group's ..."
-    from backend.learning import LearningMetric, verdict
+    from backend.core.learning import LearningMetric, verdict
 
     said = verdict(LearningMetric("reward/total", "held-out reward"), [0.0] * 4, [0.0] * 4, no_signal=reason).sentence
     assert said.count("nothing") == 1 and "The run learned nothing: on all 4 logged steps" in said, said

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from backend.demo_model import DEMO_MODEL_ID
-from backend.spec import JobSpec, Method, SpecError, field_help, parse_spec, spec_fields_markdown
+from backend.core.spec import JobSpec, Method, SpecError, field_help, parse_spec, spec_fields_markdown
+from backend.models.demo import DEMO_MODEL_ID
 
 
 def test_defaults_are_offline_demo_choices(monkeypatch):
@@ -86,7 +86,7 @@ def test_spec_is_immutable():
 def test_help_text_is_written_once_and_documented_in_readme():
     assert "LoRA rank" in field_help("lora.r")
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert spec_fields_markdown() in readme, "README's spec table is stale: python -m backend.spec > table"
+    assert spec_fields_markdown() in readme, "README's spec table is stale: python -m backend.core.spec > table"
     assert readme.count("Each entry of `grpo.rewards`:") == 1, "the rewards table is in the README once"
 
 

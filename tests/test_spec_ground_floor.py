@@ -1,54 +1,11 @@
-"""The spec is the ground floor: it imports no backend module above it, so every other module may build on it.
-
-Allowed below it (the ground floor): ``backend.hub`` (Hub names and switches), ``backend.demo_model`` (the built-in
-model's name) and what those import themselves, ``backend.builtin_datasets`` (the shipped samples' catalogue). None
-of them imports a backend module outside this set, which the test checks too, so nothing above leaks in through them.
-"""
+"""The spec's rules about built-in names: the registry and the spec agree, and names are judged as before. That the
+spec, in ``backend/core/``, imports nothing above it is the layer rule of tests/test_layers.py."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-from backend.environments.registry import BUILTIN_ENVIRONMENTS
-from backend.spec import BUILTIN_ENVIRONMENT_NAMES, SpecError, parse_spec
+from backend.core.spec import BUILTIN_ENVIRONMENT_NAMES, SpecError, parse_spec
+from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS
 from tests.conftest import tiny_spec
-
-ROOT = Path(__file__).resolve().parent.parent
-GROUND_FLOOR = {"backend.hub", "backend.demo_model", "backend.builtin_datasets"}
-
-
-def backend_imports(module: str) -> set[str]:
-    """Every backend module ``module`` imports, at the top or inside a function, by the AST of its file."""
-    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                found.add(f"relative import of {node.module}")  # the backend uses absolute imports only
-            elif node.module == "backend":
-                found |= {f"backend.{alias.name}" for alias in node.names}
-            else:
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-    return {name for name in found if name.startswith(("backend", "relative"))}
-
-
-def test_spec_imports_only_the_ground_floor():
-    assert backend_imports("backend.spec") <= GROUND_FLOOR, backend_imports("backend.spec") - GROUND_FLOOR
-
-
-def test_the_ground_floor_imports_nothing_above_it():
-    for module in GROUND_FLOOR:
-        assert backend_imports(module) <= GROUND_FLOOR, (module, backend_imports(module) - GROUND_FLOOR)
-
-
-def test_the_walk_sees_imports_inside_functions():
-    # The old spec imported backend.environments inside its validators; the walk must catch that form.
-    tree_text = "def f():\n    from backend.environments.registry import X\n"
-    tree = ast.parse(tree_text)
-    assert any(isinstance(n, ast.ImportFrom) and n.module == "backend.environments.registry" for n in ast.walk(tree))
 
 
 def test_the_registry_and_the_spec_name_the_same_built_in_environments():

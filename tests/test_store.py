@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from backend.artifacts import JobArtifacts
-from backend.spec import SpecError, parse_spec
-from backend.store import InvalidTransition, JobNotFound, JobStatus, JobStore, QuotaExceeded
+from backend.core.artifacts import JobArtifacts
+from backend.core.spec import SpecError, parse_spec
+from backend.jobs.store import InvalidTransition, JobNotFound, JobStatus, JobStore, QuotaExceeded
 
 
 def _spec(owner="local", **training):
@@ -273,7 +273,7 @@ def test_a_resumed_job_keeps_each_step_once(any_store):
 
 def test_listing_parses_each_stored_spec_once(any_store, monkeypatch):
     """The Jobs tab lists every job every 2 s: a stored spec is validated once per process, not on every read."""
-    import backend.store as store_module
+    import backend.jobs.store as store_module
 
     calls = []
     real = store_module.parse_spec

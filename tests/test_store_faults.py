@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from backend.api import StudioAPI
-from backend.spec import SpecError, parse_spec
-from backend.store import JobStatus, JobStore, QuotaExceeded, StoreCorrupt, UnreadableJob
-from backend.users import User
+from backend.core.spec import SpecError, parse_spec
+from backend.core.users import User
+from backend.jobs.store import JobStatus, JobStore, QuotaExceeded, StoreCorrupt, UnreadableJob
 from tests.conftest import tiny_spec
 from tests.test_cli import cli
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from backend.api import StudioAPI
-from backend.store import JobStatus
-from backend.tracking import trackio_dir, trackio_project
+from backend.jobs.store import JobStatus
+from backend.platform.tracking import trackio_dir, trackio_project
 from tests.conftest import ROOT, tiny_spec, wait_status
 
 pytestmark = pytest.mark.slow

@@ -17,11 +17,17 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from backend.core.spec import parse_spec
 from backend.environments.launcher import EnvironmentStartError, start_builtin
-from backend.interpreters import APP_PYTHON_VAR, TRAINER_PYTHON_VAR, InterpreterError, app_python, trainer_python
-from backend.scheduler import Scheduler
-from backend.spec import parse_spec
-from backend.store import JobStatus
+from backend.jobs.scheduler import Scheduler
+from backend.jobs.store import JobStatus
+from backend.platform.interpreters import (
+    APP_PYTHON_VAR,
+    TRAINER_PYTHON_VAR,
+    InterpreterError,
+    app_python,
+    trainer_python,
+)
 from tests.conftest import ROOT, tiny_spec, wait_status
 from tests.test_packaging import requirement_pins
 
@@ -42,7 +48,7 @@ def app_only(name: str) -> bool:
 def _is_module(name: str) -> bool:
     try:
         return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # ``backend.failures.describe_failure``: a name inside a module, not a module
+    except ModuleNotFoundError:  # ``backend.jobs.failures.describe_failure``: a name inside a module, not a module
         return False
 
 
@@ -61,10 +67,6 @@ def worker_modules() -> list[str]:
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names if alias.name.startswith("backend")]
             todo += [name for name in names if _is_module(name)]
-        if module == "backend.training.methods":  # the table imports each method's module by name, on first use
-            from backend.training.methods import METHOD_MODULES
-
-            todo += [f"backend.training.{name}" for name in METHOD_MODULES]
     return sorted(seen)
 
 
@@ -229,13 +231,13 @@ def test_a_builtin_environment_server_starts_under_the_app_python(tmp_path, monk
 def test_the_worker_and_every_backend_module_it_imports_load_without_the_apps_packages():
     modules = worker_modules()
     assert {
-        "backend.training.sft",
-        "backend.training.dpo",
-        "backend.training.grpo",
-        "backend.training.kto",
+        "backend.methods.sft",
+        "backend.methods.dpo",
+        "backend.methods.grpo",
+        "backend.methods.kto",
         "backend.environments.runtime",
-        "backend.evaluation",
-        "backend.publish",
+        "backend.training.evaluation",
+        "backend.hub.publish",
     } <= set(modules)
     probe = (
         f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"

@@ -7,8 +7,8 @@ import importlib
 import pytest
 import yaml
 
-from backend.spec import parse_spec
-from backend.trl_cli import trl_cli_config, trl_cli_yaml
+from backend.core.spec import parse_spec
+from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
 
 # Shared TrainingArguments fields the app sets from the spec; the CLI config must give TRL the same values.
 TRAINING_FIELDS = (
@@ -100,14 +100,14 @@ def comments(text: str) -> str:
 def app_config(spec, tmp_path):
     """The config object the app itself builds for the spec (backend/training/*)."""
     if spec.method.value == "sft":
-        from backend.training.sft import to_sft_config
+        from backend.methods.sft import to_sft_config
 
         return to_sft_config(spec, tmp_path / "out", "conversational", assistant_masks=True)
     if spec.method.value == "dpo":
-        from backend.training.dpo import to_dpo_config
+        from backend.methods.dpo import to_dpo_config
 
         return to_dpo_config(spec, tmp_path / "out")
-    from backend.training.grpo import to_grpo_config
+    from backend.methods.grpo import to_grpo_config
 
     return to_grpo_config(spec, tmp_path / "out", [r.weight for r in spec.grpo.rewards])
 
@@ -115,7 +115,7 @@ def app_config(spec, tmp_path):
 def test_sft_config_with_qlora_parses_into_the_apps_settings(tmp_path):
     from trl import get_peft_config, get_quantization_config
 
-    from backend.training.models import to_bnb_config, to_peft_config
+    from backend.models.loading import to_bnb_config, to_peft_config
 
     spec = parse_spec(SFT)
     script_args, args, model_args, _ = parse_like_trl_cli("sft", trl_cli_yaml(spec), tmp_path)

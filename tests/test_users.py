@@ -3,9 +3,9 @@
 import pytest
 
 from backend.api import StudioAPI
-from backend.spec import SpecError
-from backend.store import JobNotFound, JobStatus
-from backend.users import User, hub_user, local_user
+from backend.core.spec import SpecError
+from backend.core.users import User, hub_user, local_user
+from backend.jobs.store import JobNotFound, JobStatus
 from tests.conftest import tiny_spec
 
 ALICE, BOB = User("alice"), User("bob")

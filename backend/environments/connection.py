@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from backend.hub import hub_endpoint
-from backend.spec import remote_environment_problem
+from backend.core.hub_names import hub_endpoint
+from backend.core.spec import remote_environment_problem
 
 # One DNS label under hf.space: where the Hub serves a Space. Deeper names are not the Hub's to vouch for.
 _SPACE_HOST = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.hf\.space")

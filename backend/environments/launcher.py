@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from backend.environments.registry import DEFAULT_MAX_SESSIONS, builtin_environment
-from backend.interpreters import PROJECT_ROOT, InterpreterError, app_python, backend_env
+from backend.environments.builtin.registry import DEFAULT_MAX_SESSIONS, builtin_environment
+from backend.platform.interpreters import PROJECT_ROOT, InterpreterError, app_python, backend_env
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 30

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from backend.core.hub_names import BUILTIN_PREFIX
+from backend.core.spec import EnvironmentSpec, JobSpec
 from backend.environments.adapter import EnvironmentInfo, OpenEnvEpisode, check_sessions, describe, environment_class
+from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS, BuiltinEnvironment
 from backend.environments.connection import resolve_url
-from backend.environments.registry import BUILTIN_ENVIRONMENTS, BuiltinEnvironment
-from backend.hub import BUILTIN_PREFIX
-from backend.spec import EnvironmentSpec, JobSpec
 
 log = logging.getLogger("studio.environments")
 

@@ -25,12 +25,12 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from backend.core.hub_names import is_builtin
+from backend.core.spec import JobSpec
 from backend.environments.adapter import OpenEnvEpisode, ToolSpec, tool_methods
 from backend.environments.connection import EnvironmentActionError
 from backend.environments.episodes import opening_messages
 from backend.environments.probe import random_arguments
-from backend.hub import is_builtin
-from backend.spec import JobSpec
 
 CLOSING = "Done."
 

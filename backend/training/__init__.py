@@ -1,1 +1,1 @@
-"""Turns a JobSpec into a ready TRL trainer; one module per method, shared loading in ``models``."""
+"""Around a training run: pre-flight, auto-tune, memory, FLOPs, the meter, callbacks, evaluation and the preview."""

@@ -10,8 +10,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from backend.reporter import JobReporter
-from backend.training.performance import PerformanceMeter
+from backend.jobs.reporter import JobReporter
+from backend.training.meter import PerformanceMeter
 from backend.training.signal import ZERO_STD_KEY, SignalMonitor
 
 log = logging.getLogger("studio.signal")

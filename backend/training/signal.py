@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from backend.artifacts import SignalWatch
+from backend.core.artifacts import SignalWatch
 
 PATIENCE = 3  # logged steps in a row without signal before the warning (and, if asked, the early stop)
 

@@ -1,0 +1,115 @@
+"""The backend facade: the one door of the UI and the CLI (submit, list, show, cancel, resume, metrics), and the
+UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing else.
+
+The facade is split by concern into the modules of this package (``studio``, ``jobs``, ``datasets``,
+``environments``, ``chat``, ``hub``); this module re-exports what the UI and the CLI use."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from backend.api.catalogue import (
+    CURATED_MODELS,
+    DEFAULT_HF_JOB_FLAVOR,
+    HF_JOB_FLAVORS,
+    REWARDS,
+    Monitoring,
+    SpecField,
+    builtin_dataset_choices,
+    builtin_dataset_help,
+    environment_choices,
+    method_part,
+    methods,
+    monitoring,
+    spec_field,
+)
+from backend.api.common import MetricsPage, Submitted, WarmUp
+from backend.api.studio import StudioAPI
+from backend.core.artifacts import LearningVerdict, SignalWatch
+from backend.core.learning import status_text
+from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
+from backend.core.users import User, hub_user, local_user
+from backend.jobs.scheduler import SchedulerHealth
+from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
+from backend.models.demo import (
+    ARITH_MODEL_ID,
+    DEMO_MODEL_ID,
+    DEMO_MODEL_NOTE,
+    demo_model_note,
+    demo_recipe,
+    is_demo_model,
+)
+from backend.platform.hardware import detect_device
+from backend.platform.hub_status import hub_status
+from backend.platform.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
+
+# The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
+__all__ = [
+    "StudioAPI",
+    "Submitted",
+    "WarmUp",
+    "MetricsPage",
+    "SchedulerHealth",
+    "JobSpec",
+    "Method",
+    "RewardSpec",
+    "SpecError",
+    "load_spec_text",
+    "JobRecord",
+    "JobStatus",
+    "JobNotFound",
+    "InvalidTransition",
+    "StoreError",
+    "User",
+    "hub_user",
+    "local_user",
+    "on_space",
+    "on_zero_gpu",
+    "gpu_task",
+    "ZERO_GPU_REFUSAL",
+    "detect_device",
+    "hub_status",
+    "DEMO_MODEL_ID",
+    "DEMO_MODEL_NOTE",
+    "is_demo_model",
+    "ARITH_MODEL_ID",
+    "demo_model_note",
+    "demo_recipe",
+    "CURATED_MODELS",
+    "HF_JOB_FLAVORS",
+    "DEFAULT_HF_JOB_FLAVOR",
+    "REWARDS",
+    "SpecField",
+    "spec_field",
+    "methods",
+    "method_part",
+    "environment_choices",
+    "builtin_dataset_choices",
+    "builtin_dataset_help",
+    "Monitoring",
+    "monitoring",
+    "status_text",
+    "LearningVerdict",
+    "SignalWatch",
+]
+
+
+# Re-exported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which
+# the CLI and the scheduler should not pay for at start-up.
+_LAZY_EXPORTS = {
+    "GenerationSettings": "backend.models.mixed_batch",
+    "message_text": "backend.chat.side_by_side",
+    "UnmappedUpload": "backend.data.uploads",
+    "PushError": "backend.hub.publish",
+    "RemoteJobError": "backend.hub.hf_jobs",
+    "live_figures": "backend.training.flops",
+    "performance_line": "backend.training.flops",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily re-exported names of ``_LAZY_EXPORTS``, imported when the UI first asks for them."""
+    if name in _LAZY_EXPORTS:
+        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

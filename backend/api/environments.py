@@ -1,0 +1,94 @@
+"""The facade's environments: a dry run (one episode before queueing) and the tool-use warm-up."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from backend.api.common import SQLITE_MAX_INT, WarmUp, whole_number
+from backend.core.spec import JobSpec, SpecError
+from backend.core.users import User
+from backend.platform.limits import InFlight, TimedOut
+from backend.training.preflight import check_spec
+
+if TYPE_CHECKING:
+    from backend.environments.episodes import Episode
+
+
+class EnvironmentOperations:
+    """Environments: for ``StudioAPI`` (it uses ``_prepare``, ``submit`` and the dry runs' limits)."""
+
+    def dry_run(
+        self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None, user: User | None = None
+    ) -> Episode:
+        """One episode of the job's model (base, or its parent job's adapter) in its environment: the transcript
+        (turns, tool calls, tool results) and the reward, before anything is queued."""
+        from backend.workflows.dryrun import dry_run
+
+        self._require_user(user, "dry run")
+        whole_number(row, "the dry run's row", 0, SQLITE_MAX_INT)
+        whole_number(seed, "the dry run's seed", 0, 2**32 - 1, optional=True)
+        lineage = self._prepare_lineage(spec, user=user)
+        spec, adapter = lineage.spec, lineage.adapter()
+
+        def play() -> Episode:
+            return dry_run(spec, self.paths.models, adapter, row=row, seed=seed, uploads_dir=self._uploads_of(spec))
+
+        if user is None:  # a trusted caller (the CLI) waits as long as its model needs
+            return play()
+        self._dry_run_calls.check(user.name)
+        return self._held_run(self._dry_runs, user, play)
+
+    def _held_run(self, limit: InFlight, user: User, action):
+        """``action()`` off the request thread within the dry-run time limit, counted in ``limit`` until it really
+        ends (a call that timed out but still runs stays counted; one that never started is released)."""
+        release = limit.hold(user.name)
+        started = threading.Event()
+
+        def held():
+            started.set()
+            try:
+                return action()
+            finally:
+                release()
+
+        try:
+            return self._dry_run_time.run(held)
+        except TimedOut:
+            if not started.is_set():
+                release()
+            raise
+
+    def warm_up(
+        self,
+        spec: JobSpec | dict[str, Any] | str,
+        user: User | None = None,
+        *,
+        rows: int = 32,
+        steps: int | None = None,
+        learning_rate: float | None = None,
+    ) -> WarmUp:
+        """Tool-use warm-up for a GRPO environment job: write SFT demonstrations by playing the environment itself
+        (backend/environments/warmup.py), keep them as the user's upload, and queue SFT on them, then the GRPO job
+        from that adapter (it waits for the SFT in the queue). Raises SpecError (nothing queued, nothing kept) when
+        either job could not run."""
+        from backend.environments.warmup import warmup_spec
+        from backend.workflows.warmup import after, write_demonstrations
+
+        self._require_user(user, "warm-up")
+        whole_number(rows, "the warm-up's rows", 1, 1000)
+        if user is not None:
+            self._dry_run_calls.check(user.name)  # it plays the environment up to rows x 4 times
+        owner = user.name if user is not None else None
+        spec = self._prepare(spec, owner, user)
+        if spec.method != "grpo" or not spec.environment.name:
+            raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
+        check_spec(spec, self.paths.models, self._uploads_of(spec))  # refuse before playing anything
+        shown = write_demonstrations(spec, self._uploads_of(spec), rows)
+        sft = self.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
+        try:
+            grpo = self.submit(after(spec, sft.job.id), owner, user)
+        except Exception:
+            self.store.request_cancel(sft.job.id)  # never half a pair
+            raise
+        return WarmUp(shown.summary, shown.upload_id, sft, grpo)

@@ -1,0 +1,179 @@
+"""The facade's jobs: submit and check, list and read, cancel and resume, metrics, logs, samples and the adapter zip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
+from backend.core.spec import JobSpec, SpecError
+from backend.core.users import User, max_queued_per_user
+from backend.jobs.access import readable_job
+from backend.jobs.failures import tail_lines
+from backend.jobs.lineage import last_checkpoint
+from backend.jobs.store import (
+    RESUMABLE_STATUSES,
+    InvalidTransition,
+    JobRecord,
+    JobStatus,
+)
+from backend.platform.hardware import detect_device
+from backend.platform.limits import int_setting
+from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
+from backend.training.preflight import check_and_plan, check_spec
+
+
+class JobOperations:
+    """Jobs: for ``StudioAPI`` (it uses ``paths``, ``store``, ``scheduler``, ``_prepare`` and ``_kick``)."""
+
+    def submit(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> Submitted:
+        """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run.
+
+        With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped
+        (QuotaExceeded, unless they are an admin).
+        """
+        if on_zero_gpu():
+            raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
+        if user is not None:
+            owner = user.name
+        spec = self._prepare(spec, owner, user)
+        limited = user is not None and not user.is_admin
+        queue_limit = max_queued_per_user() if limited else None
+        total_limit = int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL) if limited else None
+        if queue_limit is not None:
+            self.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
+        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec))
+        job = self.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
+        if spec.output.push_to_hub and user is not None and user.token:
+            self._tokens[job.id] = user.token
+        if warnings:
+            self.store.merge_artifacts(job.id, preflight_warnings=warnings)
+        self._kick()
+        return Submitted(job, self.store.queue_position(job.id), warnings)
+
+    def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
+        """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
+        text). Raises SpecError like submit would."""
+        spec = self._prepare(spec, user=user)
+        warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
+        estimate = tuning.estimate
+        text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"
+        if estimate.advice:
+            text += "\nTo need less: " + "; ".join(estimate.advice)
+        return warnings, text + "\nAuto-tune on this machine:\n" + tuning.describe()
+
+    def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
+        """Jobs, oldest first; a non-admin ``user`` gets only their own."""
+        if user is not None and not user.is_admin:
+            owner = user.name
+        return self.store.list(owner=owner)
+
+    def unreadable_jobs(self, user: User | None = None) -> list[tuple[str, str]]:
+        """(job id, reason) of the rows ``list_jobs`` leaves out because they cannot be read, for a notice."""
+        owner = user.name if user is not None and not user.is_admin else None
+        return self.store.unreadable_rows(owner=owner)
+
+    def get_job(self, job_id: str, user: User | None = None) -> JobRecord:
+        """One job; another user's job is reported as not found (its existence is not theirs to know)."""
+        return readable_job(self.store, job_id, user)
+
+    def queue_position(self, job_id: str) -> int | None:
+        """A job's place in the queue (1: next to start), or None when it is not queued."""
+        return self.store.queue_position(job_id)
+
+    def cancel(self, job_id: str, user: User | None = None) -> JobStatus:
+        """Queued jobs are cancelled at once; running ones are asked to stop (then killed after a grace period)."""
+        self.get_job(job_id, user)
+        status = self.store.request_cancel(job_id)
+        if status is JobStatus.running:
+            self._kick()
+        return status
+
+    def resume_refusal(self, job: JobRecord) -> str | None:
+        """Why ``job`` cannot be resumed, as a sentence for the UI; None when it can.
+
+        Interrupted, cancelled and failed jobs resume from their last ``checkpoint-N`` folder. An interrupted job
+        without one may start again from the beginning (as before); a cancelled or failed one needs a checkpoint.
+        """
+        if job.status not in RESUMABLE_STATUSES:
+            if job.status is JobStatus.succeeded:
+                return "This job finished; clone it to train again."
+            return f"This job is {job.status.value}; only an interrupted, cancelled or failed job can be resumed."
+        if job.status is JobStatus.interrupted or last_checkpoint(self.paths.job_output(job.id)) is not None:
+            return None
+        return (
+            f"This job is {job.status.value} and saved no checkpoint before it stopped, so there is nothing to "
+            "resume from; clone it to start again (a smaller training.save_steps saves checkpoints sooner)."
+        )
+
+    def resumable(self, job: JobRecord) -> bool:
+        """Whether ``job`` can be resumed now (the Jobs tab enables its Resume button from this)."""
+        return self.resume_refusal(job) is None
+
+    def resume(self, job_id: str, user: User | None = None) -> JobRecord:
+        """Queue an interrupted, cancelled or failed job again; it continues from its last checkpoint.
+
+        Raises InvalidTransition with ``resume_refusal``'s sentence when it cannot.
+        """
+        refusal = self.resume_refusal(self.get_job(job_id, user))
+        if refusal is not None:
+            raise InvalidTransition(refusal)
+        job = self.store.requeue_for_resume(job_id)
+        self._kick()
+        return job
+
+    def trackio_dashboard(self, job_id: str, user: User | None = None) -> str | None:
+        """For a job that logs to trackio (``output.trackio``), the command that opens trackio's dashboard of its
+        owner's runs (the Jobs tab shows it); None for a job without trackio."""
+        from backend.platform.tracking import dashboard_command
+
+        job = self.get_job(job_id, user)
+        return dashboard_command(self.paths, job.owner) if job.spec.output.trackio else None
+
+    def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
+        """A job's logged metrics rows, those after ``after_id`` only (to poll without re-reading)."""
+        whole_number(after_id, "the metrics cursor", 0, SQLITE_MAX_INT)
+        self.get_job(job_id, user)
+        return self.store.metrics(job_id, after_id)
+
+    def metrics_since(self, job_id: str, cursor: int = 0, user: User | None = None) -> MetricsPage:
+        """Incremental metrics: the rows logged after ``cursor`` and the cursor for the next call (a live view
+        keeps the rows it has and asks only for new ones)."""
+        whole_number(cursor, "the metrics cursor", 0, SQLITE_MAX_INT)
+        rows = self.metrics(job_id, cursor, user)
+        return MetricsPage(rows, rows[-1]["id"] if rows else cursor)
+
+    def finished_jobs(self, user: User | None = None) -> list[JobRecord]:
+        """The user's succeeded jobs that kept an adapter, newest first: what a chat or a next stage can start from."""
+        return [
+            job
+            for job in reversed(self.list_jobs(user=user))
+            if job.status is JobStatus.succeeded and job.artifacts.adapter_dir
+        ]
+
+    def adapter_archive(self, job_id: str, user: User | None = None) -> Path:
+        """Zip a succeeded job's adapter into a fresh, unguessable ``downloads/<random>/`` path (the only folder the
+        web server may serve) and return it; the file appears whole or not at all (written beside it, renamed).
+
+        Raises JobNotFound for a job that is not the user's, ValueError with a sentence when it has no adapter.
+        """
+        job = self.get_job(job_id, user)
+        adapter = job.artifacts.adapter_dir if job.status is JobStatus.succeeded else None
+        if not adapter or not Path(adapter).is_dir():
+            raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
+        from backend.workflows.archive import zip_adapter
+
+        return zip_adapter(self.paths, Path(adapter), f"adapter-{job.spec.output.run_name or job.id}.zip")
+
+    def samples(self, job_id: str, user: User | None = None) -> list[dict[str, Any]]:
+        """GRPO's kept completions with their rewards."""
+        self.get_job(job_id, user)
+        return self.store.samples(job_id)
+
+    def log_tail(self, job_id: str, lines: int = 50, user: User | None = None) -> list[str]:
+        """The last ``lines`` lines of a job's training log (1 to 10,000)."""
+        whole_number(lines, "the number of log lines", 1, 10_000)
+        self.get_job(job_id, user)
+        return tail_lines(self.paths.job_log(job_id), lines)

@@ -1,0 +1,156 @@
+"""``StudioAPI``: the facade's state (data folder, store, scheduler, limits) and the parts it is made of, by concern."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from backend.api.chat import ChatOperations
+from backend.api.common import (
+    BENCH_CALLS_PER_MINUTE,
+    BENCH_TIME_LIMIT_S,
+    DEFAULT_MAX_CHAT_STREAMS,
+    DEFAULT_MAX_CHAT_STREAMS_PER_USER,
+    DEFAULT_MAX_DRY_RUNS,
+    DRY_RUN_TIME_LIMIT_S,
+    DRY_RUNS_PER_MINUTE,
+    SchedulerMode,
+)
+from backend.api.datasets import DatasetOperations
+from backend.api.environments import EnvironmentOperations
+from backend.api.hub import HubOperations
+from backend.api.jobs import JobOperations
+from backend.core.paths import DataPaths
+from backend.core.spec import JobSpec, SpecError, parse_spec
+from backend.core.users import User
+from backend.jobs.access import authorize_spec
+from backend.jobs.lineage import Lineage, resolve_lineage
+from backend.jobs.remote_registry import RemoteRegistry
+from backend.jobs.scheduler import Scheduler, SchedulerHealth, spawn_detached
+from backend.jobs.store import JobStore
+from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
+from backend.platform.space_runtime import on_space
+
+
+class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, HubOperations):
+    """The facade over the store and a scheduler (its Hub operations are in backend/api/hub.py).
+
+    ``scheduler`` says who runs the queue: ``"thread"`` runs one inside this process (the app), ``"detached"``
+    starts a background scheduler process when none is running (the CLI and scripts), ``"none"`` leaves it to
+    someone else (tests that start their own).
+    """
+
+    def __init__(
+        self, data_dir: Path | str | None = None, scheduler: SchedulerMode = "detached", **scheduler_kwargs: Any
+    ):
+        self.paths = DataPaths(data_dir).ensure()
+        self.store = JobStore(self.paths.db)
+        self.remote = RemoteRegistry(self.store)
+        with contextlib.suppress(OSError):  # tried again at the next start
+            self.paths.move_user_folders(self.store.owners())
+            self._sweep_half_files()
+        self.mode = scheduler
+        self.scheduler: Scheduler | None = None
+        self._chat_models = None  # loaded on the first chat
+        self._chat_lock = threading.Lock()
+        # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
+        self._tokens: dict[str, str] = {}
+        self._bench_calls = RateLimiter("reward bench", BENCH_CALLS_PER_MINUTE)
+        self._bench_time = TimeLimit(
+            "reward bench", BENCH_TIME_LIMIT_S, advice="use fewer or shorter completions, or simpler patterns"
+        )
+        self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
+        # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
+        self._dry_runs = InFlight(
+            "dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
+        )
+        self._chat_streams = InFlight(
+            "chat",
+            int_setting("STUDIO_MAX_CHAT_STREAMS_PER_USER", DEFAULT_MAX_CHAT_STREAMS_PER_USER),
+            int_setting("STUDIO_MAX_CHAT_STREAMS", DEFAULT_MAX_CHAT_STREAMS),
+            "STUDIO_MAX_CHAT_STREAMS",
+        )
+        self._dry_run_time = TimeLimit(
+            "dry run",
+            DRY_RUN_TIME_LIMIT_S,
+            workers=1,
+            advice="lower environment.max_tool_calling_iterations or "
+            "grpo.max_completion_length, or try a smaller model",
+        )
+        if scheduler == "thread":
+            self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
+
+    def _sweep_half_files(self) -> None:
+        """What a killed process left half-written: staged uploads and partial adapter zips (never handed out)."""
+        from backend.data.uploads import LEFTOVER_AGE_S, sweep_staging
+
+        sweep_staging(self.paths.root / "uploads")
+        from backend.workflows.archive import PARTIAL_ZIP
+
+        for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
+            if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
+                shutil.rmtree(partial.parent, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
+        self._bench_time.close()
+        self._dry_run_time.close()
+        self.store.close()
+
+    def storage_notice(self) -> str | None:
+        """A sentence for the header when the data folder cannot be written (a read-only mount), else None."""
+        if self.store.writable():
+            return None
+        return (
+            f"The studio’s data folder ({self.paths.root}) is read-only: jobs, logs and adapters can be read, but "
+            "nothing can be queued, cancelled, uploaded or saved until it is writable again."
+        )
+
+    def scheduler_health(self) -> SchedulerHealth | None:
+        """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);
+        None when this process runs no scheduler (``detached``/``none`` modes: another process owns the queue)."""
+        return self.scheduler.health() if self.scheduler is not None else None
+
+    def _prepare(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> JobSpec:
+        """The parsed spec, owned by ``user`` and holding only what they may read (backend/jobs/access.py), parent
+        resolved. ``user=None`` is a trusted caller in this process (the CLI, tests)."""
+        return self._prepare_lineage(spec, owner, user).spec
+
+    def _prepare_lineage(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> Lineage:
+        """:meth:`_prepare`, with the parent job read on the way (backend/jobs/lineage.py)."""
+        if not isinstance(spec, JobSpec):
+            spec = parse_spec(spec)
+        if owner is not None and owner != spec.owner:
+            spec = spec.model_copy(update={"owner": owner})
+        spec = authorize_spec(spec, user, self.paths)
+        return resolve_lineage(spec, self.store, user)
+
+    def _uploads_of(self, spec: JobSpec) -> Path:
+        return self.paths.uploads(spec.owner)
+
+    def _require_user(self, user: User | None, what: str) -> None:
+        """Actions that run user code or a model are for signed-in users; None is trusted only off a Space."""
+        if user is None and on_space():
+            raise SpecError([f"{what}: sign in with Hugging Face first (button at the top right)"])
+
+    def _secret_env(self, job_id: str) -> dict[str, str]:
+        """What the scheduler adds to a worker's environment: the token of the user who asked it to push."""
+        token = self._tokens.pop(job_id, None)
+        return {"HF_TOKEN": token} if token else {}
+
+    def _kick(self) -> None:
+        """Make sure some scheduler will pick the queue up."""
+        if self.scheduler is not None:
+            self.scheduler.notify()
+        elif self.mode == "detached" and not Scheduler.is_running(self.paths):
+            spawn_detached(self.paths)

@@ -1,0 +1,1 @@
+"""The side-by-side chat and what users say about its answers."""

@@ -1,0 +1,191 @@
+"""The learning verdict: did the job make the model better, by its method's own metric, on held-out rows?
+
+The before/after evaluation scores each held-out row (or episode) on every side: the tuned model, where the job
+started (a parent job's adapter, else the base model) and the base. The verdict compares tuned with the start row by
+row; its 95% interval comes from a paired bootstrap over those rows, so it says how much of the change the rows can
+support. A change whose interval excludes zero is ``improved`` or ``worse``; else ``no_change``. A GRPO run that never
+had anything to learn from (every group scored the same on every step) is ``no_signal``, whatever the scores say.
+
+>>> v = verdict(LearningMetric("accuracy", "held-out accuracy", rate=True), [0, 0, 1, 0] * 16, [1, 0, 1, 1] * 16)
+>>> v.verdict, v.sentence
+('improved', 'Held-out accuracy 25% -> 75% (+50 points, ±12) on 64 rows.')
+>>> verdict(LearningMetric("eval_loss", "held-out loss", higher_is_better=False), [2.0, 1.0], [2.0, 1.0]).verdict
+'no_change'
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from backend.core.artifacts import LearningVerdict
+
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+NO_SIGNAL = "no_signal"
+
+
+@dataclass(frozen=True)
+class LearningMetric:
+    """A method's verdict metric: the evaluation key, its name, its direction and whether it is a share of rows.
+
+    ``grouped``: the per-row values carry a group (KTO's desirable/undesirable label) and the statistic is the mean of
+    the True group minus the mean of the False group; else it is the plain mean.
+    """
+
+    key: str
+    label: str
+    higher_is_better: bool = True
+    rate: bool = False
+    grouped: bool = False
+
+
+def _statistic(values: Sequence[float], groups: Sequence[bool] | None, index: Sequence[int]) -> float | None:
+    if groups is None:
+        return sum(values[i] for i in index) / len(index) if index else None
+    good = [values[i] for i in index if groups[i]]
+    bad = [values[i] for i in index if not groups[i]]
+    if not good or not bad:
+        return None
+    return sum(good) / len(good) - sum(bad) / len(bad)
+
+
+def paired_interval(
+    before: Sequence[float],
+    after: Sequence[float],
+    groups: Sequence[bool] | None = None,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> float | None:
+    """Half-width of the 95% percentile interval of statistic(after) - statistic(before), rows resampled in pairs.
+
+    >>> paired_interval([1.0] * 10, [1.0] * 10)
+    0.0
+    """
+    n = len(before)
+    if n < 2:
+        return None
+    rng = random.Random(seed)
+    deltas = []
+    for _ in range(samples):
+        index = [rng.randrange(n) for _ in range(n)]
+        a, b = _statistic(after, groups, index), _statistic(before, groups, index)
+        if a is not None and b is not None:
+            deltas.append(a - b)
+    if len(deltas) < samples // 2:
+        return None
+    deltas.sort()
+    low, high = deltas[int(0.025 * len(deltas))], deltas[min(len(deltas) - 1, int(0.975 * len(deltas)))]
+    return round((high - low) / 2, 6)
+
+
+def _shown(value: float | None, metric: LearningMetric) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0%}" if metric.rate else f"{value:.3g}"
+
+
+def _change(delta: float, ci: float | None, metric: LearningMetric) -> str:
+    if metric.rate:
+        text = f"{delta * 100:+.0f} points"
+        return f"{text}, ±{ci * 100:.0f}" if ci is not None else text
+    text = f"{delta:+.3g}"
+    return f"{text}, ±{ci:.2g}" if ci is not None else text
+
+
+def sentence(
+    metric: LearningMetric,
+    before: float | None,
+    after: float | None,
+    delta: float | None,
+    ci: float | None,
+    rows: int,
+    base: float | None = None,
+    start: str = "base",
+) -> str:
+    """``Held-out accuracy 24% -> 41% (+17 points, ±8) on 64 rows.``; with a parent, the base's score too."""
+    label = metric.label[:1].upper() + metric.label[1:]
+    unit = "episodes" if "success" in metric.key else "rows"
+    text = f"{label} {_shown(before, metric)} -> {_shown(after, metric)}"
+    if delta is not None:
+        text += f" ({_change(delta, ci, metric)})"
+    text += f" on {rows} {unit}"
+    if start == "parent":
+        text += f", from the parent job's adapter (base model {_shown(base, metric)})"
+    return text + "."
+
+
+def judge(delta: float | None, ci: float | None, higher_is_better: bool) -> str:
+    """improved / worse when the interval excludes zero (in the metric's good or bad direction), else no_change."""
+    if delta is None or ci is None:
+        return "no_change"
+    gain = delta if higher_is_better else -delta
+    if gain - ci > 0:
+        return "improved"
+    if gain + ci < 0:
+        return "worse"
+    return "no_change"
+
+
+def verdict(
+    metric: LearningMetric,
+    before_rows: Sequence[float],
+    after_rows: Sequence[float],
+    *,
+    groups: Sequence[bool] | None = None,
+    base_rows: Sequence[float] | None = None,
+    start: str = "base",
+    no_signal: str | None = None,
+) -> LearningVerdict:
+    """The verdict from per-row scores of the start and the tuned model (the same rows, in the same order).
+
+    ``no_signal``: a sentence saying the run had nothing to learn from; it makes the verdict ``no_signal``.
+    """
+    if len(before_rows) != len(after_rows):
+        raise ValueError(
+            f"{len(before_rows)} rows before but {len(after_rows)} after: the sides must score the same rows"
+        )
+    groups = list(groups) if metric.grouped and groups is not None else None
+    everything = list(range(len(after_rows)))
+    before = _statistic(before_rows, groups, everything)
+    after = _statistic(after_rows, groups, everything)
+    base = _statistic(base_rows, groups, everything) if base_rows is not None and start == "parent" else None
+    delta = after - before if before is not None and after is not None else None
+    ci = paired_interval(before_rows, after_rows, groups) if delta is not None else None
+    outcome = NO_SIGNAL if no_signal else judge(delta, ci, metric.higher_is_better)
+    text = sentence(metric, before, after, delta, ci, len(after_rows), base, start)
+    if no_signal:
+        text += f" The run learned nothing: {no_signal}"
+    elif outcome == "no_change":
+        text += " No change the rows can tell from noise."
+    elif outcome == "worse":
+        text += " Training made it worse."
+    return LearningVerdict(
+        metric=metric.key,
+        label=metric.label,
+        before=before,
+        after=after,
+        delta=delta,
+        ci95=ci,
+        rows=len(after_rows),
+        verdict=outcome,
+        sentence=text,
+        base=base,
+        start=start,
+        higher_is_better=metric.higher_is_better,
+        rate=metric.rate,
+    )
+
+
+def status_text(status: str, learning: LearningVerdict | dict[str, Any] | None) -> str:
+    """A job's status as people read it: a success that learned nothing says so.
+
+    >>> status_text("succeeded", {"verdict": "no_signal"}), status_text("succeeded", None)
+    ('succeeded - learned nothing', 'succeeded')
+    """
+    outcome = learning.get("verdict") if isinstance(learning, dict) else getattr(learning, "verdict", None)
+    if status == "succeeded" and outcome == NO_SIGNAL:
+        return "succeeded - learned nothing"
+    return status

@@ -1,0 +1,84 @@
+"""The small sample datasets shipped with the project, so every method runs offline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.core.paths import BUILTIN_DATASETS_DIR  # noqa: E402  (re-exported: the built-ins' folder)
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A small dataset shipped with the studio: its name, what it holds, and the methods it suits."""
+
+    name: str
+    description: str
+    suits: tuple[str, ...]
+
+    @property
+    def path(self) -> Path:
+        """The dataset's JSONL file in the studio's built-in data folder."""
+        return BUILTIN_DATASETS_DIR / f"{self.name}.jsonl"
+
+
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    d.name: d
+    for d in (
+        BuiltinDataset("chat-demo", "72 short chats (arithmetic, capitals, greetings) in `messages` format.", ("sft",)),
+        BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", ("dpo",)),
+        BuiltinDataset(
+            "feedback-demo",
+            "48 conversational prompt/completion rows marked good or bad (`label`: true/false), as "
+            "the Chat tab's thumbs record them.",
+            ("kto",),
+        ),
+        BuiltinDataset(
+            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)
+        ),
+        BuiltinDataset(
+            "echo-tools-sft",
+            "24 demonstrations of calling the echo environment's echo_message tool (SFT before "
+            "GRPO with builtin:echo), with a `tools` column.",
+            ("sft",),
+        ),
+        BuiltinDataset(
+            "echo-demo", "32 prompts for the built-in echo environment, with the `target` text to echo.", ("grpo",)
+        ),
+        BuiltinDataset(
+            "wordle-demo", "32 Wordle prompts for the built-in wordle environment, with the secret `word`.", ("grpo",)
+        ),
+        BuiltinDataset(
+            "arith-sft",
+            "1000 arithmetic chats (sums and differences below 50, answered `a + b = \\boxed{c}`) for "
+            "builtin:tiny-qwen3-arith: SFT raises its exact-match accuracy.",
+            ("sft",),
+        ),
+        BuiltinDataset(
+            "arith-preferences",
+            "1000 arithmetic prompts with the right answer chosen and a near miss rejected (DPO).",
+            ("dpo",),
+        ),
+        BuiltinDataset(
+            "arith-feedback",
+            "1000 arithmetic answers marked right (`label` true) or wrong (false), half each (KTO).",
+            ("kto",),
+        ),
+        BuiltinDataset(
+            "arith-prompts",
+            "1000 arithmetic prompts with a `solution` column for TRL's accuracy reward (GRPO).",
+            ("grpo",),
+        ),
+        BuiltinDataset(
+            "arith-env",
+            "400 sums and differences for the built-in arithmetic environment (`a`, `b`, `op`), phrased "
+            "as builtin:tiny-qwen3-arith was pre-trained to answer with the submit_answer tool.",
+            ("grpo",),
+        ),
+        BuiltinDataset(
+            "arithmetic-demo",
+            "32 calculation prompts for the built-in arithmetic environment, with `a`, `b` and `op` columns.",
+            ("grpo",),
+        ),
+    )
+}

@@ -1,0 +1,243 @@
+"""Loads a job's dataset (built-in, upload, file or Hub), applies the column mapping and checks it fits the method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend.core.spec import DatasetSpec, Method, SpecError, quote_input
+from backend.core.uploads import UPLOAD_AGAIN, upload_display_name, upload_file
+from backend.data.builtin import BUILTIN_DATASETS
+from backend.methods.table import DataFormat, support
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
+FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Path | None = None) -> Dataset:
+    from datasets import load_dataset
+
+    if spec.source == "builtin":
+        builtin = BUILTIN_DATASETS.get(spec.name)
+        if builtin is None:
+            raise SpecError(
+                [f"dataset.name: no built-in dataset {spec.name!r}; choose one of {', '.join(BUILTIN_DATASETS)}"]
+            )
+        return load_dataset("json", data_files=str(builtin.path), split="train", cache_dir=_cache(cache_dir))
+    if spec.source == "upload":
+        if uploads_dir is None:  # a caller that forgot whose uploads these are must not guess
+            raise SpecError([f"dataset.name: upload {quote_input(spec.name)} has no owner here; {UPLOAD_AGAIN}"])
+        path = upload_file(uploads_dir, spec.name)
+        return load_file(path, upload_display_name(spec.name), cache_dir)
+    if spec.source == "file":
+        path = Path(spec.name).expanduser()
+        if not path.is_file():
+            raise SpecError([f"dataset.name: file {spec.name} does not exist"])
+        return load_file(path, path.name, cache_dir)
+    try:
+        return load_dataset(spec.name, spec.config, split=spec.split, cache_dir=_cache(cache_dir))
+    except Exception as exc:
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpecError([f"dataset.name: Hub dataset {spec.name!r} could not be loaded ({cause})"]) from None
+
+
+def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> Dataset:
+    """A .jsonl/.json/.csv/.parquet file as a Dataset; errors name the file as its owner knows it.
+
+    With ``cache_dir`` the Arrow copy datasets makes goes there (and the rows are held in memory), so a caller that
+    removes the folder afterwards leaves nothing in the shared datasets cache.
+    """
+    from datasets import load_dataset
+
+    loader = FILE_LOADERS.get(path.suffix.lower())
+    if loader is None:
+        raise SpecError(
+            [f"dataset.name: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"]
+        )
+    try:
+        return load_dataset(
+            loader,
+            data_files=str(path),
+            split="train",
+            cache_dir=_cache(cache_dir),
+            keep_in_memory=cache_dir is not None,
+        )
+    except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
+        if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
+            raise SpecError([EMPTY_DATASET]) from None
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        cause = cause.replace(path.name, display_name)
+        raise SpecError(
+            [f"dataset.name: {display_name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
+        ) from None
+
+
+def _cache(cache_dir: Path | None) -> str | None:
+    return str(cache_dir) if cache_dir is not None else None
+
+
+class ColumnsMismatch(SpecError):
+    """The data loads but its columns do not fit the method: a column mapping fixes it (the file itself is fine)."""
+
+
+MAPPING_NAME = "“Column mapping”"  # what the Train tab calls dataset.columns; messages use the UI's words
+
+
+def mapping_example(columns: list[str], method: Method) -> str:
+    """A column mapping that would fit ``columns`` to ``method``, to quote in a message: ``prompt=question, ...``.
+
+    >>> mapping_example(["question", "answer"], Method.sft)
+    'prompt=question, completion=answer'
+    """
+    formats = [f.columns for f in support(method).formats]
+    unused = [c for c in columns if not any(c in required for required in formats)] or list(columns)
+    # The format that names as many columns as the data has left over reads most naturally.
+    required = next((r for r in formats if len(r) == len(unused)), formats[0])
+    return ", ".join(f"{want}={have}" for want, have in zip(required, unused)) or f"{required[0]}=your_column"
+
+
+def apply_column_mapping(ds: Dataset, mapping: dict[str, str]) -> Dataset:
+    """Rename the user's columns to the names TRL expects (mapping: expected -> user's)."""
+    missing = [src for src in mapping.values() if src not in ds.column_names]
+    if missing:
+        raise ColumnsMismatch(
+            [
+                f"dataset: {MAPPING_NAME}: column {m!r} is not in the dataset "
+                f"(its columns: {', '.join(ds.column_names)})"
+                for m in missing
+            ]
+        )
+    renames = {src: dst for dst, src in mapping.items() if src != dst}
+    clashing = [dst for dst in renames.values() if dst in ds.column_names and dst not in renames]
+    if clashing:
+        ds = ds.remove_columns(clashing)
+    return ds.rename_columns(renames) if renames else ds
+
+
+def find_format(columns: list[str], method: Method) -> DataFormat:
+    """The first dataset format of ``method`` whose columns are all present, else an actionable SpecError."""
+    formats = support(method).formats
+    for data_format in formats:
+        if all(c in columns for c in data_format.columns):
+            return data_format
+    wanted = " or ".join("/".join(f.columns) for f in formats)
+    raise ColumnsMismatch(
+        [
+            f"dataset: {support(method).label} needs columns {wanted}; the dataset has {', '.join(columns) or 'none'}. "
+            f"Fill {MAPPING_NAME} with expected=your_column, e.g. {mapping_example(columns, method)}."
+        ]
+    )
+
+
+def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, ...]]:
+    """(format name, required columns) of the first format of ``method`` the columns fit (see ``find_format``)."""
+    data_format = find_format(columns, method)
+    return data_format.name, data_format.columns
+
+
+def load_training_dataset(
+    spec: DatasetSpec,
+    method: Method,
+    keep_columns: set[str] = frozenset(),
+    keep_all: bool = False,
+    uploads_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    check_raw: Callable[[Dataset], None] | None = None,
+) -> tuple[Dataset, str]:
+    """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
+
+    ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
+    ``keep_all`` keeps every column (an environment's ``reset`` receives them all).
+    ``uploads_dir`` is the job owner's uploads folder, where a ``source: upload`` id is looked up.
+    ``cache_dir`` keeps datasets' Arrow copy out of the shared cache (see ``load_file``).
+    ``check_raw`` sees the rows as loaded, before anything else (the upload limits raise SpecError there).
+    """
+    ds = _load_raw(spec, uploads_dir, cache_dir)
+    if check_raw is not None:
+        check_raw(ds)
+    ds = apply_column_mapping(ds, spec.columns)
+    data_format = find_format(ds.column_names, method)
+    fmt, required = data_format.name, data_format.columns
+    missing = sorted(keep_columns - set(ds.column_names))
+    if missing:
+        raise ColumnsMismatch(
+            [
+                f"dataset: column {c!r} is needed by the rewards but the dataset has {', '.join(ds.column_names)}; "
+                f"map a column to it in {MAPPING_NAME} ({c}=your_column)"
+                for c in missing
+            ]
+        )
+    ds = _as_text(ds, data_format.text_columns)
+    ds = _as_labels(ds, data_format.labels)
+    kept = set(required) | set(keep_columns) | set(support(method).optional_columns)
+    extra = [] if keep_all else [c for c in ds.column_names if c not in kept]
+    if extra:
+        ds = ds.remove_columns(extra)
+    if spec.max_rows is not None and len(ds) > spec.max_rows:
+        ds = ds.select(range(spec.max_rows))
+    if len(ds) == 0:
+        raise SpecError([EMPTY_DATASET])
+    problems = []
+    for column in required:
+        blank_rows = [i for i, value in enumerate(ds[column]) if _blank(value)]
+        if blank_rows:
+            problems.append(
+                f"dataset: {len(blank_rows)} of {len(ds)} rows have an empty {column!r} (first: row {blank_rows[0]}); "
+                "fix or drop them"
+            )
+    if problems:
+        raise SpecError(problems)
+    return ds, fmt
+
+
+def _as_text(ds: Dataset, columns: tuple[str, ...]) -> Dataset:
+    """Scalar (number, bool) columns the trainer reads as text, as strings: a CSV's ``answer`` of ``4`` loads as an
+    integer, and the chat template and the preview concatenate text."""
+    from datasets import Value
+
+    for column in columns:
+        feature = ds.features.get(column)
+        if isinstance(feature, Value) and feature.dtype not in ("string", "large_string"):
+            ds = ds.cast_column(column, Value("string"))
+    return ds
+
+
+def _as_labels(ds: Dataset, columns: tuple[str, ...]) -> Dataset:
+    """Label columns as booleans: a CSV's ``true``/``false`` or ``1``/``0`` loads as text or numbers. A value that is
+    none of these is refused by name."""
+    from datasets import Value
+
+    words = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}
+    for column in columns:
+        if ds.features.get(column) == Value("bool"):
+            continue
+        bad = [i for i, v in enumerate(ds[column]) if v is not None and str(v).strip().lower() not in words]
+        if bad:
+            raise SpecError(
+                [
+                    f"dataset: column {column!r} must hold true or false; row {bad[0]} has "
+                    f"{quote_input(ds[bad[0]][column])}"
+                ]
+            )
+        ds = ds.map(lambda row, c=column: {c: None if row[c] is None else words[str(row[c]).strip().lower()]})
+        ds = ds.cast_column(column, Value("bool"))
+    return ds
+
+
+def split_holdout(ds: Dataset, fraction: float, rows: int | None, seed: int) -> tuple[Dataset, Dataset | None]:
+    """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
+    n_eval = rows if rows is not None else int(round(len(ds) * fraction))
+    if n_eval <= 0:
+        return ds, None
+    if n_eval >= len(ds):
+        raise SpecError([f"eval: holding out {n_eval} rows leaves none of the {len(ds)} to train on"])
+    split = ds.train_test_split(test_size=n_eval, seed=seed, shuffle=True)
+    return split["train"], split["test"]
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, (str, list)) and len(value) == 0)

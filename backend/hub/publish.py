@@ -1,0 +1,259 @@
+"""Pushes a finished job's adapter to the Hugging Face Hub in one commit, with a model card and the run's records.
+
+The token is used for the HTTP calls only: it is never written to the store, the job folder, the uploaded files
+or a log line, and error messages are scrubbed of it. A failed push leaves the adapter on disk untouched and
+records one sentence per cause in the job's artifacts (``hub_error``); a successful one records ``hub``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from backend.core.artifacts import HubPush
+from backend.core.hub_names import HUB_REPO_ID_RULE, client_offline, hub_endpoint, hub_model_id, is_namespaced_repo_id
+from backend.core.paths import DataPaths
+from backend.core.spec import JobSpec, quote_input
+from backend.core.uploads import dataset_file_name
+from backend.hub.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
+from backend.hub.trl_cli import slug, trl_cli_yaml
+from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+log = logging.getLogger("studio.publish")
+
+# Files of the saved adapter folder that are not uploaded: PEFT's generic card (README.md is ours) and the
+# pickled TrainingArguments (training_config.yaml and spec.json say the same in plain text).
+SKIPPED_ADAPTER_FILES = frozenset({"README.md", "training_args.bin"})
+
+
+class PushError(RuntimeError):
+    """A push that did not happen, with one sentence saying why and what to do."""
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """A finished push: the Hub repo, its URL, the commit's URL and the files sent."""
+
+    repo_id: str
+    url: str
+    commit_url: str
+    files: list[str]
+
+
+def default_repo_name(job: JobRecord) -> str:
+    """The repo name a job's adapter gets when none is given: its run name, else method and job id."""
+    return slug(job.spec.output.run_name or f"{job.spec.method.value}-{job.id}")
+
+
+def _account(api: HfApi) -> tuple[str, set[str], str | None]:
+    """(user name, namespaces the token's account may write to, the token's role) from whoami."""
+    info = api.whoami()
+    name = info["name"]
+    orgs = {org["name"] for org in info.get("orgs", []) if org.get("name")}
+    role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
+    return name, {name, *orgs}, role
+
+
+def _dataset_label(spec: JobSpec) -> str:
+    """The dataset as the commit names it: a local file by its name only, not its path on this machine."""
+    return dataset_file_name(spec.dataset) if spec.dataset.source in ("file", "upload") else spec.dataset.name
+
+
+def _metrics_jsonl(metrics: list[dict[str, Any]]) -> bytes:
+    rows = [{k: v for k, v in row.items() if k != "id"} for row in metrics]  # the store's row id means nothing there
+    return "".join(json.dumps(row) + "\n" for row in rows).encode()
+
+
+def _base_license(api: HfApi, job: JobRecord) -> str | None:
+    """The base model's license from its card; None when it is not a Hub model or the lookup fails."""
+    base = hub_model_id(job.spec.model.name_or_path)
+    if base is None:
+        return None
+    try:
+        card_data = api.model_info(base, revision=job.spec.model.revision).card_data
+    except Exception as exc:  # noqa: BLE001 - a license is a nicety; a failed lookup must not stop the push
+        log.info("no license for %s (%s)", base, type(exc).__name__)
+        return None
+    license_ = getattr(card_data, "license", None) if card_data is not None else None
+    return license_ if isinstance(license_, str) and license_ else None
+
+
+def describe_push_failure(exc: BaseException, repo_id: str, namespace: str, adapter_dir: Path, endpoint: str) -> str:
+    """One sentence for a failed Hub call, naming what to do."""
+    import httpx2
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    kept = f"the adapter is kept at {adapter_dir}; retry later"
+    if isinstance(exc, OfflineModeIsEnabled):
+        return f"the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); {kept}"
+    if isinstance(exc, (httpx2.TransportError, ConnectionError, TimeoutError)):
+        return f"the Hub is not reachable: {endpoint} did not answer ({type(exc).__name__}); {kept}"
+    if isinstance(exc, HfHubHTTPError):
+        status = exc.response.status_code if exc.response is not None else None
+        if status == 401:
+            return (
+                f"the token cannot write to {namespace}: the Hub did not accept it (401, invalid or expired); "
+                "sign in again or set HF_TOKEN to a token with write access"
+            )
+        if status == 403:
+            return (
+                f"the token cannot write to {namespace}: it needs write access (a write token, or a "
+                f"fine-grained one allowed to write to {namespace})"
+            )
+        if status == 409:
+            return (
+                f"the repo {repo_id} exists and the Hub refused to write to it (409 conflict): it may belong to "
+                "someone else or another push is under way; choose another hub_repo_id or retry"
+            )
+        if status == 404:
+            return f"the repo {repo_id} was not found (404): check the name and that the token can see it"
+        if status is not None and status >= 500:
+            return f"the Hub failed (HTTP {status}); {kept}"
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return f"the Hub refused the push (HTTP {status}: {first_line})"
+    if isinstance(exc, ValueError) and "README.md" in str(exc):
+        return f"the Hub refused the model card's metadata: {' '.join(str(exc).split())}"
+    return f"the push failed ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]})"
+
+
+def _scrub(text: str, token: str | None) -> str:
+    return text.replace(token, "<token>") if token else text
+
+
+def _fail(store: JobStore, job: JobRecord, message: str, token: str | None) -> PushError:
+    message = _scrub(message, token)
+    store.merge_artifacts(job.id, hub_error=message)
+    log.warning("push of job %s failed: %s", job.id, message)
+    return PushError(message)
+
+
+def _operations(files: dict[str, bytes], adapter_dir: Path) -> list:
+    """One commit's additions: the adapter folder's files, then the generated ones (the card replaces PEFT's)."""
+    from huggingface_hub import CommitOperationAdd
+
+    operations = [
+        CommitOperationAdd(path_in_repo=child.name, path_or_fileobj=str(child))
+        for child in sorted(adapter_dir.iterdir())
+        if child.is_file() and child.name not in SKIPPED_ADAPTER_FILES and child.name not in files
+    ]
+    operations += [CommitOperationAdd(path_in_repo=name, path_or_fileobj=content) for name, content in files.items()]
+    return operations
+
+
+def push_job(
+    job: JobRecord,
+    paths: DataPaths,
+    store: JobStore,
+    token: str | None,
+    *,
+    repo_id: str | None = None,
+    private: bool | None = None,
+    endpoint: str | None = None,
+) -> PushResult:
+    """Create the repo (private unless told otherwise) and upload the job in one commit; raise PushError if not.
+
+    ``repo_id`` defaults to the spec's ``output.hub_repo_id``, else ``<your user>/<run name or method-job id>``;
+    ``private`` to the spec's ``output.private``; ``endpoint`` to ``$HF_ENDPOINT`` or the public Hub.
+    """
+    from huggingface_hub import HfApi
+
+    job = store.get(job.id)  # the latest artifacts (evaluation, environment results)
+    spec = job.spec
+    adapter_dir = Path(job.artifacts.adapter_dir or paths.job_adapter(job.id))
+    endpoint = (endpoint or hub_endpoint()).rstrip("/")
+    target = repo_id or spec.output.hub_repo_id
+    namespace = target.split("/")[0] if target and "/" in target else "your account"
+    if job.status is not JobStatus.succeeded or not adapter_dir.is_dir():
+        raise _fail(store, job, f"job {job.id} is {job.status.value} and has no saved adapter to push", token)
+    if not token or not token.strip():
+        raise _fail(store, job, "no Hugging Face token: sign in, or set HF_TOKEN to a token with write access", token)
+    if target and not is_namespaced_repo_id(target):
+        raise _fail(store, job, f"the hub repo id {quote_input(target)} must look like {HUB_REPO_ID_RULE}", token)
+    if client_offline():
+        raise _fail(
+            store,
+            job,
+            "the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); the adapter is kept "
+            f"at {adapter_dir}; retry later",
+            token,
+        )
+
+    api = HfApi(endpoint=endpoint, token=token, library_name="post-training-studio")
+    try:
+        user, writable, role = _account(api)
+        target = target or f"{user}/{default_repo_name(job)}"
+        namespace = target.split("/")[0]
+        if role == "read":
+            raise _fail(
+                store,
+                job,
+                f"the token cannot write to {namespace}: it needs write access (this one is read-only)",
+                token,
+            )
+        if namespace not in writable:
+            raise _fail(
+                store,
+                job,
+                f"the repo {target} is under {namespace}, which {user} cannot write to: "
+                f"push to {user}/{target.split('/', 1)[1]} or one of your organisations",
+                token,
+            )
+        private = spec.output.private if private is None else private
+        api.create_repo(target, private=private, exist_ok=True, repo_type="model")
+        metrics = store.metrics(job.id)
+        parent = None
+        if spec.model.parent_job_id:
+            try:
+                parent = store.get(spec.model.parent_job_id)
+            except JobNotFound:  # a deleted parent only loses the card's lineage details
+                parent = None
+        files: dict[str, bytes] = {
+            "training_config.yaml": trl_cli_yaml(spec, output_dir=target.split("/")[-1]).encode(),
+            "spec.json": spec.model_dump_json(indent=2).encode(),
+            "metrics.jsonl": _metrics_jsonl(metrics),
+            "final_metrics.json": json.dumps(job.artifacts.final_metrics or {}, indent=2).encode(),
+        }
+        for name, result in (
+            ("evaluation", job.artifacts.evaluation),
+            ("environment_evaluation", job.artifacts.environment_evaluation),
+        ):
+            if result:
+                files[f"{name}.json"] = json.dumps(result, indent=2).encode()
+        with tempfile.TemporaryDirectory(prefix="studio-push-") as scratch:
+            plot = draw_training_curves(metrics, spec.method, Path(scratch) / PLOT_FILENAME)
+            if plot is not None:
+                files[PLOT_FILENAME] = plot.read_bytes()
+            card = build_model_card(job, metrics, _base_license(api, job), plot, repo_id=target, parent=parent)
+            files["README.md"] = str(card).encode()
+            operations = _operations(files, adapter_dir)
+            commit = api.create_commit(
+                target,
+                operations,
+                repo_type="model",
+                commit_message=f"{spec.method.value.upper()} adapter from Post-Training Studio job {job.id}",
+                commit_description=f"Base model: {spec.model.name_or_path}. Dataset: {_dataset_label(spec)}.",
+            )
+    except PushError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one recorded sentence
+        raise _fail(
+            store, job, describe_push_failure(exc, target or "?", namespace, adapter_dir, endpoint), token
+        ) from exc
+
+    uploaded = sorted(op.path_in_repo for op in operations)
+    url = f"{endpoint}/{target}"
+    store.merge_artifacts(
+        job.id,
+        hub_error=None,
+        hub=HubPush(repo_id=target, url=url, commit=commit.commit_url, private=private, pushed_at=time.time()),
+    )
+    log.info("pushed job %s to %s (%d files)", job.id, url, len(uploaded))
+    return PushResult(repo_id=target, url=url, commit_url=commit.commit_url, files=uploaded)

@@ -1,0 +1,101 @@
+"""Who may read what: the one ownership rule for the jobs, uploads, files, Hub names and parent jobs a request names.
+
+``user=None`` is a trusted caller in this process (the CLI, scripts, tests) and keeps the full reach it always had.
+The local admin (``User.local``: the person at this machine) may also name files and folders on it. Everyone else,
+a Space admin included, reads only the built-in assets, their own uploads (by upload id, never by path) and the Hub.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend.core.hub_names import BUILTIN_MODELS, is_local_path, is_repo_id
+from backend.core.paths import DataPaths
+from backend.core.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
+from backend.core.uploads import UPLOAD_INSTEAD, looks_like_file_path, upload_file
+from backend.core.users import User
+from backend.jobs.reporter import JobReporter
+from backend.jobs.store import JobNotFound, JobRecord, JobStore
+
+
+def may_name_server_paths(user: User | None) -> bool:
+    """Trusted in-process callers and the person at this machine may point the studio at files on it."""
+    return user is None or user.local
+
+
+# --- jobs --------------------------------------------------------------------------------------------------------
+
+
+def readable_job(store: JobStore | JobReporter, job_id: str, user: User | None) -> JobRecord:
+    """The job if ``user`` may read it; another user's job is JobNotFound (its existence is not theirs to know)."""
+    job = store.get(job_id)
+    if user is not None and not user.can_access(job.owner):
+        raise JobNotFound(job_id)
+    return job
+
+
+# --- specs -------------------------------------------------------------------------------------------------------
+
+
+def authorize_spec(spec: JobSpec, user: User | None, paths: DataPaths) -> JobSpec:
+    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use; a parent
+    job is read (as ``user`` may see it) by backend/jobs/lineage.py."""
+    if user is not None and spec.owner != user.name:
+        spec = spec.model_copy(update={"owner": user.name})
+    problems = [
+        *dataset_problems(spec.dataset, user, paths.uploads(spec.owner)),
+        *model_problems(spec.model, user),
+    ]
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def dataset_problems(dataset: DatasetSpec, user: User | None, uploads_dir: Path) -> list[str]:
+    """Whether ``user`` may read the dataset: built-ins, their own uploads, the Hub, and paths only if local."""
+    if dataset.source == "upload":
+        try:
+            upload_file(uploads_dir, dataset.name)
+        except SpecError as exc:
+            return exc.problems
+        return []
+    if may_name_server_paths(user) or dataset.source == "builtin":
+        return []
+    if dataset.source == "file":
+        return [f"dataset.name: {quote_input(dataset.name)} is a path on the server; {UPLOAD_INSTEAD}"]
+    problem = hub_name_problem("dataset.name", dataset.name, "dataset", UPLOAD_INSTEAD)
+    return [problem] if problem else []
+
+
+def model_problems(model: ModelSpec, user: User | None) -> list[str]:
+    """What forbids ``user`` this model: a server path or Hub-invalid name, or remote code on a shared Space."""
+    if may_name_server_paths(user):
+        return []
+    problems = []
+    if model.name_or_path not in BUILTIN_MODELS:
+        problem = hub_name_problem(
+            "model.name_or_path", model.name_or_path, "model", "push the model to the Hub and give its id"
+        )
+        if problem:
+            problems.append(problem)
+    if model.trust_remote_code and user is not None and not user.is_admin:
+        # A repository's own modelling code would run in this process, with every user's data in reach.
+        problems.append(
+            "model.trust_remote_code: running a model repository's own code is not allowed on a shared Space; "
+            "pick a model transformers supports natively"
+        )
+    return problems
+
+
+def hub_name_problem(field: str, name: str, what: str, instead: str) -> str | None:
+    """None when ``name`` can only mean a Hub repo; else why not, in one sentence."""
+    if not is_repo_id(name):
+        if looks_like_file_path(name):
+            return f"{field}: {quote_input(name)} is a path on the server; {instead}"
+        return f"{field}: {quote_input(name)} is not a Hub {what} id; give one like owner/name"
+    # datasets and transformers read a local folder of the same name before asking the Hub.
+    if is_local_path(name):
+        return (
+            f"{field}: {quote_input(name)} names a folder on the server, not a Hub {what}; give its Hub id (owner/name)"
+        )
+    return None

@@ -1,0 +1,113 @@
+"""What a run continues from: the parent job a staged spec names (and its adapter), or a job's own last checkpoint.
+
+The parent rule lives here and only here: a job may continue a parent that is yours (another user's job is "not
+found"), that trained an adapter, and that succeeded with it saved (or is still queued or running: the child then
+waits in the queue, see ``store.claim_next``). The facade, pre-flight and the worker all ask these functions; each
+reads the parent row once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.core.spec import JobSpec, SpecError, quote_input
+from backend.core.users import User
+from backend.jobs.access import readable_job
+from backend.jobs.reporter import JobReporter
+from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore, UnreadableJob
+
+FIELD = "model.parent_job_id"
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A spec with its parent resolved: the spec as it will run, and the job it continues (None: a fresh start)."""
+
+    spec: JobSpec
+    parent: JobRecord | None
+
+    def adapter(self) -> Path | None:
+        """The parent's saved adapter to start from (None for a fresh start); SpecError while it has none."""
+        return None if self.parent is None else adapter_to_continue(self.parent)
+
+
+def parent_job(store: JobStore | JobReporter, spec: JobSpec, user: User | None = None) -> JobRecord | None:
+    """The job ``spec`` continues, read once and only if ``user`` may read it (``None``: a trusted caller)."""
+    parent_id = spec.model.parent_job_id
+    if parent_id is None:
+        return None
+    try:
+        return readable_job(store, parent_id, user)
+    except JobNotFound:
+        raise SpecError([f"{FIELD}: there is no job {quote_input(parent_id)}"]) from None
+    except UnreadableJob as exc:
+        raise SpecError([f"{FIELD}: {exc}"]) from None
+
+
+def saved_adapter(job: JobRecord) -> Path | None:
+    """The adapter folder of a job that succeeded and saved one (it is still on disk), else None."""
+    adapter = job.artifacts.adapter_dir
+    if job.status is JobStatus.succeeded and adapter and Path(adapter).is_dir():
+        return Path(adapter)
+    return None
+
+
+def adapter_to_continue(parent: JobRecord) -> Path:
+    """``parent``'s saved adapter, or SpecError saying it has none to start from."""
+    adapter = saved_adapter(parent)
+    if adapter is None:
+        raise SpecError([f"{FIELD}: job {parent.id} has no saved adapter to start from"])
+    return adapter
+
+
+def resolve_lineage(spec: JobSpec, store: JobStore, user: User | None = None) -> Lineage:
+    """For a staged job, the spec with the parent's base model and LoRA shape (so the stored spec says what really
+    runs), and the parent itself; SpecError when the parent cannot be continued."""
+    parent = parent_job(store, spec, user)
+    if parent is None:
+        return Lineage(spec, None)
+    # A queued or running parent is a staged pair: this job waits for it in the queue (store.claim_next).
+    staged = parent.status in (JobStatus.queued, JobStatus.running)
+    if not staged:
+        if parent.status is not JobStatus.succeeded:
+            raise SpecError(
+                [
+                    f"{FIELD}: job {parent.id} is {parent.status.value}; only the adapter of a job that "
+                    f"succeeded, or is queued or running, can be trained further"
+                ]
+            )
+        adapter_to_continue(parent)
+    if not parent.spec.lora.enabled:
+        raise SpecError(
+            [f"{FIELD}: job {parent.id} trained all weights, not an adapter; start from its output folder instead"]
+        )
+    model = parent.spec.model.model_copy(update={"parent_job_id": parent.id})
+    return Lineage(spec.model_copy(update={"model": model, "lora": parent.spec.lora}), parent)
+
+
+def resolve_parent(spec: JobSpec, store: JobStore, user: User | None = None) -> JobSpec:
+    """:func:`resolve_lineage`'s spec: what a staged job will really run."""
+    return resolve_lineage(spec, store, user).spec
+
+
+def starting_adapter(store: JobReporter, spec: JobSpec) -> Path | None:
+    """The adapter a stored job starts from (the worker's question, on any rank): None for a fresh start."""
+    return Lineage(spec, parent_job(store, spec)).adapter()
+
+
+# --- a job's own earlier attempt ------------------------------------------------------------------------------------
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """N of a ``checkpoint-N`` folder: the global step training continues from."""
+    return int(checkpoint.name.rsplit("-", 1)[-1])
+
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` folder, or None."""
+    candidates = []
+    for child in output_dir.glob("checkpoint-*"):
+        if child.name.rsplit("-", 1)[-1].isdigit() and (child / "trainer_state.json").is_file():
+            candidates.append((checkpoint_step(child), child))
+    return max(candidates)[1] if candidates else None

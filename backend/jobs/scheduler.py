@@ -1,0 +1,662 @@
+"""The scheduler: claims queued jobs, runs each in its own worker process, enforces cancels, reconciles on start.
+
+One scheduler owns a data directory at a time (an exclusive flock on ``scheduler.lock``). The app runs one in a
+background thread; the CLI starts a detached one (``python -m backend.jobs.scheduler --exit-when-idle``) when none runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import itertools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from backend.core.paths import DataPaths
+from backend.jobs.failures import (
+    describe_exit,
+    describe_failure,
+    disk_full_reason,
+    disk_full_sentence,
+    oom_evidence,
+    oom_kill_count,
+    tail_lines,
+    with_log_tail,
+)
+from backend.jobs.store import JobRecord, JobStatus, JobStore
+from backend.platform.hardware import gpu_count_without_torch
+from backend.platform.interpreters import (
+    APP_PYTHON_VAR,
+    PROJECT_ROOT,
+    InterpreterError,
+    app_python,
+    backend_env,
+    trainer_python,
+)
+from backend.platform.limits import int_setting
+from backend.platform.resource_errors import looks_like_disk_full, looks_like_oom
+
+log = logging.getLogger("studio.scheduler")
+
+FINAL_STATUSES = [JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted]
+# After SIGTERM, how long a lingering worker gets before SIGKILL: its job is already recorded, nothing is lost.
+LINGERING_TERM_TO_KILL_S = 2.0
+# A data disk with less free than this is full for a job that just failed (its log may not have been written).
+DISK_FULL_BELOW_BYTES = 2**20
+
+
+def worker_alive(pid: int, job_id: str) -> bool:
+    """True while ``pid`` is a live (not zombie) worker for ``job_id``; guards against pid reuse."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != b"Z" and job_id.encode() in cmdline and b"backend.worker" in cmdline
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+@dataclass(frozen=True)
+class SchedulerHealth:
+    """How the queue's scheduler is doing, for the header (``StudioAPI.scheduler_health``).
+
+    ``ok``: alive and the last tick went through. ``last_error`` is the latest tick failure as one sentence; it stays
+    after recovery (with ``last_error_at``, a ``time.time()``) so a flaky disk is visible, while
+    ``consecutive_failures`` drops back to 0. ``owns_queue`` is False while another process's scheduler holds the
+    data directory (this one waits). ``alive`` is False once the loop has stopped, or died (``last_error`` says why).
+    """
+
+    ok: bool
+    alive: bool
+    owns_queue: bool
+    running: int
+    consecutive_failures: int
+    last_error: str | None
+    last_error_at: float | None
+    last_tick_at: float | None
+
+
+def default_max_concurrent() -> int:
+    """How many jobs run at once: ``STUDIO_MAX_CONCURRENT_JOBS``, else one per GPU (at least one)."""
+    configured = os.environ.get("STUDIO_MAX_CONCURRENT_JOBS")
+    if configured:
+        return max(1, int(configured))
+    return max(1, gpu_count_without_torch())
+
+
+@dataclass
+class _Running:
+    job_id: str
+    pid: int
+    slot: int
+    popen: subprocess.Popen | None  # None for a worker adopted from a previous scheduler
+    log_path: Path
+    term_sent_at: float | None = None
+    log_file: IO[bytes] | None = field(default=None, repr=False)
+    gpus: int = 1
+    launched_monotonic: float | None = None  # kernel-log timestamps are compared with this
+    oom_kills_at_launch: int | None = None  # the cgroup's oom_kill counter when the worker started
+    final_seen_at: float | None = None  # when the job row was first seen final while the process lived on
+    lingering_term_sent: bool = False
+
+    def exit_code(self) -> tuple[bool, int | None]:
+        if self.popen is not None:
+            code = self.popen.poll()
+            return code is not None, code
+        return not worker_alive(self.pid, self.job_id), None
+
+
+class Scheduler:
+    """Runs queued jobs, each in its own worker process, at most ``max_concurrent`` at once."""
+
+    def __init__(
+        self,
+        paths: DataPaths,
+        max_concurrent: int | None = None,
+        poll_interval: float = 0.5,
+        cancel_grace_s: float | None = None,
+        exit_when_idle: bool = False,
+        secret_env=None,
+        final_grace_s: float | None = None,
+        backoff_cap_s: float = 30.0,
+    ):
+        self.paths = paths.ensure()
+        self.store = JobStore(paths.db)
+        self.max_concurrent = max_concurrent or default_max_concurrent()
+        self.poll_interval = poll_interval
+        self.cancel_grace_s = (
+            cancel_grace_s if cancel_grace_s is not None else float(os.environ.get("STUDIO_CANCEL_GRACE_S", "20"))
+        )
+        # A worker whose job is final gets this long to exit before it is killed: it may hang in interpreter
+        # shutdown (seen with open websockets) and would hold its slot, and the queue, forever.
+        self.final_grace_s = (
+            final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+        )
+        # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
+        self.push_grace_s = _seconds_from_env("STUDIO_PUSH_GRACE_S", 1800)
+        self.backoff_cap_s = backoff_cap_s
+        # Freed to record a job's end when the data disk is full (STUDIO_SPACE_RESERVE_MB, 0 for none).
+        self.space_reserve_bytes = int_setting("STUDIO_SPACE_RESERVE_MB", 8, low=0, high=1024) * 2**20
+        self.exit_when_idle = exit_when_idle
+        # job id -> extra environment for its worker (the user's Hub token): held in memory, never stored.
+        self.secret_env: Callable[[str], dict[str, str]] = secret_env or (lambda job_id: {})
+        self._running: dict[str, _Running] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock_file: IO[str] | None = None
+        self._reconciled = False
+        # job id -> reason, for jobs that could not be launched and whose failure could not be written yet (full disk)
+        self._unrecorded_failures: dict[str, str] = {}
+        self._consecutive_failures = 0
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._last_tick_at: float | None = None
+        self._died = False
+        self._idle = False  # run_until_idle's view after the last step
+        try:
+            log.info("training workers run under %s", trainer_python())
+        except InterpreterError as exc:  # said now, in the log and in health(); each job fails with it at launch
+            self._refuse_interpreter(None, exc)
+
+    # --- ownership of the data directory ------------------------------------------------------------
+    def try_acquire(self) -> bool:
+        """Take the scheduler lock for this data directory (writing our pid in it); False if another holds it."""
+        try:
+            fh = open(self.paths.scheduler_lock, "a+")
+        except OSError as exc:  # a read-only data dir: nothing could be run there anyway; the header says why
+            log.warning("cannot take the scheduler lock %s: %s", self.paths.scheduler_lock, exc)
+            return False
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            return False
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_file = fh
+        return True
+
+    def release(self) -> None:
+        """Let go of the scheduler lock, so another scheduler may serve this data directory."""
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    @staticmethod
+    def is_running(paths: DataPaths) -> bool:
+        """Whether some process holds the scheduler lock of ``paths``."""
+        paths.ensure()
+        with open(paths.scheduler_lock, "a+") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> Scheduler:
+        """Run in a background thread (the app's mode); waits for the lock if another scheduler holds it."""
+        self._thread = threading.Thread(target=self._serve, name="studio-scheduler", daemon=True)
+        self._thread.start()
+        return self
+
+    def notify(self) -> None:
+        """Wake the loop now (a job was submitted or cancelled)."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop scheduling. Running workers keep going: a later scheduler adopts them."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def health(self) -> SchedulerHealth:
+        """A snapshot for the UI: whether the loop is alive and ticking, and its latest error."""
+        alive = self._thread.is_alive() if self._thread is not None else self._lock_file is not None and not self._died
+        return SchedulerHealth(
+            ok=alive and self._consecutive_failures == 0,
+            alive=alive,
+            owns_queue=self._lock_file is not None,
+            running=len(self._running),
+            consecutive_failures=self._consecutive_failures,
+            last_error=self._last_error,
+            last_error_at=self._last_error_at,
+            last_tick_at=self._last_tick_at,
+        )
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if self.try_acquire():
+                break
+            self._stop.wait(1.0)
+        else:
+            return
+        try:
+            while not self._stop.is_set():
+                if self._step():
+                    self._wake.wait(self.poll_interval)
+                    self._wake.clear()
+                else:
+                    self._stop.wait(self._backoff_delay())
+        except BaseException as exc:  # not an Exception (SystemExit, KeyboardInterrupt...): the thread ends here
+            self._died = True
+            self._note_failure(exc, "the scheduler stopped")
+            raise
+        finally:
+            self.release()
+
+    def run_until_idle(self) -> None:
+        """Serve until nothing runs or waits (the CLI's detached mode); must already hold the lock."""
+        while True:
+            if not self._step(lambda: not self._running and not self.store.list(statuses=[JobStatus.queued])):
+                time.sleep(self._backoff_delay())
+                continue
+            if self._idle:
+                self.release()
+                # A submitter may have seen the lock held just before we let go: look once more after releasing.
+                if self.store.list(statuses=[JobStatus.queued]) and self.try_acquire():
+                    continue
+                return
+            time.sleep(self.poll_interval)
+
+    def _step(self, then=None) -> bool:
+        """Reconcile (until that has worked once), tick, then ``then()`` into ``self._idle``; False when any raised.
+
+        Nothing a tick meets may end the loop: it is logged, shown by ``health()``, retried after a growing delay.
+        """
+        try:
+            if not self._reconciled:
+                self.reconcile()
+                self._reconciled = True
+            self.tick()
+            self._idle = then() if then is not None else False
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self._note_failure(exc)
+            return False
+        self._consecutive_failures = 0
+        self._last_tick_at = time.time()
+        return True
+
+    def _note_failure(self, exc: BaseException, what: str = "a scheduler tick failed") -> None:
+        self._consecutive_failures += 1
+        self._last_error = f"{what}: {disk_full_reason(exc, self.paths.root) or describe_failure(exc)}"
+        self._last_error_at = time.time()
+        log.error(
+            "%s (%d in a row); retrying in %.1fs",
+            self._last_error,
+            self._consecutive_failures,
+            self._backoff_delay(),
+            exc_info=exc,
+        )
+
+    def _backoff_delay(self) -> float:
+        return min(self.backoff_cap_s, self.poll_interval * 2**self._consecutive_failures)
+
+    # --- the work ------------------------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """After a restart: adopt workers still alive, mark jobs whose worker is gone as interrupted.
+
+        A live worker of a job that already ended is adopted too, so it is stopped after the grace period rather
+        than holding its GPU memory unseen.
+        """
+        for job in self.store.list(statuses=[JobStatus.running]):
+            if job.pid and worker_alive(job.pid, job.id) and len(self._running) < self.max_concurrent:
+                self._adopt(job)
+                continue
+            reason = "the app stopped while this job was running and its worker is gone; resume it to continue"
+            if self._finish(job.id, JobStatus.interrupted, reason + self._checkpoint_note(job.id)):
+                log.info("job %s marked interrupted", job.id)
+        for job in self.store.list(statuses=FINAL_STATUSES):
+            if job.pid and job.id not in self._running and worker_alive(job.pid, job.id):
+                self._adopt(job)
+
+    def _adopt(self, job: JobRecord) -> None:
+        assert job.pid is not None  # reconcile adopts only jobs with a live worker pid
+        log.info("adopting worker %d of %s job %s", job.pid, job.status.value, job.id)
+        self._running[job.id] = _Running(
+            job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id), gpus=job.spec.training.num_gpus
+        )
+
+    def _checkpoint_note(self, job_id: str) -> str:
+        return " from its last checkpoint" if any(self.paths.job_output(job_id).glob("checkpoint-*")) else ""
+
+    def tick(self) -> None:
+        """One pass: record failures, reap finished workers, enforce cancels, and launch queued jobs into free slots."""
+        self.paths.keep_space_reserve(self.space_reserve_bytes)  # one stat while it is there
+        self._record_unrecorded_failures()
+        self._reap_and_enforce_cancels()
+        while len(self._running) < self.max_concurrent:
+            waiting = self.store.list(statuses=[JobStatus.queued])
+            # A multi-GPU job takes the whole machine: it waits for the others to finish, and others wait for it.
+            if (
+                waiting
+                and self._running
+                and (waiting[0].spec.training.num_gpus > 1 or any(r.gpus > 1 for r in self._running.values()))
+            ):
+                break
+            job = self.store.claim_next()
+            if job is None:
+                break
+            try:
+                self._launch(job)
+            except InterpreterError as exc:  # a setting, not a fault of this tick: the job fails, the queue moves on
+                self._refuse_interpreter(job.id, exc)
+            except Exception as exc:
+                self._fail_unlaunched(job.id, exc)
+                raise  # and the loop counts it, so health() shows it
+
+    def _free_slot(self) -> int:
+        used = {r.slot for r in self._running.values()}
+        return next(i for i in itertools.count() if i not in used)
+
+    def _launch(self, job: JobRecord) -> None:
+        gpus = job.spec.training.num_gpus
+        slot = self._free_slot()
+        log_path = self.paths.job_log(job.id)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {"PYTHONUNBUFFERED": "1"}
+        if gpus == 1 and gpu_count_without_torch() > 1:
+            # One GPU per concurrent job; the slot number is the device index.
+            env["CUDA_VISIBLE_DEVICES"] = str(slot)
+        env.update(self.secret_env(job.id))
+        python = trainer_python()
+        # The worker may run in the trainer's environment; built-in environment servers need this (the app's) one.
+        env[APP_PYTHON_VAR] = app_python()
+        module, args = worker_command(job.id, self.paths, gpus)
+        log_file = open(log_path, "ab", buffering=0)  # unbuffered: a failed write must not fail again at close
+        popen = None
+        try:
+            # Marks where each attempt starts (a resumed job appends here), and finds a full disk before a worker runs.
+            log_file.write(f"--- attempt {job.attempts} started {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
+            oom_kills = oom_kill_count()
+            popen = spawn_backend_process(
+                module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec(), python=python
+            )
+            self.store.set_pid(job.id, popen.pid)
+        except BaseException:
+            if popen is not None:  # started, but nobody would know its pid: it must not train unseen
+                _kill_group(popen.pid)
+                popen.wait()
+            log_file.close()
+            raise
+        self._running[job.id] = _Running(
+            job.id,
+            popen.pid,
+            slot,
+            popen,
+            log_path,
+            log_file=log_file,
+            gpus=gpus,
+            launched_monotonic=time.monotonic(),
+            oom_kills_at_launch=oom_kills,
+        )
+        log.info("job %s started in worker %d (slot %d)", job.id, popen.pid, slot)
+
+    def _fail_unlaunched(self, job_id: str, exc: BaseException) -> None:
+        """A claimed job whose worker could not start ends failed with the cause (retried if even that write fails)."""
+        reason = (
+            disk_full_reason(exc, self.paths.root) or f"could not start the worker process ({describe_failure(exc)})"
+        )
+        self._unrecorded_failures[job_id] = reason
+        self._record_unrecorded_failures()
+
+    def _refuse_interpreter(self, job_id: str | None, exc: InterpreterError) -> None:
+        """A misconfigured interpreter: the sentence goes to the log and health(); the job (if any) fails with it."""
+        log.error("%s", exc)
+        self._last_error, self._last_error_at = str(exc), time.time()
+        if job_id is not None:
+            self._unrecorded_failures[job_id] = str(exc)
+            self._record_unrecorded_failures()
+
+    def _record_unrecorded_failures(self) -> None:
+        for job_id, reason in list(self._unrecorded_failures.items()):
+            try:
+                self._finish(job_id, JobStatus.failed, reason)
+            except Exception:  # noqa: BLE001 - kept, and tried again next tick
+                log.warning("could not record job %s as failed yet; will retry", job_id, exc_info=True)
+                continue
+            del self._unrecorded_failures[job_id]
+            log.info("job %s failed: %s", job_id, reason)
+
+    def _reap_and_enforce_cancels(self) -> None:
+        for job_id, run in list(self._running.items()):
+            exited, code = run.exit_code()
+            if exited:
+                if run.log_file is not None:
+                    run.log_file.close()
+                self._record_exit(run, code)  # if this raises, the entry stays and the next tick tries again
+                del self._running[job_id]
+                continue
+            job = self.store.get(job_id)
+            if job.status.finished:
+                self._stop_lingering_worker(run, job)
+            elif job.cancel_requested:
+                self._stop_worker(run)
+
+    def _stop_lingering_worker(self, run: _Running, job: JobRecord) -> None:
+        """The job has its final status but the process lives on: SIGTERM after the grace period, SIGKILL soon after.
+
+        The recorded status stands; only the slot is freed.
+        """
+        now = time.monotonic()
+        if run.final_seen_at is None:
+            run.final_seen_at = now
+        pushing = (
+            job.status is JobStatus.succeeded
+            and job.spec.output.push_to_hub
+            and job.artifacts.hub is None
+            and job.artifacts.hub_error is None
+        )
+        grace = max(self.final_grace_s, self.push_grace_s) if pushing else self.final_grace_s
+        lingered = now - run.final_seen_at
+        try:
+            if lingered > grace + LINGERING_TERM_TO_KILL_S:
+                os.killpg(run.pid, signal.SIGKILL)
+                log.warning(
+                    "job %s is %s but worker %d did not exit; killed it to free slot %d",
+                    run.job_id,
+                    job.status.value,
+                    run.pid,
+                    run.slot,
+                )
+            elif lingered > grace and not run.lingering_term_sent:
+                os.killpg(run.pid, signal.SIGTERM)
+                run.lingering_term_sent = True
+                log.warning(
+                    "job %s is %s but worker %d is still running after %.0fs; stopping it",
+                    run.job_id,
+                    job.status.value,
+                    run.pid,
+                    grace,
+                )
+        except ProcessLookupError:
+            pass
+
+    def _stop_worker(self, run: _Running) -> None:
+        now = time.monotonic()
+        try:
+            if run.term_sent_at is None:
+                os.killpg(run.pid, signal.SIGTERM)
+                run.term_sent_at = now
+                log.info("asked job %s to stop", run.job_id)
+            elif now - run.term_sent_at > self.cancel_grace_s:
+                os.killpg(run.pid, signal.SIGKILL)
+                log.warning("job %s did not stop within %.0fs; killed", run.job_id, self.cancel_grace_s)
+        except ProcessLookupError:
+            pass
+
+    def _record_exit(self, run: _Running, code: int | None) -> None:
+        job = self.store.get(run.job_id)
+        if job.status is not JobStatus.running:
+            if run.final_seen_at is not None:
+                log.info("worker %d of job %s is gone; slot %d is free", run.pid, run.job_id, run.slot)
+            return  # the worker recorded its own end
+        log_text = "\n".join(tail_lines(run.log_path))
+        evidence = None
+        if code == -signal.SIGKILL:
+            evidence = oom_evidence(run.pid, log_text, run.oom_kills_at_launch, run.launched_monotonic)
+        status, reason = describe_exit(code, job.cancel_requested, evidence)
+        if status is JobStatus.interrupted:
+            reason += self._checkpoint_note(run.job_id)
+        if status is JobStatus.failed:
+            if self._disk_full(log_text):
+                reason = disk_full_sentence(self.paths.root)
+            elif looks_like_oom(log_text):
+                reason = "Out of memory: " + reason
+            reason = with_log_tail(reason, run.log_path)
+        if status is JobStatus.cancelled:  # not an error: how it stopped is a note beside the step it reached
+            self._finish(
+                run.job_id, status, None, {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason}
+            )
+        else:
+            self._finish(run.job_id, status, reason)
+        log.info("job %s ended %s: %s", run.job_id, status.value, reason.splitlines()[0])
+
+    def _disk_full(self, log_text: str) -> bool:
+        """Whether a worker that just failed met a full data disk: its log says so, or the disk has no room left
+        (then the log could not say it)."""
+        try:
+            nearly_full = shutil.disk_usage(self.paths.root).free < DISK_FULL_BELOW_BYTES
+        except OSError:
+            nearly_full = False
+        return nearly_full or looks_like_disk_full(log_text)
+
+    def _finish(self, job_id: str, status: JobStatus, reason: str | None, artifacts: dict | None = None) -> bool:
+        """``store.finish``; on a full disk, delete the space reserve and try once more, so a job's end is recorded
+        while the disk is still full (and the queue can move on)."""
+        try:
+            return self.store.finish(job_id, status, reason, artifacts)
+        except Exception as exc:
+            if disk_full_reason(exc) is None or not self.paths.release_space_reserve():
+                raise
+            log.warning("the data disk is full: freed the space reserve to record that job %s %s", job_id, status.value)
+            return self.store.finish(job_id, status, reason, artifacts)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Test helper: block until nothing is queued or running."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.store.list(statuses=[JobStatus.queued, JobStatus.running]):
+                return True
+            time.sleep(0.1)
+        return False
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _memory_limit_preexec():
+    """Cap each worker's address space when STUDIO_WORKER_MEMORY_LIMIT_MB is set, so a runaway job fails alone."""
+    limit_mb = os.environ.get("STUDIO_WORKER_MEMORY_LIMIT_MB")
+    if not limit_mb:
+        return None
+    limit = int(limit_mb) * 2**20
+
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, list[str]]:
+    """(module, args) that run a job: ``backend.worker`` itself, or through ``accelerate launch`` (DDP, one process
+    per GPU) when the job asks for several GPUs. Either runs under the trainer's interpreter, and accelerate starts
+    its processes with its own ``sys.executable``, so every rank trains in the trainer's environment."""
+    args = ["--job-id", job_id, "--data-dir", str(paths.root)]
+    if gpus <= 1:
+        return "backend.worker", args
+    return "accelerate.commands.launch", [
+        "--multi_gpu",
+        "--num_processes",
+        str(gpus),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--module",
+        "backend.worker",
+        *args,
+    ]
+
+
+def spawn_backend_process(
+    module: str,
+    args: list[str],
+    log_file,
+    extra_env: dict[str, str] | None = None,
+    preexec_fn=None,
+    python: str | None = None,
+) -> subprocess.Popen:
+    """``python -m module args`` from the project root, in its own process session, output appended to log_file.
+
+    ``python`` defaults to this process's interpreter; workers get the trainer's (``interpreters.trainer_python``).
+    """
+    env = backend_env(extra_env)
+    return subprocess.Popen(
+        [python or sys.executable, "-m", module, *args],  # an argv list, never a shell string
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
+
+
+def spawn_detached(paths: DataPaths) -> subprocess.Popen:
+    """Start a scheduler process that outlives the caller and exits once the queue is empty."""
+    paths.ensure()
+    with open(paths.root / "scheduler.log", "ab") as out:
+        return spawn_backend_process("backend.jobs.scheduler", ["--data-dir", str(paths.root), "--exit-when-idle"], out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m backend.jobs.scheduler``: serve the queue until stopped, or with ``--exit-when-idle`` until empty."""
+    parser = argparse.ArgumentParser(description="Run the Post-Training Studio job scheduler.")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--exit-when-idle", action="store_true", help="exit once nothing is queued or running")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    scheduler = Scheduler(DataPaths(args.data_dir), exit_when_idle=args.exit_when_idle)
+    if args.exit_when_idle:
+        if not scheduler.try_acquire():
+            return 0  # another scheduler already serves this data directory
+        scheduler.run_until_idle()
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(timeout=0))
+    thread = scheduler.start()._thread
+    while thread is not None and thread.is_alive():
+        thread.join(0.5)
+    return 1 if scheduler._died else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

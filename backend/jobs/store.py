@@ -1,0 +1,692 @@
+"""The job store: SQLite in WAL mode holding job rows, their status, progress and append-only metrics."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import math
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic_core import PydanticSerializationError
+
+from backend.core.artifacts import JobArtifacts, artifact_update
+from backend.core.spec import JobSpec, SpecError, parse_spec, shorten
+
+# SQLite's primary result codes for a damaged file and for a file that is not a database at all.
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+
+
+class JobStatus(str, Enum):
+    """Where a job is in its life: queued, running, or finished as succeeded, failed, cancelled or interrupted."""
+
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    interrupted = "interrupted"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job has ended (for good or, when interrupted, until it is resumed)."""
+        return self in {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
+
+
+# Ended jobs that may be queued again to continue from a checkpoint (the facade checks that one exists).
+RESUMABLE_STATUSES = frozenset({JobStatus.interrupted, JobStatus.cancelled, JobStatus.failed})
+# Artifacts that describe how an attempt ended: a resumed attempt starts without them.
+ATTEMPT_END_ARTIFACTS = ("cancelled_at_step", "cancel_note")
+
+
+class JobNotFound(KeyError):
+    """No job has this id (or none the asker may see)."""
+
+    def __init__(self, job_id: str):
+        super().__init__(job_id)
+        self.job_id = job_id
+
+    def __str__(self) -> str:
+        return f"no job with id {self.job_id!r}"
+
+
+class InvalidTransition(ValueError):
+    """An action that does not fit the job's current status (e.g. resuming a job that succeeded)."""
+
+
+class StoreError(RuntimeError):
+    """A problem with the job store that a person must act on; ``str()`` is one sentence saying what to do."""
+
+
+class StoreCorrupt(StoreError):
+    """The database file is damaged or is not SQLite at all: the app cannot start on it."""
+
+    def __init__(self, db_path: Path, detail: str):
+        self.db_path = db_path
+        super().__init__(
+            f"The job store {db_path} is damaged or is not a SQLite database ({shorten(detail, 200)}): stop the app, "
+            f"move that file aside together with any {db_path.name}-wal and {db_path.name}-shm beside it (or restore "
+            "them from a backup) and start again; a fresh, empty store is created in its place."
+        )
+
+
+class UnreadableJob(StoreError):
+    """A job row this version cannot read (written by an older version or edited by hand); lists skip it."""
+
+    def __init__(self, job_id: str, reason: str):
+        self.job_id = job_id
+        self.reason = reason
+        super().__init__(
+            f"job {job_id} cannot be read ({reason}); it was stored by another version of the app or edited by "
+            "hand, so it is left out of job lists and never started"
+        )
+
+
+READ_ONLY_SENTENCE = (
+    "the studio’s data folder is read-only just now: jobs, logs and adapters can be read, but "
+    "nothing can be queued, changed or saved until it is writable again"
+)
+
+
+class StoreReadOnly(SpecError):
+    """The store's folder is read-only (a read-only mount): reads answer, this write did not happen."""
+
+    def __init__(self):
+        super().__init__([READ_ONLY_SENTENCE])
+
+
+def _is_read_only(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused a write because its files cannot be written (SQLITE_READONLY and its kinds)."""
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly database" in str(exc)
+
+
+class QueueFull(SpecError):
+    """The Space's whole queue holds as many waiting jobs as it may; nothing was queued."""
+
+    def __init__(self, waiting: int, limit: int):
+        self.waiting, self.limit = waiting, limit
+        super().__init__(
+            [
+                f"the queue is full: {waiting} jobs are waiting, the most this Space holds "
+                f"(STUDIO_MAX_QUEUED_TOTAL = {limit}); try again in a few minutes, once some have started"
+            ]
+        )
+
+
+class QuotaExceeded(SpecError):
+    """The owner already has as many jobs waiting as one user may; nothing was queued."""
+
+    def __init__(self, waiting: int, limit: int):
+        self.waiting = waiting
+        self.limit = limit
+        super().__init__(
+            [
+                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
+                "wait for one to start, or cancel one"
+            ]
+        )
+
+
+def _finite_or_none(value: Any) -> Any:
+    """``value`` with every NaN and infinity (a diverged loss) replaced by None, which JSON can carry."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
+
+
+def _json_text(value: Any) -> str:
+    """Strict JSON for a column: any JSON reader loads it back (Python's own NaN extension is never written)."""
+    return json.dumps(_finite_or_none(value), allow_nan=False)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """A stored JSON object, or None when the text is not one (a damaged or hand-edited row)."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def storable_spec_json(spec: JobSpec) -> str:
+    """The spec as stored, once it is known to read back as the same spec; SpecError (nothing stored) if not."""
+    try:
+        text = spec.to_json()
+    except PydanticSerializationError as exc:
+        raise SpecError([f"spec: cannot be written as JSON ({shorten(str(exc), 200)})"]) from None
+    if parse_spec(text) != spec:  # parse_spec raises SpecError itself when the text no longer validates
+        raise SpecError(["spec: does not read back unchanged from JSON (a value JSON cannot carry); fix the values"])
+    return text
+
+
+def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in {_SQLITE_CORRUPT, _SQLITE_NOTADB}
+    return "malformed" in str(exc) or "not a database" in str(exc)
+
+
+@dataclass
+class JobRecord:
+    """One job's row: its spec, owner, status, timestamps, error, outputs, progress and worker."""
+
+    id: str
+    seq: int
+    owner: str
+    status: JobStatus
+    spec: JobSpec
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    artifacts: JobArtifacts = field(default_factory=JobArtifacts)
+    progress: dict[str, Any] = field(default_factory=dict)
+    pid: int | None = None
+    cancel_requested: bool = False
+    resume: bool = False
+    attempts: int = 0
+
+    @property
+    def cancelled_at_step(self) -> int | None:
+        """For a cancelled job, the training step it stopped at (None: it was cancelled before training a step).
+
+        A cancel is not an error: ``error`` stays None and the UI says "Cancelled at step N" from this.
+        """
+        if self.status is not JobStatus.cancelled:
+            return None
+        step = self.artifacts.cancelled_at_step
+        if step is None:
+            step = self.progress.get("step")
+        return int(step) if step else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as JSON-ready data for the CLI and the API."""
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "status": self.status.value,
+            "method": self.spec.method.value,
+            "model": self.spec.model.name_or_path,
+            "dataset": self.spec.dataset.name,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "error": self.error,
+            "cancelled_at_step": self.cancelled_at_step,
+            "artifacts": self.artifacts.stored(),
+            "progress": self.progress,
+            "attempts": self.attempts,
+            "spec": self.spec.model_dump(mode="json"),
+        }
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    owner TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    error TEXT,
+    artifacts TEXT NOT NULL DEFAULT '{}',
+    progress TEXT NOT NULL DEFAULT '{}',
+    pid INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    resume INTEGER NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq);
+CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq);
+CREATE TABLE IF NOT EXISTS metrics (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    step INTEGER,
+    ts REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, id);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    step INTEGER,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_job ON samples(job_id, id);
+"""
+
+
+def new_job_id() -> str:
+    """A new job id: the time it was made, then six random hex digits (sorts by creation time)."""
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+@lru_cache(maxsize=4096)
+def _stored_spec(text: str) -> JobSpec:
+    """A stored spec, parsed once per process: the Jobs tab lists every job every 2 s, and validating 200 specs
+    each time was most of the request. Safe because specs are frozen models and the key is the exact text."""
+    return parse_spec(text)
+
+
+class JobStore:
+    """All job state. Every method opens its own short connection, so it is safe across threads and processes."""
+
+    def __init__(self, db_path: Path | str):
+        """Open (or create) the store; raise StoreCorrupt when the file is damaged or not a SQLite database."""
+        self.db_path = Path(db_path)
+        self._target, self._uri = str(self.db_path), False
+        if self.db_path.is_file() and not os.access(self.db_path.parent, os.W_OK):
+            self._open_read_only()
+        else:
+            self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self._connect() as con:
+                # quick_check walks every page once (no index cross-checks): damage is found at start, not mid-job.
+                verdict = [row[0] for row in con.execute("PRAGMA quick_check").fetchall()]
+                if verdict != ["ok"]:
+                    raise StoreCorrupt(self.db_path, "; ".join(verdict[:3]))
+                if not self._uri:
+                    con.execute("PRAGMA journal_mode=WAL")
+                    con.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            if not _is_corruption(exc):
+                raise
+            raise StoreCorrupt(self.db_path, str(exc)) from None
+        # Held open, idle, for the store's life: SQLite deletes the WAL and its index when the last connection
+        # closes, and every next connection must create them again, which a full disk refuses ("disk I/O error"),
+        # reads included. With this one open they stay, so reads answer on a full disk and small writes reuse the
+        # WAL's pages.
+        self._keeper = sqlite3.connect(self._target, check_same_thread=False, uri=self._uri)
+        self._keeper.execute("SELECT 1 FROM jobs LIMIT 1").fetchall()
+
+    def _open_read_only(self) -> None:
+        """Started on a read-only folder (a read-only mount): open the file read-only, so reads answer and every
+        write is StoreReadOnly. Without its WAL index beside it (a clean shutdown removes it, and none can be made
+        here) SQLite reads a WAL-mode file only as immutable, which a read-only mount is."""
+        base = f"file:{self.db_path.resolve().as_posix()}?mode=ro"
+        wal_kept = Path(f"{self.db_path}-shm").exists() and Path(f"{self.db_path}-wal").exists()
+        self._target, self._uri = (base if wal_kept else base + "&immutable=1"), True
+
+    def writable(self) -> bool:
+        """Whether the store's folder can be written now (False on a read-only mount): what the header says."""
+        return not self._uri and os.access(self.db_path.parent, os.W_OK)
+
+    def close(self) -> None:
+        """Close the idle connection that keeps the WAL (every call opens its own short connection anyway)."""
+        self._keeper.close()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        con = sqlite3.connect(self._target, timeout=30, isolation_level=None, uri=self._uri)
+        try:
+            con.row_factory = sqlite3.Row
+            con.execute("PRAGMA busy_timeout=30000")
+            if not self._uri:
+                con.execute("PRAGMA synchronous=NORMAL")
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write: all of it or none of it; StoreReadOnly (a sentence) when the folder cannot be written."""
+        with self._connect() as con:
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    yield con
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if not _is_read_only(exc):
+                    raise
+                raise StoreReadOnly() from None
+
+    def reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A short connection for reads of another table in this file (the remote job registry's)."""
+        return self._connect()
+
+    def writing(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction on this file for another table's rows; StoreReadOnly on a read-only folder."""
+        return self._transaction()
+
+    @staticmethod
+    def _record(row: sqlite3.Row) -> JobRecord:
+        """The row as a JobRecord; UnreadableJob when any part of it cannot be read back."""
+        try:
+            spec = _stored_spec(row["spec"])
+        except SpecError as exc:
+            raise UnreadableJob(row["id"], f"its spec is not valid: {exc.problems[0]}") from None
+        try:
+            status = JobStatus(row["status"])
+        except ValueError:
+            raise UnreadableJob(row["id"], f"its status {shorten(repr(row['status']), 40)} is unknown") from None
+        artifacts, progress = _json_object(row["artifacts"]), _json_object(row["progress"])
+        if artifacts is None or progress is None:
+            raise UnreadableJob(row["id"], f"its {'artifacts' if artifacts is None else 'progress'} are not JSON")
+        return JobRecord(
+            id=row["id"],
+            seq=row["seq"],
+            owner=row["owner"],
+            status=status,
+            spec=spec,
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            error=row["error"],
+            artifacts=JobArtifacts.from_stored(artifacts),
+            progress=progress,
+            pid=row["pid"],
+            cancel_requested=bool(row["cancel_requested"]),
+            resume=bool(row["resume"]),
+            attempts=row["attempts"],
+        )
+
+    # --- creating and reading ---------------------------------------------------------------------
+    def add(
+        self,
+        spec: JobSpec,
+        job_id: str | None = None,
+        max_queued_for_owner: int | None = None,
+        max_queued_total: int | None = None,
+    ) -> JobRecord:
+        """Queue a job. The spec is written only if it reads back unchanged (SpecError otherwise); with
+        ``max_queued_for_owner`` the owner's waiting jobs (and with ``max_queued_total`` everyone's) are counted in
+        the same transaction as the insert, so concurrent submissions cannot overshoot a limit (QuotaExceeded or
+        QueueFull, nothing queued)."""
+        job_id = job_id or new_job_id()
+        spec_json = storable_spec_json(spec)
+        with self._transaction() as con:
+            if max_queued_for_owner is not None:
+                self._refuse_over_quota(con, spec.owner, max_queued_for_owner)
+            if max_queued_total is not None:
+                self._refuse_when_full(con, max_queued_total)
+            con.execute(
+                "INSERT INTO jobs (id, owner, spec, status, created_at) VALUES (?, ?, ?, ?, ?)",
+                (job_id, spec.owner, spec_json, JobStatus.queued.value, time.time()),
+            )
+        return self.get(job_id)
+
+    @staticmethod
+    def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int) -> None:
+        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)).fetchone()[0]
+        if waiting >= limit:
+            raise QuotaExceeded(waiting, limit)
+
+    @staticmethod
+    def _refuse_when_full(con: sqlite3.Connection, limit: int) -> None:
+        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").fetchone()[0]
+        if waiting >= limit:
+            raise QueueFull(waiting, limit)
+
+    def check_queue_room(self, owner: str, limit: int, total: int | None = None) -> None:
+        """QuotaExceeded when ``owner`` already has ``limit`` jobs waiting, QueueFull when everyone has ``total``: an
+        early answer before slow checks (``add`` is what enforces the limits)."""
+        with self._connect() as con:
+            self._refuse_over_quota(con, owner, limit)
+            if total is not None:
+                self._refuse_when_full(con, total)
+
+    def get(self, job_id: str) -> JobRecord:
+        """One job; JobNotFound, or UnreadableJob (a sentence) for a row this version cannot read."""
+        with self._connect() as con:
+            row = con.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return self._record(row)
+
+    def _read_rows(self, owner: str | None, statuses: list[JobStatus] | None) -> list[JobRecord | UnreadableJob]:
+        query, args = "SELECT * FROM jobs WHERE 1=1", []
+        if owner is not None:
+            query += " AND owner = ?"
+            args.append(owner)
+        if statuses:
+            query += f" AND status IN ({','.join('?' * len(statuses))})"
+            args.extend(s.value for s in statuses)
+        with self._connect() as con:
+            rows = con.execute(query + " ORDER BY seq", args).fetchall()
+        read: list[JobRecord | UnreadableJob] = []
+        for row in rows:
+            try:
+                read.append(self._record(row))
+            except UnreadableJob as exc:
+                read.append(exc)
+        return read
+
+    def list(self, owner: str | None = None, statuses: list[JobStatus] | None = None) -> list[JobRecord]:
+        """The readable jobs, oldest first; a row that cannot be read is skipped (see ``unreadable_rows``)."""
+        return [r for r in self._read_rows(owner, statuses) if isinstance(r, JobRecord)]
+
+    def owners(self) -> builtins.list[str]:
+        """Everyone who ever submitted a job here."""
+        with self._connect() as con:
+            return [row[0] for row in con.execute("SELECT DISTINCT owner FROM jobs")]
+
+    def unreadable_rows(
+        self, owner: str | None = None, statuses: builtins.list[JobStatus] | None = None
+    ) -> builtins.list[tuple[str, str]]:
+        """(job id, reason) for each row ``list`` skips because it cannot be read."""
+        return [(r.job_id, r.reason) for r in self._read_rows(owner, statuses) if isinstance(r, UnreadableJob)]
+
+    def queue_position(self, job_id: str) -> int | None:
+        """1 for the next job to start; None when the job is not queued."""
+        with self._connect() as con:
+            row = con.execute(
+                "SELECT (SELECT COUNT(*) FROM jobs q WHERE q.status = 'queued' AND q.seq <= j.seq) AS pos "
+                "FROM jobs j WHERE j.id = ? AND j.status = 'queued'",
+                (job_id,),
+            ).fetchone()
+        return row["pos"] if row else None
+
+    # --- scheduling -------------------------------------------------------------------------------
+    def claim_next(self) -> JobRecord | None:
+        """Atomically move the oldest queued job that can start to running and return it.
+
+        A staged job waits while the job it continues is queued or running (others pass it); it fails with the reason
+        when that job ended without an adapter. A queued row that cannot be read is marked failed with the reason on
+        the way. Neither ever blocks the queue.
+        """
+        with self._connect() as con:  # a plain read first: the scheduler polls, and most polls find nothing
+            if con.execute("SELECT 1 FROM jobs WHERE status = 'queued' LIMIT 1").fetchone() is None:
+                return None
+        with self._transaction() as con:
+            for row in con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY seq").fetchall():
+                try:
+                    problem = _parent_problem(con, self._record(row))
+                except UnreadableJob as exc:
+                    problem = str(exc)
+                if problem is None:
+                    break
+                if problem != WAITING:
+                    con.execute(
+                        "UPDATE jobs SET status = 'failed', finished_at = ?, error = ? WHERE id = ?",
+                        (time.time(), problem, row["id"]),
+                    )
+            else:
+                return None
+            con.execute(
+                "UPDATE jobs SET status = 'running', started_at = ?, finished_at = NULL, error = NULL, pid = NULL, "
+                "attempts = attempts + 1 WHERE id = ?",
+                (time.time(), row["id"]),
+            )
+        return self.get(row["id"])
+
+    def set_pid(self, job_id: str, pid: int) -> None:
+        """Record the worker process that runs the job."""
+        with self._connect() as con:
+            con.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
+
+    def finish(
+        self, job_id: str, status: JobStatus, error: str | None = None, artifacts: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Move a running job to a final status, merging ``artifacts`` (JobArtifacts fields) in the same transaction;
+        False when it was no longer running (someone finished it first, and nothing is written)."""
+        if not status.finished:
+            raise ValueError(f"{status.value} is not a final status")
+        update = artifact_update(artifacts or {})
+        if not update:
+            with self._connect() as con:
+                cur = con.execute(
+                    "UPDATE jobs SET status = ?, error = ?, finished_at = ? WHERE id = ? AND status = 'running'",
+                    (status.value, error, time.time(), job_id),
+                )
+            return cur.rowcount == 1
+        with self._transaction() as con:
+            row = con.execute("SELECT artifacts FROM jobs WHERE id = ? AND status = 'running'", (job_id,)).fetchone()
+            if row is None:
+                return False
+            merged = {**json.loads(row["artifacts"]), **update}
+            con.execute(
+                "UPDATE jobs SET status = ?, error = ?, finished_at = ?, artifacts = ? WHERE id = ?",
+                (status.value, error, time.time(), _json_text(merged), job_id),
+            )
+        return True
+
+    def request_cancel(self, job_id: str) -> JobStatus:
+        """Cancel a queued job at once, or flag a running one for a cooperative stop. Returns the status after."""
+        with self._transaction() as con:
+            row = con.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            status = JobStatus(row["status"])
+            if status is JobStatus.queued:
+                con.execute(
+                    "UPDATE jobs SET status = 'cancelled', finished_at = ?, error = NULL WHERE id = ?",
+                    (time.time(), job_id),
+                )
+                return JobStatus.cancelled
+            if status is JobStatus.running:
+                con.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
+                return JobStatus.running
+        raise InvalidTransition(f"job {job_id} has already ended ({status.value}); there is nothing to cancel")
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether someone asked this job to stop."""
+        with self._connect() as con:
+            row = con.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row["cancel_requested"])
+
+    def requeue_for_resume(self, job_id: str) -> JobRecord:
+        """Put an interrupted, cancelled or failed job back in the queue; the worker continues from its last
+        checkpoint. The previous attempt's error and cancel notes are cleared (the log keeps them)."""
+        with self._transaction() as con:
+            row = con.execute("SELECT status, artifacts FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            if row["status"] not in {s.value for s in RESUMABLE_STATUSES}:
+                raise InvalidTransition(
+                    f"job {job_id} is {row['status']}; only an interrupted, cancelled or failed job can be resumed"
+                )
+            artifacts = {k: v for k, v in json.loads(row["artifacts"]).items() if k not in ATTEMPT_END_ARTIFACTS}
+            # A resumed job goes to the back of the queue: a fresh seq keeps the queue strictly ordered.
+            con.execute(
+                "UPDATE jobs SET status = 'queued', resume = 1, cancel_requested = 0, pid = NULL, error = NULL, "
+                "finished_at = NULL, artifacts = ?, seq = (SELECT MAX(seq) + 1 FROM jobs) WHERE id = ?",
+                (_json_text(artifacts), job_id),
+            )
+        return self.get(job_id)
+
+    # --- progress, artifacts, metrics -------------------------------------------------------------
+    def merge_artifacts(self, job_id: str, update: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        """Record some artifacts (JobArtifacts fields, as a dict or keywords), leaving the others as they are.
+
+        UnknownArtifact for a key that is not a field, pydantic's ValidationError for a value of the wrong type:
+        nothing is written then. Keys the row holds that this version does not know are kept.
+        """
+        checked = artifact_update({**(update or {}), **fields})
+        with self._transaction() as con:
+            row = con.execute("SELECT artifacts FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            merged = {**json.loads(row["artifacts"]), **checked}
+            con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (_json_text(merged), job_id))
+
+    def report(
+        self,
+        job_id: str,
+        rows: builtins.list[tuple[int | None, float, dict[str, Any]]],
+        progress: dict[str, Any] | None,
+        samples: Sequence[tuple[int | None, dict[str, Any]]] = (),
+    ) -> None:
+        """A worker's periodic report in one transaction: metric rows (step, ts, data), samples and its progress.
+
+        A NaN or infinite value (a diverged loss) is stored as null: the row stays readable by every JSON reader.
+        """
+        with self._transaction() as con:
+            con.executemany(
+                "INSERT INTO samples (job_id, step, data) VALUES (?, ?, ?)",
+                [(job_id, step, _json_text(data)) for step, data in samples],
+            )
+            con.executemany(
+                "INSERT INTO metrics (job_id, step, ts, data) VALUES (?, ?, ?, ?)",
+                [(job_id, step, ts, _json_text(data)) for step, ts, data in rows],
+            )
+            if progress is not None:
+                con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (_json_text(progress), job_id))
+
+    def forget_reports_after(self, job_id: str, step: int) -> None:
+        """Delete the metrics and samples logged after ``step``: a job resumed from its checkpoint at ``step``
+        logs those steps again, and each step must be plotted once."""
+        with self._transaction() as con:
+            con.execute("DELETE FROM metrics WHERE job_id = ? AND step > ?", (job_id, step))
+            con.execute("DELETE FROM samples WHERE job_id = ? AND step > ?", (job_id, step))
+
+    def samples(self, job_id: str, after_id: int = 0) -> builtins.list[dict[str, Any]]:
+        """Sampled completions (GRPO) with their rewards, oldest first."""
+        with self._connect() as con:
+            rows = con.execute(
+                "SELECT id, step, data FROM samples WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
+            ).fetchall()
+        return [
+            {"id": r["id"], "step": r["step"], **data} for r in rows if (data := _json_object(r["data"])) is not None
+        ]
+
+    def metrics(self, job_id: str, after_id: int = 0) -> builtins.list[dict[str, Any]]:
+        """Metric rows in the order they were logged; ``after_id`` lets a live view fetch only new rows."""
+        with self._connect() as con:
+            rows = con.execute(
+                "SELECT id, step, ts, data FROM metrics WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
+            ).fetchall()
+        # A damaged row is skipped rather than taking the whole plot down.
+        return [
+            {"id": r["id"], "step": r["step"], "ts": r["ts"], **data}
+            for r in rows
+            if (data := _json_object(r["data"])) is not None
+        ]
+
+
+WAITING = "waiting for its parent job"
+
+
+def _parent_problem(con: sqlite3.Connection, job: JobRecord) -> str | None:
+    """None when ``job`` can start now; WAITING while its parent job is queued or running; else why it never will."""
+    parent_id = job.spec.model.parent_job_id
+    if parent_id is None:
+        return None
+    row = con.execute("SELECT status, artifacts FROM jobs WHERE id = ?", (parent_id,)).fetchone()
+    status = row["status"] if row else "gone"
+    if status in ("queued", "running"):
+        return WAITING
+    if status == "succeeded" and JobArtifacts.from_stored(_json_object(row["artifacts"]) or {}).adapter_dir:
+        return None
+    return (
+        f"the job it continues ({parent_id}) ended {status} with no adapter to start from; queue this job "
+        f"again once that one has succeeded"
+    )

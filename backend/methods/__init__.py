@@ -1,0 +1,1 @@
+"""The training methods: one module each (trainer, scoring, preview), the method table, shared set-up, rewards."""

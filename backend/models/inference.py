@@ -1,0 +1,29 @@
+"""Loading a model for generation outside training: the base model, with a finished job's adapter when asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from backend.core.spec import ModelSpec, QuantizationSpec
+from backend.models import loading as models
+
+
+def load_for_inference(
+    model: ModelSpec, quantization: QuantizationSpec, models_dir: Path, adapter_dir: Path | None = None
+) -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer). With ``adapter_dir`` the model is a PeftModel whose adapter can be switched
+    off (``disable_adapter``) to get the base model back without a second copy in memory."""
+    from transformers import AutoModelForCausalLM
+
+    path = models.resolve_model(model, models_dir)
+    tokenizer = models.load_tokenizer(str(adapter_dir or path), model)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=models.to_bnb_config(quantization), **models.model_init_kwargs(model, quantization)
+    )
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        loaded = PeftModel.from_pretrained(loaded, str(adapter_dir))
+    loaded.eval()
+    return loaded, tokenizer

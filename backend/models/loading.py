@@ -1,0 +1,94 @@
+"""Model-side translators: resolve the base model, pick the dtype, and build the PEFT and bitsandbytes configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from backend.core.spec import LoraSpec, ModelSpec, QuantizationSpec
+from backend.models.demo import ARITH_MODEL_DIR, ARITH_MODEL_ID, DEMO_MODEL_ID, ensure_demo_model
+
+if TYPE_CHECKING:
+    from peft import LoraConfig
+    from transformers import BitsAndBytesConfig
+
+
+def resolve_model(model: ModelSpec, models_dir: Path) -> str:
+    """The string ``from_pretrained`` takes: a built-in model's folder, a local folder, or the Hub id."""
+    if model.name_or_path == DEMO_MODEL_ID:
+        return str(ensure_demo_model(models_dir))
+    if model.name_or_path == ARITH_MODEL_ID:
+        return str(ARITH_MODEL_DIR)  # shipped, read-only: never written to
+    return model.name_or_path
+
+
+def compute_dtype():
+    """bf16 on GPUs that support it, fp32 elsewhere (CPU training in half precision is slow and unstable)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def compute_dtype_name() -> str:
+    """The compute dtype's name: ``bfloat16`` or ``float32``."""
+    return str(compute_dtype()).removeprefix("torch.")
+
+
+def to_bnb_config(quant: QuantizationSpec) -> BitsAndBytesConfig | None:
+    """The bitsandbytes config for 4-bit NF4 (double quant) or 8-bit loading; None for full precision."""
+    from transformers import BitsAndBytesConfig
+
+    if quant.mode == "4bit":
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute_dtype(),
+        )
+    if quant.mode == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return None
+
+
+def to_peft_config(lora: LoraSpec) -> LoraConfig | None:
+    """The job's LoRA config for PEFT; None when it trains all weights."""
+    from peft import LoraConfig
+
+    if not lora.enabled:
+        return None
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def model_init_kwargs(
+    model: ModelSpec, quant: QuantizationSpec, attn_implementation: str | None = None
+) -> dict[str, Any]:
+    """``from_pretrained`` arguments for the base model: dtype, revision, attention, device for quantization."""
+    import torch
+
+    kwargs: dict[str, Any] = {"dtype": compute_dtype(), "trust_remote_code": model.trust_remote_code}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    if model.revision:
+        kwargs["revision"] = model.revision
+    if quant.mode != "none" and not torch.cuda.is_available():
+        # bitsandbytes quantizes on the device the weights land on; without a GPU that must be the CPU.
+        kwargs["device_map"] = "cpu"
+    return kwargs
+
+
+def load_tokenizer(path: str, model: ModelSpec):
+    """The model's tokenizer, with the EOS token as padding when it has no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=model.revision, trust_remote_code=model.trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

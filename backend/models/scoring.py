@@ -1,0 +1,162 @@
+"""Scoring models on rows outside a trainer's loop: every side (an adapter, or the base with it off) in the same
+batches, per-row values kept for the learning verdict. The methods' evaluations are built from these."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from backend.models.mixed_batch import GenerationSettings, mixed_generate, mixed_logprobs
+
+PER_ROW = "per_row"
+
+
+# Greedy answers are this many tokens longer than the reference at most (and never longer than ANSWER_TOKENS).
+ANSWER_SLACK_TOKENS = 16
+
+
+ANSWER_TOKENS = 256
+
+
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def as_messages(value) -> list[dict] | None:
+    """``value`` when it is a conversation (a list of messages), else None."""
+    return value if isinstance(value, list) else None
+
+
+def render_texts(tokenizer, prompt, completion=None) -> tuple[str, str]:
+    """(prompt text with the generation prompt, full text) the way the trainers render a row."""
+    if as_messages(prompt) is not None:
+        prompt_text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        if completion is None:
+            return prompt_text, prompt_text
+        full = tokenizer.apply_chat_template(prompt + completion, tokenize=False)
+        return prompt_text, full
+    return prompt, prompt + (completion or "")
+
+
+# Sequences per forward pass: a held-out set of any size is scored in chunks of this many rows (every side counted).
+BATCH_ROWS = 16
+
+
+def chunks(items: list, size: int = BATCH_ROWS):
+    """``items`` in slices of at most ``size``: the rows of one forward pass."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def per_side(sides: list[str | None], values: list[tuple[str | None, Any]]) -> dict[str | None, list]:
+    """(side, value) pairs grouped by side, every side present."""
+    by_side: dict[str | None, list] = {side: [] for side in sides}
+    for side, value in values:
+        by_side[side].append(value)
+    return by_side
+
+
+def mean(values: list[float]) -> float:
+    """The mean of ``values`` (0 for none)."""
+    return sum(values) / len(values) if values else 0.0
+
+
+def _answer_key(text: str) -> str:
+    """What two answers are compared by: the last ``\\boxed{}`` if there is one, else the text, whitespace folded."""
+    boxed = _BOXED.findall(text or "")
+    return boxed[-1].strip() if boxed else " ".join((text or "").split())
+
+
+def answer_scores(model, tokenizer, prompts: list, references: list[str], sides) -> dict[str | None, dict]:
+    """Greedy answers of every side to ``prompts`` against the reference answers: exact match (the boxed answer, or
+    the whole answer with whitespace folded) and, where the references box their answer, answer format (the answer
+    has a ``\\boxed{}``). Per side: the shares and the per-row values."""
+    longest = max(len(tokenizer(ref, add_special_tokens=False)["input_ids"]) for ref in references)
+    settings = GenerationSettings(max_new_tokens=min(ANSWER_TOKENS, longest + ANSWER_SLACK_TOKENS), temperature=0)
+    answers = generate_completions(model, tokenizer, prompts, sides, settings)
+    boxed = all(_BOXED.search(ref) for ref in references)
+    result = {}
+    for side, texts in answers.items():
+        exact = [float(_answer_key(t) == _answer_key(r)) for t, r in zip(texts, references)]
+        scores: dict[str, Any] = {"exact_match": mean(exact), PER_ROW: {"exact_match": exact}}
+        if boxed:
+            shaped = [float(bool(_BOXED.search(t))) for t in texts]
+            scores["answer_format"] = mean(shaped)
+            scores[PER_ROW]["answer_format"] = shaped
+        result[side] = scores
+    return result
+
+
+def answer_pair(prompt, completion) -> tuple[Any, str] | None:
+    """(prompt, reference answer) of a row whose completion is one assistant answer in text, else None."""
+    if isinstance(completion, str):
+        return prompt, completion
+    if (
+        isinstance(completion, list)
+        and len(completion) == 1
+        and isinstance(completion[0], dict)
+        and completion[0].get("role") == "assistant"
+        and isinstance(completion[0].get("content"), str)
+        and not completion[0].get("tool_calls")
+    ):
+        return prompt, completion[0]["content"]
+    return None
+
+
+def merge_scores(into: dict[str | None, dict], extra: dict[str | None, dict]) -> dict[str | None, dict]:
+    """Add ``extra``'s scores (and per-row values) to ``into``'s, side by side."""
+    for side, scores in extra.items():
+        per_row = {**into[side].get(PER_ROW, {}), **scores.pop(PER_ROW, {})}
+        into[side].update(scores)
+        into[side][PER_ROW] = per_row
+    return into
+
+
+def generate_completions(model, tokenizer, prompts, sides, settings: GenerationSettings) -> dict[str | None, list[str]]:
+    """Each prompt's completion under each side, all sides in the same batches.
+
+    Prompt i is sampled with seed ``settings.seed + i`` on every side (its own random stream), so a completion does
+    not depend on how the rows are batched, and base and tuned draw the same random numbers for the same prompt.
+    """
+    texts = [render_texts(tokenizer, prompt)[0] for prompt in prompts]
+    items = [(i, side) for i in range(len(prompts)) for side in sides]
+    completions = []
+    for chunk in chunks(items):
+        ids = mixed_generate(
+            model,
+            tokenizer,
+            [texts[i] for i, _ in chunk],
+            [side for _, side in chunk],
+            settings,
+            row_seeds=[settings.seed + i for i, _ in chunk],
+        )
+        completions += [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
+    return per_side(sides, [(side, text) for (_, side), text in zip(items, completions)])
+
+
+def split_answer(row) -> tuple[Any, Any] | None:
+    """(prompt, completion) of an SFT row: a conversation is cut before its first assistant turn."""
+    if "messages" in row and as_messages(row["messages"]):
+        messages = row["messages"]
+        first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), None)
+        return (messages[:first], messages[first:]) if first else None
+    if "prompt" in row and "completion" in row:
+        return row["prompt"], row["completion"]
+    return None
+
+
+def token_nll(model, tokenizer, pairs: list[tuple[Any, Any]], sides) -> dict[str | None, list[float]]:
+    """Per side, each (prompt, completion) row's mean negative log-likelihood per completion token (nats)."""
+    texts = [render_texts(tokenizer, prompt, completion) for prompt, completion in pairs]
+    counts = [
+        max(
+            1,
+            len(tokenizer(full, add_special_tokens=False)["input_ids"])
+            - len(tokenizer(head, add_special_tokens=False)["input_ids"]),
+        )
+        for head, full in texts
+    ]
+    items = [(i, side) for i in range(len(texts)) for side in sides]
+    logprobs: list[float] = []
+    for chunk in chunks(items):
+        logprobs += mixed_logprobs(model, tokenizer, [texts[i] for i, _ in chunk], [side for _, side in chunk])
+    return per_side(sides, [(side, -lp / counts[i]) for (i, side), lp in zip(items, logprobs)])

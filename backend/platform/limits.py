@@ -1,0 +1,176 @@
+"""Limits on the work requests may start: calls per user per minute, a time limit off the request thread, and how
+many of one kind may be in flight at once, per user and on the whole Space."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TypeVar
+
+from backend.core.spec import SpecError
+
+T = TypeVar("T")
+
+
+class RateLimited(SpecError):
+    """A user called an expensive action too often; the sentence says when to try again."""
+
+
+class TimedOut(SpecError):
+    """An action ran past its time limit; the caller stopped waiting for it."""
+
+
+class RateLimiter:
+    """At most ``calls`` per user within any ``per_s`` seconds (a sliding window kept in memory)."""
+
+    def __init__(self, what: str, calls: int, per_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.what, self.calls, self.per_s, self.clock = what, calls, per_s, clock
+        self._recent: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, user_name: str) -> None:
+        """Count one call for ``user_name``, or raise RateLimited (that call is not counted)."""
+        now = self.clock()
+        with self._lock:
+            recent = self._recent.setdefault(user_name, deque())
+            while recent and recent[0] <= now - self.per_s:
+                recent.popleft()
+            if len(recent) >= self.calls:
+                wait = math.ceil(recent[0] + self.per_s - now)
+                raise RateLimited(
+                    [
+                        f"{self.what}: you used it {self.calls} times in the last {self.per_s:.0f} s, the most "
+                        f"allowed; try again in {max(wait, 1)} s"
+                    ]
+                )
+            recent.append(now)
+            # Users who stopped calling would otherwise keep an entry forever.
+            for name in [n for n, q in self._recent.items() if not q or q[-1] <= now - self.per_s]:
+                del self._recent[name]
+
+
+class TimeLimit:
+    """Runs actions on a few worker threads and waits at most ``timeout_s`` for each.
+
+    A thread cannot be killed: the action's own limits (per-match regex timeouts, input caps, environment
+    timeouts) bound how long it really runs; this bounds how long a request waits, and the pool size bounds
+    how many such actions run at once. A call that waits for a free thread counts that wait too.
+    """
+
+    def __init__(self, what: str, timeout_s: float, workers: int = 2, advice: str = "try smaller input"):
+        self.what, self.timeout_s, self.advice = what, timeout_s, advice
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"studio-{what.replace(' ', '-')}")
+
+    def run(self, action: Callable[[], T]) -> T:
+        """``action()``'s result, or TimedOut when it takes longer than ``timeout_s``."""
+        future = self._pool.submit(action)
+        try:
+            return future.result(timeout=self.timeout_s)
+        except FutureTimeout:
+            future.cancel()  # still queued: it never starts
+            raise TimedOut([f"{self.what}: it did not finish within {self.timeout_s:g} s; {self.advice}"]) from None
+
+    def close(self) -> None:
+        """Stop the pool without waiting; a call still running is abandoned."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def int_setting(name: str, default: int, low: int = 1, high: int = 100_000) -> int:
+    """A whole-number setting from the environment, clamped to ``low..high``; ``default`` when unset or unreadable.
+
+    >>> int_setting("STUDIO_NOT_SET_ANYWHERE", 3)
+    3
+    """
+    try:
+        return max(low, min(high, int(os.environ.get(name, default))))
+    except ValueError:
+        return default
+
+
+class Busy(SpecError):
+    """As many of these are in flight as the limit allows (the user's own, or the Space's); the sentence says which."""
+
+
+class InFlight:
+    """At most ``per_user`` of one kind of work per user and ``total`` on the whole Space at once (in memory, per
+    app process). ``hold`` counts one in until ``release``; a refusal (Busy) counts nothing."""
+
+    def __init__(self, what: str, per_user: int, total: int, setting: str):
+        self.what, self.per_user, self.total, self.setting = what, per_user, total, setting
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, user_name: str) -> Callable[[], None]:
+        """Count one in for ``user_name`` and return its release (safe to call more than once), or raise Busy."""
+        with self._lock:
+            mine, everyone = self._held.get(user_name, 0), sum(self._held.values())
+            if mine >= self.per_user:
+                raise Busy(
+                    [
+                        f"{self.what}: you already have {mine} running, the most one person may; wait for one "
+                        "to finish, then try again"
+                    ]
+                )
+            if everyone >= self.total:
+                raise Busy(
+                    [
+                        f"{self.what}: this Space is running {everyone} at once, the most it allows "
+                        f"({self.setting} = {self.total}); try again in a few seconds"
+                    ]
+                )
+            self._held[user_name] = mine + 1
+        released = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if released.is_set():
+                    return
+                released.set()
+                left = self._held.get(user_name, 1) - 1
+                if left > 0:
+                    self._held[user_name] = left
+                else:
+                    self._held.pop(user_name, None)
+
+        return release
+
+    def in_flight(self) -> int:
+        """How many are held now, by everyone."""
+        with self._lock:
+            return sum(self._held.values())
+
+
+class HeldStream:
+    """An iterator that releases its ``InFlight`` hold when it ends, is closed, or is dropped unread (a browser that
+    left mid-answer)."""
+
+    def __init__(self, inner: Iterator[T], release: Callable[[], None]):
+        self._inner, self._release = inner, release
+
+    def __iter__(self) -> HeldStream:
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._inner)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the inner stream and release the hold."""
+        try:
+            close = getattr(self._inner, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,100 @@
+"""Before/after evaluation on held-out rows: did training help? Each side is the same loaded model with another
+adapter: the tuned one, the parent job's adapter where a staged job started (``start``), and none (the base).
+
+Every method's evaluation returns, per side, its summary scores and the per-row values (``per_row``) the learning
+verdict (backend/core/learning.py) draws its interval from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backend.core.learning import LearningMetric, verdict
+from backend.core.spec import JobSpec
+from backend.methods.table import support
+from backend.models.mixed_batch import BASE_ADAPTER, adapter_name
+from backend.models.scoring import PER_ROW
+
+# The adapter name the parent's adapter is loaded under for the evaluation of a staged job.
+START_ADAPTER = "studio_start"
+
+
+def _sides(model, compare_base: bool) -> list[str | None]:
+    """The adapter of each side to score, tuned first, then the start (a parent's adapter) if loaded, then the base;
+    None alone for a model without an adapter (tuned only)."""
+    tuned = adapter_name(model)
+    if tuned is None:
+        return [None]
+    sides = [tuned]
+    if START_ADAPTER in getattr(model, "peft_config", {}):
+        sides.append(START_ADAPTER)
+    return sides + [BASE_ADAPTER] if compare_base else sides
+
+
+def side_label(side: str | None) -> str:
+    """``tuned``, ``start`` or ``base``: what a side is called in the stored evaluation."""
+    return {BASE_ADAPTER: "base", START_ADAPTER: "start"}.get(side, "tuned")
+
+
+def load_start_adapter(model, parent_adapter) -> bool:
+    """Load a staged job's starting adapter (its parent's) beside the tuned one, so the evaluation scores where the job
+    started; False when there is nothing to load (no parent, or no PEFT model)."""
+    if parent_adapter is None or not hasattr(model, "load_adapter"):
+        return False
+    if START_ADAPTER not in model.peft_config:
+        model.load_adapter(str(parent_adapter), adapter_name=START_ADAPTER, is_trainable=False)
+    return True
+
+
+def evaluate_before_after(trainer, spec: JobSpec, held_out, parent_adapter=None) -> dict[str, Any]:
+    """Scores of the base, the start (a staged job's parent adapter) and the tuned model on the same held-out rows,
+    by the job's method's evaluation.
+
+    All come from the trainer's model, loaded once: the base is that model with its adapter off, the start the
+    parent's adapter loaded beside the tuned one. Methods that score sequences score every side in the same batches
+    (PEFT's mixed-adapter rows). ``per_row`` holds each side's per-row values for the learning verdict.
+    """
+    model = trainer.model
+    model.eval()
+    load_start_adapter(model, parent_adapter)
+    rows = [held_out[i] for i in range(len(held_out))]
+    result: dict[str, Any] = {"rows": len(rows), PER_ROW: {}}
+    sides = _sides(model, spec.eval.compare_base)
+    scores = support(spec.method).evaluate(trainer, spec, rows, sides)
+    for side in sides:
+        label = side_label(side)
+        side_scores = dict(scores[side])
+        result[PER_ROW][label] = side_scores.pop(PER_ROW, {})
+        result[label] = side_scores
+    return result
+
+
+def learning_verdict(
+    spec: JobSpec, evaluation: dict[str, Any] | None, environment: dict[str, Any] | None, no_signal: str | None = None
+):
+    """The job's learning verdict from its evaluations (an environment's success rate first, else the method's first
+    declared metric the evaluation has), or None when no evaluation has per-row scores of two sides."""
+    candidates: list[tuple[LearningMetric, dict[str, Any]]] = []
+    if environment and PER_ROW in environment:
+        candidates.append((SUCCESS_RATE, environment))
+    if evaluation and PER_ROW in evaluation:
+        candidates += [(metric, evaluation) for metric in support(spec.method).learning_metrics(spec)]
+    for metric, result in candidates:
+        per_row = result[PER_ROW]
+        start = "start" if "start" in per_row else "base"
+        if metric.key not in per_row.get("tuned", {}) or metric.key not in per_row.get(start, {}):
+            continue
+        groups = per_row["tuned"].get("groups")
+        return verdict(
+            metric,
+            per_row[start][metric.key],
+            per_row["tuned"][metric.key],
+            groups=[bool(g) for g in groups] if groups else None,
+            base_rows=per_row.get("base", {}).get(metric.key),
+            start="parent" if start == "start" else "base",
+            no_signal=no_signal,
+        )
+    return None
+
+
+SUCCESS_RATE = LearningMetric("success", "environment success rate", rate=True)

@@ -1,0 +1,196 @@
+"""Checks run at submit time, before anything is queued: the model can be found and the data fits the method."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend.core.hub_names import hub_offline, is_local_path
+from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
+from backend.data.loading import load_training_dataset, split_holdout
+from backend.methods.table import reward_columns, support
+from backend.models.demo import BUILTIN_MODELS, DEMO_MODEL_ID
+from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
+
+if TYPE_CHECKING:
+    from backend.training.autotune import Tuning
+
+
+def check_model(model: ModelSpec) -> None:
+    """SpecError unless the base model can be found: a saved local folder, the local cache, or the Hub."""
+    name = model.name_or_path
+    if name in BUILTIN_MODELS:
+        return
+    if is_local_path(name):
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise SpecError([f"model.name_or_path: folder {name} does not exist"])
+        if not (path / "config.json").is_file():
+            raise SpecError([f"model.name_or_path: {name} has no config.json; is it a saved transformers model?"])
+        return
+    if not hub_reachable():
+        # Only the local cache can answer: asked without any network (and none of the client's ~23 s of retries).
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json", revision=model.revision), str):
+            return
+        raise SpecError(
+            [
+                f"model.name_or_path: {quote_input(name)} is not in the local cache and "
+                f"{HUB_UNREACHABLE}{_offline_note()}; pick a local folder or {DEMO_MODEL_ID}, or try "
+                "again once the Hub can be reached"
+            ]
+        )
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name, revision=model.revision, trust_remote_code=model.trust_remote_code)
+    except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors for the same "not found"
+        first = shorten(str(exc).strip().splitlines()[0], 200) if str(exc).strip() else type(exc).__name__
+        raise SpecError(
+            [f"model.name_or_path: {quote_input(name)} was not found on the Hub; check the id ({first})"]
+        ) from None
+
+
+def _offline_note() -> str:
+    return " (HF_HUB_OFFLINE is set)" if hub_offline() else ""
+
+
+def check_hub_dataset(spec: JobSpec) -> None:
+    """A Hub dataset with the Hub unreachable: refused at once (with HF_HUB_OFFLINE set, ``datasets`` reads its
+    cache without waiting, so that case is left to it)."""
+    if spec.dataset.source == "hub" and not hub_offline() and not hub_reachable():
+        raise SpecError(
+            [
+                f"dataset.name: Hub dataset {quote_input(spec.dataset.name)} cannot be loaded: "
+                f"{HUB_UNREACHABLE}; set HF_HUB_OFFLINE=1 to use a copy in the local cache, or upload "
+                "the data as a file"
+            ]
+        )
+
+
+def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> list[str]:
+    """Raise SpecError with every problem found; return warnings (the job can still be queued).
+
+    ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
+    """
+    return check_and_plan(spec, models_dir, uploads_dir)[0]
+
+
+def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> tuple[list[str], Tuning]:
+    """:func:`check_spec`, and what auto-tune would choose for the job on this machine (with its estimate)."""
+    problems: list[str] = []
+    loaded = None
+    try:
+        check_model(spec.model)
+    except SpecError as exc:
+        problems.extend(exc.problems)
+    try:
+        check_hub_dataset(spec)
+        loaded = load_training_dataset(
+            spec.dataset,
+            spec.method,
+            reward_columns(spec),
+            keep_all=bool(spec.environment.name),
+            uploads_dir=uploads_dir,
+        )
+        # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
+        split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
+    except SpecError as exc:
+        problems.extend(exc.problems)
+    method = support(spec.method)
+    if spec.training.batch_size != "auto" and spec.training.batch_size < method.min_batch:
+        problems.append(
+            f"training.batch_size: {method.label} needs at least {method.min_batch} examples per device "
+            f"(got {spec.training.batch_size}); raise it or use auto"
+        )
+    if spec.training.num_gpus > 1:
+        from backend.platform.hardware import gpu_count_without_torch
+
+        have = gpu_count_without_torch()
+        if have < spec.training.num_gpus:
+            problems.append(
+                f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
+                f"{have}; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor"
+            )
+    if problems:
+        raise SpecError(problems)
+    return advisories(spec, models_dir, loaded)
+
+
+def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], Tuning]:
+    """What a practitioner would flag before a run: the data rendered through the chat template, and memory (the
+    estimate of the job as auto-tune would run it, from the examples' measured lengths)."""
+    from backend.models.loading import load_tokenizer, resolve_model
+    from backend.platform.hardware import detect_device
+    from backend.training.autotune import plan
+    from backend.training.memory import check_memory
+    from backend.training.preview import preview_dataset
+
+    warnings: list[str] = []
+    tokenizer = load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
+    # Raises SpecError when chat data meets a model without a chat template.
+    preview = preview_dataset(spec, tokenizer, rows=8, loaded=loaded)
+    if preview.summary.over_max_length:
+        warnings.append(
+            f"{preview.summary.over_max_length} of the first {len(preview.rows)} rows are longer than "
+            f"training.max_length ({spec.training.max_length} tokens) and will be cut; raise max_length if the "
+            "ends of the examples matter"
+        )
+    if spec.environment.name:
+        warnings.extend(environment_advisories(spec, tokenizer))
+    device = detect_device()
+    tuning = plan(spec, models_dir, loaded or load_training_dataset(spec.dataset, spec.method), tokenizer, device)
+    memory_warning = check_memory(tuning.estimate, device)
+    if memory_warning:
+        warnings.append(memory_warning)
+    return warnings, tuning
+
+
+def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
+    """Problems (raised) and warnings for a GRPO job with an environment: tool-calling template, a reachable server
+    with enough sessions, an episode budget that fits, and a starting point that can earn some reward."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    from backend.environments.adapter import check_sessions, describe
+    from backend.environments.connection import EnvironmentUnavailable, resolve_url
+    from backend.environments.probe import probe_rewards
+    from backend.environments.runtime import builtin_of, concurrent_episodes, display_name, typical_episode_tokens
+
+    env = spec.environment
+    if not supports_tool_calling(tokenizer):
+        raise SpecError(
+            [
+                f"model.name_or_path: the chat template of {spec.model.name_or_path} cannot render tool calls, so the "
+                "model cannot act in an environment; pick an instruct model whose template supports tools "
+                "(Qwen2.5/Qwen3)"
+            ]
+        )
+    warnings = []
+    if builtin_of(env) is None:
+        url = resolve_url(env.name)
+        try:
+            info = describe(url, timeout_s=min(env.timeout_s, 15.0))
+            check_sessions(
+                url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0), least=spec.grpo.num_generations
+            )
+            if not info.tools:
+                raise SpecError([f"environment.name: {info.summary()} offers no tools"])
+            never_rewards = probe_rewards(info, timeout_s=min(env.timeout_s, 15.0)).warning(display_name(env))
+        except EnvironmentUnavailable as exc:
+            raise SpecError([f"environment.name: {exc}"]) from None
+        warnings += [never_rewards] if never_rewards else []
+    typical = typical_episode_tokens(spec)
+    if spec.grpo.max_completion_length < typical:
+        warnings.append(
+            f"grpo.max_completion_length ({spec.grpo.max_completion_length}) is below a typical {display_name(env)} "
+            f"episode (~{typical} tokens of model turns and tool results together); episodes cut off early "
+            f"score 0, so raise it to at least {typical}"
+        )
+    if spec.model.parent_job_id is None:
+        warnings.append(
+            "GRPO learns only from groups where some episodes earn a reward: if the model does not call the "
+            "environment's tools yet, first run SFT on a few tool-call demonstrations and continue from that job "
+            "(model.parent_job_id); try a dry run to see what it does now"
+        )
+    return warnings
