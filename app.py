@@ -12,7 +12,7 @@ import sys
 import gradio as gr
 
 from backend.api import StoreError, StudioAPI, hub_status
-from components import chat, header, jobs, links, train
+from components import chat_tab, deep_links, header, jobs_tab, train_tab
 
 CSS = ".field-error p { color: #b91c1c; margin: 0; }"
 log = logging.getLogger("studio.app")
@@ -42,14 +42,14 @@ def build_app(api: StudioAPI) -> gr.Blocks:
     with StudioBlocks(title="Post-Training Studio") as demo:
         top = header.build(api)
         with gr.Tabs() as tabs:
-            with gr.Tab("Train", id="train") as train_tab:
-                train_handles = train.build(api)
-            with gr.Tab("Jobs", id="jobs") as jobs_tab:
-                jobs_handles = jobs.build(api, train_handles)
-            with gr.Tab("Chat", id="chat") as chat_tab:
-                chat.build(api)
+            with gr.Tab("Train", id="train") as train_page:
+                train_handles = train_tab.build(api)
+            with gr.Tab("Jobs", id="jobs") as jobs_page:
+                jobs_handles = jobs_tab.build(api, train_handles)
+            with gr.Tab("Chat", id="chat") as chat_page:
+                chat_tab.build(api)
         demo.load(top.refresh, None, top.status, api_name="status")
-        links.install(demo, tabs, {"train": train_tab, "jobs": jobs_tab, "chat": chat_tab}, jobs_handles)
+        deep_links.install(demo, tabs, {"train": train_page, "jobs": jobs_page, "chat": chat_page}, jobs_handles)
     return demo
 
 

@@ -18,7 +18,7 @@ def app_url(data_dir):
 
 
 def _form(**values):
-    from components.form import FIELDS
+    from components.train_form import FIELDS
 
     # Plumbing: the random demo model on its own chats, as the form has them without the arith model's recipe.
     merged = {

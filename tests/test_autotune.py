@@ -161,7 +161,7 @@ def test_a_batch_size_is_a_whole_number_or_auto(value, problem):
 
 
 def test_the_forms_empty_batch_field_is_auto_and_round_trips():
-    from components.form import FIELDS, form_to_spec, spec_to_form
+    from components.train_form import FIELDS, form_to_spec, spec_to_form
 
     values = {**FIELDS, "batch_size": None}
     spec = parse_spec(form_to_spec(values))

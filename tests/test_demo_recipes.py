@@ -70,7 +70,7 @@ def test_each_recipe_is_its_example(method):
 
 
 def test_each_recipe_is_a_valid_job_the_form_can_show():
-    from components.form import FIELDS, form_to_spec, recipe_values
+    from components.train_form import FIELDS, form_to_spec, recipe_values
 
     for method in methods():
         values = recipe_values(ARITH_MODEL_ID, method)

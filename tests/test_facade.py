@@ -1,7 +1,6 @@
 """The facade is the only door: it exports what it lists. That the UI imports nothing of the backend but
 ``backend.api``, and no circle among UI modules, is checked with every other import rule in tests/test_layers.py."""
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,3 @@ def test_the_facade_exports_what_it_lists():
     assert not missing and all(lazy.values())
     with pytest.raises(AttributeError):
         api.no_such_name  # noqa: B018 - the module's __getattr__ refuses unknown names
-
-
-def test_the_chat_tab_imports_no_other_tab():
-    """The finished-job picker both tabs show lives in components/form.py, not in the Train tab."""
-    imported = {
-        node.module
-        for node in ast.walk(ast.parse((ROOT / "components" / "chat.py").read_text()))
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
-    assert not imported & {"components.train", "components.jobs", "components.header"}

@@ -6,7 +6,7 @@ from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStatus
 from components import job_monitor, job_views
-from components.form import (
+from components.train_form import (
     FIELDS,
     FormError,
     bench_table,
@@ -210,7 +210,7 @@ def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described
     import re
 
     from backend.data.builtin import BUILTIN_DATASETS
-    from components.form import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
+    from components.train_form import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
 
     texts = [BASE_MODEL_HELP, *(f.info for f in FORM_FIELDS.values())]  # every field's help, the spec's or the form's
     texts += [builtin_dataset_help(name) for name in BUILTIN_DATASETS]
@@ -222,7 +222,7 @@ def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described
 
 
 def test_the_demo_model_notice_says_what_it_can_and_cannot_show():
-    from components.form import model_notice, queued_link
+    from components.train_form import model_notice, queued_link
 
     notice = model_notice("builtin:tiny-qwen3")
     assert "random tiny model" in notice and "loss curves" in notice and "cannot give sensible answers" in notice
@@ -272,7 +272,7 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
 
 def test_the_bench_scores_against_the_datasets_first_row(paths):
     api = StudioAPI(paths.root, scheduler="none")
-    # As the bench asks (components/train.py): batch size "auto", which any group size divides.
+    # As the bench asks (components/train_tab.py): batch size "auto", which any group size divides.
     row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo", "batch_size": None}))
     assert row["solution"] == "$15$"
     scored = api.score_rewards([{"name": "accuracy"}], ["The answer is $15$", "no idea"], row)
@@ -280,7 +280,7 @@ def test_the_bench_scores_against_the_datasets_first_row(paths):
 
 
 def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(paths):
-    from components.chat import rows_text
+    from components.chat_tab import rows_text
 
     api = StudioAPI(paths.root, scheduler="none")
     log = api.preference_log(None)
@@ -300,7 +300,7 @@ def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(
 # --- issue 14: one declaration bound to spec paths ------------------------------------------------------------------
 def test_the_forms_defaults_are_the_specs_defaults():
     from backend.api import JobSpec
-    from components.form import DEFAULTS, FIELDS, FORM_FIELDS, get_path, recipe_values, spec_to_form
+    from components.train_form import DEFAULTS, FIELDS, FORM_FIELDS, get_path, recipe_values, spec_to_form
 
     default = JobSpec()
     # Where the old widgets disagreed with the spec, the spec won.
@@ -327,7 +327,7 @@ def test_the_forms_defaults_are_the_specs_defaults():
 
 def test_labels_help_and_choices_come_from_the_declaration_and_the_spec():
     from backend.api import methods, spec_field
-    from components.form import FORM_FIELDS
+    from components.train_form import FORM_FIELDS
 
     assert FORM_FIELDS["max_length"].label == "Max length"
     assert FORM_FIELDS["max_length"].info == spec_field("training.max_length").help
@@ -351,7 +351,7 @@ def test_only_the_picked_methods_settings_are_sent():
 
 
 def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
-    from components.form import generated_fields
+    from components.train_form import generated_fields
 
     generated = {f.name: f for f in generated_fields({"sft", "grpo", None})}  # as if DPO had no declaration
     assert {"dpo_beta", "dpo_loss_type"} <= set(generated) and not any(n.startswith("grpo") for n in generated)
@@ -360,7 +360,7 @@ def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
 
 
 def test_values_are_set_and_read_by_dotted_path():
-    from components.form import get_path, set_path
+    from components.train_form import get_path, set_path
 
     spec: dict = {}
     set_path(spec, "training.max_steps", 3)
@@ -381,14 +381,14 @@ ARITH, TINY, QWEN = "builtin:tiny-qwen3-arith", "builtin:tiny-qwen3", "Qwen/Qwen
 
 
 def _moved(values: dict, before: tuple[str, str], after: tuple[str, str]) -> dict:
-    """The form after going from ``before`` to ``after`` by components/form.py's rule (what the handlers apply)."""
-    from components.form import recipe_updates
+    """The form after going from ``before`` to ``after`` by components/train_form.py's rule (the handlers' rule)."""
+    from components.train_form import recipe_updates
 
     return {**values, **recipe_updates(values, before, after)}
 
 
 def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
-    from components.form import DEFAULTS
+    from components.train_form import DEFAULTS
 
     dpo = _moved(FIELDS, (ARITH, "sft"), (ARITH, "dpo"))
     assert (dpo["builtin_dataset"], dpo["max_steps"], dpo["learning_rate"], dpo["batch_size"]) == (
@@ -419,7 +419,7 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
 
 @pytest.mark.parametrize("other", [QWEN, TINY])
 def test_another_model_puts_the_recipe_fields_back_to_the_plain_defaults_and_back_again(other):
-    from components.form import DEFAULTS
+    from components.train_form import DEFAULTS
 
     plain = _moved(FIELDS, (ARITH, "sft"), (other, "sft"))
     assert plain == {**DEFAULTS, "base_model": FIELDS["base_model"]}  # (the model is the picker's own value)
@@ -451,7 +451,7 @@ def test_a_value_the_user_typed_is_kept_across_models_and_methods():
 
 def test_the_arith_models_dataset_comes_first_for_each_method():
     from backend.api import builtin_dataset_choices, demo_recipe, methods
-    from components.form import dataset_choices, pick_dataset
+    from components.train_form import dataset_choices, pick_dataset
 
     for method in methods():
         choices = dataset_choices(ARITH, method)

@@ -188,6 +188,13 @@ def test_no_import_cycles(graph):
     assert cycles(graph) == []
 
 
+def test_no_tab_imports_another_tab(graph):
+    """What crosses tabs is wired by the page (app.py) or goes through a Gradio-free module (the job pickers)."""
+    tabs = {m for m in graph if m.startswith("components.") and m.endswith("_tab")}
+    assert len(tabs) == 3
+    assert {(tab, other) for tab in tabs for other in graph[tab] & tabs} == set()
+
+
 def test_every_package_says_its_job_in_one_line():
     for init in sorted((ROOT / "backend").rglob("__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))

@@ -1,9 +1,9 @@
-"""Deep-link parsing (components/links.py): its doctests are its tests."""
+"""Deep-link parsing (components/deep_links.py): its doctests are its tests."""
 
 import doctest
 
-import components.links
+import components.deep_links
 
 
 def test_the_doctests_hold():
-    assert doctest.testmod(components.links).failed == 0
+    assert doctest.testmod(components.deep_links).failed == 0

@@ -1,7 +1,7 @@
 """The Train form as one declaration: each field names its spec path, and its help, default and choices come from the
 spec (through ``backend.api``); form values <-> spec dict by dotted path; spec problems routed to their section.
 
-No Gradio here, so the mapping is tested on its own; ``components/train.py`` lays the fields out. A field whose path
+No Gradio here, so the mapping is tested on its own; ``components/train_tab.py`` lays the fields out. A field whose path
 starts with a method's part (``dpo.beta``) belongs to that method: a new method's spec part appears without form code.
 """
 
@@ -22,7 +22,6 @@ from backend.api import (
     JobSpec,
     RewardSpec,
     SpecField,
-    StudioAPI,
     builtin_dataset_choices,
     builtin_dataset_help,
     demo_model_note,
@@ -32,7 +31,8 @@ from backend.api import (
     methods,
     spec_field,
 )
-from components.links import job_link
+from components.deep_links import job_link
+from components.job_pickers import job_choice_id
 
 # A setting auto-tune may decide (a spec ``bool | None``): "auto" leaves it empty in the spec.
 TRI_STATE: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
@@ -264,21 +264,6 @@ class FormError(ValueError):
         self.section = section
 
 
-def job_choice_id(choice: str | None) -> str | None:
-    """Job pickers show ``<id> · <name>``; the id is the first word."""
-    return choice.split()[0] if choice and choice.strip() else None
-
-
-def finished_job_choices(api: StudioAPI, user) -> list[str]:
-    """The pickers of a finished job (Train's parent job, Chat's job): ``<id> · <method> · <name>``, newest first."""
-    if user is None:
-        return [""]
-    return [""] + [
-        f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}"
-        for j in api.finished_jobs(user)
-    ]
-
-
 def parse_column_map(text: str) -> dict[str, str]:
     """``messages=conversation, prompt=question`` -> ``{"messages": "conversation", "prompt": "question"}``."""
     mapping = {}
@@ -457,7 +442,7 @@ def recipe_updates(values: dict[str, Any], before: tuple[str, str], after: tuple
 
 
 # Form field -> the value it starts with: the plain defaults under the starting model's recipe for the starting
-# method. The order is the order of the Gradio inputs (components/train.py).
+# method. The order is the order of the Gradio inputs (components/train_tab.py).
 FIELDS: dict[str, Any] = {**DEFAULTS, **recipe_values(DEFAULTS["base_model"], DEFAULTS["method"])}
 
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import gradio as gr
 from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User
 from components import job_monitor, job_views
-from components.form import job_choice_id, spec_to_form
+from components.job_pickers import job_choice_id
 from components.session import SIGN_IN_FIRST, require_user, user_from
-from components.train import FIELD_NAMES, TrainHandles
+from components.train_form import FIELDS, spec_to_form
 
 REFRESH_S = 2.0
 RAW_LOG_LINES = 400
@@ -39,7 +40,17 @@ def _plot_id(key: str) -> str:
     return "plot-main" if key == "loss" else f"plot-{key.replace('_', '-')}"
 
 
-def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
+class TrainForm(Protocol):
+    """What Clone needs of the Train tab's form (components/train_tab.py's ``TrainHandles``; the page hands it over)."""
+
+    inputs: dict[str, Any]  # form field name -> component
+
+    def input_list(self) -> list:
+        """The form's components in field order."""
+        ...
+
+
+def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     empty_note = gr.Markdown(job_views.EMPTY_JOBS, elem_id="jobs-empty")
     with gr.Column(visible=False) as jobs_list:
         table = gr.Dataframe(
@@ -292,7 +303,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
     quiet = {"queue": False, "show_progress": "hidden"}
     timer.tick(refresh, picker, everything, api_name="refresh_jobs", **quiet)
     # The first view without waiting for a tick: when the Jobs tab is opened here, and on page load in
-    # components/links.py, once it has put the job the address links to (if any) in the picker.
+    # components/deep_links.py, once it has put the job the address links to (if any) in the picker.
     if isinstance(Context.block, gr.Tab):
         Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
     # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
@@ -421,7 +432,7 @@ def build(api: StudioAPI, train: TrainHandles | None = None) -> JobsHandles:
                 raise gr.Error("Pick one of your jobs first.") from None
             values = spec_to_form(job.spec)
             return {
-                **{train.inputs[name]: values[name] for name in FIELD_NAMES},
+                **{train.inputs[name]: values[name] for name in FIELDS},
                 action_note: f"Settings of {job.id} copied into the Train tab.",
             }
 

@@ -1,7 +1,7 @@
 """Train tab: base model, dataset (built-in / Hub / upload, preview, column mapping), method with only its settings,
 rewards with their test bench, an environment with a dry run, LoRA and 4-bit, the pre-flight check, and Queue.
 
-Thin over the facade: the fields are declared once in ``components/form.py`` (bound to spec paths); here they are
+Thin over the facade: the fields are declared once in ``components/train_form.py`` (bound to spec paths); here they are
 laid out and wired. Handlers return ``{component: update}``.
 """
 
@@ -28,7 +28,9 @@ from backend.api import (
     method_part,
     methods,
 )
-from components.form import (
+from components.job_pickers import finished_job_choices, job_choice_id
+from components.session import as_user, require_user
+from components.train_form import (
     BASE_MODEL_HELP,
     FIELDS,
     FORM_FIELDS,
@@ -38,9 +40,7 @@ from components.form import (
     FormError,
     FormField,
     dataset_choices,
-    finished_job_choices,
     form_to_spec,
-    job_choice_id,
     model_notice,
     parse_column_map,
     pick_dataset,
@@ -48,7 +48,6 @@ from components.form import (
     recipe_updates,
     route_problems,
 )
-from components.session import as_user, require_user
 
 FIELD_NAMES = list(FIELDS)
 SETTINGS_ROWS = (
@@ -264,7 +263,7 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     )
 
     def recipe_changes(before, model, method, values, dataset: bool) -> dict:
-        """The recipe fields' updates for the pair ``before`` -> (model, method) (components/form.py's rule)."""
+        """The recipe fields' updates for the pair ``before`` -> (model, method) (components/train_form.py's rule)."""
         before = tuple(before) if before else (FIELDS["base_model"], FIELDS["method"])
         current = dict(zip(RECIPE_FIELDS, values))
         changed = recipe_updates(current, before, (model, method))
@@ -593,7 +592,7 @@ BENCH_DATASET = ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"
 
 def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
     """The reward test bench: score typed completions with the editor's rewards, against a dataset row."""
-    from components.form import bench_table, parse_rewards
+    from components.train_form import bench_table, parse_rewards
 
     inputs = ui.inputs
 

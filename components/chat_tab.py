@@ -16,7 +16,7 @@ from backend.api import (
     gpu_task,
     message_text,
 )
-from components.form import finished_job_choices, job_choice_id
+from components.job_pickers import finished_job_choices, job_choice_id
 from components.job_views import evaluation_markdown, verdict_line
 from components.session import as_user, require_user, user_from
 
