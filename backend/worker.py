@@ -280,7 +280,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)
         evaluation = environment_evaluation = None
-        if held_out is not None and (environment is None or spec.grpo.rewards):
+        if held_out is not None and (environment is None or spec.rollout.rewards):
             evaluation = run_evaluation(trainer, spec, held_out, paths, job_id, parent_adapter)
             store.merge_artifacts(job_id, evaluation=without_rows(evaluation))
         if environment is not None and spec.environment.eval_episodes:

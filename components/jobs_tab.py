@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import gradio as gr
 from gradio.context import Context
 
-from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User
+from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
 from components import job_monitor, job_views
 from components.job_pickers import job_choice_id
 from components.session import SIGN_IN_FIRST, require_user, user_from
@@ -143,9 +143,9 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
                 )
             )
         actions = job_views.job_actions(api, job)
-        grpo = method == "grpo"
-        kept = api.samples(job.id, user=user) if grpo else []
-        weights = {r.name: r.weight for r in job.spec.grpo.rewards} if grpo else {}
+        sampled = generates(method)  # an online method keeps its completions and their rewards
+        kept = api.samples(job.id, user=user) if sampled else []
+        weights = {r.name: r.weight for r in job.spec.rollout.rewards} if sampled else {}
         rows = job_monitor.log_rows(method, metrics)
         return [
             job_views.summary_markdown(api, job, metrics),

@@ -27,6 +27,7 @@ from backend.api import (
     demo_model_note,
     demo_recipe,
     environment_choices,
+    field_methods,
     method_part,
     methods,
     spec_field,
@@ -61,7 +62,6 @@ class FormField:
     derived: bool = False  # mapped by hand in ``_derived_to_spec``/``_derived_from_spec``, not by path
     zero_means_none: bool = False  # 0 (like empty) is the spec's None ("0: all")
     none_as: Any = None  # the form value that stands for the spec's None
-    for_method: str | None = None  # the method it belongs to when its path does not say (environment: GRPO)
     options: dict[str, Any] = field(default_factory=dict)  # widget only (elem_id, placeholder; closed: choices only)
 
     @property
@@ -70,9 +70,9 @@ class FormField:
         return spec_field(self.path)
 
     @property
-    def method(self) -> str | None:
-        """The method this field belongs to (shown and sent only for it), None for every method."""
-        return self.for_method or method_part(self.path)
+    def methods(self) -> tuple[str, ...] | None:
+        """The methods this field is shown and sent for (its spec part says), None for every method."""
+        return field_methods(self.path)
 
     @property
     def info(self) -> str:
@@ -163,32 +163,29 @@ DECLARED: list[FormField] = [
     ),
     FormField("dpo_beta", "dpo.beta", "beta"),
     FormField("dpo_loss_type", "dpo.loss_type", "Loss"),
-    FormField("grpo_num_generations", "grpo.num_generations", "Generations per prompt"),
-    FormField("grpo_max_completion_length", "grpo.max_completion_length", "Max completion length"),
-    FormField("grpo_temperature", "grpo.temperature", "Temperature"),
+    FormField("rollout_num_generations", "rollout.num_generations", "Generations per prompt"),
+    FormField("rollout_max_completion_length", "rollout.max_completion_length", "Max completion length"),
+    FormField("rollout_temperature", "rollout.temperature", "Temperature"),
     FormField(
-        "grpo_rewards",
-        "grpo.rewards",
+        "rollout_rewards",
+        "rollout.rewards",
         f"Rewards (YAML list; names: {', '.join(REWARDS)})",
         derived=True,
         help="",
-        default=rewards_text(JobSpec().grpo.rewards),
+        default=rewards_text(JobSpec().rollout.rewards),
     ),
     FormField(
         "env_name",
         "environment.name",
         "Environment",
-        for_method="grpo",
         choices=tuple(environment_choices()),
         help="An OpenEnv environment for GRPO: a Hub Space id (openenv/echo_env), an http(s) URL, or a "
         "built-in (builtin:echo, builtin:wordle, builtin:arithmetic). Empty: no environment.",
         options={"elem_id": "env-name"},
     ),
-    FormField("env_reward", "environment.reward", "Reward", for_method="grpo"),
-    FormField(
-        "env_max_iterations", "environment.max_tool_calling_iterations", "Max tool calls per episode", for_method="grpo"
-    ),
-    FormField("env_eval_episodes", "environment.eval_episodes", "Evaluation episodes", for_method="grpo"),
+    FormField("env_reward", "environment.reward", "Reward"),
+    FormField("env_max_iterations", "environment.max_tool_calling_iterations", "Max tool calls per episode"),
+    FormField("env_eval_episodes", "environment.eval_episodes", "Evaluation episodes"),
     FormField(
         "max_steps", "training.max_steps", "Max steps", default=30
     ),  # the spec trains an epoch; a first try from the form should end in minutes
@@ -247,6 +244,7 @@ _PREFIXES = {
     "dataset": "dataset",
     "columns": "dataset",
     "environment": "environment",
+    "rollout": "method",
     "training": "settings",
     "lora": "settings",
     "quantization": "settings",
@@ -358,7 +356,9 @@ def get_path(spec: Any, path: str) -> Any:
     return spec
 
 
-FORM_FIELDS: dict[str, FormField] = {f.name: f for f in [*DECLARED, *generated_fields({f.method for f in DECLARED})]}
+FORM_FIELDS: dict[str, FormField] = {
+    f.name: f for f in [*DECLARED, *generated_fields({method_part(f.path) for f in DECLARED})]
+}
 # Form field -> its plain default, for any model: the spec's default as a form value unless the declaration says else.
 DEFAULTS: dict[str, Any] = {name: f.initial for name, f in FORM_FIELDS.items()}
 
@@ -367,7 +367,7 @@ DEFAULTS: dict[str, Any] = {name: f.initial for name, f in FORM_FIELDS.items()}
 # The field a recipe's spec path fills: the plain fields by their path, and two hand-mapped ones.
 _RECIPE_FIELD = {
     "dataset.name": "builtin_dataset",
-    "grpo.rewards": "grpo_rewards",
+    "rollout.rewards": "rollout_rewards",
     **{f.path: name for name, f in FORM_FIELDS.items() if not f.derived},
 }
 
@@ -377,7 +377,7 @@ def recipe_values(model: str | None, method: str | None) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for path, value in demo_recipe(model, method).items():
         name = _RECIPE_FIELD[path]  # a KeyError here: a recipe setting the form has no field for
-        if name == "grpo_rewards":
+        if name == "rollout_rewards":
             values[name] = rewards_text([RewardSpec(**reward) for reward in value])
         elif name == "builtin_dataset":
             values[name] = value
@@ -448,7 +448,7 @@ FIELDS: dict[str, Any] = {**DEFAULTS, **recipe_values(DEFAULTS["base_model"], DE
 
 def _applies(f: FormField, v: dict[str, Any]) -> bool:
     """Whether a field is sent: its method's fields only for that method, the environment's only with one named."""
-    if f.method is not None and f.method != v["method"]:
+    if f.methods is not None and v["method"] not in f.methods:
         return False
     return not f.path.startswith("environment.") or bool((v["env_name"] or "").strip())
 
@@ -493,10 +493,10 @@ def _derived_to_spec(v: dict[str, Any], spec: dict[str, Any]) -> None:
         dataset["columns"] = parse_column_map(v["column_map"])
     spec["dataset"] = {**dataset, **spec.get("dataset", {})}
     set_path(spec, "model.parent_job_id", job_choice_id(v["parent_job"]))
-    if _applies(FORM_FIELDS["grpo_rewards"], v):
-        rewards = parse_rewards(v["grpo_rewards"])
+    if _applies(FORM_FIELDS["rollout_rewards"], v):
+        rewards = parse_rewards(v["rollout_rewards"])
         if rewards or "environment" in spec:  # with an environment, extra rewards only (may be empty)
-            set_path(spec, "grpo.rewards", rewards)
+            set_path(spec, "rollout.rewards", rewards)
 
 
 def spec_to_form(spec: JobSpec) -> dict[str, Any]:
@@ -517,7 +517,7 @@ def _derived_from_spec(spec: JobSpec) -> dict[str, Any]:
         "hub_split": d.split or "train",
         "upload_id": d.name if d.source in ("upload", "file") else "",
         "column_map": ", ".join(f"{k}={v}" for k, v in (d.columns or {}).items()),
-        "grpo_rewards": rewards_text(spec.grpo.rewards),
+        "rollout_rewards": rewards_text(spec.rollout.rewards),
     }
 
 

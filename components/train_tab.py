@@ -24,6 +24,8 @@ from backend.api import (
     StudioAPI,
     UnmappedUpload,
     builtin_dataset_help,
+    field_methods,
+    generates,
     load_spec_text,
     method_part,
     methods,
@@ -125,7 +127,8 @@ class _Layout:
 
     inputs: dict[str, Any]
     errors: dict[str, gr.Markdown]
-    groups: dict[str, gr.Group]  # method -> the group of its settings
+    groups: dict[str, gr.Group]  # a method or a shared part -> the group of its settings
+    shown_for: dict[str, tuple[str, ...]]  # group -> the methods it is shown for
     extra: dict[str, Any]  # name -> a component that is not a form field (buttons, notes, the upload widget)
 
     def __getattr__(self, name: str) -> Any:
@@ -178,14 +181,18 @@ def _lay_out() -> _Layout:
 
     gr.Markdown("### 3. Method")
     inputs["method"] = field_widget(FORM_FIELDS["method"])
-    groups: dict[str, gr.Group] = {}
+    groups: dict[str, gr.Group] = {}  # method, or a shared part ("rollout", "environment") -> its group
+    shown_for: dict[str, tuple[str, ...]] = {}  # group -> the methods it is shown for
     for method in methods():
+        own = [name for name, f in FORM_FIELDS.items() if method_part(f.path) == method and not f.derived]
         with gr.Group(visible=method == FIELDS["method"]) as groups[method]:
-            own = [name for name, f in FORM_FIELDS.items() if method_part(f.path) == method and not f.derived]
             if own:
                 _row(inputs, own)
-            if method == "grpo":
-                _lay_out_grpo(inputs, errors, extra, box)
+        shown_for[method] = (method,)
+    for part, lay_out in (("rollout", _lay_out_rollout), ("environment", _lay_out_environment)):
+        shown_for[part] = field_methods(part) or ()
+        with gr.Group(visible=FIELDS["method"] in shown_for[part]) as groups[part]:
+            lay_out(inputs, errors, extra, box)
     errors["method"] = box("method")
 
     with gr.Accordion("4. Training settings, LoRA and quantization", open=False):
@@ -207,13 +214,14 @@ def _lay_out() -> _Layout:
         )
     errors["general"] = box("general")
     extra["result"] = gr.Markdown(elem_id="queue-result")
-    return _Layout(inputs, errors, groups, extra)
+    return _Layout(inputs, errors, groups, shown_for, extra)
 
 
-def _lay_out_grpo(inputs: dict[str, Any], errors: dict, extra: dict, box) -> None:
-    """GRPO's rewards editor with its test bench, and the environment with its dry run and warm-up."""
-    rewards = FORM_FIELDS["grpo_rewards"]
-    inputs["grpo_rewards"] = gr.Code(FIELDS["grpo_rewards"], language="yaml", label=rewards.label)
+def _lay_out_rollout(inputs: dict[str, Any], errors: dict, extra: dict, box) -> None:
+    """An online method's sampling, and its rewards editor with the test bench."""
+    _row(inputs, [name for name, f in FORM_FIELDS.items() if f.path.startswith("rollout.") and not f.derived])
+    rewards = FORM_FIELDS["rollout_rewards"]
+    inputs["rollout_rewards"] = gr.Code(FIELDS["rollout_rewards"], language="yaml", label=rewards.label)
     with gr.Accordion("Reward test bench: score completions before training", open=False):
         extra["bench_completions"] = gr.Textbox(lines=3, label="Completions, one per line")
         extra["bench_row"] = gr.Textbox(
@@ -222,6 +230,10 @@ def _lay_out_grpo(inputs: dict[str, Any], errors: dict, extra: dict, box) -> Non
         extra["bench_button"] = gr.Button("Score", size="sm")
         extra["bench_note"] = gr.Markdown(elem_id="bench-note")
         extra["bench_out"] = gr.Dataframe(label="Scores", interactive=False, elem_id="bench-scores")
+
+
+def _lay_out_environment(inputs: dict[str, Any], errors: dict, extra: dict, box) -> None:
+    """The environment with its dry run and warm-up, for the methods that can play one."""
     gr.Markdown("**Environment** (multi-turn agent training with OpenEnv)")
     _row(inputs, ENVIRONMENT_ROW)
     errors["environment"] = box("environment")
@@ -281,7 +293,7 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     def on_method(method, model, current):
         """Every method change (a clone's too): its settings group, and a built-in dataset that suits it."""
         return {
-            **{group: gr.update(visible=name == method) for name, group in ui.groups.items()},
+            **{group: gr.update(visible=method in ui.shown_for[name]) for name, group in ui.groups.items()},
             inputs["builtin_dataset"]: gr.update(
                 choices=dataset_choices(model, method), value=pick_dataset(model, method, current)
             ),
@@ -320,12 +332,12 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     def on_environment(env_name, rewards):
         # The default reward (accuracy on a `solution` column) is for prompt datasets; with an environment its
         # reward is the environment's, and the editor holds extra rewards only: start it empty.
-        if env_name and (rewards or "").strip() == FIELDS["grpo_rewards"].strip():
-            return {inputs["grpo_rewards"]: ""}
-        return {inputs["grpo_rewards"]: gr.update()}
+        if env_name and (rewards or "").strip() == FIELDS["rollout_rewards"].strip():
+            return {inputs["rollout_rewards"]: ""}
+        return {inputs["rollout_rewards"]: gr.update()}
 
     inputs["env_name"].change(
-        on_environment, [inputs["env_name"], inputs["grpo_rewards"]], inputs["grpo_rewards"], api_name=False
+        on_environment, [inputs["env_name"], inputs["rollout_rewards"]], inputs["rollout_rewards"], api_name=False
     )
 
     def on_model(model, method):
@@ -587,7 +599,9 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
     gr.api(submit_spec, api_name="submit_spec")
 
 
-BENCH_DATASET = ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split", "upload_id", "column_map")
+# What the reward bench reads its first row with: the dataset fields, and the (online) method the rewards are for.
+ONLINE_METHOD = next(m for m in methods() if generates(m))  # the bench's method when the caller gives none
+BENCH_DATASET = ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split", "upload_id", "column_map", "method")
 
 
 def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
@@ -606,6 +620,7 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
         hub_split=None,
         upload_id=None,
         column_map=None,
+        method=None,
         profile: gr.OAuthProfile | None = None,
         token: gr.OAuthToken | None = None,
     ):
@@ -620,6 +635,7 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
             hub_split or "train",
             upload_id or "",
             column_map or "",
+            method if method and generates(method) else ONLINE_METHOD,  # the rewards score an online method's rows
         )
 
         empty = {"headers": ["completion", "total", "notes"], "data": []}
@@ -631,7 +647,7 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
             row, where = _bench_row(row_json), "the row typed above"
             if row is not None and not isinstance(row, dict):
                 raise FormError("method", 'the dataset row must be a JSON object, e.g. {"solution": "$4$"}')
-            if row is None and dataset_args:  # the picked dataset's first row, as GRPO would see it
+            if row is None and dataset_args:  # the picked dataset's first row, as the trainer would see it
                 row, where = bench_first_row(user, dict(zip(BENCH_DATASET, dataset_args)))
             scored = api.score_rewards(rewards, lines, row, user=user)
         except (FormError, ValueError, SpecError) as exc:
@@ -640,7 +656,7 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
 
     def bench_first_row(user, dataset_values) -> tuple[dict | None, str]:
         try:  # batch size "auto": any group size divides it, and only the dataset matters here
-            row = api.first_row(form_to_spec({**dataset_values, "method": "grpo", "batch_size": None}), user=user)
+            row = api.first_row(form_to_spec({**dataset_values, "batch_size": None}), user=user)
         except Exception:  # noqa: BLE001 - no readable dataset (offline Hub, no upload): score without a row
             return None, "no dataset row (type one above for rewards that read a column)"
         shown = json.dumps(row, ensure_ascii=False, default=str)
@@ -648,7 +664,7 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
 
     ui.bench_button.click(
         on_bench,
-        [inputs["grpo_rewards"], ui.bench_completions, ui.bench_row, *(inputs[name] for name in BENCH_DATASET)],
+        [inputs["rollout_rewards"], ui.bench_completions, ui.bench_row, *(inputs[name] for name in BENCH_DATASET)],
         [ui.bench_out, ui.bench_note],
         api_name="score_rewards",
     )

@@ -54,7 +54,7 @@ def tool_rows(
             "method": "grpo",
             "model": {"name_or_path": "builtin:tiny-qwen3"},
             "environment": {"name": "builtin:arithmetic"},
-            "grpo": {"num_generations": 2},
+            "rollout": {"num_generations": 2},
             "training": {"batch_size": 2},
         }
     )

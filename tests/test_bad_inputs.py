@@ -122,7 +122,7 @@ SPEC_CASES = [
     (
         "grpo-without-rewards",
         spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4}, grpo={"rewards": []}),
-        "grpo.rewards",
+        "rollout.rewards",
     ),
     (
         "bad-regex",
@@ -137,7 +137,7 @@ SPEC_CASES = [
     (
         "reward-as-list",
         spec(method="grpo", dataset={"name": "math-demo"}, training={"batch_size": 4}, grpo={"rewards": [[1, 2]]}),
-        "grpo.rewards",
+        "rollout.rewards",
     ),
     (
         "exact-match-no-column",
@@ -165,12 +165,12 @@ FORM_CASES = [
     ("no-accumulation", {"grad_accum": 0}, "training.gradient_accumulation_steps"),
     (
         "rewards-not-yaml",
-        {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- name: [unclosed"},
+        {"method": "grpo", "builtin_dataset": "math-demo", "rollout_rewards": "- name: [unclosed"},
         "rewards are not valid YAML",
     ),
     (
         "rewards-not-mappings",
-        {"method": "grpo", "builtin_dataset": "math-demo", "grpo_rewards": "- 1\n- 2"},
+        {"method": "grpo", "builtin_dataset": "math-demo", "rollout_rewards": "- 1\n- 2"},
         "YAML list of mappings",
     ),
     ("column-map-nonsense", {"column_map": "nonsense"}, "column mapping"),
@@ -184,7 +184,7 @@ FORM_CASES = [
             "method": "grpo",
             "builtin_dataset": "echo-demo",
             "env_name": "not a url at all",
-            "grpo_rewards": "",
+            "rollout_rewards": "",
             "batch_size": 4,
         },
         "environment.name",

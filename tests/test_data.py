@@ -17,7 +17,7 @@ def _write_jsonl(path, rows):
 @pytest.mark.parametrize("name", list(BUILTIN_DATASETS))
 def test_builtin_datasets_fit_the_methods_they_claim(name):
     builtin = BUILTIN_DATASETS[name]
-    for method in builtin.suits:
+    for method in builtin.methods():
         detect_format(json.loads(builtin.path.read_text().splitlines()[0]).keys(), Method(method))
 
 
@@ -127,7 +127,7 @@ def test_hub_dataset_offline_gives_a_clear_error():
 def test_plain_text_prompts_become_one_user_message_for_an_environment():
     from datasets import Dataset
 
-    from backend.methods.grpo import conversational_prompts
+    from backend.methods.rollout import conversational_prompts
 
     plain = conversational_prompts(Dataset.from_list([{"prompt": "Go.", "target": "x"}]))
     assert plain[0] == {"prompt": [{"role": "user", "content": "Go."}], "target": "x"}

@@ -40,8 +40,8 @@ def test_every_method_of_the_arith_model_has_a_recipe_and_other_models_none():
     assert demo_recipe("builtin:tiny-qwen3", "sft") == demo_recipe("Qwen/Qwen3-0.6B", "sft") == {}
     assert demo_recipe(ARITH_MODEL_ID, "no-such-method") == {} and demo_recipe(None, None) == {}
     recipe = demo_recipe(ARITH_MODEL_ID, "grpo")
-    recipe["grpo.rewards"].append({"name": "length"})  # a caller's copy: the table is not changed
-    assert demo_recipe(ARITH_MODEL_ID, "grpo")["grpo.rewards"] == [{"name": "accuracy", "weight": 1.0}]
+    recipe["rollout.rewards"].append({"name": "length"})  # a caller's copy: the table is not changed
+    assert demo_recipe(ARITH_MODEL_ID, "grpo")["rollout.rewards"] == [{"name": "accuracy", "weight": 1.0}]
 
 
 @pytest.mark.parametrize("method", sorted(EXAMPLES))
@@ -80,7 +80,7 @@ def test_each_recipe_is_a_valid_job_the_form_can_show():
             got = spec
             for name in path.split("."):
                 got = getattr(got, name)
-            if path == "grpo.rewards":
+            if path == "rollout.rewards":
                 got = [reward.model_dump(exclude_defaults=True) | {"name": reward.name} for reward in got]
                 value = [{k: v for k, v in reward.items() if k != "weight" or v != 1.0} for reward in value]
             assert got == value, (method, path)

@@ -111,7 +111,7 @@ def first_row(dataset: str) -> dict[str, Any]:
 
 def test_registry_names_datasets_that_exist():
     for env in BUILTIN_ENVIRONMENTS.values():
-        assert env.dataset in BUILTIN_DATASETS and "grpo" in BUILTIN_DATASETS[env.dataset].suits
+        assert env.dataset in BUILTIN_DATASETS and "grpo" in BUILTIN_DATASETS[env.dataset].methods()
         assert env.module == f"backend.environments.builtin.{env.name}"
     with pytest.raises(KeyError, match="echo, wordle, arithmetic"):
         builtin_environment("chess")

@@ -302,7 +302,7 @@ def test_environment_spec_rules():
     with pytest.raises(SpecError, match="is not an environment"):
         parse_spec(grpo_env("not an env", {"source": "builtin", "name": "echo-demo"}))
     spec = parse_spec(grpo_env("openenv/echo_env", {"source": "builtin", "name": "echo-demo"}))
-    assert spec.grpo.rewards == [] and spec.environment.reward == "success"
+    assert spec.rollout.rewards == [] and spec.environment.reward == "success"
     with pytest.raises(SpecError, match="at least one reward function"):
         parse_spec(tiny_spec(method="grpo", grpo={"num_generations": 2, "rewards": []}))
 

@@ -17,6 +17,8 @@ from components.train_form import (
 )
 from tests.conftest import tiny_spec
 
+ONLINE = ("grpo",)  # the methods that generate: they show and send the rollout's fields
+
 
 def test_the_default_form_is_a_valid_sft_spec_of_the_arith_model_with_its_recipe():
     spec = parse_spec(form_to_spec({}))
@@ -38,14 +40,14 @@ def test_the_default_form_is_a_valid_sft_spec_of_the_arith_model_with_its_recipe
         {
             "method": "grpo",
             "builtin_dataset": "math-demo",
-            "grpo_rewards": "- name: accuracy\n- name: think_format\n",
+            "rollout_rewards": "- name: accuracy\n- name: think_format\n",
             "batch_size": 4,
         },  # the spec's default batch (2) holds half of its default group (4 generations)
         {
             "method": "grpo",
             "builtin_dataset": "wordle-demo",
             "env_name": "builtin:wordle",
-            "grpo_rewards": "",
+            "rollout_rewards": "",
             "env_reward": "last",
             "env_eval_episodes": 4,
             "batch_size": 4,
@@ -104,12 +106,12 @@ def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():
                 "method": "grpo",
                 "builtin_dataset": "echo-demo",
                 "env_name": "builtin:echo",
-                "grpo_rewards": "",
+                "rollout_rewards": "",
                 "batch_size": 4,
             }
         )
     )
-    assert spec.grpo.rewards == [] and spec.environment.name == "builtin:echo"
+    assert spec.rollout.rewards == [] and spec.environment.name == "builtin:echo"
 
 
 @pytest.mark.parametrize(
@@ -118,8 +120,8 @@ def test_an_environment_job_has_no_default_rewards_but_keeps_extra_ones():
         ({"dataset_source": "hub", "hub_dataset": " "}, "dataset", "give a Hub dataset id"),
         ({"dataset_source": "upload"}, "dataset", "upload a .jsonl"),
         ({"column_map": "messages"}, "dataset", "must look like expected=your_column"),
-        ({"method": "grpo", "grpo_rewards": "- name: [unclosed"}, "method", "not valid YAML"),
-        ({"method": "grpo", "grpo_rewards": "accuracy"}, "method", "YAML list of mappings"),
+        ({"method": "grpo", "rollout_rewards": "- name: [unclosed"}, "method", "not valid YAML"),
+        ({"method": "grpo", "rollout_rewards": "accuracy"}, "method", "YAML list of mappings"),
     ],
 )
 def test_unreadable_form_values_name_their_section(values, section, fragment):
@@ -135,12 +137,12 @@ def test_problems_are_routed_next_to_their_field():
             "training.learning_rate: must be greater than 0",
             "environment.name: not reachable",
             "model.name_or_path: not found",
-            "grpo.rewards: needs one",
+            "rollout.rewards: needs one",
             "spec: something global",
         ]
     )
     assert routed["dataset"] and routed["settings"] and routed["environment"] and routed["model"]
-    assert routed["method"] == ["grpo.rewards: needs one"] and routed["general"] == ["spec: something global"]
+    assert routed["method"] == ["rollout.rewards: needs one"] and routed["general"] == ["spec: something global"]
     assert parse_column_map("a=b, c = d\ne=f") == {"a": "b", "c": "d", "e": "f"}
     assert list(FIELDS)[0] == "base_model"
 
@@ -203,7 +205,10 @@ def test_job_views_from_real_records(paths, store):
 
 
 # --- issue 13: the Train and Chat tabs in the UI's words ------------------------------------------------------------
-SPEC_PATH = r"\b(model|dataset|columns|sft|dpo|grpo|environment|training|lora|quantization|eval|output)\.[a-z_]+"
+SPEC_PATH = (
+    r"\b(model|dataset|columns|sft|dpo|grpo|kto|rloo|rollout|environment|training|lora|quantization|eval|output)"
+    r"\.[a-z_]+"
+)
 
 
 def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described():
@@ -304,10 +309,10 @@ def test_the_forms_defaults_are_the_specs_defaults():
 
     default = JobSpec()
     # Where the old widgets disagreed with the spec, the spec won.
-    assert (DEFAULTS["batch_size"], DEFAULTS["max_length"], DEFAULTS["grpo_max_completion_length"]) == (
+    assert (DEFAULTS["batch_size"], DEFAULTS["max_length"], DEFAULTS["rollout_max_completion_length"]) == (
         default.training.batch_size,
         default.training.max_length,
-        default.grpo.max_completion_length,
+        default.rollout.max_completion_length,
     )
     as_form = spec_to_form(default)
     # The plain defaults (any model's) differ from the spec's on purpose in two fields only: the step count (a quick
@@ -335,19 +340,15 @@ def test_labels_help_and_choices_come_from_the_declaration_and_the_spec():
     loss_types = FORM_FIELDS["dpo_loss_type"].spec.choices
     assert loss_types[0] == "sigmoid" and "ipo" in loss_types
     assert FORM_FIELDS["sft_packing"].spec.kind == "bool" and FORM_FIELDS["sft_packing"].spec.optional
-    assert [f.method for f in map(FORM_FIELDS.get, ("dpo_beta", "grpo_temperature", "env_name", "max_steps"))] == [
-        "dpo",
-        "grpo",
-        "grpo",
-        None,
-    ]
+    shown_for = [f.methods for f in map(FORM_FIELDS.get, ("dpo_beta", "rollout_temperature", "env_name", "max_steps"))]
+    assert shown_for == [("dpo",), ONLINE, ("grpo",), None]
 
 
 def test_only_the_picked_methods_settings_are_sent():
     spec = form_to_spec(
-        {"method": "dpo", "dpo_beta": 0.3, "grpo_temperature": "not read for DPO", "sft_completion_only": False}
+        {"method": "dpo", "dpo_beta": 0.3, "rollout_temperature": "not read for DPO", "sft_completion_only": False}
     )
-    assert spec["dpo"] == {"beta": 0.3, "loss_type": "sigmoid"} and "sft" not in spec and "grpo" not in spec
+    assert spec["dpo"] == {"beta": 0.3, "loss_type": "sigmoid"} and not {"sft", "grpo", "rollout"} & set(spec)
 
 
 def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
@@ -355,7 +356,7 @@ def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
 
     generated = {f.name: f for f in generated_fields({"sft", "grpo", None})}  # as if DPO had no declaration
     assert {"dpo_beta", "dpo_loss_type"} <= set(generated) and not any(n.startswith("grpo") for n in generated)
-    assert generated["dpo_beta"].method == "dpo" and generated["dpo_beta"].label == "Beta"
+    assert generated["dpo_beta"].methods == ("dpo",) and generated["dpo_beta"].label == "Beta"
     assert generated["dpo_loss_type"].spec.choices[0] == "sigmoid"
 
 
@@ -400,9 +401,9 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
     grpo = _moved(dpo, (ARITH, "dpo"), (ARITH, "grpo"))
     assert (
         grpo["builtin_dataset"],
-        grpo["grpo_num_generations"],
-        grpo["grpo_max_completion_length"],
-        grpo["grpo_temperature"],
+        grpo["rollout_num_generations"],
+        grpo["rollout_max_completion_length"],
+        grpo["rollout_temperature"],
         grpo["max_steps"],
         grpo["batch_size"],
         grpo["lora_dropout"],
@@ -411,7 +412,7 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
     kto = _moved(grpo, (ARITH, "grpo"), (ARITH, "kto"))
     assert (kto["builtin_dataset"], kto["max_steps"], kto["holdout_rows"]) == ("arith-feedback", 300, 256)
     # GRPO's sampling is back to its plain defaults once the method has no use for the recipe's.
-    assert (kto["grpo_num_generations"], kto["grpo_temperature"]) == (DEFAULTS["grpo_num_generations"], 1.0)
+    assert (kto["rollout_num_generations"], kto["rollout_temperature"]) == (DEFAULTS["rollout_num_generations"], 1.0)
     assert kto["lora_dropout"] == DEFAULTS["lora_dropout"] == 0.05
     # And back to SFT: the very form a fresh page shows.
     assert _moved(kto, (ARITH, "kto"), (ARITH, "sft")) == FIELDS
@@ -464,3 +465,23 @@ def test_the_arith_models_dataset_comes_first_for_each_method():
             rule = _moved(values, (ARITH, before), (ARITH, method))["builtin_dataset"]
             assert rule == pick_dataset(ARITH, method, values["builtin_dataset"])
     assert pick_dataset(ARITH, "grpo", "wordle-demo") == "wordle-demo"
+
+
+def test_every_method_gets_its_own_settings_and_the_parts_it_reads_on_the_form():
+    """The form needs no list of fields per method: each field's spec part says which methods it is for, and a method's
+    own plain settings appear whether declared or generated."""
+    from backend.api import JobSpec, methods, spec_field
+    from backend.core.spec import field_docs
+    from components.train_form import FORM_FIELDS
+
+    paths = {path for path, _, _ in field_docs()}
+    for method in methods():
+        shown = {f.path for f in FORM_FIELDS.values() if f.methods is not None and method in f.methods}
+        assert shown and shown <= paths, (method, shown - paths)
+        own = {
+            f"{method}.{name}"
+            for name in JobSpec.model_fields[method].annotation.model_fields
+            if spec_field(f"{method}.{name}").kind in ("bool", "int", "float") or spec_field(f"{method}.{name}").choices
+        }
+        assert own <= shown, (method, own - shown)
+        assert any(p.startswith("rollout.") for p in shown) == (method in ONLINE)

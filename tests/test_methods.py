@@ -209,7 +209,7 @@ def test_grpo_batch_must_hold_whole_groups(paths):
     _refused(
         paths,
         tiny_spec(**{**GRPO, "training": {**GRPO["training"], "batch_size": 3}}),
-        "must be a multiple of grpo.num_generations (4)",
+        "must be a multiple of rollout.num_generations (4)",
     )
 
 

@@ -474,7 +474,7 @@ def test_score_completions_ignores_row_columns_that_clash_with_trainer_arguments
         ({"name": "length"}, "length needs target_length"),
         ({"name": "length", "target_length": 0}, "target_length"),
         ({"name": "keywords"}, "keywords needs include or exclude"),
-        ({"name": "bleu"}, "grpo.rewards.0.name"),
+        ({"name": "bleu"}, "rollout.rewards.0.name"),
         ({"name": "regex", "pattern": "x", "patern": "y"}, "unknown setting"),
     ],
 )
@@ -482,4 +482,4 @@ def test_invalid_reward_specs_are_refused(reward, message):
     with pytest.raises(SpecError) as refused:
         parse_spec({"method": "grpo", "grpo": {"rewards": [reward]}})
     assert any(message in problem for problem in refused.value.problems), refused.value.problems
-    assert all(problem.startswith("grpo.rewards.0") for problem in refused.value.problems)
+    assert all(problem.startswith("rollout.rewards.0") for problem in refused.value.problems)

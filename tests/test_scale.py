@@ -6,7 +6,8 @@ from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
 from backend.jobs.scheduler import Scheduler, worker_command
 from backend.jobs.store import JobStatus
-from backend.methods.grpo import to_grpo_config, vllm_settings
+from backend.methods.grpo import to_grpo_config
+from backend.methods.rollout import vllm_settings
 from backend.platform.space_runtime import gpu_task
 from components.header import notices
 from tests.conftest import tiny_spec

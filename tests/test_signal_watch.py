@@ -42,7 +42,7 @@ def test_no_warning_after_two_flat_steps_but_after_three():
     assert isinstance(watch, SignalWatch)
     assert watch.conditions == [GROUPS_SCORED_SAME, REWARD_CONSTANT]
     assert (watch.since_step, watch.consecutive, watch.steps_logged, watch.steps_with_signal) == (2, 3, 4, 1)
-    for hint in ("frac_reward_zero_std", "reward_std", "reward bench", "SFT", "grpo.temperature"):
+    for hint in ("frac_reward_zero_std", "reward_std", "reward bench", "SFT", "rollout.temperature"):
         assert hint in watch.warning
     assert "max_completion_length" not in watch.warning  # nothing was clipped
     assert not monitor.observe(FLAT, 5) and not monitor.warned, "the warning holds: no change, no second warning"
@@ -62,7 +62,7 @@ def test_every_completion_clipped_is_a_condition_of_its_own():
     monitor = _fed(*[CLIPPED] * PATIENCE)
     watch = monitor.snapshot()
     assert watch.conditions == [ALL_CLIPPED]
-    assert "grpo.max_completion_length" in watch.warning and "completions/clipped_ratio" in watch.warning
+    assert "rollout.max_completion_length" in watch.warning and "completions/clipped_ratio" in watch.warning
     assert watch.steps_with_signal == PATIENCE, "the groups still scored differently"
     assert no_signal_reason(watch) is None
 

@@ -38,7 +38,7 @@ def test_json_round_trip_is_lossless():
     )
     text = spec.to_json()
     assert JobSpec.from_json(text) == spec
-    assert json.loads(text)["schema_version"] == 1
+    assert json.loads(text)["schema_version"] == 2
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_json_round_trip_is_lossless():
         ({"training": {"learnin_rate": 1e-4}}, "training.learnin_rate: unknown setting"),
         ({"method": "ppo"}, "method: Input should be 'sft', 'dpo', 'grpo' or 'kto'"),
         ({"quantization": {"mode": "3bit"}}, "quantization.mode: Input should be 'none', '4bit' or '8bit'"),
-        ({"schema_version": 99}, "schema_version: this app reads spec version 1; got 99"),
+        ({"schema_version": 99}, "schema_version: this app reads spec versions 1 and 2; got 99"),
         ({"lora": {"target_modules": []}}, "lora.target_modules: name at least one module"),
         (
             {"lora": {"enabled": False}, "quantization": {"mode": "4bit"}},
@@ -87,7 +87,7 @@ def test_help_text_is_written_once_and_documented_in_readme():
     assert "LoRA rank" in field_help("lora.r")
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert spec_fields_markdown() in readme, "README's spec table is stale: python -m backend.core.spec > table"
-    assert readme.count("Each entry of `grpo.rewards`:") == 1, "the rewards table is in the README once"
+    assert readme.count("Each entry of `rollout.rewards`:") == 1, "the rewards table is in the README once"
 
 
 def _grpo_reward(**reward) -> dict:
@@ -103,13 +103,13 @@ def _grpo_reward(**reward) -> dict:
         ({"grpo": {"beta": float("inf")}}, "grpo.beta: must be a finite number (got inf)"),
         (
             _grpo_reward(name="accuracy", weight=float("nan")),
-            "grpo.rewards.0.weight: must be a finite number (got nan)",
+            "rollout.rewards.0.weight: must be a finite number (got nan)",
         ),
         (
             _grpo_reward(
                 name="valid_json", json_schema={"type": "object", "properties": {"x": {"maximum": float("inf")}}}
             ),
-            "grpo.rewards.0.json_schema: must hold only finite numbers (got inf at properties.x.maximum)",
+            "rollout.rewards.0.json_schema: must hold only finite numbers (got inf at properties.x.maximum)",
         ),
     ],
 )
@@ -124,7 +124,7 @@ def test_non_finite_numbers_in_json_text_are_refused():
         parse_spec('{"training": {"epochs": Infinity}, "grpo": {"temperature": NaN}}')
     assert err.value.problems == [
         "training.epochs: must be a finite number (got inf)",
-        "grpo.temperature: must be a finite number (got nan)",
+        "rollout.temperature: must be a finite number (got nan)",
     ]
 
 
@@ -136,7 +136,7 @@ def test_a_json_schema_nested_without_end_is_refused_not_a_crash():
         inner = inner["items"]
     with pytest.raises(SpecError) as err:
         parse_spec(_grpo_reward(name="valid_json", json_schema=schema))
-    assert err.value.problems == ["grpo.rewards.0.json_schema: must not nest deeper than 64 levels"]
+    assert err.value.problems == ["rollout.rewards.0.json_schema: must not nest deeper than 64 levels"]
 
 
 @pytest.mark.parametrize("repo_id", ["me/x", "Org_1/my.adapter-v2", "a/" + "b" * 96])
@@ -195,3 +195,38 @@ def test_a_huge_input_gives_a_short_refusal(data):
         parse_spec(data)
     assert err.value.problems and all(len(p) < 700 for p in err.value.problems), [len(p) for p in err.value.problems]
     assert any("\u2026" in p for p in err.value.problems), "the echoed input is cut with an ellipsis"
+
+
+def test_a_version_1_spec_loads_with_its_sampling_and_rewards_moved_to_rollout():
+    """Every stored job before rollout had sampling and rewards under grpo (schema_version 1), an SFT job too."""
+    old = {
+        "schema_version": 1,
+        "method": "grpo",
+        "training": {"batch_size": 8},
+        "grpo": {
+            "num_generations": 8,
+            "temperature": 0.7,
+            "beta": 0.04,
+            "rewards": [{"name": "length", "target_length": 5}],
+        },
+    }
+    spec = parse_spec(json.dumps(old))
+    assert spec.schema_version == 2
+    assert (spec.rollout.num_generations, spec.rollout.temperature) == (8, 0.7)
+    assert [r.name for r in spec.rollout.rewards] == ["length"] and spec.grpo.beta == 0.04
+    assert parse_spec(spec.to_json()) == spec  # what the store writes back reads the same
+    assert parse_spec({"schema_version": 1, "grpo": {"log_completions": False}}).rollout.log_completions is False
+    with_env = parse_spec({"method": "grpo", "environment": {"name": "builtin:echo"}, "training": {"batch_size": 4}})
+    assert with_env.rollout.rewards == []  # the environment is the reward
+
+
+def test_a_rollout_setting_given_in_both_places_is_refused():
+    with pytest.raises(SpecError, match=r"grpo.temperature: give it once, as rollout.temperature"):
+        parse_spec({"grpo": {"temperature": 0.5}, "rollout": {"temperature": 0.9}})
+
+
+def test_an_environment_needs_a_method_that_plays_one_and_rewards_an_online_method():
+    with pytest.raises(SpecError, match="environment.name is only used by GRPO: set method to grpo"):
+        parse_spec({"method": "dpo", "environment": {"name": "builtin:echo"}})
+    with pytest.raises(SpecError, match="rollout.rewards: GRPO needs at least one reward function, or an environment"):
+        parse_spec({"method": "grpo", "rollout": {"rewards": []}, "training": {"batch_size": 4}})

@@ -109,7 +109,7 @@ def app_config(spec, tmp_path):
         return to_dpo_config(spec, tmp_path / "out")
     from backend.methods.grpo import to_grpo_config
 
-    return to_grpo_config(spec, tmp_path / "out", [r.weight for r in spec.grpo.rewards])
+    return to_grpo_config(spec, tmp_path / "out", [r.weight for r in spec.rollout.rewards])
 
 
 def test_sft_config_with_qlora_parses_into_the_apps_settings(tmp_path):

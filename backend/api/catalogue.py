@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from backend.core.spec import REWARD_NAMES, JobSpec, Method, field_help
+from backend.core.spec import REWARD_NAMES, JobSpec, Method, environment_methods, field_help, online_methods
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS
 from backend.models.demo import ARITH_MODEL_ID, DEMO_MODEL_ID
@@ -70,13 +70,37 @@ def monitoring(method: str) -> Monitoring:
 
 
 def method_part(path: str) -> str | None:
-    """The method a spec path belongs to (``"dpo.beta"`` -> ``"dpo"``), None for a path every method shares.
+    """The method whose own part a spec path is in (``"dpo.beta"`` -> ``"dpo"``), None for a path of a shared part.
 
-    >>> method_part("grpo.temperature"), method_part("training.max_steps")
-    ('grpo', None)
+    >>> method_part("grpo.beta"), method_part("rollout.temperature"), method_part("training.max_steps")
+    ('grpo', None, None)
     """
     head = path.split(".", 1)[0]
     return head if head in methods() else None
+
+
+def field_methods(path: str) -> tuple[str, ...] | None:
+    """The methods a spec field is used by (the form shows and sends it for them alone), None for every method: a
+    method's own part for that method, ``rollout`` for the methods that generate, ``environment`` for those that can
+    play one.
+
+    >>> field_methods("dpo.beta"), "grpo" in field_methods("rollout.temperature"), field_methods("training.max_steps")
+    (('dpo',), True, None)
+    """
+    own = method_part(path)
+    if own is not None:
+        return (own,)
+    head = path.split(".", 1)[0]
+    if head == "rollout":
+        return tuple(m.value for m in online_methods())
+    if head == "environment":
+        return tuple(m.value for m in environment_methods())
+    return None
+
+
+def generates(method: str) -> bool:
+    """Whether a method samples completions and scores them while it trains (its jobs keep samples and rewards)."""
+    return Method(method) in online_methods()
 
 
 def environment_choices() -> list[str]:
@@ -86,7 +110,7 @@ def environment_choices() -> list[str]:
 
 def builtin_dataset_choices(method: str | None = None) -> list[str]:
     """Built-in datasets that suit ``method`` (all of them without one, or when none suits it yet)."""
-    suited = [name for name, d in BUILTIN_DATASETS.items() if method is None or method in d.suits]
+    suited = [name for name, d in BUILTIN_DATASETS.items() if method is None or method in d.methods()]
     return suited or list(BUILTIN_DATASETS)
 
 
@@ -95,7 +119,7 @@ def builtin_dataset_help(name: str | None) -> str:
     dataset = BUILTIN_DATASETS.get(name or "")
     if dataset is None:
         return "Pick one of the small datasets shipped with the studio (they run offline)."
-    return f"{dataset.name}: {dataset.description} For {', '.join(m.upper() for m in dataset.suits)}."
+    return f"{dataset.name}: {dataset.description} For {', '.join(m.upper() for m in dataset.methods())}."
 
 
 @dataclass(frozen=True)

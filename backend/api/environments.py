@@ -81,7 +81,7 @@ class EnvironmentOperations:
             self._dry_run_calls.check(user.name)  # it plays the environment up to rows x 4 times
         owner = user.name if user is not None else None
         spec = self._prepare(spec, owner, user)
-        if spec.method != "grpo" or not spec.environment.name:
+        if not spec.environment.name:  # the spec ties an environment to a method that plays one
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
         check_spec(spec, self.paths.models, self._uploads_of(spec))  # refuse before playing anything
         shown = write_demonstrations(spec, self._uploads_of(spec), rows)

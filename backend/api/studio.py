@@ -79,7 +79,7 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
             DRY_RUN_TIME_LIMIT_S,
             workers=1,
             advice="lower environment.max_tool_calling_iterations or "
-            "grpo.max_completion_length, or try a smaller model",
+            "rollout.max_completion_length, or try a smaller model",
         )
         if scheduler == "thread":
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()

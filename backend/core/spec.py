@@ -8,7 +8,7 @@ import unicodedata
 from collections.abc import Mapping
 from enum import Enum
 from string import Formatter
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -21,7 +21,7 @@ from backend.core.hub_names import (
     is_namespaced_repo_id,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 ONLINE_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 # numpy's and torch's seeding accept at most an unsigned 32-bit integer.
 MAX_SEED = 2**32 - 1
@@ -77,7 +77,7 @@ def default_model() -> str:
 
 
 class Method(str, Enum):
-    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO (rewards)."""
+    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO (rewards), KTO (labels)."""
 
     sft = "sft"
     dpo = "dpo"
@@ -325,8 +325,9 @@ def _default_rewards() -> list[RewardSpec]:
     return [RewardSpec(name="accuracy")]
 
 
-class GRPOSpec(_Part):
-    """GRPO settings: group size, sampling, loss, rewards and vLLM generation."""
+class RolloutSpec(_Part):
+    """How an online method samples and scores: the group of completions per prompt, sampling, the generation
+    engine and the rewards. Shared by every method that generates while it trains (GRPO, RLOO)."""
 
     num_generations: int = Field(4, ge=2, le=64, description="Completions sampled per prompt (the group).")
     max_completion_length: int = Field(
@@ -334,8 +335,6 @@ class GRPOSpec(_Part):
     )
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature for the group.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
-    beta: float = Field(0.0, ge=0, description="KL penalty to the reference model (0 disables it, TRL's default).")
-    loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field("dapo", description="GRPO loss normalisation.")
     enable_thinking: bool | None = Field(
         None, description="Qwen3-style chat_template_kwargs enable_thinking (None: the template's default)."
     )
@@ -351,6 +350,22 @@ class GRPOSpec(_Part):
         default_factory=_default_rewards,
         description="Reward functions and their weights (with an environment: extra rewards; default none).",
     )
+
+
+class OnlinePart(_Part):
+    """The spec part of a method that generates while it trains: it reads ``rollout`` (samples, rewards), and says
+    whether the method can also play an environment (TRL's ``environment_factory``)."""
+
+    takes_environment: ClassVar[bool] = False
+
+
+class GRPOSpec(OnlinePart):
+    """GRPO's own settings: its KL term and loss normalisation (sampling and rewards are in ``rollout``)."""
+
+    takes_environment: ClassVar[bool] = True
+
+    beta: float = Field(0.0, ge=0, description="KL penalty to the reference model (0 disables it, TRL's default).")
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field("dapo", description="GRPO loss normalisation.")
 
 
 # The built-in environments by name; backend/environments/builtin/registry.py says what each one is (and refuses to
@@ -486,6 +501,7 @@ class JobSpec(_Part):
     sft: SFTSpec = Field(default_factory=SFTSpec)
     dpo: DPOSpec = Field(default_factory=DPOSpec)
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     kto: KTOSpec = Field(default_factory=KTOSpec)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
@@ -498,20 +514,44 @@ class JobSpec(_Part):
     @classmethod
     def _known_version(cls, value: int) -> int:
         if value != SCHEMA_VERSION:
-            raise ValueError(f"this app reads spec version {SCHEMA_VERSION}; got {value}")
+            raise ValueError(f"this app reads spec versions 1 and {SCHEMA_VERSION}; got {value}")
         return value
 
     @model_validator(mode="before")
     @classmethod
-    def _environment_rewards_default(cls, data: Any) -> Any:
-        """With an environment, the environment is the reward: the default reward list becomes empty."""
-        if isinstance(data, dict):
-            env = data.get("environment")
-            grpo = data.get("grpo")
-            named = isinstance(env, dict) and env.get("name")
-            if named and (grpo is None or (isinstance(grpo, dict) and "rewards" not in grpo)):
-                data = {**data, "grpo": {**(grpo or {}), "rewards": []}}
+    def _upgrade(cls, data: Any) -> Any:
+        """Old specs, and the environment's reward default, in one place and in this order:
+
+        1. version 1 kept sampling and rewards under ``grpo``: those keys move to ``rollout`` (whatever the version
+           says, so a hand-written YAML file without one still loads; a key given in both places is refused);
+        2. version 1 becomes 2;
+        3. with an environment, the environment is the reward: the default reward list becomes empty.
+        """
+        if not isinstance(data, dict):
+            return data
+        grpo, rollout = data.get("grpo"), data.get("rollout")
+        if isinstance(grpo, dict) and any(key in RolloutSpec.model_fields for key in grpo):
+            moved = {k: v for k, v in grpo.items() if k in RolloutSpec.model_fields}
+            rollout = dict(rollout) if isinstance(rollout, dict) else {}
+            both = sorted(set(moved) & set(rollout))
+            if both:
+                raise ValueError(
+                    f"grpo.{both[0]}: give it once, as rollout.{both[0]} (what every online method shares)"
+                )
+            grpo = {k: v for k, v in grpo.items() if k not in RolloutSpec.model_fields}
+            data = {**data, "grpo": grpo, "rollout": {**moved, **rollout}}
+        if data.get("schema_version") == 1:
+            data = {**data, "schema_version": SCHEMA_VERSION}
+        env, rollout = data.get("environment"), data.get("rollout")
+        named = isinstance(env, dict) and env.get("name")
+        if named and (rollout is None or (isinstance(rollout, dict) and "rewards" not in rollout)):
+            data = {**data, "rollout": {**(rollout or {}), "rewards": []}}
         return data
+
+    @property
+    def method_part(self) -> _Part:
+        """The method's own settings (``spec.dpo`` for DPO)."""
+        return getattr(self, self.method.value)
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
@@ -520,19 +560,25 @@ class JobSpec(_Part):
                 "a quantized base model cannot be trained directly: enable LoRA (lora.enabled: true) "
                 "or set quantization.mode to none"
             )
-        if self.environment.name and self.method is not Method.grpo:
-            raise ValueError("environment.name is only used by GRPO: set method to grpo or remove the environment")
-        if self.method is Method.grpo and not self.environment.name and not self.grpo.rewards:
-            raise ValueError("grpo.rewards: GRPO needs at least one reward function, or an environment to reward it")
-        if self.method is Method.grpo:
-            # An auto batch becomes one generation group (auto-tune), always a multiple.
-            per_generation = (
-                self.training.batch_or(self.grpo.num_generations) * self.training.gradient_accumulation_steps
+        part = self.method_part
+        online = isinstance(part, OnlinePart)
+        takes_environment = isinstance(part, OnlinePart) and part.takes_environment
+        if self.environment.name and not takes_environment:
+            takers = ", ".join(m.value.upper() for m in environment_methods())
+            raise ValueError(
+                f"environment.name is only used by {takers}: set method to {takers.lower()} or remove the environment"
             )
-            if per_generation % self.grpo.num_generations:
+        if online and not self.environment.name and not self.rollout.rewards:
+            also = ", or an environment to reward it" if takes_environment else ""
+            raise ValueError(f"rollout.rewards: {self.method.value.upper()} needs at least one reward function{also}")
+        if online:
+            # An auto batch becomes one generation group (auto-tune), always a multiple.
+            group = self.rollout.num_generations
+            per_generation = self.training.batch_or(group) * self.training.gradient_accumulation_steps
+            if per_generation % group:
                 raise ValueError(
                     f"training.batch_size x training.gradient_accumulation_steps (= {per_generation}) must be a "
-                    f"multiple of grpo.num_generations ({self.grpo.num_generations}): each prompt's whole group "
+                    f"multiple of rollout.num_generations ({group}): each prompt's whole group "
                     "is sampled in one generation batch"
                 )
         return self
@@ -551,6 +597,23 @@ class JobSpec(_Part):
     def from_dict(cls, data: dict[str, Any]) -> JobSpec:
         """The spec from parsed YAML or JSON data (``parse_spec``); SpecError lists every problem."""
         return parse_spec(data)
+
+
+def _part_class(method: Method) -> type:
+    """The class of a method's own spec part (``DPOSpec`` for DPO)."""
+    annotation = JobSpec.model_fields[method.value].annotation
+    assert isinstance(annotation, type)
+    return annotation
+
+
+def online_methods() -> tuple[Method, ...]:
+    """The methods that generate while they train (their spec part is an ``OnlinePart``): they read ``rollout``."""
+    return tuple(m for m in Method if issubclass(_part_class(m), OnlinePart))
+
+
+def environment_methods() -> tuple[Method, ...]:
+    """The online methods that can also play an OpenEnv environment."""
+    return tuple(m for m in online_methods() if getattr(_part_class(m), "takes_environment", False))
 
 
 def _describe(error: Mapping[str, Any]) -> str:
@@ -653,16 +716,16 @@ def spec_fields_markdown() -> str:
     """Markdown tables of every spec field and every reward setting, with default and help."""
     lines = ["| field | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs()]
-    lines += ["", "Each entry of `grpo.rewards`:", "", "| field | default | meaning |", "| --- | --- | --- |"]
+    lines += ["", "Each entry of `rollout.rewards`:", "", "| field | default | meaning |", "| --- | --- | --- |"]
     lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs(RewardSpec)]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":  # python -m backend.core.spec  -> the README's field table
-    print(spec_fields_markdown())
 
 
 def checkpointing(spec: JobSpec) -> bool:
     """Whether the job recomputes activations: training.gradient_checkpointing, on when left empty (TRL's
     default; auto-tune decides before training starts)."""
     return spec.training.gradient_checkpointing is not False
+
+
+if __name__ == "__main__":  # python -m backend.core.spec  -> the README's field table
+    print(spec_fields_markdown())

@@ -6,15 +6,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.core.paths import BUILTIN_DATASETS_DIR  # noqa: E402  (re-exported: the built-ins' folder)
+from backend.core.spec import Method, environment_methods, online_methods
+
+# What a dataset may say it suits besides a method's name: every online method (prompts with a column a reward
+# reads), or every method that plays an environment (prompts and the columns its reset takes).
+ONLINE = "online"
+ENVIRONMENT = "environment"
 
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """A small dataset shipped with the studio: its name, what it holds, and the methods it suits."""
+    """A small dataset shipped with the studio: its name, what it holds, and what it suits (method names, ``online``
+    or ``environment``)."""
 
     name: str
     description: str
     suits: tuple[str, ...]
+
+    def methods(self) -> tuple[str, ...]:
+        """The methods it suits, by name, in the method list's order."""
+        online = ONLINE in self.suits
+        playing = ENVIRONMENT in self.suits
+        return tuple(
+            m.value
+            for m in Method
+            if m.value in self.suits or (online and m in online_methods()) or (playing and m in environment_methods())
+        )
 
     @property
     def path(self) -> Path:
@@ -34,7 +51,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             ("kto",),
         ),
         BuiltinDataset(
-            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", ("grpo",)
+            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", (ONLINE,)
         ),
         BuiltinDataset(
             "echo-tools-sft",
@@ -43,10 +60,12 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             ("sft",),
         ),
         BuiltinDataset(
-            "echo-demo", "32 prompts for the built-in echo environment, with the `target` text to echo.", ("grpo",)
+            "echo-demo", "32 prompts for the built-in echo environment, with the `target` text to echo.", (ENVIRONMENT,)
         ),
         BuiltinDataset(
-            "wordle-demo", "32 Wordle prompts for the built-in wordle environment, with the secret `word`.", ("grpo",)
+            "wordle-demo",
+            "32 Wordle prompts for the built-in wordle environment, with the secret `word`.",
+            (ENVIRONMENT,),
         ),
         BuiltinDataset(
             "arith-sft",
@@ -66,19 +85,19 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
         ),
         BuiltinDataset(
             "arith-prompts",
-            "1000 arithmetic prompts with a `solution` column for TRL's accuracy reward (GRPO).",
-            ("grpo",),
+            "1000 arithmetic prompts with a `solution` column for TRL's accuracy reward.",
+            (ONLINE,),
         ),
         BuiltinDataset(
             "arith-env",
             "400 sums and differences for the built-in arithmetic environment (`a`, `b`, `op`), phrased "
             "as builtin:tiny-qwen3-arith was pre-trained to answer with the submit_answer tool.",
-            ("grpo",),
+            (ENVIRONMENT,),
         ),
         BuiltinDataset(
             "arithmetic-demo",
             "32 calculation prompts for the built-in arithmetic environment, with `a`, `b` and `op` columns.",
-            ("grpo",),
+            (ENVIRONMENT,),
         ),
     )
 }

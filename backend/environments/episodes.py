@@ -80,8 +80,8 @@ class EpisodeSettings:
 
     @classmethod
     def from_spec(cls, spec) -> EpisodeSettings:
-        """The settings a GRPO job's spec asks for."""
-        g = spec.grpo
+        """The settings an online job's spec asks for (its ``rollout`` part)."""
+        g = spec.rollout
         kwargs = {"enable_thinking": g.enable_thinking} if g.enable_thinking is not None else {}
         return cls(
             g.max_completion_length, spec.environment.max_tool_calling_iterations, g.temperature, g.top_p, kwargs

@@ -62,7 +62,7 @@ def reward_name(spec: EnvironmentSpec, info: EnvironmentInfo) -> str:
 
 def concurrent_episodes(spec: JobSpec) -> int:
     """Episodes TRL runs at once: one per rollout of a generation batch (batch x grad accumulation, one process)."""
-    return spec.training.batch_or(spec.grpo.num_generations) * spec.training.gradient_accumulation_steps
+    return spec.training.batch_or(spec.rollout.num_generations) * spec.training.gradient_accumulation_steps
 
 
 def typical_episode_tokens(spec: JobSpec) -> int:
@@ -99,7 +99,7 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
             url = resolve_url(env_spec.name)
         info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))
         check_sessions(
-            url, needed, timeout_s=min(env_spec.timeout_s, 30.0), least=min(needed, spec.grpo.num_generations)
+            url, needed, timeout_s=min(env_spec.timeout_s, 30.0), least=min(needed, spec.rollout.num_generations)
         )
         log.info("environment: %s; %d concurrent sessions available", info.summary(), needed)
         factory = environment_class(

@@ -94,7 +94,6 @@ SUPPORT = MethodSupport(
     learning_metrics=lambda spec: (LearningMetric("preference_accuracy", "held-out preference accuracy", rate=True),),
     render=render_preference_row,
     card_rows=lambda spec: [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)],
-    form_fields=("dpo.beta", "dpo.loss_type"),
     reference_model=always,  # the reference log-probs, every step (the studio does not precompute them)
     sequences_per_example=2,  # chosen and rejected go through the model in one concatenated batch
     loss_unit="DPO loss (nats)",

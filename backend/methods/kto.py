@@ -97,7 +97,6 @@ SUPPORT = MethodSupport(
     ),
     render=render_sft_row,  # prompt + completion, as KTOTrainer tokenizes them
     card_rows=_card_rows,
-    form_fields=("kto.beta", "kto.desirable_weight", "kto.undesirable_weight"),
     plots=(("loss", "loss"), ("rewards/margins", "reward margin")),
     reference_model=always,  # the reference log-probs, every step
     sequences_per_example=2,  # the completion, and a mismatched one for the KL estimate

@@ -162,7 +162,6 @@ SUPPORT = MethodSupport(
     ),
     render=render_sft_row,
     card_rows=_card_rows,
-    form_fields=("sft.completion_only_loss", "sft.packing"),
     packing_path="sft.packing",
     template_kwargs=training_template_kwargs,
     loss_unit="cross-entropy (nats/token)",

@@ -89,7 +89,6 @@ class MethodSupport:
     evaluate: Callable[[Any, JobSpec, list[dict], list[str | None]], dict[str | None, dict[str, Any]]]
     render: Callable[[dict, Any, int], Any]  # (example, preview renderer, max_length) -> preview.PreviewRow
     card_rows: Callable[[JobSpec], list[tuple[str, Any]]]  # the method's settings in the model card
-    form_fields: tuple[str, ...]  # spec dotted paths of the method's own settings in the Train form
     plots: tuple[tuple[str, str], ...] = (("loss", "loss"),)  # (logged metric, label) drawn against the step
     optional_columns: tuple[str, ...] = ()  # read when present (SFT's ``tools``)
     reference_model: Callable[[JobSpec], bool] = _never  # a frozen reference scores every step

@@ -4,9 +4,10 @@ Each method module (``sft``, ``dpo``, ``grpo``, ...) ends with its ``SUPPORT`` r
 ``backend/methods/support.py``); this module collects them.
 A row names the method's spec part, the dataset layouts it accepts, the TRL config kwargs (one function, used by the
 trainer and by the TRL CLI export alike), its trainer builder, whether it needs a reference model, its before/after
-evaluation and the metric its learning verdict reads, its preview rendering, its plots and model-card rows, and its
-form fields as spec paths. A table, not a framework: the rows hold plain functions, and the modules that read them
-stay in charge of their own work.
+evaluation and the metric its learning verdict reads, its preview rendering, its plots and model-card rows. The
+Train form needs no row of its own: a field's spec part says which methods it is for (``rollout`` for every online
+method, a method's own part for that method). A table, not a framework: the rows hold plain functions, and the
+modules that read them stay in charge of their own work.
 """
 
 from __future__ import annotations
@@ -33,11 +34,6 @@ def support(method: Method | str) -> MethodSupport:
     return table()[Method(method)]
 
 
-def form_fields(method: Method | str) -> tuple[str, ...]:
-    """Spec dotted paths of the method's own settings, for the Train form."""
-    return support(method).form_fields
-
-
 def plots_for(method: Method | str) -> tuple[tuple[str, str], ...]:
     """(logged metric, label) pairs the method's training curves draw."""
     return support(method).plots
@@ -52,4 +48,4 @@ def reward_columns(spec: JobSpec) -> set[str]:
     """Dataset columns a job's rewards read (none unless its method generates completions to reward: GRPO)."""
     if support(spec.method).generation is None:
         return set()
-    return set().union(*(required_columns(r) for r in spec.grpo.rewards))
+    return set().union(*(required_columns(r) for r in spec.rollout.rewards))

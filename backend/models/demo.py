@@ -61,6 +61,22 @@ def demo_model_note(name: str | None) -> str:
     return {DEMO_MODEL_ID: DEMO_MODEL_NOTE, ARITH_MODEL_ID: ARITH_MODEL_NOTE}.get(name, "")
 
 
+# Every online method's: the rollout (groups of 8 sampled answers scored by TRL's accuracy reward) and steps.
+_ONLINE_RECIPE: dict[str, Any] = {
+    "dataset.name": "arith-prompts",
+    "rollout.num_generations": 8,
+    "rollout.max_completion_length": 24,
+    "rollout.temperature": 0.7,
+    "rollout.rewards": [{"name": "accuracy", "weight": 1.0}],
+    "lora.dropout": 0.0,
+    "training.max_steps": 300,
+    "training.learning_rate": 1e-3,
+    "training.batch_size": 16,
+    "training.max_length": 128,
+    "eval.holdout_rows": 256,
+}
+
+
 # Settings measured to make builtin:tiny-qwen3-arith learn, per method: the values of examples/<method>-demo.yaml
 # (benchmarks/learning.py measures those) that the Train form can set, by dotted spec path. The spec's generic
 # defaults (learning rate 2e-4, the form's 30 steps) teach it nothing; values equal to the spec's default (LoRA r 16,
@@ -92,19 +108,7 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
             "training.max_length": 128,
             "eval.holdout_rows": 256,
         },
-        "grpo": {
-            "dataset.name": "arith-prompts",
-            "grpo.num_generations": 8,
-            "grpo.max_completion_length": 24,
-            "grpo.temperature": 0.7,
-            "grpo.rewards": [{"name": "accuracy", "weight": 1.0}],
-            "lora.dropout": 0.0,
-            "training.max_steps": 300,
-            "training.learning_rate": 1e-3,
-            "training.batch_size": 16,
-            "training.max_length": 128,
-            "eval.holdout_rows": 256,
-        },
+        "grpo": _ONLINE_RECIPE,
     },
 }
 

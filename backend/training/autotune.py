@@ -82,15 +82,15 @@ def tune(
         budget is not None
         and cuda
         and method.generation is not None
-        and spec.grpo.use_vllm != "off"
+        and spec.rollout.use_vllm != "off"
         and is_installed("vllm")
         and device.total_memory_gb
     ):
         # vLLM colocate mode takes its share of the whole GPU before training allocates anything.
-        kept = int(device.total_memory_gb * GB * spec.grpo.vllm_gpu_memory_utilization)
+        kept = int(device.total_memory_gb * GB * spec.rollout.vllm_gpu_memory_utilization)
         budget = max(budget - kept, 0)
         choices.append(
-            f"memory: vLLM colocate keeps {spec.grpo.vllm_gpu_memory_utilization:.0%} of the GPU "
+            f"memory: vLLM colocate keeps {spec.rollout.vllm_gpu_memory_utilization:.0%} of the GPU "
             f"({format_bytes(kept)}) for generation; training plans within the other {format_bytes(budget)}"
         )
 

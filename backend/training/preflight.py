@@ -172,7 +172,7 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
         try:
             info = describe(url, timeout_s=min(env.timeout_s, 15.0))
             check_sessions(
-                url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0), least=spec.grpo.num_generations
+                url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0), least=spec.rollout.num_generations
             )
             if not info.tools:
                 raise SpecError([f"environment.name: {info.summary()} offers no tools"])
@@ -181,9 +181,10 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
             raise SpecError([f"environment.name: {exc}"]) from None
         warnings += [never_rewards] if never_rewards else []
     typical = typical_episode_tokens(spec)
-    if spec.grpo.max_completion_length < typical:
+    if spec.rollout.max_completion_length < typical:
         warnings.append(
-            f"grpo.max_completion_length ({spec.grpo.max_completion_length}) is below a typical {display_name(env)} "
+            f"rollout.max_completion_length ({spec.rollout.max_completion_length}) is below a typical "
+            f"{display_name(env)} "
             f"episode (~{typical} tokens of model turns and tool results together); episodes cut off early "
             f"score 0, so raise it to at least {typical}"
         )

@@ -44,7 +44,7 @@ def preview_dataset(
     ``loaded`` is the (dataset, format) pair from ``load_training_dataset`` when the caller has it already;
     ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
     GRPO rows show the prompt only (with the generation prompt); the sampled completions add up to
-    ``grpo.max_completion_length`` tokens on top during training.
+    ``rollout.max_completion_length`` tokens on top during training.
     """
     dataset, fmt = loaded or load_training_dataset(spec.dataset, spec.method, uploads_dir=uploads_dir)
     examples = [dataset[i] for i in range(min(rows, len(dataset)))]

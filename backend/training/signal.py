@@ -24,7 +24,7 @@ ALL_CLIPPED = "all_clipped"
 CONDITIONS = {
     GROUPS_SCORED_SAME: "every group's completions scored the same (frac_reward_zero_std = 1)",
     REWARD_CONSTANT: "the reward was constant (reward_std = 0)",
-    ALL_CLIPPED: "every completion was cut at grpo.max_completion_length (completions/clipped_ratio = 1)",
+    ALL_CLIPPED: "every completion was cut at rollout.max_completion_length (completions/clipped_ratio = 1)",
 }
 _EPS = 1e-9
 
@@ -58,13 +58,13 @@ def warning_sentence(conditions: list[str], patience: int = PATIENCE, reward: fl
         tips = [
             "the reward bench (Train tab) to check the rewards on real completions",
             "a warm-up or SFT job first so the model produces answers a reward can tell apart",
-            "a higher grpo.temperature for more diverse groups",
+            "a higher rollout.temperature for more diverse groups",
         ]
     else:
         effect = ", so the rewards only ever score unfinished answers"
         tips = []
     if ALL_CLIPPED in conditions:
-        tips.append("a larger grpo.max_completion_length so completions can finish")
+        tips.append("a larger rollout.max_completion_length so completions can finish")
     advice = "; ".join(tips)
     return f"On {patience} logged steps in a row {what}{effect}. Try {advice}."
 
