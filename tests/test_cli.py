@@ -84,6 +84,7 @@ EXAMPLE_METRICS = {
     "dpo-demo": ("preference_accuracy", 128),
     "kto-demo": ("logprob", 256),
     "grpo-demo": ("reward/total", 256),
+    "rloo-demo": ("reward/total", 256),
 }
 
 
@@ -105,7 +106,7 @@ def test_method_examples_make_the_model_better_on_held_out_rows(data_dir, exampl
     assert learning["delta"] - learning["ci95"] > 0 and learning["after"] > learning["before"]
     if example == "dpo-demo":  # preferring right answers must not cost greedy accuracy
         assert evaluation["tuned"]["exact_match"] >= evaluation["base"]["exact_match"] - 0.03, evaluation
-    if example == "grpo-demo":  # TRL's accuracy reward: the reward is held-out greedy accuracy
+    if example in ("grpo-demo", "rloo-demo"):  # TRL's accuracy reward: the reward is held-out greedy accuracy
         assert learning["label"] == "held-out accuracy"
     shown = cli("show", record["id"]).stdout
     assert learning["sentence"] in shown and "eval tuned" in shown

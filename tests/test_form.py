@@ -17,7 +17,7 @@ from components.train_form import (
 )
 from tests.conftest import tiny_spec
 
-ONLINE = ("grpo",)  # the methods that generate: they show and send the rollout's fields
+ONLINE = ("grpo", "rloo")  # the methods that generate: they show and send the rollout's fields
 
 
 def test_the_default_form_is_a_valid_sft_spec_of_the_arith_model_with_its_recipe():

@@ -47,6 +47,7 @@ def _trainer_config(spec: JobSpec, tmp_path):
 NON_DEFAULT = {
     "sft": {"completion_only_loss": False, "packing": True},
     "dpo": {"beta": 0.3, "loss_type": "ipo"},
+    "rloo": {"beta": 0.1, "normalize_advantages": True},
     "grpo": {
         "num_generations": 8,
         "max_completion_length": 64,

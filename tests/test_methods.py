@@ -95,6 +95,26 @@ def test_grpo_with_two_weighted_rewards_logs_each_and_keeps_completions(paths, s
 
 
 @pytest.mark.slow
+def test_rloo_takes_the_same_rollout_trains_the_adapter_only_and_keeps_completions(paths, store):
+    """RLOO from the shared rollout part: TRL's RLOOTrainer with the job's rewards, its KL beta as the reference's
+    switch, the same monitored metrics and sampled completions as GRPO (the samples table)."""
+    rloo = {**GRPO, "method": "rloo", "rollout": GRPO["grpo"], "grpo": {}, "rloo": {"beta": 0.05}}
+    job, trainer, _ = _in_process(paths, store, rloo)
+    assert type(trainer).__name__ == "RLOOTrainer"
+    assert trainer.args.reward_weights == [1.0, 0.5] and trainer.args.beta == 0.05
+    before = _weights(trainer.model)
+    trainer.train()
+    after = _weights(trainer.model)
+    lora = [n for n in before if "lora_" in n]
+    assert lora and any(not torch.equal(before[n], after[n]) for n in lora)
+    assert all(torch.equal(before[n], after[n]) for n in before if "lora_" not in n)
+    logged = [m for m in store.metrics(job.id) if "reward" in m]
+    assert len(logged) == 3 and all({"rewards/accuracy/mean", "rewards/length/mean", "kl"} <= m.keys() for m in logged)
+    samples = store.samples(job.id)
+    assert len(samples) == 3 * 4 and set(samples[0]["rewards"]) == {"accuracy", "length"}
+
+
+@pytest.mark.slow
 def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
     sft = api.submit(tiny_spec()).job

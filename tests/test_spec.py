@@ -50,7 +50,7 @@ def test_json_round_trip_is_lossless():
         ({"training": {"epochs": 0}}, "training.epochs: must be greater than 0 (got 0)"),
         ({"lora": {"r": -4}}, "lora.r: must be greater than 0 (got -4)"),
         ({"training": {"learnin_rate": 1e-4}}, "training.learnin_rate: unknown setting"),
-        ({"method": "ppo"}, "method: Input should be 'sft', 'dpo', 'grpo' or 'kto'"),
+        ({"method": "ppo"}, "method: Input should be 'sft', 'dpo', 'grpo', 'kto' or 'rloo'"),
         ({"quantization": {"mode": "3bit"}}, "quantization.mode: Input should be 'none', '4bit' or '8bit'"),
         ({"schema_version": 99}, "schema_version: this app reads spec versions 1 and 2; got 99"),
         ({"lora": {"target_modules": []}}, "lora.target_modules: name at least one module"),
@@ -230,3 +230,12 @@ def test_an_environment_needs_a_method_that_plays_one_and_rewards_an_online_meth
         parse_spec({"method": "dpo", "environment": {"name": "builtin:echo"}})
     with pytest.raises(SpecError, match="rollout.rewards: GRPO needs at least one reward function, or an environment"):
         parse_spec({"method": "grpo", "rollout": {"rewards": []}, "training": {"batch_size": 4}})
+
+
+def test_rloo_reads_the_rollout_and_plays_no_environment():
+    spec = parse_spec({"method": "rloo", "rollout": {"num_generations": 8}, "training": {"batch_size": 16}})
+    assert spec.rollout.num_generations == 8 and spec.rloo.beta == 0.05  # TRL's default
+    with pytest.raises(SpecError, match="environment.name is only used by GRPO: set method to grpo"):
+        parse_spec({"method": "rloo", "environment": {"name": "builtin:echo"}, "training": {"batch_size": 4}})
+    with pytest.raises(SpecError, match=r"rollout.rewards: RLOO needs at least one reward function$"):
+        parse_spec({"method": "rloo", "rollout": {"rewards": []}, "training": {"batch_size": 4}})

@@ -77,12 +77,13 @@ def default_model() -> str:
 
 
 class Method(str, Enum):
-    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO (rewards), KTO (labels)."""
+    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO and RLOO (rewards), KTO (labels)."""
 
     sft = "sft"
     dpo = "dpo"
     grpo = "grpo"
     kto = "kto"
+    rloo = "rloo"
 
 
 class _Part(BaseModel):
@@ -368,6 +369,17 @@ class GRPOSpec(OnlinePart):
     loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field("dapo", description="GRPO loss normalisation.")
 
 
+class RLOOSpec(OnlinePart):
+    """RLOO's own settings: REINFORCE with a leave-one-out baseline (sampling and rewards are in ``rollout``)."""
+
+    beta: float = Field(
+        0.05,
+        ge=0,
+        description="KL penalty subtracted from each completion's reward (TRL's default 0.05; 0 disables it).",
+    )
+    normalize_advantages: bool = Field(False, description="Scale each batch's advantages to unit variance.")
+
+
 # The built-in environments by name; backend/environments/builtin/registry.py says what each one is (and refuses to
 # drift from this list at import). The names live here so that the spec, the ground floor, imports nothing above it.
 BUILTIN_ENVIRONMENT_NAMES = ("echo", "wordle", "arithmetic")
@@ -491,7 +503,8 @@ class JobSpec(_Part):
     schema_version: int = Field(SCHEMA_VERSION, description="Spec format version.")
     method: Method = Field(
         Method.sft,
-        description="sft (demonstrations), dpo (preference pairs), grpo (rewards) or kto (answers marked good or bad).",
+        description="sft (demonstrations), dpo (preference pairs), grpo or rloo (rewards), kto (answers marked good "
+        "or bad).",
     )
     model: ModelSpec = Field(default_factory=ModelSpec)
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
@@ -503,6 +516,7 @@ class JobSpec(_Part):
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     kto: KTOSpec = Field(default_factory=KTOSpec)
+    rloo: RLOOSpec = Field(default_factory=RLOOSpec)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)

@@ -61,7 +61,7 @@ def demo_model_note(name: str | None) -> str:
     return {DEMO_MODEL_ID: DEMO_MODEL_NOTE, ARITH_MODEL_ID: ARITH_MODEL_NOTE}.get(name, "")
 
 
-# Every online method's: the rollout (groups of 8 sampled answers scored by TRL's accuracy reward) and steps.
+# GRPO's and RLOO's: the same rollout (groups of 8 sampled answers scored by TRL's accuracy reward) and steps.
 _ONLINE_RECIPE: dict[str, Any] = {
     "dataset.name": "arith-prompts",
     "rollout.num_generations": 8,
@@ -109,6 +109,7 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
             "eval.holdout_rows": 256,
         },
         "grpo": _ONLINE_RECIPE,
+        "rloo": _ONLINE_RECIPE,
     },
 }
 
