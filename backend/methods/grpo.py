@@ -8,15 +8,10 @@ from typing import TYPE_CHECKING
 
 from backend.core.spec import JobSpec, Method
 from backend.methods import rollout
-from backend.methods.common import base_training_kwargs, load_policy
-from backend.methods.rendering import render_prompt_row
-from backend.methods.support import DataFormat, MethodSupport, TrainerInputs
+from backend.methods.support import TrainerInputs
 
 if TYPE_CHECKING:
-    from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
-
-    from backend.environments.runtime import ActiveEnvironment
 
 
 def grpo_config_kwargs(spec: JobSpec, dataset_format: str | None = None) -> dict:
@@ -32,79 +27,38 @@ def to_grpo_config(
     from trl import GRPOConfig
 
     return GRPOConfig(
-        **base_training_kwargs(spec, output_dir),
+        **rollout.trainer_config_kwargs(spec, output_dir, reward_weights, vllm_kwargs),
         **grpo_config_kwargs(spec),
-        num_completions_to_print=2,
-        reward_weights=reward_weights or None,
         # The environment's loop: how many model turns (tool calls) one episode may take.
         max_tool_calling_iterations=spec.environment.max_tool_calling_iterations if spec.environment.name else None,
-        **(vllm_kwargs or {"use_vllm": False}),
     )
 
 
-def build_grpo_trainer(
-    spec: JobSpec,
-    output_dir: Path,
-    models_dir: Path,
-    callbacks: list,
-    dataset: Dataset,
-    parent_adapter: Path | None = None,
-    environment: ActiveEnvironment | None = None,
-) -> GRPOTrainer:
+def build_grpo_trainer(inputs: TrainerInputs) -> GRPOTrainer:
     """The trainer; with an environment, TRL runs the multi-turn tool loop and adds the environment's reward."""
     from trl import GRPOTrainer
 
-    reward_funcs, weights = rollout.reward_functions(spec)
-    vllm_kwargs, notice = rollout.vllm_settings(spec)
-    rollout.log.info(notice)
-    policy = load_policy(spec, models_dir, parent_adapter)
-    trainer = GRPOTrainer(
-        args=to_grpo_config(spec, output_dir, weights, vllm_kwargs),
-        reward_funcs=reward_funcs,
-        train_dataset=rollout.conversational_prompts(dataset) if environment is not None else dataset,
-        callbacks=callbacks,
+    environment = inputs.environment
+    return rollout.build_trainer(
+        GRPOTrainer,
+        to_grpo_config,
+        inputs,
+        train_dataset=rollout.conversational_prompts(inputs.dataset) if environment is not None else inputs.dataset,
         environment_factory=environment.factory if environment is not None else None,
-        **policy.trainer_kwargs(),
-    )
-    rollout.watch_completions(trainer, callbacks)
-    return trainer
-
-
-def _build(inputs: TrainerInputs):
-    return build_grpo_trainer(
-        inputs.spec,
-        inputs.output_dir,
-        inputs.models_dir,
-        inputs.callbacks,
-        inputs.dataset,
-        inputs.parent_adapter,
-        environment=inputs.environment,
     )
 
 
 def _card_rows(spec: JobSpec) -> list[tuple[str, object]]:
-    rows = rollout.card_rows(spec)
-    return [*rows[:3], ("KL beta", spec.grpo.beta), ("GRPO loss", spec.grpo.loss_type), *rows[3:]]
+    return rollout.card_rows(spec, [("KL beta", spec.grpo.beta), ("GRPO loss", spec.grpo.loss_type)])
 
 
-SUPPORT = MethodSupport(
+SUPPORT = rollout.online_support(
     method=Method.grpo,
     spec_part="grpo",
     summary="group relative policy optimization (GRPO) with rewards",
-    formats=(DataFormat("prompt-only", ("prompt",)),),
     config_kwargs=grpo_config_kwargs,
-    build_trainer=_build,
-    evaluate=rollout.reward_scores,
-    learning_metrics=rollout.learning_metrics,
-    render=render_prompt_row,
+    build_trainer=build_grpo_trainer,
     card_rows=_card_rows,
-    plots=rollout.PLOTS,
     reference_model=lambda spec: spec.grpo.beta > 0,  # the KL term's reference; beta 0 (TRL's default) needs none
-    generation=rollout.generation,
-    template_kwargs=rollout.template_kwargs,
-    cli_extras=rollout.cli_extras,
-    cli_notes=rollout.cli_notes,
-    loss_unit="policy loss",
     monitored=(*rollout.MONITORED, *rollout.TOOL_METRICS),
-    log_columns=rollout.LOG_COLUMNS,
 )

@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING
 
 from backend.core.spec import JobSpec, Method
 from backend.methods import rollout
-from backend.methods.common import base_training_kwargs, load_policy
-from backend.methods.rendering import render_prompt_row
-from backend.methods.support import DataFormat, MethodSupport, TrainerInputs
+from backend.methods.support import TrainerInputs
 
 if TYPE_CHECKING:
     from trl import RLOOConfig, RLOOTrainer
@@ -34,11 +32,7 @@ def to_rloo_config(
     from trl import RLOOConfig
 
     return RLOOConfig(
-        **base_training_kwargs(spec, output_dir),
-        **rloo_config_kwargs(spec),
-        num_completions_to_print=2,
-        reward_weights=reward_weights or None,
-        **(vllm_kwargs or {"use_vllm": False}),
+        **rollout.trainer_config_kwargs(spec, output_dir, reward_weights, vllm_kwargs), **rloo_config_kwargs(spec)
     )
 
 
@@ -46,50 +40,20 @@ def build_rloo_trainer(inputs: TrainerInputs) -> RLOOTrainer:
     """The trainer on the job's prompts, scored by its rewards; its sampled completions go to the samples table."""
     from trl import RLOOTrainer
 
-    spec = inputs.spec
-    reward_funcs, weights = rollout.reward_functions(spec)
-    vllm_kwargs, notice = rollout.vllm_settings(spec)
-    rollout.log.info(notice)
-    policy = load_policy(spec, inputs.models_dir, inputs.parent_adapter)
-    trainer = RLOOTrainer(
-        args=to_rloo_config(spec, inputs.output_dir, weights, vllm_kwargs),
-        reward_funcs=reward_funcs,
-        train_dataset=inputs.dataset,
-        callbacks=inputs.callbacks,
-        **policy.trainer_kwargs(),
-    )
-    rollout.watch_completions(trainer, inputs.callbacks)
-    return trainer
+    return rollout.build_trainer(RLOOTrainer, to_rloo_config, inputs, train_dataset=inputs.dataset)
 
 
 def _card_rows(spec: JobSpec) -> list[tuple[str, object]]:
-    rows = rollout.card_rows(spec)
-    return [
-        *rows[:3],
-        ("KL beta", spec.rloo.beta),
-        ("normalized advantages", spec.rloo.normalize_advantages),
-        *rows[3:],
-    ]
+    own = [("KL beta", spec.rloo.beta), ("normalized advantages", spec.rloo.normalize_advantages)]
+    return rollout.card_rows(spec, own)
 
 
-SUPPORT = MethodSupport(
+SUPPORT = rollout.online_support(
     method=Method.rloo,
     spec_part="rloo",
     summary="REINFORCE leave-one-out (RLOO) with rewards",
-    formats=(DataFormat("prompt-only", ("prompt",)),),
     config_kwargs=rloo_config_kwargs,
     build_trainer=build_rloo_trainer,
-    evaluate=rollout.reward_scores,
-    learning_metrics=rollout.learning_metrics,
-    render=render_prompt_row,
     card_rows=_card_rows,
-    plots=rollout.PLOTS,
     reference_model=lambda spec: spec.rloo.beta > 0,  # the KL penalty's reference (the adapter off, with LoRA)
-    generation=rollout.generation,
-    template_kwargs=rollout.template_kwargs,
-    cli_extras=rollout.cli_extras,
-    cli_notes=rollout.cli_notes,
-    loss_unit="policy loss",
-    monitored=rollout.MONITORED,
-    log_columns=rollout.LOG_COLUMNS,
 )

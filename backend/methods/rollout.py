@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from backend.core.learning import LearningMetric
 from backend.core.spec import JobSpec, SpecError
+from backend.methods.common import base_training_kwargs, load_policy
+from backend.methods.rendering import render_prompt_row
+from backend.methods.support import DataFormat, MethodSupport, TrainerInputs
 from backend.models.mixed_batch import GenerationSettings
 from backend.models.scoring import PER_ROW, as_messages, generate_completions
 
@@ -150,13 +155,15 @@ def cli_notes(spec: JobSpec) -> list[str]:
     return notes
 
 
-def card_rows(spec: JobSpec) -> list[tuple[str, object]]:
-    """The model card's rows of the rollout: group, sampling, rewards, and the environment when one played."""
+def card_rows(spec: JobSpec, own: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """The model card's rows of an online job: group and sampling, the method's ``own`` rows, then the rewards and the
+    environment when one played."""
     r = spec.rollout
     rows: list[tuple[str, object]] = [
         ("generations per prompt", r.num_generations),
         ("max completion length", r.max_completion_length),
         ("temperature / top-p", f"{r.temperature} / {r.top_p}"),
+        *own,
     ]
     if r.rewards:
         rows.append(("rewards (weight)", ", ".join(f"{x.name} ({x.weight})" for x in r.rewards)))
@@ -241,3 +248,61 @@ LOG_COLUMNS = (
     ("loss", "loss"),
     ("learning_rate", "lr"),
 )
+
+
+def trainer_config_kwargs(
+    spec: JobSpec, output_dir: Path, reward_weights: list[float] | None, vllm_kwargs: dict | None
+) -> dict[str, Any]:
+    """An online config's kwargs beyond the method's own: the shared training arguments, the reward weights and the
+    generation engine's settings (transformers unless ``vllm_kwargs`` say otherwise)."""
+    return {
+        **base_training_kwargs(spec, output_dir),
+        "num_completions_to_print": 2,
+        "reward_weights": reward_weights or None,
+        **(vllm_kwargs or {"use_vllm": False}),
+    }
+
+
+def build_trainer(
+    trainer_class: Callable[..., Any],
+    to_config: Callable[[JobSpec, Path, list[float], dict], Any],
+    inputs: TrainerInputs,
+    **method_kwargs: Any,
+):
+    """An online method's trainer: the job's rewards, the generation engine (said in the log), the starting policy;
+    its sampled completions go to the samples table. ``method_kwargs`` are the trainer's own (the dataset, an
+    environment)."""
+    spec = inputs.spec
+    reward_funcs, weights = reward_functions(spec)
+    vllm_kwargs, notice = vllm_settings(spec)
+    log.info(notice)
+    policy = load_policy(spec, inputs.models_dir, inputs.parent_adapter)
+    trainer = trainer_class(
+        args=to_config(spec, inputs.output_dir, weights, vllm_kwargs),
+        reward_funcs=reward_funcs,
+        callbacks=inputs.callbacks,
+        **method_kwargs,
+        **policy.trainer_kwargs(),
+    )
+    watch_completions(trainer, inputs.callbacks)
+    return trainer
+
+
+def online_support(**row: Any) -> MethodSupport:
+    """A method table row for an online method: what every one shares (prompt-only data, the held-out reward, the
+    prompt's rendering, the rollout's plots, monitoring, template and TRL CLI keys), with ``row`` its own fields."""
+    shared: dict[str, Any] = {
+        "formats": (DataFormat("prompt-only", ("prompt",)),),
+        "evaluate": reward_scores,
+        "learning_metrics": learning_metrics,
+        "render": render_prompt_row,
+        "plots": PLOTS,
+        "generation": generation,
+        "template_kwargs": template_kwargs,
+        "cli_extras": cli_extras,
+        "cli_notes": cli_notes,
+        "loss_unit": "policy loss",
+        "monitored": MONITORED,
+        "log_columns": LOG_COLUMNS,
+    }
+    return MethodSupport(**{**shared, **row})
