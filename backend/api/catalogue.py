@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from backend.core.spec import REWARD_NAMES, JobSpec, Method, environment_methods, field_help, online_methods
+from backend.core.spec import REWARD_NAMES, JobSpec, Method, field_help, methods_reading, online_methods
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS
 from backend.models.demo import ARITH_MODEL_ID, DEMO_MODEL_ID
@@ -87,15 +87,8 @@ def field_methods(path: str) -> tuple[str, ...] | None:
     >>> field_methods("dpo.beta"), "grpo" in field_methods("rollout.temperature"), field_methods("training.max_steps")
     (('dpo',), True, None)
     """
-    own = method_part(path)
-    if own is not None:
-        return (own,)
-    head = path.split(".", 1)[0]
-    if head == "rollout":
-        return tuple(m.value for m in online_methods())
-    if head == "environment":
-        return tuple(m.value for m in environment_methods())
-    return None
+    readers = methods_reading(path.split(".", 1)[0])
+    return None if readers is None else tuple(m.value for m in readers)
 
 
 def generates(method: str) -> bool:

@@ -630,6 +630,18 @@ def environment_methods() -> tuple[Method, ...]:
     return tuple(m for m in online_methods() if getattr(_part_class(m), "takes_environment", False))
 
 
+def methods_reading(part: str) -> tuple[Method, ...] | None:
+    """The methods that read a spec part: a method's own part is that method's, ``rollout`` every online method's,
+    ``environment`` every method that can play one; None for a part every method reads (``training``)."""
+    if part in Method._value2member_map_:
+        return (Method(part),)
+    if part == "rollout":
+        return online_methods()
+    if part == "environment":
+        return environment_methods()
+    return None
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     # Dict keys in the location are the user's input too (an unknown setting, a column mapping).
     where = ".".join(shorten(str(p), ECHO_LIMIT) for p in error["loc"]) or "spec"

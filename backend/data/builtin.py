@@ -5,19 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.core.paths import BUILTIN_DATASETS_DIR  # noqa: E402  (re-exported: the built-ins' folder)
-from backend.core.spec import Method, environment_methods, online_methods
+from backend.core.paths import BUILTIN_DATASETS_DIR  # re-exported: the built-ins' folder
+from backend.core.spec import Method, methods_reading
 
-# What a dataset may say it suits besides a method's name: every online method (prompts with a column a reward
-# reads), or every method that plays an environment (prompts and the columns its reset takes).
-ONLINE = "online"
+# What a dataset may say it suits besides a method's name, by the spec part that reads it: every online method's
+# rollout (prompts with a column a reward reads), or every method that plays an environment (prompts and the columns
+# its reset takes).
+ROLLOUT = "rollout"
 ENVIRONMENT = "environment"
 
 
 @dataclass(frozen=True)
 class BuiltinDataset:
-    """A small dataset shipped with the studio: its name, what it holds, and what it suits (method names, ``online``
-    or ``environment``)."""
+    """A small dataset shipped with the studio: its name, what it holds, and what it suits (a method's name, or a
+    spec part the methods reading it share: ``rollout``, ``environment``)."""
 
     name: str
     description: str
@@ -25,13 +26,8 @@ class BuiltinDataset:
 
     def methods(self) -> tuple[str, ...]:
         """The methods it suits, by name, in the method list's order."""
-        online = ONLINE in self.suits
-        playing = ENVIRONMENT in self.suits
-        return tuple(
-            m.value
-            for m in Method
-            if m.value in self.suits or (online and m in online_methods()) or (playing and m in environment_methods())
-        )
+        suited = {m for tag in self.suits for m in methods_reading(tag) or ()}
+        return tuple(m.value for m in Method if m in suited)
 
     @property
     def path(self) -> Path:
@@ -51,7 +47,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             ("kto",),
         ),
         BuiltinDataset(
-            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", (ONLINE,)
+            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", (ROLLOUT,)
         ),
         BuiltinDataset(
             "echo-tools-sft",
@@ -86,7 +82,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
         BuiltinDataset(
             "arith-prompts",
             "1000 arithmetic prompts with a `solution` column for TRL's accuracy reward.",
-            (ONLINE,),
+            (ROLLOUT,),
         ),
         BuiltinDataset(
             "arith-env",
