@@ -17,6 +17,7 @@ import time
 import traceback
 from contextlib import ExitStack
 from pathlib import Path
+from typing import NoReturn
 
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
@@ -345,12 +346,17 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-if __name__ == "__main__":
-    exit_code = main()
-    # The job's final status is recorded: end now. A normal exit runs interpreter shutdown, which joins leftover
-    # threads and runs __del__ methods (an episode's websocket closing joins a reader thread that can no longer run)
-    # and was seen hanging for an hour while holding the job's slot. Nothing still pending matters once we get here.
+def end_process(code: int) -> NoReturn:
+    """End the worker process now, its job's final status recorded.
+
+    A normal exit runs interpreter shutdown, which joins leftover threads and runs __del__ methods (an episode's
+    websocket closing joins a reader thread that can no longer run) and was seen hanging for an hour while holding
+    the job's slot. Nothing still pending matters once we get here."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(exit_code)
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    end_process(main())

@@ -8,7 +8,9 @@ a row) it runs SFT with LoRA r=16 on all linear layers:
 - "defaults": the studio before auto-tune (auto_tune off: gradient checkpointing on, no packing), batch 8;
 - "auto-tuned": the same job with training.auto_tune on (what a user gets today);
 - "bare TRL": SFTTrainer with the settings auto-tune chose, no studio (the overhead baseline);
-- "auto-tuned 4-bit": the auto-tuned job loaded in 4-bit.
+- "auto-tuned 4-bit": the auto-tuned job loaded in 4-bit;
+- "auto-tuned, pooled worker" (first shape): the auto-tuned job forked from the pre-imported worker pool, which
+  checks that CUDA works in a forked child (backend/worker_pool.py) and measures its submit -> first step.
 It prints one table (tokens/s, s/step, peak memory, estimate vs measured, MFU, submit -> first step) and writes it,
 with the calibration rows for benchmarks/memory_calibration.json, as JSON to --work/results.json.
 """
@@ -74,6 +76,30 @@ def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: 
         "settings": tuned.get("settings", {}),
         "choices": tuned.get("choices", []),
     }
+
+
+def pooled_job(work: Path, model_dir: Path, steps: int) -> dict:
+    """The auto-tuned job in a worker forked from the pre-imported pool (STUDIO_PREIMPORT_WORKERS=1): whether CUDA
+    works in the forked child, and its submit -> first step against a fresh interpreter's."""
+    import os
+
+    from backend.api import StudioAPI
+    from backend.jobs.launchers import PREIMPORT_VAR
+
+    os.environ[PREIMPORT_VAR] = "1"
+    api = StudioAPI(work / "data-pooled", scheduler="thread", poll_interval=0.2)
+    try:
+        launcher = api.scheduler.launcher
+        deadline = time.time() + 120
+        while not os.path.exists(launcher.socket_path) and time.time() < deadline:
+            time.sleep(0.5)
+        try:
+            return studio_job(api, model_dir, steps, auto_tune=True)
+        except SystemExit as exc:  # CUDA failed in the forked child: a row that says so, the rest still runs
+            return {"error": str(exc), "choices": [], "settings": {}}
+    finally:
+        api.close()
+        os.environ.pop(PREIMPORT_VAR, None)
 
 
 def bare_trl(model_dir: Path, steps: int, settings: dict, out: Path) -> dict:
@@ -166,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             }
             runs["bare TRL"] = bare_trl(model_dir, steps, runs["auto-tuned"]["settings"], work / f"bare-{shape}")
             runs["auto-tuned 4-bit"] = studio_job(api, model_dir, steps, auto_tune=True, quantization="4bit")
+            if shape == next(iter(shapes)):
+                runs["auto-tuned, pooled worker"] = pooled_job(work, model_dir, steps)
             for name, row in runs.items():
                 results.append({"shape": shape, "run": name, **row})
                 print(json.dumps(results[-1]), flush=True)

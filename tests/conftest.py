@@ -9,12 +9,15 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("STUDIO_SPACE_RESERVE_MB", "1")  # hundreds of data dirs: 1 MiB each, not 8
 
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from backend.core.paths import DataPaths
+from backend.jobs.launchers import WORKER_POOL_VAR, SubprocessLauncher, start_pool
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobStatus, JobStore
 from backend.models.demo import ensure_demo_model
@@ -38,6 +41,7 @@ SLOW_FIXTURES = frozenset(
         "warmed",
         "alices_job",
         "trainer_venv",
+        "pool_socket",
     }
 )
 
@@ -46,6 +50,51 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_pool(request, tmp_path_factory):
+    """One pre-imported worker pool for the session (``backend.worker_pool``), when slow tests run: every scheduler,
+    in this process or in an app or CLI it starts, forks its workers from it instead of paying the imports of torch
+    and TRL per job. It starts in the background; until it is ready, schedulers start fresh workers. Tests whose
+    subject is the process itself (signals, adoption, memory caps) use ``fresh_workers``."""
+    if not any(item.get_closest_marker("slow") for item in request.session.items):
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("pool")
+    socket_path = folder / "pool.sock"
+    with open(folder / "pool.log", "ab") as log:
+        proc = start_pool(socket_path, log)
+    os.environ[WORKER_POOL_VAR] = str(socket_path)
+    try:
+        yield socket_path
+    finally:
+        os.environ.pop(WORKER_POOL_VAR, None)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        forks = (folder / "pool.log").read_text(errors="replace").count("forked worker")
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"worker pool: {forks} jobs ran in workers forked from the pre-imported pool")
+
+
+@pytest.fixture()
+def pool_socket(worker_pool) -> Path:
+    """The session's worker pool, once it is ready (it imports for about 15 s after the session starts)."""
+    assert worker_pool is not None
+    wait_for(worker_pool.exists, 180, what="the worker pool to be ready")
+    return worker_pool
+
+
+@pytest.fixture()
+def fresh_workers(monkeypatch):
+    """Workers started as fresh interpreters, as production starts them: for tests whose subject is the process."""
+    monkeypatch.delenv(WORKER_POOL_VAR, raising=False)
+    return SubprocessLauncher()
 
 
 @pytest.fixture(scope="session")

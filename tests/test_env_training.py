@@ -224,7 +224,7 @@ def test_dry_run_transcript_for_the_word_game(paths):
     assert api.list_jobs() == [], "a dry run queues nothing"
 
 
-def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_factory):
+def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_factory, fresh_workers):
     api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(
         grpo_env(

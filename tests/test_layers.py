@@ -32,7 +32,7 @@ LAYERS: tuple[str, ...] = (
     "backend.chat",
     "backend.workflows",
     "backend.api",
-    "backend",  # the entry points: cli, worker, remote_job, __main__
+    "backend",  # the entry points: cli, worker, worker_pool, remote_job, __main__
 )
 FACADE = "backend.api"
 UI = ("components", "app")
@@ -177,7 +177,13 @@ def test_every_backend_module_belongs_to_a_declared_layer(graph):
             top = ".".join(module.split(".")[:2])
             assert top in LAYERS or module.count(".") == 1, f"{module}: its package is not in LAYERS"
     entry_points = sorted(m for m in graph if layer_of(m) == LAYERS.index("backend") and m != "backend")
-    assert entry_points == ["backend.__main__", "backend.cli", "backend.remote_job", "backend.worker"]
+    assert entry_points == [
+        "backend.__main__",
+        "backend.cli",
+        "backend.remote_job",
+        "backend.worker",
+        "backend.worker_pool",
+    ]
 
 
 def test_imports_only_run_downward(graph):

@@ -13,11 +13,12 @@ import time
 import pytest
 
 from backend.api import StudioAPI
-from backend.jobs.scheduler import worker_alive
+from backend.jobs.launchers import worker_alive
 from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
-pytestmark = pytest.mark.slow
+# The worker process is the subject here: each starts as production starts it, a fresh interpreter.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_workers")]
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 # Long enough to kill the job between its first checkpoint and its end, short enough for a loaded CI machine.

@@ -14,11 +14,14 @@ import pytest
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.jobs.failures import describe_exit, disk_full_reason, oom_kill_count
-from backend.jobs.scheduler import worker_alive
+from backend.jobs.launchers import worker_alive
 from backend.jobs.store import JobStatus, JobStore
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 from tests.faults import fill, tmpfs
 from tests.test_lifecycle import FINAL, _kill_group, _start_scheduler_process, _wait_training
+
+# The worker process is the subject here: each starts as production starts it, a fresh interpreter.
+pytestmark = pytest.mark.usefixtures("fresh_workers")
 
 LONG = {"training": {"max_steps": 100000, "save_steps": 100000}}
 slow = pytest.mark.slow

@@ -33,16 +33,10 @@ from backend.jobs.failures import (
     tail_lines,
     with_log_tail,
 )
+from backend.jobs.launchers import Launcher, WorkerProcess, default_launcher, spawn_backend_process, worker_alive
 from backend.jobs.store import JobRecord, JobStatus, JobStore
 from backend.platform.hardware import gpu_count_without_torch
-from backend.platform.interpreters import (
-    APP_PYTHON_VAR,
-    PROJECT_ROOT,
-    InterpreterError,
-    app_python,
-    backend_env,
-    trainer_python,
-)
+from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.platform.limits import int_setting
 from backend.platform.resource_errors import looks_like_disk_full, looks_like_oom
 
@@ -53,18 +47,6 @@ FINAL_STATUSES = [JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, Jo
 LINGERING_TERM_TO_KILL_S = 2.0
 # A data disk with less free than this is full for a job that just failed (its log may not have been written).
 DISK_FULL_BELOW_BYTES = 2**20
-
-
-def worker_alive(pid: int, job_id: str) -> bool:
-    """True while ``pid`` is a live (not zombie) worker for ``job_id``; guards against pid reuse."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmdline = fh.read().split(b"\0")
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z" and job_id.encode() in cmdline and b"backend.worker" in cmdline
 
 
 def _seconds_from_env(name: str, default: float) -> float:
@@ -104,7 +86,7 @@ class _Running:
     job_id: str
     pid: int
     slot: int
-    popen: subprocess.Popen | None  # None for a worker adopted from a previous scheduler
+    popen: WorkerProcess | None  # None for a worker adopted from a previous scheduler
     log_path: Path
     term_sent_at: float | None = None
     log_file: IO[bytes] | None = field(default=None, repr=False)
@@ -134,8 +116,11 @@ class Scheduler:
         secret_env=None,
         final_grace_s: float | None = None,
         backoff_cap_s: float = 30.0,
+        launcher: Launcher | None = None,
     ):
         self.paths = paths.ensure()
+        # How workers start: a fresh interpreter, or a fork of the pre-imported pool (``jobs.launchers``).
+        self.launcher = launcher or default_launcher(self.paths.root)
         self.store = JobStore(paths.db)
         self.max_concurrent = max_concurrent or default_max_concurrent()
         self.poll_interval = poll_interval
@@ -230,6 +215,7 @@ class Scheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        self.launcher.close()
 
     def health(self) -> SchedulerHealth:
         """A snapshot for the UI: whether the loop is alive and ticking, and its latest error."""
@@ -390,9 +376,7 @@ class Scheduler:
             # Marks where each attempt starts (a resumed job appends here), and finds a full disk before a worker runs.
             log_file.write(f"--- attempt {job.attempts} started {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n".encode())
             oom_kills = oom_kill_count()
-            popen = spawn_backend_process(
-                module, args, log_file, extra_env=env, preexec_fn=_memory_limit_preexec(), python=python
-            )
+            popen = self.launcher.launch(module, args, log_file, env, python, memory_limit_bytes())
             self.store.set_pid(job.id, popen.pid)
         except BaseException:
             if popen is not None:  # started, but nobody would know its pid: it must not train unseen
@@ -570,19 +554,10 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _memory_limit_preexec():
-    """Cap each worker's address space when STUDIO_WORKER_MEMORY_LIMIT_MB is set, so a runaway job fails alone."""
+def memory_limit_bytes() -> int | None:
+    """Each worker's address-space cap from STUDIO_WORKER_MEMORY_LIMIT_MB, so a runaway job fails alone; else None."""
     limit_mb = os.environ.get("STUDIO_WORKER_MEMORY_LIMIT_MB")
-    if not limit_mb:
-        return None
-    limit = int(limit_mb) * 2**20
-
-    def apply() -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return apply
+    return int(limit_mb) * 2**20 if limit_mb else None
 
 
 def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, list[str]]:
@@ -604,31 +579,6 @@ def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, l
         "backend.worker",
         *args,
     ]
-
-
-def spawn_backend_process(
-    module: str,
-    args: list[str],
-    log_file,
-    extra_env: dict[str, str] | None = None,
-    preexec_fn=None,
-    python: str | None = None,
-) -> subprocess.Popen:
-    """``python -m module args`` from the project root, in its own process session, output appended to log_file.
-
-    ``python`` defaults to this process's interpreter; workers get the trainer's (``interpreters.trainer_python``).
-    """
-    env = backend_env(extra_env)
-    return subprocess.Popen(
-        [python or sys.executable, "-m", module, *args],  # an argv list, never a shell string
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=preexec_fn,
-    )
 
 
 def spawn_detached(paths: DataPaths) -> subprocess.Popen:
