@@ -162,6 +162,17 @@ class Pool:
         return pid
 
 
+def _reread_import_time_settings() -> None:
+    """What a library read from the environment at import and a job may change (``launchers.RUNTIME_ONLY_VARIABLES``),
+    read again from the job's environment."""
+    from huggingface_hub import constants
+
+    constants.HF_HUB_DISABLE_TELEMETRY = any(
+        constants._is_true(os.environ.get(name))
+        for name in ("HF_HUB_DISABLE_TELEMETRY", "DISABLE_TELEMETRY", "DO_NOT_TRACK")
+    )
+
+
 def _become_worker(job_id: str, args: list[str], env: dict[str, str], log_path: str, listener) -> None:
     """In the forked child: become ``python -m backend.worker ARGS`` with ``env``, output to ``log_path``; never
     returns."""
@@ -184,6 +195,7 @@ def _become_worker(job_id: str, args: list[str], env: dict[str, str], log_path: 
         os.environ.clear()
         os.environ.update(env)
         tempfile.tempdir = None  # the job's TMPDIR, not the folder the pool found at its start
+        _reread_import_time_settings()
         Path("/proc/self/comm").write_text(worker_comm(job_id))
         for handler in list(logging.root.handlers):
             logging.root.removeHandler(handler)

@@ -34,9 +34,10 @@ NOTHING_TO_LEARN = tiny_spec(
         "max_completion_length": 8,
         "rewards": [{"name": "regex", "pattern": "^NEVER-MATCHES$"}],
     },
-    # About 0.3 s a step on a CPU: the warning comes at step 3 and the run goes on for some 10 s more, several of
-    # the Jobs tab's 2 s refreshes.
-    training={"max_steps": 40, "batch_size": 2, "logging_steps": 1, "save_steps": 100},
+    # About 0.3 s a step on a CPU: the warning comes at step 3 and the run goes on for some 30 s more, many of the
+    # Jobs tab's 2 s refreshes, however long the page takes to load (a worker forked from the pre-imported pool
+    # starts training within a second of the submit).
+    training={"max_steps": 120, "batch_size": 2, "logging_steps": 1, "save_steps": 100},
     eval={"holdout_rows": 4},
 )
 

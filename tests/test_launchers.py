@@ -96,6 +96,7 @@ def test_the_pool_forks_only_what_a_fresh_interpreter_would_run_the_same(tmp_pat
     # The project's own settings, the user's token and the temporary folder are read at run time: a fork takes the
     # job's values; a PYTHONPATH that names a folder twice gives the same sys.path.
     runtime = {"STUDIO_X": "b", "HF_TOKEN": "t", "TMPDIR": "/tmp/x", "GRADIO_SERVER_PORT": "1", "PYTHONPATH": "/a:/a"}
+    runtime["HF_HUB_DISABLE_TELEMETRY"] = "True"  # what Gradio sets in the app
     launcher._pool["env"]["PYTHONPATH"] = "/a"
     assert launcher.why_not_pooled("backend.worker", {**same, **runtime}, sys.executable, None) is None
     # What a library read at import time must match the pool's; each refusal is a sentence naming the cause.

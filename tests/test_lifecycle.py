@@ -17,8 +17,10 @@ from backend.jobs.launchers import worker_alive
 from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
-# The worker process is the subject here: each starts as production starts it, a fresh interpreter.
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_workers")]
+pytestmark = pytest.mark.slow
+# Tests whose subject is the worker process itself (a grace period, a kill, adoption, a memory cap) take
+# ``fresh_workers``: each worker starts as production starts it, a fresh interpreter. The others fork theirs from the
+# session's pre-imported pool.
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 # Long enough to kill the job between its first checkpoint and its end, short enough for a loaded CI machine.
@@ -66,7 +68,7 @@ def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, 
     assert wait_status(store, next_job.id, FINAL).status is JobStatus.succeeded
 
 
-def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, store, scheduler_factory):
+def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, store, scheduler_factory, fresh_workers):
     api = StudioAPI(paths.root, scheduler="none")
     job = api.submit(tiny_spec(**LONG)).job
     scheduler_factory(cancel_grace_s=1.0)
@@ -122,7 +124,7 @@ def _oversized_model(target, demo_model_path, vocab_size=6_000_000):
 
 
 def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(
-    paths, store, scheduler_factory, demo_model_path, tmp_path, monkeypatch
+    paths, store, scheduler_factory, demo_model_path, tmp_path, monkeypatch, fresh_workers
 ):
     huge = _oversized_model(tmp_path / "huge", demo_model_path)
     monkeypatch.setenv("STUDIO_WORKER_MEMORY_LIMIT_MB", "3500")  # the demo job peaks near 2.6 GB of address space
@@ -156,7 +158,9 @@ def _kill_group(proc):
     proc.wait()
 
 
-def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds(paths, store, scheduler_factory):
+def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds(
+    paths, store, scheduler_factory, fresh_workers
+):
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
@@ -179,7 +183,7 @@ def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds
     assert wait_status(store, queued.id, FINAL).status is JobStatus.succeeded
 
 
-def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, scheduler_factory):
+def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, scheduler_factory, fresh_workers):
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
@@ -195,7 +199,7 @@ def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, s
     assert done.status is JobStatus.succeeded and done.attempts == 1
 
 
-def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_factory):
+def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_factory, fresh_workers):
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
@@ -243,7 +247,9 @@ def _stop_after_first_checkpoint(paths, store, sched, api, how):
 
 
 @pytest.mark.parametrize("how, status", [("cancel", JobStatus.cancelled), ("kill", JobStatus.failed)])
-def test_a_cancelled_or_failed_job_with_a_checkpoint_resumes_and_finishes(paths, store, scheduler_factory, how, status):
+def test_a_cancelled_or_failed_job_with_a_checkpoint_resumes_and_finishes(
+    paths, store, scheduler_factory, how, status, fresh_workers
+):
     api = StudioAPI(paths.root, scheduler="none")
     sched = scheduler_factory()
     stopped = _stop_after_first_checkpoint(paths, store, sched, api, how)
@@ -282,7 +288,9 @@ def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_ord
     assert a.finished_at <= b.started_at, "one GPU slot: the second job starts after the first ends"
 
 
-def test_two_app_processes_on_one_data_dir_share_its_queue_and_the_second_takes_over(tmp_path, models_dir):
+def test_two_app_processes_on_one_data_dir_share_its_queue_and_the_second_takes_over(
+    tmp_path, models_dir, fresh_workers
+):
     """Issue 20: a second app started on the same data dir (a Space's old and new process overlapping in a
     restart, or two started by hand). One scheduler runs the queue (the data dir's lock); the other waits, says so,
     and takes over when the first goes. Jobs queued through either run once, and both list them."""

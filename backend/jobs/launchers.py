@@ -34,8 +34,9 @@ WORKER_POOL_VAR = "STUDIO_WORKER_POOL"
 # Variables that nothing reads at import time, so a pooled child may take the job's value: the project's own
 # settings, the user's Hub token (read per call), the device a job gets (read when CUDA starts), unbuffered output
 # (the child sets its own streams), the temporary folder (the child forgets the pool's), Gradio's settings (neither
-# the pool nor a worker imports Gradio), the terminal's size, pytest's name of the running test and the pool's own
-# way of asking whether CUDA is there.
+# the pool nor a worker imports Gradio), the terminal's size, pytest's name of the running test, the pool's own
+# way of asking whether CUDA is there, and the Hub's telemetry switch (Gradio sets it in the app; huggingface_hub
+# reads it at import, so the child sets that constant again from the job's value: ``worker_pool``).
 RUNTIME_ONLY_PREFIXES = ("STUDIO_", "GRADIO_")
 RUNTIME_ONLY_VARIABLES = frozenset(
     {
@@ -47,6 +48,9 @@ RUNTIME_ONLY_VARIABLES = frozenset(
         "COLUMNS",
         "LINES",
         "PYTORCH_NVML_BASED_CUDA_CHECK",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "DISABLE_TELEMETRY",
+        "DO_NOT_TRACK",
     }
 )
 # Set in the pool before it imports torch (see ``backend.worker_pool.preimport``).
@@ -292,9 +296,9 @@ class PoolLauncher:
     def launch(self, module, args, log_file, extra_env, python, memory_limit_bytes=None) -> WorkerProcess:
         """A pooled worker when ``why_not_pooled`` has no objection, else the fallback's process."""
         env = backend_env(extra_env)
+        job_id = args[args.index("--job-id") + 1] if "--job-id" in args else "?"
         self.refusal = self.why_not_pooled(module, env, python, memory_limit_bytes)
         if self.refusal is None:
-            job_id = args[args.index("--job-id") + 1]
             try:
                 reply = pool_request(
                     self.socket_path, {"op": "fork", "args": args, "env": env, "log": str(log_file.name)}
@@ -302,7 +306,7 @@ class PoolLauncher:
                 return PooledWorker(int(reply["pid"]), job_id, self.socket_path)
             except PoolError as exc:  # the pool went away: a fresh process still runs the job
                 self.refusal = str(exc)
-        log.info("starting a fresh worker: %s", self.refusal)
+        log.warning("job %s starts in a fresh interpreter, not the worker pool: %s", job_id, self.refusal)
         return self.fallback.launch(module, args, log_file, extra_env, python, memory_limit_bytes)
 
 
