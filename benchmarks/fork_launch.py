@@ -1,5 +1,5 @@
 """How long a job waits for its first step: a worker started as a fresh interpreter, against one forked from a parent
-that has already imported the training stack (the measurement behind the launcher seam of issue 21).
+that has already imported the training stack, and through the scheduler with its own pool (backend/worker_pool.py).
 
     python benchmarks/fork_launch.py [--trials N]
 
@@ -78,6 +78,33 @@ def _forked(api, data_dir: str) -> float | None:
     return seconds
 
 
+def _through_the_pool(data_dir: str, trials: int) -> None:
+    """Submit -> first step through the real scheduler and its own pool (STUDIO_PREIMPORT_WORKERS=1), once it is
+    ready: what production gets with the pool on."""
+    from backend.api import StudioAPI
+    from backend.jobs.launchers import PoolLauncher
+    from backend.jobs.scheduler import Scheduler
+
+    started = time.monotonic()
+    launcher = PoolLauncher.own_pool(Path(data_dir) / "worker-pool.log")
+    while not os.path.exists(launcher.socket_path):
+        time.sleep(0.1)
+    print(f"the pool ready after {time.monotonic() - started:.1f} s, once", flush=True)
+    api = StudioAPI(data_dir, scheduler="none")
+    scheduler = Scheduler(api.paths, poll_interval=0.1, launcher=launcher).start()
+    try:
+        for _ in range(trials):
+            submitted = time.monotonic()
+            job = api.submit(SPEC).job
+            scheduler.notify()
+            seconds = _first_step(api, job.id, submitted, lambda: True)
+            print(f"through the scheduler and its pool: first step {seconds:.1f} s after the submit", flush=True)
+            assert scheduler.wait_idle(120) and api.get_job(job.id).status.value == "succeeded"
+    finally:
+        scheduler.stop()
+        api.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the launch-to-first-step time of each kind of worker, ``--trials`` times each."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -102,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"forked from the pre-imported parent: first step after {_forked(api, data_dir):.1f} s")
         finally:
             api.close()
+        _through_the_pool(data_dir, args.trials)
     return 0
 
 
