@@ -20,6 +20,7 @@ from backend.jobs.launchers import (
     worker_alive,
     worker_comm,
 )
+from backend.jobs.scheduler import _Running
 from backend.jobs.store import JobStatus
 from tests.conftest import tiny_spec, wait_for, wait_status
 
@@ -131,10 +132,13 @@ def test_a_pool_that_is_not_there_costs_only_the_fork(tmp_path):
     # The same process a scheduler without a pool would start, and the reason is kept for the log.
     assert launcher.fallback.calls == [("backend.worker", args, log, {"HF_TOKEN": "t"}, sys.executable, None)]
     assert "did not answer" in launcher.refusal
-    # A pooled worker whose pool went away is judged by /proc: gone is gone.
+    # A pooled worker whose pool went away is judged by /proc: gone is gone, and its slot is freed.
     proc = subprocess.Popen(["true"])
     proc.wait()
-    assert PooledWorker(proc.pid, "J", str(tmp_path / "no-pool.sock")).wait(5) is None
+    orphan = PooledWorker(proc.pid, "J", str(tmp_path / "no-pool.sock"))
+    assert orphan.wait(5) is None and orphan.ended
+    run = _Running("J", proc.pid, 0, PooledWorker(proc.pid, "J", str(tmp_path / "no-pool.sock")), tmp_path / "log")
+    assert run.exit_code() == (True, None)
 
 
 def test_a_bad_request_gets_a_sentence_and_the_pool_serves_the_next(pool_socket):

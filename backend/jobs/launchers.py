@@ -216,23 +216,23 @@ class PooledWorker:
     job_id: str
     socket_path: str
     _code: int | None = None
-    _ended: bool = False
+    ended: bool = False  # also when its exit code is unknown: the pool went away and so did the worker
 
     def poll(self) -> int | None:
         """The exit code the pool saw; if the pool is gone, None once the worker is gone too."""
-        if self._ended:
+        if self.ended:
             return self._code
         try:
             reply = pool_request(self.socket_path, {"op": "poll", "pid": self.pid})
-            self._ended, self._code = not reply["running"], reply["code"]
+            self.ended, self._code = not reply["running"], reply["code"]
         except PoolError:
-            self._ended = not worker_alive(self.pid, self.job_id)
+            self.ended = not worker_alive(self.pid, self.job_id)
         return self._code
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Poll until it ends (``subprocess.TimeoutExpired`` after ``timeout`` seconds)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None and not self._ended:
+        while self.poll() is None and not self.ended:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(WORKER_MODULE, timeout or 0)
             time.sleep(0.05)

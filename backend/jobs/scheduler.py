@@ -99,7 +99,8 @@ class _Running:
     def exit_code(self) -> tuple[bool, int | None]:
         if self.popen is not None:
             code = self.popen.poll()
-            return code is not None, code
+            # A pooled worker whose pool is gone has no exit code to give once it is gone too.
+            return code is not None or getattr(self.popen, "ended", False), code
         return not worker_alive(self.pid, self.job_id), None
 
 
