@@ -109,9 +109,12 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
             training={"max_steps": 6, "batch_size": 2, "max_length": 128, "save_steps": 3},
         ),
     )
+    # It continues from the short job's adapter, so it stays queued until that one has ended however fast a worker
+    # starts (one forked from the pre-imported pool trains within a second of its submit).
     long = _submit(
         app,
         tiny_spec(
+            model={"parent_job_id": short},
             output={"run_name": "sft-long"},
             training={"max_steps": 5000, "batch_size": 2, "max_length": 128, "save_steps": 1},
         ),
