@@ -290,7 +290,11 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
 
     for trigger in (compare_jobs.change, compare_metric.change):
         trigger(hidden, None, compare_plot, api_visibility="private", queue=False).then(
-            compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_visibility="private"
+            compare,
+            [compare_jobs, compare_metric],
+            [compare_plot, compare_note],
+            api_visibility="private",
+            trigger_mode="always_last",  # the last selection is drawn, not dropped while the one before draws
         )
     compare_again.click(hidden, None, compare_plot, api_visibility="private", queue=False).then(
         compare, [compare_jobs, compare_metric], [compare_plot, compare_note], api_name="compare_jobs"
@@ -313,7 +317,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         [*plots.values(), action_note],
         api_visibility="private",
         queue=False,
-    ).then(show_job, picker, detail, api_name="show_job", show_progress="hidden")
+    ).then(show_job, picker, detail, api_name="show_job", show_progress="hidden", trigger_mode="always_last")
     picker.change(lambda: gr.update(value=None, visible=False), None, download, api_visibility="private", queue=False)
     picker.focus(list_jobs, picker, [table, picker], api_name="list_jobs", queue=False)
 

@@ -444,9 +444,12 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
         return [gr.update(interactive=True)] * len(waiting)
 
     def held(trigger, handler, inputs_, outputs, **kwargs):
-        """``trigger(handler)`` with the buttons that read the upload off until it has answered (even by failing)."""
+        """``trigger(handler)`` with the buttons that read the upload off until it has answered (even by failing).
+
+        A trigger while the last check still runs is answered after it ("always_last"): Gradio's default for a
+        chained handler ("once") dropped it, so a mapping fixed seconds after another edit kept the old refusal."""
         trigger(hold, None, waiting, queue=False, show_progress="hidden", api_name=False).then(
-            handler, inputs_, outputs, **kwargs
+            handler, inputs_, outputs, trigger_mode="always_last", **kwargs
         ).then(release, None, waiting, queue=False, show_progress="hidden", api_name=False)
 
     held(

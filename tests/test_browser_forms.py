@@ -151,6 +151,9 @@ def test_an_upload_with_other_column_names_is_mapped_and_queued(page, store, tmp
     expect(dataset_error).to_contain_text("“Column mapping”")
     expect(dataset_error).to_contain_text("prompt=question, completion=answer")
     assert not SPEC_PATH.search(dataset_error.inner_text()), dataset_error.inner_text()
+    # A wrong mapping, fixed at once while it is still being checked: the fix is answered last, not dropped.
+    mapping.fill("prompt=question, completion=nope")
+    mapping.press("Tab")
     mapping.fill("prompt=question, completion=answer")
     mapping.press("Tab")
     expect(dataset_error).to_have_text("", timeout=30_000)

@@ -55,3 +55,31 @@ def test_the_jobs_refresh_is_answered_directly_not_through_the_queue(paths):
         assert listing and all(d["queue"] is False for d in listing)
     finally:
         api.close()
+
+
+# The events that carry a value the user has just changed. A handler chained after one of them must answer the last
+# change: Gradio's default for a chained handler ("once") drops a trigger while the previous one runs, so a Column
+# mapping fixed seconds after another edit kept the old refusal, and a job picked while the last one loaded showed
+# the last one.
+VALUE_EVENTS = {"upload", "blur", "input", "change", "select"}
+
+
+def test_a_handler_after_a_changed_value_answers_the_last_change(paths):
+    from app import build_app
+
+    api = StudioAPI(paths.root, scheduler="none")
+    try:
+        deps = {d["id"]: d for d in build_app(api).config["dependencies"]}
+    finally:
+        api.close()
+
+    def root_events(dep):
+        while dep["trigger_after"] is not None:
+            dep = deps[dep["trigger_after"]]
+        return {event for _, event in dep["targets"]}
+
+    chained = [d for d in deps.values() if d["trigger_after"] is not None and d["backend_fn"] and d["inputs"]]
+    after_values = [d for d in chained if root_events(d) & VALUE_EVENTS]
+    assert len(after_values) >= 5, "the upload, its re-checks, Compare and the job picker chain after a value"
+    dropping = [(d["api_name"], sorted(root_events(d))) for d in after_values if d["trigger_mode"] != "always_last"]
+    assert not dropping, f"these drop a change made while the last one is answered: {dropping}"
