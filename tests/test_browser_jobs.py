@@ -109,15 +109,18 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
             training={"max_steps": 6, "batch_size": 2, "max_length": 128, "save_steps": 3},
         ),
     )
-    # It continues from the short job's adapter, so it stays queued until that one has ended however fast a worker
-    # starts (one forked from the pre-imported pool trains within a second of its submit).
     long = _submit(
         app,
         tiny_spec(
-            model={"parent_job_id": short},
             output={"run_name": "sft-long"},
             training={"max_steps": 5000, "batch_size": 2, "max_length": 128, "save_steps": 1},
         ),
+    )
+    # It continues from the long job's adapter, so it stays queued until that one ends (the next test cancels it),
+    # however fast a worker starts: one forked from the pre-imported pool trains within a second of its submit.
+    waiting = _submit(
+        app,
+        tiny_spec(model={"parent_job_id": long}, output={"run_name": "sft-waiting"}, training={"max_steps": 2}),
     )
     STATE.update(short=short, long=long)
     expect(page.locator("#jobs-empty")).to_be_hidden(timeout=10_000)
@@ -125,12 +128,14 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     expect(table).to_contain_text("run name")
     expect(table).to_contain_text("sft-short")
 
-    # The long job waits in the queue behind the short one: only Cancel makes sense.
-    _pick(page, long)
+    # A queued job: only Cancel makes sense, and it takes the job out of the queue.
+    _pick(page, waiting)
     expect(page.locator("#job-summary")).to_contain_text("· queued ·")
-    expect(page.locator("#cancel-button")).to_be_enabled()
     for button in ("#resume-button", "#push-button", "#prepare-download-button"):
         expect(page.locator(button)).to_be_disabled()
+    page.locator("#cancel-button").click()
+    expect(page.locator("#job-summary")).to_contain_text("· cancelled ·", timeout=30_000)
+    assert store.get(waiting).status is JobStatus.cancelled
 
     _pick(page, short)
     summary = page.locator("#job-summary")
