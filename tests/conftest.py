@@ -14,15 +14,13 @@ os.environ.setdefault("STUDIO_SPACE_RESERVE_MB", "1")  # hundreds of data dirs: 
 # (2026-12-03; the measurement is in the README).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from backend.core.paths import DataPaths
-from backend.jobs.launchers import WORKER_POOL_VAR, SubprocessLauncher, start_pool
+from backend.jobs.launchers import WORKER_POOL_VAR, PoolLauncher, SubprocessLauncher
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobStatus, JobStore
 from backend.models.demo import ensure_demo_model
@@ -67,20 +65,13 @@ def worker_pool(request, tmp_path_factory):
         yield None
         return
     folder = tmp_path_factory.mktemp("pool")
-    socket_path = folder / "pool.sock"
-    with open(folder / "pool.log", "ab") as log:
-        proc = start_pool(socket_path, log)
-    os.environ[WORKER_POOL_VAR] = str(socket_path)
+    pool = PoolLauncher.own_pool(folder / "pool.log")
+    os.environ[WORKER_POOL_VAR] = pool.socket_path
     try:
-        yield socket_path
+        yield Path(pool.socket_path)
     finally:
         os.environ.pop(WORKER_POOL_VAR, None)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        pool.close()
         forks = (folder / "pool.log").read_text(errors="replace").count("forked worker")
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

@@ -62,12 +62,17 @@ _POOL_TIMEOUT_S = 10.0
 
 
 class WorkerProcess(Protocol):
-    """A started worker, as ``subprocess.Popen`` shows one: its pid (also its process group) and exit code."""
+    """A started worker: its pid (also its process group), whether it has ended and its exit code."""
 
-    pid: int
+    @property
+    def pid(self) -> int: ...
 
     def poll(self) -> int | None:
         """The exit code once it has ended (negative: the signal that ended it), else None."""
+        ...
+
+    def outcome(self) -> tuple[bool, int | None]:
+        """Whether it has ended, and its exit code: None while it runs, and also when it ended unseen."""
         ...
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -168,13 +173,36 @@ def _address_space_cap(limit: int | None):
     return apply
 
 
+@dataclass
+class FreshWorker:
+    """A worker started as its own interpreter: this process is its parent and reaps it."""
+
+    process: subprocess.Popen
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def outcome(self) -> tuple[bool, int | None]:
+        code = self.process.poll()
+        return code is not None, code
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.process.wait(timeout)
+
+
 class SubprocessLauncher:
     """A fresh interpreter per job: production's launcher, and the tests' wherever the process is the subject."""
 
     def launch(self, module, args, log_file, extra_env, python, memory_limit_bytes=None) -> WorkerProcess:
         """``python -m module args`` (see ``spawn_backend_process``), capped to ``memory_limit_bytes`` if given."""
-        return spawn_backend_process(
-            module, args, log_file, extra_env, preexec_fn=_address_space_cap(memory_limit_bytes), python=python
+        return FreshWorker(
+            spawn_backend_process(
+                module, args, log_file, extra_env, preexec_fn=_address_space_cap(memory_limit_bytes), python=python
+            )
         )
 
     def close(self) -> None:
@@ -228,6 +256,10 @@ class PooledWorker:
         except PoolError:
             self.ended = not worker_alive(self.pid, self.job_id)
         return self._code
+
+    def outcome(self) -> tuple[bool, int | None]:
+        code = self.poll()
+        return self.ended, code
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Poll until it ends (``subprocess.TimeoutExpired`` after ``timeout`` seconds)."""

@@ -98,9 +98,7 @@ class _Running:
 
     def exit_code(self) -> tuple[bool, int | None]:
         if self.popen is not None:
-            code = self.popen.poll()
-            # A pooled worker whose pool is gone has no exit code to give once it is gone too.
-            return code is not None or getattr(self.popen, "ended", False), code
+            return self.popen.outcome()  # a pooled worker whose pool is gone ends with no exit code
         return not worker_alive(self.pid, self.job_id), None
 
 
