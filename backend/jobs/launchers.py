@@ -65,7 +65,9 @@ class WorkerProcess(Protocol):
     """A started worker: its pid (also its process group), whether it has ended and its exit code."""
 
     @property
-    def pid(self) -> int: ...
+    def pid(self) -> int:
+        """Its pid, also its process group's."""
+        ...
 
     def poll(self) -> int | None:
         """The exit code once it has ended (negative: the signal that ended it), else None."""
@@ -181,16 +183,20 @@ class FreshWorker:
 
     @property
     def pid(self) -> int:
+        """Its pid, also its process group's."""
         return self.process.pid
 
     def poll(self) -> int | None:
+        """Its exit code once it has ended, else None."""
         return self.process.poll()
 
     def outcome(self) -> tuple[bool, int | None]:
+        """Whether it has ended, and its exit code (this process reaps it, so it is always known)."""
         code = self.process.poll()
         return code is not None, code
 
     def wait(self, timeout: float | None = None) -> int | None:
+        """Block until it ends (``subprocess.TimeoutExpired`` after ``timeout`` seconds); its exit code."""
         return self.process.wait(timeout)
 
 
@@ -258,6 +264,7 @@ class PooledWorker:
         return self._code
 
     def outcome(self) -> tuple[bool, int | None]:
+        """Whether it has ended, and the exit code the pool saw (None when the pool went away first)."""
         code = self.poll()
         return self.ended, code
 
