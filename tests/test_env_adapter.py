@@ -625,3 +625,24 @@ def test_describe_on_a_closed_port_fails_fast():
     with pytest.raises(EnvironmentUnavailable, match=rf"the environment server at {url} is not reachable"):
         describe(url)
     assert time.monotonic() - started < 3
+
+
+def test_a_dry_run_on_an_unreachable_environment_is_refused_before_any_model_loads(tmp_path, monkeypatch):
+    """A mistyped URL is answered in a second: the model (10 s on a CPU, minutes for a large one) is never loaded."""
+    from backend.workflows import dryrun
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded for an environment that cannot be reached")
+
+    monkeypatch.setattr(dryrun, "load_for_inference", no_model)
+    url = f"http://127.0.0.1:{free_port()}"
+    spec = parse_spec(
+        tiny_spec(
+            method="grpo",
+            dataset={"name": "echo-demo"},
+            training={"batch_size": 4},
+            environment={"name": url, "timeout_s": 2},
+        )
+    )
+    with pytest.raises(EnvironmentUnavailable, match=rf"the environment server at {url} is not reachable"):
+        dryrun.dry_run(spec, tmp_path / "models")

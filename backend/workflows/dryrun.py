@@ -32,8 +32,10 @@ def dry_run(
     dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True, uploads_dir=uploads_dir)
     if not 0 <= row < len(dataset):
         raise SpecError([f"dry run: row {row} is outside the dataset's {len(dataset)} rows"])
-    model, tokenizer = load_for_inference(spec.model, spec.quantization, models_dir, adapter_dir)
+    # The environment first: one that cannot be reached (a mistyped URL, a sleeping Space) is refused in a second,
+    # not after the model has loaded (10 s on a CPU, minutes for a large model).
     with open_environment(spec, sessions=1) as environment:
+        model, tokenizer = load_for_inference(spec.model, spec.quantization, models_dir, adapter_dir)
         episode_env = environment.factory()
         try:
             return play_episode(
