@@ -171,6 +171,8 @@ def _reread_import_time_settings() -> None:
         constants._is_true(os.environ.get(name))
         for name in ("HF_HUB_DISABLE_TELEMETRY", "DISABLE_TELEMETRY", "DO_NOT_TRACK")
     )
+    for name in ("OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES", "OPENID_PROVIDER_URL"):
+        setattr(constants, name, os.environ.get(name))
 
 
 def _become_worker(job_id: str, args: list[str], env: dict[str, str], log_path: str, listener) -> None:

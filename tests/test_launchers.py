@@ -98,6 +98,8 @@ def test_the_pool_forks_only_what_a_fresh_interpreter_would_run_the_same(tmp_pat
     # job's values; a PYTHONPATH that names a folder twice gives the same sys.path.
     runtime = {"STUDIO_X": "b", "HF_TOKEN": "t", "TMPDIR": "/tmp/x", "GRADIO_SERVER_PORT": "1", "PYTHONPATH": "/a:/a"}
     runtime["HF_HUB_DISABLE_TELEMETRY"] = "True"  # what Gradio sets in the app
+    # A Space's own variables: its id and host are read per call, its sign-in settings set again in the child.
+    runtime.update(SPACE_ID="alice/studio", SYSTEM="spaces", OAUTH_CLIENT_ID="c", OPENID_PROVIDER_URL="http://h")
     launcher._pool["env"]["PYTHONPATH"] = "/a"
     assert launcher.why_not_pooled("backend.worker", {**same, **runtime}, sys.executable, None) is None
     # What a library read at import time must match the pool's; each refusal is a sentence naming the cause.
@@ -113,6 +115,24 @@ def test_the_pool_forks_only_what_a_fresh_interpreter_would_run_the_same(tmp_pat
     assert str(other_venv) in launcher.why_not_pooled("backend.worker", same, str(other_venv), None)
     assert "cap" in launcher.why_not_pooled("backend.worker", same, sys.executable, 2**30)
     assert "not the worker" in launcher.why_not_pooled("accelerate.commands.launch", same, sys.executable, None)
+
+
+def test_a_pooled_child_reads_the_hubs_import_time_settings_from_its_jobs_environment(monkeypatch):
+    from huggingface_hub import constants
+
+    from backend.worker_pool import _reread_import_time_settings
+
+    for name in ("HF_HUB_DISABLE_TELEMETRY", "OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_SCOPES"):
+        monkeypatch.setattr(constants, name, getattr(constants, name))  # restored afterwards
+    monkeypatch.setattr(constants, "OPENID_PROVIDER_URL", None)
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    monkeypatch.setenv("OAUTH_CLIENT_ID", "space-client")
+    monkeypatch.setenv("OPENID_PROVIDER_URL", "https://huggingface.co")
+    monkeypatch.delenv("OAUTH_SCOPES", raising=False)
+    _reread_import_time_settings()
+    assert constants.HF_HUB_DISABLE_TELEMETRY is True
+    assert (constants.OAUTH_CLIENT_ID, constants.OPENID_PROVIDER_URL) == ("space-client", "https://huggingface.co")
+    assert constants.OAUTH_SCOPES is None
 
 
 class _Recording:

@@ -35,12 +35,15 @@ WORKER_POOL_VAR = "STUDIO_WORKER_POOL"
 # settings, the user's Hub token (read per call), the device a job gets (read when CUDA starts), unbuffered output
 # (the child sets its own streams), the temporary folder (the child forgets the pool's), Gradio's settings (neither
 # the pool nor a worker imports Gradio), the terminal's size, pytest's name of the running test, the pool's own
-# way of asking whether CUDA is there, and the Hub's telemetry switch (Gradio sets it in the app; huggingface_hub
-# reads it at import, so the child sets that constant again from the job's value: ``worker_pool``).
-RUNTIME_ONLY_PREFIXES = ("STUDIO_", "GRADIO_")
+# way of asking whether CUDA is there, a Space's own variables (its id, host and ``SYSTEM``, read per call), and the
+# Hub's telemetry switch and a Space's sign-in settings (huggingface_hub reads them at import, so the child sets
+# those constants again from the job's values: ``worker_pool``).
+RUNTIME_ONLY_PREFIXES = ("STUDIO_", "GRADIO_", "SPACE_", "OAUTH_")
 RUNTIME_ONLY_VARIABLES = frozenset(
     {
         "HF_TOKEN",
+        "SYSTEM",
+        "OPENID_PROVIDER_URL",
         "CUDA_VISIBLE_DEVICES",
         "PYTHONUNBUFFERED",
         "TMPDIR",
