@@ -2,6 +2,7 @@
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,10 +74,13 @@ def test_dpo_in_4bit_trains(paths, store):
 
 
 @pytest.mark.slow
-def test_grpo_with_two_weighted_rewards_logs_each_and_keeps_completions(paths, store):
+def test_grpo_with_two_weighted_rewards_logs_each_and_keeps_completions(paths, store, capfd):
     job, trainer, _ = _in_process(paths, store, GRPO)
     assert trainer.args.reward_weights == [1.0, 0.5]
     trainer.train()
+    # The studio keeps the completions (below); TRL's own table in the log and parquet file per step stay off.
+    assert "Advantage" not in capfd.readouterr().out
+    assert not list(Path(trainer.args.output_dir).rglob("*.parquet"))
     logged = [m for m in store.metrics(job.id) if "reward" in m]
     assert len(logged) == 3
     for m in logged:
@@ -92,6 +96,14 @@ def test_grpo_with_two_weighted_rewards_logs_each_and_keeps_completions(paths, s
     assert len(samples) == 3 * 4  # every generation batch: batch_size completions
     assert {"prompt", "completion", "rewards", "advantage"} <= samples[0].keys()
     assert set(samples[0]["rewards"]) == {"accuracy", "length"}
+
+
+def test_rollout_log_completions_off_keeps_no_samples(paths, store):
+    spec = parse_spec(tiny_spec(**{**GRPO, "grpo": {**GRPO["grpo"], "log_completions": False}}))
+    job = store.add(spec)
+    callback = StoreReportingCallback(store, job.id, threading.Event())
+    trainer, _ = build_trainer(spec, paths, job.id, [callback], None)
+    assert callback._sample_source is None and trainer.args.log_completions is False
 
 
 @pytest.mark.slow

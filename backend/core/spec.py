@@ -339,7 +339,9 @@ class RolloutSpec(_Part):
     enable_thinking: bool | None = Field(
         None, description="Qwen3-style chat_template_kwargs enable_thinking (None: the template's default)."
     )
-    log_completions: bool = Field(True, description="Keep sampled completions and their rewards per step.")
+    log_completions: bool = Field(
+        True, description="Keep sampled completions and their rewards per step (the Jobs tab's samples table)."
+    )
     use_vllm: Literal["auto", "on", "off"] = Field(
         "auto",
         description="Generate with vLLM in colocate mode: auto (when a CUDA GPU and vLLM are present), on, or off.",

@@ -277,14 +277,20 @@ def build_trainer(
     vllm_kwargs, notice = vllm_settings(spec)
     log.info(notice)
     policy = load_policy(spec, inputs.models_dir, inputs.parent_adapter)
+    args = to_config(spec, inputs.output_dir, weights, vllm_kwargs)
+    # The studio keeps the completions itself (the samples table, from the trainer's ``_logs``). TRL's own logging of
+    # them prints a table into train.log and writes a parquet file at every step: 5% of a demo step's time, and a log
+    # of thousands of lines. The TRL CLI export keeps ``rollout.log_completions`` as set.
+    args.log_completions = False
     trainer = trainer_class(
-        args=to_config(spec, inputs.output_dir, weights, vllm_kwargs),
+        args=args,
         reward_funcs=reward_funcs,
         callbacks=inputs.callbacks,
         **method_kwargs,
         **policy.trainer_kwargs(),
     )
-    watch_completions(trainer, inputs.callbacks)
+    if spec.rollout.log_completions:
+        watch_completions(trainer, inputs.callbacks)
     return trainer
 
 
