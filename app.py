@@ -48,6 +48,9 @@ def build_app(api: StudioAPI) -> gr.Blocks:
                 jobs_handles = jobs_tab.build(api, train_handles)
             with gr.Tab("Chat", id="chat") as chat_page:
                 chat_tab.build(api)
+        # The Jobs tab follows its jobs on a timer only while it is open (it starts the timer itself).
+        for page in (train_page, chat_page):
+            page.select(jobs_tab.pause, None, jobs_handles.timer, api_visibility="private", queue=False)
         demo.load(top.refresh, None, top.status, api_name="status")
         deep_links.install(demo, tabs, {"train": train_page, "jobs": jobs_page, "chat": chat_page}, jobs_handles)
     return demo

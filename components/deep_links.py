@@ -22,6 +22,7 @@ class JobsView(Protocol):
     picker: gr.Dropdown
     refresh: Callable[..., Any]
     refreshed: list[Any]
+    timer: gr.Timer
 
 
 TABS = ("train", "jobs", "chat")
@@ -72,7 +73,10 @@ def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs
 
     def on_load(request):
         tab, _job = landing(dict(request.query_params) if request is not None else {})
-        return gr.Tabs(selected=tab) if tab else gr.update()
+        if not tab:
+            return gr.update(), gr.skip()
+        # A tab opened by the page, not by a click: the Jobs tab's timer runs only while that tab is open.
+        return gr.Tabs(selected=tab), gr.Timer(active=tab == "jobs")
 
     # Gradio hands the request to a parameter annotated gr.Request; this module imports Gradio here only, so the
     # annotation is set as the class itself (a postponed string annotation would not resolve in the module).
@@ -90,7 +94,7 @@ def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs
     }}"""
     demo.load(None, None, jobs.picker, js=linked_job).then(
         jobs.refresh, jobs.picker, jobs.refreshed, api_visibility="private", queue=False, show_progress="hidden"
-    ).then(on_load, None, tabs, api_visibility="private", show_progress="hidden").then(
+    ).then(on_load, None, [tabs, jobs.timer], api_visibility="private", show_progress="hidden").then(
         None,
         None,
         None,

@@ -2,11 +2,13 @@
 smoothed series, units, integer steps), the training log as rows, GRPO samples with each reward, and the frame that
 overlays several jobs' curves.
 
-No Gradio here: plain functions on store rows, tested without a browser.
+No Gradio here: plain functions on store rows, tested without a browser. ``unchanged`` lets a timer send only what
+changed since the page last drew it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Iterable
@@ -343,3 +345,49 @@ def compare_frame(
         shown = ema(values) if smooth and len(values) >= 3 else values
         points += [{"step": s, "value": v, "job": label} for (s, _), v in zip(series, shown)]
     return pd.DataFrame(points) if points else None
+
+
+def fingerprint(value: Any) -> str:
+    """A short digest of one output's value (text, table rows, a frame, an update's dict of them): equal values give
+    equal digests, so a refresh can tell what the page already shows.
+
+    >>> fingerprint({"value": pd.DataFrame({"step": [1]}), "visible": True}) == fingerprint({"visible": True,
+    ...     "value": pd.DataFrame({"step": [1]})})
+    True
+    >>> fingerprint([["a", 1]]) == fingerprint([["a", 2]])
+    False
+    """
+    digest = hashlib.blake2b(digest_size=12)
+    _feed(digest, value)
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, value: Any) -> None:
+    if isinstance(value, pd.DataFrame):
+        digest.update(b"F" + value.to_json(orient="split", date_format="iso").encode())
+    elif isinstance(value, dict):
+        digest.update(b"{")
+        for key in sorted(value, key=str):
+            _feed(digest, key)
+            _feed(digest, value[key])
+        digest.update(b"}")
+    elif isinstance(value, list | tuple):
+        digest.update(b"[")
+        for item in value:
+            _feed(digest, item)
+        digest.update(b"]")
+    else:
+        digest.update(repr(value).encode() + b"|")
+
+
+def unchanged(values: list[Any], shown: dict[int, str] | None) -> tuple[list[bool], dict[int, str]]:
+    """For a refresh's outputs: which of them the page already shows (``shown``: the digests of the last values sent,
+    by position), and the digests to remember now.
+
+    >>> same, now = unchanged(["a", "b"], None)
+    >>> same, unchanged(["a", "c"], now)[0]
+    ([False, False], [True, False])
+    """
+    digests = {i: fingerprint(value) for i, value in enumerate(values)}
+    shown = shown or {}
+    return [shown.get(i) == d for i, d in digests.items()], digests

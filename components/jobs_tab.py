@@ -34,6 +34,17 @@ class JobsHandles:
     summary: gr.Markdown
     refresh: Callable[..., list]  # the whole tab from one read, given the picker's value (the first view on load)
     refreshed: list  # the components ``refresh`` updates, in its order
+    timer: gr.Timer  # the tab's live refresh: ``follow`` starts it, ``pause`` stops it (the page wires the other tabs)
+
+
+def follow():
+    """The Jobs tab's timer on: the tab is open."""
+    return gr.Timer(active=True)
+
+
+def pause():
+    """The Jobs tab's timer off: another tab is open, and nothing there shows the jobs' progress."""
+    return gr.Timer(active=False)
 
 
 def _plot_id(key: str) -> str:
@@ -201,7 +212,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         _, rows, picker_update, _ = listing(user_from(profile), selected)
         return rows, picker_update
 
-    def refresh(selected, profile: gr.OAuthProfile | None = None):
+    def view(selected, profile: gr.OAuthProfile | None) -> list:
         """The whole tab from one read: empty state, table, picker, compare choices and the picked job's detail."""
         user = user_from(profile)
         jobs, rows, picker_update, picked = listing(user, selected)
@@ -215,6 +226,18 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             gr.update(choices=[(job_views.choice(j), j.id) for j in reversed(jobs)]),
             *detail_updates(user, picked),
         ]
+
+    def refresh(selected, profile: gr.OAuthProfile | None = None):
+        """The whole tab, all of it sent (the page may show anything), and the digests of what it now shows."""
+        values = view(selected, profile)
+        return [*values, job_monitor.unchanged(values, None)[1]]
+
+    def tick(selected, seen, profile: gr.OAuthProfile | None = None):
+        """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log
+        are not sent (nor redrawn by the browser) every 2 s."""
+        values = view(selected, profile)
+        same, digests = job_monitor.unchanged(values, seen)
+        return [*(gr.skip() if kept else value for value, kept in zip(values, same)), digests]
 
     def show_job(selected, profile: gr.OAuthProfile | None = None):
         """The picked job's detail at once (not at the next tick)."""
@@ -301,20 +324,27 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     )
 
     everything = [empty_note, jobs_list, compare_box, table, picker, compare_jobs, *detail]
-    timer = gr.Timer(REFRESH_S)
-    # A cheap read every 2 s for every open tab: answered directly, not through Gradio's queue, whose round trip
-    # (and one-at-a-time default per event) was most of its latency (benchmarks/latency.py).
+    # What this page's Jobs tab shows, as digests by position in ``everything`` (job_monitor.unchanged). Every
+    # handler that draws the tab from scratch records it; one that changes part of it empties it, so the next tick
+    # sends all.
+    shown = gr.State({})
+    refreshed = [*everything, shown]
+    # A cheap read every 2 s while the Jobs tab is open (``follow``; the page pauses it on the other tabs): answered
+    # directly, not through Gradio's queue, whose round trip (and one-at-a-time default per event) was most of its
+    # latency (benchmarks/latency.py). An idle page that ticked on every tab cost its browser a fifth of a core.
+    timer = gr.Timer(REFRESH_S, active=False)
     quiet = {"queue": False, "show_progress": "hidden"}
-    timer.tick(refresh, picker, everything, api_name="refresh_jobs", **quiet)
+    timer.tick(tick, [picker, shown], refreshed, api_name="refresh_jobs", **quiet)
     # The first view without waiting for a tick: when the Jobs tab is opened here, and on page load in
     # components/deep_links.py, once it has put the job the address links to (if any) in the picker.
     if isinstance(Context.block, gr.Tab):
-        Context.block.select(refresh, picker, everything, api_visibility="private", **quiet)
+        Context.block.select(refresh, picker, refreshed, api_visibility="private", **quiet)
+        Context.block.select(follow, None, timer, api_visibility="private", queue=False)
     # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
     picker.change(
-        lambda: [*[gr.update(visible=False)] * len(plots), ""],
+        lambda: [*[gr.update(visible=False)] * len(plots), "", {}],
         None,
-        [*plots.values(), action_note],
+        [*plots.values(), action_note, shown],
         api_visibility="private",
         queue=False,
     ).then(show_job, picker, detail, api_name="show_job", show_progress="hidden", trigger_mode="always_last")
@@ -351,7 +381,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         return "Asked to stop: it ends at its next training step."
 
     cancel_button.click(cancel, picker, action_note, api_name="cancel_job").then(
-        refresh, picker, everything, api_visibility="private", show_progress="hidden"
+        refresh, picker, refreshed, api_visibility="private", show_progress="hidden"
     )
 
     def resume(selected, profile: gr.OAuthProfile | None = None):
@@ -365,7 +395,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         return f"Queued again: {job.id} continues from its last checkpoint."
 
     resume_button.click(resume, picker, action_note, api_name="resume_job").then(
-        refresh, picker, everything, api_visibility="private", show_progress="hidden"
+        refresh, picker, refreshed, api_visibility="private", show_progress="hidden"
     )
 
     def push(selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
@@ -441,4 +471,4 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             }
 
         clone_button.click(clone, picker, [*train.input_list(), action_note], api_name="clone_job")
-    return JobsHandles(table=table, picker=picker, summary=summary, refresh=refresh, refreshed=everything)
+    return JobsHandles(table=table, picker=picker, summary=summary, refresh=refresh, refreshed=refreshed, timer=timer)

@@ -76,6 +76,27 @@ def goto(page, url: str) -> None:
         errors[before:] = [e for e in errors[before:] if not _CUT_OFF_BY_NAVIGATION.search(e)]
 
 
+@contextmanager
+def jobs_tab_ticks(page, url: str) -> Iterator[list[int]]:
+    """The size in bytes of each answer to the Jobs tab's timer (``refresh_jobs``) while the block runs.
+
+    Playwright delivers the page's events while the test calls into it: wait with ``page.wait_for_timeout``.
+    """
+    config = page.request.get(urljoin(url, "config")).json()
+    (tick,) = [d["id"] for d in config["dependencies"] if d.get("api_name") == "refresh_jobs"]
+    answers: list[int] = []
+
+    def count(response) -> None:
+        if "/run/predict" in response.url and f'"fn_index":{tick},' in (response.request.post_data or ""):
+            answers.append(len(response.body()))
+
+    page.on("response", count)
+    try:
+        yield answers
+    finally:
+        page.remove_listener("response", count)
+
+
 SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"
 
 

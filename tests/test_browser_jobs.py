@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
+from tests.browser import ARTIFACTS, BROWSER_MARKS, jobs_tab_ticks, open_page
 from tests.conftest import tiny_spec, wait_for
 
 pytestmark = BROWSER_MARKS
@@ -248,6 +248,25 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
     rows = page.locator("#job-log-rows thead")
     for header in ("reward", "kl", "length (tokens)"):
         expect(rows).to_contain_text(header)
+
+
+def test_the_jobs_tab_ticks_only_while_open_and_resends_nothing_that_did_not_change(page, app):
+    """An open page costs little: the Jobs tab's 2 s refresh runs only while that tab is open, and a finished job's
+    plots, samples and log reach the browser once, not at every tick. (Before, an idle page ticked on every tab and
+    redrew every plot each time: its Chromium took about a quarter of a core, on the Train tab too.)"""
+    with jobs_tab_ticks(page, app.url) as answers:
+        page.get_by_role("tab", name="Jobs").click()
+        page.wait_for_timeout(5_000)
+        assert len(answers) >= 2, answers
+        assert max(answers) < 2_000, f"a tick resent what the page already shows: {answers} bytes"
+        page.get_by_role("tab", name="Train").click()
+        page.wait_for_timeout(1_000)
+        before = len(answers)
+        page.wait_for_timeout(4_000)
+        assert len(answers) == before, "the Jobs tab ticked while the Train tab was open"
+        page.get_by_role("tab", name="Jobs").click()
+        page.wait_for_timeout(3_000)
+        assert len(answers) > before, "the Jobs tab stopped following its jobs"
 
 
 def test_the_app_log_has_no_traceback_and_a_screenshot_is_left(page, app):

@@ -14,7 +14,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import BROWSER_MARKS, open_page
+from tests.browser import BROWSER_MARKS, jobs_tab_ticks, open_page
 from tests.conftest import tiny_spec
 
 pytestmark = BROWSER_MARKS
@@ -42,8 +42,11 @@ def test_a_job_link_opens_the_jobs_tab_on_that_job_not_the_newest(app_with_jobs)
     expect(page.locator("#job-picker input")).to_have_value(re.compile(rf"^{first}"), timeout=30_000)
     expect(page.locator("#job-summary")).to_contain_text(first)
     assert _selected_tab(page) == "Jobs"
-    # The timer's refresh keeps the linked job rather than jumping to the newest one.
-    page.wait_for_timeout(4_500)
+    # The Jobs tab the link opened (not a click) follows its jobs, and the timer's refresh keeps the linked job
+    # rather than jumping to the newest one.
+    with jobs_tab_ticks(page, running.url) as ticks:
+        page.wait_for_timeout(4_500)
+    assert ticks, "the linked Jobs tab does not follow its jobs"
     expect(page.locator("#job-picker input")).to_have_value(re.compile(rf"^{first}"))
 
 
