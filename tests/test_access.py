@@ -10,12 +10,10 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec, quote_input
-from backend.core.uploads import is_upload_id
 from backend.core.users import User, local_user
 from backend.hub.hf_jobs import remote_problems
 from backend.platform.limits import RateLimited, RateLimiter, TimedOut, TimeLimit
 from tests.conftest import tiny_spec
-from tests.test_app import _form, app_url  # noqa: F401 - app_url is a fixture
 
 ALICE, BOB = User("alice"), User("bob")
 SPACE_ADMIN = User("owner", is_admin=True)
@@ -269,27 +267,3 @@ def test_a_time_limit_answers_on_time_and_says_what_to_do():
 def test_uploads_of_a_user_named_dot_dot_stay_inside_the_uploads_folder(paths):
     assert paths.uploads("..").parent == paths.root / "uploads"
     assert os.sep not in paths.uploads("a/b").name
-
-
-# --- through the app ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_the_app_keeps_an_upload_by_id_previews_it_and_scores_the_bench(app_url, tmp_path):  # noqa: F811 - the fixture
-    from gradio_client import Client, handle_file
-
-    client = Client(app_url, verbose=False)
-    rows = write_jsonl(tmp_path / "chats.jsonl", CHAT_ROWS)
-    upload_id, note, error, _ = client.predict(handle_file(str(rows)), "sft", api_name="/upload_dataset")
-    assert is_upload_id(upload_id) and "12 rows" in note["value"] and not error
-    preview, *_ = client.predict(*_form(dataset_source="upload", upload_id=upload_id), api_name="/preview_dataset")
-    assert preview.startswith("**12 rows**"), preview
-    table, note = client.predict(
-        "- name: exact_match\n  column: answer\n- name: accuracy\n",
-        "Paris\nLyon",
-        '{"answer": "paris", "solution": "no math"}',
-        api_name="/score_rewards",
-    )
-    assert note == "Scored against the row typed above."
-    assert table["headers"] == ["completion", "exact_match", "accuracy", "total", "notes"]
-    assert table["data"] == [["Paris", "1.000", "-", "1.000", ""], ["Lyon", "0.000", "-", "0.000", ""]]

@@ -1,20 +1,36 @@
-"""The app launched as a real process on 127.0.0.1, driven through gradio_client."""
+"""The app launched as a real process on 127.0.0.1, driven through gradio_client.
+
+One app for the module (its own data dir): the tests run in order on it, each reading only the jobs it queued.
+"""
 
 import json
 
 import pytest
 
-from backend.jobs.store import JobStatus
-from tests.apps import launch_app
+from backend.core.paths import DataPaths
+from backend.jobs.store import JobStatus, JobStore
+from tests.apps import data_dir_with_models, launch_app
 from tests.conftest import wait_for, wait_status
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, models_dir):
+    root = data_dir_with_models(tmp_path_factory.mktemp("app") / "data", models_dir)
+    with launch_app(root) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def app_url(app):
+    return app.url
+
+
 @pytest.fixture()
-def app_url(data_dir):
-    with launch_app(data_dir) as app:
-        yield app.url
+def store(app) -> JobStore:
+    """The module app's store (not the test's own data dir)."""
+    return JobStore(DataPaths(app.data_dir).db)
 
 
 def _form(**values):
@@ -91,13 +107,14 @@ def test_app_shows_spec_errors_next_to_their_fields(app_url, store):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
+    queued_before = [job.id for job in store.list()]
     result, model_error, dataset_error, method_error, env_error, settings_error, general = client.predict(
         *_form(learning_rate=-1), api_name="/submit_job"
     )
     assert result == "" and "learning_rate" in settings_error and not model_error
     result, model_error, *_ = client.predict(*_form(base_model="nobody/missing-model"), api_name="/submit_job")
     assert result == "" and "the Hub is not reachable from this machine" in model_error
-    assert store.list() == []
+    assert [job.id for job in store.list()] == queued_before
 
 
 def test_app_second_chat_turn_and_a_preference_round_trip(app_url, store):
@@ -171,3 +188,27 @@ def test_a_real_bug_in_a_handler_still_logs_its_traceback(capfd, caplog):
     err = capfd.readouterr().err
     assert "refused refused: a sentence for the user" in [r.getMessage() for r in caplog.records]
     assert err.count("Traceback") == 1 and "RuntimeError: a real bug" in err
+
+
+def test_the_app_keeps_an_upload_by_id_previews_it_and_scores_the_bench(app_url, tmp_path):
+    """(From tests/test_access.py: an upload kept by id, previewed and scored on the bench through the app.)"""
+    from gradio_client import Client, handle_file
+
+    from backend.core.uploads import is_upload_id
+    from tests.test_access import CHAT_ROWS, write_jsonl
+
+    client = Client(app_url, verbose=False)
+    rows = write_jsonl(tmp_path / "chats.jsonl", CHAT_ROWS)
+    upload_id, note, error, _ = client.predict(handle_file(str(rows)), "sft", api_name="/upload_dataset")
+    assert is_upload_id(upload_id) and "12 rows" in note["value"] and not error
+    preview, *_ = client.predict(*_form(dataset_source="upload", upload_id=upload_id), api_name="/preview_dataset")
+    assert preview.startswith("**12 rows**"), preview
+    table, note = client.predict(
+        "- name: exact_match\n  column: answer\n- name: accuracy\n",
+        "Paris\nLyon",
+        '{"answer": "paris", "solution": "no math"}',
+        api_name="/score_rewards",
+    )
+    assert note == "Scored against the row typed above."
+    assert table["headers"] == ["completion", "exact_match", "accuracy", "total", "notes"]
+    assert table["data"] == [["Paris", "1.000", "-", "1.000", ""], ["Lyon", "0.000", "-", "0.000", ""]]
