@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -76,25 +79,49 @@ def goto(page, url: str) -> None:
         errors[before:] = [e for e in errors[before:] if not _CUT_OFF_BY_NAVIGATION.search(e)]
 
 
+@dataclass
+class Ticks:
+    """The Jobs tab's timer as the page saw it: requests sent, and the size in bytes of each answer."""
+
+    sent: int = 0
+    answers: list[int] = dataclasses.field(default_factory=list)
+
+
 @contextmanager
-def jobs_tab_ticks(page, url: str) -> Iterator[list[int]]:
-    """The size in bytes of each answer to the Jobs tab's timer (``refresh_jobs``) while the block runs.
+def jobs_tab_ticks(page, url: str) -> Iterator[Ticks]:
+    """Count the Jobs tab's timer requests (``refresh_jobs``) and their answers while the block runs.
 
     Playwright delivers the page's events while the test calls into it: wait with ``page.wait_for_timeout``.
     """
     config = page.request.get(urljoin(url, "config")).json()
     (tick,) = [d["id"] for d in config["dependencies"] if d.get("api_name") == "refresh_jobs"]
-    answers: list[int] = []
+    ticks = Ticks()
 
-    def count(response) -> None:
-        if "/run/predict" in response.url and f'"fn_index":{tick},' in (response.request.post_data or ""):
-            answers.append(len(response.body()))
+    def is_tick(request) -> bool:
+        return "/run/predict" in request.url and f'"fn_index":{tick},' in (request.post_data or "")
 
-    page.on("response", count)
+    def sent(request) -> None:
+        ticks.sent += is_tick(request)
+
+    def answered(response) -> None:
+        if is_tick(response.request):
+            ticks.answers.append(len(response.body()))
+
+    page.on("request", sent)
+    page.on("response", answered)
     try:
-        yield answers
+        yield ticks
     finally:
-        page.remove_listener("response", count)
+        page.remove_listener("request", sent)
+        page.remove_listener("response", answered)
+
+
+def wait_until(page, predicate, timeout_s: float, what: str) -> None:
+    """Let the page run (and deliver its events) until ``predicate()`` holds, or fail saying ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        page.wait_for_timeout(200)
 
 
 SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"

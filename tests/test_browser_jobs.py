@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, jobs_tab_ticks, open_page
+from tests.browser import ARTIFACTS, BROWSER_MARKS, jobs_tab_ticks, open_page, wait_until
 from tests.conftest import tiny_spec, wait_for
 
 pytestmark = BROWSER_MARKS
@@ -254,19 +254,17 @@ def test_the_jobs_tab_ticks_only_while_open_and_resends_nothing_that_did_not_cha
     """An open page costs little: the Jobs tab's 2 s refresh runs only while that tab is open, and a finished job's
     plots, samples and log reach the browser once, not at every tick. (Before, an idle page ticked on every tab and
     redrew every plot each time: its Chromium took about a quarter of a core, on the Train tab too.)"""
-    with jobs_tab_ticks(page, app.url) as answers:
+    with jobs_tab_ticks(page, app.url) as ticks:
         page.get_by_role("tab", name="Jobs").click()
-        page.wait_for_timeout(5_000)
-        assert len(answers) >= 2, answers
-        assert max(answers) < 2_000, f"a tick resent what the page already shows: {answers} bytes"
+        wait_until(page, lambda: len(ticks.answers) >= 2, 20, "two ticks of the open Jobs tab")
+        assert max(ticks.answers) < 2_000, f"a tick resent what the page already shows: {ticks.answers} bytes"
         page.get_by_role("tab", name="Train").click()
-        page.wait_for_timeout(1_000)
-        before = len(answers)
+        page.wait_for_timeout(3_000)  # the pause reaches the page; a tick sent before it may still be answered
+        before = ticks.sent
         page.wait_for_timeout(4_000)
-        assert len(answers) == before, "the Jobs tab ticked while the Train tab was open"
+        assert ticks.sent == before, "the Jobs tab ticked while the Train tab was open"
         page.get_by_role("tab", name="Jobs").click()
-        page.wait_for_timeout(3_000)
-        assert len(answers) > before, "the Jobs tab stopped following its jobs"
+        wait_until(page, lambda: ticks.sent > before, 15, "the Jobs tab to follow its jobs again")
 
 
 def test_the_app_log_has_no_traceback_and_a_screenshot_is_left(page, app):

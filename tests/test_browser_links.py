@@ -14,7 +14,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import BROWSER_MARKS, jobs_tab_ticks, open_page
+from tests.browser import BROWSER_MARKS, jobs_tab_ticks, open_page, wait_until
 from tests.conftest import tiny_spec
 
 pytestmark = BROWSER_MARKS
@@ -45,8 +45,7 @@ def test_a_job_link_opens_the_jobs_tab_on_that_job_not_the_newest(app_with_jobs)
     # The Jobs tab the link opened (not a click) follows its jobs, and the timer's refresh keeps the linked job
     # rather than jumping to the newest one.
     with jobs_tab_ticks(page, running.url) as ticks:
-        page.wait_for_timeout(4_500)
-    assert ticks, "the linked Jobs tab does not follow its jobs"
+        wait_until(page, lambda: ticks.sent >= 2, 15, "the linked Jobs tab to follow its jobs")
     expect(page.locator("#job-picker input")).to_have_value(re.compile(rf"^{first}"))
 
 
