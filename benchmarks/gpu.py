@@ -73,8 +73,8 @@ def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: 
         "estimate_tensor_gb": (tuned and tuned.estimate_tensor_bytes or 0) / GB or None,
         "first_step_s": (first - submitted) if first else None,
         "wall_s": time.time() - submitted,
-        "settings": tuned.get("settings", {}),
-        "choices": tuned.get("choices", []),
+        "settings": tuned.settings if tuned else {},
+        "choices": tuned.choices if tuned else [],
     }
 
 
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", required=True)
     parser.add_argument("--smoke", action="store_true", help="a small shape and 2 steps: checks the script runs")
     parser.add_argument("--shapes", nargs="*", help="a subset of the shapes")
+    parser.add_argument("--out", help="also write results.json here after every row (a run cut short keeps its rows)")
     args = parser.parse_args(argv)
 
     from backend.api import StudioAPI
@@ -197,9 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, row in runs.items():
                 results.append({"shape": shape, "run": name, **row})
                 print(json.dumps(results[-1]), flush=True)
+                for folder in {work, Path(args.out or work)}:
+                    (folder / "results.json").write_text(json.dumps(results, indent=2))
     finally:
         api.close()
-    (work / "results.json").write_text(json.dumps(results, indent=2))
     print(table_markdown(results))
     return 0
 

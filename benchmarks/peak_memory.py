@@ -36,8 +36,10 @@ def build_model(shape: dict, target: Path) -> Path:
     fields = {k: v for k, v in shape.items() if k != "model_type"}
     config = AutoConfig.for_model(shape["model_type"], **fields)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # a 4B init takes minutes on a CPU
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(target)
+    del model
     AutoTokenizer.from_pretrained(demo).save_pretrained(target)
     return target
 
