@@ -93,10 +93,17 @@ def pooled_job(work: Path, model_dir: Path, steps: int) -> dict:
         deadline = time.time() + 120
         while not os.path.exists(launcher.socket_path) and time.time() < deadline:
             time.sleep(0.5)
+        pool_log = work / "data-pooled" / "worker-pool.log"
+        if not os.path.exists(launcher.socket_path):  # the row would time a fresh interpreter under the pool's name
+            tail = pool_log.read_text(errors="replace")[-2000:] if pool_log.is_file() else "(no worker-pool.log)"
+            return {"error": f"the worker pool did not serve within 120 s; its log ends: {tail}"}
         try:
-            return studio_job(api, model_dir, steps, auto_tune=True)
+            row = studio_job(api, model_dir, steps, auto_tune=True)
         except SystemExit as exc:  # CUDA failed in the forked child: a row that says so, the rest still runs
             return {"error": str(exc), "choices": [], "settings": {}}
+        if getattr(launcher, "refusal", None):
+            row["error"] = f"the job ran in a fresh interpreter, not a forked worker: {launcher.refusal}"
+        return row
     finally:
         api.close()
         os.environ.pop(PREIMPORT_VAR, None)
@@ -216,8 +223,9 @@ def table_markdown(results: list[dict]) -> str:
     ]
     for r in results:
         mfu = f"{r['mfu'] * 100:.1f}%" if isinstance(r.get("mfu"), (int, float)) else "-"
+        flag = " (see its error in results.json)" if r.get("error") else ""
         lines.append(
-            f"| {r['shape']} | {r['run']} | {num(r.get('tokens_per_second'), ',.0f')} | "
+            f"| {r['shape']} | {r['run']}{flag} | {num(r.get('tokens_per_second'), ',.0f')} | "
             f"{num(r.get('step_seconds'), '.3f')} | {num(r.get('peak_memory_gb'), '.2f')} | "
             f"{num(r.get('estimate_gb'), '.2f')} | {mfu} | {num(r.get('first_step_s'), '.1f')} |"
         )
