@@ -1,17 +1,19 @@
 """Post-Training Studio: assembles the header and the tabs and launches the Gradio app; nothing else.
 
-`python app.py` honours GRADIO_SERVER_NAME / GRADIO_SERVER_PORT and STUDIO_DATA_DIR.
+`python app.py` honours GRADIO_SERVER_NAME / GRADIO_SERVER_PORT and the storage settings (STUDIO_DATA_DIR,
+STUDIO_LOCAL_DIR, STUDIO_DATA_FS: backend/platform/storage.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import gradio as gr
 
-from backend.api import StoreError, StudioAPI, hub_status
+from backend.api import StorageError, StoreError, StudioAPI, hub_status
 from components import chat_tab, deep_links, header, jobs_tab, train_tab
 
 CSS = ".field-error p { color: #b91c1c; margin: 0; }"
@@ -59,11 +61,26 @@ def build_app(api: StudioAPI) -> gr.Blocks:
 def main() -> None:
     try:
         api = StudioAPI(scheduler="thread")
-    except StoreError as exc:  # a damaged store: one sentence on what to do, not a traceback
+    except (StoreError, StorageError) as exc:  # a damaged store, a bad storage setting: one sentence, no traceback
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
+    for line in [api.storage.describe(), *api.mirror_status.notes]:  # the Space's log says where data lives
+        print(line, file=sys.stderr, flush=True)
     hub_status()  # start the Hub check now, so the first page load has an answer
     demo = build_app(api)
+    # A Space restarts with SIGTERM: stop serving, then let the API take its last snapshot (network storage).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        _launch(demo, api)
+    finally:
+        api.close()
+
+
+def _exit_on_sigterm(*_) -> None:
+    raise SystemExit(0)
+
+
+def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
     demo.queue(default_concurrency_limit=8).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from backend.api import StudioAPI
+from backend.api import StorageError, StudioAPI
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
 from backend.core.spec import SpecError, load_spec_text
@@ -232,6 +232,23 @@ def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
     }
 
 
+def cmd_status(api: StudioAPI, args) -> int:
+    """``status``: where the data lives (local disk, a network filesystem with its durable copy, or nowhere that
+    survives a restart), the last snapshot, and what the last start restored."""
+    status = api.storage_status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return EXIT_OK
+    print(status["description"])
+    if status["durable"]:
+        when = _ts(status["last_snapshot_at"]) if status["last_snapshot_at"] else "none yet"
+        print(f"Last snapshot of the store in {status['durable']}: {when}")
+    for line in [status["warning"], status["last_error"], *status["restore_notes"]]:
+        if line:
+            print(line)
+    return EXIT_OK
+
+
 def cmd_show(api: StudioAPI, args) -> int:
     """``show``: one job: status, learning verdict, no-signal warning, place in the queue, progress, outputs,
     evaluation and last metrics."""
@@ -332,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_id")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_show)
+    p = sub.add_parser("status", help="where the data lives and how its durable copy is doing")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
     p = sub.add_parser("cancel", help="cancel a queued job or stop a running one")
     p.add_argument("job_id")
     p.set_defaults(func=cmd_cancel)
@@ -350,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
         return EXIT_USAGE
-    except (JobNotFound, InvalidTransition, StoreError) as exc:
+    except (JobNotFound, InvalidTransition, StoreError, StorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (EnvironmentUnavailable, EnvironmentStartError) as exc:

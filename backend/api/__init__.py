@@ -45,6 +45,7 @@ from backend.models.demo import (
 from backend.platform.hardware import detect_device
 from backend.platform.hub_status import hub_status
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
+from backend.platform.storage import StorageError
 
 # The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "JobStatus",
     "JobNotFound",
     "InvalidTransition",
+    "StorageError",
     "StoreError",
     "User",
     "hub_user",

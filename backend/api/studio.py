@@ -34,6 +34,7 @@ from backend.jobs.scheduler import Scheduler, SchedulerHealth, spawn_detached
 from backend.jobs.store import JobStore
 from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
 from backend.platform.space_runtime import on_space
+from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan, restore, storage_plan
 
 
 class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, HubOperations):
@@ -45,9 +46,18 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
     """
 
     def __init__(
-        self, data_dir: Path | str | None = None, scheduler: SchedulerMode = "detached", **scheduler_kwargs: Any
+        self,
+        data_dir: Path | str | None = None,
+        scheduler: SchedulerMode = "detached",
+        storage: StoragePlan | None = None,
+        **scheduler_kwargs: Any,
     ):
-        self.paths = DataPaths(data_dir).ensure()
+        # Where the live store is, and on a network filesystem the durable copy (backend/platform/storage.py).
+        self.storage = storage or storage_plan(data_dir)
+        self.paths = DataPaths(self.storage.live).ensure()
+        self.mirror_status = MirrorStatus()
+        if self.storage.mode == "network" and not Scheduler.is_running(self.paths):  # the owner of the queue restores
+            self.mirror_status.notes = restore(self.storage)
         self.store = JobStore(self.paths.db)
         self.remote = RemoteRegistry(self.store)
         with contextlib.suppress(OSError):  # tried again at the next start
@@ -81,7 +91,11 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
             advice="lower environment.max_tool_calling_iterations or "
             "rollout.max_completion_length, or try a smaller model",
         )
+        self.mirror: Mirror | None = None
         if scheduler == "thread":
+            if self.storage.mode == "network":
+                scheduler_kwargs.setdefault("resume_interrupted", True)  # the machine went away: carry on by itself
+                self.mirror = Mirror(self.storage.live, self.storage.durable, status=self.mirror_status).start()
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def _sweep_half_files(self) -> None:
@@ -99,18 +113,44 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
         """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.mirror is not None:  # a last snapshot and copy: a shutdown leaves the newest state durable
+            self.mirror.stop()
         self._bench_time.close()
         self._dry_run_time.close()
         self.store.close()
 
     def storage_notice(self) -> str | None:
-        """A sentence for the header when the data folder cannot be written (a read-only mount), else None."""
-        if self.store.writable():
-            return None
-        return (
-            f"The studio’s data folder ({self.paths.root}) is read-only: jobs, logs and adapters can be read, but "
-            "nothing can be queued, cancelled, uploaded or saved until it is writable again."
-        )
+        """Sentences for the header about where data lives, when something needs saying: a read-only data folder, a
+        Space with no storage (everything vanishes at the next restart), a durable copy that cannot be written, or
+        what the start-up restore did. None when all is well."""
+        found = []
+        if not self.store.writable():
+            found.append(
+                f"The studio’s data folder ({self.paths.root}) is read-only: jobs, logs and adapters can be read, but "
+                "nothing can be queued, cancelled, uploaded or saved until it is writable again."
+            )
+        if warning := self.storage.warning():
+            found.append(warning)
+        if self.mirror_status.last_error:
+            found.append(f"The durable copy is behind: {self.mirror_status.last_error}; the studio keeps retrying.")
+        found.extend(note for note in self.mirror_status.notes if "cut short" in note or "damaged" in note)
+        return " ".join(found) or None
+
+    def storage_status(self) -> dict[str, Any]:
+        """Where data lives and how the durable copy is doing: the mode, the live and durable folders, the last
+        snapshot's time, the last error and what the start-up restore did (``python -m backend status``)."""
+        snapshot = self.storage.durable / DB_NAME if self.storage.durable else None
+        return {
+            "mode": self.storage.mode,
+            "description": self.storage.describe(),
+            "live": str(self.storage.live),
+            "durable": str(self.storage.durable) if self.storage.durable else None,
+            "filesystem": self.storage.fstype,
+            "last_snapshot_at": snapshot.stat().st_mtime if snapshot and snapshot.exists() else None,
+            "last_error": self.mirror_status.last_error,
+            "restore_notes": list(self.mirror_status.notes),
+            "warning": self.storage.warning(),
+        }
 
     def scheduler_health(self) -> SchedulerHealth | None:
         """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);

@@ -116,6 +116,11 @@ class JobArtifacts(BaseModel):
     environment_server_pid: int | None = Field(None, description="the built-in environment server's process id")
     auto_tune: AutoTuneRecord | None = Field(None, description="auto-tune's choices for this machine")
     resumed_from: str | None = Field(None, description="the checkpoint a resumed attempt continued from (None: start)")
+    interruptions: list[dict[str, Any]] | None = Field(
+        None,
+        description="each time the app stopped under the running job: the step it had logged (at_step), when (at), "
+        "and whether it was queued again by itself (resumed)",
+    )
     preflight_warnings: list[str] | None = Field(None, description="pre-flight's warnings at submission")
     # What training produced.
     adapter_dir: str | None = Field(None, description="the saved adapter and tokenizer (a succeeded job has it)")

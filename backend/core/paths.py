@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 DATA_DIR_ENV = "STUDIO_DATA_DIR"
+SPACE_DATA_DIR = Path("/data/studio")  # on a Space with a /data volume (backend/platform/storage.py decides the mode)
 # What ships with the code: built-in datasets, the arithmetic model, word lists.
 ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
 BUILTIN_DATASETS_DIR = ASSETS_DIR / "datasets"
@@ -23,7 +24,7 @@ def default_data_dir() -> Path:
     if configured:
         return Path(configured).expanduser().resolve()
     if os.environ.get("SPACE_ID") and Path("/data").is_dir() and os.access("/data", os.W_OK):
-        return Path("/data/studio")
+        return SPACE_DATA_DIR
     return Path("data").resolve()
 
 

@@ -39,6 +39,7 @@ from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.platform.limits import int_setting
 from backend.platform.resource_errors import looks_like_disk_full, looks_like_oom
+from backend.platform.storage import Mirror, storage_plan
 
 log = logging.getLogger("studio.scheduler")
 
@@ -116,8 +117,16 @@ class Scheduler:
         final_grace_s: float | None = None,
         backoff_cap_s: float = 30.0,
         launcher: Launcher | None = None,
+        resume_interrupted: bool | None = None,
     ):
         self.paths = paths.ensure()
+        # After a restart, queue the jobs the restart interrupted again (from their last checkpoint) rather than
+        # leaving them for a Resume click: on by default where the storage survives restarts by a durable copy.
+        self.resume_interrupted = (
+            resume_interrupted
+            if resume_interrupted is not None
+            else os.environ.get("STUDIO_RESUME_INTERRUPTED", "").strip() == "1"
+        )
         # How workers start: a fresh interpreter, or a fork of the pre-imported pool (``jobs.launchers``).
         self.launcher = launcher or default_launcher(self.paths.root)
         self.store = JobStore(paths.db)
@@ -310,11 +319,35 @@ class Scheduler:
                 self._adopt(job)
                 continue
             reason = "the app stopped while this job was running and its worker is gone; resume it to continue"
+            at_step = self.store.last_logged_step(job.id)
+            if self.resume_interrupted:
+                self._drop_checkpoints_past_record(job, at_step)
             if self._finish(job.id, JobStatus.interrupted, reason + self._checkpoint_note(job.id)):
-                log.info("job %s marked interrupted", job.id)
+                log.info("job %s marked interrupted at step %s", job.id, at_step)
+                self._note_interruption(job, at_step)
         for job in self.store.list(statuses=FINAL_STATUSES):
             if job.pid and job.id not in self._running and worker_alive(job.pid, job.id):
                 self._adopt(job)
+
+    def _note_interruption(self, job: JobRecord, at_step: int | None) -> None:
+        """Record where the restart caught the job, and with ``resume_interrupted`` queue it again."""
+        record = {"at_step": at_step, "at": time.time(), "resumed": self.resume_interrupted}
+        self.store.merge_artifacts(job.id, interruptions=[*(job.artifacts.interruptions or []), record])
+        if self.resume_interrupted:
+            self.store.requeue_for_resume(job.id)
+            log.info("job %s queued again: it resumes from its last checkpoint", job.id)
+
+    def _drop_checkpoints_past_record(self, job: JobRecord, at_step: int | None) -> None:
+        """A store brought back from a snapshot may be older than the newest checkpoint brought back with it. Resuming
+        from such a checkpoint would leave the steps logged in between missing from the plots, so a checkpoint past
+        the next logging step after the last logged one is set aside (the one before it is used)."""
+        last = at_step or 0
+        limit = last + job.spec.training.logging_steps
+        for checkpoint in self.paths.job_output(job.id).glob("checkpoint-*"):
+            step = checkpoint.name.rsplit("-", 1)[-1]
+            if step.isdigit() and int(step) >= limit:
+                log.info("job %s: %s is newer than its record (step %d); resuming before it", job.id, checkpoint, last)
+                shutil.rmtree(checkpoint, ignore_errors=True)
 
     def _adopt(self, job: JobRecord) -> None:
         assert job.pid is not None  # reconcile adopts only jobs with a live worker pid
@@ -594,17 +627,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-when-idle", action="store_true", help="exit once nothing is queued or running")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    scheduler = Scheduler(DataPaths(args.data_dir), exit_when_idle=args.exit_when_idle)
-    if args.exit_when_idle:
-        if not scheduler.try_acquire():
-            return 0  # another scheduler already serves this data directory
-        scheduler.run_until_idle()
-        return 0
-    signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(timeout=0))
-    thread = scheduler.start()._thread
-    while thread is not None and thread.is_alive():
-        thread.join(0.5)
-    return 1 if scheduler._died else 0
+    paths = DataPaths(args.data_dir)
+    plan = storage_plan()
+    network = plan.mode == "network" and plan.durable is not None and paths.root == plan.live
+    scheduler = Scheduler(paths, exit_when_idle=args.exit_when_idle, resume_interrupted=True if network else None)
+    mirror = None
+    try:
+        if args.exit_when_idle:
+            if not scheduler.try_acquire():
+                return 0  # another scheduler already serves this data directory
+            if network:  # whoever serves the queue keeps the durable copy (backend/platform/storage.py)
+                mirror = Mirror(plan.live, plan.durable).start()
+            scheduler.run_until_idle()
+            return 0
+        if network:
+            mirror = Mirror(plan.live, plan.durable).start()
+        signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(timeout=0))
+        thread = scheduler.start()._thread
+        while thread is not None and thread.is_alive():
+            thread.join(0.5)
+        return 1 if scheduler._died else 0
+    finally:
+        if mirror is not None:
+            mirror.stop()
 
 
 if __name__ == "__main__":

@@ -648,6 +648,12 @@ class JobStore:
             con.execute("DELETE FROM metrics WHERE job_id = ? AND step > ?", (job_id, step))
             con.execute("DELETE FROM samples WHERE job_id = ? AND step > ?", (job_id, step))
 
+    def last_logged_step(self, job_id: str) -> int | None:
+        """The highest training step a job logged metrics for (None: none yet)."""
+        with self._connect() as con:
+            row = con.execute("SELECT MAX(step) AS step FROM metrics WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None or row["step"] is None else int(row["step"])
+
     def samples(self, job_id: str, after_id: int = 0) -> builtins.list[dict[str, Any]]:
         """Sampled completions (GRPO) with their rewards, oldest first."""
         with self._connect() as con:

@@ -196,6 +196,8 @@ class StoreReportingCallback(TrainerCallback):
                 self._watch_signal(state, control, data)
             if self._sample_source is not None and "train_runtime" not in data:
                 self._capture_samples(state.global_step)
+        if control.should_save:  # a checkpoint follows: the store holds every step up to it first, so a resume
+            self._flush(state, force=True)  # from that checkpoint never leaves steps missing from the plots
         self.overhead_s += time.perf_counter() - t0
         self.performance.mark()
 
