@@ -251,6 +251,8 @@ def _lay_out_environment(inputs: dict[str, Any], errors: dict, extra: dict, box)
 def build(api: StudioAPI) -> TrainHandles:
     """Lay the Train tab out and wire it to the facade."""
     ui = _lay_out()
+    if api.storage_status()["mode"] == "none":  # nothing survives a restart here: the Hub keeps the adapter
+        ui.inputs["push_to_hub"].value = True
     _wire_form(api, ui)
     _wire_upload(api, ui)
     _wire_actions(api, ui)

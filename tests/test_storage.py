@@ -228,3 +228,47 @@ def test_a_restart_with_a_wiped_local_disk_loses_nothing(tmp_path, models_dir, m
             assert "Restored the job store" in app.log_tail(200_000)
         finally:
             api.close()
+
+
+@pytest.mark.slow
+def test_a_space_without_storage_says_so_and_pushes_adapters_by_default(tmp_path, models_dir, monkeypatch):
+    """No /data on a Space: the header warns in one sentence, the Train form starts with "Push to the Hub when done"
+    on, and a signed-in user's job pushes its adapter (to the local Hub endpoint) as it finishes."""
+    import gradio as gr
+    from huggingface_hub import constants
+
+    from backend.core.users import User
+    from components import header, train_tab
+    from tests.hub_server import FakeHub
+
+    token = "hf_NO_STORAGE_TOKEN_1a2b3c"
+    monkeypatch.chdir(tmp_path)  # the studio falls back to ./data, here
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "models").symlink_to(models_dir, target_is_directory=True)
+    monkeypatch.delenv("STUDIO_DATA_DIR", raising=False)
+    monkeypatch.delenv("STUDIO_DATA_FS", raising=False)
+    monkeypatch.setenv("SPACE_ID", "space-owner/post-training-studio")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with FakeHub(token, user="alice") as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        api = StudioAPI(scheduler="thread", poll_interval=0.1)
+        try:
+            assert api.storage.mode == "none" and api.paths.root == tmp_path / "data"
+            line = header.status_text(User("alice"), None, api.storage_notice())
+            assert "no persistent storage" in line and "vanish at its next restart" in line and "/data" in line
+            with gr.Blocks():
+                handles = train_tab.build(api)
+            assert handles.inputs["push_to_hub"].value is True
+            user = User("alice", token=token)
+            job = api.submit(tiny_spec(output={"push_to_hub": True, "run_name": "kept-on-hub"}), user=user).job
+            assert wait_status(api.store, job.id, {JobStatus.succeeded, JobStatus.failed}, 240).status is (
+                JobStatus.succeeded
+            )
+            done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.hub or j.artifacts.hub_error and j, 120)
+            done = api.get_job(job.id)
+            assert done.artifacts.hub and done.artifacts.hub.repo_id == "alice/kept-on-hub", done.artifacts.hub_error
+            repo = hub.repos["alice/kept-on-hub"]
+            assert repo.private and "adapter_model.safetensors" in repo.files
+        finally:
+            api.close()
