@@ -105,6 +105,31 @@ def test_on_a_network_filesystem_the_live_store_is_not_on_data(tmp_path, models_
     assert not (data / "models").exists() and not (data / "downloads").exists()
 
 
+def test_checkpoints_reach_data_whole_and_follow_rotation(tmp_path):
+    live, data = tmp_path / "local", tmp_path / "data"
+    output = live / "jobs" / "j1" / "output"
+    half = output / "checkpoint-20"
+    half.mkdir(parents=True)
+    (half / "adapter_model.safetensors").write_bytes(b"w" * 1000)  # trainer_state.json, written last, not yet
+    whole = output / "checkpoint-10"
+    whole.mkdir()
+    for name in ("adapter_model.safetensors", "optimizer.pt", "trainer_state.json"):
+        (whole / name).write_text(name)
+    mirror = Mirror(live, data, interval_s=60)
+    assert mirror.sync()
+    durable = data / "jobs" / "j1" / "output"
+    assert sorted(p.name for p in durable.iterdir()) == ["checkpoint-10"], "a checkpoint still being written waits"
+    assert sorted(p.name for p in (durable / "checkpoint-10").iterdir()) == sorted(p.name for p in whole.iterdir())
+    (half / "trainer_state.json").write_text("{}")
+    shutil.rmtree(whole)  # the trainer's rotation (save_total_limit)
+    assert mirror.sync()
+    assert sorted(p.name for p in durable.iterdir()) == ["checkpoint-20"]
+    # A new mirror (the next start) learns what /data holds and still follows deletions made before its first cycle.
+    shutil.rmtree(half)
+    assert Mirror(live, data, interval_s=60).sync()
+    assert not (data / "jobs").exists()
+
+
 def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path, models_dir, monkeypatch):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")

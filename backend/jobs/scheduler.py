@@ -627,8 +627,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-when-idle", action="store_true", help="exit once nothing is queued or running")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    paths = DataPaths(args.data_dir)
     plan = storage_plan()
+    paths = DataPaths(args.data_dir if args.data_dir is not None else plan.live)
     network = plan.mode == "network" and plan.durable is not None and paths.root == plan.live
     scheduler = Scheduler(paths, exit_when_idle=args.exit_when_idle, resume_interrupted=True if network else None)
     mirror = None

@@ -344,7 +344,7 @@ class Mirror:
         # durable side holds: the start-up restore brought all of it back, so what the live side lacks by then was
         # deleted there (a checkpoint set aside, a job deleted).
         self._seen: set[str] | None = None
-        self._data_version: tuple[int, int] | None = None
+        self._data_version: tuple | None = None
         self._finished: int | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -386,19 +386,17 @@ class Mirror:
         return int(row[0])
 
     def _store_changed(self) -> bool:
-        db = self.live / DB_NAME
+        """Whether the live store (its file or its WAL) changed since the last look, or /data has no snapshot yet."""
         try:
-            signature = max(
-                (_signature(os.stat(self.live / name)) for name in STORE_FILES[:2] if (self.live / name).exists()),
-                default=None,
+            signature = tuple(
+                _signature(os.stat(self.live / name)) if (self.live / name).exists() else None
+                for name in STORE_FILES[:2]
             )
         except OSError:
             return True
-        if signature is None:
-            return False
         changed = signature != self._data_version or not (self.durable / DB_NAME).exists()
         self._data_version = signature
-        return changed or not db.exists()
+        return changed
 
     def sync(self) -> bool:
         """One cycle (see the class docstring); whether it completed. An error is kept in ``status.last_error``
@@ -460,7 +458,10 @@ class Mirror:
             if not (durable_state.is_file() and _same_copy(state, durable_state.stat())):
                 if target.exists():  # the step was trained again (a job started over): the old copy goes first
                     shutil.rmtree(target)
-                copy_tree_atomically(folder, target)
+                try:
+                    copy_tree_atomically(folder, target)
+                except (FileNotFoundError, shutil.Error):  # rotated away while we copied: the next cycle sees it gone
+                    continue
                 self.status.files_copied += 1
             self._checkpoints[rel] = state
         present = set(files) | set(checkpoints)
