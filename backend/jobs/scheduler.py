@@ -629,19 +629,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     plan = storage_plan()
     paths = DataPaths(args.data_dir if args.data_dir is not None else plan.live)
-    network = plan.mode == "network" and plan.durable is not None and paths.root == plan.live
-    scheduler = Scheduler(paths, exit_when_idle=args.exit_when_idle, resume_interrupted=True if network else None)
+    durable = plan.durable if plan.mode == "network" and paths.root == plan.live else None
+    scheduler = Scheduler(
+        paths, exit_when_idle=args.exit_when_idle, resume_interrupted=True if durable is not None else None
+    )
     mirror = None
     try:
         if args.exit_when_idle:
             if not scheduler.try_acquire():
                 return 0  # another scheduler already serves this data directory
-            if network:  # whoever serves the queue keeps the durable copy (backend/platform/storage.py)
-                mirror = Mirror(plan.live, plan.durable).start()
+            if durable is not None:  # whoever serves the queue keeps the durable copy (backend/platform/storage.py)
+                mirror = Mirror(plan.live, durable).start()
             scheduler.run_until_idle()
             return 0
-        if network:
-            mirror = Mirror(plan.live, plan.durable).start()
+        if durable is not None:
+            mirror = Mirror(plan.live, durable).start()
         signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(timeout=0))
         thread = scheduler.start()._thread
         while thread is not None and thread.is_alive():
