@@ -21,9 +21,10 @@ class HeaderHandles:
     refresh: Callable[..., str]  # the status line's handler, also run on page load (api_name "status")
 
 
-def status_text(user, health, storage: str | None = None) -> str:
-    """The header line: who is signed in, the device, the Hub, the job queue's health; then any notices (``storage``:
-    ``StudioAPI.storage_notice()``, when the data folder cannot be written)."""
+def status_text(user, health, storage: str | None = None, data: str | None = None) -> str:
+    """The header line: who is signed in, the device, the Hub, the job queue's health, where data lives (``data``:
+    ``StudioAPI.storage_summary()``); then any notices (``storage``: ``StudioAPI.storage_notice()``: a data folder
+    that cannot be written, a Space without storage, a durable copy that is behind)."""
     who = (
         (f"Signed in as **{user.name}**" + (" (admin)" if user.is_admin and on_space() else ""))
         if user
@@ -34,6 +35,7 @@ def status_text(user, health, storage: str | None = None) -> str:
     line = f"{who} · Device: {where} · {hub_status()}"
     queue, problem = queue_status(health)
     line += f" · {queue}" if queue else ""
+    line += f" · {data}" if data else ""
     found = [*([storage] if storage else []), *([problem] if problem else []), *notices(user, device)]
     return line + "".join(f"\n\n⚠️ {n}" for n in found)
 
@@ -88,7 +90,7 @@ def build(api) -> HeaderHandles:
 
     @as_user(signed_in=False)
     def refresh(user) -> str:
-        return status_text(user, api.scheduler_health(), api.storage_notice())
+        return status_text(user, api.scheduler_health(), api.storage_notice(), api.storage_summary())
 
     refresh.__name__ = "status"
     gr.on([gr.Timer(STATUS_REFRESH_S).tick], refresh, None, status, api_name=False, show_progress="hidden")

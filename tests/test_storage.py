@@ -81,6 +81,10 @@ def test_on_a_network_filesystem_the_live_store_is_not_on_data(tmp_path, models_
         assert not (data / DB_NAME).exists() or data not in api.paths.db.parents
         status = api.storage_status()
         assert status["live"] == str(local) and status["durable"] == str(data)
+        from components.header import status_text
+
+        line = status_text(None, None, api.storage_notice(), api.storage_summary())
+        assert f"Data: copied to {data} (network filesystem; last snapshot none yet)" in line
     finally:
         api.close()
     # `status` on the command line says the same, in words.

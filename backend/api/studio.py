@@ -136,6 +136,17 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
         found.extend(note for note in self.mirror_status.notes if "cut short" in note or "damaged" in note)
         return " ".join(found) or None
 
+    def storage_summary(self) -> str:
+        """A few words for the header line: where the data lives, and on a network filesystem where its durable copy
+        is and when the last snapshot was taken."""
+        if self.storage.mode == "none":
+            return "Data: not kept across restarts"
+        if self.storage.mode == "local":
+            return f"Data: {self.storage.live} (local disk)"
+        when = self.storage_status()["last_snapshot_at"]
+        stamp = time.strftime("%H:%M:%S UTC", time.gmtime(when)) if when else "none yet"
+        return f"Data: copied to {self.storage.durable} (network filesystem; last snapshot {stamp})"
+
     def storage_status(self) -> dict[str, Any]:
         """Where data lives and how the durable copy is doing: the mode, the live and durable folders, the last
         snapshot's time, the last error and what the start-up restore did (``python -m backend status``)."""
