@@ -353,6 +353,7 @@ class Mirror:
 
     # --- lifecycle
     def start(self) -> Mirror:
+        """Run the cycles in a background thread; returns self."""
         self._thread = threading.Thread(target=self._serve, name="studio-mirror", daemon=True)
         self._thread.start()
         return self
