@@ -2,7 +2,9 @@
 
 It speaks whoami-v2, repo creation, model info (for a base model's license and ``repo_info``), README metadata
 validation, preupload (every file ``regular``, so no LFS or Xet) and the NDJSON commit endpoint, with the
-request and response shapes of ``huggingface_hub/hf_api.py`` and ``_commit_api.py``. Every request is recorded
+request and response shapes of ``huggingface_hub/hf_api.py`` and ``_commit_api.py``; and for downloads
+(``snapshot_download``), the recursive tree listing and the file resolve endpoint (HEAD and GET, files as of a
+revision: ``main`` or a commit id), as ``file_download.py`` reads them. Every request is recorded
 (method, path, headers, body, parsed JSON or NDJSON); committed files are decoded and kept per repo and commit.
 Tests can make an endpoint answer an error status, or stop the server to play an unreachable Hub.
 """
@@ -21,10 +23,14 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
-ENDPOINTS = ("whoami", "create", "model_info", "validate_yaml", "preupload", "commit")
+ENDPOINTS = ("whoami", "create", "model_info", "validate_yaml", "preupload", "commit", "tree", "resolve")
+# Endpoints anyone may call on a public repo; a private one answers them only with the token.
+_READS = ("model_info", "tree", "resolve")
 
 _REPO_OP = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/(?P<op>preupload|commit)/(?P<rev>[^/]+)$")
 _MODEL_INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(/revision/(?P<rev>[^/]+))?$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(/(?P<path>.*))?$")
+_RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
 
 _DEFAULT_MESSAGES = {
     401: "Invalid credentials in Authorization header",
@@ -72,6 +78,23 @@ class FakeRepo:
     @property
     def sha(self) -> str:
         return self.commits[-1].oid if self.commits else "0" * 40
+
+    def files_at(self, revision: str) -> dict[str, bytes] | None:
+        """The content as of ``revision`` (``main`` or a commit id), or None for a revision the repo does not have."""
+        if revision == "main":
+            return self.files
+        oids = [commit.oid for commit in self.commits]
+        if revision not in oids:
+            return None
+        merged: dict[str, bytes] = {}
+        for commit in self.commits[: oids.index(revision) + 1]:
+            merged.update(commit.files)
+        return merged
+
+
+def git_blob_id(content: bytes) -> str:
+    """The id git (and the Hub's tree listing and ETag) gives a regular file."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
 class FakeHub:
@@ -168,6 +191,10 @@ def _endpoint_of(method: str, path: str) -> str | None:
         return m.group("op")
     if method == "GET" and _MODEL_INFO.match(path):
         return "model_info"
+    if method == "GET" and _TREE.match(path):
+        return "tree"
+    if method in ("GET", "HEAD") and _RESOLVE.match(path):
+        return "resolve"
     return None
 
 
@@ -199,7 +226,8 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # a HEAD answer has the headers of the GET one and no body
+            self.wfile.write(body)
 
     def _error(self, status: int, message: str, code: str | None = None) -> None:
         headers = {"X-Error-Message": message}
@@ -234,6 +262,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         self._route(self._record())
 
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._route(self._record())
+
     def _route(self, record: RecordedRequest) -> None:
         endpoint = _endpoint_of(record.method, record.path)
         if endpoint is None:
@@ -241,7 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
         failure = self.fake._failure(endpoint)
         if failure is not None:
             return self._error(*failure)
-        if endpoint != "model_info" and not self._authorized(record):
+        if endpoint not in _READS and not self._authorized(record):
             return self._error(401, _DEFAULT_MESSAGES[401])
         return getattr(self, f"_{endpoint}")(record)
 
@@ -289,6 +320,50 @@ class _Handler(BaseHTTPRequestHandler):
         if repo_id in self.fake.models:
             return self._send(200, {"id": repo_id, "private": False, **self.fake.models[repo_id]})
         self._error(404, "Repository not found", "RepoNotFound")
+
+    def _readable_files(self, record: RecordedRequest, match: re.Match) -> tuple[FakeRepo, dict[str, bytes]] | None:
+        """The repo and its files at the revision the path names; or None, the error answered (as the Hub does)."""
+        repo = self.fake.repos.get(match.group("repo"))
+        if repo is None or (repo.private and not self._authorized(record)):
+            self._error(401 if repo is not None else 404, "Repository not found", "RepoNotFound")
+            return None
+        files = repo.files_at(match.group("rev"))
+        if files is None:
+            self._error(404, f"Invalid rev id: {match.group('rev')}", "RevisionNotFound")
+            return None
+        return repo, files
+
+    def _tree(self, record: RecordedRequest) -> None:
+        match = _TREE.match(record.path)
+        found = self._readable_files(record, match)
+        if found is None:
+            return
+        under = (match.group("path") or "").strip("/")
+        entries = [
+            {"type": "file", "oid": git_blob_id(content), "size": len(content), "path": name}
+            for name, content in sorted(found[1].items())
+            if not under or name.startswith(under + "/")
+        ]
+        self._send(200, entries)
+
+    def _resolve(self, record: RecordedRequest) -> None:
+        match = _RESOLVE.match(record.path)
+        found = self._readable_files(record, match)
+        if found is None:
+            return
+        repo, files = found
+        content = files.get(match.group("path"))
+        if content is None:
+            return self._error(404, "Entry not found", "EntryNotFound")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(content)))
+        self.send_header("ETag", f'"{git_blob_id(content)}"')
+        rev = match.group("rev")
+        self.send_header("X-Repo-Commit", repo.sha if rev == "main" else rev)
+        self.end_headers()
+        if record.method == "GET":
+            self.wfile.write(content)
 
     def _validate_yaml(self, record: RecordedRequest) -> None:
         content = (record.json or {}).get("content", "")
