@@ -92,6 +92,73 @@ def build_trainer(
     return trainer, held_out
 
 
+def build_job_trainer(
+    spec: JobSpec,
+    paths: DataPaths,
+    job_id: str,
+    store: JobReporter,
+    callbacks: list,
+    parent_adapter: Path | None,
+    environment=None,
+    loaded=None,
+):
+    """:func:`build_trainer`, and with ``output.push_checkpoints`` the watch over its checkpoint pushes (or None).
+
+    A push problem never fails the job: without a token, offline, or when the Hub will not create the repo, the reason
+    is logged and recorded (``hub_checkpoint_error``) and the job trains with its checkpoints kept here only.
+    """
+    from backend.hub.checkpoints import (
+        checkpoint_training_kwargs,
+        describe_checkpoint_failure,
+        push_refusal,
+        record_push_failure,
+        record_push_target,
+        repo_creation_failed,
+        without_checkpoint_push,
+    )
+
+    token = os.environ.get("HF_TOKEN")
+    refusal = push_refusal(token) if spec.output.push_checkpoints else None
+    if refusal is not None:
+        record_push_failure(store, job_id, refusal)
+        spec = without_checkpoint_push(spec)
+    try:
+        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded)
+    except Exception as exc:
+        if not (spec.output.push_checkpoints and repo_creation_failed(exc)):
+            raise
+        repo = checkpoint_training_kwargs(spec, job_id)["hub_model_id"]
+        record_push_failure(
+            store, job_id, describe_checkpoint_failure(exc, repo, paths.job_output(job_id), None, token)
+        )
+        spec = without_checkpoint_push(spec)
+        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded)
+    watch = None
+    if spec.output.push_checkpoints and trainer.hub_model_id:  # set on rank 0 only: the one that pushes
+        from backend.training.checkpoint_push import CheckpointPushWatch
+
+        watch = CheckpointPushWatch(trainer, store, job_id, spec.output.private, token)
+        trainer.add_callback(watch)
+        record_push_target(store, job_id, trainer.hub_model_id, spec.output.private)
+    return trainer, held_out, watch
+
+
+def start_from_hub(spec: JobSpec, output_dir: Path, store: JobReporter, job_id: str) -> None:
+    """``training.resume_from_hub``: download the pushed checkpoint into the output dir as ``checkpoint-N``, unless
+    this job has a checkpoint there already (an earlier attempt's, newer); SpecError with a sentence when it cannot."""
+    if spec.training.resume_from_hub is None or last_checkpoint(output_dir) is not None:
+        return
+    from backend.core.artifacts import HubCheckpoint
+    from backend.hub.checkpoints import CHECKPOINT_FOLDER, fetch_checkpoint
+
+    repo = spec.training.resume_from_hub
+    log.info("downloading %s/%s to resume from it", repo, CHECKPOINT_FOLDER)
+    checkpoint = fetch_checkpoint(repo, output_dir, os.environ.get("HF_TOKEN"))
+    step = checkpoint_step(checkpoint)
+    store.merge_artifacts(job_id, resumed_from_hub=HubCheckpoint(repo_id=repo, step=step, at=time.time()))
+    log.info("downloaded the checkpoint of step %d from %s", step, repo)
+
+
 def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
     """Save the adapter, tokenizer, spec and final metrics in the job's folder; the artifacts to record."""
     adapter_dir = paths.job_adapter(job_id)
@@ -249,10 +316,14 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             )
         loaded = load_job_dataset(spec, paths, environment)
         spec = tuned_spec(job, spec, paths, loaded, store)
-        trainer, held_out = build_trainer(spec, paths, job_id, [callback], parent_adapter, environment, loaded)
+        start_from_hub(spec, output_dir, store, job_id)
+        trainer, held_out, pushes = build_job_trainer(
+            spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
+        )
         log.info("trainer ready: model loaded and data prepared")
-        resume_from = last_checkpoint(output_dir) if job.resume else None
-        if job.resume:
+        resuming = job.resume or spec.training.resume_from_hub is not None
+        resume_from = last_checkpoint(output_dir) if resuming else None
+        if resuming:
             log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
             store.merge_artifacts(job_id, resumed_from=str(resume_from) if resume_from else None)
             # The earlier attempt logged steps past the checkpoint that this one logs again: keep each step once.
@@ -268,6 +339,11 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             log.info("cancelled before training started")
             return EXIT_OK
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        if pushes is not None:
+            pushes.settle()
+        # The studio publishes the adapter itself (output.push_to_hub: adapter, card, records), so saving it below
+        # must not start Transformers' own end-of-training push.
+        trainer.args.push_to_hub = False
         record_performance(store, job_id, callback.performance.summary())
         if callback.cancelled:
             step = trainer.state.global_step

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User, max_queued_per_user
+from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
 from backend.jobs.access import readable_job
 from backend.jobs.failures import tail_lines
 from backend.jobs.lineage import last_checkpoint
@@ -21,6 +23,13 @@ from backend.platform.hardware import detect_device
 from backend.platform.limits import int_setting
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.preflight import check_and_plan, check_spec
+
+
+def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
+    """Pre-flight's word on a job that needs the Hub without a token: the signed-in user's, else (no user: the CLI,
+    a script) the HF_TOKEN this process hands its workers."""
+    token = user.token if user is not None else os.environ.get("HF_TOKEN")
+    return hub_token_warnings(spec, token)
 
 
 class JobOperations:
@@ -44,9 +53,9 @@ class JobOperations:
         total_limit = int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL) if limited else None
         if queue_limit is not None:
             self.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
-        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec))
+        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec)) + _token_warnings(spec, user)
         job = self.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
-        if spec.output.push_to_hub and user is not None and user.token:
+        if wants_hub_token(spec) and user is not None and user.token:
             self._tokens[job.id] = user.token
         if warnings:
             self.store.merge_artifacts(job.id, preflight_warnings=warnings)
@@ -58,6 +67,7 @@ class JobOperations:
         text). Raises SpecError like submit would."""
         spec = self._prepare(spec, user=user)
         warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
+        warnings += _token_warnings(spec, user)
         estimate = tuning.estimate
         text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"
         if estimate.advice:

@@ -27,6 +27,19 @@ class HubPush(BaseModel):
     pushed_at: float | None = Field(None, description="when the push finished (Unix time)")
 
 
+class HubCheckpoint(BaseModel):
+    """A checkpoint on the Hub: the last one a job pushed (``hub_checkpoint``), or the one it started from
+    (``resumed_from_hub``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    repo_id: str = Field(description="the model repository, namespace/name; the checkpoint is its last-checkpoint/")
+    step: int | None = Field(None, description="the checkpoint's global step (None: none pushed yet)")
+    url: str | None = Field(None, description="the checkpoint folder's page on the Hub endpoint used")
+    private: bool | None = Field(None, description="whether the repository was asked to be private")
+    at: float | None = Field(None, description="when the push finished or the download was made (Unix time)")
+
+
 class AutoTuneRecord(BaseModel):
     """What auto-tune decided for the job's first attempt (the ``auto_tune`` artifact; a resume replays it)."""
 
@@ -144,6 +157,15 @@ class JobArtifacts(BaseModel):
     # The Hub.
     hub: HubPush | None = Field(None, description="where the adapter was pushed")
     hub_error: str | None = Field(None, description="why the last push failed (None again once one succeeds)")
+    hub_checkpoint: HubCheckpoint | None = Field(
+        None, description="where checkpoints are pushed as they are saved, and the last step pushed"
+    )
+    hub_checkpoint_error: str | None = Field(
+        None, description="why the last checkpoint push failed (None again once one succeeds); the job went on"
+    )
+    resumed_from_hub: HubCheckpoint | None = Field(
+        None, description="the pushed checkpoint (repo and step) the job downloaded and continued from"
+    )
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, Any]) -> JobArtifacts:

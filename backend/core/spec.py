@@ -176,6 +176,12 @@ class TrainingSpec(_Part):
     seed: int = Field(42, ge=0, le=MAX_SEED, description="Random seed for data order and adapter init.")
     logging_steps: int = Field(1, gt=0, description="Log metrics every N steps.")
     save_steps: int = Field(50, gt=0, description="Save a resumable checkpoint every N steps.")
+    resume_from_hub: str | None = Field(
+        None,
+        description="Continue a run from the checkpoint it pushed to the Hub (output.push_checkpoints): the repo id, "
+        "e.g. you/my-adapter; its last-checkpoint/ folder is downloaded and training goes on from that step, with the "
+        "same model, method and LoRA settings as the run that pushed it.",
+    )
     num_gpus: int = Field(
         1,
         ge=1,
@@ -208,6 +214,16 @@ class TrainingSpec(_Part):
         description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "
         "bf16 CUDA GPU, else PyTorch's sdpa.",
     )
+
+    @field_validator("resume_from_hub")
+    @classmethod
+    def _hub_repo(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not is_namespaced_repo_id(value):
+            raise ValueError(f"must be the Hub repo id the checkpoints were pushed to: {HUB_REPO_ID_RULE}")
+        return value
 
     @field_validator("batch_size", mode="before")
     @classmethod
@@ -477,10 +493,16 @@ class EvalSpec(_Part):
 
 
 class OutputSpec(_Part):
-    """What a job is called and where its adapter goes: the Hub repo, its privacy, trackio."""
+    """What a job is called and where its adapter and checkpoints go: the Hub repo, its privacy, trackio."""
 
     run_name: str | None = Field(None, max_length=96, description="A name to recognise the job by.")
     push_to_hub: bool = Field(False, description="Push the adapter to the Hub when the job succeeds.")
+    push_checkpoints: bool = Field(
+        False,
+        description="Push each checkpoint to the same Hub repo's last-checkpoint/ folder as it is saved (private "
+        "unless private is off), so training.resume_from_hub can finish the run on another machine; a failed push "
+        "is recorded, never a failed job.",
+    )
     hub_repo_id: str | None = Field(None, description="Target repo, e.g. you/my-adapter (defaults from run name).")
     private: bool = Field(True, description="Create the Hub repo as private.")
     trackio: bool = Field(

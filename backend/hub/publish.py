@@ -50,7 +50,12 @@ class PushResult:
 
 def default_repo_name(job: JobRecord) -> str:
     """The repo name a job's adapter gets when none is given: its run name, else method and job id."""
-    return slug(job.spec.output.run_name or f"{job.spec.method.value}-{job.id}")
+    return repo_name_for(job.spec, job.id)
+
+
+def repo_name_for(spec: JobSpec, job_id: str) -> str:
+    """:func:`default_repo_name` from the spec and the job id (the worker's checkpoints go to the same repo)."""
+    return slug(spec.output.run_name or f"{spec.method.value}-{job_id}")
 
 
 def _account(api: HfApi) -> tuple[str, set[str], str | None]:
@@ -86,12 +91,15 @@ def _base_license(api: HfApi, job: JobRecord) -> str | None:
     return license_ if isinstance(license_, str) and license_ else None
 
 
-def describe_push_failure(exc: BaseException, repo_id: str, namespace: str, adapter_dir: Path, endpoint: str) -> str:
-    """One sentence for a failed Hub call, naming what to do."""
+def describe_push_failure(
+    exc: BaseException, repo_id: str, namespace: str, adapter_dir: Path, endpoint: str, kept: str | None = None
+) -> str:
+    """One sentence for a failed Hub call, naming what to do; ``kept`` says what stays on disk (default: the
+    adapter, at ``adapter_dir``)."""
     import httpx2
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-    kept = f"the adapter is kept at {adapter_dir}; retry later"
+    kept = kept or f"the adapter is kept at {adapter_dir}; retry later"
     if isinstance(exc, OfflineModeIsEnabled):
         return f"the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); {kept}"
     if isinstance(exc, (httpx2.TransportError, ConnectionError, TimeoutError)):

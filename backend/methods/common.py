@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.core.spec import JobSpec, checkpointing
+from backend.hub.checkpoints import checkpoint_training_kwargs
 from backend.models import loading as models
 
 AUTO_FIND_BATCH_START = 16
@@ -90,6 +91,7 @@ def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:
         disable_tqdm=True,
         run_name=spec.output.run_name,
     )
+    kwargs.update(checkpoint_training_kwargs(spec, Path(output_dir).parent.name))
     if spec.output.trackio:
         from backend.platform.tracking import trackio_training_kwargs, trackio_unavailable
 

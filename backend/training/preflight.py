@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from backend.core.hub_names import hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
 from backend.data.loading import load_training_dataset, split_holdout
+from backend.hub.checkpoints import hub_checkpoint_problems
 from backend.methods.table import reward_columns, support
 from backend.models.demo import BUILTIN_MODELS, DEMO_MODEL_ID
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
@@ -98,6 +99,7 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
         split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     except SpecError as exc:
         problems.extend(exc.problems)
+    problems.extend(hub_checkpoint_problems(spec))
     method = support(spec.method)
     if spec.training.batch_size != "auto" and spec.training.batch_size < method.min_batch:
         problems.append(
