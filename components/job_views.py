@@ -209,9 +209,25 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
             f"**Push to the Hub failed:** {html.escape(job.artifacts.hub_error)} (the adapter is kept; "
             "push again below)"
         )
+    lines.extend(hub_checkpoint_lines(job))
     for warning in job.artifacts.preflight_warnings or []:
         lines.append(f"⚠️ {warning}")
     return "\n\n".join(lines)
+
+
+def hub_checkpoint_lines(job: JobRecord) -> list[str]:
+    """What the job's record says about checkpoints on the Hub: pushed (to where, last step), failed, resumed from."""
+    lines = []
+    artifacts = job.artifacts
+    resumed, pushed, error = artifacts.resumed_from_hub, artifacts.hub_checkpoint, artifacts.hub_checkpoint_error
+    if resumed:
+        lines.append(f"Resumed from the checkpoint of step {resumed.step} pushed to {html.escape(resumed.repo_id)}")
+    if pushed and pushed.step is not None:
+        where = f"[{pushed.repo_id}/last-checkpoint]({pushed.url})" if pushed.url else pushed.repo_id
+        lines.append(f"Checkpoints on the Hub: {where}, last pushed at step {pushed.step}")
+    if error:
+        lines.append(f"**Checkpoint push failed:** {html.escape(error)}")
+    return lines
 
 
 def cancelled_sentence(job: JobRecord) -> str:

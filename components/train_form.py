@@ -215,6 +215,14 @@ DECLARED: list[FormField] = [
     ),
     FormField("run_name", "output.run_name", "Run name"),
     FormField("push_to_hub", "output.push_to_hub", "Push to the Hub when done"),
+    FormField(
+        "push_checkpoints",
+        "output.push_checkpoints",
+        "Push checkpoints to the Hub as they are saved",
+        help="Each checkpoint is uploaded to the Hub repo's last-checkpoint/ folder as it is saved (a private repo "
+        "when Private repo is ticked), so another machine can finish the run from it; a failed upload never fails "
+        "the job.",
+    ),
     FormField("hub_repo_id", "output.hub_repo_id", "Hub repo", options={"placeholder": "you/my-adapter"}),
     FormField("hub_private", "output.private", "Private repo"),
     FormField("trackio", "output.trackio", "Track with trackio"),

@@ -56,7 +56,7 @@ SETTINGS_ROWS = (
     ("max_steps", "learning_rate", "batch_size", "grad_accum", "max_length"),
     ("lora_enabled", "lora_r", "lora_alpha", "lora_dropout", "quant_mode"),
     ("holdout_rows", "run_name"),
-    ("push_to_hub", "hub_repo_id", "hub_private", "trackio"),
+    ("push_to_hub", "push_checkpoints", "hub_repo_id", "hub_private", "trackio"),
 )
 ENVIRONMENT_ROW = ("env_name", "env_reward", "env_max_iterations", "env_eval_episodes")
 MAX_RADIO_CHOICES = 6  # more choices than this are a dropdown

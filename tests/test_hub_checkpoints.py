@@ -5,10 +5,12 @@ still succeeds, and a job on a fresh data dir (another machine) resumes from the
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from backend.api import StudioAPI
+from backend.core.artifacts import JobArtifacts
 from backend.core.paths import DataPaths
 from backend.core.spec import SpecError, parse_spec
 from backend.core.users import User
@@ -197,3 +199,30 @@ def test_a_failure_in_transformers_repo_creation_is_told_apart():
     except OSError as exc:
         assert repo_creation_failed(exc)
     assert not repo_creation_failed(OSError("elsewhere"))
+
+
+def test_the_job_view_says_where_the_checkpoints_are():
+    from components.job_views import hub_checkpoint_lines
+
+    artifacts = JobArtifacts(
+        hub_checkpoint={"repo_id": "you/run", "step": 40, "url": "https://hf.co/you/run/tree/main/last-checkpoint"},
+        hub_checkpoint_error="the checkpoint of step 50 could not be pushed to you/run: <b>",
+        resumed_from_hub={"repo_id": "you/run", "step": 20},
+    )
+    assert hub_checkpoint_lines(SimpleNamespace(artifacts=artifacts)) == [
+        "Resumed from the checkpoint of step 20 pushed to you/run",
+        "Checkpoints on the Hub: [you/run/last-checkpoint](https://hf.co/you/run/tree/main/last-checkpoint), last "
+        "pushed at step 40",
+        "**Checkpoint push failed:** the checkpoint of step 50 could not be pushed to you/run: &lt;b&gt;",
+    ]
+
+
+def test_the_train_form_ticks_checkpoint_pushes_next_to_push_to_hub():
+    from components.train_form import form_to_spec, spec_to_form
+    from components.train_tab import SETTINGS_ROWS
+
+    spec = parse_spec(form_to_spec({"push_checkpoints": True}))
+    assert spec.output.push_checkpoints and not parse_spec(form_to_spec({})).output.push_checkpoints
+    assert spec_to_form(spec)["push_checkpoints"] is True  # a cloned job keeps it
+    row = next(row for row in SETTINGS_ROWS if "push_to_hub" in row)
+    assert row[row.index("push_to_hub") + 1] == "push_checkpoints"
