@@ -175,8 +175,9 @@ def test_preflight_refuses_the_hub_offline_and_warns_without_a_token(paths, monk
     api = StudioAPI(paths.root, scheduler="none")
     pushing = tiny_spec(output={"push_checkpoints": True})
     resuming = tiny_spec(training={"resume_from_hub": "you/run"})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as conftest has it (this file's Hub fixture unsets it meanwhile)
     for spec, field in ((pushing, "output.push_checkpoints"), (resuming, "training.resume_from_hub")):
-        with pytest.raises(SpecError) as refused:  # conftest: HF_HUB_OFFLINE=1
+        with pytest.raises(SpecError) as refused:
             api.check(spec, user=User("local", token=TOKEN))
         assert refused.value.problems == [p for p in refused.value.problems if p.startswith(field)]
         assert "HF_HUB_OFFLINE is set" in refused.value.problems[0]
