@@ -108,7 +108,6 @@ def build_job_trainer(
     is logged and recorded (``hub_checkpoint_error``) and the job trains with its checkpoints kept here only.
     """
     from backend.hub.checkpoints import (
-        checkpoint_training_kwargs,
         describe_checkpoint_failure,
         push_refusal,
         record_push_failure,
@@ -127,6 +126,8 @@ def build_job_trainer(
     except Exception as exc:
         if not (spec.output.push_checkpoints and repo_creation_failed(exc)):
             raise
+        from backend.methods.common import checkpoint_training_kwargs
+
         repo = checkpoint_training_kwargs(spec, job_id)["hub_model_id"]
         record_push_failure(
             store, job_id, describe_checkpoint_failure(exc, repo, paths.job_output(job_id), None, token)
@@ -135,7 +136,7 @@ def build_job_trainer(
         trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded)
     watch = None
     if spec.output.push_checkpoints and trainer.hub_model_id:  # set on rank 0 only: the one that pushes
-        from backend.training.checkpoint_push import CheckpointPushWatch
+        from backend.hub.checkpoint_push import CheckpointPushWatch
 
         watch = CheckpointPushWatch(trainer, store, job_id, spec.output.private, token)
         trainer.add_callback(watch)

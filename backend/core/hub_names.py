@@ -116,3 +116,18 @@ def hub_model_id(name: str) -> str | None:
     if is_builtin(name) or is_local_path(name) or not is_repo_id(name):
         return None
     return name
+
+
+def slug(text: str) -> str:
+    """A repo- and folder-safe name: letters, digits, dots, dashes and underscores; at most 96 characters.
+
+    >>> slug("my run/1 (final)")
+    'my-run-1-final'
+    """
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
+    return cleaned[:96] or "adapter"
+
+
+def run_repo_name(run_name: str | None, method: str, job_id: str) -> str:
+    """The Hub repo name a job's adapter and checkpoints get when none is given: its run name, else method and id."""
+    return slug(run_name or f"{method}-{job_id}")

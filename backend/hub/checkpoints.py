@@ -19,10 +19,9 @@ import shutil
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from backend.core.artifacts import HubCheckpoint
-from backend.core.hub_names import client_offline, hub_endpoint, hub_offline
+from backend.core.hub_names import client_offline, hub_endpoint
 from backend.core.spec import JobSpec, SpecError
 from backend.jobs.reporter import JobReporter
 
@@ -39,51 +38,12 @@ def wants_hub_token(spec: JobSpec) -> bool:
     return spec.output.push_to_hub or spec.output.push_checkpoints or spec.training.resume_from_hub is not None
 
 
-def checkpoint_training_kwargs(spec: JobSpec, job_id: str) -> dict[str, Any]:
-    """The TrainingArguments fields that push each checkpoint as it is saved (none without output.push_checkpoints).
-
-    A repo name without an owner (the default) is created under the token's account by Transformers itself. No
-    ``hub_token``: see the module's docstring.
-    """
-    if not spec.output.push_checkpoints:
-        return {}
-    from backend.hub.publish import repo_name_for  # publish reaches the methods through trl_cli: imported late
-
-    return {
-        "push_to_hub": True,
-        "hub_model_id": spec.output.hub_repo_id or repo_name_for(spec, job_id),
-        "hub_strategy": "checkpoint",
-        "hub_private_repo": spec.output.private,
-    }
-
-
 def without_checkpoint_push(spec: JobSpec) -> JobSpec:
     """The spec as a worker that cannot push runs it: checkpoints kept on this machine only."""
     return spec.model_copy(update={"output": spec.output.model_copy(update={"push_checkpoints": False})})
 
 
 # --- before the job is queued -----------------------------------------------------------------------------------
-
-
-def hub_checkpoint_problems(spec: JobSpec) -> list[str]:
-    """Pre-flight refusals: pushing or resuming from the Hub where the Hub cannot be reached."""
-    problems = []
-    if spec.output.push_checkpoints and hub_offline():
-        problems.append(
-            "output.push_checkpoints: HF_HUB_OFFLINE is set, so no checkpoint can reach the Hub; turn it off, or "
-            "unset HF_HUB_OFFLINE"
-        )
-    repo = spec.training.resume_from_hub
-    if repo is not None:
-        from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
-
-        if not hub_reachable():
-            why = "HF_HUB_OFFLINE is set" if hub_offline() else HUB_UNREACHABLE
-            problems.append(
-                f"training.resume_from_hub: the checkpoint of {repo} cannot be downloaded: {why}; try again once the "
-                "Hub can be reached, or resume a job of this machine instead"
-            )
-    return problems
 
 
 def hub_token_warnings(spec: JobSpec, token: str | None) -> list[str]:

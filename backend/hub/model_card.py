@@ -7,10 +7,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin
+from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
 from backend.core.spec import JobSpec, Method
 from backend.core.uploads import dataset_file_name
-from backend.hub.trl_cli import PLACEHOLDER_NAMESPACE, slug, trl_cli_yaml
+from backend.hub.trl_cli import PLACEHOLDER_NAMESPACE, trl_cli_yaml
 from backend.methods.table import plots_for, support
 from backend.training.flops import TOKENS_COUNTED, performance_line
 

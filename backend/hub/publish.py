@@ -16,12 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.core.artifacts import HubPush
-from backend.core.hub_names import HUB_REPO_ID_RULE, client_offline, hub_endpoint, hub_model_id, is_namespaced_repo_id
+from backend.core.hub_names import (
+    HUB_REPO_ID_RULE,
+    client_offline,
+    hub_endpoint,
+    hub_model_id,
+    is_namespaced_repo_id,
+    run_repo_name,
+)
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, quote_input
 from backend.core.uploads import dataset_file_name
 from backend.hub.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
-from backend.hub.trl_cli import slug, trl_cli_yaml
+from backend.hub.trl_cli import trl_cli_yaml
 from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore
 
 if TYPE_CHECKING:
@@ -55,7 +62,7 @@ def default_repo_name(job: JobRecord) -> str:
 
 def repo_name_for(spec: JobSpec, job_id: str) -> str:
     """:func:`default_repo_name` from the spec and the job id (the worker's checkpoints go to the same repo)."""
-    return slug(spec.output.run_name or f"{spec.method.value}-{job_id}")
+    return run_repo_name(spec.output.run_name, spec.method.value, job_id)
 
 
 def _account(api: HfApi) -> tuple[str, set[str], str | None]:

@@ -9,13 +9,12 @@ that says what to do instead, so the file stays valid and honest.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin
+from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
 from backend.core.spec import JobSpec
 from backend.core.uploads import dataset_file_name
 from backend.data.builtin import BUILTIN_DATASETS
@@ -24,12 +23,6 @@ from backend.methods.table import support
 
 # Placeholders for what must be uploaded to the Hub before the CLI can use it.
 PLACEHOLDER_NAMESPACE = "YOUR_USERNAME"
-
-
-def slug(text: str) -> str:
-    """A repo- and folder-safe name: letters, digits, dots, dashes and underscores; at most 96 characters."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")
-    return cleaned[:96] or "adapter"
 
 
 def default_output_dir(spec: JobSpec) -> str:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.core.hub_names import run_repo_name
 from backend.core.spec import JobSpec, checkpointing
-from backend.hub.checkpoints import checkpoint_training_kwargs
 from backend.models import loading as models
 
 AUTO_FIND_BATCH_START = 16
@@ -64,6 +64,24 @@ def policy_trainer(trainer_cls: type, args: Any, inputs: Any) -> Any:
     else (DPO, KTO); ``inputs`` is the worker's ``methods.TrainerInputs``."""
     policy = load_policy(inputs.spec, inputs.models_dir, inputs.parent_adapter)
     return trainer_cls(args=args, train_dataset=inputs.dataset, callbacks=inputs.callbacks, **policy.trainer_kwargs())
+
+
+def checkpoint_training_kwargs(spec: JobSpec, job_id: str) -> dict[str, Any]:
+    """The TrainingArguments fields that push each checkpoint as it is saved (none without output.push_checkpoints;
+    backend/hub/checkpoints.py has the rest of it).
+
+    A repo name without an owner (the default) is created under the token's account by Transformers itself. No
+    ``hub_token``: Transformers pickles the TrainingArguments into every checkpoint and pushes them; the Hub client
+    reads the token the scheduler hands the worker in HF_TOKEN.
+    """
+    if not spec.output.push_checkpoints:
+        return {}
+    return {
+        "push_to_hub": True,
+        "hub_model_id": spec.output.hub_repo_id or run_repo_name(spec.output.run_name, spec.method.value, job_id),
+        "hub_strategy": "checkpoint",
+        "hub_private_repo": spec.output.private,
+    }
 
 
 def base_training_kwargs(spec: JobSpec, output_dir: Path) -> dict[str, Any]:

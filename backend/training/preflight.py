@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from backend.core.hub_names import hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
 from backend.data.loading import load_training_dataset, split_holdout
-from backend.hub.checkpoints import hub_checkpoint_problems
 from backend.methods.table import reward_columns, support
 from backend.models.demo import BUILTIN_MODELS, DEMO_MODEL_ID
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
@@ -197,3 +196,22 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
             "(model.parent_job_id); try a dry run to see what it does now"
         )
     return warnings
+
+
+def hub_checkpoint_problems(spec: JobSpec) -> list[str]:
+    """Pre-flight refusals: pushing or resuming from the Hub where the Hub cannot be reached."""
+    problems = []
+    if spec.output.push_checkpoints and hub_offline():
+        problems.append(
+            "output.push_checkpoints: HF_HUB_OFFLINE is set, so no checkpoint can reach the Hub; turn it off, or "
+            "unset HF_HUB_OFFLINE"
+        )
+    repo = spec.training.resume_from_hub
+    if repo is not None:
+        if not hub_reachable():
+            why = "HF_HUB_OFFLINE is set" if hub_offline() else HUB_UNREACHABLE
+            problems.append(
+                f"training.resume_from_hub: the checkpoint of {repo} cannot be downloaded: {why}; try again once the "
+                "Hub can be reached, or resume a job of this machine instead"
+            )
+    return problems
