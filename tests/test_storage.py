@@ -134,6 +134,25 @@ def test_checkpoints_reach_data_whole_and_follow_rotation(tmp_path):
     assert not (data / "jobs").exists()
 
 
+def test_only_the_process_serving_the_queue_writes_data(tmp_path, models_dir, monkeypatch):
+    """Two app processes on one data dir (a restart's old and new overlapping): the one holding the scheduler lock
+    copies to /data, the other neither restores over the live store nor copies."""
+    data, local = network_world(tmp_path, models_dir, monkeypatch)
+    first = StudioAPI(scheduler="thread", poll_interval=0.1)
+    try:
+        wait_for(lambda: first.scheduler_health().owns_queue, 30, what="the first to take the queue")
+        second = StudioAPI(scheduler="thread", poll_interval=0.1)
+        try:
+            assert second.mirror_status.notes == [] and not second.scheduler_health().owns_queue
+            assert second.mirror is not None and second.mirror.sync() is False
+            assert first.mirror is not None and first.mirror.sync() is True
+        finally:
+            second.close()
+    finally:
+        first.close()
+    assert (data / DB_NAME).is_file()
+
+
 def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path, models_dir, monkeypatch):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")

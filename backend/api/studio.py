@@ -95,7 +95,9 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
         if scheduler == "thread":
             if self.storage.mode == "network":
                 scheduler_kwargs.setdefault("resume_interrupted", True)  # the machine went away: carry on by itself
-                self.mirror = Mirror(self.storage.live, self.storage.durable, status=self.mirror_status).start()
+                self.mirror = Mirror(
+                    self.storage.live, self.storage.durable, status=self.mirror_status, owns=self._serves_queue
+                ).start()
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def _sweep_half_files(self) -> None:
@@ -111,13 +113,18 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
 
     def close(self) -> None:
         """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""
+        served = self._serves_queue()
         if self.scheduler is not None:
             self.scheduler.stop()
         if self.mirror is not None:  # a last snapshot and copy: a shutdown leaves the newest state durable
-            self.mirror.stop()
+            self.mirror.stop(last_cycle=served)
         self._bench_time.close()
         self._dry_run_time.close()
         self.store.close()
+
+    def _serves_queue(self) -> bool:
+        """Whether this process's scheduler holds the data dir's lock (it alone keeps the durable copy)."""
+        return self.scheduler is not None and self.scheduler.health().owns_queue
 
     def storage_notice(self) -> str | None:
         """Sentences for the header about where data lives, when something needs saying: a read-only data folder, a

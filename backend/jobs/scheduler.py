@@ -643,15 +643,15 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.run_until_idle()
             return 0
         if durable is not None:
-            mirror = Mirror(plan.live, durable).start()
+            mirror = Mirror(plan.live, durable, owns=lambda: scheduler.health().owns_queue).start()
         signal.signal(signal.SIGTERM, lambda *_: scheduler.stop(timeout=0))
         thread = scheduler.start()._thread
         while thread is not None and thread.is_alive():
             thread.join(0.5)
         return 1 if scheduler._died else 0
     finally:
-        if mirror is not None:
-            mirror.stop()
+        if mirror is not None:  # a last cycle where this process served the queue (exit-when-idle: it did)
+            mirror.stop(last_cycle=True if args.exit_when_idle else None)
 
 
 if __name__ == "__main__":

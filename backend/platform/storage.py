@@ -25,6 +25,7 @@ import shutil
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -330,8 +331,18 @@ class Mirror:
     runs a last cycle.
     """
 
-    def __init__(self, live: Path, durable: Path, interval_s: float | None = None, status: MirrorStatus | None = None):
+    def __init__(
+        self,
+        live: Path,
+        durable: Path,
+        interval_s: float | None = None,
+        status: MirrorStatus | None = None,
+        owns: Callable[[], bool] | None = None,
+    ):
         self.live = live
+        # Whether this process serves the queue now: two app processes on one data dir (a restart's old and new
+        # overlapping) must not both write /data, so only the scheduler lock's holder copies.
+        self.owns = owns or (lambda: True)
         self.durable = durable
         self.interval_s = (
             interval_s if interval_s is not None else float(os.environ.get(SNAPSHOT_INTERVAL_ENV, "3") or 3)
@@ -350,6 +361,7 @@ class Mirror:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_cycle = 0.0
+        self._served = False  # whether a cycle ran while this process served the queue
 
     # --- lifecycle
     def start(self) -> Mirror:
@@ -358,12 +370,14 @@ class Mirror:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """Stop the thread after a last cycle, so a shutdown leaves the newest state durable."""
+    def stop(self, last_cycle: bool | None = None) -> None:
+        """Stop the thread, then run one more cycle, so a shutdown leaves the newest state durable: when
+        ``last_cycle``, or (None) when this process served the queue at any cycle (its lock may be gone by now)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(60)
-        self.sync()
+        if last_cycle or (last_cycle is None and (self._served or self.owns())):
+            self.sync(force=True)
 
     def _serve(self) -> None:
         while not self._stop.wait(min(1.0, self.interval_s)):
@@ -399,9 +413,13 @@ class Mirror:
         self._data_version = signature
         return changed
 
-    def sync(self) -> bool:
+    def sync(self, force: bool = False) -> bool:
         """One cycle (see the class docstring); whether it completed. An error is kept in ``status.last_error``
-        (the header shows it) and the next cycle tries again."""
+        (the header shows it) and the next cycle tries again. Skipped (False) while another process serves the
+        queue, unless ``force``."""
+        if not force and not self.owns():
+            return False
+        self._served = True
         with self._lock:
             self._last_cycle = time.monotonic()
             pending = self.live / ".snapshot-pending.sqlite3"
