@@ -153,6 +153,35 @@ def test_only_the_process_serving_the_queue_writes_data(tmp_path, models_dir, mo
     assert (data / DB_NAME).is_file()
 
 
+def test_a_full_data_disk_leaves_the_last_snapshot_and_says_so(tmp_path, models_dir, monkeypatch):
+    """/data fills up mid-copy: the cycle fails with a sentence the header shows, leaves no half file and the last
+    snapshot intact; the live side goes on, and once there is room the next cycle catches up."""
+    from tests.faults import tmpfs
+
+    data, local = network_world(tmp_path, models_dir, monkeypatch)
+    with tmpfs(data, "1m"):
+        api = StudioAPI(scheduler="none")
+        try:
+            first = api.submit(tiny_spec(output={"run_name": "before-full"})).job
+            mirror = Mirror(local, data, interval_s=60, status=api.mirror_status)
+            assert mirror.sync()
+            big = local / "jobs" / first.id / "train.log"
+            big.parent.mkdir(parents=True, exist_ok=True)
+            big.write_bytes(b"x" * (3 * 2**20))  # more than /data holds
+            second = api.submit(tiny_spec(output={"run_name": "after-full"})).job
+            assert mirror.sync() is False
+            assert "is full" in api.mirror_status.last_error
+            assert "The durable copy is behind" in api.storage_notice()
+            assert not any(".part-" in p.name for p in data.rglob("*")), "no half file is left on /data"
+            assert snapshot_jobs(data / DB_NAME) == {first.id: "queued"}, "the last snapshot is intact"
+            assert {j.id for j in api.list_jobs()} == {first.id, second.id}, "the live store goes on"
+            big.write_text("short now\n")
+            assert mirror.sync() and api.mirror_status.last_error is None and api.storage_notice() is None
+            assert snapshot_jobs(data / DB_NAME) == {first.id: "queued", second.id: "queued"}
+        finally:
+            api.close()
+
+
 def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path, models_dir, monkeypatch):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")

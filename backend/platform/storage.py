@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.core.paths import DATA_DIR_ENV, SPACE_DATA_DIR, default_data_dir
+from backend.core.paths import DATA_DIR_ENV, SPACE_DATA_DIR, default_data_dir, storage_problem
 
 log = logging.getLogger(__name__)
 
@@ -438,7 +438,9 @@ class Mirror:
                 self.status.last_error = None
                 return True
             except (OSError, sqlite3.Error) as exc:
-                self.status.last_error = f"the copy on {self.durable} could not be written ({exc})"
+                self._data_version = None  # the store's change is not on /data yet: the next cycle snapshots it
+                why = storage_problem(exc) if isinstance(exc, OSError) else str(exc)
+                self.status.last_error = f"the copy on {self.durable} could not be written: {why}"
                 log.warning("mirror: %s", self.status.last_error)
                 return False
             finally:
