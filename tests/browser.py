@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,10 +117,7 @@ def jobs_tab_ticks(page, url: str) -> Iterator[Ticks]:
 
 def wait_until(page, predicate, timeout_s: float, what: str) -> None:
     """Let the page run (and deliver its events) until ``predicate()`` holds, or fail saying ``what``."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
-        page.wait_for_timeout(200)
+    wait_for(predicate, timeout_s, 0.2, what, sleep=lambda seconds: page.wait_for_timeout(seconds * 1000))
 
 
 SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"

@@ -161,14 +161,16 @@ def tiny_spec(**overrides) -> dict:
     return spec
 
 
-def wait_for(predicate, timeout: float = 120.0, interval: float = 0.1, what: str = "condition"):
+def wait_for(predicate, timeout: float = 120.0, interval: float = 0.1, what: str = "condition", sleep=time.sleep):
+    """``predicate()``'s first truthy value, asked every ``interval`` s until ``timeout``, else fail saying ``what``.
+    ``sleep`` waits between asks (a browser test passes its page's, so the page delivers its events meanwhile)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def wait_status(store: JobStore, job_id: str, statuses: set[JobStatus], timeout: float = 180.0):
