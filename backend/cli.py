@@ -204,13 +204,15 @@ def cmd_list(api: StudioAPI, args) -> int:
         return EXIT_OK
     statuses = [status_text(job.status.value, job.artifacts.learning) for job in jobs]
     width = max(12, *map(len, statuses))
-    print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  model")
-    for job, status in zip(jobs, statuses):
+    runs = [job.spec.output.run_name or "-" for job in jobs]
+    run_width = min(32, max(3, *map(len, runs)))
+    print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  {'run':<{run_width}}  model")
+    for job, status, run in zip(jobs, statuses, runs):
         p = job.progress
         progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
         print(
             f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "
-            f"{_ts(job.created_at):<19}  {job.spec.model.name_or_path}"
+            f"{_ts(job.created_at):<19}  {run:<{run_width}}  {job.spec.model.name_or_path}"
         )
     return EXIT_OK
 
@@ -222,6 +224,7 @@ def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
         "status": job.status.value,
         "status_text": status_text(job.status.value, job.artifacts.learning),
         "method": job.spec.method.value,
+        "run_name": job.spec.output.run_name,
         "model": job.spec.model.name_or_path,
         "owner": job.owner,
         "created_at": job.created_at,

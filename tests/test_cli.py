@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from backend.core.paths import DataPaths
+from backend.core.spec import parse_spec
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
@@ -286,6 +287,17 @@ def test_show_and_list_say_a_success_learned_nothing_with_the_verdict_and_the_wa
     (listed,) = json.loads(run_main(capsys, "list", "--json")[1])
     assert listed["learning"]["verdict"] == "no_signal" and listed["signal"]["consecutive"] == 3
     assert listed["status_text"] == "succeeded - learned nothing"
+
+
+def test_list_names_each_job_by_its_run_name(data_dir, store, capsys):
+    named = store.add(parse_spec(tiny_spec(output={"run_name": "my first sft"}))).id
+    unnamed = store.add(parse_spec(tiny_spec())).id
+    code, out, _ = run_main(capsys, "list")
+    assert code == 0 and re.search(r"\s+run\s+model$", out, re.M), out
+    assert re.search(rf"^{named}\s.*\s+my first sft\s+builtin:tiny-qwen3$", out, re.M), out
+    assert re.search(rf"^{unnamed}\s.*\s+-\s+builtin:tiny-qwen3$", out, re.M), out
+    listed = {row["id"]: row["run_name"] for row in json.loads(run_main(capsys, "list", "--json")[1])}
+    assert listed == {named: "my first sft", unnamed: None}
 
 
 def test_show_prints_an_improvement_and_a_job_without_a_verdict_as_before(data_dir, store, capsys):
