@@ -104,10 +104,18 @@ def checkpoint_step(checkpoint: Path) -> int:
     return int(checkpoint.name.rsplit("-", 1)[-1])
 
 
+def numbered_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """Every ``checkpoint-N`` folder of ``output_dir`` with its N, complete or not."""
+    return [
+        (checkpoint_step(child), child)
+        for child in output_dir.glob("checkpoint-*")
+        if child.name.rsplit("-", 1)[-1].isdigit()
+    ]
+
+
 def last_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete ``checkpoint-N`` folder, or None."""
-    candidates = []
-    for child in output_dir.glob("checkpoint-*"):
-        if child.name.rsplit("-", 1)[-1].isdigit() and (child / "trainer_state.json").is_file():
-            candidates.append((checkpoint_step(child), child))
+    candidates = [
+        (step, child) for step, child in numbered_checkpoints(output_dir) if (child / "trainer_state.json").is_file()
+    ]
     return max(candidates)[1] if candidates else None

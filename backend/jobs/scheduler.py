@@ -34,6 +34,7 @@ from backend.jobs.failures import (
     with_log_tail,
 )
 from backend.jobs.launchers import Launcher, WorkerProcess, default_launcher, spawn_backend_process, worker_alive
+from backend.jobs.lineage import numbered_checkpoints
 from backend.jobs.store import JobRecord, JobStatus, JobStore
 from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
@@ -343,9 +344,8 @@ class Scheduler:
         the next logging step after the last logged one is set aside (the one before it is used)."""
         last = at_step or 0
         limit = last + job.spec.training.logging_steps
-        for checkpoint in self.paths.job_output(job.id).glob("checkpoint-*"):
-            step = checkpoint.name.rsplit("-", 1)[-1]
-            if step.isdigit() and int(step) >= limit:
+        for step, checkpoint in numbered_checkpoints(self.paths.job_output(job.id)):
+            if step >= limit:
                 log.info("job %s: %s is newer than its record (step %d); resuming before it", job.id, checkpoint, last)
                 shutil.rmtree(checkpoint, ignore_errors=True)
 
