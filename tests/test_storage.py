@@ -22,7 +22,6 @@ from backend.platform.storage import (
     DB_NAME,
     Mirror,
     StorageError,
-    restore,
     storage_plan,
 )
 from tests.apps import ROOT, launch_app
@@ -219,13 +218,13 @@ def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path,
     assert any(".part-" in p.name for p in data.iterdir()), "the kill left a half copy under its temporary name"
     # The machine goes away with its local disk; the next start restores the previous snapshot, and says so.
     shutil.rmtree(local)
-    plan = storage_plan()
-    notes = restore(plan)
-    assert any("cut short" in n for n in notes) and any("Restored the job store" in n for n in notes), notes
-    assert snapshot_jobs(local / DB_NAME) == {first.id: "queued"}
-    assert not any(".part-" in p.name for p in data.iterdir())
-    api = StudioAPI(scheduler="none")
+    api = StudioAPI(scheduler="none")  # restores before it opens the store
     try:
+        notes = api.mirror_status.notes
+        assert any("cut short" in n for n in notes) and any("Restored the job store" in n for n in notes), notes
+        assert "cut short when the studio last stopped; the previous one, of" in api.storage_notice()
+        assert snapshot_jobs(local / DB_NAME) == {first.id: "queued"}
+        assert not any(".part-" in p.name for p in data.iterdir())
         assert [j.id for j in api.list_jobs()] == [first.id]
     finally:
         api.close()

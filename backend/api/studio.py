@@ -57,7 +57,7 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
         self.paths = DataPaths(self.storage.live).ensure()
         self.mirror_status = MirrorStatus()
         if self.storage.mode == "network" and not Scheduler.is_running(self.paths):  # the owner of the queue restores
-            self.mirror_status.notes = restore(self.storage)
+            restore(self.storage, self.mirror_status)
         self.store = JobStore(self.paths.db)
         self.remote = RemoteRegistry(self.store)
         with contextlib.suppress(OSError):  # tried again at the next start
@@ -140,7 +140,7 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
             found.append(warning)
         if self.mirror_status.last_error:
             found.append(f"The durable copy is behind: {self.mirror_status.last_error}; the studio keeps retrying.")
-        found.extend(note for note in self.mirror_status.notes if "cut short" in note or "damaged" in note)
+        found.extend(self.mirror_status.warnings)
         return " ".join(found) or None
 
     def storage_summary(self) -> str:

@@ -317,6 +317,7 @@ class MirrorStatus:
     last_error: str | None = None
     files_copied: int = 0
     notes: list[str] = field(default_factory=list)  # what the start-up restore did
+    warnings: list[str] = field(default_factory=list)  # those of its notes the header shows (a cut or bad snapshot)
 
 
 class Mirror:
@@ -381,6 +382,8 @@ class Mirror:
 
     def _serve(self) -> None:
         while not self._stop.wait(min(1.0, self.interval_s)):
+            if not self.owns():  # another process serves the queue and keeps the copy
+                continue
             finished = self._finished_jobs()
             urgent = finished is not None and finished != self._finished
             if urgent or time.monotonic() - self._last_cycle >= self.interval_s:
@@ -510,28 +513,33 @@ def _prune_empty(folder: Path, stop: Path) -> None:
 
 
 # --- start-up ----------------------------------------------------------------------------------------------------
-def restore(plan: StoragePlan) -> list[str]:
+def restore(plan: StoragePlan, status: MirrorStatus | None = None) -> list[str]:
     """Network mode, at start, before the store opens: bring the live side back from the durable copy.
 
     When the live store is missing or older than the snapshot, the snapshot (checked first) replaces it and every
     durable file comes back; otherwise only files missing on the live side come back. Leftovers of a copy cut short
-    (a SIGKILL mid-snapshot) are removed: the previous snapshot is the one used. Returns what it did, as sentences.
+    (a SIGKILL mid-snapshot) are removed: the previous snapshot is the one used. Returns what it did, as sentences;
+    ``status`` keeps them, and apart the ones the header should show (``warnings``).
     """
+    status = status or MirrorStatus()
     if plan.mode != "network" or plan.durable is None:
         return []
     live, durable = plan.live, plan.durable
     live.mkdir(parents=True, exist_ok=True)
     durable.mkdir(parents=True, exist_ok=True)
-    notes = []
+    notes, warnings = status.notes, status.warnings
     cut = [p for p in durable.glob(f".{DB_NAME}{PART}*")]
     for leftover in cut:
         leftover.unlink(missing_ok=True)
     snapshot = durable / DB_NAME
     if cut:
-        notes.append(
-            "A snapshot of the store was cut short when the studio last stopped; "
-            + (f"the previous one, of {_when(snapshot.stat().st_mtime)}, is used." if snapshot.exists() else "")
+        previous = (
+            f"the previous one, of {_when(snapshot.stat().st_mtime)}, is used"
+            if snapshot.exists()
+            else "there is no earlier one"
         )
+        warnings.append(f"A snapshot of the store was cut short when the studio last stopped; {previous}.")
+        notes.append(warnings[-1])
     restore_store = False
     if snapshot.exists():
         local_db = live / DB_NAME
@@ -539,7 +547,8 @@ def restore(plan: StoragePlan) -> list[str]:
         if local_time is None or local_time < snapshot.stat().st_mtime:
             problem = snapshot_ok(snapshot)
             if problem:
-                notes.append(f"The snapshot in {durable} is damaged ({problem}); the studio starts without it.")
+                warnings.append(f"The snapshot in {durable} is damaged ({problem}); the studio starts without it.")
+                notes.append(warnings[-1])
             else:
                 incoming = live / ".snapshot-restore.sqlite3"
                 copy_file_atomically(snapshot, incoming)
