@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -173,7 +174,10 @@ def load_training_dataset(
         )
     ds = _as_text(ds, data_format.text_columns)
     ds = _as_labels(ds, data_format.labels)
-    kept = set(required) | set(keep_columns) | set(support(method).optional_columns)
+    optional = set(support(method).optional_columns)
+    if "tools" in optional and "tools" in ds.column_names:
+        _check_tools(ds["tools"])
+    kept = set(required) | set(keep_columns) | optional
     extra = [] if keep_all else [c for c in ds.column_names if c not in kept]
     if extra:
         ds = ds.remove_columns(extra)
@@ -226,6 +230,23 @@ def _as_labels(ds: Dataset, columns: tuple[str, ...]) -> Dataset:
         ds = ds.map(lambda row, c=column: {c: None if row[c] is None else words[str(row[c]).strip().lower()]})
         ds = ds.cast_column(column, Value("bool"))
     return ds
+
+
+def _check_tools(values: list) -> None:
+    """A ``tools`` column holds each row's tool schemas as a list, or as JSON text that reads as one (TRL parses it
+    while tokenizing; a row it cannot parse is refused here, by number, rather than failing the job there)."""
+    for i, value in enumerate(values):
+        try:
+            schemas = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            schemas = "not JSON"
+        if schemas is not None and not (isinstance(schemas, list) and all(isinstance(s, dict) for s in schemas)):
+            raise SpecError(
+                [
+                    f"dataset: row {i} has a 'tools' value that is not a list of tool schemas (a JSON list, or JSON "
+                    f"text of one): {quote_input(value)}"
+                ]
+            )
 
 
 def split_holdout(ds: Dataset, fraction: float, rows: int | None, seed: int) -> tuple[Dataset, Dataset | None]:

@@ -24,6 +24,7 @@ from backend.models.scoring import (
     merge_scores,
     per_side,
     render_texts,
+    row_tools,
 )
 
 if TYPE_CHECKING:
@@ -51,16 +52,18 @@ def build_dpo_trainer(inputs: TrainerInputs) -> DPOTrainer:
 
 def preference_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[str, Any]]:
     """Preference accuracy and mean log-prob margin (chosen minus rejected) per side, every side in the same batches;
-    and the greedy answers' exact match against the chosen answer (preference learning must not cost accuracy)."""
+    and the greedy answers' exact match against the chosen answer (preference learning must not cost accuracy). A
+    row's ``tools`` are rendered into its chat template, as the trainer rendered it."""
     model, tokenizer = trainer.model, trainer.processing_class
     # Per row and side: the chosen text, then the rejected one (2 x sides sequences per row).
     items = []
     for row in rows:
         prompt = row.get("prompt", [] if as_messages(row["chosen"]) is not None else "")
+        tools = row_tools(row)
         for side in sides:
             items += [
-                (side, render_texts(tokenizer, prompt, row["chosen"])),
-                (side, render_texts(tokenizer, prompt, row["rejected"])),
+                (side, render_texts(tokenizer, prompt, row["chosen"], tools)),
+                (side, render_texts(tokenizer, prompt, row["rejected"], tools)),
             ]
     logprobs = []
     for chunk in chunks(items):
@@ -74,9 +77,12 @@ def preference_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, d
         }
         for side, values in margins.items()
     }
+    # A chosen side of several turns (a whole agent episode) has no one answer to match: then margins only.
     answered = [answer_pair(row.get("prompt"), row["chosen"]) for row in rows]
     if rows and all(a is not None and a[0] is not None for a in answered):
-        merge_scores(scores, answer_scores(model, tokenizer, [a[0] for a in answered], [a[1] for a in answered], sides))
+        prompts, references = [a[0] for a in answered], [a[1] for a in answered]
+        tools = [row_tools(row) for row in rows]
+        merge_scores(scores, answer_scores(model, tokenizer, prompts, references, sides, tools))
     return scores
 
 
@@ -88,6 +94,7 @@ SUPPORT = MethodSupport(
         DataFormat("preference", ("prompt", "chosen", "rejected")),
         DataFormat("implicit-preference", ("chosen", "rejected")),
     ),
+    optional_columns=("tools",),  # TRL renders a conversational row's tools (a list or JSON text) into the template
     config_kwargs=dpo_config_kwargs,
     build_trainer=build_dpo_trainer,
     evaluate=preference_scores,

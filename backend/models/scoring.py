@@ -3,6 +3,7 @@ batches, per-row values kept for the learning verdict. The methods' evaluations 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -26,13 +27,21 @@ def as_messages(value) -> list[dict] | None:
     return value if isinstance(value, list) else None
 
 
-def render_texts(tokenizer, prompt, completion=None) -> tuple[str, str]:
-    """(prompt text with the generation prompt, full text) the way the trainers render a row."""
+def row_tools(row) -> list[dict] | None:
+    """A row's ``tools`` column as the trainers read it: TRL accepts the JSON schemas as a list or as one JSON string
+    (a string keeps rows whose tools differ loadable by ``datasets``); None when the row has none."""
+    tools = row.get("tools") if isinstance(row, dict) else None
+    return json.loads(tools) if isinstance(tools, str) else tools
+
+
+def render_texts(tokenizer, prompt, completion=None, tools: list[dict] | None = None) -> tuple[str, str]:
+    """(prompt text with the generation prompt, full text) the way the trainers render a row; a conversation's
+    ``tools`` (JSON schemas) go into the chat template, as TRL passes a row's ``tools`` column."""
     if as_messages(prompt) is not None:
-        prompt_text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+        prompt_text = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=False)
         if completion is None:
             return prompt_text, prompt_text
-        full = tokenizer.apply_chat_template(prompt + completion, tokenize=False)
+        full = tokenizer.apply_chat_template(prompt + completion, tools=tools, tokenize=False)
         return prompt_text, full
     return prompt, prompt + (completion or "")
 
@@ -66,13 +75,16 @@ def _answer_key(text: str) -> str:
     return boxed[-1].strip() if boxed else " ".join((text or "").split())
 
 
-def answer_scores(model, tokenizer, prompts: list, references: list[str], sides) -> dict[str | None, dict]:
+def answer_scores(
+    model, tokenizer, prompts: list, references: list[str], sides, tools: list | None = None
+) -> dict[str | None, dict]:
     """Greedy answers of every side to ``prompts`` against the reference answers: exact match (the boxed answer, or
     the whole answer with whitespace folded) and, where the references box their answer, answer format (the answer
-    has a ``\\boxed{}``). Per side: the shares and the per-row values."""
+    has a ``\\boxed{}``). Per side: the shares and the per-row values. ``tools``: each prompt's tool schemas (or
+    None), rendered into its chat template."""
     longest = max(len(tokenizer(ref, add_special_tokens=False)["input_ids"]) for ref in references)
     settings = GenerationSettings(max_new_tokens=min(ANSWER_TOKENS, longest + ANSWER_SLACK_TOKENS), temperature=0)
-    answers = generate_completions(model, tokenizer, prompts, sides, settings)
+    answers = generate_completions(model, tokenizer, prompts, sides, settings, tools)
     boxed = all(_BOXED.search(ref) for ref in references)
     result = {}
     for side, texts in answers.items():
@@ -111,13 +123,17 @@ def merge_scores(into: dict[str | None, dict], extra: dict[str | None, dict]) ->
     return into
 
 
-def generate_completions(model, tokenizer, prompts, sides, settings: GenerationSettings) -> dict[str | None, list[str]]:
-    """Each prompt's completion under each side, all sides in the same batches.
+def generate_completions(
+    model, tokenizer, prompts, sides, settings: GenerationSettings, tools: list | None = None
+) -> dict[str | None, list[str]]:
+    """Each prompt's completion under each side, all sides in the same batches; ``tools``: each prompt's tool schemas
+    (or None), rendered into its chat template.
 
     Prompt i is sampled with seed ``settings.seed + i`` on every side (its own random stream), so a completion does
     not depend on how the rows are batched, and base and tuned draw the same random numbers for the same prompt.
     """
-    texts = [render_texts(tokenizer, prompt)[0] for prompt in prompts]
+    tools = tools or [None] * len(prompts)
+    texts = [render_texts(tokenizer, prompt, tools=schemas)[0] for prompt, schemas in zip(prompts, tools)]
     items = [(i, side) for i in range(len(prompts)) for side in sides]
     completions = []
     for chunk in chunks(items):
