@@ -70,7 +70,7 @@ class DataPaths:
         return self.root / "uploads" / user_folder(owner)
 
     def feedback(self, kind: str, owner: str) -> Path:
-        """One user's feedback log of one kind (``preferences`` or ``thumbs``)."""
+        """One user's feedback log of one kind (one of ``FEEDBACK_KINDS``: ``preferences``, ``thumbs``, ...)."""
         return self.root / kind / f"{user_folder(owner)}.jsonl"
 
     def move_user_folders(self, owners: Iterable[str]) -> list[str]:
@@ -156,7 +156,7 @@ class DataPaths:
 
 
 USER_LAYOUT_MARKER = ".user-folders-v2"
-FEEDBACK_KINDS = ("preferences", "thumbs")
+FEEDBACK_KINDS = ("preferences", "thumbs", "arena-preferences")
 _PLAIN = re.compile(r"[A-Za-z0-9-]")
 
 
