@@ -111,6 +111,10 @@ _LAZY_EXPORTS = {
     "RemoteJobError": "backend.hub.hf_jobs",
     "live_figures": "backend.training.flops",
     "performance_line": "backend.training.flops",
+    "ChatAnswer": "backend.chat.tool_calls",
+    "ToolCall": "backend.chat.tool_calls",
+    "ToolResult": "backend.workflows.chat_tools",
+    "ToolRun": "backend.workflows.chat_tools",
 }
 
 

@@ -1,21 +1,93 @@
-"""The facade's side-by-side chat and the judgements users give its answers."""
+"""The facade's side-by-side chat, the judgements users give its answers, and the tool calls its answers make, run in
+the picked job's environment."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backend.api.common import name_of
+from backend.core.spec import SpecError
 from backend.core.users import User
-from backend.platform.limits import HeldStream
+from backend.platform.limits import HeldStream, InFlight, RateLimiter, TimedOut, TimeLimit, int_setting
+from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, SIDES, ChatToolSessions
 
 if TYPE_CHECKING:
     from backend.chat.feedback import FeedbackFormat, PreferenceLog, ThumbLog
-    from backend.chat.side_by_side import GenerationSettings
+    from backend.chat.side_by_side import ComparisonChat, GenerationSettings, PairUpdate
+    from backend.chat.tool_calls import ToolCall
+    from backend.workflows.chat_tools import ToolRun
+
+# Running an answer's tool calls plays the job's environment (a built-in one is a server process): signed-in users
+# only on a Space, a few runs a minute each, one at a time per person, off the request thread with a time limit.
+TOOL_RUNS_PER_MINUTE = 20
+TOOL_RUN_TIME_LIMIT_S = 90.0
+DEFAULT_MAX_TOOL_RUNS = 4
+
+
+class ChatToolRuns:
+    """The chat's tool-call environments (one per user and job) and the limits on running calls in them; held by
+    ``StudioAPI`` and closed with it."""
+
+    def __init__(self) -> None:
+        self.sessions = ChatToolSessions(
+            idle_s=float(int_setting("STUDIO_CHAT_TOOLS_IDLE_S", int(DEFAULT_IDLE_S), 5)),
+            max_sessions=int_setting("STUDIO_MAX_CHAT_TOOL_ENVIRONMENTS", DEFAULT_MAX_SESSIONS),
+        )
+        self.calls = RateLimiter("tool calls", TOOL_RUNS_PER_MINUTE)
+        self.in_flight = InFlight(
+            "tool calls", 1, int_setting("STUDIO_MAX_TOOL_RUNS", DEFAULT_MAX_TOOL_RUNS), "STUDIO_MAX_TOOL_RUNS"
+        )
+        # Its threads live as long as the app: a built-in server dies with the thread that started it.
+        self.time = TimeLimit(
+            "tool calls",
+            TOOL_RUN_TIME_LIMIT_S,
+            workers=2,
+            advice="the environment is slow or gone; clear the chat and try again",
+        )
+
+    def run_held(self, user: User, action):
+        """``action()`` off the request thread within the time limit, counted in flight until it really ends (a run
+        that timed out but still runs stays counted; one that never started is released)."""
+        release = self.in_flight.hold(user.name)
+        started = threading.Event()
+
+        def held():
+            started.set()
+            try:
+                return action()
+            finally:
+                release()
+
+        try:
+            return self.time.run(held)
+        except TimedOut:
+            if not started.is_set():
+                release()
+            raise
+
+    def close(self) -> None:
+        """Close every environment and the pool (the app is closing)."""
+        self.sessions.close_all()
+        self.time.close()
 
 
 class ChatOperations:
-    """The chat: for ``StudioAPI`` (it uses ``get_job``, the chat models and the streams' limit)."""
+    """The chat: for ``StudioAPI`` (it uses ``get_job``, the chat models, the streams' limit and the tool runs)."""
+
+    def _chat_for(self, job_id: str, user: User | None) -> ComparisonChat:
+        from backend.chat.side_by_side import ChatModels
+
+        job = self.get_job(job_id, user)
+        with self._chat_lock:
+            if self._chat_models is None:
+                self._chat_models = ChatModels(self.paths.models)
+        return self._chat_models.for_job(job)
+
+    def _held_stream(self, stream: Iterator[Any], user: User | None) -> Iterator[Any]:
+        return stream if user is None else HeldStream(stream, self._chat_streams.hold(user.name))
 
     def chat_pair(
         self,
@@ -27,18 +99,60 @@ class ChatOperations:
         user: User | None = None,
     ):
         """Stream (base answer, tuned answer) so far for a finished job: one base model, adapter on for one side."""
-        from backend.chat.side_by_side import ChatModels
+        chat = self._chat_for(job_id, user)
+        return self._held_stream(chat.stream_pair(base_history, tuned_history, message, settings), user)
 
+    def chat_turn(
+        self,
+        job_id: str,
+        base_history: list[dict],
+        tuned_history: list[dict],
+        message: str,
+        settings: GenerationSettings | None = None,
+        user: User | None = None,
+    ) -> Iterator[PairUpdate]:
+        """:meth:`chat_pair` as ``PairUpdate``s (``.base``, ``.tuned``): the last one's ``.answers`` hold each side's
+        answer read for tool calls (``ChatAnswer``: the text as streamed, what it says apart from its calls, the
+        calls). A history may hold assistant turns with ``tool_calls`` and ``tool`` turns (a tool's answer)."""
+        chat = self._chat_for(job_id, user)
+        return self._held_stream(chat.stream_turn(base_history, tuned_history, message, settings), user)
+
+    def chat_environment(self, job_id: str, user: User | None = None) -> str | None:
+        """The environment a job's chat can run tool calls in (``spec.environment.name``); None when it has none."""
+        return self.get_job(job_id, user).spec.environment.name
+
+    def run_tool_calls(
+        self, job_id: str, calls: Sequence[ToolCall | dict], side: str = "tuned", user: User | None = None
+    ) -> ToolRun:
+        """Run one chat side's tool calls in the job's environment and return the tool's answers (``ToolRun``).
+
+        Each user has one environment per job (a built-in server started on the first run), with an episode per side
+        started from the job's first dataset row; it is closed by :meth:`close_chat_tools`, after an idle timeout and
+        when the app closes. Another user's job is JobNotFound; a job without an environment, too many calls, a rate
+        limit or a server that stopped answering is a ValueError sentence."""
+        self._require_user(user, "running tool calls")
+        if side not in SIDES:
+            raise SpecError([f"the side is 'base' or 'tuned', not {str(side)[:40]!r}"])
         job = self.get_job(job_id, user)
-        with self._chat_lock:
-            if self._chat_models is None:
-                self._chat_models = ChatModels(self.paths.models)
-        chat = self._chat_models.for_job(job)
-        if user is None:
-            return chat.stream_pair(base_history, tuned_history, message, settings)
-        return HeldStream(
-            chat.stream_pair(base_history, tuned_history, message, settings), self._chat_streams.hold(user.name)
-        )
+        if not job.spec.environment.name:
+            raise SpecError([f"job {job.id} plays no environment, so there is nothing to run its tool calls in"])
+        from backend.chat.tool_calls import tool_calls_from
+
+        checked = tool_calls_from(calls)  # refused before anything is counted or started
+        owner, uploads = name_of(user), self._uploads_of(job.spec)
+
+        def run() -> ToolRun:
+            return self._chat_tools.sessions.run(owner, job.id, job.spec, side, checked, uploads)
+
+        if user is None:  # a trusted caller (tests, scripts) waits on its own thread
+            return run()
+        self._chat_tools.calls.check(user.name)
+        return self._chat_tools.run_held(user, run)
+
+    def close_chat_tools(self, user: User | None = None, job_id: str | None = None) -> int:
+        """Close the user's tool-call environment for ``job_id`` (every one of theirs when None): the chat was
+        cleared or another job picked. How many were open."""
+        return self._chat_tools.sessions.close(name_of(user), job_id)
 
     def preference_log(self, user: User | None = None) -> PreferenceLog:
         """Where a user's "this side is better" picks are kept (DPO rows)."""

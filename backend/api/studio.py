@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backend.api.chat import ChatOperations
+from backend.api.chat import ChatOperations, ChatToolRuns
 from backend.api.common import (
     BENCH_CALLS_PER_MINUTE,
     BENCH_TIME_LIMIT_S,
@@ -67,6 +67,7 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
         self.scheduler: Scheduler | None = None
         self._chat_models = None  # loaded on the first chat
         self._chat_lock = threading.Lock()
+        self._chat_tools = ChatToolRuns()  # each user's environment for their chat's tool calls, and its limits
         # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
         self._tokens: dict[str, str] = {}
         self._bench_calls = RateLimiter("reward bench", BENCH_CALLS_PER_MINUTE)
@@ -120,6 +121,7 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
             self.mirror.stop(last_cycle=served)
         self._bench_time.close()
         self._dry_run_time.close()
+        self._chat_tools.close()
         self.store.close()
 
     def _serves_queue(self) -> bool:

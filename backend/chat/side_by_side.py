@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers.generation.streamers import BaseStreamer
 
+from backend.chat.tool_calls import ChatAnswer, read_answer
 from backend.core.spec import ModelSpec, QuantizationSpec
 from backend.models.inference import load_for_inference
 from backend.models.mixed_batch import SIDE_ADAPTERS, TUNED_ADAPTER, GenerationSettings, eos_ids, mixed_generate
@@ -20,7 +21,7 @@ from backend.models.mixed_batch import SIDE_ADAPTERS, TUNED_ADAPTER, GenerationS
 if TYPE_CHECKING:
     from backend.jobs.store import JobRecord
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,25 @@ def chat_target(job: JobRecord) -> ChatTarget:
     return ChatTarget(job.spec.model, job.spec.quantization, Path(adapter), job.id)
 
 
+@dataclass(frozen=True)
+class PairUpdate:
+    """Both sides' answers so far; the last update of a turn also holds each side's answer read for tool calls."""
+
+    base: str
+    tuned: str
+    answers: tuple[ChatAnswer, ChatAnswer] | None = None
+
+    @property
+    def final(self) -> bool:
+        """Whether both answers are complete (the turn's last update)."""
+        return self.answers is not None
+
+
 def build_prompt(history: Sequence[Message], user_message: str, system_prompt: str = "") -> list[Message]:
-    """The messages one side sees: the system prompt, that side's own past turns, then the new user turn."""
+    """The messages one side sees: the system prompt, that side's own past turns, then the new user turn.
+
+    An assistant turn keeps its ``tool_calls`` and a tool's answer (role ``tool``) stays, so a template that renders
+    tool calls shows the model its own calls and their answers as it wrote and read them."""
     if not user_message or not user_message.strip():
         raise ValueError("the message is empty; type something to send to both models")
     messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
@@ -65,7 +83,12 @@ def build_prompt(history: Sequence[Message], user_message: str, system_prompt: s
         role, content = turn.get("role"), message_text(turn.get("content"))
         # A chat widget's history may carry the system prompt or metadata rows; the settings own the system prompt.
         if role in {"user", "assistant"} and content is not None:
-            messages.append({"role": role, "content": content})
+            message: Message = {"role": role, "content": content}
+            if role == "assistant" and turn.get("tool_calls"):
+                message["tool_calls"] = list(turn["tool_calls"])
+            messages.append(message)
+        elif role == "tool" and content is not None:
+            messages.append({"role": "tool", "name": str(turn.get("name") or ""), "content": content})
     messages.append({"role": "user", "content": user_message})
     return messages
 
@@ -215,6 +238,22 @@ class ComparisonChat:
         Each side is prompted with its own history (its own past answers) under the same system prompt, sampling
         settings and seed. The last yield holds both complete answers. Closing the iterator early stops generation.
         """
+        updates = self.stream_turn(base_history, tuned_history, user_message, settings)
+        try:
+            for update in updates:
+                yield update.base, update.tuned
+        finally:
+            updates.close()
+
+    def stream_turn(
+        self,
+        base_history: Sequence[Message],
+        tuned_history: Sequence[Message],
+        user_message: str,
+        settings: GenerationSettings | None = None,
+    ) -> Iterator[PairUpdate]:
+        """:meth:`stream_pair` as ``PairUpdate``s: the last one also holds each side's answer read for tool calls
+        (TRL's parser on the generated tokens, so markup the text leaves out, special tokens, is still read)."""
         settings = settings or GenerationSettings()
         prompts = [
             self._render(build_prompt(history, user_message, settings.system_prompt))
@@ -228,11 +267,11 @@ class ComparisonChat:
         )
         worker.start()
         try:
-            yield from self._read(streamer, self._eos_ids())
+            yield from self._read(streamer, self._eos_ids(), prompts)
         finally:
             stop.set()  # the reader is done or went away: let generation end at the next step
 
-    def _read(self, streamer: PairStreamer, eos: set[int]) -> Iterator[tuple[str, str]]:
+    def _read(self, streamer: PairStreamer, eos: set[int], prompts: list[str]) -> Iterator[PairUpdate]:
         ids: list[list[int]] = [[], []]
         done = [False, False]
         shown = ("", "")
@@ -260,11 +299,19 @@ class ComparisonChat:
                 visible_text(self._decode(ids[0]), final or done[0]),
                 visible_text(self._decode(ids[1]), final or done[1]),
             )
-            if texts != shown or final:
-                shown = texts
-                yield texts
             if final:
+                yield PairUpdate(
+                    *texts,
+                    answers=(self._answer(ids[0], texts[0], prompts[0]), self._answer(ids[1], texts[1], prompts[1])),
+                )
                 return
+            if texts != shown:
+                shown = texts
+                yield PairUpdate(*texts)
+
+    def _answer(self, ids: list[int], text: str, prompt: str) -> ChatAnswer:
+        """One side's complete answer read for tool calls, after the prompt it answered."""
+        return read_answer(self.tokenizer, ids, text, self.tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     def _generate(
         self, prompts: list[str], settings: GenerationSettings, streamer: PairStreamer, stop: threading.Event
