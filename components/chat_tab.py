@@ -1,17 +1,22 @@
 """Chat tab: a finished job's base model (left) and tuned model (right) answer the same message side by side,
 streamed at the same time with the same system prompt, sampling settings and seed; pick the better side to save a
-DPO preference row, give either answer a 👍/👎 to save a KTO row, and export either kind as a dataset file."""
+DPO preference row, give either answer a 👍/👎 to save a KTO row, and export either kind as a dataset file. An answer
+with tool calls shows as its text and one block per call; for a job that played an environment, "Run tool calls"
+runs them there and shows the tool's answers as the next turn."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import gradio as gr
 
 from backend.api import (
+    ChatAnswer,
     GenerationSettings,
     JobNotFound,
     StudioAPI,
+    ToolRun,
     demo_model_note,
     gpu_task,
     message_text,
@@ -35,12 +40,183 @@ def _last_user_message(history: list[dict]) -> str | None:
     return None
 
 
+def _before_last_question(history: list[dict]) -> list[dict]:
+    """A history without its last exchange (from its last user message on); as it is when it has none."""
+    users = [i for i, m in enumerate(history or []) if m.get("role") == "user"]
+    return list(history[: users[-1]]) if users else list(history or [])
+
+
+def run_note(run: ToolRun) -> str:
+    """What the tab says after one side's calls ran: how many, and whether the episode ended."""
+    calls = len(run.results)
+    said = f"Ran the {run.side} side's {calls} tool call{'' if calls == 1 else 's'}"
+    if run.started:
+        said += " in a new episode"
+    if run.done:
+        reward = f" (reward {run.reward:g})" if run.reward is not None else ""
+        said += f"; the episode is over{reward}, the next run starts a new one"
+    return said + "."
+
+
 def _settings(system, temperature, max_tokens, seed) -> GenerationSettings:
     return GenerationSettings(
         system_prompt=system or "",
         temperature=float(temperature or 0.0),
         max_new_tokens=int(max_tokens or 128),
         seed=int(seed or 0),
+    )
+
+
+SIDES = ("base", "tuned")
+TOOL_CALL_TITLE = "🛠 Tool call: "
+TOOL_ANSWER_TITLE = "🔧 "
+EPISODE_TITLE = "🌱 New episode"
+TOOL_BLOCK_TITLES = (TOOL_CALL_TITLE, TOOL_ANSWER_TITLE, EPISODE_TITLE)
+
+
+def _fenced(text: str, language: str = "") -> str:
+    """``text`` as a Markdown code block, its fence longer than any run of backticks inside it.
+
+    >>> _fenced('{"a": 1}', "json")
+    '```json\\n{"a": 1}\\n```'
+    """
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+def answer_messages(answer: ChatAnswer) -> list[dict]:
+    """How one side's final answer shows: as it is when it made no tool call; else its text (when it has any) and one
+    block per call, titled with the tool's name, the arguments pretty-printed as JSON.
+
+    >>> from backend.api import ToolCall
+    >>> shown = answer_messages(ChatAnswer("raw", "Sure.", (ToolCall("submit_answer", {"answer": 50}),)))
+    >>> [m["content"] for m in shown][0], shown[1]["metadata"]["title"]
+    ('Sure.', '🛠 Tool call: submit_answer')
+    """
+    if not answer.tool_calls:
+        return [{"role": "assistant", "content": answer.text}]
+    shown = [{"role": "assistant", "content": answer.content}] if answer.content else []
+    for call in answer.tool_calls:
+        shown.append(
+            {
+                "role": "assistant",
+                "content": _fenced(call.arguments_json(), "json"),
+                "metadata": {"title": f"{TOOL_CALL_TITLE}{call.name}"},
+            }
+        )
+    return shown
+
+
+def kept_answer(answer: ChatAnswer) -> dict:
+    """What a side keeps of its answer beside the chat widget: the text as it streamed (what the judging buttons
+    record) and, with tool calls, what it said apart from them and the calls (what the model sees next turn)."""
+    kept: dict = {"role": "assistant", "content": answer.text}
+    if answer.tool_calls:
+        kept["said"] = answer.content
+        kept["tool_calls"] = [call.as_message_call() for call in answer.tool_calls]
+    return kept
+
+
+def tool_results_shown(run: ToolRun) -> list[dict]:
+    """The tool's answers as the next turn: the new episode's first observation when the run started one, then one
+    block per call (the last one says when the episode ended, and its reward)."""
+    shown = []
+    if run.started:
+        shown.append(
+            {
+                "role": "assistant",
+                "content": _fenced(run.started),
+                "metadata": {"title": f"{EPISODE_TITLE} (from the job's first dataset row)"},
+            }
+        )
+    for result in run.results:
+        verb = "failed" if result.failed else "answered"
+        shown.append(
+            {
+                "role": "assistant",
+                "content": _fenced(result.content),
+                "metadata": {"title": f"{TOOL_ANSWER_TITLE}{result.name} {verb}"},
+            }
+        )
+    if run.done and shown:
+        reward = f", reward {run.reward:g}" if run.reward is not None else ""
+        shown[-1]["metadata"]["log"] = f"episode over{reward}"
+    return shown
+
+
+def tool_results_kept(run: ToolRun) -> list[dict]:
+    """The tool's answers as the side's model reads them next turn (``tool`` messages, as TRL's tool loop adds)."""
+    return [{"role": "tool", "name": result.name, "content": result.content} for result in run.results]
+
+
+def is_tool_block(message: dict) -> bool:
+    """Whether a chat message is one of the tool blocks this tab shows (a call, a tool's answer, a new episode)."""
+    metadata = message.get("metadata")
+    title = metadata.get("title") if isinstance(metadata, dict) else None
+    return isinstance(title, str) and title.startswith(TOOL_BLOCK_TITLES)
+
+
+def _asked(history: list[dict]) -> list[str | None]:
+    return [message_text(m.get("content")) for m in history or [] if m.get("role") == "user"]
+
+
+def _is_kept(shown: list[dict], kept: list[dict] | None) -> bool:
+    """Whether ``kept`` is the conversation ``shown`` shows (the same questions asked, in order)."""
+    return bool(kept) and _asked(shown) == _asked(kept or [])
+
+
+def _without_blocks(shown: list[dict]) -> list[dict]:
+    return [
+        {"role": m["role"], "content": message_text(m.get("content")) or ""}
+        for m in shown or []
+        if m.get("role") in ("user", "assistant") and not is_tool_block(m)
+    ]
+
+
+def model_history(shown: list[dict], kept: list[dict] | None) -> list[dict]:
+    """What a side's model is prompted with: the conversation it kept when that is the one shown (its calls as calls,
+    the tools' answers as ``tool`` turns); else the shown one without its tool blocks (a script's own history)."""
+    if not _is_kept(shown, kept):
+        return _without_blocks(shown)
+    seen = []
+    for m in kept or []:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            seen.append({"role": "assistant", "content": m.get("said", ""), "tool_calls": m["tool_calls"]})
+        else:
+            seen.append({k: m[k] for k in ("role", "name", "content") if k in m})
+    return seen
+
+
+def judged_history(shown: list[dict], kept: list[dict] | None) -> list[dict]:
+    """What the judging buttons record from (backend feedback's ``last_turn``): the kept conversation, each answer as
+    it streamed, up to the side's last answer (a tool's answer after it is not the model's); else the shown one
+    without its tool blocks."""
+    if not _is_kept(shown, kept):
+        return _without_blocks(shown)
+    judged = [{"role": m["role"], "content": m["content"]} for m in kept or []]
+    while judged and judged[-1]["role"] == "tool":
+        judged.pop()
+    return judged
+
+
+def _kept_or_shown(shown: list[dict], kept: list[dict] | None) -> list[dict]:
+    return list(kept or []) if _is_kept(shown, kept) else _without_blocks(shown)
+
+
+def pending_calls(shown: list[dict], kept: list[dict] | None) -> list[dict]:
+    """The tool calls of a side's last answer, when they have not been run yet."""
+    if not _is_kept(shown, kept) or not kept or kept[-1]["role"] != "assistant":
+        return []
+    return list(kept[-1].get("tool_calls") or [])
+
+
+def tools_hint(environment: str | None) -> str:
+    """What the tab says beside "Run tool calls" for a job that played ``environment``."""
+    if not environment:
+        return ""
+    return (
+        f"This job played **{environment}**: an answer's tool calls can run there (an episode per side, started "
+        "from the job's first dataset row); the tool's answers show as the next turn."
     )
 
 
@@ -167,6 +343,22 @@ def build(api: StudioAPI) -> ChatHandles:
     with gr.Row():
         message = gr.Textbox(placeholder="Ask both models…", show_label=False, scale=5, elem_id="chat-input")
         send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
+    # Shown for a job that played an environment: its answers' tool calls can run there.
+    with gr.Row(visible=False, elem_id="chat-tools") as tools_row:
+        with gr.Column(scale=3):
+            tools_info = gr.Markdown(elem_id="chat-tools-info")
+        tool_side = gr.Radio(
+            [("Both sides", "both"), ("Base", "base"), ("Tuned", "tuned")],
+            value="both",
+            label="Run the last answer's calls of",
+            elem_id="chat-tool-side",
+            scale=2,
+            min_width=340,
+        )
+        run_tools = gr.Button("🛠 Run tool calls", size="sm", elem_id="chat-run-tools", scale=0, min_width=160)
+    # Each side's conversation as its model sees it and the judging buttons record it (answers as they streamed,
+    # tool calls as calls, tools' answers): the chat widgets show tool calls as blocks, which are neither.
+    kept = gr.State({"base": [], "tuned": []})
     with gr.Row():
         regenerate = gr.Button("Regenerate", size="sm")
         clear = gr.Button("Clear", size="sm")
@@ -223,6 +415,22 @@ def build(api: StudioAPI) -> ChatHandles:
 
     job.change(on_job, job, job_info, api_name=False)
 
+    @as_user(signed_in=False)
+    def on_job_tools(user, job_choice):
+        """Another job: the user's tool-call environment closes; the tools row shows for a job with an environment."""
+        if user is None:
+            return gr.update(visible=False), ""
+        api.close_chat_tools(user)
+        job_id, environment = job_choice_id(job_choice), None
+        if job_id:
+            try:
+                environment = api.chat_environment(job_id, user)
+            except JobNotFound:
+                pass
+        return gr.update(visible=environment is not None), tools_hint(environment)
+
+    job.change(on_job_tools, job, [tools_row, tools_info], api_name=False)
+
     @gpu_task(duration=120)  # on ZeroGPU the chat borrows a GPU per message; elsewhere a no-op
     def stream(
         job_choice,
@@ -233,6 +441,7 @@ def build(api: StudioAPI) -> ChatHandles:
         temp,
         max_new,
         seed_value,
+        sides_kept,
         profile: gr.OAuthProfile | None = None,
     ):
         user = require_user(profile)
@@ -242,35 +451,57 @@ def build(api: StudioAPI) -> ChatHandles:
         if not (text or "").strip():
             raise gr.Error("Type a message.")
         base_hist, tuned_hist = list(base_hist or []), list(tuned_hist or [])
+        sides_kept = sides_kept or {}
+        base_kept, tuned_kept = sides_kept.get("base"), sides_kept.get("tuned")
         try:
-            pairs = api.chat_pair(
-                job_id, base_hist, tuned_hist, text, _settings(system_prompt, temp, max_new, seed_value), user
+            updates = api.chat_turn(
+                job_id,
+                model_history(base_hist, base_kept),
+                model_history(tuned_hist, tuned_kept),
+                text,
+                _settings(system_prompt, temp, max_new, seed_value),
+                user,
             )
         except JobNotFound:
             raise gr.Error("That job is not yours or no longer exists.") from None
         except ValueError as exc:
             raise gr.Error(str(exc)) from None
         asked = {"role": "user", "content": text}
-        for left, right in pairs:
+        for update in updates:
+            if update.answers is None:
+                yield (
+                    [*base_hist, asked, {"role": "assistant", "content": update.base}],
+                    [*tuned_hist, asked, {"role": "assistant", "content": update.tuned}],
+                    "",
+                    sides_kept,
+                )
+                continue
+            # The final answers: tool calls as blocks on display, the answers as they streamed kept beside.
+            left, right = update.answers
             yield (
-                [*base_hist, asked, {"role": "assistant", "content": left}],
-                [*tuned_hist, asked, {"role": "assistant", "content": right}],
+                [*base_hist, asked, *answer_messages(left)],
+                [*tuned_hist, asked, *answer_messages(right)],
                 "",
+                {
+                    "base": [*_kept_or_shown(base_hist, base_kept), asked, kept_answer(left)],
+                    "tuned": [*_kept_or_shown(tuned_hist, tuned_kept), asked, kept_answer(right)],
+                },
             )
 
-    # While answers stream, the 👍/👎 and "better" buttons are off: a click then recorded the half-written answer.
-    judges = [left_up, left_down, right_up, right_down, left_better, right_better]
+    # While answers stream, the 👍/👎 and "better" buttons are off: a click then recorded the half-written answer (and
+    # "Run tool calls" would run the calls of the answer before).
+    judges = [left_up, left_down, right_up, right_down, left_better, right_better, run_tools]
 
     def answering(trigger, handler, handler_inputs, api_name):
         """``trigger`` runs ``handler`` (a streaming answer) with the judging buttons off until it ends, however."""
         trigger(lambda: [gr.update(interactive=False)] * len(judges), None, judges, api_name=False, queue=False).then(
             handler,
             handler_inputs,
-            [base, tuned, message],
+            [base, tuned, message, kept],
             api_name=api_name,
         ).then(lambda: [gr.update(interactive=True)] * len(judges), None, judges, api_name=False, queue=False)
 
-    inputs = [job, message, base, tuned, system, temperature, max_tokens, seed]
+    inputs = [job, message, base, tuned, system, temperature, max_tokens, seed, kept]
     answering(send.click, stream, inputs, "chat_send")
     answering(message.submit, stream, inputs, False)
 
@@ -279,9 +510,7 @@ def build(api: StudioAPI) -> ChatHandles:
         text = _last_user_message(base_hist)
         if text is None:
             raise gr.Error("Nothing to regenerate yet.")
-        cut = max(i for i, m in enumerate(base_hist) if m.get("role") == "user")
-        cut_tuned = max(i for i, m in enumerate(tuned_hist) if m.get("role") == "user")
-        return base_hist[:cut], tuned_hist[:cut_tuned], text
+        return _before_last_question(base_hist), _before_last_question(tuned_hist), text
 
     def regenerate_turn(
         job_choice,
@@ -291,9 +520,15 @@ def build(api: StudioAPI) -> ChatHandles:
         temp,
         max_new,
         seed_value,
+        sides_kept,
         profile: gr.OAuthProfile | None = None,
     ):
         base_prev, tuned_prev, text = drop_last_turn(base_hist, tuned_hist)
+        sides_kept = sides_kept or {}
+        kept_prev = {
+            "base": _before_last_question(_kept_or_shown(base_hist, sides_kept.get("base"))),
+            "tuned": _before_last_question(_kept_or_shown(tuned_hist, sides_kept.get("tuned"))),
+        }
         # A new seed, so a sampled answer changes (greedy ones stay the same by design).
         yield from stream(
             job_choice,
@@ -304,20 +539,77 @@ def build(api: StudioAPI) -> ChatHandles:
             temp,
             max_new,
             int(seed_value or 0) + 1,
+            kept_prev,
             profile=profile,
         )
 
     answering(
-        regenerate.click, regenerate_turn, [job, base, tuned, system, temperature, max_tokens, seed], "chat_regenerate"
+        regenerate.click,
+        regenerate_turn,
+        [job, base, tuned, system, temperature, max_tokens, seed, kept],
+        "chat_regenerate",
     )
-    clear.click(lambda: ([], [], ""), None, [base, tuned, note], api_name="chat_clear")
+
+    @as_user(signed_in=False)
+    def clear_chat(user):
+        """An empty chat; the user's tool-call environment closes with it."""
+        if user is not None:
+            api.close_chat_tools(user)
+        return [], [], "", {"base": [], "tuned": []}
+
+    clear.click(clear_chat, None, [base, tuned, note, kept], api_name="chat_clear")
+
+    @as_user
+    def run_tool_calls(user, job_choice, which, base_hist, tuned_hist, sides_kept):
+        """Run the last answer's tool calls of one side (or both) in the job's environment; the tool's answers show
+        as the next turn of that side."""
+        job_id = job_choice_id(job_choice)
+        if not job_id:
+            raise gr.Error("Pick a finished job first.")
+        shown = {"base": list(base_hist or []), "tuned": list(tuned_hist or [])}
+        sides_kept = sides_kept or {}
+        now = {side: _kept_or_shown(shown[side], sides_kept.get(side)) for side in SIDES}
+        notes, problems = [], []
+        for side in SIDES if which not in SIDES else (which,):
+            calls = pending_calls(shown[side], sides_kept.get(side))
+            if not calls:
+                continue
+            try:
+                run = api.run_tool_calls(job_id, calls, side=side, user=user)
+            except JobNotFound:
+                raise gr.Error("That job is not yours or no longer exists.") from None
+            except ValueError as exc:
+                problems.append(f"The {side} side's calls did not run: {exc}")
+                continue
+            shown[side] += tool_results_shown(run)
+            now[side] += tool_results_kept(run)
+            notes.append(run_note(run))
+        if not notes and problems:
+            raise gr.Error(" ".join(problems))
+        if not notes:
+            whose = "either side's" if which not in SIDES else f"the {which} side's"
+            return gr.update(), gr.update(), gr.update(), f"No tool calls to run: {whose} last answer made none."
+        return shown["base"], shown["tuned"], now, " ".join(notes + problems)
+
+    run_tools.click(
+        run_tool_calls, [job, tool_side, base, tuned, kept], [base, tuned, kept, note], api_name="chat_run_tools"
+    )
 
     def prefer(side: str):
-        def record(job_choice, base_hist, tuned_hist, system_prompt, profile: gr.OAuthProfile | None = None):
+        def record(
+            job_choice, base_hist, tuned_hist, system_prompt, sides_kept, profile: gr.OAuthProfile | None = None
+        ):
             user = require_user(profile)
             log = api.preference_log(user)
+            sides_kept = sides_kept or {}
             try:
-                row = log.record_turn(base_hist, tuned_hist, system_prompt or "", side, job_choice_id(job_choice))
+                row = log.record_turn(
+                    judged_history(base_hist, sides_kept.get("base")),
+                    judged_history(tuned_hist, sides_kept.get("tuned")),
+                    system_prompt or "",
+                    side,
+                    job_choice_id(job_choice),
+                )
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
             done = "Changed your pick for this turn" if row["replaced"] else "Saved"
@@ -326,18 +618,20 @@ def build(api: StudioAPI) -> ChatHandles:
 
         return record
 
-    pref_inputs = [job, base, tuned, system]
+    pref_inputs = [job, base, tuned, system, kept]
     left_better.click(prefer("base"), pref_inputs, [note, export], api_name="prefer_base")
     right_better.click(prefer("tuned"), pref_inputs, [note, export], api_name="prefer_tuned")
 
     def thumb(side: str, label: bool):
-        def record(job_choice, base_hist, tuned_hist, system_prompt, profile: gr.OAuthProfile | None = None):
+        def record(
+            job_choice, base_hist, tuned_hist, system_prompt, sides_kept, profile: gr.OAuthProfile | None = None
+        ):
             """A 👍/👎 on one side's last answer, kept as a KTO row; with no answer yet the note says so instead."""
             user = require_user(profile)
             log = api.thumb_log(user)
             try:
                 row = log.record_turn(
-                    base_hist if side == "base" else tuned_hist,
+                    judged_history(base_hist if side == "base" else tuned_hist, (sides_kept or {}).get(side)),
                     system_prompt or "",
                     label,
                     side,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
+from backend.chat.feedback import PreferenceLog, ThumbLog, last_turn
 from backend.chat.side_by_side import build_prompt
 from backend.chat.tool_calls import ChatAnswer, ToolCall, can_parse, read_text
 from backend.core.spec import SpecError, load_spec_text, parse_spec
@@ -19,7 +20,7 @@ from backend.core.users import User
 from backend.jobs.store import JobNotFound, JobStatus
 from backend.models.demo import ARITH_MODEL_DIR
 from backend.models.mixed_batch import GenerationSettings
-from backend.workflows.chat_tools import ChatToolSessions
+from backend.workflows.chat_tools import ChatToolSessions, ToolResult, ToolRun
 from tests.conftest import ROOT, wait_for
 
 # The question the tool adapter was taught to answer with a submit_answer call; the arithmetic environment poses the
@@ -169,6 +170,58 @@ def test_the_chat_reads_the_tuned_sides_tool_call(api, tool_adapter):
     # The plain stream is the same answers as text.
     *_, pair = api.chat_pair(job_id, [], [], QUESTION, GREEDY)
     assert pair == (last.base, last.tuned)
+
+
+def test_the_judging_buttons_record_the_answer_not_its_display_blocks(tmp_path, tokenizer):
+    """What the Chat tab shows of an answer with a call (its text, one block per call, the tool's answer) is not what
+    the preference and thumb logs record: they get the answer as it streamed (backend/chat/feedback.py last_turn)."""
+    from components import chat_tab
+
+    answer = ChatAnswer(
+        SAID + '\n\n{"name": "submit_answer", ...}\n', SAID, (ToolCall("submit_answer", {"answer": 50}),)
+    )
+    asked = {"role": "user", "content": QUESTION}
+    shown = [asked, *chat_tab.answer_messages(answer)]
+    assert [m.get("metadata", {}).get("title") for m in shown[1:]] == [None, "🛠 Tool call: submit_answer"]
+    assert shown[1]["content"] == SAID and '"answer": 50' in shown[2]["content"]
+    kept = [asked, chat_tab.kept_answer(answer)]
+    # The tool's answer shows as the next turn, on display and in what the side keeps.
+    run = ToolRun(
+        "tuned",
+        (ToolResult("submit_answer", {"answer": 50}, "feedback: Correct!"),),
+        started="question: What is 25 + 25?",
+        done=True,
+        reward=1.0,
+    )
+    assert chat_tab.pending_calls(shown, kept) == [answer.tool_calls[0].as_message_call()]
+    results = chat_tab.tool_results_shown(run)
+    assert [m["metadata"]["title"] for m in results] == [
+        "🌱 New episode (from the job's first dataset row)",
+        "🔧 submit_answer answered",
+    ]
+    assert results[1]["content"] == "```\nfeedback: Correct!\n```" and results[1]["metadata"]["log"] == (
+        "episode over, reward 1"
+    )
+    shown += results
+    kept += chat_tab.tool_results_kept(run)
+    assert chat_tab.pending_calls(shown, kept) == [], "the calls ran"
+
+    judged = chat_tab.judged_history(shown, kept)
+    prompt, recorded = last_turn(judged)
+    assert recorded == answer.text and prompt == [{"role": "user", "content": QUESTION}]
+    thumbs = ThumbLog(tmp_path / "thumbs.jsonl")
+    row = thumbs.record_turn(judged, "", True, "tuned", "job-1")
+    assert row["completion"] == [{"role": "assistant", "content": answer.text}]
+    prefs = PreferenceLog(tmp_path / "prefs.jsonl")
+    other = [asked, {"role": "assistant", "content": "25 + 2 = \\boxed{28}"}]
+    row = prefs.record_turn(other, judged, "", "tuned", "job-1")
+    assert row["chosen"] == [{"role": "assistant", "content": answer.text}]
+
+    # The model's own next prompt carries its call and the tool's answer, not the display blocks.
+    seen = chat_tab.model_history(shown, kept)
+    assert [m["role"] for m in seen] == ["user", "assistant", "tool"] and seen[1]["tool_calls"]
+    # A history that is not the one kept (a script's own) is read without its blocks, as before.
+    assert chat_tab.model_history(shown, []) == [asked, {"role": "assistant", "content": SAID}]
 
 
 # --- running calls in the job's environment ------------------------------------------------------------------------
