@@ -8,10 +8,12 @@ to the last prompt message, tool calls are parsed with TRL's ``parse_response``,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from backend.environments.adapter import OpenEnvEpisode, episode_reward, tool_methods
+from backend.environments.connection import EnvironmentUnavailable
 
 
 @dataclass
@@ -28,6 +30,11 @@ class Episode:
     completion_tokens: int
     stop_reason: str
     seed: int
+    # One entry per tool answer: its index in ``messages``, the reward the environment gave for that step (None when
+    # it gave none) and whether the episode had ended with it.
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None  # the environment stopped answering: why (the episode then counts as no success)
+    over: bool = True  # False for a snapshot of an episode still being played
 
     @property
     def turns(self) -> list[dict[str, Any]]:
@@ -136,6 +143,9 @@ class _Play:
     prompt_ids: list[int]
     start: int
     seed: int
+    adapter: str | None = None  # the row's adapter in a mixed-adapter batch (None: the model as it is)
+    generator: Any = None  # the episode's own random stream (per-row sampling), or None
+    steps: list[dict[str, Any]] = field(default_factory=list)
     calls: int = 0
     failures: int = 0
     iterations: int = 0
@@ -149,21 +159,44 @@ class _Play:
 
 
 def _generate(
-    model, tokenizer, prompts: list[list[int]], max_new_tokens: int, settings: EpisodeSettings
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    settings: EpisodeSettings,
+    adapters: list[str] | None = None,
+    generators: list[Any] | None = None,
 ) -> list[list[int]]:
-    """One batched ``generate`` over left-padded prompts: each row's new tokens, cut after its end-of-turn token."""
+    """One batched ``generate`` over left-padded prompts: each row's new tokens, cut after its end-of-turn token.
+
+    ``adapters`` names each row's adapter (PEFT's mixed-adapter batch: ``__base__`` is the adapter off), so base and
+    tuned rows share one model and one call; ``generators`` samples each row from its own random stream (both sides
+    of an episode then draw the same numbers, and a row's tokens do not depend on its batch)."""
     import torch
+
+    from backend.models.mixed_batch import RowSeededSampling, side_kwargs
 
     width = max(len(ids) for ids in prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=model.device)
+    sampling = settings.sampling()
+    if generators is not None and sampling["do_sample"]:
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
+        if settings.top_p < 1:
+            warpers.append(TopPLogitsWarper(settings.top_p))
+        rows = RowSeededSampling([], model.device)
+        rows.generators = generators
+        sampling = {"do_sample": False, "logits_processor": LogitsProcessorList([*warpers, rows])}
     with torch.no_grad():
         out = model.generate(
             input_ids=input_ids,
             attention_mask=mask,
             max_new_tokens=max_new_tokens,
-            **settings.sampling(),
+            **sampling,
+            **side_kwargs(adapters or [None] * len(prompts)),
             pad_token_id=pad,
             eos_token_id=tokenizer.eos_token_id,
         )
@@ -198,54 +231,87 @@ def _take_turn(play: _Play, completion: list[int], tokenizer, settings: EpisodeS
     tools = {m.__name__: m for m in play.methods}
     for call in tool_calls:
         play.calls += 1
+        before = len(play.environment.rewards)
         name, result, failed = _call_tool(tools, call)
         play.failures += failed
         content = result if isinstance(result, list) else str(result)
         play.messages.append({"role": "tool", "name": name, "content": content})
+        rewards = play.environment.rewards
+        play.steps.append(
+            {
+                "message": len(play.messages) - 1,
+                "reward": rewards[-1] if len(rewards) > before else None,
+                "done": bool(play.environment.done),
+            }
+        )
     play.prompt_ids = _render(tokenizer, play.messages, play.methods, settings)
-    if play.environment.done:
+    if getattr(play.environment, "_unreachable", None):  # the server is gone: nothing more can happen
+        play.stop_reason, play.over = "the environment stopped answering", True
+    elif play.environment.done:
         # The model still gets to read the last tool result; the episode itself is over.
         play.stop_reason = "the episode ended"
 
 
 def _finish(play: _Play) -> Episode:
+    """The episode as played so far (``over`` says whether it ended). An environment that stopped answering makes it
+    no success, with ``error`` saying why, rather than an exception: the other episodes of the batch stand."""
     environment = play.environment
-    success = episode_reward(environment.rewards, environment.done, environment.failed, "success") > 0
+    error = None
+    try:
+        reward = environment.get_reward()
+    except EnvironmentUnavailable as exc:
+        reward, error = 0.0, str(exc)
+    success = error is None and episode_reward(environment.rewards, environment.done, environment.failed, "success") > 0
     return Episode(
-        messages=play.messages,
+        messages=list(play.messages),
         prompt_messages=play.prompt_messages,
-        reward=environment.get_reward(),
+        reward=reward,
         success=success,
         done=environment.done,
         tool_calls=play.calls,
         tool_failures=play.failures,
         completion_tokens=play.used,
-        stop_reason=play.stop_reason,
+        stop_reason=f"the environment stopped answering: {error}" if error else play.stop_reason,
         seed=play.seed,
+        steps=list(play.steps),
+        error=error,
+        over=play.over or error is not None,
     )
 
 
-def play_episodes(
+def iter_episodes(
     model,
     tokenizer,
     environments: list[OpenEnvEpisode],
     rows: list[dict[str, Any]],
     settings: EpisodeSettings,
     seeds: list[int],
-) -> list[Episode]:
-    """Episodes of ``model``, one per (environment session, dataset row), played side by side: each round of model
-    turns is one batched ``generate`` over every episode still going (left-padded), so N episodes cost about as many
-    ``generate`` calls as one. Sampling is seeded once, with the first seed."""
+    adapters: list[str] | None = None,
+    row_seeded: bool = False,
+) -> Iterator[list[Episode]]:
+    """Episodes of ``model``, one per (environment session, dataset row), played side by side, yielded as they stand
+    after the opening and after every round of model turns (the last yield has every episode over).
+
+    Each round of model turns is one batched ``generate`` over every episode still going (left-padded), so N episodes
+    cost about as many ``generate`` calls as one. ``adapters`` gives each episode's adapter in a mixed-adapter batch
+    (base and tuned episodes in the same calls, on one model). Sampling is seeded once, with the first seed; with
+    ``row_seeded`` every episode samples from its own stream seeded by its seed instead, so two episodes with the same
+    seed (one per side) draw the same random numbers."""
     import torch
     from trl.chat_template_utils import add_response_schema
 
     tokenizer = add_response_schema(tokenizer)
+    adapters = adapters or [None] * len(environments)  # type: ignore[list-item]
     plays = []
-    for environment, row, seed in zip(environments, rows, seeds, strict=True):
+    for environment, row, seed, adapter in zip(environments, rows, seeds, adapters, strict=True):
         messages = opening_messages(environment, row)
         methods = tool_methods(environment)
         prompt_ids = _render(tokenizer, messages, methods, settings)
-        plays.append(_Play(environment, messages, len(messages), methods, prompt_ids, len(prompt_ids), seed))
+        generator = torch.Generator(device=model.device).manual_seed(int(seed)) if row_seeded else None
+        plays.append(
+            _Play(environment, messages, len(messages), methods, prompt_ids, len(prompt_ids), seed, adapter, generator)
+        )
+    yield [_finish(play) for play in plays]
     torch.manual_seed(seeds[0])
     while True:
         for play in plays:
@@ -260,10 +326,32 @@ def play_episodes(
             [play.prompt_ids for play in going],
             max(play.budget(settings) for play in going),
             settings,
+            [play.adapter for play in going] if any(play.adapter for play in going) else None,  # type: ignore[misc]
+            [play.generator for play in going] if row_seeded else None,
         )
         for play, completion in zip(going, completions):
             _take_turn(play, completion, tokenizer, settings)
-    return [_finish(play) for play in plays]
+        if all(play.over for play in plays):
+            break
+        yield [_finish(play) for play in plays]
+    yield [_finish(play) for play in plays]
+
+
+def play_episodes(
+    model,
+    tokenizer,
+    environments: list[OpenEnvEpisode],
+    rows: list[dict[str, Any]],
+    settings: EpisodeSettings,
+    seeds: list[int],
+) -> list[Episode]:
+    """Episodes of ``model``, one per (environment session, dataset row), played side by side (``iter_episodes``);
+    the finished episodes. An environment that stopped answering raises ``EnvironmentUnavailable``."""
+    *_, played = iter_episodes(model, tokenizer, environments, rows, settings, seeds)
+    for episode in played:
+        if episode.error:
+            raise EnvironmentUnavailable(episode.error)
+    return played
 
 
 def play_episode(
