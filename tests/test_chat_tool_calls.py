@@ -32,9 +32,10 @@ GREEDY = GenerationSettings(temperature=0, max_new_tokens=64)
 ENV_EXAMPLE = ROOT / "examples" / "grpo-env-demo.yaml"
 
 
-def build_tool_adapter(target: Path, steps: int = 40) -> Path:
+def build_tool_adapter(target: Path, steps: int = 40, prompt: str | None = None, answer: str = TOOL_ANSWER) -> Path:
     """A LoRA adapter on builtin:tiny-qwen3-arith taught (a few dozen plain PyTorch steps, about a second) to answer
-    QUESTION with TOOL_ANSWER: a model that really writes a tool call, without a training job."""
+    QUESTION (or ``prompt``, a rendered prompt) with TOOL_ANSWER (or ``answer``): a model that really writes a tool
+    call, without a training job."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -44,13 +45,14 @@ def build_tool_adapter(target: Path, steps: int = 40) -> Path:
         AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR),
         LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", lora_dropout=0.0),
     )
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": QUESTION}], add_generation_prompt=True, tokenize=False, enable_thinking=False
-    )
+    if prompt is None:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": QUESTION}], add_generation_prompt=True, tokenize=False, enable_thinking=False
+        )
     asked = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    answer = tokenizer(TOOL_ANSWER + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([asked + answer])
-    labels = torch.tensor([[-100] * len(asked) + answer])
+    answered = tokenizer(answer + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([asked + answered])
+    labels = torch.tensor([[-100] * len(asked) + answered])
     torch.manual_seed(0)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     model.train()

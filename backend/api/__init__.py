@@ -2,7 +2,7 @@
 UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing else.
 
 The facade is split by concern into the modules of this package (``studio``, ``jobs``, ``datasets``,
-``environments``, ``chat``, ``hub``); this module re-exports what the UI and the CLI use."""
+``environments``, ``chat``, ``arena``, ``hub``); this module re-exports what the UI and the CLI use."""
 
 from __future__ import annotations
 
@@ -106,6 +106,8 @@ __all__ = [
 _LAZY_EXPORTS = {
     "GenerationSettings": "backend.models.mixed_batch",
     "message_text": "backend.chat.side_by_side",
+    "ArenaError": "backend.workflows.arena",
+    "ARENA_MAX_EPISODES": "backend.workflows.arena",
     "UnmappedUpload": "backend.data.uploads",
     "PushError": "backend.hub.publish",
     "RemoteJobError": "backend.hub.hf_jobs",

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backend.api.arena import ArenaOperations
 from backend.api.chat import ChatOperations, ChatToolRuns
 from backend.api.common import (
     BENCH_CALLS_PER_MINUTE,
@@ -37,7 +38,9 @@ from backend.platform.space_runtime import on_space
 from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan, restore, storage_plan
 
 
-class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, HubOperations):
+class StudioAPI(
+    JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, ArenaOperations, HubOperations
+):
     """The facade over the store and a scheduler (its Hub operations are in backend/api/hub.py).
 
     ``scheduler`` says who runs the queue: ``"thread"`` runs one inside this process (the app), ``"detached"``
@@ -78,6 +81,11 @@ class StudioAPI(JobOperations, DatasetOperations, EnvironmentOperations, ChatOpe
         # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
         self._dry_runs = InFlight(
             "dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
+        )
+        # The arena plays an environment with a model, as a dry run does: the same limits, under its own name.
+        self._arena_calls = RateLimiter("arena play", DRY_RUNS_PER_MINUTE)
+        self._arena_plays = InFlight(
+            "arena play", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
         )
         self._chat_streams = InFlight(
             "chat",

@@ -202,6 +202,11 @@ class ComparisonChat:
         with self._generating:
             self.model = None
 
+    @property
+    def generating(self) -> threading.Lock:
+        """Held around every use of the model (the chat's generations, the arena's rounds): one at a time."""
+        return self._generating
+
     def _check_open(self) -> None:
         if self.model is None:
             raise ValueError(
