@@ -14,9 +14,9 @@ import sys
 import gradio as gr
 
 from backend.api import StorageError, StoreError, StudioAPI, hub_status
-from components import chat_tab, deep_links, header, jobs_tab, train_tab
+from components import arena_panel, chat_tab, deep_links, header, jobs_tab, train_tab
 
-CSS = ".field-error p { color: #b91c1c; margin: 0; }"
+CSS = ".field-error p { color: #b91c1c; margin: 0; }" + arena_panel.ARENA_CSS
 log = logging.getLogger("studio.app")
 
 
@@ -49,7 +49,8 @@ def build_app(api: StudioAPI) -> gr.Blocks:
             with gr.Tab("Jobs", id="jobs") as jobs_page:
                 jobs_handles = jobs_tab.build(api, train_handles)
             with gr.Tab("Chat", id="chat") as chat_page:
-                chat_tab.build(api)
+                chat_handles = chat_tab.build(api)
+                arena_panel.build(api, chat_handles.job)
         # The Jobs tab follows its jobs on a timer only while it is open (it starts the timer itself).
         for page in (train_page, chat_page):
             page.select(jobs_tab.pause, None, jobs_handles.timer, api_visibility="private", queue=False)

@@ -37,14 +37,26 @@ def landing(params: dict[str, str]) -> tuple[str | None, str | None]:
     ('jobs', '20261201-abc')
     >>> landing({"tab": "chat"}), landing({"tab": "nope", "job": "../x"}), landing({})
     (('chat', None), (None, None), (None, None))
+    >>> landing({"job": "abc", "episode": "3"})  # an arena pair opens in the Chat tab
+    ('chat', 'abc')
     """
     job = params.get("job") or None
     if job is not None and not _JOB_ID.match(job):
         job = None
     tab = params.get("tab")
     if tab not in TABS:
-        tab = "jobs" if job else None
+        tab = ("chat" if linked_episode(params) else "jobs") if job else None
     return tab, job
+
+
+def linked_episode(params: dict[str, str]) -> int | None:
+    """The arena pair an address names (``episode=<n>``, a whole number from 1), or None.
+
+    >>> linked_episode({"episode": "12"}), linked_episode({"episode": "-1"}), linked_episode({"episode": "x" * 99})
+    (12, None, None)
+    """
+    episode = params.get("episode") or ""
+    return int(episode) if re.fullmatch(r"[0-9]{1,9}", episode) and int(episode) > 0 else None
 
 
 def job_link(job_id: str) -> str:
@@ -102,7 +114,8 @@ def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs
             const params = new URL(window.location.href).searchParams;
             const linked = /{_JOB_ID.pattern}/.test(params.get("job") || "");
             if (!{list(TABS)!r}.includes(params.get("tab"))) {{
-                ({_SET_PARAM})("tab", linked ? "jobs" : (window.studioTab || "train"));
+                const landed = params.get("episode") ? "chat" : "jobs";
+                ({_SET_PARAM})("tab", linked ? landed : (window.studioTab || "train"));
             }}
             window.studioLinksReady = true;
         }}""",

@@ -60,32 +60,34 @@ def _spec(url: str, data) -> dict:
     )
 
 
-@pytest.fixture(scope="module")
-def played_job(server, tmp_path_factory):
-    """A finished job of the textarena environment by URL, whose adapter opens every episode with a guess."""
-    folder = tmp_path_factory.mktemp("arena-textarena")
-    data = folder / "prompts.jsonl"
-    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
-    spec = parse_spec(_spec(server.url, data))
-    # Taught on the episode's own opening, as the arena renders it: the row's prompt, the environment's first
-    # observation and the tool's schema.
+def textarena_job(api: StudioAPI, url: str, folder, owner: str = "alice") -> str:
+    """A finished job of the textarena environment at ``url``, whose adapter opens every episode with a guess (taught
+    on the episode's own opening, as the arena renders it: the row's prompt, the first observation, the tool)."""
     from transformers import AutoTokenizer
 
+    data = folder / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    spec = parse_spec(_spec(url, data))
     tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
     with open_environment(spec, sessions=1) as environment:
         session = environment.factory()
         try:
-            row = episode_rows(spec, None)[0]
-            messages = opening_messages(session, row)
+            messages = opening_messages(session, episode_rows(spec, None)[0])
             ids = _render(tokenizer, messages, tool_methods(session), EpisodeSettings.from_spec(spec))
         finally:
             session._close()
-    adapter = build_tool_adapter(folder / "adapter", steps=60, prompt=tokenizer.decode(ids), answer=GUESS)
-    root = folder / "data"
-    api = StudioAPI(root, scheduler="none")
-    job_id = finished_job(api, spec, adapter, owner="alice")
-    yield api, job_id
-    api.close()
+    adapter = build_tool_adapter(folder / "adapter", steps=120, prompt=tokenizer.decode(ids), answer=GUESS)
+    return finished_job(api, spec, adapter, owner=owner)
+
+
+@pytest.fixture(scope="module")
+def played_job(server, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("arena-textarena")
+    api = StudioAPI(folder / "data", scheduler="none")
+    try:
+        yield api, textarena_job(api, server.url, folder)
+    finally:
+        api.close()
 
 
 def _last(stream):
@@ -176,3 +178,63 @@ def test_a_server_killed_mid_episode_ends_the_play_with_a_sentence_and_closes_it
         assert again.over and again.note.startswith("The environment could not be reached"), again.note
     finally:
         doomed.stop()
+
+
+def test_a_staged_job_plays_its_parents_environment_with_the_parents_adapter_on_the_left(played_job, tmp_path):
+    """A job that continues an environment job (its own spec names no environment) plays the parent's environment;
+    its left side may be the parent's adapter, which plays (calls the tool) where the base model does not."""
+    api, parent_id = played_job
+    parent = api.get_job(parent_id)
+    child_spec = parse_spec(
+        tiny_spec(
+            model={"name_or_path": "builtin:tiny-qwen3-arith", "parent_job_id": parent_id},
+            dataset={"source": "builtin", "name": "arith-sft"},
+        )
+    )
+    child = finished_job(api, child_spec, parent.artifacts.adapter_dir, owner="alice")
+    alice = hub_user("alice")
+    setup = api.arena_setup(child, alice)
+    assert setup.environment_job_id == parent_id and setup.parent_adapter is not None
+    final = list(api.arena_play(child, base="parent"))[-1]  # the trusted caller: alice's plays are rate-limited
+    pair = final.pairs[0]
+    assert final.base_label.startswith(f"job {parent_id}'s adapter")
+    assert pair.base.tool_calls >= 1 and pair.base.messages == pair.tuned.messages, "the same adapter on both sides"
+    lone = finished_job(api, parse_spec(tiny_spec()), parent.artifacts.adapter_dir, owner="alice")  # no environment
+    with pytest.raises(ArenaError, match="did not play an environment"):
+        api.arena_setup(lone, alice)
+
+
+def test_a_play_left_mid_episode_closes_its_sessions_and_frees_the_player(played_job, server):
+    """A browser that goes away mid-episode drops the stream: its sessions close on the server and the player's
+    in-flight hold is freed, so their next play starts."""
+    api, job_id = played_job
+    dana = hub_user("dana")
+    dana_job = finished_job(api, api.get_job(job_id).spec, api.get_job(job_id).artifacts.adapter_dir, owner="dana")
+    stream = api.arena_play(dana_job, dana, episodes=4)
+    assert not next(stream).over  # the opening: 8 sessions open on the server
+    with pytest.raises(Exception, match="at most|capacity|sessions"):
+        check_sessions(server.url, 8, timeout_s=5)
+    stream.close()  # what Gradio does with a stream whose page is gone
+    check_sessions(server.url, 8, timeout_s=10)  # every session was closed
+    final = list(api.arena_play(dana_job, dana))[-1]  # not "you already have 1 running"
+    assert final.over and final.pairs[0].episode == 1, "a play left before its end keeps nothing"
+
+
+def test_pairs_that_cannot_be_kept_on_a_full_disk_are_shown_with_a_sentence_and_leave_nothing(played_job, tmp_path):
+    from backend.core.paths import DataPaths
+    from backend.environments.episodes import Episode
+    from backend.workflows.arena import ArenaPair, ArenaPlay, arena_folder, keep_pairs
+    from tests.faults import fill, tmpfs
+
+    episode = Episode([{"role": "user", "content": "hi"}], 1, 0.0, False, True, 0, 0, 3, "done", 1)
+    played = ArenaPlay("job-1", "builtin:echo", "the base model", "greedy", [ArenaPair(0, 0, 1, episode, episode)])
+    paths = DataPaths(tmp_path / "data")
+    folder = arena_folder(paths, "alice", "job-1")
+    with tmpfs(folder, size="1m"):
+        filler = fill(folder)
+        kept = keep_pairs(paths, "alice", played)
+        assert "These episodes were not kept (no link)" in kept.note and "full" in kept.note, kept.note
+        assert kept.pairs[0].episode is None
+        assert sorted(p.name for p in folder.iterdir()) == ["filler"], "no half-written pair is left"
+        filler.unlink()
+        assert keep_pairs(paths, "alice", played).pairs[0].episode == 1

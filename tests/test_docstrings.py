@@ -8,9 +8,11 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _is_accessor(node: ast.AST) -> bool:
-    # A property's setter or deleter shares the getter's docstring.
+    # A property's setter or deleter shares the getter's docstring; a typing overload, the implementation's.
     return any(
-        isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter") for d in getattr(node, "decorator_list", [])
+        (isinstance(d, ast.Attribute) and d.attr in ("setter", "deleter"))
+        or (isinstance(d, ast.Name) and d.id == "overload")
+        for d in getattr(node, "decorator_list", [])
     )
 
 
@@ -19,7 +21,7 @@ def public_definitions(path: Path, root: Path = ROOT) -> list[tuple[str, ast.AST
     module = ".".join(path.relative_to(root).with_suffix("").parts)
     found = []
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if not isinstance(node, _DEFS) or node.name.startswith("_"):
+        if not isinstance(node, _DEFS) or node.name.startswith("_") or _is_accessor(node):
             continue
         found.append((f"{module}:{node.name}", node))
         if isinstance(node, ast.ClassDef):
