@@ -3,7 +3,6 @@ the picked job's environment."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from backend.api.common import name_of
 from backend.core.spec import SpecError
 from backend.core.users import User
-from backend.platform.limits import HeldStream, InFlight, RateLimiter, TimedOut, TimeLimit, int_setting
+from backend.platform.limits import HeldStream, InFlight, RateLimiter, TimeLimit, held_run, int_setting
 from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, SIDES, ChatToolSessions
 
 if TYPE_CHECKING:
@@ -49,24 +48,8 @@ class ChatToolRuns:
         )
 
     def run_held(self, user: User, action):
-        """``action()`` off the request thread within the time limit, counted in flight until it really ends (a run
-        that timed out but still runs stays counted; one that never started is released)."""
-        release = self.in_flight.hold(user.name)
-        started = threading.Event()
-
-        def held():
-            started.set()
-            try:
-                return action()
-            finally:
-                release()
-
-        try:
-            return self.time.run(held)
-        except TimedOut:
-            if not started.is_set():
-                release()
-            raise
+        """``action()`` off the request thread within the time limit, counted in flight until it really ends."""
+        return held_run(self.in_flight, self.time, user.name, action)
 
     def close(self) -> None:
         """Close every environment and the pool (the app is closing)."""

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from backend.api.common import SQLITE_MAX_INT, WarmUp, whole_number
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
-from backend.platform.limits import InFlight, TimedOut
+from backend.platform.limits import InFlight, held_run
 from backend.training.preflight import check_spec
 
 if TYPE_CHECKING:
@@ -40,24 +39,8 @@ class EnvironmentOperations:
         return self._held_run(self._dry_runs, user, play)
 
     def _held_run(self, limit: InFlight, user: User, action):
-        """``action()`` off the request thread within the dry-run time limit, counted in ``limit`` until it really
-        ends (a call that timed out but still runs stays counted; one that never started is released)."""
-        release = limit.hold(user.name)
-        started = threading.Event()
-
-        def held():
-            started.set()
-            try:
-                return action()
-            finally:
-                release()
-
-        try:
-            return self._dry_run_time.run(held)
-        except TimedOut:
-            if not started.is_set():
-                release()
-            raise
+        """``action()`` off the request thread within the dry-run time limit, counted in ``limit`` (``held_run``)."""
+        return held_run(limit, self._dry_run_time, user.name, action)
 
     def warm_up(
         self,

@@ -146,6 +146,27 @@ class InFlight:
             return sum(self._held.values())
 
 
+def held_run(limit: InFlight, time_limit: TimeLimit, user_name: str, action: Callable[[], T]) -> T:
+    """``action()`` off the request thread within ``time_limit``, counted in ``limit`` for ``user_name`` until it
+    really ends (a call that timed out but still runs stays counted; one that never started is released)."""
+    release = limit.hold(user_name)
+    started = threading.Event()
+
+    def held() -> T:
+        started.set()
+        try:
+            return action()
+        finally:
+            release()
+
+    try:
+        return time_limit.run(held)
+    except TimedOut:
+        if not started.is_set():
+            release()
+        raise
+
+
 class HeldStream:
     """An iterator that releases its ``InFlight`` hold when it ends, is closed, or is dropped unread (a browser that
     left mid-answer)."""
