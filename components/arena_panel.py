@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,7 +194,7 @@ def build(api: StudioAPI, job: gr.Dropdown) -> ArenaHandles:
             base_choice = gr.Radio(BASE_CHOICES, value="base", label="Left side", elem_id="arena-base-choice")
             sampling = gr.Radio(SAMPLING_CHOICES, value="greedy", label="Sampling", elem_id="arena-sampling")
         with gr.Row():
-            row = gr.Number(0, precision=0, minimum=0, label="Row (episode i plays row i)", elem_id="arena-row")
+            row = gr.Number(0, precision=0, label="Row (episode i plays row i)", elem_id="arena-row")
             first = gr.Textbox(
                 label="First message (optional: replaces the row's prompt; the environment resets on the row)",
                 elem_id="arena-first-message",
@@ -201,7 +202,7 @@ def build(api: StudioAPI, job: gr.Dropdown) -> ArenaHandles:
             )
         with gr.Row():
             play_one = gr.Button("Play", variant="primary", elem_id="arena-play")
-            count = gr.Number(8, precision=0, minimum=1, label="Episodes per side", elem_id="arena-count", scale=0)
+            count = gr.Number(8, precision=0, label="Episodes per side", elem_id="arena-count", scale=0)
             play_many = gr.Button("Play N", elem_id="arena-play-n")
         summary = gr.Markdown(elem_id="arena-summary")
         with gr.Row():
@@ -389,6 +390,6 @@ def _whole(value: Any, label: str) -> int:
         number = float(value)
     except (TypeError, ValueError):
         raise gr.Error(f"{label} must be a whole number.") from None
-    if number != int(number) or number < 0:
+    if not math.isfinite(number) or number != int(number) or number < 0:
         raise gr.Error(f"{label} must be a whole number of 0 or more, not {value}.")
     return int(number)

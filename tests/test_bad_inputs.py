@@ -219,6 +219,21 @@ UPLOAD_CASES = [
     ("upload-parquet-bomb", "bomb.parquet", _parquet_bomb(), "decodes to over 768 MB"),
 ]
 
+# (case id, /arena_play or /arena_play_n inputs: job, left side, sampling, row, first message[, episodes], a piece of
+# the expected sentence): no job of this Space played an environment, so each is refused before anything plays.
+ARENA_CASES = [
+    ("arena-no-job", "/arena_play", ["", "base", "greedy", 0, ""], "pick a finished job first"),
+    ("arena-path-as-job", "/arena_play", ["../../etc/passwd", "base", "greedy", 0, ""], "not yours or no longer"),
+    ("arena-negative-row", "/arena_play", ["j1", "base", "greedy", -1, ""], "row must be a whole number"),
+    ("arena-fraction-row", "/arena_play", ["j1", "base", "greedy", 2.5, ""], "not yours"),  # the field rounds
+    ("arena-huge-row", "/arena_play", ["j1", "base", "greedy", 1e300, ""], "row must be a whole number"),
+    ("arena-long-message", "/arena_play", ["j1", "base", "greedy", 0, "x" * 50_000], "longer than 4,000"),
+    ("arena-no-episodes", "/arena_play_n", ["j1", "base", "greedy", 0, "", 0], "number of episodes"),
+    ("arena-many-episodes", "/arena_play_n", ["j1", "base", "greedy", 0, "", 10**9], "number of episodes"),
+    ("arena-bad-side", "/arena_play", ["j1", "evil", "greedy", 0, ""], "evil"),
+    ("arena-bad-sampling", "/arena_play", ["j1", "base", "hot", 0, ""], "hot"),
+]
+
 
 @pytest.fixture(scope="module")
 def space(tmp_path_factory, models_dir):
@@ -369,3 +384,8 @@ def test_the_cli_answers_user_errors_with_a_sentence_and_exit_2(data_dir, tmp_pa
     assert done.returncode == 2, output[-2000:]
     _assert_sentence(output, expected)
     assert JobStore(DataPaths(data_dir).db).list() == []
+
+
+@pytest.mark.parametrize("api_name,inputs,expected", [c[1:] for c in ARENA_CASES], ids=[c[0] for c in ARENA_CASES])
+def test_the_arena_refuses_with_a_sentence(alice, unchanged, api_name, inputs, expected):
+    _assert_sentence(_answer(alice, *inputs, api_name=api_name), expected)
