@@ -28,7 +28,8 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +170,21 @@ def start_catalog_env(
     return start_server_process(
         argv, name=name, timeout_s=timeout_s, wait=wait, log_dir=log_dir, extra_env=dict(env.environ)
     )
+
+
+@contextmanager
+def served_catalog_env(name: str, *, max_sessions: int = 8) -> Iterator[RunningEnvironment]:
+    """``name`` served for the block (a test's fixture), stopped after; the test is skipped where it cannot be."""
+    import pytest
+
+    reason = skip_reason(name)
+    if reason:
+        pytest.skip(reason)
+    server = start_catalog_env(name, max_sessions=max_sessions)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _git_dir(path: Path) -> Path | None:

@@ -26,7 +26,7 @@ from backend.jobs.store import JobNotFound
 from backend.models.demo import ARITH_MODEL_DIR
 from backend.workflows.arena import ArenaError, episode_rows
 from tests.conftest import tiny_spec
-from tests.openenv_envs import skip_reason, start_catalog_env
+from tests.openenv_envs import served_catalog_env, start_catalog_env
 from tests.test_chat_tool_calls import build_tool_adapter, finished_job
 
 pytestmark = pytest.mark.slow
@@ -39,14 +39,8 @@ PROMPTS = ["Guess the number between 1 and 20. Use the message tool."] * 2
 
 @pytest.fixture(scope="module")
 def server():
-    reason = skip_reason(ENV)
-    if reason:
-        pytest.skip(reason)
-    running = start_catalog_env(ENV, max_sessions=8)
-    try:
+    with served_catalog_env(ENV) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def _spec(url: str, data) -> dict:

@@ -173,16 +173,10 @@ def test_both_sides_play_live_and_play_8_repeats_the_stored_success_rate(app, jo
 
 @pytest.fixture(scope="module")
 def textarena():
-    from tests.openenv_envs import skip_reason, start_catalog_env
+    from tests.openenv_envs import served_catalog_env
 
-    reason = skip_reason("textarena_env")
-    if reason:
-        pytest.skip(reason)
-    server = start_catalog_env("textarena_env", max_sessions=8)
-    try:
+    with served_catalog_env("textarena_env") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_real_openenv_server_by_url_plays_in_the_arena_and_a_dead_one_is_a_sentence(app, textarena, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from backend.api import StudioAPI
 from backend.jobs.store import JobStatus
 from tests.conftest import tiny_spec, wait_status
-from tests.openenv_envs import skip_reason, start_catalog_env
+from tests.openenv_envs import served_catalog_env
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +34,8 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def grid_world():
-    reason = skip_reason(ENV)
-    if reason:
-        pytest.skip(reason)
-    server = start_catalog_env(ENV, max_sessions=8)
-    try:
+    with served_catalog_env(ENV) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_warm_up_then_grpo_by_url_calls_the_real_environment_and_logs_its_reward(grid_world, tmp_path, models_dir):

@@ -138,12 +138,19 @@ class ArenaPlay:
         return {side: sum(getattr(pair, side).success for pair in done) / len(done) for side in SIDES}
 
     def summary(self) -> str:
-        """One line: how many episodes, and each side's successes."""
+        """One line: how many episodes, and each side's successes (while playing, those over so far).
+
+        >>> ArenaPlay("j", "e", "b", "greedy").summary()
+        'Playing…'
+        """
         rates = self.success_rates()
-        if rates is None:
-            return f"Playing {len(self.pairs)} episode(s) per side…"
         done = sum(pair.over for pair in self.pairs)
         wins = {side: sum(getattr(p, side).success for p in self.pairs if p.over) for side in SIDES}
+        if not self.over:
+            so_far = f" {done} over so far: base {wins['base']}, tuned {wins['tuned']} succeeded." if done else ""
+            return f"Playing {len(self.pairs)} episode(s) per side…{so_far}" if self.pairs else "Playing…"
+        if rates is None:
+            return "No episode was played to its end."
         return (
             f"{done} episode(s) per side: base {wins['base']}/{done} succeeded ({rates['base']:.0%}), "
             f"tuned {wins['tuned']}/{done} ({rates['tuned']:.0%})"
