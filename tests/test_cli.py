@@ -162,6 +162,19 @@ def test_bad_spec_file_is_refused_with_exit_2_and_nothing_queued(data_dir, tmp_p
     assert cli("submit", str(tmp_path / "missing.yaml")).returncode == 2
 
 
+def test_an_unknown_built_in_model_is_a_sentence_naming_the_built_in_ones(data_dir, tmp_path):
+    """It reached the Hub client as a repo id and came back as HFValidationError's traceback (issue 24)."""
+    spec = tmp_path / "nope.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(model={"name_or_path": "builtin:nope"})))
+    result = cli("submit", str(spec))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert (
+        "model.name_or_path: unknown built-in model; the built-in models are builtin:tiny-qwen3, "
+        "builtin:tiny-qwen3-arith (got 'builtin:nope')"
+    ) in result.stderr
+    assert json.loads(cli("list", "--json").stdout) == []
+
+
 def test_cancel_a_queued_job_and_unknown_ids(data_dir, store, tmp_path):
     # Hold the scheduler lock so the submitted job stays queued while we cancel it.
     holder = Scheduler(DataPaths(data_dir))

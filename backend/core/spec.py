@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backend.core.hub_names import (
+    BUILTIN_MODELS,
     BUILTIN_PREFIX,
     DEMO_MODEL_ID,
     HUB_REPO_ID_RULE,
@@ -107,6 +108,14 @@ class ModelSpec(_Part):
         description="Start from a finished job: its base model plus its adapter, trained further (SFT then DPO/GRPO).",
     )
     trust_remote_code: bool = Field(False, description="Run custom modelling code from the model repo.")
+
+    @field_validator("name_or_path")
+    @classmethod
+    def _known_builtin(cls, value: str) -> str:
+        # A misspelt built-in name would otherwise reach the Hub client as a repo id and fail there, as a traceback.
+        if is_builtin(value) and value not in BUILTIN_MODELS:
+            raise ValueError(f"unknown built-in model; the built-in models are {', '.join(BUILTIN_MODELS)}")
+        return value
 
 
 class DatasetSpec(_Part):
