@@ -17,6 +17,7 @@ from backend.api import (
     JobNotFound,
     StudioAPI,
     ToolRun,
+    counted,
     demo_model_note,
     gpu_task,
     message_text,
@@ -49,7 +50,7 @@ def _before_last_question(history: list[dict]) -> list[dict]:
 def run_note(run: ToolRun) -> str:
     """What the tab says after one side's calls ran: how many, and whether the episode ended."""
     calls = len(run.results)
-    said = f"Ran the {run.side} side's {calls} tool call{'' if calls == 1 else 's'}"
+    said = f"Ran the {run.side} side's {counted(calls, 'tool call')}"
     if run.started:
         said += " in a new episode"
     if run.done:
@@ -226,13 +227,13 @@ PICK_JOB_HINT = "Pick a finished job above, then ask both models the same questi
 
 def rows_text(count: int) -> str:
     """``1 preference row`` / ``3 preference rows``."""
-    return f"{count} preference row{'' if count == 1 else 's'}"
+    return counted(count, "preference row")
 
 
 def thumb_rows_text(rows: list[dict]) -> str:
     """``1 KTO row so far: 1 👍, 0 👎`` for a thumb log's rows."""
     ups = sum(1 for r in rows if r.get("label") is True)
-    return f"{len(rows)} KTO row{'' if len(rows) == 1 else 's'} so far: {ups} 👍, {len(rows) - ups} 👎"
+    return f"{counted(len(rows), 'KTO row')} so far: {ups} 👍, {len(rows) - ups} 👎"
 
 
 def thumb_note(row: dict, rows: list[dict]) -> str:

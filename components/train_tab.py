@@ -24,6 +24,7 @@ from backend.api import (
     StudioAPI,
     UnmappedUpload,
     builtin_dataset_help,
+    counted,
     field_methods,
     generates,
     load_spec_text,
@@ -516,7 +517,8 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         if preview is None:
             return {ui.preview_out: "", **boxes}
         parts = [
-            f"**{preview.total_rows} rows**, format `{preview.format}`, columns: {', '.join(preview.columns)}; "
+            f"**{counted(preview.total_rows, 'row')}**, format `{preview.format}`, "
+            f"columns: {', '.join(preview.columns)}; "
             f"longest previewed: {preview.summary.max_tokens} tokens (max_length {preview.summary.max_length})"
         ]
         for i, row in enumerate(preview.rows):

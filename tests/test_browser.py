@@ -262,7 +262,7 @@ def test_prefer_then_export_in_one_click_then_stage_dpo_on_that_file(page, store
     # (the widget writes the name as stem and suffix apart: "preferences-dpo .jsonl")
     expect(page.locator("#dataset-upload")).to_contain_text(re.compile(r"preferences-dpo\s*\.jsonl"), timeout=30_000)
     expect(page.locator("#upload-note")).to_contain_text(
-        "preferences-dpo.jsonl: 1 rows, preference format", timeout=30_000
+        "preferences-dpo.jsonl: 1 row, preference format", timeout=30_000
     )
     expect(page.locator("#dataset-error")).to_have_text("")
     fill_settings(page, **{"Max steps": "2", "Batch size": "1"})

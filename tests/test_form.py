@@ -275,6 +275,15 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
     api.check(spec)  # the pre-flight reads it with the mapping
 
 
+def test_a_one_row_upload_and_its_preview_say_1_row(paths, tmp_path):
+    """Issue 24's polish: "1 rows"."""
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"prompt": "q", "completion": "a"}\n')
+    api = StudioAPI(paths.root, scheduler="none")
+    _, summary = api.upload_dataset(path, "one.jsonl", "sft")
+    assert summary.startswith("one.jsonl: 1 row, prompt-completion"), summary
+
+
 def test_the_bench_scores_against_the_datasets_first_row(paths):
     api = StudioAPI(paths.root, scheduler="none")
     # As the bench asks (components/train_tab.py): batch size "auto", which any group size divides.

@@ -32,6 +32,7 @@ from backend.core.artifacts import LearningVerdict, SignalWatch
 from backend.core.learning import status_text
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
 from backend.core.users import User, hub_user, local_user
+from backend.core.wording import counted
 from backend.jobs.scheduler import SchedulerHealth
 from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 from backend.models.demo import (
@@ -96,6 +97,7 @@ __all__ = [
     "Monitoring",
     "monitoring",
     "status_text",
+    "counted",
     "LearningVerdict",
     "SignalWatch",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from backend.core.paths import safe_name, storage_problem
 from backend.core.spec import DatasetSpec, Method, SpecError
 from backend.core.uploads import upload_display_name, upload_file
+from backend.core.wording import counted
 from backend.data import upload_limits
 from backend.data.loading import FILE_LOADERS, ColumnsMismatch, load_training_dataset
 from backend.platform.interpreters import PROJECT_ROOT, backend_env
@@ -57,7 +58,7 @@ def _checked_here(
             cache_dir=Path(cache_dir),
             check_raw=lambda rows: upload_limits.after_decoding(rows, display),
         )
-        summary = f"{display}: {len(dataset)} rows, {fmt} format, columns {', '.join(dataset.column_names)}"
+        summary = f"{display}: {counted(len(dataset), 'row')}, {fmt} format, columns {', '.join(dataset.column_names)}"
         del dataset
     return summary
 
