@@ -220,3 +220,44 @@ def test_facade_reward_bench_scores_typed_completions(api):
 
 def test_hold_out_that_leaves_nothing_to_train_on_is_refused_at_submit(api):
     _refused(api, tiny_spec(eval={"holdout_rows": 72}), "eval: holding out 72 rows leaves none of the 72 to train on")
+
+
+def test_a_dataset_smaller_than_a_batch_or_a_few_steps_is_warned_about_for_every_method(api, tmp_path):
+    """Issue 24: DPO on 1 row and KTO on 2 rows ran 30 steps without a word."""
+    import json
+
+    def data(name: str, rows: list[dict]) -> dict:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"source": "file", "name": str(path)}
+
+    pair = {"prompt": "2+2?", "chosen": "4", "rejected": "5"}
+    thumb = [
+        {"prompt": "2+2?", "completion": "4", "label": True},
+        {"prompt": "2+3?", "completion": "6", "label": False},
+    ]
+    chats = [
+        {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]} for i in range(4)
+    ]
+    cases = {
+        "dpo": (data("one.jsonl", [pair]), "1 row to train on, fewer than one step takes (2 rows per step)"),
+        "kto": (data("two.jsonl", thumb), "2 rows to train on, fewer than 3 steps' worth (2 rows per step)"),
+        "sft": (data("four.jsonl", chats), "4 rows to train on, fewer than 3 steps' worth (2 rows per step)"),
+    }
+    for method, (dataset, said) in cases.items():
+        spec = tiny_spec(method=method, dataset=dataset, training={"max_steps": 30}, eval={"holdout_fraction": 0})
+        warnings, _ = api.check(spec)
+        tiny = [w for w in warnings if w.startswith("the dataset has")]
+        assert len(tiny) == 1 and said in tiny[0] and "30 steps go over it" in tiny[0], (method, warnings)
+    # GRPO counts prompts: a batch of 8 completions in groups of 4 is 2 prompts a step.
+    prompts = data("prompts.jsonl", [{"prompt": f"{i}+1?"} for i in range(5)])
+    grpo = tiny_spec(
+        method="grpo",
+        dataset=prompts,
+        grpo={"num_generations": 4, "max_completion_length": 8, "rewards": [{"name": "length", "target_length": 3}]},
+        training={"batch_size": 8, "max_steps": 30},
+        eval={"holdout_fraction": 0},
+    )
+    assert any("5 rows to train on, fewer than 3 steps' worth (2 rows per step)" in w for w in api.check(grpo)[0])
+    many = tiny_spec(dataset=data("many.jsonl", chats * 2), eval={"holdout_fraction": 0})  # 8 rows, 2 a step: enough
+    assert not [w for w in api.check(many)[0] if w.startswith("the dataset has")]

@@ -141,11 +141,51 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     if spec.environment.name:
         warnings.extend(environment_advisories(spec, tokenizer))
     device = detect_device()
-    tuning = plan(spec, models_dir, loaded or load_training_dataset(spec.dataset, spec.method), tokenizer, device)
+    loaded = loaded or load_training_dataset(spec.dataset, spec.method)
+    tuning = plan(spec, models_dir, loaded, tokenizer, device)
     memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
         warnings.append(memory_warning)
+    train, _ = split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
+    tiny = tiny_dataset_warning(tuning.spec, len(train))
+    if tiny:
+        warnings.append(tiny)
     return warnings, tuning
+
+
+FEW_STEPS = 3  # a dataset with fewer rows than this many steps' worth is worth a word before the run
+
+
+def tiny_dataset_warning(spec: JobSpec, train_rows: int) -> str | None:
+    """A sentence when the rows to train on are fewer than one step takes, or than a few steps' worth: the run then
+    repeats the same rows over and over, which teaches them by heart rather than the task. ``spec`` is the job as it
+    will run (auto-tune's batch decided).
+
+    >>> from backend.core.spec import parse_spec
+    >>> said = tiny_dataset_warning(parse_spec({"method": "dpo", "training": {"batch_size": 2, "max_steps": 30}}), 1)
+    >>> said.split(": ")[0], said.split("; ")[0].split(", and ")[1]
+    ('the dataset has 1 row to train on, fewer than one step takes (2 rows per step)', '30 steps go over it 60 times')
+    """
+    from backend.core.spec import OnlinePart
+    from backend.core.wording import counted
+
+    batch = spec.training.batch_or(1) * spec.training.gradient_accumulation_steps
+    part = getattr(spec, spec.method.value, None)
+    per_step = max(1, batch // spec.rollout.num_generations) if isinstance(part, OnlinePart) else batch
+    steps = spec.training.max_steps
+    if train_rows >= FEW_STEPS * per_step:
+        return None
+    what = counted(train_rows, "row")
+    over = f", and {steps} steps go over it {steps * per_step // max(train_rows, 1)} times" if steps else ""
+    if train_rows < per_step:
+        return (
+            f"the dataset has {what} to train on, fewer than one step takes ({counted(per_step, 'row')} per step): "
+            f"every step repeats {'it' if train_rows == 1 else 'them'}{over}; add rows, or lower training.batch_size"
+        )
+    return (
+        f"the dataset has {what} to train on, fewer than {FEW_STEPS} steps' worth ({counted(per_step, 'row')} per "
+        f"step){over}: the model sees the same rows again and again and learns them by heart; add rows"
+    )
 
 
 def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
