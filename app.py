@@ -87,6 +87,7 @@ def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
         css=CSS,
+        js=train_tab.FREE_TEXT_JS,
         # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
         # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.
         allowed_paths=[str(api.paths.downloads)],

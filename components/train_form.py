@@ -196,6 +196,9 @@ DECLARED: list[FormField] = [
         "Batch size",
         help="Examples per step on the device, 1-1024. Empty: auto-tune picks the largest that fits (a power "
         "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
+        # Empty (auto) rather than the spec's 2, which no GRPO group of 4 divides: the form's defaults must make a
+        # job for every method; a model's demo recipe still fills in its measured batch.
+        default=None,
     ),
     FormField("grad_accum", "training.gradient_accumulation_steps", "Gradient accumulation"),
     FormField("max_length", "training.max_length", "Max length"),

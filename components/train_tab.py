@@ -76,6 +76,28 @@ class TrainHandles:
         return [self.inputs[name] for name in FIELD_NAMES]
 
 
+# A typed Hub id, URL or job id stays as typed: Gradio's dropdown takes the highlighted (nearest) entry on Enter, so
+# `Qwen/Qwen2.5-0.5B-Instruc` became `...-Instruct`. In an open catalogue's picker, Enter leaves the field as Tab does
+# (keeping the text) unless an arrow key chose an entry since the last keystroke; a click still picks one.
+FREE_TEXT_CLASS = "free-text"
+FREE_TEXT_JS = f"""
+() => {{
+    const chose = new WeakSet();
+    const inPicker = (el) => el instanceof HTMLInputElement && el.closest(".{FREE_TEXT_CLASS}");
+    document.addEventListener("keydown", (event) => {{
+        const input = event.target;
+        if (!inPicker(input)) return;
+        if (event.key === "ArrowDown" || event.key === "ArrowUp") {{ chose.add(input); return; }}
+        if (event.key !== "Enter" || chose.has(input)) return;
+        event.preventDefault();
+        event.stopImmediatePropagation();
+        input.blur();
+    }}, true);
+    document.addEventListener("input", (event) => {{ if (inPicker(event.target)) chose.delete(event.target); }}, true);
+}}
+"""
+
+
 def field_widget(f: FormField) -> Any:
     """The Gradio input of one declared field: its kind and choices from the spec, label and help from the form."""
     options = dict(f.options)
@@ -85,7 +107,7 @@ def field_widget(f: FormField) -> Any:
     if described.kind == "bool":
         return gr.Radio(list(TRI_STATE), **kw) if described.optional else gr.Checkbox(**kw)
     if f.choices is not None and not closed:  # an open catalogue: any Hub id, job or URL may be typed
-        return gr.Dropdown(list(f.choices), allow_custom_value=True, **kw)
+        return gr.Dropdown(list(f.choices), allow_custom_value=True, elem_classes=[FREE_TEXT_CLASS], **kw)
     choices = list(f.choices if f.choices is not None else described.choices)
     if choices and described.kind not in ("int", "float"):
         return (gr.Radio if len(choices) <= MAX_RADIO_CHOICES else gr.Dropdown)(choices, **kw)
@@ -534,7 +556,10 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
     @as_user
     def on_dry_run(user, *args):
         episode, boxes = with_environment("dry run", lambda spec: api.dry_run(spec, user=user), args)
-        return {ui.transcript: episode.transcript() if episode else "", **boxes}
+        if episode is None:  # said under the button too: the boxes may be a screen away from it
+            said = "\n\n".join(text for text in boxes.values() if isinstance(text, str) and text)
+            return {ui.transcript: f"**The dry run did not play.**\n\n{said}", **boxes}
+        return {ui.transcript: episode.transcript(), **boxes}
 
     ui.dry_run_button.click(on_dry_run, form, [ui.transcript, *error_boxes], api_name="dry_run")
 

@@ -122,9 +122,10 @@ def test_queue_an_sft_job_from_the_train_tab(page, store):
     expect(page.locator("#model-notice")).to_contain_text("builtin:tiny-qwen3 is a random tiny model")
 
     page.get_by_text("4. Training settings, LoRA and quantization").click()
-    # The accordion's fields hold the form's plain defaults (the spec's: batch 2, max length 1024) before we type.
+    # The accordion's fields hold the form's plain defaults (the spec's max length 1024; the batch empty: auto)
+    # before we type.
     _settings(page, {"Learning rate": "0.0002", "Held-out rows (before/after evaluation)": "0"})
-    typed = [("Max steps", "30", "6"), ("Batch size", "2", "1"), ("Max length", "1024", "128")]
+    typed = [("Max steps", "30", "6"), ("Batch size", "", "1"), ("Max length", "1024", "128")]
     for label, default, _ in typed:
         expect(page.get_by_label(label, exact=True)).to_have_value(default)
     for label, _, value in typed:
@@ -322,6 +323,8 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     goto(page, page.url.split("?")[0] + "?tab=train")  # a fresh form: no parent job, the arith model
     expect(page.locator("#base-model input")).to_have_value("builtin:tiny-qwen3-arith")
     pick_base_model(page, "builtin:tiny-qwen3")  # plumbing: the demo model, with GRPO's plain settings
+    # The model's plain settings land before the method is picked (a CI run's method pick met the form mid-update).
+    expect(page.locator("#builtin-dataset input")).to_have_value("chat-demo")
     page.locator("#method").get_by_label("grpo").check()
     expect(page.locator("#builtin-dataset input")).to_have_value("math-demo")
 
@@ -335,10 +338,17 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     env = page.locator("#env-name input")
     env.fill("builtin:echo")
     env.press("Enter")
-    # One group of 4 generations per step: the spec's default batch (2) holds half a group, which it refuses.
-    fill_settings(page, **{"Batch size": "4"})
-    page.get_by_role("button", name="Dry run: play one episode").click()
+    # A batch of 2 holds half a group of 4 generations: the dry run says so under its own button (issue 24: the
+    # sentence sat at the foot of the page, and the transcript stayed empty).
+    fill_settings(page, **{"Batch size": "2"})
+    dry_run = page.get_by_role("button", name="Dry run: play one episode")
+    dry_run.click()
     transcript = page.locator("#dry-run-transcript")
+    expect(transcript).to_contain_text("The dry run did not play", timeout=60_000)
+    expect(transcript).to_contain_text("must be a multiple of rollout.num_generations (4)")
+    # The form's own default, empty (auto: one group of 4), plays.
+    fill_settings(page, **{"Batch size": ""})
+    dry_run.click()
     expect(transcript).to_contain_text("attempts_left: 3", timeout=120_000)  # the echo server's reset observation
     expect(transcript).to_contain_text(re.compile(r"result: reward \d"))
     expect(page.locator("#environment-error")).to_have_text("")
@@ -346,9 +356,10 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     completion = page.get_by_label("Max completion length", exact=True)
     completion.fill("32")
     completion.press("Tab")
-    fill_settings(page, **{"Max steps": "2", "Batch size": "4"})  # one group of 4 generations per step
+    fill_settings(page, **{"Max steps": "2"})  # the batch left empty: GRPO queues with the form's defaults
     grpo_id = queue_job(page)
     assert store.get(grpo_id).spec.environment.name == "builtin:echo"
+    assert store.get(grpo_id).spec.training.batch_size == "auto"
     page.screenshot(path=ARTIFACTS / "walk-train.png", full_page=True)
     follow_job_link(page, grpo_id)
     wait_in_jobs_tab(page, store, grpo_id, timeout_ms=300_000)

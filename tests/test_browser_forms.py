@@ -64,6 +64,26 @@ def test_an_empty_chat_tab_says_to_train_a_job_first(page):
     page.get_by_role("tab", name="Train").click()
 
 
+def test_a_typed_hub_id_is_kept_on_enter_and_an_arrow_key_still_picks(page, app):
+    """Issue 24: Enter swapped a typed id for the nearest curated entry (Tab kept it)."""
+    field = page.locator("#base-model input")
+    for typed in ("Qwen/Qwen2.5-0.5B-Instruc", "builtin:tiny-qwen3"):  # a prefix of a curated entry, and one exactly
+        field.click()
+        field.fill(typed)
+        field.press("Enter")
+        expect(field).to_have_value(typed)
+        expect(page.locator("#model-notice")).to_contain_text("random tiny model" if typed.startswith("b") else "")
+    field.click()
+    field.fill("builtin:tiny-qwen3")
+    field.press("ArrowDown")  # the first offered entry, chosen with the keys
+    field.press("Enter")
+    expect(field).not_to_have_value("builtin:tiny-qwen3")
+    page.locator("#base-model input").click()
+    field.fill("builtin:tiny-qwen3-arith")
+    page.get_by_role("option", name="builtin:tiny-qwen3-arith", exact=True).click()  # as the page started
+    expect(field).to_have_value("builtin:tiny-qwen3-arith")
+
+
 def test_train_tab_help_uses_the_ui_words_and_the_arith_model_is_labelled(page):
     notice = page.locator("#model-notice")
     expect(notice).to_contain_text("builtin:tiny-qwen3-arith is a tiny model pre-trained")

@@ -318,17 +318,17 @@ def test_the_forms_defaults_are_the_specs_defaults():
 
     default = JobSpec()
     # Where the old widgets disagreed with the spec, the spec won.
-    assert (DEFAULTS["batch_size"], DEFAULTS["max_length"], DEFAULTS["rollout_max_completion_length"]) == (
-        default.training.batch_size,
+    assert (DEFAULTS["max_length"], DEFAULTS["rollout_max_completion_length"]) == (
         default.training.max_length,
         default.rollout.max_completion_length,
     )
     as_form = spec_to_form(default)
-    # The plain defaults (any model's) differ from the spec's on purpose in two fields only: the step count (a quick
-    # first try; the spec trains an epoch) and the model (the arithmetic model runs anywhere; the spec's default
-    # depends on the network: the random demo model offline, as in tests).
+    # The plain defaults (any model's) differ from the spec's on purpose in three fields only: the step count (a quick
+    # first try; the spec trains an epoch), the model (the arithmetic model runs anywhere; the spec's default
+    # depends on the network: the random demo model offline, as in tests) and the batch (empty, auto: the spec's 2
+    # is no multiple of GRPO's group of 4).
     plain_differ = {name for name in FORM_FIELDS if DEFAULTS[name] != as_form[name]}
-    assert plain_differ == {"base_model", "max_steps"}
+    assert plain_differ == {"base_model", "max_steps", "batch_size"} and DEFAULTS["batch_size"] is None
     assert DEFAULTS["base_model"] == "builtin:tiny-qwen3-arith" and as_form["base_model"] == "builtin:tiny-qwen3"
     assert DEFAULTS["max_steps"] == 30 and get_path(default, "training.max_steps") is None
     # The form starts on those, under the arithmetic model's SFT recipe: the dataset and the settings measured to
@@ -436,7 +436,7 @@ def test_another_model_puts_the_recipe_fields_back_to_the_plain_defaults_and_bac
     assert plain["builtin_dataset"] == "chat-demo" and plain["learning_rate"] == 2e-4 and plain["max_steps"] == 30
     # Methods on another model: today's behaviour, the method's first built-in dataset and the plain settings.
     dpo = _moved(plain, (other, "sft"), (other, "dpo"))
-    assert dpo["builtin_dataset"] == "preferences-demo" and dpo["batch_size"] == 2
+    assert dpo["builtin_dataset"] == "preferences-demo" and dpo["batch_size"] is None  # empty: auto
     # Picking the arith model again fills its recipe for the method in hand.
     again = _moved(dpo, (other, "dpo"), (ARITH, "dpo"))
     assert (again["builtin_dataset"], again["learning_rate"], again["holdout_rows"]) == ("arith-preferences", 5e-4, 128)
@@ -446,7 +446,7 @@ def test_a_value_the_user_typed_is_kept_across_models_and_methods():
     typed = {**FIELDS, "learning_rate": 1e-3, "max_steps": 7, "builtin_dataset": "echo-tools-sft"}
     qwen = _moved(typed, (ARITH, "sft"), (QWEN, "sft"))
     assert (qwen["learning_rate"], qwen["max_steps"], qwen["builtin_dataset"]) == (1e-3, 7, "echo-tools-sft")
-    assert (qwen["batch_size"], qwen["max_length"], qwen["holdout_rows"]) == (2, 1024, 0)  # untouched: plain again
+    assert (qwen["batch_size"], qwen["max_length"], qwen["holdout_rows"]) == (None, 1024, 0)  # untouched: plain again
     dpo = _moved(qwen, (QWEN, "sft"), (ARITH, "dpo"))
     # A picked dataset that does not suit the new method gives way to the first choice: the recipe's.
     assert (dpo["learning_rate"], dpo["max_steps"], dpo["builtin_dataset"], dpo["batch_size"]) == (
@@ -494,3 +494,20 @@ def test_every_method_gets_its_own_settings_and_the_parts_it_reads_on_the_form()
         }
         assert own <= shown, (method, own - shown)
         assert any(p.startswith("rollout.") for p in shown) == (method in ONLINE)
+
+
+def test_the_forms_defaults_make_a_valid_job_for_every_method_model_and_environment():
+    """Issue 24: GRPO on a model without a recipe kept the form's batch of 2, which no group of 4 divides, and Queue
+    refused the form's own defaults. The batch starts empty (auto: one generation group for an online method)."""
+    from backend.api import methods
+    from components.train_form import FIELDS
+
+    assert FIELDS["batch_size"] == 16  # the arithmetic model's SFT recipe, as the page opens
+    for model in (ARITH, TINY, QWEN):
+        for method in methods():
+            values = _moved(FIELDS, (ARITH, "sft"), (model, method))
+            spec = parse_spec(form_to_spec({**values, "base_model": model, "method": method}))
+            if model != ARITH:
+                assert spec.training.batch_size == "auto", (model, method)
+            if method == "grpo":  # and with an environment picked
+                parse_spec(form_to_spec({**values, "base_model": model, "method": method, "env_name": "builtin:echo"}))
