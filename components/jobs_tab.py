@@ -25,6 +25,16 @@ from components.train_form import FIELDS, spec_to_form
 
 REFRESH_S = 2.0
 RAW_LOG_LINES = 400
+JOBS_CSS = "#job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }"
+# Scroll the raw log to its last line when its accordion opens (a few times, while it renders).
+SCROLL_LOG_TO_END = """() => {
+    const scroll = (tries) => {
+        const scroller = document.querySelector("#job-log textarea");
+        if (scroller) scroller.scrollTop = scroller.scrollHeight;
+        if (tries > 0) setTimeout(() => scroll(tries - 1), 100);
+    };
+    scroll(5);
+}"""
 
 
 @dataclass
@@ -115,15 +125,19 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         log_rows = gr.Dataframe(
             value=None, interactive=False, label="Training log (newest first)", elem_id="job-log-rows", visible=False
         )
-        with gr.Accordion("Raw log", open=False, elem_id="job-raw-log"):
-            log = gr.Code(
+        with gr.Accordion("Raw log", open=False, elem_id="job-raw-log") as raw_log:
+            # A plain text box, kept scrolled to its end: the code editor it was opened at its top and drew only the
+            # lines in view, so a finished job's log seemed to stop at its 36th line (issue 24).
+            log = gr.Textbox(
                 label=f"Log (last {RAW_LOG_LINES} lines)",
-                language=None,
                 elem_id="job-log",
                 lines=16,
                 max_lines=40,
-                show_line_numbers=False,
+                interactive=False,
+                autoscroll=True,
+                buttons=["copy"],
             )
+        raw_log.expand(None, None, None, js=SCROLL_LOG_TO_END)
 
     def detail_updates(user: User | None, job: JobRecord | None) -> list:
         """Every detail output for ``job`` (None: hidden), in the order of ``detail``."""

@@ -216,3 +216,28 @@ def test_a_real_openenv_server_by_url_plays_in_the_arena_and_a_dead_one_is_a_sen
         page.locator("#chat-send").click()
         expect(page.locator("#chat-base")).to_contain_text("2 + 3", timeout=60_000)
     assert not errors, errors
+
+
+def test_the_jobs_tab_raw_log_of_a_long_job_opens_at_its_last_line(app, job):
+    """Issue 24: a finished job's raw log seemed to stop at step 13: its code view opened at its top and drew only the
+    lines in view, so this job's 60-line log showed its first 36."""
+    lines = (DataPaths(app.data_dir).job_log(job.id)).read_text().splitlines()
+    assert len(lines) > 45, len(lines)
+    errors: list[str] = []
+    with chromium() as browser:
+        page = _page(browser, app.url, "alice", errors)
+        page.goto(f"{app.url}?job={job.id}")
+        expect(page.locator("#job-summary")).to_contain_text(job.id)
+        page.get_by_text("Raw log").click()
+        log = page.locator("#job-log textarea")
+        expect(log).to_have_value(re.compile(rf"job {job.id} succeeded\n.*worker exiting with 0 after [\d.]+s$"))
+        # ... and it opens at that end.
+        wait_for(
+            lambda: log.evaluate(
+                "t => t.scrollHeight > t.clientHeight && t.scrollTop + t.clientHeight >= t.scrollHeight - 2"
+            ),
+            10,
+            what="the raw log to show its last line",
+            sleep=lambda s: page.wait_for_timeout(s * 1000),
+        )
+    assert not errors, errors
