@@ -123,20 +123,27 @@ def wait_until(page, predicate, timeout_s: float, what: str) -> None:
 SETTINGS_ACCORDION = "4. Training settings, LoRA and quantization"
 
 
+# Settings fields whose default is empty (Batch size: auto), so an empty one may already be mounted.
+MAY_BE_EMPTY = frozenset({"Batch size"})
+
+
 def fill_settings(page, **values: str) -> None:
     """Open the training-settings accordion (unless it is open) and type ``values`` by field label, as a user would.
 
     The accordion mounts its fields when it first opens and sets them to the form's defaults as it does; text typed
-    before that lands is overwritten (a CI run saw "3" become "30"). So the accordion is first seen holding its
-    values, then each field typed into and left with Tab, and only then are all checked.
+    before that lands is overwritten (a CI run saw "3" become "30"). So each field is first seen holding a value (one
+    that may be empty, beside Learning rate, which never is), then typed into and left with Tab, and only then are
+    all checked.
     """
     from playwright.sync_api import expect
 
     fields = {label: page.get_by_label(label, exact=True) for label in values}
     if not next(iter(fields.values())).is_visible():  # a click on the title closes the accordion when it is open
         page.get_by_text(SETTINGS_ACCORDION).click()
-    # Learning rate always holds a value once mounted (Batch size may be empty: auto).
     expect(page.get_by_label("Learning rate", exact=True)).to_have_value(re.compile(r"\S"))
+    for label, field in fields.items():
+        if label not in MAY_BE_EMPTY:
+            expect(field).to_have_value(re.compile(r"\S"))
     for label, field in fields.items():
         field.fill(values[label])
         field.press("Tab")
