@@ -174,7 +174,7 @@ def _generate(
     of an episode then draw the same numbers, and a row's tokens do not depend on its batch)."""
     import torch
 
-    from backend.models.mixed_batch import RowSeededSampling, side_kwargs
+    from backend.models.mixed_batch import RowSeededSampling, row_seeded_sampling, side_kwargs
 
     width = max(len(ids) for ids in prompts)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -182,14 +182,7 @@ def _generate(
     mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=model.device)
     sampling = settings.sampling()
     if generators is not None and sampling["do_sample"]:
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
-
-        warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
-        if settings.top_p < 1:
-            warpers.append(TopPLogitsWarper(settings.top_p))
-        rows = RowSeededSampling([], model.device)
-        rows.generators = generators
-        sampling = {"do_sample": False, "logits_processor": LogitsProcessorList([*warpers, rows])}
+        sampling = row_seeded_sampling(settings.temperature, settings.top_p, RowSeededSampling(generators))
     with torch.no_grad():
         out = model.generate(
             input_ids=input_ids,

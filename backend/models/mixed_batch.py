@@ -81,10 +81,15 @@ class RowSeededSampling:
     batch, and two rows with the same seed (a prompt's base and tuned side) see the same random numbers.
     """
 
-    def __init__(self, seeds: Sequence[int], device: Any) -> None:
+    def __init__(self, generators: Sequence[Any]) -> None:
+        self.generators = list(generators)  # one torch.Generator per row, in row order
+
+    @classmethod
+    def seeded(cls, seeds: Sequence[int], device: Any) -> RowSeededSampling:
+        """One fresh generator per row, seeded with that row's seed."""
         import torch
 
-        self.generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+        return cls([torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds])
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
@@ -97,6 +102,17 @@ class RowSeededSampling:
         )
         gumbel = -torch.log(-torch.log(uniform.clamp(min=1e-20, max=1.0 - 1e-7)))
         return scores.float() + gumbel
+
+
+def row_seeded_sampling(temperature: float, top_p: float, rows: RowSeededSampling) -> dict[str, Any]:
+    """``generate``'s arguments for sampling every row from its own stream: warp (temperature, top-p), add each row's
+    own noise, then pick the largest."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+    warpers: list[Any] = [TemperatureLogitsWarper(temperature)]
+    if top_p < 1:
+        warpers.append(TopPLogitsWarper(top_p))
+    return {"do_sample": False, "logits_processor": LogitsProcessorList([*warpers, rows])}
 
 
 def mixed_generate(
@@ -116,7 +132,6 @@ def mixed_generate(
     token; what follows it (padding) is cut off.
     """
     import torch
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
     device = model_device(model)
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False).to(
@@ -124,11 +139,8 @@ def mixed_generate(
     )
     sampling: dict[str, Any] = {"do_sample": False}
     if not settings.greedy and row_seeds is not None:
-        # Warp, add each row's own noise, then pick the largest: a sample per row from its own stream.
-        warpers: list[Any] = [TemperatureLogitsWarper(settings.temperature)]
-        if settings.top_p < 1:
-            warpers.append(TopPLogitsWarper(settings.top_p))
-        sampling["logits_processor"] = LogitsProcessorList([*warpers, RowSeededSampling(row_seeds, device)])
+        rows = RowSeededSampling.seeded(row_seeds, device)
+        sampling = row_seeded_sampling(settings.temperature, settings.top_p, rows)
     elif not settings.greedy:
         sampling = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p}
     cuda = [device.index or 0] if device.type == "cuda" else []
