@@ -249,9 +249,18 @@ def _check_tools(values: list) -> None:
             )
 
 
+def holdout_size(total: int, fraction: float, rows: int | None) -> int:
+    """How many of ``total`` rows the before/after evaluation holds out: ``rows``, else ``fraction`` of them.
+
+    >>> holdout_size(100, 0.1, None), holdout_size(100, 0.1, 7), holdout_size(100, 0.0, None)
+    (10, 7, 0)
+    """
+    return rows if rows is not None else int(round(total * fraction))
+
+
 def split_holdout(ds: Dataset, fraction: float, rows: int | None, seed: int) -> tuple[Dataset, Dataset | None]:
     """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
-    n_eval = rows if rows is not None else int(round(len(ds) * fraction))
+    n_eval = holdout_size(len(ds), fraction, rows)
     if n_eval <= 0:
         return ds, None
     if n_eval >= len(ds):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from backend.core.hub_names import hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
-from backend.data.loading import load_training_dataset, split_holdout
+from backend.data.loading import holdout_size, load_training_dataset, split_holdout
 from backend.methods.table import reward_columns, support
 from backend.models.demo import BUILTIN_MODELS, DEMO_MODEL_ID
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
@@ -146,8 +146,10 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
         warnings.append(memory_warning)
-    train, _ = split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
-    tiny = tiny_dataset_warning(tuning.spec, len(train))
+    # The rows left to train on, counted rather than split a second time (check_and_plan split them once).
+    rows = len(loaded[0])
+    held_out = holdout_size(rows, spec.eval.holdout_fraction, spec.eval.holdout_rows)
+    tiny = tiny_dataset_warning(tuning.spec, rows - held_out)
     if tiny:
         warnings.append(tiny)
     return warnings, tuning
