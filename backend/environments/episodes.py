@@ -354,6 +354,16 @@ def play_episode(
     return play_episodes(model, tokenizer, [environment], [row], settings, [seed])[0]
 
 
+def episode_start(rows: int, seed: int, i: int) -> tuple[int, int]:
+    """Episode ``i`` of a numbered series over ``rows`` dataset rows: (its row, its seed). The success-rate
+    evaluation numbers its episodes so, and the arena repeats them by the same rule.
+
+    >>> episode_start(3, 42, 0), episode_start(3, 42, 4)
+    ((0, 42), (1, 46))
+    """
+    return i % rows, seed + i
+
+
 def success_rates(
     model,
     tokenizer,
@@ -369,11 +379,11 @@ def success_rates(
     """Success rate and mean reward of the tuned model, of where a staged job started (``start_adapter``, the parent's
     adapter loaded beside the tuned one) and of the base (adapter switched off), over the same episodes.
 
-    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` for every model, greedily (as every method's
-    held-out evaluation is: one sample per episode would measure the sampling's luck as much as the model);
-    ``per_row`` keeps each episode's success per side, for the learning verdict's interval. The sessions TRL kept
-    open for its rollouts are closed first (a server with exactly the sessions training needed has none left
-    otherwise); then up to ``sessions`` episodes are played side by side, one batched model turn at a time.
+    Episode ``i`` plays row ``i % len(rows)`` with seed ``seed + i`` (``episode_start``) for every model, greedily
+    (as every method's held-out evaluation is: one sample per episode would measure the sampling's luck as much as
+    the model); ``per_row`` keeps each episode's success per side, for the learning verdict's interval. The sessions
+    TRL kept open for its rollouts are closed first (a server with exactly the sessions training needed has none
+    left otherwise); then up to ``sessions`` episodes are played side by side, one batched model turn at a time.
     """
     factory._close_all()
     environments: list[OpenEnvEpisode] = []
@@ -386,13 +396,14 @@ def success_rates(
             played: list[Episode] = []
             for first in range(0, episodes, len(environments)):
                 numbers = range(first, min(first + len(environments), episodes))
+                starts = [episode_start(len(rows), seed, i) for i in numbers]
                 played += play_episodes(
                     model,
                     tokenizer,
-                    environments[: len(numbers)],
-                    [rows[i % len(rows)] for i in numbers],
+                    environments[: len(starts)],
+                    [rows[row] for row, _ in starts],
                     settings,
-                    [seed + i for i in numbers],
+                    [episode_seed for _, episode_seed in starts],
                 )
             successes[side] = [float(e.success) for e in played]
             return {

@@ -28,7 +28,7 @@ from backend.core.paths import DataPaths, storage_problem, user_folder
 from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
 from backend.environments.connection import EnvironmentUnavailable
-from backend.environments.episodes import Episode, EpisodeSettings, iter_episodes
+from backend.environments.episodes import Episode, EpisodeSettings, episode_start, iter_episodes
 from backend.environments.runtime import open_environment
 from backend.models.mixed_batch import BASE_ADAPTER, TUNED_ADAPTER
 from backend.training.evaluation import START_ADAPTER
@@ -224,14 +224,17 @@ def play(
                 try:
                     if not state.tools:
                         state.tools = tool_schemas(sessions[0])
-                    chunk_rows, seeds = [], []
+                    chunk_rows, seeds, row_numbers = [], [], []
                     for i in chunk:
-                        row = dict(rows[i % len(rows)])
+                        number, episode_seed = episode_start(len(rows), spec.training.seed, i)
+                        if seed is not None:  # the user's seed for the first episode, counted on from it
+                            episode_seed = seed + (i - indices[0])
+                        row = dict(rows[number])
                         if first_message:
                             row["prompt"] = [{"role": "user", "content": first_message}]
                         chunk_rows += [row, row]
-                        episode_seed = (spec.training.seed + i) if seed is None else seed + (i - indices[0])
                         seeds += [episode_seed, episode_seed]
+                        row_numbers.append(number)
                     episodes = iter_episodes(
                         model,
                         tokenizer,
@@ -251,7 +254,7 @@ def play(
                         if played is None:
                             break
                         state.pairs = done + [
-                            ArenaPair(i, i % len(rows), seeds[2 * k], played[2 * k], played[2 * k + 1])
+                            ArenaPair(i, row_numbers[k], seeds[2 * k], played[2 * k], played[2 * k + 1])
                             for k, i in enumerate(chunk)
                         ]
                         if time.monotonic() > deadline:
