@@ -25,6 +25,7 @@ from backend.environments.runtime import open_environment
 from backend.jobs.store import JobNotFound
 from backend.models.demo import ARITH_MODEL_DIR
 from backend.workflows.arena import ArenaError, episode_rows
+from components.arena_panel import table_rows
 from tests.conftest import tiny_spec
 from tests.openenv_envs import served_catalog_env, start_catalog_env
 from tests.test_chat_tool_calls import build_tool_adapter, finished_job
@@ -164,7 +165,8 @@ def test_a_server_killed_mid_episode_ends_the_play_with_a_sentence_and_closes_it
         assert time.monotonic() - started < 60, "a dead server ends the play, it does not hang it"
         assert final.over and "The environment stopped answering during 2 episode(s)" in final.note, final.note
         for pair in final.pairs:
-            assert pair.tuned.error and not pair.tuned.success and pair.outcome("tuned") == "environment lost"
+            shown = table_rows([pair.to_dict()])[0][4]  # the episodes table's tuned column
+            assert pair.tuned.error and not pair.tuned.success and shown == "environment lost"
         assert [p.episode for p in final.pairs] == [1, 2], "what was played is kept, with its end"
         assert api.arena_episodes(killed_job, alice) == [1, 2]
         # The facade still answers, at once: a listing, and a new play that says the server is gone.

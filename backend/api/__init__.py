@@ -108,8 +108,6 @@ __all__ = [
 _LAZY_EXPORTS = {
     "GenerationSettings": "backend.models.mixed_batch",
     "message_text": "backend.chat.side_by_side",
-    "ArenaError": "backend.workflows.arena",
-    "ARENA_MAX_EPISODES": "backend.workflows.arena",
     "UnmappedUpload": "backend.data.uploads",
     "PushError": "backend.hub.publish",
     "RemoteJobError": "backend.hub.hf_jobs",

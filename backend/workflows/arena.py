@@ -84,15 +84,6 @@ class ArenaPair:
         """Whether both sides' episodes ended."""
         return self.base.over and self.tuned.over
 
-    def outcome(self, side: str) -> str:
-        """``success (reward 1)`` / ``no success (reward 0)`` / ``playing…`` / ``environment lost``."""
-        episode = self.base if side == "base" else self.tuned
-        if episode.error:
-            return "environment lost"
-        if not episode.over:
-            return "playing…"
-        return f"{'success' if episode.success else 'no success'} (reward {episode.reward:g})"
-
     def to_dict(self) -> dict[str, Any]:
         """The pair as plain JSON-ready data."""
         return {
@@ -103,18 +94,6 @@ class ArenaPair:
             "base": self.base.to_dict(),
             "tuned": self.tuned.to_dict(),
         }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ArenaPair:
-        """A pair read back from its file."""
-        return cls(
-            index=int(data["index"]),
-            row=int(data["row"]),
-            seed=int(data["seed"]),
-            base=Episode(**data["base"]),
-            tuned=Episode(**data["tuned"]),
-            episode=data.get("episode"),
-        )
 
 
 @dataclass
@@ -130,30 +109,23 @@ class ArenaPlay:
     over: bool = False
     note: str = ""
 
-    def success_rates(self) -> dict[str, float] | None:
-        """Each side's success rate over the finished pairs (None before any)."""
-        done = [pair for pair in self.pairs if pair.over]
-        if not done:
-            return None
-        return {side: sum(getattr(pair, side).success for pair in done) / len(done) for side in SIDES}
-
     def summary(self) -> str:
         """One line: how many episodes, and each side's successes (while playing, those over so far).
 
         >>> ArenaPlay("j", "e", "b", "greedy").summary()
         'Playing…'
         """
-        rates = self.success_rates()
-        done = sum(pair.over for pair in self.pairs)
-        wins = {side: sum(getattr(p, side).success for p in self.pairs if p.over) for side in SIDES}
+        done = [pair for pair in self.pairs if pair.over]
+        wins = {side: sum(getattr(pair, side).success for pair in done) for side in SIDES}
         if not self.over:
-            so_far = f" {done} over so far: base {wins['base']}, tuned {wins['tuned']} succeeded." if done else ""
+            so_far = f" {len(done)} over so far: base {wins['base']}, tuned {wins['tuned']} succeeded." if done else ""
             return f"Playing {len(self.pairs)} episode(s) per side…{so_far}" if self.pairs else "Playing…"
-        if rates is None:
+        if not done:
             return "No episode was played to its end."
+        n = len(done)
         return (
-            f"{done} episode(s) per side: base {wins['base']}/{done} succeeded ({rates['base']:.0%}), "
-            f"tuned {wins['tuned']}/{done} ({rates['tuned']:.0%})"
+            f"{n} episode(s) per side: base {wins['base']}/{n} succeeded ({wins['base'] / n:.0%}), "
+            f"tuned {wins['tuned']}/{n} ({wins['tuned'] / n:.0%})"
         )
 
 
@@ -340,9 +312,12 @@ def _keep(folder: Path, pair: ArenaPair, play_state: ArenaPlay) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def _numbers(folder: Path) -> list[int]:
+    return sorted(int(m.group(1)) for f in folder.iterdir() if (m := _EPISODE_FILE.match(f.name)))
+
+
 def _next_number(folder: Path) -> int:
-    numbers = [int(m.group(1)) for f in folder.iterdir() if (m := _EPISODE_FILE.match(f.name))]
-    return max(numbers, default=0) + 1
+    return max(_numbers(folder), default=0) + 1
 
 
 def kept_pair(paths: DataPaths, owner: str, job_id: str, episode: int) -> dict[str, Any]:
@@ -357,6 +332,4 @@ def kept_pair(paths: DataPaths, owner: str, job_id: str, episode: int) -> dict[s
 def kept_numbers(paths: DataPaths, owner: str, job_id: str) -> list[int]:
     """The numbers of a user's kept pairs of a job, in order."""
     folder = arena_folder(paths, owner, job_id)
-    if not folder.is_dir():
-        return []
-    return sorted(int(m.group(1)) for f in folder.iterdir() if (m := _EPISODE_FILE.match(f.name)))
+    return _numbers(folder) if folder.is_dir() else []
