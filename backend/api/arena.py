@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from backend.api.common import SQLITE_MAX_INT, name_of, whole_number
 from backend.core.spec import SpecError
 from backend.core.users import User
+from backend.jobs.lineage import saved_adapter
 from backend.platform.limits import HeldStream
 
 if TYPE_CHECKING:
@@ -41,14 +42,8 @@ class ArenaOperations:
                 f"job {job.id} did not play an environment (nor did a job it continues), so there is no game for the "
                 "arena; pick a GRPO job trained with an environment"
             )
-        parent_adapter, parent_id = None, job.spec.model.parent_job_id
-        if parent_id:
-            from pathlib import Path
-
-            parent = self.get_job(parent_id, user)
-            adapter = parent.artifacts.adapter_dir
-            if adapter and (Path(adapter) / "adapter_config.json").is_file():
-                parent_adapter = Path(adapter)
+        parent_id = job.spec.model.parent_job_id
+        parent_adapter = saved_adapter(self.get_job(parent_id, user)) if parent_id else None
         return ArenaSetup(job.id, with_environment.spec, with_environment.id, parent_adapter, parent_id)
 
     def arena_play(
