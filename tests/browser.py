@@ -60,6 +60,17 @@ def open_page(url: str, errors: list[str] | None = None) -> Iterator:
         yield page
 
 
+@contextmanager
+def open_chat_tab(url: str) -> Iterator:
+    """``open_page`` on the app, its header up, with the Chat tab open."""
+    from playwright.sync_api import expect
+
+    with open_page(url) as page:
+        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+        page.get_by_role("tab", name="Chat").click()
+        yield page
+
+
 # What Gradio's client logs when a page is left with requests in flight (a timer's poll, an event stream): the
 # browser cuts them off. They are the navigation's doing, not the app's.
 _CUT_OFF_BY_NAVIGATION = re.compile(r"AbortError: signal is aborted|Connection errored out")

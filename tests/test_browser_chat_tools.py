@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from backend.api import StudioAPI
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
+from tests.browser import ARTIFACTS, BROWSER_MARKS, open_chat_tab
 from tests.test_chat_tool_calls import QUESTION, SAID, build_tool_adapter, environment_spec, finished_job
 
 pytestmark = BROWSER_MARKS
@@ -37,9 +37,7 @@ def app(tmp_path_factory, models_dir):
 
 @pytest.fixture(scope="module")
 def page(app):
-    with open_page(app.url) as page:
-        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
-        page.get_by_role("tab", name="Chat").click()
+    with open_chat_tab(app.url) as page:
         yield page
 
 

@@ -21,7 +21,7 @@ from tests.browser import (
     BROWSER_MARKS,
     fill_settings,
     follow_job_link,
-    open_page,
+    open_chat_tab,
     pick_option,
     queue_job,
     wait_in_jobs_tab,
@@ -50,9 +50,7 @@ def app(tmp_path_factory, models_dir):
 
 @pytest.fixture(scope="module")
 def page(app):
-    with open_page(app.url) as page:
-        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
-        page.get_by_role("tab", name="Chat").click()
+    with open_chat_tab(app.url) as page:
         yield page
 
 
