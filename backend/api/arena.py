@@ -146,11 +146,15 @@ class ArenaOperations:
         """Keep a kept pair as a DPO row with its tools (the better side's whole episode chosen, the other rejected);
         one pick per pair, the last click wins. ValueError sentences: an unknown pair, the same play on both sides."""
         from backend.chat.feedback import feedback_log
+        from backend.chat.side_by_side import chat_target
+        from backend.models.loading import load_tokenizer
 
         pair = self.arena_pair(job_id, episode, user)
         log = feedback_log(self.paths, name_of(user), "episodes")
-        # The row is checked against the template the episodes were played with: the job's model's.
-        template = self._chat_for(job_id, user).tokenizer.chat_template
+        # The row is checked against the template the episodes were played with: the tokenizer the chat loads with
+        # the job's adapter. Only the tokenizer: loading the model for it would also unload another user's chat.
+        target = chat_target(self.get_job(job_id, user))  # ValueError sentences: no adapter any more
+        template = load_tokenizer(str(target.adapter_dir), target.model).chat_template
         return log.record_episodes(
             pair["base"], pair["tuned"], pair.get("tools") or [], better, job_id, episode, chat_template=template
         )
