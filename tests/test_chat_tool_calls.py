@@ -56,14 +56,31 @@ def build_tool_adapter(target: Path, steps: int = 40, prompt: str | None = None,
     torch.manual_seed(0)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     model.train()
-    for _ in range(steps):
-        loss = model(input_ids=ids, labels=labels).loss
+    for step in range(4 * steps):
+        output = model(input_ids=ids, labels=labels)
+        if step >= steps and _answers_greedily(output.logits, ids, len(asked)):
+            break
         optimizer.zero_grad()
-        loss.backward()
+        output.loss.backward()
         optimizer.step()
+    else:
+        raise AssertionError(f"the tool adapter did not learn to answer {answer!r} in {4 * steps} steps")
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)  # as a job's adapter folder has it
     return target
+
+
+def _answers_greedily(logits, ids, asked: int, margin: float = 1.0) -> bool:
+    """Whether greedy decoding reproduces the answer token by token, each by a logit margin wide enough that another
+    CPU's float rounding cannot flip it (a CI machine once decoded a near-miss of the taught call). The tiny model's
+    rare tokens ('message', '[') have fixed logits, so the margin plateaus near 1.3: wider is out of reach."""
+    import torch
+
+    predicted = logits[0, asked - 1 : -1]
+    wanted = ids[0, asked:]
+    chosen = predicted.gather(1, wanted[:, None])[:, 0]
+    rivals = predicted.scatter(1, wanted[:, None], float("-inf")).max(dim=1).values
+    return bool(torch.all(chosen - rivals > margin))
 
 
 def finished_job(api: StudioAPI, spec, adapter: Path, owner: str = "local") -> str:
