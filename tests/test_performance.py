@@ -4,14 +4,19 @@ import dataclasses
 import doctest
 import math
 import threading
+import time
+from types import SimpleNamespace
 
 import pytest
+from transformers import TrainerCallback
 
 import backend.training.flops
 from backend.core.artifacts import JobArtifacts
 from backend.core.spec import parse_spec
+from backend.data.loading import load_training_dataset
 from backend.hub.model_card import build_model_card
 from backend.jobs.store import JobStatus
+from backend.methods.sft import build_sft_trainer
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.flops import (
     flops_per_token,
@@ -22,6 +27,7 @@ from backend.training.flops import (
     performance_line,
 )
 from backend.training.memory import parameter_breakdown
+from backend.training.meter import PerformanceMeter
 from backend.worker import build_trainer
 from components.job_views import summary_markdown
 from tests.conftest import tiny_spec
@@ -171,3 +177,101 @@ def test_a_grpo_run_records_figures_for_prompt_and_completion_tokens(paths, stor
     assert summary["flops_per_token"] == flops_per_token(
         params, trains_base_weights=False, recomputes_forward=recompute, extra_forwards=1
     )  # generation; beta is 0
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_eta_follows_the_recent_step_rate_not_the_average_since_the_start(store):
+    """A slow first step (loading, warm-up), then steps that slow down (GRPO's completions grow): the ETA reads the
+    recent steps, so it neither keeps the start's slowness nor lags behind the slow-down."""
+    callback = StoreReportingCallback(store, store.add(parse_spec(tiny_spec())).id, threading.Event())
+    clock = FakeClock()
+    callback.performance = meter = PerformanceMeter(clock=clock)
+    meter.begin()
+
+    def run(seconds: float, steps: int) -> dict:
+        for _ in range(steps):
+            clock.now += seconds
+            meter.step_end()
+        done = len(meter.step_seconds)
+        return callback._progress(SimpleNamespace(global_step=done, max_steps=30, epoch=0))
+
+    assert callback._progress(SimpleNamespace(global_step=0, max_steps=30, epoch=0))["eta_seconds"] is None
+    assert run(20.0, 1)["eta_seconds"] == pytest.approx(29 * 20.0), "one slow step: no underestimate"
+    assert run(2.0, 9)["eta_seconds"] == pytest.approx(20 * 2.0), "the slow start no longer counts"
+    # 10 s steps from step 10 on: the average since the start (3.3 s at step 12) would say 1 min, 18 steps left.
+    assert run(10.0, 2)["eta_seconds"] == pytest.approx(18 * (10 + 10 + 2 + 2 + 2) / 5)
+    assert run(10.0, 3)["eta_seconds"] == pytest.approx(15 * 10.0), "the new rate, once it is all the recent steps"
+    assert meter.speed()["step_seconds"] == pytest.approx((20 + 9 * 2 + 5 * 10) / 15), "s/step is the whole run's"
+
+
+class WallClock(TrainerCallback):
+    """Registered before the studio's callback: the wall clock of training as a person would time it, a cancel at
+    ``cancel_at`` (the store's callback sees the request at that step's end), and a checkpoint write that takes
+    ``save_seconds`` (a slow disk): the s/step every view shows must count it, as the wall clock does."""
+
+    def __init__(self, stop: threading.Event, cancel_at: int | None, save_seconds: float):
+        self.stop, self.cancel_at, self.save_seconds = stop, cancel_at, save_seconds
+        self.began = self.last_step_end = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.began = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.last_step_end = time.perf_counter()
+        if state.global_step == self.cancel_at:
+            self.stop.set()
+
+    def on_save(self, args, state, control, **kwargs):
+        time.sleep(self.save_seconds)
+
+
+@pytest.mark.parametrize("ending", ["finished", "cancelled"])
+def test_running_finished_and_cancelled_views_say_one_speed_that_agrees_with_the_wall_clock(
+    ending, paths, store, models_dir
+):
+    from backend.api import StudioAPI
+
+    spec = parse_spec(tiny_spec(training={"max_steps": 6, "save_steps": 2}))
+    job = store.add(spec)
+    stop = threading.Event()
+    wall_clock = WallClock(stop, cancel_at=4 if ending == "cancelled" else None, save_seconds=0.3)
+    callback = StoreReportingCallback(store, job.id, stop)
+    dataset, fmt = load_training_dataset(spec.dataset, spec.method)
+    trainer = build_sft_trainer(spec, paths.job_output(job.id), models_dir, [wall_clock, callback], dataset, fmt)
+    trainer.train()
+    steps = trainer.state.global_step
+    assert steps == (4 if ending == "cancelled" else 6) and callback.cancelled is (ending == "cancelled")
+    wall = (wall_clock.last_step_end - wall_clock.began) / steps
+
+    metrics = store.metrics(job.id)
+    running = live_figures(metrics)  # what the running view showed after the last step
+    summary = callback.performance.summary()  # what the finished or cancelled view and the model card show
+    assert summary["steps"] == steps
+    for figures in (running, summary):
+        assert figures["step_seconds"] == pytest.approx(wall, rel=0.2), (figures, wall)
+    assert running["tokens_per_second"] == pytest.approx(summary["tokens_per_second"], rel=0.2)
+    # tokens/s and s/step read the same clock: together they give back the tokens counted.
+    assert summary["tokens_per_second"] * summary["step_seconds"] * steps == pytest.approx(summary["tokens"])
+    assert summary["tokens"] == [m for m in metrics if "loss" in m][-1]["num_tokens"]
+
+    api = StudioAPI(paths.root, scheduler="none")
+    as_running = dataclasses.replace(store.get(job.id), status=JobStatus.running)
+    status = JobStatus.cancelled if ending == "cancelled" else JobStatus.succeeded
+    ended = dataclasses.replace(as_running, status=status, artifacts=JobArtifacts(performance=summary))
+
+    def speed_words(markdown: str) -> list[str]:
+        line = next(line for line in markdown.splitlines() if line.startswith("Performance: "))
+        return line.removeprefix("Performance: ").split(" · ")[:2]  # tokens/s and s/step
+
+    shown = speed_words(summary_markdown(api, ended))
+    assert shown == speed_words(summary_markdown(api, as_running, metrics))
+    assert " · ".join(shown) in build_model_card(ended, metrics).text

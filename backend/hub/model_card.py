@@ -228,11 +228,14 @@ def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, 
 
 
 def _performance_lines(performance: dict[str, Any] | None) -> list[str]:
-    """The run's speed on its device: tokens/s, median step time, peak memory and MFU where the device is known."""
+    """The run's speed on its device: tokens/s, step time, peak memory and MFU where the device is known."""
     line = performance_line(performance)
     if not line:
         return []
-    note = f"Tokens are {TOKENS_COUNTED}; the step time is the median over {performance.get('steps')} steps."
+    note = (
+        f"Tokens are {TOKENS_COUNTED}; the step time is the training's wall-clock time (checkpoint saves included) "
+        f"over its {performance.get('steps')} steps, and tokens/s the tokens over that same time."
+    )
     if performance.get("mfu") is None:
         note += " MFU is left out where the device's peak bf16 FLOP/s is not known (a CPU, or a GPU not in the table)."
     return ["## Training performance", "", line, "", note, ""]

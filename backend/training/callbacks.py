@@ -49,8 +49,6 @@ class StoreReportingCallback(TrainerCallback):
         self._pending: list[tuple[int | None, float, dict[str, Any]]] = []
         self._pending_samples: list[tuple[int | None, dict[str, Any]]] = []
         self._sample_source = None
-        self._started = time.monotonic()
-        self._first_step = 0
         self._last_report = 0.0
         self._last_cancel_poll = 0.0
         self._last_loss: float | None = None
@@ -62,8 +60,7 @@ class StoreReportingCallback(TrainerCallback):
 
     def _progress(self, state) -> dict[str, Any]:
         step, total = state.global_step, state.max_steps or 0
-        done_here = step - self._first_step
-        eta = (time.monotonic() - self._started) / done_here * (total - step) if done_here > 0 and total else None
+        eta = self.performance.eta_seconds(total - step) if total else None
         return {
             "step": step,
             "total_steps": total,
@@ -157,10 +154,8 @@ class StoreReportingCallback(TrainerCallback):
             self._record_signal()
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        """Record where training starts (a resumed job starts mid-way) and start the performance meter."""
+        """Report the starting step (a resumed job starts mid-way) and start the performance meter."""
         t0 = time.perf_counter()
-        self._started = time.monotonic()
-        self._first_step = state.global_step
         self._flush(state, force=True)
         job = self._job()
         spec = job.spec if job is not None else None
@@ -180,7 +175,6 @@ class StoreReportingCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = False
         self.overhead_s += time.perf_counter() - t0
-        self.performance.mark()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """Queue the logged metrics (with speed figures) for the store, and sample completions if asked."""
@@ -199,15 +193,6 @@ class StoreReportingCallback(TrainerCallback):
         if control.should_save:  # a checkpoint follows: the store holds every step up to it first, so a resume
             self._flush(state, force=True)  # from that checkpoint never leaves steps missing from the plots
         self.overhead_s += time.perf_counter() - t0
-        self.performance.mark()
-
-    def on_save(self, args, state, control, **kwargs):
-        """A checkpoint save is not counted as a training step's time."""
-        self.performance.mark()  # a checkpoint save is not part of the next step's time
-
-    def on_evaluate(self, args, state, control, **kwargs):
-        """Evaluation time is not counted as a training step's."""
-        self.performance.mark()
 
     def on_train_end(self, args, state, control, **kwargs):
         """Flush the last metrics and progress to the store, and the signal watch's last state (GRPO)."""

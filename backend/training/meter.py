@@ -4,14 +4,34 @@ from __future__ import annotations
 
 import logging
 import resource
-import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from backend.training.flops import TOKENS_COUNTED, flops_per_token, model_flops_utilization, peak_bf16_flops
 from backend.training.memory import GB, parameter_breakdown
 
 log = logging.getLogger(__name__)
+
+# The ETA reads the mean time of this many latest steps: recent enough to follow a run whose steps slow down (GRPO's
+# completions grow), long enough to smooth one slow step (a checkpoint save).
+ETA_STEPS = 5
+
+
+def speed(seconds: float, steps: int, tokens: float | None = None, token_seconds: float | None = None) -> dict:
+    """A run's speed, the one formula every view reads: s/step is its training time over its steps, tokens/s the
+    tokens counted over the training time up to the step they were counted at (``token_seconds``; by default all).
+
+    >>> speed(12.0, 10, 3000, 10.0)
+    {'step_seconds': 1.2, 'tokens_per_second': 300.0}
+    >>> speed(0.0, 0)
+    {'step_seconds': None, 'tokens_per_second': None}
+    """
+    token_seconds = seconds if token_seconds is None else token_seconds
+    return {
+        "step_seconds": seconds / steps if steps > 0 else None,
+        "tokens_per_second": tokens / token_seconds if tokens and token_seconds > 0 else None,
+    }
 
 
 def extra_forwards(spec) -> int:
@@ -44,18 +64,23 @@ def peak_memory() -> dict[str, Any]:
 class PerformanceMeter:
     """Step time, tokens/s, peak memory and MFU of one training run, fed by a TrainerCallback's events.
 
-    A step's time runs from the end of the previous step's bookkeeping (its logging, evaluation or checkpoint save,
-    which are not training) to the end of its optimizer step: it includes loading the batch, the forward and
-    backward passes of every accumulated micro-batch (and GRPO's generation) and the optimizer step.
-    Tokens are :data:`backend.training.flops.TOKENS_COUNTED`: the trainers log a running total (``num_tokens``),
-    whose growth over a logging interval divided by the steps' time gives tokens/s.
+    Every figure comes from one clock: the time from the start of training to the end of each optimizer step. A
+    step's time is the wall-clock time since the previous step ended (the first: since training began), so it holds
+    everything the run spent on it: loading the batch, the forward and backward passes of every accumulated
+    micro-batch (and GRPO's generation), the optimizer step, logging, reporting and checkpoint saves. The run's
+    s/step and tokens/s (:func:`speed`) are its training time over its steps and its tokens over the same time: the
+    ``perf/*`` row of a running job, the summary of a finished or cancelled one and the model card say the same
+    figure, and it agrees with the wall clock. The ETA (:meth:`eta_seconds`) reads only the recent steps.
+    Tokens are :data:`backend.training.flops.TOKENS_COUNTED`: the trainers log a running total (``num_tokens``).
     """
 
-    def __init__(self):
-        self.step_seconds: list[float] = []
-        self.tokens = 0
-        self._mark = time.perf_counter()
-        self._interval: list[float] = []
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.step_seconds: list[float] = []  # each step's own time, in order
+        self.tokens = 0  # counted since training began (this attempt)
+        self.seconds = 0.0  # training time so far: from its start to the end of the latest step
+        self._last_step_end = clock()  # begin() restarts it when training begins
+        self._token_seconds = 0.0  # training time up to the step of the latest token count
         self._last_tokens: float | None = None
         self.device = "CPU"
         self.devices = 1
@@ -63,8 +88,7 @@ class PerformanceMeter:
         self.peak_flops: float | None = None
 
     def start(self, args, state, model, spec) -> None:
-        """Read the device and the model's FLOPs per token once training begins."""
-        self._last_tokens = float(state.num_input_tokens_seen or 0)  # GRPO's running total resumes from a checkpoint
+        """Read the device and the model's FLOPs per token once training begins, and start the clock."""
         self.devices = max(1, int(getattr(args, "world_size", 1) or 1))
         try:
             import torch
@@ -83,37 +107,56 @@ class PerformanceMeter:
         except Exception as exc:  # noqa: BLE001 - the figures must never fail a job
             log.warning("no MFU for this run: %s", exc)
             self.flops_per_token = None
-        self.mark()
+        self.begin(state.num_input_tokens_seen or 0)  # GRPO's running total resumes from a checkpoint
 
-    def mark(self) -> None:
-        """The end of a step's bookkeeping: the next step's clock starts here."""
-        self._mark = time.perf_counter()
+    def begin(self, tokens_seen: float = 0) -> None:
+        """Training begins now, with ``tokens_seen`` already counted (a resumed run's total)."""
+        self._last_step_end = self.clock()
+        self._last_tokens = float(tokens_seen)
 
     def step_end(self) -> None:
-        """Record the time of the step that just ended."""
-        seconds = time.perf_counter() - self._mark
-        self.step_seconds.append(seconds)
-        self._interval.append(seconds)
+        """An optimizer step just ended: its time runs from the previous step's end."""
+        now = self.clock()
+        self.step_seconds.append(now - self._last_step_end)
+        self.seconds += now - self._last_step_end
+        self._last_step_end = now
+
+    def count_tokens(self, total: Any) -> None:
+        """Read a logged running total of tokens (``num_tokens``), counted up to the step that just ended."""
+        if not isinstance(total, (int, float)) or self._last_tokens is None or total < self._last_tokens:
+            return
+        self.tokens += int(total - self._last_tokens)
+        self._last_tokens = float(total)
+        self._token_seconds = self.seconds
+
+    def speed(self) -> dict[str, float | None]:
+        """The run's s/step and tokens/s so far (:func:`speed`): one formula for every view."""
+        return speed(self.seconds, len(self.step_seconds), self.tokens, self._token_seconds)
+
+    def eta_seconds(self, steps_left: int) -> float | None:
+        """Time for ``steps_left`` more steps at the recent rate: the mean of the last :data:`ETA_STEPS` steps'
+        times, so a slow start (loading, warm-up) fades and a run whose steps grow (GRPO's completions) is
+        followed. None before the first step."""
+        recent = self.step_seconds[-ETA_STEPS:]
+        if not recent:
+            return None
+        return max(steps_left, 0) * sum(recent) / len(recent)
 
     def figures(self, logs: dict[str, Any]) -> dict[str, Any]:
         """The ``perf/*`` metrics of a training log row (one with a ``loss``); {} for any other row."""
-        if "loss" not in logs or "train_runtime" in logs or not self._interval:
+        if "loss" not in logs or "train_runtime" in logs or not self.step_seconds:
             return {}
-        seconds, steps = sum(self._interval), len(self._interval)
-        self._interval = []
-        row: dict[str, Any] = {"perf/step_seconds": seconds / steps}
-        total = logs.get("num_tokens")
-        if isinstance(total, (int, float)) and self._last_tokens is not None and total >= self._last_tokens:
-            grown, self._last_tokens = total - self._last_tokens, float(total)
-            self.tokens += int(grown)
-            if seconds > 0:
-                row["perf/tokens_per_second"] = grown / seconds
-        mfu = model_flops_utilization(
-            row.get("perf/tokens_per_second"), self.flops_per_token, self.peak_flops, self.devices
-        )
+        self.count_tokens(logs.get("num_tokens"))
+        figures = self.speed()
+        row: dict[str, Any] = {
+            "perf/step_seconds": figures["step_seconds"],
+            "perf/tokens_per_second": figures["tokens_per_second"],
+        }
         memory = peak_memory()
         row.update({f"perf/{key}": value for key, value in memory.items()})
-        row["perf/mfu"] = mfu
+        row["perf/mfu"] = model_flops_utilization(
+            figures["tokens_per_second"], self.flops_per_token, self.peak_flops, self.devices
+        )
         row["perf/device"] = self.device
         return row
 
@@ -121,16 +164,17 @@ class PerformanceMeter:
         """The run's figures for ``artifacts.performance``; None when no step finished."""
         if not self.step_seconds:
             return None
-        trained = sum(self.step_seconds)
-        tokens_per_second = self.tokens / trained if self.tokens and trained > 0 else None
+        figures = self.speed()
         return {
-            "tokens_per_second": tokens_per_second,
-            "step_seconds": statistics.median(self.step_seconds),
+            **figures,
             "steps": len(self.step_seconds),
+            "seconds": self.seconds,
             "tokens": self.tokens,
             "tokens_counted": TOKENS_COUNTED,
             **peak_memory(),
-            "mfu": model_flops_utilization(tokens_per_second, self.flops_per_token, self.peak_flops, self.devices),
+            "mfu": model_flops_utilization(
+                figures["tokens_per_second"], self.flops_per_token, self.peak_flops, self.devices
+            ),
             "flops_per_token": self.flops_per_token,
             "peak_flops_per_device": self.peak_flops,
             "device": self.device,
