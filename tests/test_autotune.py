@@ -6,20 +6,20 @@ from backend.core.artifacts import JobArtifacts
 from backend.core.spec import parse_spec
 from backend.platform.hardware import DeviceInfo
 from backend.training.autotune import ExampleLengths, as_run, record, tune
-from backend.training.memory import GB
+from backend.training.memory import GB, format_bytes
 from tests.conftest import tiny_spec
 from tests.test_memory_calibration import _config
 
 H200 = DeviceInfo(kind="cuda", name="NVIDIA H200", count=1, total_memory_gb=139.8, free_memory_gb=139.0, bf16=True)
-SMALL_GPU = DeviceInfo(kind="cuda", name="NVIDIA T4", count=1, total_memory_gb=15.0, free_memory_gb=2.3, bf16=False)
+SMALL_GPU = DeviceInfo(kind="cuda", name="NVIDIA T4", count=1, total_memory_gb=2.7, free_memory_gb=2.3, bf16=False)
 CPU = DeviceInfo(kind="cpu", name="CPU", count=0, total_memory_gb=None, free_memory_gb=None, bf16=False)
 SHORT = ExampleLengths(longest=40, median=30)  # chat-demo with the demo tokenizer
 QWEN3_06B = _config("qwen3-0.6b")
 
 
-def _tune(device=H200, lengths=SHORT, installed=(), available_ram=None, **overrides):
+def _tune(device=H200, lengths=SHORT, installed=(), total_ram=None, **overrides):
     spec = parse_spec(tiny_spec(**overrides))
-    return tune(spec, QWEN3_06B, device, lengths, available_ram=available_ram, is_installed=lambda m: m in installed)
+    return tune(spec, QWEN3_06B, device, lengths, total_ram=total_ram, is_installed=lambda m: m in installed)
 
 
 def test_a_short_sft_job_on_a_large_gpu_gets_every_speed_setting_with_a_reason():
@@ -48,7 +48,7 @@ def test_a_job_that_does_not_fit_without_checkpointing_keeps_it():
 
 
 def test_on_a_cpu_checkpointing_goes_when_ram_allows_and_nothing_is_packed():
-    tuning = _tune(device=CPU, available_ram=16 * GB)
+    tuning = _tune(device=CPU, total_ram=16 * GB)
     assert tuning.spec.training.gradient_checkpointing is False
     assert tuning.spec.sft.packing is False and "on a CPU packing gains no speed" in tuning.describe()
     assert tuning.spec.training.attn_implementation == "sdpa" and tuning.spec.training.use_liger_kernel is False
@@ -71,8 +71,9 @@ def test_auto_tune_off_takes_trls_defaults():
     assert t.gradient_checkpointing is True and t.use_liger_kernel is False and tuning.spec.sft.packing is False
     assert t.attn_implementation is None
     assert tuning.choices == [
+        "memory: the job may use 118.8 GB (85% of NVIDIA H200's memory)",
         "auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
-        "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"
+        "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)",
     ]
 
 
@@ -81,7 +82,7 @@ def test_on_a_gpu_accumulation_moves_into_the_batch_keeping_the_effective_batch(
     t = tuning.spec.training
     assert (t.batch_size, t.gradient_accumulation_steps) == (16, 1)
     assert "batch: 16 per device x 1 accumulation steps (was 2 x 8; the same 16 examples" in tuning.describe()
-    cpu = _tune(device=CPU, available_ram=16 * GB, training={"batch_size": 2, "gradient_accumulation_steps": 8})
+    cpu = _tune(device=CPU, total_ram=16 * GB, training={"batch_size": 2, "gradient_accumulation_steps": 8})
     assert (cpu.spec.training.batch_size, cpu.spec.training.gradient_accumulation_steps) == (2, 8)
 
 
@@ -118,7 +119,7 @@ def test_the_recorded_choices_replay_onto_the_users_spec():
 
 def test_an_auto_batch_is_the_largest_power_of_two_that_fits_the_gpu():
     big = _tune(training={"batch_size": "auto"}, sft={"packing": False})
-    l4 = DeviceInfo(kind="cuda", name="NVIDIA L4", count=1, total_memory_gb=22.0, free_memory_gb=8.0, bf16=True)
+    l4 = DeviceInfo(kind="cuda", name="NVIDIA L4", count=1, total_memory_gb=9.4, free_memory_gb=8.0, bf16=True)
     small = _tune(
         device=l4,
         training={"batch_size": "auto", "max_length": 1024},
@@ -132,7 +133,7 @@ def test_an_auto_batch_is_the_largest_power_of_two_that_fits_the_gpu():
 
 
 def test_an_auto_batch_elsewhere_is_small_or_one_generation_group():
-    assert _tune(device=CPU, available_ram=16 * GB, training={"batch_size": "auto"}).spec.training.batch_size == 4
+    assert _tune(device=CPU, total_ram=16 * GB, training={"batch_size": "auto"}).spec.training.batch_size == 4
     grpo = _tune(
         method="grpo",
         dataset={"source": "builtin", "name": "math-demo"},
@@ -182,3 +183,35 @@ def test_check_shows_what_auto_tune_will_choose_on_this_machine_and_submit_store
     assert "activations:" in text and "runtime (torch, transformers, TRL)" in text
     job = api.submit(tiny_spec(training={"batch_size": "auto"})).job
     assert job.spec.training.batch_size == "auto", "the stored spec is the user's; the worker tunes it"
+
+
+def test_check_and_the_job_read_one_memory_budget(paths, store, monkeypatch):
+    """The budget is the device's, not the moment's: the worker, whose own process (torch, the data) already holds
+    memory when it plans, says the same figure and makes the same choices as Check did for the same spec."""
+    import backend.training.memory
+    from backend.api import StudioAPI
+    from backend.data.loading import load_training_dataset
+    from backend.platform.hardware import detect_device
+    from backend.training.memory import memory_budget, read_total_ram
+    from backend.worker import tuned_spec
+    from components.job_views import summary_markdown
+
+    api = StudioAPI(paths.root, scheduler="none")
+    available = {"now": 20 * GB}
+    monkeypatch.setattr(backend.training.memory, "read_available_ram", lambda *_: available["now"])
+    monkeypatch.setattr("backend.training.autotune.read_available_ram", lambda *_: available["now"], raising=False)
+    _, checked = api.check(tiny_spec())
+    checked_choices = [line[2:] for line in checked.split("\nAuto-tune on this machine:\n")[1].splitlines()]
+
+    available["now"] = 18 * GB  # the worker's own process takes from what the machine has available
+    job = store.add(parse_spec(tiny_spec()))
+    tuned_spec(job, job.spec, paths, load_training_dataset(job.spec.dataset, job.spec.method), store)
+    ran = store.get(job.id)
+
+    device = detect_device()
+    budget = memory_budget(device, None if device.kind == "cuda" else read_total_ram())
+    assert budget and ran.artifacts.auto_tune.budget_bytes == budget
+    assert ran.artifacts.auto_tune.choices == checked_choices
+    said = f"memory: the job may use {format_bytes(budget)}"
+    assert checked_choices[0].startswith(said)
+    assert said in summary_markdown(api, ran)

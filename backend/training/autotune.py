@@ -17,15 +17,21 @@ from typing import TYPE_CHECKING, Any
 from backend.core.spec import JobSpec
 from backend.methods.table import support
 from backend.platform.hardware import DeviceInfo
-from backend.training.memory import GB, MemoryEstimate, estimate_memory, format_bytes, read_available_ram
+from backend.training.memory import (
+    GB,
+    MemoryEstimate,
+    budget_sentence,
+    estimate_memory,
+    format_bytes,
+    memory_budget,
+    read_total_ram,
+)
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from backend.core.artifacts import JobArtifacts
 
-# Plan to fill at most this much of the free memory: fragmentation and other processes need the rest.
-HEADROOM = 0.85
 # Pack when a typical example fills at most this fraction of training.max_length.
 PACK_WHEN_SHORTER_THAN = 0.25
 # training.batch_size: auto on a GPU tries powers of two up to this; on a CPU bigger batches gain little.
@@ -50,7 +56,7 @@ class Tuning:
     spec: JobSpec  # every speed setting decided
     choices: list[str]  # one sentence per decision
     estimate: MemoryEstimate  # of the tuned job
-    budget_bytes: int | None  # what the job may use on this device, when known
+    budget_bytes: int | None  # what the job may use on this device (memory_budget), when known
     settings: dict[str, Any] = field(default_factory=dict)  # spec path -> the value auto-tune chose
 
     def describe(self) -> str:
@@ -68,14 +74,15 @@ def tune(
     config: PretrainedConfig,
     device: DeviceInfo,
     lengths: ExampleLengths | None,
-    available_ram: int | None = None,
+    total_ram: int | None = None,
     is_installed: Callable[[str], bool] = installed,
 ) -> Tuning:
-    """Decide the empty speed settings of ``spec`` for ``device`` (pure: the caller measures lengths and memory)."""
+    """Decide the empty speed settings of ``spec`` for ``device`` (pure: the caller measures lengths and, on a CPU,
+    the machine's RAM)."""
     t = spec.training
-    budget = _budget(device, available_ram)
+    budget = memory_budget(device, total_ram)
     changes: dict[str, Any] = {}
-    choices: list[str] = []
+    choices: list[str] = [sentence for sentence in [budget_sentence(device, budget)] if sentence]
     cuda = device.kind == "cuda"
     method = support(spec.method)
     if (
@@ -278,7 +285,7 @@ def plan(
         load_model_config(spec, models_dir),
         device,
         lengths,
-        available_ram=None if device.kind == "cuda" else read_available_ram(),
+        total_ram=None if device.kind == "cuda" else read_total_ram(),
     )
 
 
@@ -297,12 +304,6 @@ def record(tuning: Tuning) -> dict[str, Any]:
         "estimate_tensor_bytes": tuning.estimate.tensor_bytes,
         "budget_bytes": tuning.budget_bytes,
     }
-
-
-def _budget(device: DeviceInfo, available_ram: int | None) -> int | None:
-    if device.kind == "cuda":
-        return int(device.free_memory_gb * GB * HEADROOM) if device.free_memory_gb is not None else None
-    return int(available_ram * HEADROOM) if available_ram is not None else None
 
 
 def _estimate(spec: JobSpec, config, device: DeviceInfo, lengths: ExampleLengths | None) -> MemoryEstimate:

@@ -329,6 +329,53 @@ def check_memory(estimate: MemoryEstimate, device: DeviceInfo, available_ram_byt
     return f"Estimated {format_bytes(estimate.total_bytes)} needed but {format_bytes(free)} free on {where}: {remedy}."
 
 
+# A job plans to fill at most this much of its device's memory: fragmentation, the app itself (its chat models) and
+# other processes need the rest.
+HEADROOM = 0.85
+
+
+def memory_budget(device: DeviceInfo, total_ram_bytes: int | None = None) -> int | None:
+    """The memory a job may plan to use on ``device`` (bytes): :data:`HEADROOM` of the GPU's memory, or on a CPU of
+    the machine's RAM (``total_ram_bytes``, :func:`read_total_ram`); None when that is not known.
+
+    The one figure Check and the job (auto-tune, in its worker) both read: a property of the device rather than of
+    the moment, so the same spec on the same device gets the same budget, though the worker's own process already
+    holds memory when it plans. What other processes hold right now is :func:`check_memory`'s warning ("... free").
+
+    >>> format_bytes(memory_budget(DeviceInfo("cuda", "NVIDIA L4", 1, 22.0, 8.0, True)))
+    '18.7 GB'
+    >>> cpu = DeviceInfo("cpu", "CPU", 0, None, None, False)
+    >>> format_bytes(memory_budget(cpu, 16 * GB)), memory_budget(cpu)
+    ('13.6 GB', None)
+    """
+    if device.kind == "cuda":
+        return int(device.total_memory_gb * GB * HEADROOM) if device.total_memory_gb else None
+    return int(total_ram_bytes * HEADROOM) if total_ram_bytes else None
+
+
+def budget_sentence(device: DeviceInfo, budget: int | None) -> str | None:
+    """How Check and the Jobs tab say the budget (one of auto-tune's choices); None when it is not known."""
+    if budget is None:
+        return None
+    where = f"{device.name}'s memory" if device.kind == "cuda" else "this machine's RAM"
+    return f"memory: the job may use {format_bytes(budget)} ({HEADROOM:.0%} of {where})"
+
+
+def read_total_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The machine's RAM (the kernel's MemTotal), or psutil's view elsewhere."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().total)
+
+
 def read_available_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """The kernel's MemAvailable (what can be allocated without swapping), or psutil's view elsewhere."""
     try:
