@@ -100,6 +100,47 @@ FAMILIES: tuple[Family, ...] = (
 )
 FAMILY_KEYS = tuple(f.key for f in FAMILIES)
 
+# A metric as its plot's legend names it: a few words, not the trainer's key (a key such as
+# ``perf/tokens_per_second`` is long, and a legend past the plot's width is cut off). The plot's title and unit say
+# the rest.
+LABELS = {
+    "loss": "loss",
+    "eval_loss": "eval loss",
+    "reward": "reward (mean)",
+    "rewards/margins": "margin",
+    "rewards/accuracies": "accuracy",
+    "rewards/chosen": "chosen",
+    "rewards/rejected": "rejected",
+    "mean_token_accuracy": "train",
+    "eval_mean_token_accuracy": "eval",
+    "reward_std": "reward std",
+    "kl": "KL",
+    "completions/mean_length": "mean",
+    "completions/min_length": "min",
+    "completions/max_length": "max",
+    "frac_reward_zero_std": "no-signal groups",
+    "completions/clipped_ratio": "cut short",
+    "tools/call_frequency": "calls",
+    "tools/failure_frequency": "failures",
+    "learning_rate": "learning rate",
+    "grad_norm": "grad norm",
+    "entropy": "entropy",
+    "perf/tokens_per_second": "tokens/s",
+}
+
+
+def metric_label(key: str) -> str:
+    """A metric's legend name: the label table's words, a reward function's name for its mean reward, else the key.
+
+    >>> metric_label("perf/tokens_per_second"), metric_label("rewards/format_reward/mean"), metric_label("x/y")
+    ('tokens/s', 'format_reward', 'x/y')
+    """
+    if key in LABELS:
+        return LABELS[key]
+    if key.startswith("rewards/") and key.endswith("/mean"):
+        return key[len("rewards/") : -len("/mean")]
+    return key
+
 
 def ema(values: list[float], weight: float = SMOOTHING) -> list[float]:
     """Exponential moving average, debiased like TensorBoard's (the first point is itself, not pulled to zero).
@@ -172,7 +213,9 @@ class PlotView:
 
 def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None = None) -> dict[str, PlotView | None]:
     """Each family's plot for ``method`` (None where there is nothing to draw): the smoothed series in a strong
-    colour named after the metric, the raw one faint as "<metric> (raw)"."""
+    colour named after the metric (``metric_label``) and, for a plot of one metric, the raw one faint as
+    "<label> (raw)". A plot of several metrics draws their smoothed lines alone: with a raw line each, its legend
+    was wider than the plot and cut off. A series of one point has no raw line either (the same point, on top)."""
     x_lim = step_axis(rows, total_steps)
     views: dict[str, PlotView | None] = {}
     for family in FAMILIES:
@@ -187,15 +230,15 @@ def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None 
                 if r.get("step") is not None and (v := _number(r.get(name))) is not None
             ]
             strong, faint = PALETTE[i % len(PALETTE)]
+            label = metric_label(name)
             values = [v for _, v in series]
-            # Both series from the first point on: the chart fixes its legend when first drawn, and is drawn
-            # again only when its colours change, i.e. when a series appears.
             shown = ema(values) if family.smooth else values
-            points += [{"step": s, "value": v, "series": name} for (s, _), v in zip(series, shown)]
-            colors[name] = strong
-            if family.smooth:
-                raw_points += [{"step": s, "value": v, "series": name + RAW_SUFFIX} for s, v in series]
-                colors[name + RAW_SUFFIX] = faint
+            points += [{"step": s, "value": v, "series": label} for (s, _), v in zip(series, shown)]
+            colors[label] = strong
+            # (The raw line's arrival with the second point changes the colours: the chart redraws its legend.)
+            if family.smooth and len(names) == 1 and len(series) > 1:
+                raw_points += [{"step": s, "value": v, "series": label + RAW_SUFFIX} for s, v in series]
+                colors[label + RAW_SUFFIX] = faint
         views[family.key] = (
             PlotView(pd.DataFrame(points + raw_points), colors, x_lim, family.unit_for(method), family.title)
             if points
@@ -345,6 +388,21 @@ def compare_frame(
         shown = ema(values) if smooth and len(values) >= 3 else values
         points += [{"step": s, "value": v, "job": label} for (s, _), v in zip(series, shown)]
     return pd.DataFrame(points) if points else None
+
+
+def compare_axis(curves: Iterable[tuple[str, list[dict[str, Any]]]], metric: str) -> list[int]:
+    """The compare plot's step axis [0, end]: it ends at the last step any compared job logged ``metric`` at (not a
+    rounder number past it, nor a job's planned total), so the longest curve spans the plot; at least
+    ``MIN_X_SPAN`` steps, for whole-number ticks.
+
+    >>> compare_axis([("a", [{"step": 10, "loss": 1.0}]), ("b", [{"step": 30, "loss": 1.0}, {"step": 40}])], "loss")
+    [0, 30]
+    """
+    last = max(
+        (int(r["step"]) for _, rows in curves for r in rows if r.get("step") is not None and r.get(metric) is not None),
+        default=0,
+    )
+    return [0, max(MIN_X_SPAN, last)]
 
 
 def fingerprint(value: Any) -> str:

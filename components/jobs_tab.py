@@ -314,7 +314,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet."
         # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
         colors = {label: job_monitor.PALETTE[i % len(job_monitor.PALETTE)][0] for i, label in enumerate(labels)}
-        x_lim = job_monitor.step_axis([row for _, rows in curves for row in rows if row.get(metric) is not None])
+        x_lim = job_monitor.compare_axis(curves, metric or "loss")
         return (
             gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
             f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).",

@@ -154,7 +154,7 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     _legend(page, "plot-main", ["loss", "loss (raw)"])
     expect(page.locator("#plot-lr")).to_be_visible()
     expect(page.locator("#plot-token-accuracy")).to_be_visible()
-    _legend(page, "plot-lr", ["learning_rate"])
+    _legend(page, "plot-lr", ["learning rate"])
     expect(
         page.locator("#plot-main svg .role-axis-title text").filter(has_text="cross-entropy (nats/token)")
     ).to_have_count(1)
@@ -242,7 +242,7 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
     expect(best).to_contain_text("Step 2")
     expect(best).to_contain_text("Best")
     expect(best).to_contain_text("Worst")
-    expect(page.locator("#plot-reward svg .role-legend-label text").first).to_have_text("reward")
+    expect(page.locator("#plot-reward svg .role-legend-label text").first).to_have_text("reward (mean)")
     expect(page.locator("#plot-length")).to_be_visible()
     expect(page.locator("#plot-token-accuracy")).to_be_hidden()
     rows = page.locator("#job-log-rows thead")
