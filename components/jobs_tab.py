@@ -25,7 +25,21 @@ from components.train_form import FIELDS, spec_to_form
 
 REFRESH_S = 2.0
 RAW_LOG_LINES = 400
-JOBS_CSS = "#job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }"
+JOBS_CSS = """
+#job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }
+/* The jobs and samples tables fit their frame at 1280 px (the jobs' ETA and created columns, the samples' rewards
+   were past the edge): cells wrap (Gradio sizes the columns from hidden sizing rows, which it kept on one line);
+   the jobs table's text is smaller. A header never breaks inside a word ("ste" over "p"). */
+#jobs-table .header-table, #jobs-table .virtual-row { font-size: var(--text-sm); }
+#jobs-table .sizing-body td, #jobs-table .virtual-row span, #job-samples .sizing-body td {
+    white-space: normal; text-overflow: clip;
+}
+#job-samples th span.header { white-space: nowrap; word-break: normal; overflow-wrap: normal; }
+/* A series of one point is a line of no length, which draws nothing: round caps make it a dot. */
+#job-plots .mark-line path:not([d*="L"]), #compare-plot .mark-line path:not([d*="L"]) {
+    stroke-linecap: round; stroke-width: 6px;
+}
+"""
 # Scroll the raw log to its last line when its accordion opens (a few times, while it renders).
 SCROLL_LOG_TO_END = """() => {
     const scroll = (tries) => {
