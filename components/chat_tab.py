@@ -361,10 +361,11 @@ def build(api: StudioAPI) -> ChatHandles:
     # tool calls as calls, tools' answers): the chat widgets show tool calls as blocks, which are neither.
     kept = gr.State({"base": [], "tuned": []})
     with gr.Row():
-        regenerate = gr.Button("Regenerate", size="sm")
-        clear = gr.Button("Clear", size="sm")
-        left_better = gr.Button("⬅ Base is better", size="sm", elem_id="left-better")
-        right_better = gr.Button("Tuned is better ➡", size="sm", elem_id="right-better")
+        # Off until a job is picked (and again when the pick is cleared): without one they had nothing to act on.
+        regenerate = gr.Button("Regenerate", size="sm", elem_id="chat-regenerate", interactive=False)
+        clear = gr.Button("Clear", size="sm", elem_id="chat-clear", interactive=False)
+        left_better = gr.Button("⬅ Base is better", size="sm", elem_id="left-better", interactive=False)
+        right_better = gr.Button("Tuned is better ➡", size="sm", elem_id="right-better", interactive=False)
         # Their values are kept up to date (an export is written after every pick or thumb), so one click downloads:
         # a handler on the click that made the file only armed the button for a second click.
         export = gr.DownloadButton(
@@ -415,6 +416,14 @@ def build(api: StudioAPI) -> ChatHandles:
         return job_info_markdown(api, job_choice, user) if user is not None else PICK_JOB_HINT
 
     job.change(on_job, job, job_info, api_name=False)
+
+    need_a_job = [regenerate, clear, left_better, right_better]
+
+    def job_gates(job_choice):
+        """The buttons that act on a picked job's chat: on with a pick, off without."""
+        return [gr.update(interactive=bool(job_choice_id(job_choice)))] * len(need_a_job)
+
+    job.change(job_gates, job, need_a_job, api_name=False, queue=False)
 
     @as_user(signed_in=False)
     def on_job_tools(user, job_choice):
@@ -493,6 +502,12 @@ def build(api: StudioAPI) -> ChatHandles:
     # "Run tool calls" would run the calls of the answer before).
     judges = [left_up, left_down, right_up, right_down, left_better, right_better, run_tools]
 
+    def judges_back(job_choice):
+        """The judging buttons on again once an answer ended (the "better" ones only with a job picked: a message
+        sent without one ends in an error)."""
+        picked = bool(job_choice_id(job_choice))
+        return [gr.update(interactive=picked or button not in need_a_job) for button in judges]
+
     def answering(trigger, handler, handler_inputs, api_name):
         """``trigger`` runs ``handler`` (a streaming answer) with the judging buttons off until it ends, however."""
         trigger(lambda: [gr.update(interactive=False)] * len(judges), None, judges, api_name=False, queue=False).then(
@@ -500,7 +515,7 @@ def build(api: StudioAPI) -> ChatHandles:
             handler_inputs,
             [base, tuned, message, kept],
             api_name=api_name,
-        ).then(lambda: [gr.update(interactive=True)] * len(judges), None, judges, api_name=False, queue=False)
+        ).then(judges_back, job, judges, api_name=False, queue=False)
 
     inputs = [job, message, base, tuned, system, temperature, max_tokens, seed, kept]
     answering(send.click, stream, inputs, "chat_send")
@@ -619,9 +634,27 @@ def build(api: StudioAPI) -> ChatHandles:
 
         return record
 
+    def export_ready(fmt: str):
+        @as_user(signed_in=False)
+        def ready(user):
+            """An export button is on when it holds a file: when the user has rows of its kind."""
+            log = api.preference_log(user) if fmt == "dpo" else api.thumb_log(user)
+            return gr.update(interactive=user is not None and bool(log.rows()))
+
+        return ready
+
+    # A pick or a thumb writes the export anew: its button is off from the click (in the browser, at once) until the
+    # new file is on it, whether the pick was saved or refused. A click on it meanwhile downloaded nothing, or the
+    # file as it was before the pick (issue 24).
+    def arm(trigger, handler, inputs, outputs, api_name, export_button):
+        fmt = "dpo" if export_button is export else "kto"
+        trigger(lambda: gr.update(interactive=False), None, export_button, js=True).then(
+            handler, inputs, outputs, api_name=api_name
+        ).then(export_ready(fmt), None, export_button, api_name=False, queue=False)
+
     pref_inputs = [job, base, tuned, system, kept]
-    left_better.click(prefer("base"), pref_inputs, [note, export], api_name="prefer_base")
-    right_better.click(prefer("tuned"), pref_inputs, [note, export], api_name="prefer_tuned")
+    arm(left_better.click, prefer("base"), pref_inputs, [note, export], "prefer_base", export)
+    arm(right_better.click, prefer("tuned"), pref_inputs, [note, export], "prefer_tuned", export)
 
     def thumb(side: str, label: bool):
         def record(
@@ -650,8 +683,13 @@ def build(api: StudioAPI) -> ChatHandles:
         (right_up, "tuned", True),
         (right_down, "tuned", False),
     ):
-        button.click(
-            thumb(side, label), pref_inputs, [note, export_kto], api_name=f"thumb_{side}_{'up' if label else 'down'}"
+        arm(
+            button.click,
+            thumb(side, label),
+            pref_inputs,
+            [note, export_kto],
+            f"thumb_{side}_{'up' if label else 'down'}",
+            export_kto,
         )
 
     def export_file(fmt: str):
