@@ -1,0 +1,323 @@
+"""Issue 24's polish, in a real browser: plot legends in words and in full, a one-step job's loss as a dot, a jobs
+table and a samples table that fit their frame at 1280 px with whole-word headers, a compare axis that ends at the
+longest job's last step, Chat buttons that wait for a job, and an export that downloads the pick just made.
+
+No training: the jobs are stored with their metrics and samples as a worker reports them (store.report) before the
+app starts, each finished with a small random LoRA adapter so the Chat tab can load it. One app, one page; the tests
+run in order, and the page must log no error.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from backend.api import StudioAPI
+from backend.core.spec import parse_spec
+from backend.jobs.store import JobStatus
+from components import job_monitor
+from tests.apps import data_dir_with_models, launch_app
+from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
+from tests.conftest import tiny_spec
+from tests.test_chat import _build_adapter
+
+pytestmark = BROWSER_MARKS
+
+
+def _sft_rows(steps: int) -> list[dict]:
+    return [
+        {
+            "step": s,
+            "loss": 3.0 - 0.05 * s,
+            "learning_rate": 1e-3,
+            "grad_norm": 1.0 + 0.1 * s,
+            "mean_token_accuracy": 0.1 + 0.01 * s,
+            "perf/tokens_per_second": 500.0 + s,
+        }
+        for s in range(1, steps + 1)
+    ]
+
+
+GRPO_ROWS = [
+    {
+        "step": s,
+        "loss": 0.01,
+        "reward": 0.5 + 0.1 * s,
+        "rewards/length/mean": 0.3 + 0.1 * s,
+        "rewards/format_reward/mean": 0.2,
+        "reward_std": 0.2,
+        "frac_reward_zero_std": 0.5,
+        "completions/clipped_ratio": 0.25,
+        "perf/tokens_per_second": 300.0 + s,
+    }
+    for s in range(1, 5)
+]
+# Long completions squeeze the other columns: the header "step" wrapped inside its word.
+GRPO_SAMPLES = [
+    (
+        s,
+        {
+            "prompt": [{"role": "user", "content": f"Echo the word {word}"}],
+            "completion": [{"role": "assistant", "content": f"{word} " * 60}],
+            "rewards": {"length": 0.5, "format_reward": 1.0},
+            "advantage": 0.1 * i,
+        },
+    )
+    for s in range(1, 5)
+    for i, word in enumerate(("apple", "pear"))
+]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, models_dir):
+    root = data_dir_with_models(tmp_path_factory.mktemp("browser-polish") / "data", models_dir)
+    adapter = _build_adapter(models_dir, tmp_path_factory.mktemp("polish-adapter") / "adapter", seed=1)
+    api = StudioAPI(root, scheduler="none")  # stored before the app's scheduler starts, so it never claims them
+
+    def stored(spec: dict, rows: list[dict], total: int, status=JobStatus.succeeded, samples=()) -> str:
+        job = api.store.add(parse_spec(json.dumps(spec)).model_copy(update={"owner": "local"}))
+        assert api.store.claim_next().id == job.id
+        now = time.time()
+        api.store.report(
+            job.id, [(r["step"], now, r) for r in rows], {"step": rows[-1]["step"], "total_steps": total}, samples
+        )
+        api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+        api.store.finish(job.id, status)
+        return job.id
+
+    try:
+        ids = {
+            "one": stored(tiny_spec(output={"run_name": "one-step"}), _sft_rows(1), 1),
+            "short": stored(tiny_spec(output={"run_name": "sweep-short"}), _sft_rows(10), 100, JobStatus.cancelled),
+            "long": stored(tiny_spec(output={"run_name": "sweep-long"}), _sft_rows(30), 100, JobStatus.cancelled),
+            "grpo": stored(
+                tiny_spec(
+                    method="grpo",
+                    dataset={"source": "builtin", "name": "echo-demo"},
+                    output={"run_name": "grpo-echo"},
+                    grpo={"num_generations": 2, "rewards": [{"name": "length", "target_length": 4, "unit": "chars"}]},
+                ),
+                GRPO_ROWS,
+                4,
+                samples=GRPO_SAMPLES,
+            ),
+            "wide": stored(
+                tiny_spec(
+                    output={"run_name": "a-rather-long-run-name-for-sweeps"},
+                    model={"name_or_path": "Qwen/Qwen2.5-Coder-1.5B-Instruct-GPTQ-Int4"},
+                    dataset={"source": "hub", "name": "HuggingFaceH4/ultrachat_200k_long_name"},
+                ),
+                _sft_rows(3),
+                3,
+            ),
+        }
+        no_signal = {
+            "metric": "exact_match",
+            "label": "accuracy",
+            "verdict": "no_signal",
+            "sentence": "Nothing to learn.",
+        }
+        api.store.merge_artifacts(ids["wide"], learning=no_signal)  # its status reads "succeeded - learned nothing"
+    finally:
+        api.close()
+    with launch_app(root) as running:
+        running.ids = ids
+        yield running
+
+
+@pytest.fixture(scope="module")
+def page(app):
+    errors: list[str] = []
+    with open_page(app.url, errors) as page:
+        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+        yield page
+    assert not errors, errors
+
+
+def _no_errors(page) -> None:
+    assert not page.collected_errors, page.collected_errors
+
+
+def _pick(page, job_id: str) -> None:
+    picker = page.locator("#job-picker input")
+    picker.click()
+    picker.fill(job_id)
+    picker.press("Enter")
+    expect(picker).to_have_value(re.compile(rf"^{job_id} · "))
+    expect(page.locator("#job-summary")).to_contain_text(job_id, timeout=15_000)
+
+
+def _inside(inner: dict, outer: dict) -> bool:
+    return (
+        outer["x"] - 1 <= inner["x"]
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
+        and outer["y"] - 1 <= inner["y"]
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
+    )
+
+
+def _legend(page, plot_id: str, expected: list[str]) -> None:
+    """The plot's legend reads ``expected`` in full, each entry drawn inside the plot's frame."""
+    block = page.locator(f"#{plot_id}")
+    labels = block.locator("svg .role-legend-label text")
+    expect(labels).to_have_text(expected, timeout=20_000)
+    frame = block.bounding_box()
+    for i in range(labels.count()):
+        assert _inside(labels.nth(i).bounding_box(), frame), f"{plot_id}: {expected[i]!r} is cut off"
+
+
+def test_the_jobs_table_shows_every_column_at_1280_px(page, app):
+    page.get_by_role("tab", name="Jobs").click()
+    table = page.locator("#jobs-table")
+    expect(table).to_contain_text("a-rather-long-run-name", timeout=20_000)
+    viewport = table.locator(".virtual-table-viewport")
+    page.wait_for_timeout(500)  # (the table sizes its columns once drawn)
+    last = table.locator("thead th").last
+    expect(last).to_have_attribute("title", "created")
+    assert _inside(last.bounding_box(), viewport.bounding_box()), (last.bounding_box(), viewport.bounding_box())
+    widths = viewport.evaluate("v => [v.scrollWidth, v.clientWidth]")
+    assert widths[0] <= widths[1], f"the table scrolls sideways: {widths}"
+    expect(table).to_contain_text("succeeded - learned nothing")
+    _no_errors(page)
+
+
+def test_legends_name_metrics_in_words_in_full_and_the_samples_headers_keep_whole_words(page, app):
+    _pick(page, app.ids["grpo"])
+    _legend(page, "plot-reward", ["reward (mean)", "format_reward", "length"])  # no "(raw)": 6 entries did not fit
+    _legend(page, "plot-fractions", ["no-signal groups", "cut short"])
+    _legend(page, "plot-throughput", ["tokens/s", "tokens/s (raw)"])
+    _legend(page, "plot-main", ["loss", "loss (raw)"])
+
+    samples = page.locator("#job-samples")
+    expect(samples.locator("thead th").first).to_be_visible()
+    page.wait_for_timeout(500)
+    # Each header word in one piece: a word broken over two lines has two boxes.
+    broken = samples.evaluate(
+        """el => [...el.querySelectorAll("thead th span.header")].flatMap(span => {
+            const text = span.firstChild, out = [];
+            if (!text) return out;
+            for (const m of text.textContent.matchAll(/\\S+/g)) {
+                const range = document.createRange();
+                range.setStart(text, m.index);
+                range.setEnd(text, m.index + m[0].length);
+                if (range.getClientRects().length > 1) out.push(m[0]);
+            }
+            return out;
+        })"""
+    )
+    assert not broken, f"headers broken inside a word: {broken}"
+    widths = samples.locator(".virtual-table-viewport").evaluate("v => [v.scrollWidth, v.clientWidth]")
+    assert widths[0] <= widths[1], f"the samples table scrolls sideways: {widths}"
+    _no_errors(page)
+
+
+def test_a_one_step_job_draws_its_loss_as_a_dot(page, app):
+    from PIL import Image
+
+    _pick(page, app.ids["one"])
+    plot = page.locator("#plot-main")
+    expect(plot.locator("svg .role-legend-label text")).to_have_text(["loss"], timeout=20_000)
+    drawing_area = plot.locator("svg .role-frame > g > path.background").first  # (the legend's symbols lie below)
+    image = Image.open(io.BytesIO(drawing_area.screenshot())).convert("RGB")
+    strong = tuple(int(job_monitor.PALETTE[0][0][i : i + 2], 16) for i in (1, 3, 5))
+    near = sum(1 for p in image.getdata() if all(abs(a - b) < 40 for a, b in zip(p, strong)))
+    assert near >= 12, f"the one logged step draws {near} pixels of the loss's colour"
+    _no_errors(page)
+
+
+def test_compare_ends_the_step_axis_at_the_longest_jobs_last_step(page, app):
+    page.get_by_text("Compare jobs").click()
+    chooser = page.locator("#compare-jobs input")
+    for job_id in (app.ids["short"], app.ids["long"]):
+        chooser.click()
+        page.get_by_role("option", name=re.compile(re.escape(job_id))).click()
+    _legend(page, "compare-plot", ["sweep-short", "sweep-long"])
+    x_axis = page.locator("#compare-plot svg g.role-axis[aria-label^='X-axis']")
+    # The longest job logged 30 of its 100 planned steps: the axis ends there, not at 50 or 100.
+    expect(x_axis).to_have_attribute("aria-label", re.compile(r"values from 0 to 30$"))
+    page.screenshot(path=ARTIFACTS / "polish-jobs.png", full_page=True)
+    _no_errors(page)
+
+
+def _ask(page, text: str) -> None:
+    page.locator("#chat-input textarea").fill(text)
+    page.locator("#chat-send").click()
+    expect(page.locator("#chat-tuned [data-testid='user']").last).to_have_text(text, timeout=15_000)
+    expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
+        re.compile("hide"), timeout=120_000
+    )
+    expect(page.locator("#right-better")).to_be_enabled(timeout=30_000)
+
+
+def _export_now(page) -> list[dict]:
+    """Click Export preferences once, at once: the rows of the file it downloads."""
+    with page.expect_download(timeout=15_000) as download:
+        page.locator("#export-preferences").click()
+    with open(download.value.path(), encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _slow_down(page, app, api_name: str, ms: int = 1500) -> None:
+    """Hold the page's requests that run the event ``api_name`` for ``ms`` before they leave (from now on)."""
+    config = page.request.get(f"{app.url}config").json()
+    (fn,) = [d["id"] for d in config["dependencies"] if d.get("api_name") == api_name]
+    page.evaluate(
+        """([fn, ms]) => {
+            const send = window.fetch;
+            window.fetch = async (input, init) => {
+                const body = init && typeof init.body === "string" ? init.body : "";
+                if (body.includes(`"fn_index":${fn},`)) await new Promise((done) => setTimeout(done, ms));
+                return send(input, init);
+            };
+        }""",
+        [fn, ms],
+    )
+
+
+def test_chat_buttons_wait_for_a_job_and_an_export_right_after_a_pick_downloads_it(page, app):
+    page.get_by_role("tab", name="Chat").click()
+    buttons = ("#chat-regenerate", "#chat-clear", "#left-better", "#right-better")
+    for button in buttons:
+        expect(page.locator(button)).to_be_disabled()
+    page.get_by_text("System prompt and sampling (the same for both sides)").click()
+    max_tokens = page.get_by_label("number input for Max new tokens")
+    max_tokens.fill("8")
+    max_tokens.press("Tab")
+    picker = page.locator("#chat-job input")
+    picker.click()  # (its choices load on focus)
+    expect(page.get_by_role("option", name=re.compile(re.escape(app.ids["one"])))).to_be_visible()
+    picker.fill(app.ids["one"])
+    picker.press("Enter")
+    expect(picker).to_have_value(re.compile(rf"^{app.ids['one']} · sft"))
+    for button in buttons:
+        expect(page.locator(button)).to_be_enabled()
+
+    _ask(page, "Hi")
+    page.locator("#right-better").click()
+    assert len(_export_now(page)) == 1
+    _ask(page, "And again?")  # a file is on the button now: the click must not get the one before this pick
+    _slow_down(page, app, "prefer_base")  # a busy server: the pick's answer lands 1.5 s after the click
+    page.locator("#left-better").click()
+    rows = _export_now(page)
+    assert len(rows) == 2 and rows[-1]["prompt"][-1] == {"role": "user", "content": "And again?"}, rows
+    expect(page.locator("#chat-note")).to_contain_text("2 preference rows so far")
+
+    picker.click()
+    picker.fill("")
+    picker.press("Enter")
+    expect(picker).to_have_value("")
+    for button in buttons:
+        expect(page.locator(button)).to_be_disabled()
+    _no_errors(page)
+
+
+def test_the_chat_endpoints_still_answer_scripts_without_a_pick(app):
+    client = app.client()
+    assert client.predict(api_name="/chat_clear")[:3] == ([], [], "")
+    with pytest.raises(Exception, match="Ask something first"):
+        client.predict("", [], [], "", api_name="/prefer_base")
