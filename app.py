@@ -16,7 +16,12 @@ import gradio as gr
 from backend.api import StorageError, StoreError, StudioAPI, hub_status
 from components import arena_panel, chat_tab, deep_links, header, jobs_tab, train_tab
 
-CSS = ".field-error p { color: #b91c1c; margin: 0; }" + arena_panel.ARENA_CSS + jobs_tab.JOBS_CSS
+CSS = (
+    ".field-error p { color: #b91c1c; margin: 0; }"
+    + train_tab.FIELD_MARK_CSS
+    + arena_panel.ARENA_CSS
+    + jobs_tab.JOBS_CSS
+)
 log = logging.getLogger("studio.app")
 
 

@@ -8,6 +8,7 @@ starts with a method's part (``dpo.beta``) belongs to that method: a new method'
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -557,6 +558,104 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
         head = problem.split(":", 1)[0].split(".", 1)[0].strip()
         routed[_PREFIXES.get(head, "general")].append(problem)
     return routed
+
+
+# --- problems at their field, in its label's words ------------------------------------------------------------
+SECTION_TITLES = {
+    "model": "1. Model",
+    "dataset": "2. Dataset",
+    "method": "3. Method",
+    "environment": "3. Method",
+    "settings": "4. Training settings",
+    "general": "the form",
+}
+_BOUNDS = (
+    ("must be less than or equal to ", "must be at most "),
+    ("must be greater than or equal to ", "must be at least "),
+    ("must be less than ", "must be below "),
+    ("must be greater than ", "must be above "),
+)
+_GOT = re.compile(r"\s*\(got (.+)\)$", re.S)
+_PATH_HEAD = re.compile(r"^([a-z_]+(?:\.[A-Za-z0-9_]+)+):\s*(.*)$", re.S)
+
+
+def field_section(name: str) -> str:
+    """The section of the form a field sits in (its spec part's)."""
+    return _PREFIXES.get(FORM_FIELDS[name].path.split(".")[0], "general")
+
+
+def short_label(f: FormField) -> str:
+    """A field's label without its parenthetical help: 'Max rows (0: all)' -> 'Max rows'."""
+    return re.sub(r"\s*\(.*\)$", "", f.label).strip() or f.name
+
+
+def _gave(text: str) -> str:
+    """The value a problem quotes, as the user typed it: 1000000000.0 -> 1000000000."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return str(int(number)) if number.is_integer() and abs(number) < 1e18 else text
+
+
+def _field_of(path: str, values: dict[str, Any], shown) -> str | None:
+    """The shown form field a spec path belongs to (the longest declared path it starts with), or None. The dataset's
+    name is the field of the chosen source."""
+    best = None
+    for name, f in FORM_FIELDS.items():
+        if name in shown and (path == f.path or path.startswith(f.path + ".")):
+            if best is None or len(f.path) > len(FORM_FIELDS[best].path):
+                best = name
+    if best is not None and FORM_FIELDS[best].path == "dataset.name":
+        chosen = {"builtin": "builtin_dataset", "hub": "hub_dataset"}.get(values.get("dataset_source"))
+        return chosen if chosen in shown else None
+    return best
+
+
+def field_problems(problems: list[str], values: dict[str, Any], shown) -> tuple[dict[str, list[str]], list[str]]:
+    """Each problem under every shown field it is about, worded with the fields' labels, and the problems no shown
+    field takes (they stay under their section, with their spec paths).
+
+    A problem is about the field its spec path names first, and about every field whose path its sentence mentions
+    (a batch size that no generation group divides is shown at both fields).
+
+    >>> at, rest = field_problems(["training.learning_rate: must be less than 1 (got 1000000000.0)"], {}, FORM_FIELDS)
+    >>> at["learning_rate"], rest
+    (['Learning rate must be below 1; you gave 1000000000'], [])
+    >>> at, _ = field_problems(["spec: training.batch_size x training.gradient_accumulation_steps (= 2) must be a "
+    ...     "multiple of rollout.num_generations (4)"], {}, FORM_FIELDS)
+    >>> sorted(at)
+    ['batch_size', 'grad_accum', 'rollout_num_generations']
+    >>> at["batch_size"][0]
+    'Batch size x Gradient accumulation (= 2) must be a multiple of Generations per prompt (4)'
+    """
+    at: dict[str, list[str]] = {}
+    rest: list[str] = []
+    paths = sorted({f.path for f in FORM_FIELDS.values()}, key=len, reverse=True)
+    for problem in problems:
+        text = problem.removeprefix("spec: ")
+        head = _PATH_HEAD.match(text)
+        owner = _field_of(head.group(1), values, shown) if head else None
+        body = head.group(2) if owner else text
+        mentioned = [p for p in paths if re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", body)]
+        fields = [owner] if owner else []
+        fields += [n for p in mentioned if (n := _field_of(p, values, shown)) and n not in fields]
+        if not fields:
+            rest.append(problem)
+            continue
+        for p in mentioned:  # the paths in the sentence, in the form's words
+            name = _field_of(p, values, shown)
+            if name:
+                body = re.sub(rf"(?<![\w.]){re.escape(p)}(?![\w])", short_label(FORM_FIELDS[name]), body)
+        for before, after in _BOUNDS:
+            body = body.replace(before, after)
+        body = _GOT.sub(lambda m: f"; you gave {_gave(m.group(1))}", body)
+        if owner:
+            label = short_label(FORM_FIELDS[owner])
+            body = f"{label} {body}" if body.startswith(("must ", "is ", "should ")) else f"{label}: {body}"
+        for name in fields:
+            at.setdefault(name, []).append(body)
+    return at, rest
 
 
 RECIPE_NOTE = (

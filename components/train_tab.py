@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,14 @@ from components.train_form import (
     FIELDS,
     FORM_FIELDS,
     RECIPE_FIELDS,
+    SECTION_TITLES,
     SECTIONS,
     TRI_STATE,
     FormError,
     FormField,
     dataset_choices,
+    field_problems,
+    field_section,
     form_to_spec,
     model_notice,
     parse_column_map,
@@ -50,6 +53,7 @@ from components.train_form import (
     queued_link,
     recipe_updates,
     route_problems,
+    short_label,
 )
 
 FIELD_NAMES = list(FIELDS)
@@ -61,6 +65,8 @@ SETTINGS_ROWS = (
 )
 ENVIRONMENT_ROW = ("env_name", "env_reward", "env_max_iterations", "env_eval_episodes")
 MAX_RADIO_CHOICES = 6  # more choices than this are a dropdown
+FIELD_MARK = "field-mark"  # the box under a field that shows its problems
+FIELD_MARK_CSS = f".{FIELD_MARK}:not(:has(p)) {{ display: none !important; }}"
 
 
 @dataclass
@@ -116,11 +122,18 @@ def field_widget(f: FormField) -> Any:
     return gr.Textbox(**kw)
 
 
-def _row(inputs: dict[str, Any], names) -> None:
-    """One row of declared fields."""
+def _row(inputs: dict[str, Any], names, marks: dict[str, gr.Markdown], columns: dict[str, gr.Column]) -> None:
+    """One row of declared fields, each in a column over the box that shows its problems (``marks``); a field hidden
+    at first (the Hub dataset's) hides its column."""
     with gr.Row():
         for name in names:
-            inputs[name] = field_widget(FORM_FIELDS[name])
+            f = FORM_FIELDS[name]
+            with gr.Column(min_width=160, visible=f.options.get("visible", True)) as columns[name]:
+                inputs[name] = field_widget(replace(f, options={k: v for k, v in f.options.items() if k != "visible"}))
+                # Plain text (a script reads it as such); hidden while empty by FIELD_MARK_CSS.
+                marks[name] = gr.Markdown(
+                    elem_classes=["field-error", FIELD_MARK], elem_id=f"field-error-{name.replace('_', '-')}"
+                )
 
 
 def _problems_markdown(problems: list[str]) -> str:
@@ -153,6 +166,8 @@ class _Layout:
     groups: dict[str, gr.Group]  # a method or a shared part -> the group of its settings
     shown_for: dict[str, tuple[str, ...]]  # group -> the methods it is shown for
     extra: dict[str, Any]  # name -> a component that is not a form field (buttons, notes, the upload widget)
+    marks: dict[str, gr.Markdown]  # field name -> the box under it that shows its problems
+    columns: dict[str, gr.Column]  # field name -> the column holding it and its box
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -166,12 +181,15 @@ def _lay_out() -> _Layout:
     inputs: dict[str, Any] = {}
     errors: dict[str, gr.Markdown] = {}
     extra: dict[str, Any] = {}
+    marks: dict[str, gr.Markdown] = {}
+    columns: dict[str, gr.Column] = {}
+    extra["marks"], extra["columns"] = marks, columns  # for the parts laid out below
 
     def box(section: str) -> gr.Markdown:
         return gr.Markdown(elem_classes="field-error", elem_id=f"{section}-error")
 
     gr.Markdown("### 1. Model")
-    _row(inputs, ("base_model", "parent_job"))
+    _row(inputs, ("base_model", "parent_job"), marks, columns)
     extra["model_note"] = gr.Markdown(model_notice(FIELDS["base_model"]), elem_id="model-notice")
     # The (base model, method) pair whose demo recipe the fields were last set for. A hidden component, not gr.State:
     # its value travels with each event as the browser had it when the event fired, so a change event updating it
@@ -180,7 +198,7 @@ def _lay_out() -> _Layout:
     errors["model"] = box("model")
 
     gr.Markdown("### 2. Dataset")
-    _row(inputs, ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"))
+    _row(inputs, ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"), marks, columns)
     # file_types filters the browser's file picker; on the server the upload check refuses other files with a
     # sentence and removes them.
     upload = gr.File(
@@ -196,7 +214,7 @@ def _lay_out() -> _Layout:
     extra["upload"] = upload
     inputs["upload_id"] = field_widget(FORM_FIELDS["upload_id"])  # an id only: resolved in the user's own folder
     extra["upload_note"] = gr.Markdown(visible=False, elem_id="upload-note")
-    _row(inputs, ("column_map", "max_rows"))
+    _row(inputs, ("column_map", "max_rows"), marks, columns)
     errors["dataset"] = box("dataset")
     with gr.Accordion("Preview: the first rows as the trainer sees them", open=False):
         extra["preview_button"] = gr.Button("Render preview", size="sm")
@@ -210,7 +228,7 @@ def _lay_out() -> _Layout:
         own = [name for name, f in FORM_FIELDS.items() if method_part(f.path) == method and not f.derived]
         with gr.Group(visible=method == FIELDS["method"]) as groups[method]:
             if own:
-                _row(inputs, own)
+                _row(inputs, own, marks, columns)
         shown_for[method] = (method,)
     for part, lay_out in (("rollout", _lay_out_rollout), ("environment", _lay_out_environment)):
         shown_for[part] = field_methods(part) or ()
@@ -218,14 +236,17 @@ def _lay_out() -> _Layout:
             lay_out(inputs, errors, extra, box)
     errors["method"] = box("method")
 
-    with gr.Accordion("4. Training settings, LoRA and quantization", open=False):
+    with gr.Accordion("4. Training settings, LoRA and quantization", open=False) as extra["settings_box"]:
         for names in SETTINGS_ROWS:
-            _row(inputs, names)
+            _row(inputs, names, marks, columns)
     errors["settings"] = box("settings")
 
     with gr.Row():
         extra["check_button"] = gr.Button("Check (pre-flight and memory)", elem_id="check-button")
         extra["queue_button"] = gr.Button("Queue", variant="primary", elem_id="queue-button")
+    # Check's and Queue's answer right under their buttons, and what no field shows (issue 24: it was a screen away).
+    extra["result"] = gr.Markdown(elem_id="queue-result")
+    errors["general"] = box("general")
     with gr.Accordion("…or run it on Hugging Face Jobs (your account, billed to you)", open=False):
         with gr.Row():
             extra["hf_flavor"] = gr.Dropdown(list(HF_JOB_FLAVORS), value=DEFAULT_HF_JOB_FLAVOR, label="Hardware flavor")
@@ -235,14 +256,17 @@ def _lay_out() -> _Layout:
             "The same worker runs there with the same spec and pushes the adapter to your account "
             "(turn on *Push to the Hub*); follow it in the Jobs tab."
         )
-    errors["general"] = box("general")
-    extra["result"] = gr.Markdown(elem_id="queue-result")
-    return _Layout(inputs, errors, groups, shown_for, extra)
+    return _Layout(inputs, errors, groups, shown_for, extra, marks, columns)
 
 
 def _lay_out_rollout(inputs: dict[str, Any], errors: dict, extra: dict, box) -> None:
     """An online method's sampling, and its rewards editor with the test bench."""
-    _row(inputs, [name for name, f in FORM_FIELDS.items() if f.path.startswith("rollout.") and not f.derived])
+    _row(
+        inputs,
+        [name for name, f in FORM_FIELDS.items() if f.path.startswith("rollout.") and not f.derived],
+        extra["marks"],
+        extra["columns"],
+    )
     rewards = FORM_FIELDS["rollout_rewards"]
     inputs["rollout_rewards"] = gr.Code(FIELDS["rollout_rewards"], language="yaml", label=rewards.label)
     with gr.Accordion("Reward test bench: score completions before training", open=False):
@@ -258,7 +282,7 @@ def _lay_out_rollout(inputs: dict[str, Any], errors: dict, extra: dict, box) -> 
 def _lay_out_environment(inputs: dict[str, Any], errors: dict, extra: dict, box) -> None:
     """The environment with its dry run and warm-up, for the methods that can play one."""
     gr.Markdown("**Environment** (multi-turn agent training with OpenEnv)")
-    _row(inputs, ENVIRONMENT_ROW)
+    _row(inputs, ENVIRONMENT_ROW, extra["marks"], extra["columns"])
     errors["environment"] = box("environment")
     with gr.Row():
         extra["dry_run_button"] = gr.Button("Dry run: play one episode", size="sm")
@@ -286,8 +310,8 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     """What one field changes in others: the dataset source's widgets, the method's group, the parent's model."""
     inputs, pair = ui.inputs, ui.recipe_pair
     source_widgets = {
-        "builtin": [inputs["builtin_dataset"]],
-        "hub": [inputs["hub_dataset"], inputs["hub_split"]],
+        "builtin": [ui.columns["builtin_dataset"]],
+        "hub": [ui.columns["hub_dataset"], ui.columns["hub_split"]],
         "upload": [ui.upload, ui.upload_note],
     }
     recipe_inputs = [inputs[name] for name in RECIPE_FIELDS]
@@ -507,23 +531,47 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
     """Preview, reward bench, dry run, warm-up, Check, Queue and Hugging Face Jobs: each reads the whole form."""
     inputs, errors = ui.inputs, ui.errors
     form = [inputs[name] for name in FIELD_NAMES]
-    error_boxes = [errors[s] for s in SECTIONS]
+    marks = ui.marks
+    # The section boxes first (scripts read them by position), then each field's own box.
+    error_boxes = [*(errors[s] for s in SECTIONS), *marks.values()]
 
-    def error_updates(problems: list[str] | None = None, form_error: FormError | None = None) -> dict:
-        """Every section box's text: each problem next to the field it is about."""
-        routed = route_problems(problems or [])
-        if form_error is not None:
-            routed[form_error.section].append(str(form_error))
-        return {errors[section]: _problems_markdown(routed[section]) for section in SECTIONS}
+    def error_updates(
+        problems: list[str] | None = None, form_error: FormError | None = None, values: dict | None = None
+    ) -> dict:
+        """Every box: each problem under the fields it is about, in their labels' words with the spec path after it,
+        the rest under their section; every other box emptied."""
+        problems = [*(problems or []), *([str(form_error)] if form_error is not None else [])]
+        at, rest = field_problems(problems, values or {}, marks)
+        own_section = [p for p in rest if form_error is not None and p == str(form_error)]
+        routed = route_problems([p for p in rest if p not in own_section])
+        if own_section:
+            routed[form_error.section] += own_section
+        fields = {
+            mark: "\n".join(f"⚠️ {p} (`{FORM_FIELDS[name].path}`)" for p in at.get(name, []))
+            for name, mark in marks.items()
+        }
+        return {**{errors[section]: _problems_markdown(routed[section]) for section in SECTIONS}, **fields}
+
+    def refused(what: str, boxes: dict) -> str:
+        """The answer under the button that asked: that nothing was done, and where the problems are shown."""
+        marked = [name for name, mark in marks.items() if boxes.get(mark)]
+        where = [f"**{short_label(FORM_FIELDS[n])}** ({SECTION_TITLES[field_section(n)]})" for n in marked]
+        where += [
+            "the note below" if s == "general" else f"the note under {SECTION_TITLES[s]}"
+            for s in SECTIONS
+            if boxes.get(errors[s])
+        ]
+        return f"⚠️ {what}: see " + ", ".join(where) + "." if where else f"⚠️ {what}."
 
     def with_spec(action, args) -> tuple[Any, dict]:
         """Run ``action(spec)`` on the form's spec: (its result, error boxes), or (None, the problems by field)."""
+        values = _values(args)
         try:
-            return action(form_to_spec(_values(args))), error_updates()
+            return action(form_to_spec(values)), error_updates()
         except FormError as exc:
-            return None, error_updates(form_error=exc)
+            return None, error_updates(form_error=exc, values=values)
         except SpecError as exc:
-            return None, error_updates(exc.problems)
+            return None, error_updates(exc.problems, values=values)
 
     def with_environment(what: str, action, args) -> tuple[Any, dict]:
         """``with_spec`` for actions that play the environment: any failure (an unreachable server, a model that
@@ -532,6 +580,21 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             return with_spec(action, args)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             return None, error_updates([f"environment: {what} failed: {exc}"])
+
+    # A problem at a field of the folded settings opens them: its box would be out of sight.
+    settings_marks = [marks[name] for names in SETTINGS_ROWS for name in names]
+
+    def unfold(*texts):
+        return gr.update(open=True) if any(texts) else gr.update()
+
+    open_settings = {
+        "fn": unfold,
+        "inputs": settings_marks,
+        "outputs": ui.settings_box,
+        "api_visibility": "private",
+        "queue": False,
+        "show_progress": "hidden",
+    }
 
     @as_user
     def on_preview(user, *args):
@@ -550,7 +613,9 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
                 parts.append(f"Rejected · {row.n_tokens_rejected} tokens\n```\n{row.rendered_rejected}\n```")
         return {ui.preview_out: "\n\n".join(parts), **boxes}
 
-    ui.preview_button.click(on_preview, form, [ui.preview_out, *error_boxes], api_name="preview_dataset")
+    ui.preview_button.click(on_preview, form, [ui.preview_out, *error_boxes], api_name="preview_dataset").then(
+        **open_settings
+    )
     _wire_bench(api, ui)
 
     @as_user
@@ -561,13 +626,13 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             return {ui.transcript: f"**The dry run did not play.**\n\n{said}", **boxes}
         return {ui.transcript: episode.transcript(), **boxes}
 
-    ui.dry_run_button.click(on_dry_run, form, [ui.transcript, *error_boxes], api_name="dry_run")
+    ui.dry_run_button.click(on_dry_run, form, [ui.transcript, *error_boxes], api_name="dry_run").then(**open_settings)
 
     @as_user
     def on_warm_up(user, *args):
         warm, boxes = with_environment("warm-up", lambda spec: api.warm_up(spec, user=user), args)
         if warm is None:
-            return {ui.result: "", **boxes}
+            return {ui.result: refused("Nothing written or queued", boxes), **boxes}
         text = (
             f"Wrote {warm.demonstrations}. Queued {queued_link(warm.sft.job.id)} (SFT warm-up), then "
             f"{queued_link(warm.grpo.job.id)} (this GRPO job, from the warm-up's adapter; it waits for it). "
@@ -576,24 +641,24 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         warnings = warm.sft.warnings + warm.grpo.warnings
         return {ui.result: text + "".join(f"\n- ⚠️ {w}" for w in warnings), **boxes}
 
-    ui.warm_up_button.click(on_warm_up, form, [ui.result, *error_boxes], api_name="warm_up")
+    ui.warm_up_button.click(on_warm_up, form, [ui.result, *error_boxes], api_name="warm_up").then(**open_settings)
 
     @as_user
     def on_check(user, *args):
         checked, boxes = with_spec(lambda spec: api.check(spec, user=user), args)
         if checked is None:
-            return {ui.result: "", **boxes}
+            return {ui.result: refused("The pre-flight did not pass", boxes), **boxes}
         warnings, memory = checked
         lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {w}" for w in warnings] + [f"```\n{memory}\n```"]
         return {ui.result: "\n".join(lines), **boxes}
 
-    ui.check_button.click(on_check, form, [ui.result, *error_boxes], api_name="check_job")
+    ui.check_button.click(on_check, form, [ui.result, *error_boxes], api_name="check_job").then(**open_settings)
 
     @as_user
     def on_queue(user, *args):
         submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
         if submitted is None:
-            return {ui.result: "", **boxes}
+            return {ui.result: refused("Not queued", boxes), **boxes}
         place = submitted.queue_position
         where = "starting now" if place in (None, 1) else f"#{place} in the queue"
         text = f"Queued {queued_link(submitted.job.id)} ({where}). Click the id to follow it in the Jobs tab."
@@ -601,7 +666,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             text += "\n" + "\n".join(f"- ⚠️ {w}" for w in submitted.warnings)
         return {ui.result: text, **boxes}
 
-    ui.queue_button.click(on_queue, form, [ui.result, *error_boxes], api_name="submit_job")
+    ui.queue_button.click(on_queue, form, [ui.result, *error_boxes], api_name="submit_job").then(**open_settings)
 
     @as_user
     def on_hf_jobs(user, *args):
@@ -611,9 +676,10 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         try:
             hf_id, boxes = with_spec(lambda spec: api.send_to_hf_jobs(spec, user, flavor, timeout), form_args)
         except RemoteJobError as exc:
-            return {ui.result: "", **error_updates([f"spec: {exc}"])}
+            boxes = error_updates([f"spec: {exc}"])
+            return {ui.result: refused("Not sent", boxes), **boxes}
         if hf_id is None:
-            return {ui.result: "", **boxes}
+            return {ui.result: refused("Not sent", boxes), **boxes}
         return {ui.result: f"Sent to Hugging Face Jobs as **{hf_id}** ({flavor}). Follow it in the Jobs tab.", **boxes}
 
     ui.hf_button.click(

@@ -108,12 +108,18 @@ def test_app_shows_spec_errors_next_to_their_fields(app_url, store):
 
     client = Client(app_url, verbose=False)
     queued_before = [job.id for job in store.list()]
-    result, model_error, dataset_error, method_error, env_error, settings_error, general = client.predict(
+    result, model_error, dataset_error, method_error, env_error, settings_error, general, *boxes = client.predict(
         *_form(learning_rate=-1), api_name="/submit_job"
     )
-    assert result == "" and "learning_rate" in settings_error and not model_error
-    result, model_error, *_ = client.predict(*_form(base_model="nobody/missing-model"), api_name="/submit_job")
-    assert result == "" and "the Hub is not reachable from this machine" in model_error
+    assert result.startswith("⚠️ Not queued: see **Learning rate** (4. Training settings)"), result
+    assert "Learning rate must be above 0; you gave -1 (`training.learning_rate`)" in "\n".join(
+        str(box) for box in boxes
+    )
+    assert not settings_error and not model_error  # said once, at the field
+    result, *boxes = client.predict(*_form(base_model="nobody/missing-model"), api_name="/submit_job")
+    assert result.startswith("⚠️ Not queued") and "the Hub is not reachable from this machine" in "\n".join(
+        map(str, boxes)
+    )
     assert [job.id for job in store.list()] == queued_before
 
 

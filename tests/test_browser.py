@@ -345,7 +345,10 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     dry_run.click()
     transcript = page.locator("#dry-run-transcript")
     expect(transcript).to_contain_text("The dry run did not play", timeout=60_000)
-    expect(transcript).to_contain_text("must be a multiple of rollout.num_generations (4)")
+    expect(transcript).to_contain_text("must be a multiple of Generations per prompt (4)")
+    # Said at both fields that conflict, in their labels' words.
+    for box in ("#field-error-batch-size", "#field-error-rollout-num-generations"):
+        expect(page.locator(box)).to_contain_text("Batch size x Gradient accumulation (= 2) must be a multiple of")
     # The form's own default, empty (auto: one group of 4), plays.
     fill_settings(page, **{"Batch size": ""})
     dry_run.click()
@@ -396,12 +399,12 @@ def test_a_bad_upload_shows_its_error_next_to_the_dataset_and_queues_nothing(pag
 
     page.locator("#queue-button").click()
     expect(dataset_error).to_contain_text("upload a .jsonl, .json, .csv or .parquet file")
-    expect(page.locator("#queue-result")).to_have_text("")
+    expect(page.locator("#queue-result")).to_have_text("⚠️ Not queued: see the note under 2. Dataset.")
 
     # A .txt never reaches the server: the upload widget refuses it by extension, with a toast.
     notes = tmp_path / "notes.txt"
     notes.write_text("hello\n")
     upload.locator("input[type=file]").set_input_files(notes)
     expect(page.locator(".toast-body")).to_contain_text("Invalid file type: notes.txt")
-    expect(page.locator("#queue-result")).to_have_text("")
+    expect(page.locator("#queue-result")).not_to_contain_text("Queued ")
     assert len(store.list()) == jobs_before

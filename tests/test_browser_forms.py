@@ -113,6 +113,40 @@ def test_train_tab_help_uses_the_ui_words_and_the_arith_model_is_labelled(page):
     page.get_by_text("4. Training settings, LoRA and quantization").click()  # closed again, as fill_settings expects
 
 
+def test_problems_show_under_their_fields_in_their_words_and_checks_answer_by_its_button(page, store):
+    """Issue 24: "training.learning_rate: must be less than 1" sat under the section, a screen from Check, and the
+    folded settings hid which field it meant."""
+    queued_before = len(store.list())
+    page.get_by_text("4. Training settings, LoRA and quantization").click()
+    was = {label: page.get_by_label(label, exact=True).input_value() for label in ("Learning rate", "Max steps")}
+    fill_settings(page, **{"Learning rate": "1000000000", "Max steps": "0"})
+    page.get_by_text("4. Training settings, LoRA and quantization").click()  # folded again: Check must unfold it
+    expect(page.get_by_label("Learning rate", exact=True)).to_be_hidden()
+    check = page.locator("#check-button")
+    check.click()
+    answer = page.locator("#queue-result")
+    expect(answer).to_contain_text("The pre-flight did not pass: see Max steps (4. Training settings)", timeout=30_000)
+    expect(answer).to_contain_text("Learning rate (4. Training settings)")
+    rate_box, steps_box = page.locator("#field-error-learning-rate"), page.locator("#field-error-max-steps")
+    expect(rate_box).to_contain_text("Learning rate must be below 1; you gave 1000000000 (training.learning_rate)")
+    expect(steps_box).to_contain_text("Max steps must be above 0; you gave 0")
+    expect(page.locator("#settings-error")).to_have_text("")  # said once, at the field
+    # Under its field (the fields unfolded), and the answer right under the button that asked.
+    field = page.get_by_label("Learning rate", exact=True).bounding_box()
+    box = rate_box.bounding_box()
+    assert abs(box["x"] - field["x"]) < 40 and 0 <= box["y"] - (field["y"] + field["height"]) < 60, (field, box)
+    button, said = check.bounding_box(), answer.bounding_box()
+    assert 0 <= said["y"] - (button["y"] + button["height"]) < 60, (button, said)
+    assert len(store.list()) == queued_before
+
+    fill_settings(page, **was)
+    check.click()
+    expect(answer).to_contain_text("Pre-flight passed", timeout=30_000)
+    expect(rate_box).to_be_hidden()
+    expect(steps_box).to_be_hidden()
+    page.get_by_text("4. Training settings, LoRA and quantization").click()  # closed again, as fill_settings expects
+
+
 def test_the_reward_bench_scores_typed_completions(page):
     page.locator("#method").get_by_label("grpo").check()
     page.get_by_text("Reward test bench: score completions before training").click()

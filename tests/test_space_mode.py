@@ -113,8 +113,8 @@ def test_another_user_can_see_or_touch_none_of_it(space, store, alices_job):
     _refused(bob, alices_job, "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send", expect="not yours")
     assert all(not c.startswith(alices_job) for c in bob.predict(api_name="/chat_jobs"))
     # Continuing from her adapter, through the form's picker or a spec, is refused as if the job did not exist.
-    _, model_error, *_ = bob.predict(*_form(parent_job=alices_job), api_name="/submit_job")
-    assert "there is no job" in model_error
+    _, *boxes = bob.predict(*_form(parent_job=alices_job), api_name="/submit_job")
+    assert "there is no job" in "\n".join(boxes)
     continued = {**json.loads(TINY_SPEC), "model": {"parent_job_id": alices_job}}
     _refused(bob, json.dumps(continued), api_name="/submit_spec", expect="there is no job")
     assert [j.owner for j in store.list()].count("bob") == 0
