@@ -177,18 +177,11 @@ def test_job_views_from_real_records(paths, store):
         ],
     )
     views = job_monitor.plot_views("grpo", api.metrics(job.id))
-    assert set(views["loss"].frame["series"]) == {"loss", "loss (raw)"} and views["lr"] is None
-    assert set(views["reward"].frame["series"]) == {
-        "reward",
-        "reward (raw)",
-        "rewards/accuracy/mean",
-        "rewards/accuracy/mean (raw)",
-    }
-    assert (
-        set(views["kl"].color_map) == {"kl", "kl (raw)"}
-        and set(views["tools"].color_map) == {"tools/call_frequency", "tools/call_frequency (raw)"}
-        and views["length"] is None
-    )
+    # One logged step: one point per metric, no faint raw copy under it; metrics named in words.
+    assert set(views["loss"].frame["series"]) == {"loss"} and views["lr"] is None
+    assert set(views["reward"].frame["series"]) == {"reward (mean)", "accuracy"}
+    assert set(views["kl"].color_map) == {"KL"} and set(views["tools"].color_map) == {"calls"}
+    assert views["length"] is None
     assert job_monitor.plot_views("sft", [])["loss"] is None
     samples = job_monitor.samples_table(api.samples(job.id))
     assert samples.values.tolist() == [[1, "2+2?", "assistant: 4", "1", "1", "0.5"]]
