@@ -449,3 +449,28 @@ def unchanged(values: list[Any], shown: dict[int, str] | None) -> tuple[list[boo
     digests = {i: fingerprint(value) for i, value in enumerate(values)}
     shown = shown or {}
     return [shown.get(i) == d for i, d in digests.items()], digests
+
+
+# A plot is a few hundred pixels wide, and the browser redraws every point it is sent (issue 24's slow Jobs tab).
+MAX_PLOT_POINTS = 120
+
+
+def thinned(frame: pd.DataFrame, limit: int = MAX_PLOT_POINTS) -> pd.DataFrame:
+    """At most ``limit`` points per series of a plot's frame: evenly spaced, the first and the last kept.
+
+    >>> frame = pd.DataFrame({"step": range(1000), "value": 0.0, "series": "loss"})
+    >>> small = thinned(frame, 10)
+    >>> len(small), int(small["step"].iloc[0]), int(small["step"].iloc[-1])
+    (10, 0, 999)
+    >>> len(thinned(frame.head(5), 10))
+    5
+    """
+    if frame.empty or frame.groupby("series").size().max() <= limit:
+        return frame
+    parts = []
+    for _, series in frame.groupby("series", sort=False):
+        if len(series) > limit:
+            picks = sorted({round(i * (len(series) - 1) / (limit - 1)) for i in range(limit)})
+            series = series.iloc[picks]
+        parts.append(series)
+    return pd.concat(parts, ignore_index=True)

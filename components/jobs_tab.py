@@ -24,8 +24,13 @@ from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train_form import FIELDS, spec_to_form
 
 REFRESH_S = 2.0
+# A plot with nothing to draw is hidden by a class, kept in the page: Gradio's LinePlot, unmounted (visible=False)
+# while it still drew, threw "Cannot read properties of null (reading 'offsetWidth')" (issue 24).
+UNDRAWN = "undrawn"
+HIDDEN_PLOT = gr.update(elem_classes=[UNDRAWN], value=None)
 RAW_LOG_LINES = 400
 JOBS_CSS = """
+#job-plots .undrawn { display: none !important; }
 #job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }
 /* The jobs and samples tables fit their frame at 1280 px (the jobs' ETA and created columns, the samples' rewards
    were past the edge): cells wrap (Gradio sizes the columns from hidden sizing rows, which it kept on one line);
@@ -121,7 +126,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
                     label=family.title,
                     color_title="",
                     elem_id=_plot_id(family.key),
-                    visible=False,
+                    elem_classes=[UNDRAWN],
                     min_width=380,
                 )
                 for family in job_monitor.FAMILIES
@@ -153,16 +158,29 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             )
         raw_log.expand(None, None, None, js=SCROLL_LOG_TO_END)
 
-    def detail_updates(user: User | None, job: JobRecord | None) -> list:
-        """Every detail output for ``job`` (None: hidden), in the order of ``detail``."""
+    def light_updates(user: User | None, job: JobRecord | None) -> list:
+        """The picked job's summary, progress, actions and evaluation (None: hidden), in the order of ``light``: what
+        a user reads first, cheap to send and to draw."""
+        if job is None or user is None:
+            return [gr.update(value=""), "", gr.update(visible=False), *(gr.update(interactive=False),) * 4, ""]
+        actions = job_views.job_actions(api, job)
+        return [
+            job_views.summary_markdown(api, job, api.metrics(job.id, user=user)),
+            job_views.progress_html(job),
+            gr.update(visible=True),
+            gr.update(interactive=actions.cancel),
+            gr.update(interactive=actions.resume),
+            gr.update(interactive=actions.push),
+            gr.update(interactive=actions.download),
+            job_views.evaluation_markdown(job),
+        ]
+
+    def heavy_updates(user: User | None, job: JobRecord | None) -> list:
+        """The picked job's plots, samples and logs (None: hidden), in the order of ``heavy``: sent after the rest,
+        and thinned, since the browser redraws every point of every plot it is sent."""
         if job is None or user is None:
             return [
-                gr.update(value=""),
-                "",
-                *(gr.update(visible=False, value=None) for _ in plots),
-                gr.update(visible=False),
-                *(gr.update(interactive=False) for _ in range(4)),
-                "",
+                *(HIDDEN_PLOT for _ in plots),
                 "",
                 gr.update(visible=False, value=None),
                 gr.update(visible=False, value=None),
@@ -175,48 +193,38 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         for key in plots:
             view = views[key]
             plot_updates.append(
-                gr.update(visible=False, value=None)
+                HIDDEN_PLOT
                 if view is None
                 else gr.update(
-                    visible=True, value=view.frame, color_map=view.color_map, x_lim=view.x_lim, y_title=view.y_title
+                    elem_classes=[],
+                    value=job_monitor.thinned(view.frame),
+                    color_map=view.color_map,
+                    x_lim=view.x_lim,
+                    y_title=view.y_title,
                 )
             )
-        actions = job_views.job_actions(api, job)
         sampled = generates(method)  # an online method keeps its completions and their rewards
         kept = api.samples(job.id, user=user) if sampled else []
         weights = {r.name: r.weight for r in job.spec.rollout.rewards} if sampled else {}
         rows = job_monitor.log_rows(method, metrics)
         return [
-            job_views.summary_markdown(api, job, metrics),
-            job_views.progress_html(job),
             *plot_updates,
-            gr.update(visible=True),
-            gr.update(interactive=actions.cancel),
-            gr.update(interactive=actions.resume),
-            gr.update(interactive=actions.push),
-            gr.update(interactive=actions.download),
-            job_views.evaluation_markdown(job),
             job_monitor.best_and_worst(kept, weights),
             gr.update(value=job_monitor.samples_table(kept, weights), visible=bool(kept)),
             gr.update(value=rows, visible=not rows.empty),
             "\n".join(api.log_tail(job.id, RAW_LOG_LINES, user=user)),
         ]
 
-    detail = [
-        summary,
-        progress,
-        *plots.values(),
-        detail_box,
-        cancel_button,
-        resume_button,
-        push_button,
-        prepare_button,
-        evaluation,
-        samples_note,
-        samples,
-        log_rows,
-        log,
-    ]
+    light = [summary, progress, detail_box, cancel_button, resume_button, push_button, prepare_button, evaluation]
+    heavy = [*plots.values(), samples_note, samples, log_rows, log]
+    # The order of /show_job's outputs, as scripts read them.
+    detail = [summary, progress, *plots.values(), detail_box, *light[3:], samples_note, samples, log_rows, log]
+
+    def detail_updates(user: User | None, job: JobRecord | None) -> list:
+        """Every detail output for ``job`` (None: hidden), in the order of ``detail``."""
+        parts = [*light, *heavy]
+        values = {id(c): v for c, v in zip(parts, [*light_updates(user, job), *heavy_updates(user, job)])}
+        return [values[id(c)] for c in detail]
 
     def listing(user: User | None, selected) -> tuple[list[JobRecord], list, dict, JobRecord | None]:
         """One read of the user's jobs: (jobs, table rows, picker update, the picked job from that same read).
@@ -240,20 +248,26 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         _, rows, picker_update, _ = listing(user_from(profile), selected)
         return rows, picker_update
 
-    def view(selected, profile: gr.OAuthProfile | None) -> list:
-        """The whole tab from one read: empty state, table, picker, compare choices and the picked job's detail."""
-        user = user_from(profile)
+    def listed(user: User | None, selected) -> tuple[list, JobRecord | None]:
+        """The first six of ``everything`` (empty state, list, compare box, table, picker, compare choices) from one
+        read, and the picked job."""
         jobs, rows, picker_update, picked = listing(user, selected)
         note = SIGN_IN_FIRST if user is None else job_views.EMPTY_JOBS
-        return [
+        values = [
             gr.update(visible=not jobs, value=note),
             gr.update(visible=bool(jobs)),
             gr.update(visible=bool(jobs)),
             rows,
             picker_update,
             gr.update(choices=[(job_views.choice(j), j.id) for j in reversed(jobs)]),
-            *detail_updates(user, picked),
         ]
+        return values, picked
+
+    def view(selected, profile: gr.OAuthProfile | None) -> list:
+        """The whole tab from one read: empty state, table, picker, compare choices and the picked job's detail."""
+        user = user_from(profile)
+        values, picked = listed(user, selected)
+        return [*values, *detail_updates(user, picked)]
 
     def refresh(selected, profile: gr.OAuthProfile | None = None):
         """The whole tab, all of it sent (the page may show anything), and the digests of what it now shows."""
@@ -266,6 +280,34 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         values = view(selected, profile)
         same, digests = job_monitor.unchanged(values, seen)
         return [*(gr.skip() if kept else value for value, kept in zip(values, same)), digests]
+
+    def sent(values: list, seen: dict | None, outputs: list) -> list:
+        """``values`` for ``outputs`` (some of ``everything``), skipping those the page already shows, and the digests
+        of all it shows afterwards (by position in ``everything``)."""
+        seen = dict(seen or {})
+        position = {id(c): i for i, c in enumerate(everything)}
+        updates = []
+        for i, value in zip((position[id(c)] for c in outputs), values):
+            digest = job_monitor.fingerprint(value)
+            updates.append(gr.skip() if seen.get(i) == digest else value)
+            seen[i] = digest
+        return [*updates, seen]
+
+    def open_first(selected, seen, profile: gr.OAuthProfile | None = None):
+        """The tab opened, first part: the list and the picked job's summary, what changed since the page last drew
+        them. The plots, samples and logs follow (``open_rest``): drawing them is most of a refresh's cost."""
+        user = user_from(profile)
+        values, picked = listed(user, selected)
+        return sent([*values, *light_updates(user, picked)], seen, [*everything[:6], *light])
+
+    def open_rest(selected, seen, profile: gr.OAuthProfile | None = None):
+        """The tab opened, second part: the picked job's plots, samples and logs, what changed since last drawn."""
+        user = user_from(profile)
+        try:
+            job = api.get_job(job_choice_id(selected) or "", user) if user else None
+        except JobNotFound:
+            job = None
+        return sent(heavy_updates(user, job), seen, heavy)
 
     def show_job(selected, profile: gr.OAuthProfile | None = None):
         """The picked job's detail at once (not at the next tick)."""
@@ -365,12 +407,17 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     timer.tick(tick, [picker, shown], refreshed, api_name="refresh_jobs", **quiet)
     # The first view without waiting for a tick: when the Jobs tab is opened here, and on page load in
     # components/deep_links.py, once it has put the job the address links to (if any) in the picker.
+    # Two parts, each only what changed: the summary shows at once, the plots draw after it (issue 24: the whole tab
+    # sent on every open kept the browser busy for seconds, benchmarks/jobs_tab.py).
     if isinstance(Context.block, gr.Tab):
-        Context.block.select(refresh, picker, refreshed, api_visibility="private", **quiet)
+        first = [*everything[:6], *light, shown]
+        Context.block.select(open_first, [picker, shown], first, api_visibility="private", **quiet).then(
+            open_rest, [picker, shown], [*heavy, shown], api_visibility="private", **quiet
+        )
         Context.block.select(follow, None, timer, api_visibility="private", queue=False)
-    # Another job's series would not reach a legend drawn for the last one (see ``hidden``): redraw from scratch.
+    # The last job's plots are hidden (by class, kept mounted: UNDRAWN) until the picked one's detail arrives.
     picker.change(
-        lambda: [*[gr.update(visible=False)] * len(plots), "", {}],
+        lambda: [*[gr.update(elem_classes=[UNDRAWN])] * len(plots), "", {}],
         None,
         [*plots.values(), action_note, shown],
         api_visibility="private",

@@ -92,6 +92,7 @@ def app(tmp_path_factory, models_dir):
 
     try:
         ids = {
+            "big": stored(tiny_spec(output={"run_name": "long-run"}), _sft_rows(2000), 2000),
             "one": stored(tiny_spec(output={"run_name": "one-step"}), _sft_rows(1), 1),
             "short": stored(tiny_spec(output={"run_name": "sweep-short"}), _sft_rows(10), 100, JobStatus.cancelled),
             "long": stored(tiny_spec(output={"run_name": "sweep-long"}), _sft_rows(30), 100, JobStatus.cancelled),
@@ -241,6 +242,41 @@ def test_compare_ends_the_step_axis_at_the_longest_jobs_last_step(page, app):
     # The longest job logged 30 of its 100 planned steps: the axis ends there, not at 50 or 100.
     expect(x_axis).to_have_attribute("aria-label", re.compile(r"values from 0 to 30$"))
     page.screenshot(path=ARTIFACTS / "polish-jobs.png", full_page=True)
+    _no_errors(page)
+
+
+def test_the_jobs_tab_reopens_sending_only_what_changed_and_plots_are_thinned(page, app):
+    """Issue 24: each open of the tab sent the whole tab, every logged point of every plot, and the page spent
+    seconds snapshotting and drawing them (benchmarks/jobs_tab.py)."""
+    from gradio_client import Client
+
+    big = app.ids["big"]
+    detail = Client(app.url, verbose=False).predict(big, api_name="/show_job")
+    loss = detail[2]["value"]  # /show_job: summary, progress, then the plots (the loss first)
+    per_series = {}
+    for row in loss["data"]:
+        per_series[row[-1]] = per_series.get(row[-1], 0) + 1
+    assert per_series and max(per_series.values()) <= job_monitor.MAX_PLOT_POINTS, per_series
+
+    page.get_by_role("tab", name="Jobs").click()
+    _pick(page, big)
+    expect(page.locator("#plot-main")).to_be_visible()
+    page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
+    sizes: list[int] = []
+
+    def answered(response) -> None:
+        if "/gradio_api/run/predict" in response.url:
+            sizes.append(len(response.body()))
+
+    page.get_by_role("tab", name="Train").click()
+    page.on("response", answered)
+    try:
+        page.get_by_role("tab", name="Jobs").click()
+        expect(page.locator("#job-summary")).to_contain_text(big)
+        page.wait_for_timeout(1500)
+    finally:
+        page.remove_listener("response", answered)
+    assert sizes and sum(sizes) < 8_000, f"reopening a finished job's tab sent {sizes} bytes"
     _no_errors(page)
 
 
