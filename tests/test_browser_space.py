@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings, pick_base_model
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings, pick_base_model, watch_errors
 
 pytestmark = BROWSER_MARKS
 
@@ -33,12 +33,24 @@ def browser():
         yield browser
 
 
+PAGE_ERRORS: list[str] = []  # what this test's pages logged as errors (``no_page_errors``)
+
+
+@pytest.fixture(autouse=True)
+def no_page_errors():
+    """Every page a test opens logs no error (issue 24)."""
+    PAGE_ERRORS.clear()
+    yield
+    assert not PAGE_ERRORS, f"the page logged errors: {PAGE_ERRORS[:5]}"
+
+
 def _page(browser, url: str, username: str | None):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     if username:
         context.add_cookies([{"name": "session", "value": session_cookie(username), "url": url}])
     page = context.new_page()
     page.set_default_timeout(30_000)
+    watch_errors(page, PAGE_ERRORS)
     page.goto(url)
     return page
 

@@ -24,6 +24,7 @@ from tests.browser import (
     open_chat_tab,
     pick_option,
     queue_job,
+    reload,
     wait_in_jobs_tab,
 )
 from tests.conftest import wait_status
@@ -178,7 +179,7 @@ def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
 
 
 def test_a_returning_user_finds_both_exports_ready(page, app):
-    page.reload()
+    reload(page)
     expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
     page.get_by_role("tab", name="Chat").click()
     expect(page.locator("#export-thumbs")).to_be_enabled()
@@ -200,7 +201,7 @@ def test_gradio_client_records_a_thumb_and_downloads_the_kto_file(app):
 def test_the_thumbs_file_uploaded_in_the_train_tab_trains_a_kto_job_on_the_sft_adapter(page, app, tmp_path):
     """The loop closed in the browser: the thumbs export, uploaded as downloaded, is the data of a KTO job staged on
     the chatted-with SFT adapter; it runs to success and the Jobs tab draws its KTO loss."""
-    page.reload()
+    reload(page)
     expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
     page.get_by_role("tab", name="Chat").click()
     with page.expect_download(timeout=15_000) as download:
