@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.environments.launcher import free_port  # noqa: E402 - after the path, so it runs from anywhere
+from components.job_views import TABLE_COLUMNS  # noqa: E402
 
 
 def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -103,16 +104,8 @@ def _fill_store(data: Path, jobs: int) -> None:
         store.finish(job.id, JobStatus.succeeded if i % 5 else JobStatus.failed)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--jobs", type=int, default=0, help="finished jobs in the store before measuring")
-    args = parser.parse_args()
-    from gradio_client import Client
-
-    data = Path(tempfile.mkdtemp(prefix="studio-latency-"))
-    _fill_store(data, args.jobs)
+def launch_app(data: Path) -> tuple[subprocess.Popen, str]:
+    """``python app.py`` on ``data`` and a free port, up: (its process, in a session of its own, and its URL)."""
     port = free_port()
     env = {
         **os.environ,
@@ -130,29 +123,50 @@ def main() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    url = f"http://127.0.0.1:{port}/"
+    _wait_up(url, proc)
+    return proc, url
+
+
+def job_status(client, job_id: str) -> dict:
+    """The job's row of the Jobs table, by column name."""
+    rows = client.predict(None, api_name="/list_jobs")[0]["data"]
+    return dict(zip(TABLE_COLUMNS, next(r for r in rows if r[0] == job_id)))
+
+
+def start_training(client, steps: int) -> str:
+    """Queue an SFT job of the demo model and return its id once it is really training (a step reported)."""
+    spec = {
+        "method": "sft",
+        "model": {"name_or_path": "builtin:tiny-qwen3"},
+        "training": {"max_steps": steps, "batch_size": 4, "max_length": 256, "save_steps": 10 * steps},
+    }
+    job_id = client.predict(json.dumps(spec), api_name="/submit_spec")
+    while not ((row := job_status(client, job_id))["status"] == "running" and row["progress"]):
+        time.sleep(0.5)
+    return job_id
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--jobs", type=int, default=0, help="finished jobs in the store before measuring")
+    args = parser.parse_args()
+    from gradio_client import Client
+
+    data = Path(tempfile.mkdtemp(prefix="studio-latency-"))
+    _fill_store(data, args.jobs)
+    proc, url = launch_app(data)
     try:
-        url = f"http://127.0.0.1:{port}/"
-        _wait_up(url, proc)
         client = Client(url, verbose=False)
         clients = {"browser": _browser_call(url), "gradio_client": lambda: client.predict(None, api_name="/list_jobs")}
         for call in clients.values():
             _measure(call, 10)  # warm up
         idle = {name: _summary(_measure(call, args.calls)) for name, call in clients.items()}
-        spec = {
-            "method": "sft",
-            "model": {"name_or_path": "builtin:tiny-qwen3"},
-            "training": {"max_steps": args.steps, "batch_size": 4, "max_length": 256, "save_steps": 10_000},
-        }
-        job_id = client.predict(json.dumps(spec), api_name="/submit_spec")
-        while True:  # measure only while the job is really training
-            rows = client.predict(None, api_name="/list_jobs")[0]["data"]
-            row = next(r for r in rows if r[0] == job_id)
-            if row[2] == "running" and row[7]:
-                break
-            time.sleep(0.5)
+        job_id = start_training(client, args.steps)  # measured only while the job is really training
         training = {name: _summary(_measure(call, args.calls)) for name, call in clients.items()}
-        rows = client.predict(None, api_name="/list_jobs")[0]["data"]
-        still = next(r for r in rows if r[0] == job_id)[2]
+        still = job_status(client, job_id)["status"]
         client.predict(job_id, api_name="/cancel_job")
         print(
             json.dumps(
