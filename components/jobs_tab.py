@@ -412,7 +412,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     if isinstance(Context.block, gr.Tab):
         first = [*everything[:6], *light, shown]
         Context.block.select(open_first, [picker, shown], first, api_visibility="private", **quiet).then(
-            open_rest, [picker, shown], [*heavy, shown], api_visibility="private", **quiet
+            open_rest, [picker, shown], [*heavy, shown], api_visibility="private", trigger_mode="always_last", **quiet
         )
         Context.block.select(follow, None, timer, api_visibility="private", queue=False)
     # The last job's plots are hidden (by class, kept mounted: UNDRAWN) until the picked one's detail arrives.
