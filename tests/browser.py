@@ -191,6 +191,29 @@ def fill_settings(page, **values: str) -> None:
         expect(field).to_have_value(values[label])
 
 
+def inside(inner: dict | None, outer: dict | None) -> bool:
+    """Whether bounding box ``inner`` lies within ``outer`` (a pixel of rounding allowed)."""
+    return bool(inner and outer) and (
+        outer["x"] - 1 <= inner["x"]
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
+        and outer["y"] - 1 <= inner["y"]
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
+    )
+
+
+def expect_legend(page, plot_id: str, expected: list[str]) -> None:
+    """The plot's legend reads ``expected`` in full (waiting for a redraw), each entry drawn inside the plot's frame."""
+    from playwright.sync_api import expect
+
+    block = page.locator(f"#{plot_id}")
+    labels = block.locator("svg .role-legend-label text")
+    expect(labels).to_have_text(expected, timeout=20_000)
+    frame = block.bounding_box()
+    for i in range(labels.count()):
+        label = labels.nth(i)
+        assert inside(label.bounding_box(), frame), f"legend entry {label.text_content()!r} of {plot_id} is cut off"
+
+
 def pick_base_model(page, name: str) -> None:
     """Choose ``name`` in the Base model picker as a user does: type it, take the offered option."""
     field = page.locator("#base-model input")
@@ -211,6 +234,18 @@ def pick_option(page, field_selector: str, job_id: str) -> None:
     option = page.get_by_role("option", name=re.compile(re.escape(job_id)))
     expect(option).to_be_visible()
     option.click()
+
+
+def pick_job(page, job_id: str) -> None:
+    """Pick a job in the Jobs tab's picker as a user does (type its id, Enter) and wait for its summary."""
+    from playwright.sync_api import expect
+
+    picker = page.locator("#job-picker input")
+    picker.click()
+    picker.fill(job_id)
+    picker.press("Enter")
+    expect(picker).to_have_value(re.compile(rf"^{job_id} · "))
+    expect(page.locator("#job-summary")).to_contain_text(job_id, timeout=15_000)
 
 
 def queue_job(page) -> str:

@@ -19,7 +19,15 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, jobs_tab_ticks, open_page, wait_until
+from tests.browser import (
+    ARTIFACTS,
+    BROWSER_MARKS,
+    expect_legend,
+    jobs_tab_ticks,
+    open_page,
+    pick_job,
+    wait_until,
+)
 from tests.conftest import tiny_spec, wait_for
 
 pytestmark = BROWSER_MARKS
@@ -66,36 +74,6 @@ def _need(*keys: str) -> list[str]:
     return [STATE[k] for k in keys]
 
 
-def _pick(page, job_id: str) -> None:
-    """Pick a job in the Jobs tab's picker as a user does: type its id, Enter."""
-    picker = page.locator("#job-picker input")
-    picker.click()
-    picker.fill(job_id)
-    picker.press("Enter")
-    expect(picker).to_have_value(re.compile(rf"^{job_id} · "))
-    expect(page.locator("#job-summary")).to_contain_text(job_id)
-
-
-def _inside(inner: dict | None, outer: dict | None) -> bool:
-    return bool(inner and outer) and (
-        outer["x"] - 1 <= inner["x"]
-        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
-        and outer["y"] - 1 <= inner["y"]
-        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
-    )
-
-
-def _legend(page, plot_id: str, expected: list[str]) -> None:
-    """The plot's legend reads ``expected`` (waiting for a redraw), each entry drawn inside the plot's frame."""
-    block = page.locator(f"#{plot_id}")
-    labels = block.locator("svg .role-legend-label text")
-    expect(labels).to_have_text(expected, timeout=20_000)
-    frame = block.bounding_box()
-    for i in range(labels.count()):
-        label = labels.nth(i)
-        assert _inside(label.bounding_box(), frame), f"legend entry {label.text_content()!r} of {plot_id} is cut off"
-
-
 def _whole_steps(page, plot_id: str) -> None:
     """The plot's step axis is labelled in whole steps (not 1.0, 1.5, 2.0)."""
     x_ticks = page.locator(f"#{plot_id} svg g.role-axis[aria-label^='X-axis'] .role-axis-label text")
@@ -140,7 +118,7 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     expect(table).to_contain_text("sft-short")
 
     # A queued job: only Cancel makes sense, and it takes the job out of the queue.
-    _pick(page, waiting)
+    pick_job(page, waiting)
     expect(page.locator("#job-summary")).to_contain_text("· queued ·")
     for button in ("#resume-button", "#push-button", "#prepare-download-button"):
         expect(page.locator(button)).to_be_disabled()
@@ -148,7 +126,7 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     expect(page.locator("#job-summary")).to_contain_text("· cancelled ·", timeout=30_000)
     assert store.get(waiting).status is JobStatus.cancelled
 
-    _pick(page, short)
+    pick_job(page, short)
     summary = page.locator("#job-summary")
     expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"), timeout=240_000)
     assert store.get(short).status is JobStatus.succeeded, store.get(short).error
@@ -162,10 +140,10 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
         expect(page.locator(button)).to_be_disabled()
 
     # One plot per family, each legend readable: the smoothed loss and its faint raw line.
-    _legend(page, "plot-main", ["loss", "loss (raw)"])
+    expect_legend(page, "plot-main", ["loss", "loss (raw)"])
     expect(page.locator("#plot-lr")).to_be_visible()
     expect(page.locator("#plot-token-accuracy")).to_be_visible()
-    _legend(page, "plot-lr", ["learning rate"])
+    expect_legend(page, "plot-lr", ["learning rate"])
     expect(
         page.locator("#plot-main svg .role-axis-title text").filter(has_text="cross-entropy (nats/token)")
     ).to_have_count(1)
@@ -196,7 +174,7 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
 
 def test_cancelling_a_running_job_reads_cancelled_at_step_n_and_offers_resume(page, store):
     (long,) = _need("long")
-    _pick(page, long)
+    pick_job(page, long)
     wait_for(lambda: (store.get(long).progress or {}).get("step", 0) >= 2, 180, 0.5, "the long job's second step")
     expect(page.locator("#job-summary")).to_contain_text("· running ·")
     expect(page.locator("#resume-button")).to_be_disabled()
@@ -216,7 +194,7 @@ def test_compare_overlays_the_loss_of_two_jobs(page):
     for job_id in (short, long):
         chooser.click()
         page.get_by_role("option", name=re.compile(re.escape(job_id))).click()
-    _legend(page, "compare-plot", ["sft-short", "sft-long"])
+    expect_legend(page, "compare-plot", ["sft-short", "sft-long"])
     _whole_steps(page, "compare-plot")
 
 
@@ -236,7 +214,7 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
             training={"max_steps": 2, "batch_size": 2, "max_length": 256, "save_steps": 100},
         ),
     )
-    _pick(page, grpo)
+    pick_job(page, grpo)
     summary = page.locator("#job-summary")
     expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"), timeout=300_000)
     assert store.get(grpo).status is JobStatus.succeeded, store.get(grpo).error

@@ -22,7 +22,7 @@ from backend.core.spec import parse_spec
 from backend.jobs.store import JobStatus
 from components import job_monitor
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
+from tests.browser import ARTIFACTS, BROWSER_MARKS, expect_legend, inside, open_page, pick_job
 from tests.conftest import tiny_spec
 from tests.test_chat import _build_adapter
 
@@ -144,34 +144,6 @@ def _no_errors(page) -> None:
     assert not page.collected_errors, page.collected_errors
 
 
-def _pick(page, job_id: str) -> None:
-    picker = page.locator("#job-picker input")
-    picker.click()
-    picker.fill(job_id)
-    picker.press("Enter")
-    expect(picker).to_have_value(re.compile(rf"^{job_id} · "))
-    expect(page.locator("#job-summary")).to_contain_text(job_id, timeout=15_000)
-
-
-def _inside(inner: dict, outer: dict) -> bool:
-    return (
-        outer["x"] - 1 <= inner["x"]
-        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
-        and outer["y"] - 1 <= inner["y"]
-        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
-    )
-
-
-def _legend(page, plot_id: str, expected: list[str]) -> None:
-    """The plot's legend reads ``expected`` in full, each entry drawn inside the plot's frame."""
-    block = page.locator(f"#{plot_id}")
-    labels = block.locator("svg .role-legend-label text")
-    expect(labels).to_have_text(expected, timeout=20_000)
-    frame = block.bounding_box()
-    for i in range(labels.count()):
-        assert _inside(labels.nth(i).bounding_box(), frame), f"{plot_id}: {expected[i]!r} is cut off"
-
-
 def test_the_jobs_table_shows_every_column_at_1280_px(page, app):
     page.get_by_role("tab", name="Jobs").click()
     table = page.locator("#jobs-table")
@@ -180,7 +152,7 @@ def test_the_jobs_table_shows_every_column_at_1280_px(page, app):
     page.wait_for_timeout(500)  # (the table sizes its columns once drawn)
     last = table.locator("thead th").last
     expect(last).to_have_attribute("title", "created")
-    assert _inside(last.bounding_box(), viewport.bounding_box()), (last.bounding_box(), viewport.bounding_box())
+    assert inside(last.bounding_box(), viewport.bounding_box()), (last.bounding_box(), viewport.bounding_box())
     widths = viewport.evaluate("v => [v.scrollWidth, v.clientWidth]")
     assert widths[0] <= widths[1], f"the table scrolls sideways: {widths}"
     expect(table).to_contain_text("succeeded - learned nothing")
@@ -188,11 +160,12 @@ def test_the_jobs_table_shows_every_column_at_1280_px(page, app):
 
 
 def test_legends_name_metrics_in_words_in_full_and_the_samples_headers_keep_whole_words(page, app):
-    _pick(page, app.ids["grpo"])
-    _legend(page, "plot-reward", ["reward (mean)", "format_reward", "length"])  # no "(raw)": 6 entries did not fit
-    _legend(page, "plot-fractions", ["no-signal groups", "cut short"])
-    _legend(page, "plot-throughput", ["tokens/s", "tokens/s (raw)"])
-    _legend(page, "plot-main", ["loss", "loss (raw)"])
+    pick_job(page, app.ids["grpo"])
+    # No "(raw)" entries: six did not fit.
+    expect_legend(page, "plot-reward", ["reward (mean)", "format_reward", "length"])
+    expect_legend(page, "plot-fractions", ["no-signal groups", "cut short"])
+    expect_legend(page, "plot-throughput", ["tokens/s", "tokens/s (raw)"])
+    expect_legend(page, "plot-main", ["loss", "loss (raw)"])
 
     samples = page.locator("#job-samples")
     expect(samples.locator("thead th").first).to_be_visible()
@@ -220,7 +193,7 @@ def test_legends_name_metrics_in_words_in_full_and_the_samples_headers_keep_whol
 def test_a_one_step_job_draws_its_loss_as_a_dot(page, app):
     from PIL import Image
 
-    _pick(page, app.ids["one"])
+    pick_job(page, app.ids["one"])
     plot = page.locator("#plot-main")
     expect(plot.locator("svg .role-legend-label text")).to_have_text(["loss"], timeout=20_000)
     drawing_area = plot.locator("svg .role-frame > g > path.background").first  # (the legend's symbols lie below)
@@ -237,7 +210,7 @@ def test_compare_ends_the_step_axis_at_the_longest_jobs_last_step(page, app):
     for job_id in (app.ids["short"], app.ids["long"]):
         chooser.click()
         page.get_by_role("option", name=re.compile(re.escape(job_id))).click()
-    _legend(page, "compare-plot", ["sweep-short", "sweep-long"])
+    expect_legend(page, "compare-plot", ["sweep-short", "sweep-long"])
     x_axis = page.locator("#compare-plot svg g.role-axis[aria-label^='X-axis']")
     # The longest job logged 30 of its 100 planned steps: the axis ends there, not at 50 or 100.
     expect(x_axis).to_have_attribute("aria-label", re.compile(r"values from 0 to 30$"))
@@ -259,7 +232,7 @@ def test_the_jobs_tab_reopens_sending_only_what_changed_and_plots_are_thinned(pa
     assert per_series and max(per_series.values()) <= job_monitor.MAX_PLOT_POINTS, per_series
 
     page.get_by_role("tab", name="Jobs").click()
-    _pick(page, big)
+    pick_job(page, big)
     expect(page.locator("#plot-main")).to_be_visible()
     page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
     sizes: list[int] = []

@@ -361,11 +361,11 @@ def budget_sentence(device: DeviceInfo, budget: int | None) -> str | None:
     return f"memory: the job may use {format_bytes(budget)} ({HEADROOM:.0%} of {where})"
 
 
-def read_total_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """The machine's RAM (the kernel's MemTotal), or psutil's view elsewhere."""
+def _meminfo(field: str, meminfo: Path, fallback: str) -> int | None:
+    """The kernel's ``field`` line of /proc/meminfo in bytes, or psutil's ``virtual_memory().<fallback>`` elsewhere."""
     try:
         for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024  # reported in kB
     except (OSError, ValueError, IndexError):
         pass
@@ -373,22 +373,17 @@ def read_total_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
         import psutil
     except ImportError:
         return None
-    return int(psutil.virtual_memory().total)
+    return int(getattr(psutil.virtual_memory(), fallback))
+
+
+def read_total_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The machine's RAM (the kernel's MemTotal), or psutil's view elsewhere."""
+    return _meminfo("MemTotal", meminfo, "total")
 
 
 def read_available_ram(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """The kernel's MemAvailable (what can be allocated without swapping), or psutil's view elsewhere."""
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # reported in kB
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-    except ImportError:
-        return None
-    return int(psutil.virtual_memory().available)
+    return _meminfo("MemAvailable", meminfo, "available")
 
 
 def format_bytes(size: float) -> str:
