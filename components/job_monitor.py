@@ -438,17 +438,27 @@ def _feed(digest: Any, value: Any) -> None:
         digest.update(repr(value).encode() + b"|")
 
 
-def unchanged(values: list[Any], shown: dict[int, str] | None) -> tuple[list[bool], dict[int, str]]:
+def unchanged(
+    values: list[Any], shown: dict[int, str] | None, positions: Iterable[int] | None = None
+) -> tuple[list[bool], dict[int, str]]:
     """For a refresh's outputs: which of them the page already shows (``shown``: the digests of the last values sent,
-    by position), and the digests to remember now.
+    by position), and the digests to remember now. ``positions`` places ``values`` among the page's outputs when they
+    are only some of them (0, 1, ... by default); the digests of the others are kept.
 
     >>> same, now = unchanged(["a", "b"], None)
     >>> same, unchanged(["a", "c"], now)[0]
     ([False, False], [True, False])
+    >>> same, later = unchanged(["c"], now, [1])
+    >>> same, later[0] == now[0], later[1] == unchanged(["a", "c"], now)[1][1]
+    ([False], True, True)
     """
-    digests = {i: fingerprint(value) for i, value in enumerate(values)}
-    shown = shown or {}
-    return [shown.get(i) == d for i, d in digests.items()], digests
+    digests = dict(shown or {})
+    same = []
+    for i, value in zip(range(len(values)) if positions is None else positions, values):
+        digest = fingerprint(value)
+        same.append(digests.get(i) == digest)
+        digests[i] = digest
+    return same, digests
 
 
 # A plot is a few hundred pixels wide, and the browser redraws every point it is sent (issue 24's slow Jobs tab).

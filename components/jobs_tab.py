@@ -277,21 +277,13 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     def tick(selected, seen, profile: gr.OAuthProfile | None = None):
         """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log
         are not sent (nor redrawn by the browser) every 2 s."""
-        values = view(selected, profile)
-        same, digests = job_monitor.unchanged(values, seen)
-        return [*(gr.skip() if kept else value for value, kept in zip(values, same)), digests]
+        return sent(view(selected, profile), seen, everything)
 
     def sent(values: list, seen: dict | None, outputs: list) -> list:
         """``values`` for ``outputs`` (some of ``everything``), skipping those the page already shows, and the digests
         of all it shows afterwards (by position in ``everything``)."""
-        seen = dict(seen or {})
-        position = {id(c): i for i, c in enumerate(everything)}
-        updates = []
-        for i, value in zip((position[id(c)] for c in outputs), values):
-            digest = job_monitor.fingerprint(value)
-            updates.append(gr.skip() if seen.get(i) == digest else value)
-            seen[i] = digest
-        return [*updates, seen]
+        same, digests = job_monitor.unchanged(values, seen, (position[id(c)] for c in outputs))
+        return [*(gr.skip() if kept else value for value, kept in zip(values, same)), digests]
 
     def open_first(selected, seen, profile: gr.OAuthProfile | None = None):
         """The tab opened, first part: the list and the picked job's summary, what changed since the page last drew
@@ -394,6 +386,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     )
 
     everything = [empty_note, jobs_list, compare_box, table, picker, compare_jobs, *detail]
+    position = {id(c): i for i, c in enumerate(everything)}  # an output's place in ``everything``
     # What this page's Jobs tab shows, as digests by position in ``everything`` (job_monitor.unchanged). Every
     # handler that draws the tab from scratch records it; one that changes part of it empties it, so the next tick
     # sends all.
