@@ -266,6 +266,11 @@ _PREFIXES = {
 }
 
 
+def section_of(path: str) -> str:
+    """The section whose box shows a problem about spec path ``path`` (``training.max_steps`` -> settings)."""
+    return _PREFIXES.get(path.split(".", 1)[0].strip(), "general")
+
+
 class FormError(ValueError):
     """A form value that cannot even be turned into a spec (e.g. unreadable rewards YAML); routed like problems."""
 
@@ -303,7 +308,7 @@ def parse_rewards(text: str) -> list[dict[str, Any]]:
 def _number(raw: Any, path: str, cast=float, optional: bool = False):
     """Form value ``raw`` (spec field ``path``) as a finite number; an empty, non-numeric, infinite or (for whole
     numbers) fractional value is a FormError naming the field, never a TypeError or OverflowError."""
-    section = _PREFIXES[path.split(".")[0]]
+    section = section_of(path)
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         if optional:
             return None
@@ -555,8 +560,7 @@ def route_problems(problems: list[str]) -> dict[str, list[str]]:
     """Each problem under the section its field belongs to (``dataset: ...`` -> dataset), the rest under general."""
     routed: dict[str, list[str]] = {section: [] for section in SECTIONS}
     for problem in problems:
-        head = problem.split(":", 1)[0].split(".", 1)[0].strip()
-        routed[_PREFIXES.get(head, "general")].append(problem)
+        routed[section_of(problem.split(":", 1)[0])].append(problem)
     return routed
 
 
@@ -581,7 +585,7 @@ _PATH_HEAD = re.compile(r"^([a-z_]+(?:\.[A-Za-z0-9_]+)+):\s*(.*)$", re.S)
 
 def field_section(name: str) -> str:
     """The section of the form a field sits in (its spec part's)."""
-    return _PREFIXES.get(FORM_FIELDS[name].path.split(".")[0], "general")
+    return section_of(FORM_FIELDS[name].path)
 
 
 def short_label(f: FormField) -> str:
@@ -637,16 +641,17 @@ def field_problems(problems: list[str], values: dict[str, Any], shown) -> tuple[
         head = _PATH_HEAD.match(text)
         owner = _field_of(head.group(1), values, shown) if head else None
         body = head.group(2) if owner else text
-        mentioned = [p for p in paths if re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", body)]
-        fields = [owner] if owner else []
-        fields += [n for p in mentioned if (n := _field_of(p, values, shown)) and n not in fields]
+        mentions = {  # the spec paths the sentence names -> their shown fields
+            p: name
+            for p in paths
+            if re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", body) and (name := _field_of(p, values, shown))
+        }
+        fields = list(dict.fromkeys([*([owner] if owner else []), *mentions.values()]))
         if not fields:
             rest.append(problem)
             continue
-        for p in mentioned:  # the paths in the sentence, in the form's words
-            name = _field_of(p, values, shown)
-            if name:
-                body = re.sub(rf"(?<![\w.]){re.escape(p)}(?![\w])", short_label(FORM_FIELDS[name]), body)
+        for p, name in mentions.items():  # in the form's words
+            body = re.sub(rf"(?<![\w.]){re.escape(p)}(?![\w])", short_label(FORM_FIELDS[name]), body)
         for before, after in _BOUNDS:
             body = body.replace(before, after)
         body = _GOT.sub(lambda m: f"; you gave {_gave(m.group(1))}", body)

@@ -540,12 +540,11 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
     ) -> dict:
         """Every box: each problem under the fields it is about, in their labels' words with the spec path after it,
         the rest under their section; every other box emptied."""
-        problems = [*(problems or []), *([str(form_error)] if form_error is not None else [])]
-        at, rest = field_problems(problems, values or {}, marks)
-        own_section = [p for p in rest if form_error is not None and p == str(form_error)]
-        routed = route_problems([p for p in rest if p not in own_section])
-        if own_section:
-            routed[form_error.section] += own_section
+        said = str(form_error) if form_error is not None else None
+        at, rest = field_problems([*(problems or []), *([said] if said else [])], values or {}, marks)
+        routed = route_problems([p for p in rest if p != said])
+        if said in rest:  # a form error no field takes: under the section it names
+            routed[form_error.section].append(said)
         fields = {
             mark: "\n".join(f"⚠️ {p} (`{FORM_FIELDS[name].path}`)" for p in at.get(name, []))
             for name, mark in marks.items()
