@@ -58,7 +58,13 @@ def watch_errors(page, errors: list[str]) -> None:
             errors.append(f"console: {message.text}")
 
     page.on("console", logged)
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on("pageerror", lambda e: errors.append(thrown(e)))
+
+
+def thrown(error) -> str:
+    """An error a page threw, with the top of its stack: which script threw it is most of what a flaky one tells."""
+    where = [line.strip() for line in (error.stack or "").splitlines()[1:4]]
+    return f"page error: {error}" + "".join(f"\n    {line}" for line in where)
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, goto
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, goto, thrown
 from tests.conftest import wait_for
 
 pytestmark = BROWSER_MARKS
@@ -70,7 +70,7 @@ def _page(browser, url: str, username: str, errors: list[str]):
     page = context.new_page()
     page.set_default_timeout(60_000)
     page.on("console", lambda m: errors.append(f"console: {m.text}") if _counts(m) else None)
-    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on("pageerror", lambda e: errors.append(thrown(e)))
     page.collected_errors = errors  # tests.browser.goto drops what a navigation itself cuts off
     return page
 

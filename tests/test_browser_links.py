@@ -14,7 +14,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import BROWSER_MARKS, jobs_tab_ticks, open_page, wait_until
+from tests.browser import BROWSER_MARKS, goto, jobs_tab_ticks, open_page, reload, wait_until
 from tests.conftest import tiny_spec
 
 pytestmark = BROWSER_MARKS
@@ -38,7 +38,7 @@ def _selected_tab(page) -> str:
 
 def test_a_job_link_opens_the_jobs_tab_on_that_job_not_the_newest(app_with_jobs):
     running, page, first, _second = app_with_jobs
-    page.goto(f"{running.url}?job={first}")
+    goto(page, f"{running.url}?job={first}")
     expect(page.locator("#job-picker input")).to_have_value(re.compile(rf"^{first}"), timeout=30_000)
     expect(page.locator("#job-summary")).to_contain_text(first)
     assert _selected_tab(page) == "Jobs"
@@ -51,7 +51,7 @@ def test_a_job_link_opens_the_jobs_tab_on_that_job_not_the_newest(app_with_jobs)
 
 def test_a_reload_keeps_the_tab_and_the_job(app_with_jobs):
     running, page, first, second = app_with_jobs
-    page.goto(running.url)
+    goto(page, running.url)
     expect(page.locator("#header-status")).to_contain_text("Device:")
     assert _selected_tab(page) == "Train"
     page.get_by_role("tab", name="Jobs").click()
@@ -61,20 +61,20 @@ def test_a_reload_keeps_the_tab_and_the_job(app_with_jobs):
     page.get_by_role("option", name=re.compile(rf"^{first}")).click()
     expect(page.locator("#job-summary")).to_contain_text(first)
     expect(page).to_have_url(re.compile(rf"job={first}"))
-    page.reload()
+    reload(page)
     expect(page.locator("#job-picker input")).to_have_value(re.compile(rf"^{first}"), timeout=30_000)
     assert _selected_tab(page) == "Jobs"
 
     page.get_by_role("tab", name="Chat").click()
     expect(page).to_have_url(re.compile(r"tab=chat"))
-    page.reload()
+    reload(page)
     expect(page.locator("#header-status")).to_contain_text("Device:")
     expect(page.locator("[role='tab'][aria-selected='true']").first).to_have_text("Chat")
 
 
 def test_a_bad_link_lands_on_the_train_tab(app_with_jobs):
     running, page, _first, _second = app_with_jobs
-    page.goto(f"{running.url}?tab=nowhere&job=../../etc")
+    goto(page, f"{running.url}?tab=nowhere&job=../../etc")
     expect(page.locator("#header-status")).to_contain_text("Device:")
     expect(page.locator("[role='tab'][aria-selected='true']").first).to_have_text("Train")
     assert "Traceback" not in running.log_tail(20_000)

@@ -74,11 +74,17 @@ def test_a_signed_in_stranger_checks_and_queues_from_the_train_tab(space, browse
 def _pick_echo_environment(page) -> None:
     """GRPO of the random demo model (plumbing) on the echo prompts against the built-in echo environment, picked as
     a user does."""
+    dataset = page.locator("#builtin-dataset input")
     pick_base_model(page, "builtin:tiny-qwen3")
+    # Each pick sends the dataset picker new choices; typing in it before they land races Gradio's dropdown, which
+    # then reads a choice past the end of the new list (a CI run's "Cannot read properties of undefined").
+    expect(dataset).to_have_value("chat-demo")
     page.locator("#method").get_by_label("grpo").check()
+    expect(dataset).to_have_value("math-demo")
     for box, value in (("#builtin-dataset input", "echo-demo"), ("#env-name input", "builtin:echo")):
         page.locator(box).fill(value)
         page.locator(box).press("Enter")
+        expect(page.locator(box)).to_have_value(value)
 
 
 def test_a_signed_in_stranger_dry_runs_an_environment(space, browser):
