@@ -108,18 +108,20 @@ def goto(page, url: str) -> None:
     Errors the departing page logs because its in-flight requests were cut off are dropped from the page's collected
     errors (see ``open_page``); every other error stays.
     """
-    errors = getattr(page, "collected_errors", None)
-    before = len(errors) if errors is not None else 0
-    page.goto(url)
-    if errors is not None:
-        errors[before:] = [e for e in errors[before:] if not _CUT_OFF_BY_NAVIGATION.search(e)]
+    _leave(page, lambda: page.goto(url))
 
 
 def reload(page) -> None:
     """Reload ``page`` as a user would (F5), dropping the errors its cut-off requests log (see ``goto``)."""
+    _leave(page, page.reload)
+
+
+def _leave(page, navigate) -> None:
+    """``navigate()`` away from the page's document, dropping from its collected errors those that the departing
+    document logs because the navigation cut off its requests."""
     errors = getattr(page, "collected_errors", None)
     before = len(errors) if errors is not None else 0
-    page.reload()
+    navigate()
     if errors is not None:
         errors[before:] = [e for e in errors[before:] if not _CUT_OFF_BY_NAVIGATION.search(e)]
 

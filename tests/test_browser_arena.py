@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.apps import data_dir_with_models, launch_app, session_cookie
-from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, goto, thrown
+from tests.browser import ARTIFACTS, BROWSER_MARKS, chromium, goto, watch_errors
 from tests.conftest import wait_for
 
 pytestmark = BROWSER_MARKS
@@ -69,19 +69,9 @@ def _page(browser, url: str, username: str, errors: list[str]):
     context.add_cookies([{"name": "session", "value": session_cookie(username), "url": url}])
     page = context.new_page()
     page.set_default_timeout(60_000)
-    page.on("console", lambda m: errors.append(f"console: {m.text}") if _counts(m) else None)
-    page.on("pageerror", lambda e: errors.append(thrown(e)))
+    watch_errors(page, errors)  # but for the offline Hub's: a Space's page asks the Hub about the Space
     page.collected_errors = errors  # tests.browser.goto drops what a navigation itself cuts off
     return page
-
-
-# A Space's page asks the Hub about the Space and for pictures, which this offline machine cannot reach.
-_OFFLINE = re.compile(r"net::ERR_NAME_NOT_RESOLVED|^Space not found$")
-
-
-def _counts(message) -> bool:
-    """A console error that is the page's, not the offline network's."""
-    return message.type == "error" and not _OFFLINE.search(message.text)
 
 
 def _pick_job(page, job_id: str) -> None:
