@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -25,19 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.latency import _fill_store, job_status, launch_app, start_training  # noqa: E402 - after the path
+from benchmarks.latency import _fill_store, _summary, job_status, launch_app, start_training  # noqa: E402 - after the path
 
 CHROMIUM = "/usr/bin/chromium"
-
-
-def _summary(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    return {
-        "n": len(times),
-        "p50_ms": round(statistics.median(ordered), 1),
-        "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))], 1),
-        "max_ms": round(ordered[-1], 1),
-    }
 
 
 def _timed(page, click, ready: str) -> tuple[float, float]:
