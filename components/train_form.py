@@ -583,6 +583,13 @@ _GOT = re.compile(r"\s*\(got (.+)\)$", re.S)
 _PATH_HEAD = re.compile(r"^([a-z_]+(?:\.[A-Za-z0-9_]+)+):\s*(.*)$", re.S)
 
 
+# Each field's spec path as a sentence mentions it (a whole path, not the tail of a longer one), longest first.
+_MENTIONS = [
+    (path, re.compile(rf"(?<![\w.]){re.escape(path)}(?![\w])"))
+    for path in sorted({f.path for f in FORM_FIELDS.values()}, key=len, reverse=True)
+]
+
+
 def field_section(name: str) -> str:
     """The section of the form a field sits in (its spec part's)."""
     return section_of(FORM_FIELDS[name].path)
@@ -635,23 +642,20 @@ def field_problems(problems: list[str], values: dict[str, Any], shown) -> tuple[
     """
     at: dict[str, list[str]] = {}
     rest: list[str] = []
-    paths = sorted({f.path for f in FORM_FIELDS.values()}, key=len, reverse=True)
     for problem in problems:
         text = problem.removeprefix("spec: ")
         head = _PATH_HEAD.match(text)
         owner = _field_of(head.group(1), values, shown) if head else None
         body = head.group(2) if owner else text
         mentions = {  # the spec paths the sentence names -> their shown fields
-            p: name
-            for p in paths
-            if re.search(rf"(?<![\w.]){re.escape(p)}(?![\w])", body) and (name := _field_of(p, values, shown))
+            mention: name for p, mention in _MENTIONS if mention.search(body) and (name := _field_of(p, values, shown))
         }
         fields = list(dict.fromkeys([*([owner] if owner else []), *mentions.values()]))
         if not fields:
             rest.append(problem)
             continue
-        for p, name in mentions.items():  # in the form's words
-            body = re.sub(rf"(?<![\w.]){re.escape(p)}(?![\w])", short_label(FORM_FIELDS[name]), body)
+        for mention, name in mentions.items():  # in the form's words
+            body = mention.sub(short_label(FORM_FIELDS[name]), body)
         for before, after in _BOUNDS:
             body = body.replace(before, after)
         body = _GOT.sub(lambda m: f"; you gave {_gave(m.group(1))}", body)
