@@ -179,9 +179,10 @@ def fill_settings(page, **values: str) -> None:
     """Open the training-settings accordion (unless it is open) and type ``values`` by field label, as a user would.
 
     The accordion mounts its fields when it first opens and sets them to the form's defaults as it does; text typed
-    before that lands is overwritten (a CI run saw "3" become "30"). So each field is first seen holding a value (one
-    that may be empty, beside Learning rate, which never is), then typed into and left with Tab, and only then are
-    all checked.
+    before that lands is overwritten (a CI run saw "3" become "30", another "3" become the recipe's "150" after it
+    had shown "150"). So each field is first seen holding a value (one that may be empty, beside Learning rate,
+    which never is), then typed into and left with Tab; a field that the mount set back within 2 s is typed into
+    once more, as a person who saw it would; and only then are all checked.
     """
     from playwright.sync_api import expect
 
@@ -192,10 +193,18 @@ def fill_settings(page, **values: str) -> None:
     for label, field in fields.items():
         if label not in MAY_BE_EMPTY:
             expect(field).to_have_value(re.compile(r"\S"))
-    for label, field in fields.items():
-        field.fill(values[label])
+
+    def type_in(field, value: str) -> None:
+        field.fill(value)
         field.press("Tab")
+
     for label, field in fields.items():
+        type_in(field, values[label])
+    for label, field in fields.items():
+        try:
+            expect(field).to_have_value(values[label], timeout=2_000)
+        except AssertionError:
+            type_in(field, values[label])
         expect(field).to_have_value(values[label])
 
 
