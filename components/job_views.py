@@ -31,7 +31,7 @@ TABLE_COLUMNS = [
 ]
 EMPTY_JOBS = "No jobs yet: queue one in the Train tab, then follow it here."
 # The learning verdict's mark, as the summary shows it (backend/core/learning.py decides the verdict).
-VERDICT_MARKS = {"improved": "✅", "no_change": "➖", "worse": "⚠️", "no_signal": "🚫"}
+VERDICT_MARKS = {"improved": "✅", "no_change": "➖", "worse": "⚠️", "regressed": "❌", "no_signal": "🚫"}
 
 
 def _short(text: str, n: int) -> str:

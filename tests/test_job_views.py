@@ -371,16 +371,22 @@ def test_a_success_that_learned_nothing_says_so_in_the_heading_the_table_and_the
 
 
 @pytest.mark.parametrize(
-    "verdict,mark,word", [("improved", "✅", "Improved"), ("no_change", "➖", "No change"), ("worse", "⚠️", "Worse")]
+    "verdict,mark,word,status",
+    [
+        ("improved", "✅", "Improved", "succeeded"),
+        ("no_change", "➖", "No change", "succeeded"),
+        ("worse", "⚠️", "Worse", "succeeded - got worse"),
+        ("regressed", "❌", "Got worse", "succeeded - got worse"),
+    ],
 )
-def test_the_verdict_leads_the_summary_with_its_mark_and_the_status_stays_plain(api, verdict, mark, word):
+def test_the_verdict_leads_the_summary_with_its_mark_and_the_status_says_the_same(api, verdict, mark, word, status):
     job = _job(api)
     sentence = "Held-out loss 2.1 -> 1.7 (-0.4, ±0.1) on 8 rows."
     learning = {"verdict": verdict, "metric": "eval_loss", "label": "held-out loss", "sentence": sentence, "rows": 8}
     done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(learning=learning))
     lines = job_views.summary_markdown(api, done).split("\n\n")
     assert lines[1] == f"{mark} **{word}**: {sentence}"
-    assert "· succeeded · SFT of" in lines[0] and job_views.choice(done).endswith(" · succeeded")
+    assert f"· {status} · SFT of" in lines[0] and job_views.choice(done).endswith(f" · {status}")
     assert "learned nothing" not in job_views.summary_markdown(api, done)
 
 

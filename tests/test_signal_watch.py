@@ -159,5 +159,9 @@ def test_grpo_on_a_constant_reward_stops_early_and_still_succeeds(paths, store):
     assert GROUPS_SCORED_SAME in signal.conditions
     assert (signal.since_step, signal.consecutive, signal.steps_logged, signal.steps_with_signal) == (1, 3, 3, 0)
     assert no_signal_reason(signal) is not None
+    # The verdict says it too, whether or not held-out rows were scored (it once ended with none: "succeeded").
+    learning = done.artifacts.learning
+    assert learning is not None and learning.verdict == "no_signal", learning
+    assert "The run learned nothing: " in learning.sentence
     trained = [m for m in store.metrics(job.id) if "frac_reward_zero_std" in m and "train_runtime" not in m]
     assert len(trained) == PATIENCE and all(m["frac_reward_zero_std"] == 1 for m in trained)

@@ -52,10 +52,36 @@ class AutoTuneRecord(BaseModel):
     budget_bytes: int | None = Field(None, description="the memory the device offered (None: unknown)")
 
 
-Verdict = Literal["improved", "no_change", "worse", "no_signal"]
+# ``regressed``: the method's metric rose or held, but a guard on what the user cares about fell (the model got worse).
+Verdict = Literal["improved", "no_change", "worse", "regressed", "no_signal"]
 
 
-VERDICT_WORDS = {"improved": "improved", "no_change": "no change", "worse": "worse", "no_signal": "learned nothing"}
+VERDICT_WORDS = {
+    "improved": "improved",
+    "no_change": "no change",
+    "worse": "worse",
+    "regressed": "got worse",
+    "no_signal": "learned nothing",
+}
+
+
+class GuardCheck(BaseModel):
+    """One capability guard of a verdict: a score the user cares about, start -> tuned on the same held-out rows or
+    benchmark items, and whether it fell beyond its interval."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metric: str = Field(description="the evaluation key (exact_match, reference_logprob, bench:arith, ...)")
+    label: str = Field(description="the guard as people say it: held-out accuracy")
+    before: float | None = Field(None, description="the start's score (the parent's adapter, else the base)")
+    after: float | None = Field(None, description="the tuned model's score")
+    delta: float | None = Field(None, description="after minus before")
+    ci95: float | None = Field(None, description="half-width of the 95% interval of delta")
+    rows: int = Field(0, description="the rows or items it was scored on")
+    higher_is_better: bool = Field(True, description="whether a rise is better")
+    rate: bool = Field(False, description="whether it is a share (shown in percent and points)")
+    fell: bool = Field(False, description="whether it got worse beyond its interval (and its tolerance)")
+    sentence: str = Field("", description="the guard in words: held-out accuracy 41% -> 3% (-38 points, ±6)")
 
 
 class LearningVerdict(BaseModel):
@@ -70,12 +96,16 @@ class LearningVerdict(BaseModel):
     delta: float | None = Field(None, description="after minus before")
     ci95: float | None = Field(None, description="half-width of the 95% interval of delta, from the rows themselves")
     rows: int = Field(0, description="held-out rows (or episodes) the scores come from")
-    verdict: Verdict = Field(description="improved, no_change, worse, or no_signal (nothing to learn from)")
+    verdict: Verdict = Field(description="improved, no_change, worse, regressed (a guard fell) or no_signal")
     sentence: str = Field(description="the verdict in one sentence, as the Jobs tab, model card and CLI show it")
+    method_sentence: str = Field("", description="what the method's own metric did, before the guards had their say")
     base: float | None = Field(None, description="the base model's score, when the job started from a parent")
     start: Literal["base", "parent"] = Field("base", description="what 'before' is")
     higher_is_better: bool = Field(True, description="whether a rise is an improvement (a loss: False)")
     rate: bool = Field(False, description="whether the metric is a share of rows (shown in percent and points)")
+    guards: list[GuardCheck] = Field(
+        default_factory=list, description="the capability guards scored with it; one that fell makes it 'regressed'"
+    )
 
     @property
     def word(self) -> str:

@@ -6,6 +6,21 @@ row; its 95% interval comes from a paired bootstrap over those rows, so it says 
 support. A change whose interval excludes zero is ``improved`` or ``worse``; else ``no_change``. A GRPO run that never
 had anything to learn from (every group scored the same on every step) is ``no_signal``, whatever the scores say.
 
+A method's metric is what the method optimizes, and can be gamed: KTO widens the gap between good and bad answers
+just as well by making the good ones 300,000 times less likely. So every verdict also carries guards, scores the user
+cares about on the same rows (answer accuracy, the likelihood of the reference answers, per-token loss, general
+benchmarks): one that fell beyond its interval (and its tolerance) turns ``improved`` or ``no_change`` into
+``regressed``, and the sentence says what broke.
+
+>>> accuracy = LearningMetric("exact_match", "held-out accuracy", rate=True)
+>>> gap = LearningMetric("gap", "held-out log-prob gap")
+>>> v = verdict(gap, [0.1, 0.0, 0.2, 0.1] * 16, [3.0, 2.0, 2.5, 3.0] * 16,
+...             guards=[guard(accuracy, [1, 0, 1, 0] * 16, [0, 0, 0, 0] * 16)])
+>>> v.verdict
+'regressed'
+>>> v.sentence.split(". ", 1)[1]
+'But held-out accuracy fell 50% -> 0% (-50 points, ±12): the model got worse.'
+
 >>> v = verdict(LearningMetric("accuracy", "held-out accuracy", rate=True), [0, 0, 1, 0] * 16, [1, 0, 1, 1] * 16)
 >>> v.verdict, v.sentence
 ('improved', 'Held-out accuracy 25% -> 75% (+50 points, ±12) on 64 rows.')
@@ -16,11 +31,12 @@ had anything to learn from (every group scored the same on every step) is ``no_s
 from __future__ import annotations
 
 import random
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.core.artifacts import LearningVerdict
+from backend.core.artifacts import GuardCheck, LearningVerdict, Verdict
 
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
@@ -32,7 +48,9 @@ class LearningMetric:
     """A method's verdict metric: the evaluation key, its name, its direction and whether it is a share of rows.
 
     ``grouped``: the per-row values carry a group (KTO's desirable/undesirable label) and the statistic is the mean of
-    the True group minus the mean of the False group; else it is the plain mean.
+    the True group minus the mean of the False group; else it is the plain mean. ``tolerance``: as a guard, a fall
+    smaller than this is not counted even when the rows can tell it from noise (a log-likelihood's few hundredths of
+    a nat are nothing a user meets).
     """
 
     key: str
@@ -40,6 +58,7 @@ class LearningMetric:
     higher_is_better: bool = True
     rate: bool = False
     grouped: bool = False
+    tolerance: float = 0.0
 
 
 def _statistic(values: Sequence[float], groups: Sequence[bool] | None, index: Sequence[int]) -> float | None:
@@ -138,10 +157,13 @@ def verdict(
     base_rows: Sequence[float] | None = None,
     start: str = "base",
     no_signal: str | None = None,
+    guards: Sequence[GuardCheck] = (),
 ) -> LearningVerdict:
     """The verdict from per-row scores of the start and the tuned model (the same rows, in the same order).
 
     ``no_signal``: a sentence saying the run had nothing to learn from; it makes the verdict ``no_signal``.
+    ``guards``: capability checks (:func:`guard`); one that fell makes an ``improved`` or ``no_change`` verdict
+    ``regressed``.
     """
     if len(before_rows) != len(after_rows):
         raise ValueError(
@@ -162,7 +184,7 @@ def verdict(
         text += " No change the rows can tell from noise."
     elif outcome == "worse":
         text += " Training made it worse."
-    return LearningVerdict(
+    learning = LearningVerdict(
         metric=metric.key,
         label=metric.label,
         before=before,
@@ -172,8 +194,114 @@ def verdict(
         rows=len(after_rows),
         verdict=outcome,
         sentence=text,
+        method_sentence=text,
         base=base,
         start=start,
+        higher_is_better=metric.higher_is_better,
+        rate=metric.rate,
+    )
+    return guarded(learning, guards)
+
+
+def guard(
+    metric: LearningMetric,
+    before_rows: Sequence[float],
+    after_rows: Sequence[float],
+    *,
+    groups: Sequence[bool] | None = None,
+    stderr: tuple[float | None, float | None] | None = None,
+) -> GuardCheck:
+    """A capability guard from per-row scores of the start and the tuned model: did it fall beyond its interval?
+
+    ``stderr``: (start, tuned) standard errors, for a score whose rows are not paired (the interval is then
+    1.96 times their combined error).
+
+    >>> g = guard(LearningMetric("exact_match", "held-out accuracy", rate=True), [1, 1, 0, 1] * 8, [1, 1, 0, 1] * 8)
+    >>> g.fell, g.sentence
+    (False, 'held-out accuracy 75% -> 75% (+0 points, ±0)')
+    """
+    if len(before_rows) != len(after_rows):
+        raise ValueError(f"{len(before_rows)} rows before but {len(after_rows)} after: a guard scores the same rows")
+    groups = list(groups) if metric.grouped and groups is not None else None
+    everything = list(range(len(after_rows)))
+    before, after = _statistic(before_rows, groups, everything), _statistic(after_rows, groups, everything)
+    delta = after - before if before is not None and after is not None else None
+    if stderr is not None and None not in stderr:
+        ci: float | None = round(1.96 * (stderr[0] ** 2 + stderr[1] ** 2) ** 0.5, 6)  # type: ignore[operator]
+    else:
+        ci = paired_interval(before_rows, after_rows, groups) if delta is not None else None
+    return guard_check(metric, before, after, ci, len(after_rows))
+
+
+def guard_check(
+    metric: LearningMetric, before: float | None, after: float | None, ci: float | None, rows: int
+) -> GuardCheck:
+    """A guard from its summary figures: it fell when the interval excludes zero on the bad side and the fall is over
+    the metric's tolerance."""
+    delta = after - before if before is not None and after is not None else None
+    fell = (
+        delta is not None
+        and ci is not None
+        and judge(delta, ci, metric.higher_is_better) == "worse"
+        and abs(delta) > metric.tolerance
+    )
+    text = f"{metric.label} {'fell ' if fell else ''}{_shown(before, metric)} -> {_shown(after, metric)}"
+    if delta is not None:
+        text += f" ({_change(delta, ci, metric)})"
+    return GuardCheck(
+        metric=metric.key,
+        label=metric.label,
+        before=before,
+        after=after,
+        delta=delta,
+        ci95=ci,
+        rows=rows,
+        higher_is_better=metric.higher_is_better,
+        rate=metric.rate,
+        fell=fell,
+        sentence=text,
+    )
+
+
+def guarded(learning: LearningVerdict, guards: Sequence[GuardCheck]) -> LearningVerdict:
+    """The verdict with ``guards`` added to those it has (a guard of the same metric is replaced): ``improved`` or
+    ``no_change`` becomes ``regressed`` when one fell, ``regressed`` goes back when none does, and the sentence says
+    what broke (or what was checked)."""
+    if not guards and not learning.guards:
+        return learning
+    added = {g.metric for g in guards}
+    checks = [g for g in learning.guards if g.metric not in added] + list(guards)
+    outcome: Verdict = learning.verdict
+    if outcome == "regressed":
+        outcome = method_outcome(learning)
+    fell = [g for g in checks if g.fell]
+    if fell and outcome in ("improved", "no_change"):
+        outcome = "regressed"
+    text = learning.method_sentence or learning.sentence
+    if fell:
+        joined = "; ".join(g.sentence for g in fell)
+        text += f" But {joined}: the model got worse." if outcome == "regressed" else f" Also {joined}."
+    elif checks and outcome != NO_SIGNAL:
+        text += " Nothing it was checked on got worse: " + "; ".join(g.sentence for g in checks) + "."
+    return learning.model_copy(update={"guards": checks, "verdict": outcome, "sentence": text})
+
+
+def method_outcome(learning: LearningVerdict) -> Verdict:
+    """The verdict by the method's own metric alone (what ``regressed`` was before a guard fell)."""
+    if learning.verdict != "regressed":
+        return learning.verdict
+    return typing.cast(Verdict, judge(learning.delta, learning.ci95, learning.higher_is_better))
+
+
+def no_signal_verdict(metric: LearningMetric, reason: str) -> LearningVerdict:
+    """``no_signal`` for a run with nothing to learn from and no held-out rows scored: it says so all the same."""
+    text = f"The run learned nothing: {reason}"
+    return LearningVerdict(
+        metric=metric.key,
+        label=metric.label,
+        verdict=NO_SIGNAL,
+        sentence=text,
+        method_sentence=text,
         higher_is_better=metric.higher_is_better,
         rate=metric.rate,
     )
@@ -184,8 +312,12 @@ def status_text(status: str, learning: LearningVerdict | dict[str, Any] | None) 
 
     >>> status_text("succeeded", {"verdict": "no_signal"}), status_text("succeeded", None)
     ('succeeded - learned nothing', 'succeeded')
+    >>> status_text("succeeded", {"verdict": "regressed"})
+    'succeeded - got worse'
     """
     outcome = learning.get("verdict") if isinstance(learning, dict) else getattr(learning, "verdict", None)
     if status == "succeeded" and outcome == NO_SIGNAL:
         return "succeeded - learned nothing"
+    if status == "succeeded" and outcome in ("regressed", "worse"):
+        return "succeeded - got worse"
     return status

@@ -174,6 +174,20 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
     learning = artifacts.learning
     if learning is not None:
         lines += [f"**Verdict: {learning.word}.** {learning.sentence}", ""]
+        if learning.guards:
+            lines += [
+                "| what the verdict checked | start | tuned | change (95% interval) | |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for check in learning.guards:
+                shown = [_guard_value(v, check.rate) for v in (check.before, check.after)]
+                change = _guard_value(check.delta, check.rate, signed=True)
+                if check.ci95 is not None:
+                    change += f" ±{_guard_value(check.ci95, check.rate)}"
+                lines.append(
+                    f"| {check.label} | {shown[0]} | {shown[1]} | {change} | {'fell' if check.fell else 'kept'} |"
+                )
+            lines.append("")
     signal = artifacts.signal
     if signal is not None and signal.shown:
         details = [f"none since step {signal.since_step}"] if signal.since_step is not None else []
@@ -189,6 +203,14 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
             text += f" {signal.warning}"
         lines += [text, ""]
     return lines
+
+
+def _guard_value(value: float | None, rate: bool, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    if rate:
+        return f"{value * 100:+.0f} points" if signed else f"{value:.0%}"
+    return f"{value:+.3g}" if signed else f"{value:.3g}"
 
 
 def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, Any] | None) -> list[str]:

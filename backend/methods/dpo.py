@@ -13,7 +13,14 @@ from backend.core.learning import LearningMetric
 from backend.core.spec import JobSpec, Method
 from backend.methods.common import base_training_kwargs, policy_trainer
 from backend.methods.rendering import render_preference_row
-from backend.methods.support import DataFormat, MethodSupport, TrainerInputs, always
+from backend.methods.support import (
+    ACCURACY_GUARD,
+    REFERENCE_LIKELIHOOD_GUARD,
+    DataFormat,
+    MethodSupport,
+    TrainerInputs,
+    always,
+)
 from backend.models.mixed_batch import mixed_logprobs
 from backend.models.scoring import (
     PER_ROW,
@@ -21,6 +28,7 @@ from backend.models.scoring import (
     answer_scores,
     as_messages,
     chunks,
+    mean,
     merge_scores,
     per_side,
     render_texts,
@@ -69,11 +77,17 @@ def preference_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, d
     for chunk in chunks(items):
         logprobs += mixed_logprobs(model, tokenizer, [text for _, text in chunk], [side for side, _ in chunk])
     margins = per_side(sides, [(items[i][0], logprobs[i] - logprobs[i + 1]) for i in range(0, len(items), 2)])
+    chosen = per_side(sides, [(items[i][0], logprobs[i]) for i in range(0, len(items), 2)])
     scores = {
         side: {
             "preference_accuracy": sum(m > 0 for m in values) / len(values),
             "logprob_margin": sum(values) / len(values),
-            PER_ROW: {"preference_accuracy": [float(m > 0) for m in values], "logprob_margin": values},
+            "reference_logprob": mean(chosen[side]),
+            PER_ROW: {
+                "preference_accuracy": [float(m > 0) for m in values],
+                "logprob_margin": values,
+                "reference_logprob": chosen[side],
+            },
         }
         for side, values in margins.items()
     }
@@ -99,6 +113,8 @@ SUPPORT = MethodSupport(
     build_trainer=build_dpo_trainer,
     evaluate=preference_scores,
     learning_metrics=lambda spec: (LearningMetric("preference_accuracy", "held-out preference accuracy", rate=True),),
+    # Preferring the right answers must neither cost greedy accuracy nor make the chosen answers unlikely.
+    guards=lambda spec: (ACCURACY_GUARD, REFERENCE_LIKELIHOOD_GUARD),
     render=render_preference_row,
     card_rows=lambda spec: [("DPO beta", spec.dpo.beta), ("DPO loss", spec.dpo.loss_type)],
     reference_model=always,  # the reference log-probs, every step (the studio does not precompute them)

@@ -8,15 +8,22 @@ that starts from a parent job's adapter keeps a frozen copy of that adapter as t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backend.core.learning import LearningMetric
 from backend.core.spec import JobSpec, Method
 from backend.methods.common import base_training_kwargs, policy_trainer
 from backend.methods.rendering import render_sft_row
-from backend.methods.support import DataFormat, MethodSupport, TrainerInputs, always
+from backend.methods.support import (
+    ACCURACY_GUARD,
+    REFERENCE_LIKELIHOOD_GUARD,
+    DataFormat,
+    MethodSupport,
+    TrainerInputs,
+    always,
+)
 from backend.models.mixed_batch import mixed_logprobs
-from backend.models.scoring import PER_ROW, chunks, per_side, render_texts
+from backend.models.scoring import PER_ROW, answer_pair, answer_scores, chunks, merge_scores, per_side, render_texts
 
 if TYPE_CHECKING:
     from trl import KTOConfig, KTOTrainer
@@ -51,7 +58,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[str, float]]:
+def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[str, Any]]:
     """Per side: the mean log-probability of the desirable and of the undesirable completions, and their margin
     (desirable minus undesirable; KTO should raise it). Every side is scored in the same batches; a held-out set
     with one kind of label only has that kind's mean."""
@@ -65,7 +72,7 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
     for chunk in chunks(items):
         logprobs += mixed_logprobs(model, tokenizer, [text for _, text, _ in chunk], [side for side, _, _ in chunk])
     scored = per_side(sides, [(side, (label, lp)) for (side, _, label), lp in zip(items, logprobs)])
-    scores: dict[str | None, dict[str, float]] = {}
+    scores: dict[str | None, dict[str, Any]] = {}
     for side, values in scored.items():
         good = _mean([lp for label, lp in values if label])
         bad = _mean([lp for label, lp in values if not label])
@@ -73,9 +80,19 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
             "desirable_logprob": good,
             "undesirable_logprob": bad,
             "logprob_margin": good - bad if good is not None and bad is not None else None,
+            "reference_logprob": good,
         }
         scores[side] = {name: value for name, value in row.items() if value is not None}
-        scores[side][PER_ROW] = {"logprob": [lp for _, lp in values], "groups": [float(label) for label, _ in values]}
+        scores[side][PER_ROW] = {
+            "logprob": [lp for _, lp in values],
+            "groups": [float(label) for label, _ in values],
+            # The capability guard's rows: the desirable answers alone (the references a user wants said).
+            "reference_logprob": [lp for label, lp in values if label],
+        }
+    # The desirable answers are the references: the greedy answers must keep matching them.
+    answered = [answer_pair(row["prompt"], row["completion"]) for row in rows if bool(row["label"])]
+    if answered and all(a is not None for a in answered):
+        merge_scores(scores, answer_scores(model, tokenizer, [a[0] for a in answered], [a[1] for a in answered], sides))
     return scores
 
 
@@ -95,6 +112,8 @@ SUPPORT = MethodSupport(
     learning_metrics=lambda spec: (
         LearningMetric("logprob", "held-out desirable - undesirable log-prob gap", grouped=True),
     ),
+    # The gap widens as well when the good answers become unlikely, only less so than the bad ones: guard both.
+    guards=lambda spec: (ACCURACY_GUARD, REFERENCE_LIKELIHOOD_GUARD),
     render=render_sft_row,  # prompt + completion, as KTOTrainer tokenizes them
     card_rows=_card_rows,
     plots=(("loss", "loss"), ("rewards/margins", "reward margin")),

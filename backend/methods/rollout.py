@@ -177,11 +177,25 @@ def template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict:
     return {"enable_thinking": spec.rollout.enable_thinking} if spec.rollout.enable_thinking is not None else {}
 
 
+def only_accuracy(spec: JobSpec) -> bool:
+    """Whether the job's reward is TRL's accuracy check alone (the held-out reward is then accuracy)."""
+    return [r.name for r in spec.rollout.rewards] == ["accuracy"] and spec.rollout.rewards[0].weight == 1
+
+
 def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
     """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check."""
-    only_accuracy = [r.name for r in spec.rollout.rewards] == ["accuracy"] and spec.rollout.rewards[0].weight == 1
-    label = "held-out accuracy" if only_accuracy else "held-out reward"
-    return (LearningMetric("reward/total", label, rate=only_accuracy),)
+    label = "held-out accuracy" if only_accuracy(spec) else "held-out reward"
+    return (LearningMetric("reward/total", label, rate=only_accuracy(spec)),)
+
+
+# A reward of format, length or keywords can be gamed: where the rows carry a ``solution``, the greedy answers'
+# accuracy against it guards the verdict (scored by TRL's accuracy check, as GRPO's accuracy reward is).
+ANSWER_ACCURACY_GUARD = LearningMetric("accuracy", "held-out answer accuracy", rate=True)
+
+
+def guards(spec: JobSpec) -> tuple[LearningMetric, ...]:
+    """The answer-accuracy guard, unless the reward already is that accuracy."""
+    return () if only_accuracy(spec) else (ANSWER_ACCURACY_GUARD,)
 
 
 def conversational_prompts(ds):
@@ -223,6 +237,12 @@ def reward_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[
             total = [t + weight * v for t, v in zip(total, values)]
         scores["reward/total"] = sum(total) / len(total)
         scores[PER_ROW] = {"reward/total": total}
+        if "solution" in columns and guards(spec):
+            from backend.methods.rewards import TRLReward
+
+            right = [1.0 if v == 1 else 0.0 for v in TRLReward("accuracy")(completions=completions, **columns)]
+            scores["accuracy"] = sum(right) / len(right)
+            scores[PER_ROW]["accuracy"] = right
         result[side] = scores
     return result
 
@@ -301,6 +321,7 @@ def online_support(**row: Any) -> MethodSupport:
         "formats": (DataFormat("prompt-only", ("prompt",)),),
         "evaluate": reward_scores,
         "learning_metrics": learning_metrics,
+        "guards": guards,
         "render": render_prompt_row,
         "plots": PLOTS,
         "generation": generation,

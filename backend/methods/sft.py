@@ -9,7 +9,7 @@ from backend.core.learning import LearningMetric
 from backend.core.spec import JobSpec, Method
 from backend.methods.common import base_training_kwargs, load_policy
 from backend.methods.rendering import render_sft_row
-from backend.methods.support import DataFormat, MethodSupport, TrainerInputs
+from backend.methods.support import ACCURACY_GUARD, LOSS_GUARD, DataFormat, MethodSupport, TrainerInputs
 from backend.models.mixed_batch import BASE_ADAPTER
 from backend.models.scoring import PER_ROW, answer_pair, answer_scores, mean, merge_scores, split_answer, token_nll
 
@@ -160,6 +160,7 @@ SUPPORT = MethodSupport(
         LearningMetric("exact_match", "held-out exact-match accuracy", rate=True),
         LearningMetric("token_nll", "held-out loss (nats/token)", higher_is_better=False),
     ),
+    guards=lambda spec: (ACCURACY_GUARD, LOSS_GUARD),
     render=render_sft_row,
     card_rows=_card_rows,
     packing_path="sft.packing",

@@ -6,6 +6,7 @@ Each method module (``sft``, ``dpo``, ``grpo``, ...) ends with its ``SUPPORT`` r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +74,17 @@ def _no_learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
     return ()
 
 
+# The capability guards a row's ``guards`` names (backend/core/learning.py): what the user cares about, whatever the
+# method optimizes. A log-likelihood guard tolerates a fall of ln 2 nats (the answer half as likely): DPO and KTO move
+# the references' likelihood a little by design, and what matters is the collapse (KTO once made them e^12.7 times
+# less likely). A loss guard tolerates 0.02 nats per token.
+ACCURACY_GUARD = LearningMetric("exact_match", "held-out accuracy", rate=True)
+REFERENCE_LIKELIHOOD_GUARD = LearningMetric(
+    "reference_logprob", "log-likelihood of the reference answers", tolerance=math.log(2)
+)
+LOSS_GUARD = LearningMetric("token_nll", "held-out loss (nats/token)", higher_is_better=False, tolerance=0.02)
+
+
 @dataclass(frozen=True)
 class MethodSupport:
     """One method's row: everything the rest of the studio needs to know about it."""
@@ -105,6 +117,9 @@ class MethodSupport:
     # learning rate, gradient norm, entropy and throughput), and the training log's (metric, header) columns.
     # The learning verdict's metric: the first of these the evaluation scored per row (backend/core/learning.py).
     learning_metrics: Callable[[JobSpec], tuple[LearningMetric, ...]] = _no_learning_metrics
+    # The capability guards on the same rows (any the evaluation scored per row, the verdict's own metric left out):
+    # "improved" only when none of them fell.
+    guards: Callable[[JobSpec], tuple[LearningMetric, ...]] = _no_learning_metrics
     loss_unit: str = "loss"
     monitored: tuple[str, ...] = ()
     log_columns: tuple[tuple[str, str], ...] = (("loss", "loss"), ("learning_rate", "lr"))

@@ -102,8 +102,10 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
         },
         "kto": {
             "dataset.name": "arith-feedback",
-            "training.max_steps": 300,
-            "training.learning_rate": 2e-3,
+            "kto.beta": 0.5,
+            "kto.desirable_weight": 2.0,
+            "training.max_steps": 150,
+            "training.learning_rate": 1e-3,
             "training.batch_size": 8,
             "training.max_length": 128,
             "eval.holdout_rows": 256,

@@ -7,9 +7,11 @@ verdict (backend/core/learning.py) draws its interval from.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from backend.core.learning import LearningMetric, verdict
+from backend.core.artifacts import GuardCheck
+from backend.core.learning import LearningMetric, guard, no_signal_verdict, verdict
 from backend.core.spec import JobSpec
 from backend.methods.table import support
 from backend.models.mixed_batch import BASE_ADAPTER, adapter_name
@@ -70,15 +72,22 @@ def evaluate_before_after(trainer, spec: JobSpec, held_out, parent_adapter=None)
 
 
 def learning_verdict(
-    spec: JobSpec, evaluation: dict[str, Any] | None, environment: dict[str, Any] | None, no_signal: str | None = None
+    spec: JobSpec,
+    evaluation: dict[str, Any] | None,
+    environment: dict[str, Any] | None,
+    no_signal: str | None = None,
+    extra_guards: Sequence[GuardCheck] = (),
 ):
     """The job's learning verdict from its evaluations (an environment's success rate first, else the method's first
-    declared metric the evaluation has), or None when no evaluation has per-row scores of two sides."""
+    declared metric the evaluation has), guarded by the method's capability guards the evaluation scored per row (and
+    ``extra_guards``, e.g. benchmarks). A run with no signal is ``no_signal`` even when no rows were scored; else None
+    when no evaluation has per-row scores of two sides."""
+    method = support(spec.method)
     candidates: list[tuple[LearningMetric, dict[str, Any]]] = []
     if environment and PER_ROW in environment:
         candidates.append((SUCCESS_RATE, environment))
     if evaluation and PER_ROW in evaluation:
-        candidates += [(metric, evaluation) for metric in support(spec.method).learning_metrics(spec)]
+        candidates += [(metric, evaluation) for metric in method.learning_metrics(spec)]
     for metric, result in candidates:
         per_row = result[PER_ROW]
         start = "start" if "start" in per_row else "base"
@@ -93,8 +102,26 @@ def learning_verdict(
             base_rows=per_row.get("base", {}).get(metric.key),
             start="parent" if start == "start" else "base",
             no_signal=no_signal,
+            guards=[*capability_guards(spec, evaluation, skip=metric.key), *extra_guards],
         )
+    if no_signal:
+        first = SUCCESS_RATE if spec.environment.name else next(iter(method.learning_metrics(spec)), SUCCESS_RATE)
+        return no_signal_verdict(first, no_signal)
     return None
+
+
+def capability_guards(spec: JobSpec, evaluation: dict[str, Any] | None, skip: str | None = None) -> list[GuardCheck]:
+    """The method's guards the evaluation scored per row on the start and the tuned side (``skip``: the verdict's own
+    metric, which is no guard of itself)."""
+    per_row = (evaluation or {}).get(PER_ROW) or {}
+    start = "start" if "start" in per_row else "base"
+    checks = []
+    for metric in support(spec.method).guards(spec):
+        before, after = per_row.get(start, {}).get(metric.key), per_row.get("tuned", {}).get(metric.key)
+        if metric.key == skip or before is None or after is None or len(before) != len(after) or not after:
+            continue
+        checks.append(guard(metric, before, after))
+    return checks
 
 
 SUCCESS_RATE = LearningMetric("success", "environment success rate", rate=True)
