@@ -15,6 +15,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobStatus
+from tests.arith_scoring import chat_tab_scores
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 pytestmark = pytest.mark.slow
@@ -55,27 +56,8 @@ def test_submit_wait_runs_the_example_to_a_saved_adapter_with_a_progress_bar(dat
 
 
 def _chat_tab_answers_are_readable_and_the_tuned_side_is_right_more_often(data_dir, job_id, count=96):
-    """The Chat tab's own path (StudioAPI.chat_pair: one base model, the adapter on for one side), greedy, on problems
-    that neither pre-training nor the job's dataset holds."""
-    from backend.api import GenerationSettings, StudioAPI
-    from backend.data import arith as arith_data
-    from backend.data.builtin import BUILTIN_DATASETS
-
-    seen = {json.loads(line)["messages"][-1]["content"] for line in BUILTIN_DATASETS["arith-sft"].path.open()}
-    problems = [p for p in arith_data.sample("studio", 800, seed=7) if p.reply not in seen][:count]
-    assert len(problems) == count
-    api = StudioAPI(data_dir, scheduler="none")
-    try:
-        right = {"base": 0, "tuned": 0}
-        readable = {"base": 0, "tuned": 0}
-        greedy = GenerationSettings(temperature=0, max_new_tokens=24)
-        for p in problems:
-            *_, answers = api.chat_pair(job_id, [], [], p.question, greedy)
-            for side, text in zip(("base", "tuned"), answers):
-                readable[side] += arith_data.parse_answer(text) is not None
-                right[side] += arith_data.parse_answer(text) == p.answer
-    finally:
-        api.close()
+    """Scored from the outside (tests/arith_scoring.py: the Chat tab's path, on problems no dataset holds)."""
+    right, readable = chat_tab_scores(data_dir, job_id, count)
     assert min(readable.values()) >= 0.9 * count, readable  # "a + b = \boxed{c}", not gibberish
     assert right["tuned"] >= right["base"] + 0.05 * count, right
 
@@ -109,6 +91,11 @@ def test_method_examples_make_the_model_better_on_held_out_rows(data_dir, exampl
         assert evaluation["tuned"]["exact_match"] >= evaluation["base"]["exact_match"] - 0.03, evaluation
     if example in ("grpo-demo", "rloo-demo"):  # TRL's accuracy reward: the reward is held-out greedy accuracy
         assert learning["label"] == "held-out accuracy"
+    assert not any(g["fell"] for g in learning["guards"]), learning["sentence"]
+    if example in ("dpo-demo", "kto-demo"):  # accuracy and the right answers' likelihood were checked, and held
+        assert {g["metric"] for g in learning["guards"]} == {"exact_match", "reference_logprob"}, learning
+    if example == "kto-demo":  # the gap is KTO's own metric: the answers must get better where no metric looks
+        _chat_tab_answers_are_readable_and_the_tuned_side_is_right_more_often(data_dir, record["id"])
     shown = cli("show", record["id"]).stdout
     assert learning["sentence"] in shown and "eval tuned" in shown
 

@@ -153,3 +153,31 @@ def test_thumbs_from_the_chat_become_a_kto_dataset_that_trains(paths, store):
     assert any(
         not torch.equal(before[n], p.detach().float()) for n, p in trainer.model.named_parameters() if n in before
     )
+
+
+@pytest.mark.slow
+def test_a_kto_run_that_games_its_gap_is_called_worse_and_the_chat_agrees(data_dir, tmp_path):
+    """The recipe that once ended "Improved" (beta 0.1, lr 2e-3, 300 steps): the held-out gap widens because the
+    right answers become far less likely, only less so than the wrong ones. The verdict's guards catch it, and the
+    Chat tab's answers on problems no dataset holds, scored by code that shares nothing with KTO's metric, agree."""
+    from tests.arith_scoring import chat_tab_scores
+    from tests.conftest import ROOT
+
+    gamed = yaml.safe_load((ROOT / "examples" / "kto-demo.yaml").read_text())
+    gamed["kto"] = {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0}
+    gamed["training"].update(max_steps=300, learning_rate=2e-3, save_steps=300)
+    spec_file = tmp_path / "gamed.yaml"
+    spec_file.write_text(yaml.safe_dump(gamed))
+    result = cli("submit", str(spec_file), "--wait", "--json", timeout=480)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(result.stdout)
+    learning = record["artifacts"]["learning"]
+    assert learning["metric"] == "logprob" and learning["delta"] - learning["ci95"] > 0, "KTO's own metric rose"
+    assert learning["verdict"] == "regressed" and record["status_text"] == "succeeded - got worse", learning
+    fell = {g["metric"] for g in learning["guards"] if g["fell"]}
+    assert "reference_logprob" in fell, learning["sentence"]
+    assert learning["sentence"].endswith(": the model got worse.")
+    right, _ = chat_tab_scores(data_dir, record["id"], count=64)
+    assert right["tuned"] < right["base"], right
+    shown = cli("show", record["id"]).stdout
+    assert "succeeded - got worse" in shown and "the model got worse" in shown
