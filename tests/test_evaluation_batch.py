@@ -154,5 +154,9 @@ def test_grpo_completions_of_one_mixed_batch_equal_separate_base_and_tuned_runs(
     assert batched["default"] != tuned, "sampling is not greedy decoding"
 
     result = evaluate_before_after(trainer, spec, rows)
-    assert set(result["tuned"]) == set(result["base"]) == {"reward/accuracy", "reward/length", "reward/total"}
+    # "accuracy": the verdict's guard (the reward mixes in length), per row.
+    assert (
+        set(result["tuned"]) == set(result["base"]) == {"reward/accuracy", "reward/length", "reward/total", "accuracy"}
+    )
+    assert result["tuned"]["accuracy"] == result["tuned"]["reward/accuracy"]
     assert result["rows"] == 6

@@ -180,10 +180,11 @@ def test_sft_before_after_evaluation_shows_the_tuned_model_fits_held_out_chats_b
 def test_dpo_and_grpo_evaluations_score_base_and_tuned(paths, store):
     from backend.training.evaluation import evaluate_before_after
 
-    # DPO also checks the greedy answers against the chosen one (preferring must not cost accuracy).
+    # DPO also checks the greedy answers against the chosen one and the chosen answers' likelihood (preferring must
+    # not cost accuracy); GRPO's reward mixes in length, so the answers' accuracy guards it on its own.
     for spec_dict, keys in (
-        (DPO, {"preference_accuracy", "logprob_margin", "exact_match"}),
-        (GRPO, {"reward/accuracy", "reward/length", "reward/total"}),
+        (DPO, {"preference_accuracy", "logprob_margin", "exact_match", "reference_logprob"}),
+        (GRPO, {"reward/accuracy", "reward/length", "reward/total", "accuracy"}),
     ):
         spec_dict = {**spec_dict, "eval": {"holdout_rows": 4}}
         job, trainer, held_out = _in_process(paths, store, spec_dict)
