@@ -23,6 +23,7 @@ from backend.api.common import (
 )
 from backend.api.datasets import DatasetOperations
 from backend.api.environments import EnvironmentOperations
+from backend.api.export import ExportOperations, export_slots
 from backend.api.hub import HubOperations
 from backend.api.jobs import JobOperations
 from backend.core.paths import DataPaths
@@ -39,7 +40,13 @@ from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan,
 
 
 class StudioAPI(
-    JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, ArenaOperations, HubOperations
+    JobOperations,
+    DatasetOperations,
+    EnvironmentOperations,
+    ChatOperations,
+    ArenaOperations,
+    HubOperations,
+    ExportOperations,
 ):
     """The facade over the store and a scheduler (its Hub operations are in backend/api/hub.py).
 
@@ -100,6 +107,7 @@ class StudioAPI(
             advice="lower environment.max_tool_calling_iterations or "
             "rollout.max_completion_length, or try a smaller model",
         )
+        self._exports = export_slots()  # merged exports: each holds a whole model in memory
         self.mirror: Mirror | None = None
         if scheduler == "thread":
             if self.storage.mode == "network":
