@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from backend.core.users import User
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobNotFound, JobStatus
 from backend.workflows.export import ExportError
+from components.export_panel import use_markdown
 from tests.conftest import tiny_spec, wait_status
 from tests.faults import tmpfs
 from tests.hub_server import FakeHub
@@ -212,6 +214,12 @@ def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
         assert recorded.repo_id == "studio-org/tiny-merged" and recorded.path == str(folder)
         snippets = {s.title: s.code for s in api.use_snippets(job_id, User("alice"))}
         assert snippets["Merged model with vLLM"] == "vllm serve studio-org/tiny-merged"
+        shown = use_markdown(api, job_id, User("alice"))  # what the Jobs tab's "Use this model" shows
+        assert 'model_id = "studio-org/tiny-merged"' in shown and "```bash\nvllm serve studio-org/tiny-merged" in shown
+        assert use_markdown(api, job_id, User("bob")) == ""
+        archive = api.merged_archive(job_id, User("alice"))
+        with zipfile.ZipFile(archive) as zipped:
+            assert {"model.safetensors", "config.json", "README.md"} <= set(zipped.namelist())
 
         failed = api.export_merged(job_id, User("alice", token=TOKEN), push_repo="someone-else/x")
         assert failed.push_error and "cannot write to" in failed.push_error and failed.path.is_dir()

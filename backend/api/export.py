@@ -58,8 +58,8 @@ class ExportOperations:
         from backend.workflows.export import ExportError, merge_job
 
         job = self.get_job(job_id, user)
-        if user is not None and job.owner != user.name:
-            raise JobNotFound(job_id)  # an admin may look at another's job, but its model is its owner's to ship
+        if user is not None and not user.local and job.owner != user.name:
+            raise JobNotFound(job_id)  # a Space admin may look at another's job, but its model is its owner's to ship
         if out is not None and str(out).strip() and not may_name_server_paths(user):
             raise ExportError("only the person at this machine may name a folder on it; export to the job instead")
         own_folder = out is None or not str(out).strip()
@@ -87,6 +87,21 @@ class ExportOperations:
             return result
         finally:
             release()
+
+    def merged_archive(self, job_id: str, user: User | None = None) -> Path:
+        """Zip the job's merged export into a fresh, unguessable ``downloads/<random>/`` path (whole or not at all);
+        ValueError with a sentence when it has none."""
+        from backend.workflows.archive import zip_adapter
+
+        job = self.get_job(job_id, user)
+        if user is not None and not user.local and job.owner != user.name:
+            raise JobNotFound(job_id)
+        merged = job.artifacts.merged
+        if merged is None or not Path(merged.path).is_dir():
+            raise ValueError(f"job {job.id} has no merged export yet: click Export merged model first")
+        return zip_adapter(
+            self.paths, Path(merged.path), f"merged-{job.spec.output.run_name or job.id}.zip", "merged model"
+        )
 
     def use_snippets(self, job_id: str, user: User | None = None) -> list[UseSnippet]:
         """The "Use this model" snippets of a job: its adapter (pushed repo, else folder) and, once exported, its
