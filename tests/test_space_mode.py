@@ -166,3 +166,15 @@ def test_thumbs_are_each_signed_in_users_own_and_a_visitor_records_none(space, a
     ]
     assert sorted(p.name for p in thumbs.iterdir()) == ["alice.jsonl", "bob.jsonl"]
     assert len(_rows(alice.predict(api_name="/export_thumbs"))) == 2, "bob's thumb is not in alice's export"
+
+
+def test_a_user_exports_her_job_merged_into_its_own_folder_and_downloads_it(space, alices_job):
+    alice = space.client("alice")
+    snippets, note = alice.predict(alices_job, False, "", True, api_name="/export_merged")
+    folder = DataPaths(space.data_dir).job_dir(alices_job) / "merged"
+    assert note.startswith(f"Merged job {alices_job} into {folder}"), note
+    assert (folder / "model.safetensors").is_file() and not (folder / "adapter_config.json").exists()
+    assert f'model_id = "{folder}"' in snippets and f"vllm serve {folder}" in snippets
+    download, ready = alice.predict(alices_job, api_name="/prepare_merged_download")
+    assert ready.startswith("Merged zip ready") and download["visible"] and download["value"].endswith(".zip")
+    assert space.serving()
