@@ -109,6 +109,7 @@ def _print_record(data: dict[str, Any]) -> None:
         ("output dir", artifacts.output_dir),
         ("log file", artifacts.log_file),
         ("parent job id", artifacts.parent_job_id),
+        ("merged model", artifacts.merged and (artifacts.merged.repo_id or artifacts.merged.path)),
     ):
         if value:
             rows.append((label, value))

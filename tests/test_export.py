@@ -267,6 +267,23 @@ def test_cli_export_merged(job, tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert again.returncode == 1 and "already exists and is not an empty folder" in again.stderr
     assert "Traceback" not in again.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "backend", "show", job_id], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert ["merged", "model", str(out)] in [line.split() for line in shown.stdout.splitlines()], shown.stdout
+
+
+def test_a_merged_export_a_killed_process_left_half_written_is_swept_at_start(job):
+    api, job_id = job
+    partial = api.paths.job_dir(job_id) / ".partial-merged-merged-0000"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    fresh = api.paths.job_dir(job_id) / ".partial-merged-merged-1111"  # another process may be writing it now
+    fresh.mkdir()
+    os.utime(partial, (0, 0))
+    StudioAPI(api.paths.root, scheduler="none").close()
+    assert not partial.exists() and fresh.is_dir()
+    fresh.rmdir()
 
 
 @pytest.mark.slow

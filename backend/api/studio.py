@@ -118,15 +118,19 @@ class StudioAPI(
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def _sweep_half_files(self) -> None:
-        """What a killed process left half-written: staged uploads and partial adapter zips (never handed out)."""
+        """What a killed process left half-written: staged uploads, partial adapter zips and merged exports (never
+        handed out)."""
         from backend.data.uploads import LEFTOVER_AGE_S, sweep_staging
 
         sweep_staging(self.paths.root / "uploads")
-        from backend.workflows.archive import PARTIAL_ZIP
+        from backend.workflows.archive import PARTIAL_MERGED, PARTIAL_ZIP
 
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
             if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
                 shutil.rmtree(partial.parent, ignore_errors=True)
+        for partial in (self.paths.root / "jobs").glob(f"*/{PARTIAL_MERGED}*"):
+            if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:
+                shutil.rmtree(partial, ignore_errors=True)
 
     def close(self) -> None:
         """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""

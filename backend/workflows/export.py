@@ -22,10 +22,11 @@ from backend.hub.model_card import build_merged_card, merged_dtype_sentence
 from backend.jobs.store import JobRecord, JobStatus
 from backend.models.loading import resolve_model
 from backend.platform.resource_errors import looks_like_disk_full
+from backend.workflows.archive import PARTIAL_MERGED
 
 log = logging.getLogger("studio.export")
 
-PARTIAL_PREFIX = ".partial-merged-"  # a merged model being written, beside the folder it will be renamed to
+PARTIAL_PREFIX = PARTIAL_MERGED  # a merged model being written, beside the folder it will be renamed to
 SIXTEEN_BIT = ("bfloat16", "float16")
 
 
