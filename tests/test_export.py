@@ -234,7 +234,8 @@ def test_a_full_disk_gives_a_sentence_and_leaves_nothing(job, tmp_path):
             api.export_merged(job_id, out=small / "merged")
         assert list(small.iterdir()) == [], "a half-written model was left behind"
     message = str(caught.value)
-    assert message.startswith(f"the disk at {small} is full") and "nothing was left behind" in message
+    assert message.startswith(f"the disk at {small} is full (the merged weights alone are 0.5 MiB)"), message
+    assert "nothing was left behind" in message
     assert "\n" not in message and "Traceback" not in message
     assert api.get_job(job_id).artifacts.merged == before, "a failed export is not recorded"
 
@@ -302,3 +303,22 @@ def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_d
     config = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in config
     assert api.get_job(job_id).artifacts.merged.dequantized
+
+
+def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp_path):
+    api = StudioAPI(data_dir, scheduler="none")
+    queued = api.submit(tiny_spec()).job
+    with pytest.raises(ExportError, match=f"job {queued.id} is queued and has no saved adapter to merge"):
+        api.export_merged(queued.id, out=tmp_path / "never")
+    full = api.submit(tiny_spec(lora={"enabled": False})).job
+    adapter = api.paths.job_adapter(queued.id)
+    adapter.mkdir(parents=True)  # an empty folder where the adapter should be
+    for job_id in (queued.id, full.id):
+        api.store.claim_next()
+        api.store.finish(job_id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    with pytest.raises(ExportError, match="trained all weights"):
+        api.export_merged(full.id, out=tmp_path / "never")
+    with pytest.raises(ExportError, match="^the merge failed .*nothing was left behind$") as caught:
+        api.export_merged(queued.id, out=tmp_path / "never")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))

@@ -29,9 +29,6 @@ class ExportOperations:
 
     _exports: InFlight
 
-    def _export_slots(self) -> InFlight:
-        return self._exports
-
     def merged_folder(self, job_id: str) -> Path:
         """Where the UI puts a job's merged export: a folder of its own under the data dir."""
         return self.paths.job_dir(job_id) / MERGED_FOLDER
@@ -64,7 +61,7 @@ class ExportOperations:
             raise ExportError("only the person at this machine may name a folder on it; export to the job instead")
         own_folder = out is None or not str(out).strip()
         target = self.merged_folder(job.id) if own_folder else Path(str(out))
-        release = self._export_slots().hold(user.name if user is not None else "")
+        release = self._exports.hold(user.name if user is not None else "")
         try:
             result = merge_job(job, self.paths, target, replace=own_folder)
             if push or push_repo:

@@ -81,15 +81,20 @@ def _base_dtype(base: str, job: JobRecord) -> str | None:
     return str(dtype) if dtype is not None else None
 
 
+def _first_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [""])[0][:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def _write_merged(
-    job: JobRecord, base: str, adapter: Path, target: Path, dtype: str, dequantized: bool, place: Path
-) -> int:
-    """Merge and save into ``target`` (a fresh folder, renamed to ``place`` after, which the card names); returns the
-    merged weights' size in bytes."""
+    job: JobRecord, base: str, adapter: Path, target: Path, dtype: str, dequantized: bool, place: Path, sized: list[int]
+) -> None:
+    """Merge and save into ``target`` (a fresh folder, renamed to ``place`` after, which the card names); the merged
+    weights' size in bytes goes into ``sized`` before they are written, so a full disk can say what was needed."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -100,14 +105,13 @@ def _write_merged(
         base, dtype=getattr(torch, dtype), revision=model_spec.revision, trust_remote_code=model_spec.trust_remote_code
     )
     merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
-    size = sum(p.numel() * p.element_size() for p in merged.parameters())
+    sized.append(sum(p.numel() * p.element_size() for p in merged.parameters()))
     merged.save_pretrained(target, safe_serialization=True)
     if not (target / "generation_config.json").exists():
         merged.generation_config.save_pretrained(target)
     # The adapter folder keeps the tokenizer and chat template training used (the base's, or the parent's).
     AutoTokenizer.from_pretrained(str(adapter)).save_pretrained(target)
     build_merged_card(job, str(place), dtype, dequantized).save(target / "README.md")
-    return size
 
 
 def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False) -> ExportResult:
@@ -125,12 +129,16 @@ def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False
     if out.exists() and not replace and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out} already exists and is not an empty folder: choose another output folder")
     base = resolve_model(job.spec.model, paths.models)
-    dtype, dequantized = merge_dtype(_base_dtype(base, job), job.spec.quantization.mode)
+    try:
+        base_dtype = _base_dtype(base, job)
+    except Exception as exc:  # noqa: BLE001 - offline, gone, or not a model: one sentence
+        raise ExportError(f"the base model {job.spec.model.name_or_path} cannot be read: {_first_line(exc)}") from None
+    dtype, dequantized = merge_dtype(base_dtype, job.spec.quantization.mode)
     partial = out.parent / f"{PARTIAL_PREFIX}{out.name}-{secrets.token_hex(4)}"
-    size = 0
+    sized: list[int] = []
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        size = _write_merged(job, base, adapter, partial, dtype, dequantized, out)
+        _write_merged(job, base, adapter, partial, dtype, dequantized, out, sized)
         old = None
         if out.exists():
             old = out.parent / f"{PARTIAL_PREFIX}old-{out.name}-{secrets.token_hex(4)}"
@@ -142,17 +150,17 @@ def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-written stays
         text = f"{type(exc).__name__}: {exc}"
         if looks_like_disk_full(text) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
-            need = f" (the merged weights alone are {size / 2**20:.1f} MiB)" if size else ""
+            need = f" (the merged weights alone are {sized[0] / 2**20:.1f} MiB)" if sized else ""
             raise ExportError(
                 f"the disk at {out.parent} is full{need}: free space there or choose another output folder; "
                 "nothing was left behind"
             ) from None
-        if isinstance(exc, OSError):
-            reason = exc.strerror or type(exc).__name__
+        if isinstance(exc, OSError) and exc.strerror:
             raise ExportError(
-                f"the merged model could not be written to {out} ({reason}); nothing was left behind"
+                f"the merged model could not be written to {out} ({exc.strerror}); nothing was left behind"
             ) from None
-        raise
+        log.exception("merging job %s failed", job.id)
+        raise ExportError(f"the merge failed ({_first_line(exc)}); nothing was left behind") from None
     sentence = f"Merged job {job.id} into {out} ({_folder_bytes(out) / 2**20:.1f} MiB). " + merged_dtype_sentence(
         dtype, dequantized, job.spec.quantization.mode
     )
