@@ -322,3 +322,14 @@ def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp
         api.export_merged(queued.id, out=tmp_path / "never")
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))
+
+
+def test_a_merge_past_its_time_limit_is_stopped_and_leaves_nothing(job, tmp_path, monkeypatch):
+    api, job_id = job
+    monkeypatch.setenv("STUDIO_EXPORT_TIMEOUT_S", "1")  # the child cannot even import torch in a second
+    before = api.get_job(job_id).artifacts.merged
+    with pytest.raises(ExportError, match="took longer than 1 s .STUDIO_EXPORT_TIMEOUT_S. and was stopped"):
+        api.export_merged(job_id, out=tmp_path / "late")
+    assert list(tmp_path.iterdir()) == [] and api.get_job(job_id).artifacts.merged == before
+    monkeypatch.delenv("STUDIO_EXPORT_TIMEOUT_S")
+    assert api.export_merged(job_id, out=tmp_path / "late").path == tmp_path / "late"  # the slot was freed

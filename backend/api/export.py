@@ -49,10 +49,11 @@ class ExportOperations:
         Only the job's owner may export it (another user's job is not found). ``out`` (a folder on this machine) is
         for the CLI and the local admin; everyone else exports into the job's own folder. One export at a time per
         user and ``STUDIO_MAX_EXPORTS`` Space-wide (Busy otherwise), since a merge holds a whole model in memory.
-        A failed push keeps the export and says why in ``push_error``.
+        The merge runs in a child process with a time limit (``merge_in_child``); a failed push keeps the export
+        and says why in ``push_error``.
         """
         from backend.hub.publish import PushError, push_merged
-        from backend.workflows.export import ExportError, merge_job
+        from backend.workflows.export import ExportError, merge_in_child
 
         job = self.get_job(job_id, user)
         if user is not None and not user.local and job.owner != user.name:
@@ -63,7 +64,7 @@ class ExportOperations:
         target = self.merged_folder(job.id) if own_folder else Path(str(out))
         release = self._exports.hold(user.name if user is not None else "")
         try:
-            result = merge_job(job, self.paths, target, replace=own_folder)
+            result = merge_in_child(job.id, self.paths, target, replace=own_folder)
             if push or push_repo:
                 token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
                 try:
