@@ -3,6 +3,7 @@ leaves nothing behind on a full disk, says when a 4-bit job was dequantized; the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -333,3 +334,23 @@ def test_a_merge_past_its_time_limit_is_stopped_and_leaves_nothing(job, tmp_path
     assert list(tmp_path.iterdir()) == [] and api.get_job(job_id).artifacts.merged == before
     monkeypatch.delenv("STUDIO_EXPORT_TIMEOUT_S")
     assert api.export_merged(job_id, out=tmp_path / "late").path == tmp_path / "late"  # the slot was freed
+
+
+def test_the_merged_card_carries_the_verdict_and_how_it_was_merged(job):
+    from backend.core.artifacts import LearningVerdict
+    from backend.hub.model_card import build_merged_card
+
+    api, job_id = job
+    record = api.get_job(job_id)
+    sentence = "Held-out loss 2.31 -> 1.87 (-0.44, ±0.1) on 12 rows."
+    verdict = LearningVerdict(metric="loss", label="held-out loss", verdict="improved", sentence=sentence)
+    card = build_merged_card(
+        dataclasses.replace(record, artifacts=record.artifacts.model_copy(update={"learning": verdict})),
+        "me/tiny-merged",
+        "float32",
+        False,
+    ).text
+    assert f"**Verdict: improved.** {sentence}" in card
+    assert "merged into the base at the base's dtype (float32) and saved in float32" in card
+    assert "`builtin:tiny-qwen3`" in card and "| method | SFT |" in card
+    assert 'model_id = "me/tiny-merged"' in card and "vllm serve me/tiny-merged" in card
