@@ -18,7 +18,7 @@ import gradio as gr
 from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
-from components import job_monitor, job_views
+from components import export_panel, job_monitor, job_views
 from components.job_pickers import job_choice_id
 from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train_form import FIELDS, spec_to_form
@@ -115,6 +115,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             push_private = gr.Checkbox(True, label="Private", scale=1)
             push_button = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1, interactive=False)
         action_note = gr.Markdown(elem_id="job-action-note")
+        export_panel.build(api, picker)  # "Use this model" and Export merged
         with gr.Row(elem_id="job-plots"):
             plots = {
                 family.key: gr.LinePlot(

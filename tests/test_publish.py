@@ -140,6 +140,7 @@ def test_push_creates_a_private_repo_and_uploads_everything_in_one_commit(traine
     assert f"| train_loss | {job.artifacts.final_metrics['train_loss']:.4g} |" in text
     assert "![training curves](training_curves.png)" in text
     assert "## How to use" in text and 'adapter_id = "tester/tiny-chat-sft"' in text
+    assert "--enable-lora" in text and "--lora-modules tiny-chat-sft=tester/tiny-chat-sft" in text  # vLLM's snippet
     assert fenced(text, "yaml") + "\n" == repo.files["training_config.yaml"].decode()
 
 

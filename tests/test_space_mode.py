@@ -67,6 +67,7 @@ def test_a_visitor_can_look_but_not_queue_check_preview_bench_or_dry_run(space, 
         _refused(caller, TINY_SPEC, api_name="/submit_spec")
         _refused(caller, "- name: length\n  target_length: 3\n", "a b c", "", api_name="/score_rewards")
         _refused(caller, "x", api_name="/cancel_job")
+        _refused(caller, "x", False, "", True, api_name="/export_merged")
         _refused(caller, "x", "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send")
     assert store.list() == []
     assert space.serving()
@@ -110,6 +111,8 @@ def test_another_user_can_see_or_touch_none_of_it(space, store, alices_job):
     for api_name in ("/cancel_job", "/resume_job", "/clone_job"):
         _refused(bob, alices_job, api_name=api_name, expect="Pick one of your jobs")
     _refused(bob, alices_job, "bob/stolen", True, api_name="/push_to_hub", expect="Pick one of your jobs")
+    _refused(bob, alices_job, True, "bob/stolen", True, api_name="/export_merged", expect="Pick one of your jobs")
+    _refused(bob, alices_job, api_name="/prepare_merged_download", expect="Pick one of your jobs")
     _refused(bob, alices_job, "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send", expect="not yours")
     assert all(not c.startswith(alices_job) for c in bob.predict(api_name="/chat_jobs"))
     # Continuing from her adapter, through the form's picker or a spec, is refused as if the job did not exist.
@@ -163,3 +166,15 @@ def test_thumbs_are_each_signed_in_users_own_and_a_visitor_records_none(space, a
     ]
     assert sorted(p.name for p in thumbs.iterdir()) == ["alice.jsonl", "bob.jsonl"]
     assert len(_rows(alice.predict(api_name="/export_thumbs"))) == 2, "bob's thumb is not in alice's export"
+
+
+def test_a_user_exports_her_job_merged_into_its_own_folder_and_downloads_it(space, alices_job):
+    alice = space.client("alice")
+    snippets, note = alice.predict(alices_job, False, "", True, api_name="/export_merged")
+    folder = DataPaths(space.data_dir).job_dir(alices_job) / "merged"
+    assert note.startswith(f"Merged job {alices_job} into {folder}"), note
+    assert (folder / "model.safetensors").is_file() and not (folder / "adapter_config.json").exists()
+    assert f'model_id = "{folder}"' in snippets and f"vllm serve {folder}" in snippets
+    download, ready = alice.predict(alices_job, api_name="/prepare_merged_download")
+    assert ready.startswith("Merged zip ready") and download["visible"] and download["value"].endswith(".zip")
+    assert space.serving()

@@ -2,7 +2,7 @@
 UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing else.
 
 The facade is split by concern into the modules of this package (``studio``, ``jobs``, ``datasets``,
-``environments``, ``chat``, ``arena``, ``hub``); this module re-exports what the UI and the CLI use."""
+``environments``, ``chat``, ``arena``, ``hub``, ``export``); this module re-exports what the UI and the CLI use."""
 
 from __future__ import annotations
 
@@ -110,6 +110,8 @@ _LAZY_EXPORTS = {
     "message_text": "backend.chat.side_by_side",
     "UnmappedUpload": "backend.data.uploads",
     "PushError": "backend.hub.publish",
+    "ExportError": "backend.workflows.export",
+    "snippets_markdown": "backend.hub.snippets",
     "RemoteJobError": "backend.hub.hf_jobs",
     "live_figures": "backend.training.flops",
     "performance_line": "backend.training.flops",

@@ -23,6 +23,7 @@ from backend.api.common import (
 )
 from backend.api.datasets import DatasetOperations
 from backend.api.environments import EnvironmentOperations
+from backend.api.export import ExportOperations, export_slots
 from backend.api.hub import HubOperations
 from backend.api.jobs import JobOperations
 from backend.core.paths import DataPaths
@@ -39,7 +40,13 @@ from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan,
 
 
 class StudioAPI(
-    JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, ArenaOperations, HubOperations
+    JobOperations,
+    DatasetOperations,
+    EnvironmentOperations,
+    ChatOperations,
+    ArenaOperations,
+    HubOperations,
+    ExportOperations,
 ):
     """The facade over the store and a scheduler (its Hub operations are in backend/api/hub.py).
 
@@ -100,6 +107,7 @@ class StudioAPI(
             advice="lower environment.max_tool_calling_iterations or "
             "rollout.max_completion_length, or try a smaller model",
         )
+        self._exports = export_slots()  # merged exports: each holds a whole model in memory
         self.mirror: Mirror | None = None
         if scheduler == "thread":
             if self.storage.mode == "network":
@@ -110,15 +118,19 @@ class StudioAPI(
             self.scheduler = Scheduler(self.paths, secret_env=self._secret_env, **scheduler_kwargs).start()
 
     def _sweep_half_files(self) -> None:
-        """What a killed process left half-written: staged uploads and partial adapter zips (never handed out)."""
+        """What a killed process left half-written: staged uploads, partial adapter zips and merged exports (never
+        handed out)."""
         from backend.data.uploads import LEFTOVER_AGE_S, sweep_staging
 
         sweep_staging(self.paths.root / "uploads")
-        from backend.workflows.archive import PARTIAL_ZIP
+        from backend.workflows.archive import PARTIAL_MERGED, PARTIAL_ZIP
 
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
             if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
                 shutil.rmtree(partial.parent, ignore_errors=True)
+        for partial in (self.paths.root / "jobs").glob(f"*/{PARTIAL_MERGED}*"):
+            if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:
+                shutil.rmtree(partial, ignore_errors=True)
 
     def close(self) -> None:
         """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""

@@ -40,6 +40,19 @@ class HubCheckpoint(BaseModel):
     at: float | None = Field(None, description="when the push finished or the download was made (Unix time)")
 
 
+class MergedExport(BaseModel):
+    """A merged model exported from the job: the adapter folded into its base (the ``merged`` artifact)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    path: str = Field(description="the folder holding the merged model (safetensors, tokenizer, card)")
+    dtype: str = Field(description="the dtype the weights were merged and saved in: bfloat16, float16 or float32")
+    dequantized: bool = Field(False, description="whether a 4- or 8-bit job was merged into its 16-bit base")
+    repo_id: str | None = Field(None, description="the Hub model repository it was pushed to (None: not pushed)")
+    url: str | None = Field(None, description="the pushed repository's page on the Hub endpoint used")
+    exported_at: float | None = Field(None, description="when the export finished (Unix time)")
+
+
 class AutoTuneRecord(BaseModel):
     """What auto-tune decided for the job's first attempt (the ``auto_tune`` artifact; a resume replays it)."""
 
@@ -196,6 +209,8 @@ class JobArtifacts(BaseModel):
     resumed_from_hub: HubCheckpoint | None = Field(
         None, description="the pushed checkpoint (repo and step) the job downloaded and continued from"
     )
+    # Exports.
+    merged: MergedExport | None = Field(None, description="the last merged-model export: folder, dtype, Hub repo")
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, Any]) -> JobArtifacts:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
 from backend.core.spec import JobSpec, Method
 from backend.core.uploads import dataset_file_name
+from backend.hub.snippets import UseSnippet, usage_snippet, use_snippets
 from backend.hub.trl_cli import PLACEHOLDER_NAMESPACE, trl_cli_yaml
 from backend.methods.table import plots_for, support
 from backend.training.flops import TOKENS_COUNTED, performance_line
@@ -287,50 +288,19 @@ def _lineage_lines(spec: JobSpec, artifacts: JobArtifacts, parent: JobRecord | N
     return lines + _table(("", ""), rows) + [""]
 
 
-def usage_snippet(spec: JobSpec, repo_id: str) -> str:
-    """Python that loads the tuned model (base + this adapter, or the full model) and chats through its template."""
-    chat = """
-messages = [{"role": "user", "content": "What is 7 + 5?"}]
-inputs = tokenizer.apply_chat_template(
-    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-).to(model.device)
-output = model.generate(**inputs, max_new_tokens=128)
-print(tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))"""
-    if not spec.lora.enabled:
-        return f'''from transformers import AutoModelForCausalLM, AutoTokenizer
+def _merged_place(artifacts: JobArtifacts) -> str | None:
+    """Where the job's merged export is, as its snippets name it: the pushed repo, else the local folder."""
+    merged = artifacts.merged
+    return (merged.repo_id or merged.path) if merged is not None else None
 
-model_id = "{repo_id}"
 
-tokenizer = AutoTokenizer.from_pretrained(model_id)
-model = AutoModelForCausalLM.from_pretrained(model_id, dtype="auto", device_map="auto")
-{chat}'''
-    base = hub_model_id(spec.model.name_or_path)
-    base_line = (
-        f'base_model_id = "{base}"'
-        if base
-        else (f'base_model_id = "path/to/base-model"  # trained on {spec.model.name_or_path}, which is not on the Hub')
-    )
-    quant = ""
-    if spec.quantization.mode == "4bit":
-        quant = (
-            "\n# Trained on a 4-bit base: to save memory, also pass\n# quantization_config=BitsAndBytesConfig("
-            'load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)'
-        )
-    elif spec.quantization.mode == "8bit":
-        quant = (
-            "\n# Trained on an 8-bit base: to save memory, also pass "
-            "quantization_config=BitsAndBytesConfig(load_in_8bit=True)"
-        )
-    return f'''from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-{base_line}
-adapter_id = "{repo_id}"
-
-tokenizer = AutoTokenizer.from_pretrained(adapter_id)  # the tokenizer and chat template used in training{quant}
-model = AutoModelForCausalLM.from_pretrained(base_model_id, dtype="auto", device_map="auto")
-model = PeftModel.from_pretrained(model, adapter_id)
-{chat}'''
+def _more_uses(snippets: list[UseSnippet], shown: str) -> list[str]:
+    """The "Use this model" snippets other than ``shown`` (the Python the card's "How to use" starts with)."""
+    lines: list[str] = []
+    for snippet in snippets:
+        if snippet.code != shown:
+            lines += [snippet.markdown(), ""]
+    return lines
 
 
 def _versions() -> list[tuple[str, str]]:
@@ -434,7 +404,9 @@ def build_model_card(
     if plot_path is not None:
         lines += ["## Training curves", "", f"![training curves]({Path(plot_path).name})", ""]
     lines += _lineage_lines(spec, job.artifacts, parent)
-    lines += ["## How to use", "", "```python", usage_snippet(spec, repo_id), "```", ""]
+    shown = usage_snippet(spec, repo_id)
+    lines += ["## How to use", "", "```python", shown, "```", ""]
+    lines += _more_uses(use_snippets(spec, job.id, repo_id, _merged_place(job.artifacts)), shown)
     lines += [
         "## Reproduce with the TRL CLI",
         "",
@@ -448,6 +420,58 @@ def build_model_card(
         "The job's full spec is in `spec.json`, its logged metrics in `metrics.jsonl`.",
         "",
     ]
+    versions = _versions()
+    if versions:
+        lines += ["## Framework versions", ""] + [f"- {name}: {version}" for name, version in versions] + [""]
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+
+
+def merged_dtype_sentence(dtype: str, dequantized: bool, quant_mode: str) -> str:
+    """How the merged weights were made, in one sentence (the export's result, its card and the Jobs tab say it)."""
+    if dequantized:
+        return (
+            f"The job trained on a {quant_mode.replace('bit', '-bit')} base, so the adapter was merged into the "
+            f"16-bit dequantized base (loaded unquantized, {dtype}) and saved in {dtype}."
+        )
+    return f"The adapter was merged into the base at the base's dtype ({dtype}) and saved in {dtype}."
+
+
+def build_merged_card(
+    job: JobRecord, place: str, dtype: str, dequantized: bool, base_card_license: str | None = None
+) -> ModelCard:
+    """The README.md of a merged export: a whole model for transformers and vLLM, with how it was made.
+
+    ``place`` is where the model will be (the repo id when pushed, else its folder), which the snippets name.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    spec = job.spec
+    base = hub_model_id(spec.model.name_or_path)
+    tags = [t for t in card_tags(spec) if t not in ("lora", "peft") and not t.startswith("base_model:")]
+    tags += ["merged"] + ([f"base_model:finetune:{base}"] if base else [])
+    data = ModelCardData(
+        base_model=base,
+        datasets=[spec.dataset.name] if spec.dataset.source == "hub" else None,
+        library_name="transformers",
+        license=base_card_license or None,
+        model_name=place.rstrip("/").split("/")[-1],
+        pipeline_tag="text-generation",
+        tags=tags,
+    )
+    lines = [f"# {place.rstrip('/').split('/')[-1]}", ""]
+    lines += [
+        f"A merged model: the LoRA adapter of Post-Training Studio job `{job.id}` ({spec.method.value.upper()} with "
+        f"[TRL](https://github.com/huggingface/trl)) folded into `{spec.model.name_or_path}` with peft's "
+        "`merge_and_unload`, so it loads without peft. "
+        + merged_dtype_sentence(dtype, dequantized, spec.quantization.mode),
+        "",
+    ]
+    lines += learning_lines(job.artifacts)
+    lines += ["## Training settings", ""] + _table(("setting", "value"), settings_rows(spec, job.artifacts)) + [""]
+    adapter = job.artifacts.hub.repo_id if job.artifacts.hub else None
+    lines += ["## Use this model", ""]
+    for snippet in use_snippets(spec, job.id, adapter, place):
+        lines += [snippet.markdown(), ""]
     versions = _versions()
     if versions:
         lines += ["## Framework versions", ""] + [f"- {name}: {version}" for name, version in versions] + [""]

@@ -27,7 +27,7 @@ from backend.core.hub_names import (
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, quote_input
 from backend.core.uploads import dataset_file_name
-from backend.hub.model_card import PLOT_FILENAME, build_model_card, draw_training_curves
+from backend.hub.model_card import PLOT_FILENAME, build_merged_card, build_model_card, draw_training_curves
 from backend.hub.trl_cli import trl_cli_yaml
 from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore
 
@@ -72,6 +72,22 @@ def _account(api: HfApi) -> tuple[str, set[str], str | None]:
     orgs = {org["name"] for org in info.get("orgs", []) if org.get("name")}
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     return name, {name, *orgs}, role
+
+
+def writable_target(api: HfApi, target: str | None, default_name: str) -> str:
+    """The repo to push to (``target``, else ``<the token's user>/<default_name>``), or PushError when the token
+    cannot write there (read-only, or another namespace)."""
+    user, writable, role = _account(api)
+    target = target or f"{user}/{default_name}"
+    namespace = target.split("/")[0]
+    if role == "read":
+        raise PushError(f"the token cannot write to {namespace}: it needs write access (this one is read-only)")
+    if namespace not in writable:
+        raise PushError(
+            f"the repo {target} is under {namespace}, which {user} cannot write to: "
+            f"push to {user}/{target.split('/', 1)[1]} or one of your organisations"
+        )
+    return target
 
 
 def _dataset_label(spec: JobSpec) -> str:
@@ -203,24 +219,11 @@ def push_job(
 
     api = HfApi(endpoint=endpoint, token=token, library_name="post-training-studio")
     try:
-        user, writable, role = _account(api)
-        target = target or f"{user}/{default_repo_name(job)}"
+        try:
+            target = writable_target(api, target, default_repo_name(job))
+        except PushError as exc:
+            raise _fail(store, job, str(exc), token) from None
         namespace = target.split("/")[0]
-        if role == "read":
-            raise _fail(
-                store,
-                job,
-                f"the token cannot write to {namespace}: it needs write access (this one is read-only)",
-                token,
-            )
-        if namespace not in writable:
-            raise _fail(
-                store,
-                job,
-                f"the repo {target} is under {namespace}, which {user} cannot write to: "
-                f"push to {user}/{target.split('/', 1)[1]} or one of your organisations",
-                token,
-            )
         private = spec.output.private if private is None else private
         api.create_repo(target, private=private, exist_ok=True, repo_type="model")
         metrics = store.metrics(job.id)
@@ -272,3 +275,61 @@ def push_job(
     )
     log.info("pushed job %s to %s (%d files)", job.id, url, len(uploaded))
     return PushResult(repo_id=target, url=url, commit_url=commit.commit_url, files=uploaded)
+
+
+def push_merged(
+    job: JobRecord,
+    folder: Path,
+    token: str | None,
+    *,
+    dtype: str,
+    dequantized: bool,
+    repo_id: str | None = None,
+    private: bool = True,
+    endpoint: str | None = None,
+) -> PushResult:
+    """Push a merged export (``folder``) as a model repository in one commit, its card naming the repo; PushError
+    with a sentence if not. ``repo_id`` defaults to ``<your user>/<run name or method-job id>-merged``."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    endpoint = (endpoint or hub_endpoint()).rstrip("/")
+    kept = f"the merged model is kept at {folder}; retry later"
+    namespace = repo_id.split("/")[0] if repo_id and "/" in repo_id else "your account"
+    if not token or not token.strip():
+        raise PushError("no Hugging Face token: sign in, or set HF_TOKEN to a token with write access")
+    if repo_id and not is_namespaced_repo_id(repo_id):
+        raise PushError(f"the hub repo id {quote_input(repo_id)} must look like {HUB_REPO_ID_RULE}")
+    if client_offline():
+        raise PushError(f"the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); {kept}")
+    api = HfApi(endpoint=endpoint, token=token, library_name="post-training-studio")
+    target = repo_id
+    try:
+        target = writable_target(api, repo_id, f"{default_repo_name(job)}-merged")
+        namespace = target.split("/")[0]
+        api.create_repo(target, private=private, exist_ok=True, repo_type="model")
+        card = build_merged_card(job, target, dtype, dequantized, _base_license(api, job))
+        operations = [
+            CommitOperationAdd(path_in_repo=child.name, path_or_fileobj=str(child))
+            for child in sorted(folder.iterdir())
+            if child.is_file() and child.name != "README.md"
+        ]
+        operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode()))
+        commit = api.create_commit(
+            target,
+            operations,
+            repo_type="model",
+            commit_message=f"Merged model from Post-Training Studio job {job.id}",
+            commit_description=f"Base model: {job.spec.model.name_or_path}, merged in {dtype}.",
+        )
+    except PushError as exc:
+        raise PushError(_scrub(str(exc), token)) from None
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one sentence
+        message = describe_push_failure(exc, target or "?", namespace, folder, endpoint, kept=kept)
+        raise PushError(_scrub(message, token)) from exc
+    log.info("pushed the merged model of job %s to %s", job.id, target)
+    return PushResult(
+        repo_id=target,
+        url=f"{endpoint}/{target}",
+        commit_url=commit.commit_url,
+        files=sorted(op.path_in_repo for op in operations),
+    )

@@ -8,19 +8,21 @@ from pathlib import Path
 from backend.core.paths import DataPaths, storage_problem
 
 PARTIAL_ZIP = ".partial"  # an adapter zip being written, beside where it will be renamed to
+PARTIAL_MERGED = ".partial-merged-"  # a merged export being written (backend/workflows/export.py), likewise
 
 
-def zip_adapter(paths: DataPaths, adapter: Path, name: str) -> Path:
+def zip_adapter(paths: DataPaths, adapter: Path, name: str, what: str = "adapter") -> Path:
     """Zip ``adapter`` as ``name`` into a new download folder (the only folder the web server may serve); the file is
-    written beside its name and renamed, so it appears whole. ValueError with a sentence when the disk refuses."""
+    written beside its name and renamed, so it appears whole. ValueError with a sentence (naming ``what`` is zipped)
+    when the disk refuses."""
     try:
         target = paths.new_download(name)
     except OSError as exc:
-        raise ValueError(f"the adapter could not be zipped: {storage_problem(exc)}") from None
+        raise ValueError(f"the {what} could not be zipped: {storage_problem(exc)}") from None
     try:
         partial = shutil.make_archive(str(target.parent / PARTIAL_ZIP), "zip", adapter)
         Path(partial).replace(target)
     except OSError as exc:
         shutil.rmtree(target.parent, ignore_errors=True)  # nothing half-written stays in downloads/
-        raise ValueError(f"the adapter could not be zipped: {storage_problem(exc)}") from None
+        raise ValueError(f"the {what} could not be zipped: {storage_problem(exc)}") from None
     return target

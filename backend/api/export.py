@@ -1,0 +1,124 @@
+"""The facade's exports: a finished job's merged model, into a folder and optionally to the Hub, and its snippets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend.core.users import User
+from backend.jobs.access import may_name_server_paths
+from backend.jobs.store import JobNotFound
+from backend.platform.limits import InFlight, int_setting
+
+if TYPE_CHECKING:
+    from backend.hub.snippets import UseSnippet
+    from backend.workflows.export import ExportResult
+
+MERGED_FOLDER = "merged"  # the UI's export goes into the job's own folder: jobs/<id>/merged
+DEFAULT_MAX_EXPORTS = 1  # a merge holds a whole model in memory: one at a time on a Space
+
+
+def export_slots() -> InFlight:
+    """The in-flight limit of merged exports (one per user, ``STUDIO_MAX_EXPORTS`` at once), one per facade."""
+    return InFlight("merged export", 1, int_setting("STUDIO_MAX_EXPORTS", DEFAULT_MAX_EXPORTS), "STUDIO_MAX_EXPORTS")
+
+
+class ExportOperations:
+    """Exports, for ``StudioAPI`` (it uses ``paths``, ``store``, ``get_job`` and ``_exports``: export_slots())."""
+
+    _exports: InFlight
+
+    def merged_folder(self, job_id: str) -> Path:
+        """Where the UI puts a job's merged export: a folder of its own under the data dir."""
+        return self.paths.job_dir(job_id) / MERGED_FOLDER
+
+    def export_merged(
+        self,
+        job_id: str,
+        user: User | None = None,
+        out: Path | str | None = None,
+        push_repo: str | None = None,
+        private: bool = True,
+        token: str | None = None,
+        push: bool = False,
+    ) -> ExportResult:
+        """Merge a succeeded job's adapter into its base as a whole model, saved with its tokenizer, chat template,
+        generation config and card; with ``push`` (or a ``push_repo``) also push it as a model repository.
+
+        Only the job's owner may export it (another user's job is not found). ``out`` (a folder on this machine) is
+        for the CLI and the local admin; everyone else exports into the job's own folder. One export at a time per
+        user and ``STUDIO_MAX_EXPORTS`` Space-wide (Busy otherwise), since a merge holds a whole model in memory.
+        The merge runs in a child process with a time limit (``merge_in_child``); a failed push keeps the export
+        and says why in ``push_error``.
+        """
+        from backend.hub.publish import PushError, push_merged
+        from backend.workflows.export import ExportError, merge_in_child
+
+        job = self.get_job(job_id, user)
+        if user is not None and not user.local and job.owner != user.name:
+            raise JobNotFound(job_id)  # a Space admin may look at another's job, but its model is its owner's to ship
+        if out is not None and str(out).strip() and not may_name_server_paths(user):
+            raise ExportError("only the person at this machine may name a folder on it; export to the job instead")
+        own_folder = out is None or not str(out).strip()
+        target = self.merged_folder(job.id) if own_folder else Path(str(out))
+        release = self._exports.hold(user.name if user is not None else "")
+        try:
+            result = merge_in_child(job.id, self.paths, target, replace=own_folder)
+            if push or push_repo:
+                token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
+                try:
+                    pushed = push_merged(
+                        job,
+                        result.path,
+                        token,
+                        dtype=result.dtype,
+                        dequantized=result.dequantized,
+                        repo_id=push_repo or None,
+                        private=private,
+                    )
+                except PushError as exc:
+                    result = _with(result, push_error=str(exc))
+                else:
+                    result = _with(result, repo_id=pushed.repo_id, url=pushed.url)
+            self.store.merge_artifacts(job.id, merged=result.record())
+            return result
+        finally:
+            release()
+
+    def merged_archive(self, job_id: str, user: User | None = None) -> Path:
+        """Zip the job's merged export into a fresh, unguessable ``downloads/<random>/`` path (whole or not at all);
+        ValueError with a sentence when it has none."""
+        from backend.workflows.archive import zip_adapter
+
+        job = self.get_job(job_id, user)
+        if user is not None and not user.local and job.owner != user.name:
+            raise JobNotFound(job_id)
+        merged = job.artifacts.merged
+        if merged is None or not Path(merged.path).is_dir():
+            raise ValueError(f"job {job.id} has no merged export yet: click Export merged model first")
+        return zip_adapter(
+            self.paths, Path(merged.path), f"merged-{job.spec.output.run_name or job.id}.zip", "merged model"
+        )
+
+    def use_snippets(self, job_id: str, user: User | None = None) -> list[UseSnippet]:
+        """The "Use this model" snippets of a job: its adapter (pushed repo, else folder) and, once exported, its
+        merged model (pushed repo, else folder)."""
+        from backend.hub.snippets import use_snippets
+
+        job = self.get_job(job_id, user)
+        artifacts = job.artifacts
+        adapter = artifacts.hub.repo_id if artifacts.hub else artifacts.adapter_dir
+        merged = (artifacts.merged.repo_id or artifacts.merged.path) if artifacts.merged else None
+        return use_snippets(job.spec, job.id, adapter, merged)
+
+
+def _with(result: ExportResult, **changes) -> ExportResult:
+    """``result`` with a push's outcome, its sentence extended to say it."""
+    from dataclasses import replace
+
+    if changes.get("repo_id"):
+        changes["sentence"] = f"{result.sentence} Pushed to {changes['repo_id']}."
+    elif changes.get("push_error"):
+        changes["sentence"] = f"{result.sentence} Not pushed: {changes['push_error']}."
+    return replace(result, **changes)

@@ -1,0 +1,93 @@
+"""The Jobs tab's export panel: "Use this model" snippets for the picked job, and Export merged (a download, a push).
+
+A user's merged export goes into the job's own folder under the data dir (never a path they name), then is offered
+as a zip download or pushed as a model repository. The merge runs in Gradio's worker thread, one at a time per user
+and Space-wide (the facade's limit), so the page and other users' requests stay answered meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from backend.api import JobNotFound, SpecError, StudioAPI
+from components.job_pickers import job_choice_id
+from components.session import require_user, user_from
+
+NO_SNIPPETS = "Snippets appear here once the job has succeeded with an adapter."
+
+
+@dataclass
+class ExportHandles:
+    """The panel's widgets other code may need: the snippets and the export button."""
+
+    use_this_model: gr.Markdown
+    export_button: gr.Button
+
+
+def use_markdown(api: StudioAPI, job_id: str | None, user) -> str:
+    """The picked job's "Use this model" snippets as Markdown (exact to its pushed repos or local folders)."""
+    from backend.api import snippets_markdown
+
+    if not job_id:
+        return ""
+    try:
+        snippets = api.use_snippets(job_id, user)
+    except JobNotFound:
+        return ""
+    return snippets_markdown(snippets) if snippets else NO_SNIPPETS
+
+
+def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
+    """The panel under the job's actions, following ``picker``."""
+    with gr.Accordion("Use this model · Export merged", open=False, elem_id="export-panel") as panel:
+        use_this_model = gr.Markdown(elem_id="use-this-model")
+        with gr.Row():
+            push = gr.Checkbox(False, label="Also push to the Hub", scale=1)
+            repo = gr.Textbox(label="Merged repo (empty: you/<run name>-merged)", scale=3)
+            private = gr.Checkbox(True, label="Private", scale=1)
+        with gr.Row():
+            export_button = gr.Button("Export merged model", elem_id="export-merged-button", size="sm")
+            zip_button = gr.Button("Prepare merged zip", elem_id="prepare-merged-zip", size="sm")
+            download = gr.DownloadButton("Download merged model", visible=False, elem_id="download-merged", size="sm")
+        note = gr.Markdown(elem_id="export-note")
+
+    def show(selected, profile: gr.OAuthProfile | None = None):
+        user = user_from(profile)
+        shown = use_markdown(api, job_choice_id(selected), user) if user is not None else ""
+        return shown, "", gr.update(value=None, visible=False)
+
+    def export(selected, to_hub, repo_id, is_private, profile: gr.OAuthProfile | None, token: gr.OAuthToken | None):
+        from backend.api import ExportError
+
+        user = require_user(profile, token)
+        job_id = job_choice_id(selected) or ""
+        try:
+            result = api.export_merged(
+                job_id, user, push=bool(to_hub), push_repo=(repo_id or "").strip() or None, private=bool(is_private)
+            )
+        except JobNotFound:
+            raise gr.Error("Pick one of your jobs first.") from None
+        except (ExportError, SpecError) as exc:  # SpecError: Busy, another export is running
+            raise gr.Error(str(exc)) from None
+        sentence = result.sentence if result.push_error is None else f"⚠️ {result.sentence}"
+        return use_markdown(api, job_id, user), sentence
+
+    def prepare_zip(selected, profile: gr.OAuthProfile | None = None):
+        user = require_user(profile)
+        try:
+            path = api.merged_archive(job_choice_id(selected) or "", user)
+        except JobNotFound:
+            raise gr.Error("Pick one of your jobs first.") from None
+        except ValueError as exc:
+            raise gr.Error(str(exc)) from None
+        return gr.update(value=str(path), visible=True), f"Merged zip ready ({path.stat().st_size / 1e6:.1f} MB)."
+
+    for event in (picker.change, panel.expand):  # on open too: a job followed live may have finished since
+        event(show, picker, [use_this_model, note, download], api_visibility="private", show_progress="hidden")
+    export_button.click(
+        export, [picker, push, repo, private], [use_this_model, note], api_name="export_merged", concurrency_limit=1
+    )
+    zip_button.click(prepare_zip, picker, [download, note], api_name="prepare_merged_download")
+    return ExportHandles(use_this_model, export_button)
