@@ -1,8 +1,8 @@
 """Runs the examples on builtin:tiny-qwen3-arith in-process and prints each job's learning verdict and time.
 
-    python benchmarks/learning.py [sft-demo dpo-demo ...] [--seed S]
+    python benchmarks/learning.py [sft-demo dpo-demo ...] [--seed S | --seeds 0,1,2] [--record]
 
-The figures in the README's "Examples that learn" table come from this script.
+``--record`` appends each job's verdict (its sentence names the guards it was checked on) to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -49,16 +49,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("examples", nargs="*", default=list(EXAMPLES))
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds, each example run once per seed")
+    parser.add_argument("--record", action="store_true", help="append the verdicts to docs/benchmarks.md")
     args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+    rows = []
     for name in args.examples:
-        with tempfile.TemporaryDirectory() as tmp:
-            job, seconds = run_example(name, Path(tmp), args.seed)
-        learning = job.artifacts.learning
-        print(
-            f"{name}: {job.status.value} in {seconds:.0f}s; "
-            f"{learning.verdict + ': ' + learning.sentence if learning else 'no verdict: ' + str(job.error)}",
-            flush=True,
-        )
+        for seed in seeds:
+            with tempfile.TemporaryDirectory() as tmp:
+                job, seconds = run_example(name, Path(tmp), seed)
+            learning = job.artifacts.learning
+            said = learning.verdict + ": " + learning.sentence if learning else "no verdict: " + str(job.error)
+            print(f"{name}: {job.status.value} in {seconds:.0f}s; {said}", flush=True)
+            rows.append(
+                (f"{name} verdict, seed {seed if seed is not None else 'default'}", f"{said} ({seconds:.0f} s)")
+            )
+    if args.record:
+        from benchmarks.record import record
+
+        record(rows)
     return 0
 
 

@@ -12,22 +12,14 @@ matrices made non-zero so the merge has work to do. Timed: peft's ``merge_and_un
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "benchmarks.md"
+sys.path.insert(0, str(ROOT))
 TARGET_S = 30.0
-HEADER = (
-    "# Benchmark figures\n\n"
-    "Dated rows written by the scripts in `benchmarks/` (with `--record`); the newest last.\n\n"
-    "| date | machine | figure |\n| --- | --- | --- |\n"
-)
 
 
 def qwen3_06b_shape():
@@ -64,25 +56,9 @@ def with_adapter(model):
     return peft_model
 
 
-def machine() -> str:
-    """The machine in a few words: CPU model, cores, torch threads."""
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg()[0]  # the machine is shared: a busy one explains a slow figure
-    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, load {load:.1f} at the end"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--record", action="store_true", help=f"append the figure to {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--record", action="store_true", help="append the figure to docs/benchmarks.md")
     args = parser.parse_args()
 
     started = time.monotonic()
@@ -106,9 +82,9 @@ def main() -> int:
     )
     print(figure)
     if args.record:
-        text = RESULTS.read_text() if RESULTS.exists() else HEADER
-        RESULTS.write_text(text + f"| {date.today().isoformat()} | {machine()} | {figure} |\n")
-        print(f"recorded in {RESULTS.relative_to(ROOT)}")
+        from benchmarks.record import record
+
+        record([("merge + save, Qwen3-0.6B shape (`benchmarks/merge.py`)", figure)])
     return 0 if total <= TARGET_S else 1
 
 
