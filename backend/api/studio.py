@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.api.arena import ArenaOperations
+from backend.api.benchmarks import BenchmarkOperations
 from backend.api.chat import ChatOperations, ChatToolRuns
 from backend.api.common import (
     BENCH_CALLS_PER_MINUTE,
@@ -39,7 +40,13 @@ from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan,
 
 
 class StudioAPI(
-    JobOperations, DatasetOperations, EnvironmentOperations, ChatOperations, ArenaOperations, HubOperations
+    JobOperations,
+    DatasetOperations,
+    EnvironmentOperations,
+    ChatOperations,
+    ArenaOperations,
+    HubOperations,
+    BenchmarkOperations,
 ):
     """The facade over the store and a scheduler (its Hub operations are in backend/api/hub.py).
 

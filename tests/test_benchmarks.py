@@ -1,0 +1,120 @@
+"""Benchmarks with lm-evaluation-harness on the demo models: the report's arithmetic, the tasks a user can name, a
+job whose benchmarks keep a skill it does not train, a job built to damage arithmetic flagged with the drop, and the
+eval-only job from the facade (a finished job)."""
+
+import json
+
+import pytest
+
+from backend.api import SpecError, StudioAPI
+from backend.core.benchmarks import BUILTIN_TASKS, task_info, task_problem, task_score
+from backend.core.spec import parse_spec
+from backend.jobs.store import JobStatus
+from tests.conftest import ROOT, tiny_spec, wait_status
+
+ARITH = "builtin:tiny-qwen3-arith"
+ROWS = ROOT / "backend" / "assets" / "datasets" / "arith-prompts.jsonl"
+
+
+def test_a_sure_fall_is_named_and_a_noisy_one_is_not():
+    arith = task_info("studio_arith")
+    start = {i: 1.0 if i % 2 else 0.0 for i in range(60)}
+    worse = {i: 0.0 for i in range(60)}
+    lost = task_score(arith, "studio_arith", {"base": start, "tuned": worse}, {"base": 0.06, "tuned": 0.0})
+    assert lost.dropped and lost.n == 60 and lost.base == 0.5 and lost.tuned == 0.0 and lost.base_stderr == 0.06
+    assert lost.sentence.startswith("studio_arith -50 points ±") and lost.sentence.endswith("it lost arithmetic.")
+    noisy = {i: start[i] if i != 1 else 0.0 for i in range(60)}
+    kept = task_score(arith, "studio_arith", {"base": start, "tuned": noisy}, {})
+    assert not kept.dropped and "kept" in kept.sentence
+    # A staged job is measured against its parent's adapter, not the base.
+    staged = task_score(arith, "studio_arith", {"base": worse, "start": start, "tuned": start}, {})
+    assert staged.delta == 0 and not staged.dropped and "against the start" in staged.sentence
+
+
+def test_task_names_are_checked_with_a_sentence(tmp_path):
+    assert task_problem("studio_choice", None, False) is None and task_problem("arc_easy", None, False) is None
+    assert "is not a task" in task_problem("arc_hard_typo", None, True)
+    assert "is not a file" in task_problem(str(tmp_path / "missing.jsonl"), None, True)
+    assert "only the local user" in task_problem(str(ROWS), None, False)
+    with pytest.raises(SpecError, match="benchmarks.limit"):
+        parse_spec({"benchmarks": {"tasks": ["studio_arith"], "limit": 0}})
+    with pytest.raises(SpecError, match="at least one task"):
+        parse_spec({"evaluate": {}})
+
+
+def test_base_and_adapter_are_scored_on_the_same_items_in_one_model(models_dir):
+    """The runner on a loaded PeftModel: a random LoRA side and the base (adapter off), a JSONL task from a path."""
+    from peft import LoraConfig, get_peft_model
+
+    from backend.core.spec import ModelSpec, QuantizationSpec
+    from backend.models.inference import load_for_inference
+    from backend.training.benchmarks import run_benchmarks
+
+    model, tokenizer = load_for_inference(ModelSpec(name_or_path=ARITH), QuantizationSpec(), models_dir)
+    model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear", init_lora_weights=False))
+    report = run_benchmarks(
+        model, tokenizer, ["studio_choice", str(ROWS)], 40, {"tuned": "default", "base": "__base__"}
+    )
+    choice, rows = report.tasks["studio_choice"], report.tasks[str(ROWS)]
+    assert choice.n == rows.n == 40 and choice.metric == "acc" and rows.metric == "accuracy"
+    # The arith model's own skills, well above chance (25% for four choices): the base side really is the base.
+    assert choice.base >= 0.35 and rows.base >= 0.2
+    assert choice.base_stderr and choice.tuned_stderr and rows.base_stderr
+    assert choice.tuned != choice.base or rows.tuned != rows.base, "a random adapter changes the answers"
+
+
+@pytest.mark.slow
+def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, store, scheduler_factory):
+    """Benchmark-style: SFT with a large learning rate on unrelated chat text wrecks the arith model's arithmetic and is
+    flagged with the drop; a short arithmetic SFT keeps both skills, the one it does not train included."""
+    benchmarks = {"tasks": ["studio_arith", "studio_choice"], "limit": 60}
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    training = {"max_steps": 12, "batch_size": 4, "max_length": 128, "save_steps": 100}
+    harsh = api.submit(
+        tiny_spec(model={"name_or_path": ARITH}, training={**training, "learning_rate": 3e-2}, benchmarks=benchmarks)
+    ).job
+    # The arith SFT recipe's data and rate for a few steps: real training of greedy answers, which is not picking the
+    # right result among four by log-likelihood.
+    gentle = api.submit(
+        tiny_spec(
+            model={"name_or_path": ARITH},
+            dataset={"name": "arith-sft"},
+            training={**training, "max_steps": 20, "learning_rate": 2e-3, "batch_size": 8},
+            benchmarks=benchmarks,
+        )
+    ).job
+    scheduler_factory(max_concurrent=1)
+    harsh = wait_status(store, harsh.id, {JobStatus.succeeded, JobStatus.failed}, 300)
+    gentle = wait_status(store, gentle.id, {JobStatus.succeeded, JobStatus.failed}, 300)
+    assert harsh.status is JobStatus.succeeded and gentle.status is JobStatus.succeeded, (harsh.error, gentle.error)
+
+    lost = harsh.artifacts.benchmarks
+    assert lost is not None and lost.error is None
+    arith = lost.tasks["studio_arith"]
+    assert arith.n == 60 and arith.base is not None and arith.tuned is not None and arith.start is None
+    assert arith.dropped and arith.delta < -arith.ci95, arith
+    assert any(s.startswith("studio_arith -") and "it lost arithmetic" in s for s in lost.drops), lost.drops
+
+    kept = gentle.artifacts.benchmarks
+    assert kept is not None and kept.drops == []
+    assert not kept.tasks["studio_choice"].dropped and not kept.tasks["studio_arith"].dropped
+    assert "kept" in kept.tasks["studio_choice"].sentence
+    assert kept.tasks["studio_choice"].base >= 0.35, "the untrained skill was there to keep"
+    assert kept.tasks["studio_choice"].ci95 > 0, "the job changed some answers: the interval comes from the items"
+
+    # The eval-only job on the finished damaged job, through the same queue: the same figures, paired again.
+    evaluated = api.evaluate(harsh.id, ["studio_arith"], 60).job
+    assert evaluated.spec.evaluate.job_id == harsh.id and evaluated.spec.model.name_or_path == ARITH
+    done = wait_status(store, evaluated.id, {JobStatus.succeeded, JobStatus.failed}, 300)
+    assert done.status is JobStatus.succeeded, done.error
+    again = done.artifacts.benchmarks.tasks["studio_arith"]
+    assert (again.base, again.tuned, again.dropped) == (arith.base, arith.tuned, True)
+    assert done.progress["step"] == done.progress["total_steps"] and done.artifacts.adapter_dir is None
+
+
+def test_the_builtin_tasks_ship_their_files():
+    from backend.core.benchmarks import BENCHMARK_ASSETS
+
+    for name in BUILTIN_TASKS:
+        lines = (BENCHMARK_ASSETS / f"{name}.jsonl").read_text().splitlines()
+        assert len(lines) == 200 and all(json.loads(line) for line in lines)
