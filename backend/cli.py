@@ -1,4 +1,4 @@
-"""Command line for power users and scripts: submit, list, show and cancel jobs without a running app."""
+"""Command line for power users and scripts: submit, evaluate, list, show and cancel jobs without a running app."""
 
 from __future__ import annotations
 
@@ -117,6 +117,8 @@ def _print_record(data: dict[str, Any]) -> None:
         if evaluation.get(side):
             scores = ", ".join(f"{k}={v:.4g}" for k, v in evaluation[side].items())
             rows.append((f"eval {side}", f"{scores} ({evaluation['rows']} held-out rows)"))
+    for name, score in (artifacts.benchmarks.tasks if artifacts.benchmarks else {}).items():
+        rows.append((f"bench {name}", score.sentence))
     last = data.get("last_metrics")
     if last:
         shown = {k: v for k, v in last.items() if k not in {"id", "ts"} and isinstance(v, (int, float))}
@@ -181,6 +183,24 @@ def cmd_submit(api: StudioAPI, args) -> int:
         print(json.dumps(_record_json(api, job), indent=2))
     else:
         _print_record(_record_json(api, job))
+    return EXIT_OK if job.status is JobStatus.succeeded else EXIT_JOB_FAILED
+
+
+def cmd_eval(api: StudioAPI, args) -> int:
+    """``eval``: queue an eval-only job (lm-eval benchmarks) on a finished job or a base model; ``--wait`` follows it
+    and ``--json`` prints its record (scores under ``artifacts.benchmarks``)."""
+    submitted = api.evaluate(args.target, args.tasks.split(","), args.limit)
+    job = submitted.job
+    if not args.wait:
+        shown = {"id": job.id, "status": job.status.value, "queue_position": submitted.queue_position}
+        print(json.dumps(shown) if args.json else f"queued {job.id} (#{submitted.queue_position} in queue)")
+        return EXIT_OK
+    job = _wait(api, job.id, quiet=args.json)
+    record = _record_json(api, job)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        _print_record(record)
     return EXIT_OK if job.status is JobStatus.succeeded else EXIT_JOB_FAILED
 
 
@@ -345,6 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for both jobs; exit 1 unless both succeed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_warm_up)
+    p = sub.add_parser("eval", help="score lm-eval benchmarks on a finished job (base, start, tuned) or a model")
+    p.add_argument("target", help="a finished job's id, or a base model's name (builtin:tiny-qwen3-arith, a Hub id)")
+    p.add_argument("--tasks", required=True, help="comma-separated: arc_easy,studio_arith,... or a .jsonl path")
+    p.add_argument("--limit", type=int, default=None, help="items per task, the same on every side")
+    p.add_argument("--wait", action="store_true", help="wait for the job; exit 1 unless it succeeds")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("list", help="list jobs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
@@ -368,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
-        refused = "The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:"
+        refused = "The job was not queued:" if args.command in ("submit", "warm-up", "eval") else "Cannot do that:"
         print(refused, file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)

@@ -1,8 +1,11 @@
 """Benchmarks with lm-evaluation-harness on the demo models: the report's arithmetic, the tasks a user can name, a
 job whose benchmarks keep a skill it does not train, a job built to damage arithmetic flagged with the drop, and the
-eval-only job from the facade (a finished job)."""
+eval-only job from the facade and the command line (a finished job, a base model, a JSONL path, bad input)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -110,6 +113,56 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
     again = done.artifacts.benchmarks.tasks["studio_arith"]
     assert (again.base, again.tuned, again.dropped) == (arith.base, arith.tuned, True)
     assert done.progress["step"] == done.progress["total_steps"] and done.artifacts.adapter_dir is None
+
+
+def cli(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "backend", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+@pytest.mark.slow
+def test_eval_command_on_a_job_a_model_and_a_jsonl_and_bad_input_queues_nothing(
+    data_dir, paths, store, scheduler_factory
+):
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    for args, said in (
+        (("--tasks", "no_such_task"), "is not a task"),
+        (("--tasks", str(data_dir / "absent.jsonl")), "is not a file"),
+        (("--tasks", "studio_arith", "--limit", "0"), "benchmarks.limit"),
+        (("--tasks", ""), "at least one task"),
+    ):
+        refused = cli("eval", ARITH, *args)
+        assert refused.returncode == 2 and said in refused.stderr and "Traceback" not in refused.stderr, refused
+    refused = cli("eval", "no-such-model-or-job", "--tasks", "studio_arith")
+    assert refused.returncode == 2 and "model.name_or_path" in refused.stderr
+    assert api.list_jobs() == [], "a refused eval queues nothing"
+
+    # A finished tiny job: its adapter (tuned) and base on the same items, with a JSONL task from a path.
+    trained = api.submit(tiny_spec(model={"name_or_path": ARITH}, training={"max_steps": 2})).job
+    scheduler_factory(max_concurrent=1)  # it serves the CLI's eval jobs too (one scheduler per data dir)
+    assert wait_status(store, trained.id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
+    result = cli("eval", trained.id, "--tasks", f"studio_choice,{ROWS}", "--limit", "20", "--wait", "--json")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["status"] == "succeeded"
+    scores = record["artifacts"]["benchmarks"]["tasks"]
+    assert set(scores) == {"studio_choice", str(ROWS)}
+    for score in scores.values():
+        assert score["n"] == 20 and score["base"] is not None and score["tuned"] is not None
+        assert score["base_stderr"] is not None and score["ci95"] is not None and score["start"] is None
+    assert store.get(trained.id).status is JobStatus.succeeded
+
+    # A base model by name: one side.
+    result = cli("eval", ARITH, "--tasks", "studio_arith", "--limit", "10", "--wait", "--json")
+    assert result.returncode == 0, result.stderr
+    score = json.loads(result.stdout)["artifacts"]["benchmarks"]["tasks"]["studio_arith"]
+    assert score["n"] == 10 and score["base"] is not None and score["tuned"] is None and score["delta"] is None
 
 
 def test_the_builtin_tasks_ship_their_files():
