@@ -16,7 +16,8 @@ def benchmark_choices() -> list[tuple[str, str]]:
     """(label, task name) for a task picker: the demo models' offline tasks first, then the presets."""
 
     def label(task: BenchmarkTask) -> str:
-        return f"{task.name}: {task.skill} ({task.default_limit} items; {task.cost})"
+        timed = f"; {task.seconds_per_100:g} s per 100 on the demo model, 2 CPUs" if task.seconds_per_100 else ""
+        return f"{task.name}: {task.skill} ({task.default_limit} items; {task.cost}{timed})"
 
     return [(label(task), task.name) for task in (*BUILTIN_TASKS.values(), *PRESETS.values())]
 

@@ -101,6 +101,8 @@ PRESETS: dict[str, BenchmarkTask] = {
 # part, which no studio dataset holds), and picking the right result among four by log-likelihood, a form no demo
 # recipe trains (they train greedy answers on the studio part). The arith model knows nothing but arithmetic (it picks
 # "the larger of two numbers" at chance: scripts/build_benchmarks.py), so that is the skill a job can keep or lose.
+# seconds_per_100: measured on the arith model, 2 CPU cores, the steady (second) side of benchmarks/lm_eval_speed.py
+# (docs/benchmarks.md, 2026-12-05).
 BUILTIN_TASKS: dict[str, BenchmarkTask] = {
     task.name: task
     for task in (
@@ -111,7 +113,7 @@ BUILTIN_TASKS: dict[str, BenchmarkTask] = {
             100,
             "1 greedy answer of up to 24 tokens",
             chat=True,
-            seconds_per_100=None,
+            seconds_per_100=3.1,
         ),
         BenchmarkTask(
             "studio_choice",
@@ -120,7 +122,7 @@ BUILTIN_TASKS: dict[str, BenchmarkTask] = {
             200,
             "4 log-likelihoods of a short answer",
             chat=True,
-            seconds_per_100=None,
+            seconds_per_100=0.9,
         ),
     )
 }
