@@ -39,6 +39,10 @@ def test_task_names_are_checked_with_a_sentence(tmp_path):
     assert "is not a task" in task_problem("arc_hard_typo", None, True)
     assert "is not a file" in task_problem(str(tmp_path / "missing.jsonl"), None, True)
     assert "only the local user" in task_problem(str(ROWS), None, False)
+    assert task_problem(str(ROWS), None, True) is None
+    unscored = tmp_path / "unscored.jsonl"
+    unscored.write_text('{"prompt": "What is 2 + 2?"}\n')
+    assert "a prompt and a solution column" in task_problem(str(unscored), None, True)
     with pytest.raises(SpecError, match="benchmarks.limit"):
         parse_spec({"benchmarks": {"tasks": ["studio_arith"], "limit": 0}})
     with pytest.raises(SpecError, match="at least one task"):
@@ -113,6 +117,33 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
     again = done.artifacts.benchmarks.tasks["studio_arith"]
     assert (again.base, again.tuned, again.dropped) == (arith.base, arith.tuned, True)
     assert done.progress["step"] == done.progress["total_steps"] and done.artifacts.adapter_dir is None
+
+
+@pytest.mark.slow
+def test_a_staged_job_is_measured_against_its_parent(paths, store, scheduler_factory):
+    """Base, start (the parent's adapter) and tuned on the same items, after training and in an eval-only job."""
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    training = {"max_steps": 6, "batch_size": 8, "max_length": 128, "learning_rate": 2e-3, "save_steps": 100}
+    parent = api.submit(tiny_spec(model={"name_or_path": ARITH}, dataset={"name": "arith-sft"}, training=training)).job
+    child = api.submit(
+        tiny_spec(
+            model={"name_or_path": ARITH, "parent_job_id": parent.id},
+            training={**training, "learning_rate": 2e-2},
+            benchmarks={"tasks": ["studio_choice"], "limit": 20},
+        )
+    ).job
+    scheduler_factory(max_concurrent=1)
+    child = wait_status(store, child.id, {JobStatus.succeeded, JobStatus.failed}, 300)
+    assert child.status is JobStatus.succeeded, child.error
+    score = child.artifacts.benchmarks.tasks["studio_choice"]
+    assert None not in (score.base, score.start, score.tuned) and score.n == 20
+    assert score.delta == pytest.approx(score.tuned - score.start) and "against the start" in score.sentence
+
+    evaluated = api.evaluate(child.id, ["studio_choice"], 20).job
+    done = wait_status(store, evaluated.id, {JobStatus.succeeded, JobStatus.failed}, 300)
+    assert done.status is JobStatus.succeeded, done.error
+    again = done.artifacts.benchmarks.tasks["studio_choice"]
+    assert (again.base, again.start, again.tuned) == (score.base, score.start, score.tuned)
 
 
 def cli(*args, timeout=300):

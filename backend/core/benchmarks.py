@@ -9,6 +9,7 @@ report built from per-item scores: tuned minus start on the same items, a paired
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,23 @@ def task_problem(name: str, uploads_dir: Path | None, may_read_files: bool) -> s
             return f"benchmarks.tasks: {name[:80]!r} is not a file on this machine"
     if kind == "upload" and (uploads_dir is None or not (uploads_dir / name).is_file()):
         return f"benchmarks.tasks: {name[:80]!r} is not one of your uploads; upload the JSONL again"
+    if kind in ("file", "upload"):
+        path = uploads_dir / name if kind == "upload" and uploads_dir else Path(name).expanduser()
+        return rows_problem(path, name)
+    return None
+
+
+def rows_problem(path: Path, name: str) -> str | None:
+    """Whether a JSONL's first row has what the own-rows task reads (``prompt`` and ``solution``), as a sentence: a
+    file without a solution would otherwise score every answer 0 without a word."""
+    try:
+        with path.open("rb") as file:
+            first = file.readline(1 << 20).strip()
+        row = json.loads(first) if first else None
+    except (OSError, ValueError):
+        row = None
+    if not isinstance(row, dict) or "prompt" not in row or "solution" not in row:
+        return f"benchmarks.tasks: {name[:80]!r} must be JSON lines with a prompt and a solution column"
     return None
 
 
