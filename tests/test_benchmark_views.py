@@ -5,6 +5,7 @@ from backend.api import StudioAPI, local_user
 from backend.core.benchmarks import build_report, task_info, task_score
 from components.benchmark_panel import evaluate_action
 from components.benchmark_views import bar, benchmarks_compare_markdown, benchmarks_markdown
+from components.job_views import choice, table_rows
 from tests.conftest import tiny_spec
 
 
@@ -43,6 +44,9 @@ def test_evaluate_queues_an_eval_only_job_or_says_why_not(paths, store):
     (job,) = api.list_jobs()
     assert job.spec.evaluate is not None and job.spec.evaluate.job_id is None
     assert job.spec.benchmarks.tasks == ["studio_choice"] and job.spec.benchmarks.limit == 20
+    assert choice(job).split(" · ")[1:3] == ["eval", "benchmarks of builtin:tiny-qwen3-arith"]
+    row = table_rows(api, [job])[0]
+    assert row[4] == "eval" and row[6] == "studio_choice", "the list says what an eval-only job does"
     for tasks, limit, words in ((["nope"], None, "is not a task"), (["studio_arith"], 0, "limit"), ([], None, "task")):
         assert words in evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", tasks, limit)
     # A job that has not finished has no adapter to score.
