@@ -101,6 +101,9 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
     assert arith.n == 60 and arith.base is not None and arith.tuned is not None and arith.start is None
     assert arith.dropped and arith.delta < -arith.ci95, arith
     assert any(s.startswith("studio_arith -") and "it lost arithmetic" in s for s in lost.drops), lost.drops
+    items = json.loads((paths.job_dir(harsh.id) / "benchmarks.json").read_text())
+    assert set(items["studio_arith"]) == {"base", "tuned"} and len(items["studio_arith"]["base"]) == 60
+    assert sum(items["studio_arith"]["base"].values()) / 60 == pytest.approx(arith.base), "the items behind the score"
 
     kept = gentle.artifacts.benchmarks
     assert kept is not None and kept.drops == []

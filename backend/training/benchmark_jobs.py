@@ -49,9 +49,17 @@ def sides_of(model, with_start: bool, compare_base: bool = True) -> dict[str, st
 
 
 def scored_benchmarks(
-    model, tokenizer, spec: JobSpec, sides: dict[str, str | None], paths: DataPaths, progress, scored: str
+    model,
+    tokenizer,
+    spec: JobSpec,
+    sides: dict[str, str | None],
+    paths: DataPaths,
+    job_id: str,
+    progress,
+    scored: str,
 ) -> BenchmarkReport:
-    """Run the spec's benchmarks; a failure is a report with its error (a trained job's adapter is saved already)."""
+    """Run the spec's benchmarks, each item's scores kept in the job's ``benchmarks.json``; a failure is a report with
+    its error (a trained job's adapter is saved already)."""
     from backend.training.benchmarks import run_benchmarks
 
     try:
@@ -64,6 +72,7 @@ def scored_benchmarks(
             uploads_dir=paths.uploads(spec.owner),
             progress=progress,
             scored=scored,
+            items_file=paths.job_dir(job_id) / "benchmarks.json",
         )
     except Exception as exc:  # noqa: BLE001 - recorded as the report's error, never a failed training job
         log.exception("the benchmarks failed")
@@ -81,7 +90,7 @@ def benchmark_trained(
     sides = sides_of(model, with_start, spec.eval.compare_base)
     log.info("benchmarks %s on %s", ", ".join(spec.benchmarks.tasks), ", ".join(sides))
     report = scored_benchmarks(
-        model, trainer.processing_class, spec, sides, paths, reporting(store, job_id, False), f"job {job_id}"
+        model, trainer.processing_class, spec, sides, paths, job_id, reporting(store, job_id, False), f"job {job_id}"
     )
     for sentence in report.drops:
         log.info("benchmark drop: %s", sentence)
@@ -109,7 +118,7 @@ def run_eval_only(spec: JobSpec, paths: DataPaths, job_id: str, store: JobReport
         parent = target.artifacts.parent_adapter
         scored = f"job {target_id}"
     with_start = load_start_adapter(model, Path(parent) if parent else None)
-    report = scored_benchmarks(model, tokenizer, spec, sides_of(model, with_start), paths, progress, scored)
+    report = scored_benchmarks(model, tokenizer, spec, sides_of(model, with_start), paths, job_id, progress, scored)
     store.merge_artifacts(job_id, benchmarks=report)
     if report.error:
         raise RuntimeError(report.error)

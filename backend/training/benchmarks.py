@@ -11,6 +11,7 @@ model beside the trainer's, and no vLLM machine was available to test it.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -158,8 +159,10 @@ def run_benchmarks(
     batch_size: int = 16,
     progress: Progress | None = None,
     scored: str = "",
+    items_file: Path | None = None,
 ) -> BenchmarkReport:
-    """Score ``tasks`` on every side (label -> adapter: ``tuned``, ``start``, ``base``) of the loaded model."""
+    """Score ``tasks`` on every side (label -> adapter: ``tuned``, ``start``, ``base``) of the loaded model; with
+    ``items_file`` each item's score per task and side is written there as JSON (the report keeps only summaries)."""
     import torch
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
@@ -190,6 +193,8 @@ def run_benchmarks(
             stderr[name][label] = _number(row.get(f"{info.metric}_stderr,{info.metric_filter}"))
             done += 1
     scores = {name: task_score(task_info(name), name, per_item[name], stderr[name]) for name in tasks}
+    if items_file is not None:
+        items_file.write_text(json.dumps(per_item, indent=1))
     if progress:
         progress(total, total, "benchmarks: done")
     return build_report(scores, limit, scored, round(time.monotonic() - started, 2))
