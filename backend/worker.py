@@ -313,9 +313,14 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job
     try:
         if spec.evaluate is not None:  # an eval-only job: benchmarks, no training (backend/training/benchmark_jobs.py)
-            from backend.training.benchmark_jobs import run_eval_only
+            from backend.training.benchmark_jobs import EvaluationCancelled, run_eval_only
 
-            run_eval_only(spec, paths, job_id, store)
+            try:
+                run_eval_only(spec, paths, job_id, store, stop_event)
+            except EvaluationCancelled as stopped:
+                store.finish(job_id, JobStatus.cancelled, None, {"cancel_note": str(stopped)})
+                log.info("cancelled: %s", stopped)
+                return EXIT_OK
             store.finish(job_id, JobStatus.succeeded)
             log.info("job %s succeeded", job_id)
             return EXIT_OK

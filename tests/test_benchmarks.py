@@ -13,7 +13,7 @@ from backend.api import SpecError, StudioAPI
 from backend.core.benchmarks import BUILTIN_TASKS, task_info, task_problem, task_score
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStatus
-from tests.conftest import ROOT, tiny_spec, wait_status
+from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 ARITH = "builtin:tiny-qwen3-arith"
 ROWS = ROOT / "backend" / "assets" / "datasets" / "arith-prompts.jsonl"
@@ -147,6 +147,23 @@ def test_a_staged_job_is_measured_against_its_parent(paths, store, scheduler_fac
     assert done.status is JobStatus.succeeded, done.error
     again = done.artifacts.benchmarks.tasks["studio_choice"]
     assert (again.base, again.start, again.tuned) == (score.base, score.start, score.tuned)
+
+
+@pytest.mark.slow
+def test_an_eval_only_job_shows_its_progress_and_stops_when_cancelled(paths, store, scheduler_factory):
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    job = api.evaluate(ARITH, ["studio_arith", "studio_choice"], 200).job
+    scheduler_factory(max_concurrent=1)
+
+    def phase() -> str:
+        return (store.get(job.id).progress or {}).get("phase", "")
+
+    wait_for(lambda: phase().startswith("benchmarks: studio_arith"), 120, what="the first task to start")
+    assert store.get(job.id).progress["total_steps"] == 2
+    api.cancel(job.id)
+    done = wait_status(store, job.id, {JobStatus.cancelled, JobStatus.succeeded, JobStatus.failed}, 120)
+    assert done.status is JobStatus.cancelled, done.error
+    assert done.artifacts.cancel_note == "stopped by request after 1 of 2 task runs", "at the next task, not killed"
 
 
 def cli(*args, timeout=300):

@@ -22,14 +22,21 @@ from backend.training.evaluation import START_ADAPTER, load_start_adapter
 log = logging.getLogger("studio.worker")
 
 
-def reporting(store: JobReporter, job_id: str, report_progress: bool):
-    """A progress callback: the log always, the job's progress row too for an eval-only job (training's own progress
-    must not be overwritten while its figures are shown)."""
+class EvaluationCancelled(Exception):
+    """A cancel request (or the scheduler's SIGTERM) reached an eval-only job between two task runs."""
+
+
+def reporting(store: JobReporter, job_id: str, report_progress: bool, stop_event=None):
+    """A progress callback: the log always; for an eval-only job also its progress row (training's own progress must
+    not be overwritten while its figures are shown) and the cancel check, between two task runs."""
 
     def progress(done: int, total: int, text: str) -> None:
         log.info("%s (%d/%d)", text, done, total)
-        if report_progress:
-            store.report(job_id, [], {"step": done, "total_steps": total, "phase": text, "updated_at": time.time()})
+        if not report_progress:
+            return
+        if (stop_event is not None and stop_event.is_set()) or store.cancel_requested(job_id):
+            raise EvaluationCancelled(f"stopped by request after {done} of {total} task runs")
+        store.report(job_id, [], {"step": done, "total_steps": total, "phase": text, "updated_at": time.time()})
 
     return progress
 
@@ -74,6 +81,8 @@ def scored_benchmarks(
             scored=scored,
             items_file=paths.job_dir(job_id) / "benchmarks.json",
         )
+    except EvaluationCancelled:
+        raise
     except Exception as exc:  # noqa: BLE001 - recorded as the report's error, never a failed training job
         log.exception("the benchmarks failed")
         return BenchmarkReport(error=describe_failure(exc), limit=spec.benchmarks.limit, scored=scored)
@@ -97,13 +106,14 @@ def benchmark_trained(
     return report
 
 
-def run_eval_only(spec: JobSpec, paths: DataPaths, job_id: str, store: JobReporter) -> BenchmarkReport:
+def run_eval_only(spec: JobSpec, paths: DataPaths, job_id: str, store: JobReporter, stop_event=None) -> BenchmarkReport:
     """An eval-only job: load the finished job's base and adapter (and its parent's adapter, for a staged job), or the
-    named base model alone, and score the benchmarks; ValueError with a sentence when the job has nothing to load."""
+    named base model alone, and score the benchmarks; ValueError with a sentence when the job has nothing to load,
+    EvaluationCancelled when asked to stop."""
     from backend.models.inference import load_for_inference
 
     assert spec.evaluate is not None
-    progress = reporting(store, job_id, True)
+    progress = reporting(store, job_id, True, stop_event)
     progress(0, 1, "loading the model")
     target_id = spec.evaluate.job_id
     if target_id is None:
