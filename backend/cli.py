@@ -96,6 +96,12 @@ def _print_record(data: dict[str, Any]) -> None:
         ("method", data["method"]),
         ("model", data["model"]),
         ("dataset", data["dataset"]),
+    ]
+    evaluated = (data.get("spec") or {}).get("evaluate")
+    if evaluated is not None:  # an eval-only job: its method and dataset are unused defaults
+        target = f"job {evaluated['job_id']}" if evaluated.get("job_id") else "the model alone"
+        rows[-3:] = [("method", "eval"), ("model", data["model"]), ("evaluates", target)]
+    rows += [
         ("owner", data["owner"]),
         ("created", _ts(data["created_at"])),
         ("started", _ts(data["started_at"])),

@@ -307,7 +307,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         job_id,
         "EVAL-ONLY" if spec.evaluate is not None else spec.method.value.upper(),
         spec.model.name_or_path,
-        spec.dataset.name,
+        ", ".join(spec.benchmarks.tasks) if spec.evaluate is not None else spec.dataset.name,
         job.attempts,
     )
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job

@@ -208,6 +208,8 @@ def test_eval_command_on_a_job_a_model_and_a_jsonl_and_bad_input_queues_nothing(
         assert score["n"] == 20 and score["base"] is not None and score["tuned"] is not None
         assert score["base_stderr"] is not None and score["ci95"] is not None and score["start"] is None
     assert store.get(trained.id).status is JobStatus.succeeded
+    shown = cli("show", record["id"]).stdout
+    assert "method" in shown and " eval\n" in shown and f"job {trained.id}" in shown and "bench studio_choice" in shown
 
     # A base model by name: one side.
     result = cli("eval", ARITH, "--tasks", "studio_arith", "--limit", "10", "--wait", "--json")

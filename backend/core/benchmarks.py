@@ -112,7 +112,7 @@ BUILTIN_TASKS: dict[str, BenchmarkTask] = {
             "accuracy",
             "arithmetic",
             100,
-            "1 greedy answer of up to 24 tokens",
+            "1 greedy answer of up to 32 tokens",
             chat=True,
             seconds_per_100=3.1,
         ),

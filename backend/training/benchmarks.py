@@ -36,7 +36,7 @@ log = logging.getLogger("studio.benchmarks")
 
 Progress = Callable[[int, int, str], None]
 # Greedy answers of the demo tasks are one short line; a user's rows may want more.
-ARITH_TOKENS = 24
+ARITH_TOKENS = 32
 OWN_ROWS_TOKENS = 256
 
 
@@ -99,6 +99,22 @@ def local_task(name: str, index: int, uploads_dir: Path | None) -> tuple[str, di
     path = (uploads_dir / name) if task_kind(name) == "upload" and uploads_dir else Path(name).expanduser()
     internal = f"studio_own_rows_{index}"
     return internal, solution_task(internal, path.resolve(), OWN_ROWS_TOKENS)
+
+
+@contextmanager
+def lm_eval_lengths(model) -> Iterator[None]:
+    """Let lm-eval's answer lengths hold: it caps a generation by ``max_length``, which a model's own
+    ``generation_config.max_new_tokens`` (the demo models ship 64) would override; put back after."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(inner, "generation_config", None)
+    saved = getattr(config, "max_new_tokens", None)
+    if config is not None:
+        config.max_new_tokens = None
+    try:
+        yield
+    finally:
+        if config is not None:
+            config.max_new_tokens = saved
 
 
 @contextmanager
@@ -185,7 +201,7 @@ def run_benchmarks(
             info = task_info(name)
             internal, config = local.get(name, (name, name))
             # The presets keep lm-eval's standard prompts; local tasks are chat turns, rendered by the template.
-            with on_side(model, adapter), torch.no_grad():
+            with on_side(model, adapter), lm_eval_lengths(model), torch.no_grad():
                 result = _evaluate(lm, [config], limit or info.default_limit, name not in PRESETS, manager)
             row = result.get("results", {}).get(internal, {})
             samples = result.get("samples", {}).get(internal, [])
