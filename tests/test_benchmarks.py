@@ -70,6 +70,19 @@ def test_base_and_adapter_are_scored_on_the_same_items_in_one_model(models_dir):
     assert choice.tuned != choice.base or rows.tuned != rows.base, "a random adapter changes the answers"
 
 
+def test_a_preset_that_needs_the_hub_offline_is_a_reported_error(models_dir, paths):
+    """lm-eval's standard tasks read their data from the Hub: offline (as here) that is the report's error, which never
+    fails a trained job; an eval-only job fails with the same sentence."""
+    from backend.core.spec import ModelSpec, QuantizationSpec
+    from backend.models.inference import load_for_inference
+    from backend.training.benchmark_jobs import scored_benchmarks
+
+    model, tokenizer = load_for_inference(ModelSpec(name_or_path=ARITH), QuantizationSpec(), models_dir)
+    spec = parse_spec({"benchmarks": {"tasks": ["arc_easy"], "limit": 5}})
+    report = scored_benchmarks(model, tokenizer, spec, {"base": None}, paths, "job", None, "model")
+    assert report.tasks == {} and "allenai/ai2_arc" in report.error and "\n" not in report.error
+
+
 @pytest.mark.slow
 def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, store, scheduler_factory):
     """Benchmark-style: SFT with a large learning rate on unrelated chat text wrecks the arith model's arithmetic and is

@@ -22,7 +22,6 @@ from typing import Any
 from backend.core.artifacts import BenchmarkReport
 from backend.core.benchmarks import (
     BENCHMARK_ASSETS,
-    BUILTIN_TASKS,
     PRESETS,
     build_report,
     task_info,
@@ -202,7 +201,7 @@ def run_benchmarks(
             internal, config = local.get(name, (name, name))
             # The presets keep lm-eval's standard prompts; local tasks are chat turns, rendered by the template.
             with on_side(model, adapter), lm_eval_lengths(model), torch.no_grad():
-                result = _evaluate(lm, [config], limit or info.default_limit, name not in PRESETS, manager)
+                result = _evaluate(lm, [config], limit or info.default_limit, info.chat, manager)
             row = result.get("results", {}).get(internal, {})
             samples = result.get("samples", {}).get(internal, [])
             per_item[name][label] = _item_values(samples, info.metric, info.metric_filter)
@@ -219,6 +218,3 @@ def run_benchmarks(
 def _number(value: Any) -> float | None:
     """lm-eval writes "N/A" where it has no stderr."""
     return float(value) if isinstance(value, (int, float)) else None
-
-
-__all__ = ["BUILTIN_TASKS", "check_answer", "on_side", "run_benchmarks"]
