@@ -1,4 +1,5 @@
-"""Command line for power users and scripts: submit, list, show, cancel and export jobs without a running app."""
+"""Command line for power users and scripts: submit, evaluate, list, show, cancel and export jobs without a
+running app."""
 
 from __future__ import annotations
 
@@ -96,6 +97,12 @@ def _print_record(data: dict[str, Any]) -> None:
         ("method", data["method"]),
         ("model", data["model"]),
         ("dataset", data["dataset"]),
+    ]
+    evaluated = (data.get("spec") or {}).get("evaluate")
+    if evaluated is not None:  # an eval-only job: its method and dataset are unused defaults
+        target = f"job {evaluated['job_id']}" if evaluated.get("job_id") else "the model alone"
+        rows[-3:] = [("method", "eval"), ("model", data["model"]), ("evaluates", target)]
+    rows += [
         ("owner", data["owner"]),
         ("created", _ts(data["created_at"])),
         ("started", _ts(data["started_at"])),
@@ -118,6 +125,8 @@ def _print_record(data: dict[str, Any]) -> None:
         if evaluation.get(side):
             scores = ", ".join(f"{k}={v:.4g}" for k, v in evaluation[side].items())
             rows.append((f"eval {side}", f"{scores} ({evaluation['rows']} held-out rows)"))
+    for name, score in (artifacts.benchmarks.tasks if artifacts.benchmarks else {}).items():
+        rows.append((f"bench {name}", score.sentence))
     last = data.get("last_metrics")
     if last:
         shown = {k: v for k, v in last.items() if k not in {"id", "ts"} and isinstance(v, (int, float))}
@@ -182,6 +191,24 @@ def cmd_submit(api: StudioAPI, args) -> int:
         print(json.dumps(_record_json(api, job), indent=2))
     else:
         _print_record(_record_json(api, job))
+    return EXIT_OK if job.status is JobStatus.succeeded else EXIT_JOB_FAILED
+
+
+def cmd_eval(api: StudioAPI, args) -> int:
+    """``eval``: queue an eval-only job (lm-eval benchmarks) on a finished job or a base model; ``--wait`` follows it
+    and ``--json`` prints its record (scores under ``artifacts.benchmarks``)."""
+    submitted = api.evaluate(args.target, args.tasks.split(","), args.limit)
+    job = submitted.job
+    if not args.wait:
+        shown = {"id": job.id, "status": job.status.value, "queue_position": submitted.queue_position}
+        print(json.dumps(shown) if args.json else f"queued {job.id} (#{submitted.queue_position} in queue)")
+        return EXIT_OK
+    job = _wait(api, job.id, quiet=args.json)
+    record = _record_json(api, job)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        _print_record(record)
     return EXIT_OK if job.status is JobStatus.succeeded else EXIT_JOB_FAILED
 
 
@@ -373,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for both jobs; exit 1 unless both succeed")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_warm_up)
+    p = sub.add_parser("eval", help="score lm-eval benchmarks on a finished job (base, start, tuned) or a model")
+    p.add_argument("target", help="a finished job's id, or a base model's name (builtin:tiny-qwen3-arith, a Hub id)")
+    p.add_argument("--tasks", required=True, help="comma-separated: arc_easy,studio_arith,... or a .jsonl path")
+    p.add_argument("--limit", type=int, default=None, help="items per task, the same on every side")
+    p.add_argument("--wait", action="store_true", help="wait for the job; exit 1 unless it succeeds")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("list", help="list jobs")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_list)
@@ -411,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
-        refused = "The job was not queued:" if args.command in ("submit", "warm-up") else "Cannot do that:"
+        refused = "The job was not queued:" if args.command in ("submit", "warm-up", "eval") else "Cannot do that:"
         print(refused, file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)

@@ -19,6 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import NoReturn
 
+from backend.core.artifacts import BenchmarkReport
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
@@ -249,12 +250,20 @@ def without_rows(evaluation: dict) -> dict:
 
 
 def record_learning(
-    store: JobReporter, job_id: str, spec: JobSpec, evaluation: dict | None, environment_evaluation: dict | None
+    store: JobReporter,
+    job_id: str,
+    spec: JobSpec,
+    evaluation: dict | None,
+    environment_evaluation: dict | None,
+    benchmarks: BenchmarkReport | None = None,
 ) -> None:
-    """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job."""
+    """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job. The
+    benchmarks' report (lm-eval, tuned against start) is stored beside it."""
     from backend.training.evaluation import learning_verdict
     from backend.training.signal import no_signal_reason
 
+    if benchmarks is not None:
+        store.merge_artifacts(job_id, benchmarks=benchmarks)
     try:
         job = store.get(job_id)
         reason = no_signal_reason(job.artifacts.signal)
@@ -296,13 +305,25 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     log.info(
         "job %s: %s of %s on %s (attempt %d)",
         job_id,
-        spec.method.value.upper(),
+        "EVAL-ONLY" if spec.evaluate is not None else spec.method.value.upper(),
         spec.model.name_or_path,
-        spec.dataset.name,
+        ", ".join(spec.benchmarks.tasks) if spec.evaluate is not None else spec.dataset.name,
         job.attempts,
     )
     stack = ExitStack()  # the job's environment server, if it started one, stops with the job
     try:
+        if spec.evaluate is not None:  # an eval-only job: benchmarks, no training (backend/training/benchmark_jobs.py)
+            from backend.training.benchmark_jobs import EvaluationCancelled, run_eval_only
+
+            try:
+                run_eval_only(spec, paths, job_id, store, stop_event)
+            except EvaluationCancelled as stopped:
+                store.finish(job_id, JobStatus.cancelled, None, {"cancel_note": str(stopped)})
+                log.info("cancelled: %s", stopped)
+                return EXIT_OK
+            store.finish(job_id, JobStatus.succeeded)
+            log.info("job %s succeeded", job_id)
+            return EXIT_OK
         callback = StoreReportingCallback(store, job_id, stop_event)
         parent_adapter = starting_adapter(store, spec)
         if parent_adapter is not None:
@@ -368,7 +389,10 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
                 trainer, spec, environment, rows, paths, job_id, parent_adapter
             )
             store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
-        record_learning(store, job_id, spec, evaluation, environment_evaluation)
+        from backend.training.benchmark_jobs import benchmark_trained
+
+        benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter)
+        record_learning(store, job_id, spec, evaluation, environment_evaluation, benchmarks)
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()

@@ -75,10 +75,20 @@ def status_label(job: JobRecord) -> str:
     return status_text(job.status.value, job.artifacts.learning)
 
 
+def method_label(job: JobRecord) -> str:
+    """``eval`` for an eval-only job (its spec's method is not used), else the method."""
+    return "eval" if job.spec.evaluate is not None else job.spec.method.value
+
+
+def data_label(job: JobRecord) -> str:
+    """What a job reads: an eval-only job's benchmark tasks, else its dataset."""
+    return ", ".join(job.spec.benchmarks.tasks) if job.spec.evaluate is not None else job.spec.dataset.name
+
+
 def choice(job: JobRecord) -> str:
     """The picker's label of a job: "<id> · <method> · <run name or dataset> · <status>"."""
-    name = job.spec.output.run_name or job.spec.dataset.name
-    return f"{job.id} · {job.spec.method.value} · {name} · {status_label(job)}"
+    name = job.spec.output.run_name or data_label(job)
+    return f"{job.id} · {method_label(job)} · {name} · {status_label(job)}"
 
 
 def verdict_line(job: JobRecord) -> str:
@@ -134,9 +144,9 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
                 _short(job.spec.output.run_name or "", 30),
                 job.owner,
                 status_label(job),
-                job.spec.method.value,
+                method_label(job),
                 _short(job.spec.model.name_or_path, 40),
-                _short(job.spec.dataset.name, 30),
+                _short(data_label(job), 30),
                 queue or "",
                 progress,
                 eta_text(p.get("eta_seconds")) if job.status is JobStatus.running else "",
@@ -170,8 +180,8 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     no-signal warning while it holds (or as the run ended with it).
     """
     lines = [
-        f"**{job.id}** · {status_label(job)} · {job.spec.method.value.upper()} of "
-        f"`{job.spec.model.name_or_path}` on `{job.spec.dataset.name}` · owner {job.owner}"
+        f"**{job.id}** · {status_label(job)} · {method_label(job).upper()} of "
+        f"`{job.spec.model.name_or_path}` on `{data_label(job)}` · owner {job.owner}"
     ]
     if job.spec.output.run_name:
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"

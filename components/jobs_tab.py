@@ -18,7 +18,8 @@ import gradio as gr
 from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
-from components import export_panel, job_monitor, job_views
+from components import benchmark_panel, export_panel, job_monitor, job_views
+from components.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
 from components.job_pickers import job_choice_id
 from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train_form import FIELDS, spec_to_form
@@ -173,7 +174,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             gr.update(interactive=actions.resume),
             gr.update(interactive=actions.push),
             gr.update(interactive=actions.download),
-            job_views.evaluation_markdown(job),
+            "\n\n".join(filter(None, [job_views.evaluation_markdown(job), benchmarks_markdown(job)])),
         ]
 
     def heavy_updates(user: User | None, job: JobRecord | None) -> list:
@@ -314,6 +315,8 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             return ["Job not found.", *detail_updates(None, None)[1:]]
         return detail_updates(user, job)
 
+    benchmark_panel.build(api, picker)
+
     with gr.Column(visible=False) as compare_box, gr.Accordion("Compare jobs", open=False, elem_id="compare-box"):
         with gr.Row():
             compare_jobs = gr.Dropdown(
@@ -360,13 +363,16 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         curves = [(label, api.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
         frame = job_monitor.compare_frame(curves, metric or "loss")
         if frame is None:
-            return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet."
+            return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet.\n\n" + (
+                benchmarks_compare_markdown(jobs)
+            )
         # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
         colors = {label: job_monitor.PALETTE[i % len(job_monitor.PALETTE)][0] for i, label in enumerate(labels)}
         x_lim = job_monitor.compare_axis(curves, metric or "loss")
         return (
             gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
-            f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).",
+            f"{metric} of {len(curves)} jobs, smoothed (EMA {job_monitor.SMOOTHING}).\n\n"
+            + benchmarks_compare_markdown(jobs),
         )
 
     # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot

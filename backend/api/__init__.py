@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from backend.api.benchmarks import benchmark_choices
 from backend.api.catalogue import (
     CURATED_MODELS,
     DEFAULT_HF_JOB_FLAVOR,
@@ -28,7 +29,8 @@ from backend.api.catalogue import (
 )
 from backend.api.common import MetricsPage, Submitted, WarmUp
 from backend.api.studio import StudioAPI
-from backend.core.artifacts import LearningVerdict, SignalWatch
+from backend.core.artifacts import BenchmarkReport, LearningVerdict, SignalWatch
+from backend.core.benchmarks import compare_rows as benchmark_compare_rows
 from backend.core.learning import status_text
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
 from backend.core.users import User, hub_user, local_user
@@ -100,6 +102,9 @@ __all__ = [
     "counted",
     "LearningVerdict",
     "SignalWatch",
+    "BenchmarkReport",
+    "benchmark_choices",
+    "benchmark_compare_rows",
 ]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.api.arena import ArenaOperations
+from backend.api.benchmarks import BenchmarkOperations
 from backend.api.chat import ChatOperations, ChatToolRuns
 from backend.api.common import (
     BENCH_CALLS_PER_MINUTE,
@@ -46,6 +47,7 @@ class StudioAPI(
     ChatOperations,
     ArenaOperations,
     HubOperations,
+    BenchmarkOperations,
     ExportOperations,
 ):
     """The facade over the store and a scheduler (its Hub operations are in backend/api/hub.py).

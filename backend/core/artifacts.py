@@ -156,6 +156,40 @@ class SignalWatch(BaseModel):
         return f"since step {self.since_step}, {self.consecutive} logged steps in a row"
 
 
+class BenchmarkScore(BaseModel):
+    """One lm-evaluation-harness task on every side, on the same items: values, standard errors, the paired delta."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    metric: str = Field(description="the lm-eval metric read (acc, exact_match, ...), a share of items")
+    skill: str = Field("", description="what the task measures, as a short phrase (general knowledge)")
+    n: int = Field(0, description="items scored on each side (the same items)")
+    higher_is_better: bool = Field(True, description="whether a rise is an improvement")
+    base: float | None = Field(None, description="the base model's score (adapters off)")
+    start: float | None = Field(None, description="a staged job's parent adapter's score (None: not staged)")
+    tuned: float | None = Field(None, description="the job's adapter's score (None: a base model was scored)")
+    base_stderr: float | None = Field(None, description="lm-eval's standard error of base")
+    start_stderr: float | None = Field(None, description="lm-eval's standard error of start")
+    tuned_stderr: float | None = Field(None, description="lm-eval's standard error of tuned")
+    delta: float | None = Field(None, description="tuned minus where the job started (start, else base)")
+    ci95: float | None = Field(None, description="half-width of delta's paired-bootstrap 95% interval over the items")
+    dropped: bool = Field(False, description="whether tuned fell and the interval excludes zero: a skill lost")
+    sentence: str = Field("", description="the task's outcome in one sentence")
+
+
+class BenchmarkReport(BaseModel):
+    """The ``benchmarks`` artifact: lm-eval tasks scored on base, start and tuned, and the skills that were lost."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tasks: dict[str, BenchmarkScore] = Field(default_factory=dict, description="per task name, its scores")
+    limit: int | None = Field(None, description="items asked per task (None: each task's default)")
+    drops: list[str] = Field(default_factory=list, description="one sentence per task whose score fell for sure")
+    scored: str = Field("", description="what was scored: a job's adapter or a model")
+    seconds: float | None = Field(None, description="wall time of the whole benchmark run")
+    error: str | None = Field(None, description="why the benchmarks could not run (the job still succeeded)")
+
+
 class JobArtifacts(BaseModel):
     """A job's artifacts; every field is None until something records it."""
 
@@ -194,6 +228,7 @@ class JobArtifacts(BaseModel):
         "after on held-out rows, with its interval and verdict",
     )
     signal: SignalWatch | None = Field(None, description="GRPO: whether the run had anything to learn from")
+    benchmarks: BenchmarkReport | None = Field(None, description="lm-eval benchmarks on base, start and tuned")
     # How the attempt ended (a resume clears these: ATTEMPT_END_ARTIFACTS).
     cancelled_at_step: int | None = Field(None, description="the step a cancelled attempt stopped at")
     cancel_note: str | None = Field(None, description="how the cancel went (e.g. killed after the grace period)")

@@ -501,6 +501,41 @@ class EvalSpec(_Part):
     compare_base: bool = Field(True, description="Also score the base model on the held-out rows (before/after).")
 
 
+class BenchmarksSpec(_Part):
+    """lm-evaluation-harness tasks scored after training (or by an eval-only job) on base, start and tuned alike."""
+
+    tasks: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Benchmarks to score: presets (arc_easy, hellaswag, gsm8k, mmlu_*, ifeval), built-in offline "
+        "tasks for the demo models (studio_arith, studio_choice), or a JSONL of prompts with a solution column "
+        "(a path on the command line, an upload id in the app).",
+    )
+    limit: int | None = Field(
+        None, gt=0, le=100_000, description="Items per task, the same on every side (empty: each task's default)."
+    )
+
+    @field_validator("tasks")
+    @classmethod
+    def _plain_tasks(cls, value: list[str]) -> list[str]:
+        for task in value:
+            if not task.strip() or len(task) > 300 or any(unicodedata.category(c)[0] == "C" for c in task):
+                raise ValueError(f"{quote_input(task)} is not a task name")
+        if len(set(value)) != len(value):
+            raise ValueError("each task once")
+        return value
+
+
+class EvaluateSpec(_Part):
+    """An eval-only job: no training, the benchmarks scored on a finished job (base, start, tuned) or on a model."""
+
+    job_id: str | None = Field(
+        None,
+        description="The finished job to score (its base, its parent's adapter and its adapter); empty: "
+        "score model.name_or_path alone.",
+    )
+
+
 class OutputSpec(_Part):
     """What a job is called and where its adapter and checkpoints go: the Hub repo, its privacy, trackio."""
 
@@ -552,6 +587,10 @@ class JobSpec(_Part):
     rloo: RLOOSpec = Field(default_factory=RLOOSpec)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
+    benchmarks: BenchmarksSpec = Field(default_factory=BenchmarksSpec)
+    evaluate: EvaluateSpec | None = Field(
+        None, description="Set for an eval-only job: score the benchmarks, train nothing (method is then unused)."
+    )
     output: OutputSpec = Field(default_factory=OutputSpec)
     owner: str = Field("local", min_length=1, max_length=96, description="Who submitted the job.")
 
@@ -602,6 +641,8 @@ class JobSpec(_Part):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.evaluate is not None and not self.benchmarks.tasks:
+            raise ValueError("benchmarks.tasks: an eval-only job needs at least one task")
         if self.quantization.mode != "none" and not self.lora.enabled:
             raise ValueError(
                 "a quantized base model cannot be trained directly: enable LoRA (lora.enabled: true) "

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
 from backend.core.spec import JobSpec, Method
 from backend.core.uploads import dataset_file_name
+from backend.hub.benchmark_card import benchmark_eval_results, benchmark_lines
 from backend.hub.snippets import UseSnippet, usage_snippet, use_snippets
 from backend.hub.trl_cli import PLACEHOLDER_NAMESPACE, trl_cli_yaml
 from backend.methods.table import plots_for, support
@@ -360,6 +361,7 @@ def build_model_card(
         model_name=repo_id.split("/")[-1],
         pipeline_tag="text-generation",
         tags=card_tags(spec),
+        eval_results=benchmark_eval_results(job.artifacts.benchmarks),
     )
     what = "A LoRA adapter" if spec.lora.enabled else "A fine-tuned model"
     lines = [f"# {repo_id.split('/')[-1]}", ""]
@@ -400,6 +402,7 @@ def build_model_card(
         rows += sorted(final.items())
         lines += _table(("metric", "value"), rows) + [""]
     lines += _evaluation_lines(job.artifacts.evaluation, job.artifacts.environment_evaluation)
+    lines += benchmark_lines(job.artifacts.benchmarks)
     lines += _performance_lines(job.artifacts.performance)
     if plot_path is not None:
         lines += ["## Training curves", "", f"![training curves]({Path(plot_path).name})", ""]

@@ -242,6 +242,7 @@ def push_job(
         for name, result in (
             ("evaluation", job.artifacts.evaluation),
             ("environment_evaluation", job.artifacts.environment_evaluation),
+            ("benchmarks", job.artifacts.benchmarks.model_dump(mode="json") if job.artifacts.benchmarks else None),
         ):
             if result:
                 files[f"{name}.json"] = json.dumps(result, indent=2).encode()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from backend.core.benchmarks import task_problem
 from backend.core.hub_names import BUILTIN_MODELS, is_local_path, is_repo_id
 from backend.core.paths import DataPaths
 from backend.core.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
@@ -45,10 +46,17 @@ def authorize_spec(spec: JobSpec, user: User | None, paths: DataPaths) -> JobSpe
     problems = [
         *dataset_problems(spec.dataset, user, paths.uploads(spec.owner)),
         *model_problems(spec.model, user),
+        *benchmark_problems(spec, user, paths.uploads(spec.owner)),
     ]
     if problems:
         raise SpecError(problems)
     return spec
+
+
+def benchmark_problems(spec: JobSpec, user: User | None, uploads_dir: Path) -> list[str]:
+    """Whether each benchmark task is one ``user`` may run: a known task, their own upload, a path if local."""
+    problems = (task_problem(task, uploads_dir, may_name_server_paths(user)) for task in spec.benchmarks.tasks)
+    return [problem for problem in problems if problem]
 
 
 def dataset_problems(dataset: DatasetSpec, user: User | None, uploads_dir: Path) -> list[str]:
