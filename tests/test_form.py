@@ -412,7 +412,8 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
     ) == ("arith-prompts", 8, 24, 0.7, 300, 16, 0.0)
     parse_spec(form_to_spec(grpo))  # a valid job: 16 per step holds two groups of 8
     kto = _moved(grpo, (ARITH, "grpo"), (ARITH, "kto"))
-    assert (kto["builtin_dataset"], kto["max_steps"], kto["holdout_rows"]) == ("arith-feedback", 300, 256)
+    assert (kto["builtin_dataset"], kto["max_steps"], kto["holdout_rows"]) == ("arith-feedback", 150, 256)
+    assert (kto["kto_beta"], kto["kto_desirable_weight"]) == (0.5, 2.0)  # the recipe that raises accuracy
     # GRPO's sampling is back to its plain defaults once the method has no use for the recipe's.
     assert (kto["rollout_num_generations"], kto["rollout_temperature"]) == (DEFAULTS["rollout_num_generations"], 1.0)
     assert kto["lora_dropout"] == DEFAULTS["lora_dropout"] == 0.05
@@ -449,7 +450,7 @@ def test_a_value_the_user_typed_is_kept_across_models_and_methods():
         8,
     )
     # A field the user set to the plain default counts as untouched (nothing tells the two apart).
-    assert _moved({**FIELDS, "max_steps": 30}, (ARITH, "sft"), (ARITH, "kto"))["max_steps"] == 300
+    assert _moved({**FIELDS, "max_steps": 30}, (ARITH, "sft"), (ARITH, "kto"))["max_steps"] == 150
 
 
 def test_the_arith_models_dataset_comes_first_for_each_method():
