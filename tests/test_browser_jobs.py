@@ -128,7 +128,9 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
 
     pick_job(page, short)
     summary = page.locator("#job-summary")
-    expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"), timeout=240_000)
+    expect(summary).to_contain_text(
+        re.compile(r"· (succeeded|failed|cancelled|interrupted)( - [a-z ]+)? ·"), timeout=240_000
+    )
     assert store.get(short).status is JobStatus.succeeded, store.get(short).error
     # One read per tick: the table's progress and the detail's agree.
     expect(page.locator("#job-progress .studio-progress")).to_have_attribute("data-fraction", "1.000")
@@ -216,7 +218,9 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
     )
     pick_job(page, grpo)
     summary = page.locator("#job-summary")
-    expect(summary).to_contain_text(re.compile(r"· (succeeded|failed|cancelled|interrupted) ·"), timeout=300_000)
+    expect(summary).to_contain_text(
+        re.compile(r"· (succeeded|failed|cancelled|interrupted)( - [a-z ]+)? ·"), timeout=300_000
+    )
     assert store.get(grpo).status is JobStatus.succeeded, store.get(grpo).error
     expect(summary).to_contain_text("Environment: builtin:echo")
     expect(summary).not_to_contain_text("127.0.0.1")
