@@ -258,8 +258,8 @@ def record_learning(
     benchmarks: BenchmarkReport | None = None,
 ) -> None:
     """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job. The
-    benchmarks' report (lm-eval, tuned against start) is stored beside it."""
-    from backend.training.evaluation import learning_verdict
+    benchmarks' report (lm-eval, tuned against start) is stored beside it, and a skill it lost is a guard that fell."""
+    from backend.training.evaluation import benchmark_guards, learning_verdict
     from backend.training.signal import no_signal_reason
 
     if benchmarks is not None:
@@ -267,7 +267,9 @@ def record_learning(
     try:
         job = store.get(job_id)
         reason = no_signal_reason(job.artifacts.signal)
-        learning = learning_verdict(spec, evaluation, environment_evaluation, no_signal=reason)
+        learning = learning_verdict(
+            spec, evaluation, environment_evaluation, no_signal=reason, extra_guards=benchmark_guards(benchmarks)
+        )
     except Exception:  # noqa: BLE001 - the adapter is saved; a verdict that cannot be made is only logged
         log.exception("the learning verdict could not be made")
         return

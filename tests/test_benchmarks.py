@@ -100,6 +100,7 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
             model={"name_or_path": ARITH},
             dataset={"name": "arith-sft"},
             training={**training, "max_steps": 20, "learning_rate": 2e-3, "batch_size": 8},
+            eval={"holdout_rows": 16},
             benchmarks=benchmarks,
         )
     ).job
@@ -117,9 +118,16 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
     items = json.loads((paths.job_dir(harsh.id) / "benchmarks.json").read_text())
     assert set(items["studio_arith"]) == {"base", "tuned"} and len(items["studio_arith"]["base"]) == 60
     assert sum(items["studio_arith"]["base"].values()) / 60 == pytest.approx(arith.base), "the items behind the score"
+    # The verdict hears it: a lost skill is a guard that fell, so this job did not get better, whatever its loss did.
+    learning = harsh.artifacts.learning
+    guards = {g.metric: g for g in learning.guards}
+    assert guards["bench:studio_arith"].fell and learning.verdict in ("regressed", "worse"), learning.sentence
+    assert "benchmark studio_arith (arithmetic) fell" in learning.sentence
 
     kept = gentle.artifacts.benchmarks
     assert kept is not None and kept.drops == []
+    bench_guards = [g for g in gentle.artifacts.learning.guards if g.metric.startswith("bench:")]
+    assert len(bench_guards) == 2 and not any(g.fell for g in bench_guards), gentle.artifacts.learning.sentence
     assert not kept.tasks["studio_choice"].dropped and not kept.tasks["studio_arith"].dropped
     assert "kept" in kept.tasks["studio_choice"].sentence
     assert kept.tasks["studio_choice"].base >= 0.35, "the untrained skill was there to keep"

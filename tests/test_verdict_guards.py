@@ -174,3 +174,49 @@ def test_the_model_card_lists_what_the_verdict_checked():
     assert "| held-out accuracy | 50% | 0% | -50 points ±" in "\n".join(lines)
     assert any(line.startswith("| log-likelihood of the reference answers | -1.8 | -14.6 |") for line in lines)
     assert sum(line.endswith("| fell |") for line in lines) == 2
+
+
+def test_a_benchmark_skill_lost_is_a_guard_that_fell_even_without_held_out_rows():
+    from backend.core.artifacts import BenchmarkReport
+    from backend.training.evaluation import benchmark_guards
+
+    report = BenchmarkReport.model_validate(
+        {
+            "tasks": {
+                "studio_arith": {
+                    "metric": "accuracy",
+                    "skill": "arithmetic",
+                    "n": 60,
+                    "base": 0.47,
+                    "tuned": 0.0,
+                    "delta": -0.47,
+                    "ci95": 0.13,
+                    "dropped": True,
+                },
+                "studio_choice": {
+                    "metric": "acc",
+                    "skill": "picking the right result",
+                    "n": 60,
+                    "base": 0.49,
+                    "tuned": 0.47,
+                    "delta": -0.02,
+                    "ci95": 0.1,
+                },
+            }
+        }
+    )
+    checks = benchmark_guards(report)
+    assert [(g.metric, g.fell) for g in checks] == [("bench:studio_arith", True), ("bench:studio_choice", False)]
+    spec = parse_spec(tiny_spec())
+    learning = learning_verdict(spec, None, None, extra_guards=checks)
+    assert learning.verdict == "regressed" and learning.rows == 0
+    assert learning.sentence == (
+        "No held-out rows were scored by the method's own metric. But benchmark studio_arith (arithmetic) fell "
+        "47% -> 0% (-47 points, ±13): the model got worse."
+    )
+    kept = learning_verdict(spec, None, None, extra_guards=checks[1:])
+    assert kept is None, "kept skills alone make no verdict: the report says them"
+    improved = learning_verdict(
+        _kto_spec(), _kto_evaluation(-1.7, [1.0, 0.0, 1.0, 0.0] * 16), None, extra_guards=checks
+    )
+    assert improved.verdict == "regressed" and "benchmark studio_arith (arithmetic) fell" in improved.sentence

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from backend.core.artifacts import GuardCheck
-from backend.core.learning import LearningMetric, guard, no_signal_verdict, verdict
+from backend.core.artifacts import BenchmarkReport, GuardCheck, LearningVerdict
+from backend.core.learning import LearningMetric, guard, guard_check, guarded, no_signal_verdict, verdict
 from backend.core.spec import JobSpec
 from backend.methods.table import support
 from backend.models.mixed_batch import BASE_ADAPTER, adapter_name
@@ -106,7 +106,14 @@ def learning_verdict(
         )
     if no_signal:
         first = SUCCESS_RATE if spec.environment.name else next(iter(method.learning_metrics(spec)), SUCCESS_RATE)
-        return no_signal_verdict(first, no_signal)
+        return guarded(no_signal_verdict(first, no_signal), extra_guards)
+    fell = [g for g in extra_guards if g.fell]
+    if fell:  # no held-out rows, but a benchmark says the model lost a skill: that is a verdict all the same
+        text = "No held-out rows were scored by the method's own metric."
+        unjudged = LearningVerdict(
+            metric=fell[0].metric, label=fell[0].label, verdict="no_change", sentence=text, method_sentence=text
+        )
+        return guarded(unjudged, extra_guards)
     return None
 
 
@@ -121,6 +128,20 @@ def capability_guards(spec: JobSpec, evaluation: dict[str, Any] | None, skip: st
         if metric.key == skip or before is None or after is None or len(before) != len(after) or not after:
             continue
         checks.append(guard(metric, before, after))
+    return checks
+
+
+def benchmark_guards(report: BenchmarkReport | None) -> list[GuardCheck]:
+    """The job's benchmarks as guards of its verdict: each task's tuned score against where the job started, on the
+    same items with their paired interval; a skill lost is a guard that fell."""
+    checks: list[GuardCheck] = []
+    for name, score in (report.tasks if report is not None else {}).items():
+        before = score.start if score.start is not None else score.base
+        if before is None or score.tuned is None:
+            continue
+        label = f"benchmark {name} ({score.skill})" if score.skill else f"benchmark {name}"
+        metric = LearningMetric(f"bench:{name}", label, higher_is_better=score.higher_is_better, rate=True)
+        checks.append(guard_check(metric, before, score.tuned, score.ci95, score.n))
     return checks
 
 
