@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,20 +23,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ITEMS_PER_TASK = 100
 TASKS = ["studio_arith", "studio_choice"]
-
-
-def machine() -> str:
-    """CPU count and model, as the rows say it."""
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor() or "unknown CPU",
-    )
-    threads = os.environ.get("OMP_NUM_THREADS", "default")
-    return f"{os.cpu_count()} cores ({model}), OMP_NUM_THREADS={threads}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,15 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"{text.removeprefix('benchmarks: ')}, per 100 items{first}", f"{(ended - begun):.1f} s"))
     for name, score in report.tasks.items():
         print(f"{name}: base {score.base:.2f}, tuned {score.tuned:.2f} on {score.n} items")
-    today, where = date.today().isoformat(), machine()
     for what, figure in rows:
         print(f"{what}: {figure}")
     if args.record:
-        out = ROOT / "docs" / "benchmarks.md"
-        with out.open("a") as file:
-            for what, figure in rows:
-                file.write(f"| {today} | {where} | {what} | {figure} |\n")
-        print(f"appended {len(rows)} rows to {out}")
+        from benchmarks.record import record
+
+        record(rows)
     return 0
 
 
