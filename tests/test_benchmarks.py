@@ -3,9 +3,6 @@ job whose benchmarks keep a skill it does not train, a job built to damage arith
 eval-only job from the facade and the command line (a finished job, a base model, a JSONL path, bad input)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +11,7 @@ from backend.core.benchmarks import BUILTIN_TASKS, task_info, task_problem, task
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
+from tests.test_cli import cli
 
 ARITH = "builtin:tiny-qwen3-arith"
 ROWS = ROOT / "backend" / "assets" / "datasets" / "arith-prompts.jsonl"
@@ -185,17 +183,6 @@ def test_an_eval_only_job_shows_its_progress_and_stops_when_cancelled(paths, sto
     done = wait_status(store, job.id, {JobStatus.cancelled, JobStatus.succeeded, JobStatus.failed}, 120)
     assert done.status is JobStatus.cancelled, done.error
     assert done.artifacts.cancel_note == "stopped by request after 1 of 2 task runs", "at the next task, not killed"
-
-
-def cli(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "backend", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
 
 
 @pytest.mark.slow

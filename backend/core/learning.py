@@ -185,22 +185,31 @@ def verdict(
     elif outcome == "worse":
         text += " Training made it worse."
     learning = LearningVerdict(
-        metric=metric.key,
-        label=metric.label,
-        before=before,
-        after=after,
-        delta=delta,
-        ci95=ci,
-        rows=len(after_rows),
+        **_figures(metric, before, after, delta, ci, len(after_rows)),
         verdict=outcome,
         sentence=text,
         method_sentence=text,
         base=base,
         start=start,
-        higher_is_better=metric.higher_is_better,
-        rate=metric.rate,
     )
     return guarded(learning, guards)
+
+
+def _figures(
+    metric: LearningMetric, before: float | None, after: float | None, delta: float | None, ci: float | None, rows: int
+) -> dict[str, Any]:
+    """What a verdict and a guard both record of a metric's change."""
+    return {
+        "metric": metric.key,
+        "label": metric.label,
+        "before": before,
+        "after": after,
+        "delta": delta,
+        "ci95": ci,
+        "rows": rows,
+        "higher_is_better": metric.higher_is_better,
+        "rate": metric.rate,
+    }
 
 
 def guard(
@@ -248,19 +257,7 @@ def guard_check(
     text = f"{metric.label} {'fell ' if fell else ''}{_shown(before, metric)} -> {_shown(after, metric)}"
     if delta is not None:
         text += f" ({_change(delta, ci, metric)})"
-    return GuardCheck(
-        metric=metric.key,
-        label=metric.label,
-        before=before,
-        after=after,
-        delta=delta,
-        ci95=ci,
-        rows=rows,
-        higher_is_better=metric.higher_is_better,
-        rate=metric.rate,
-        fell=fell,
-        sentence=text,
-    )
+    return GuardCheck(**_figures(metric, before, after, delta, ci, rows), fell=fell, sentence=text)
 
 
 def guarded(learning: LearningVerdict, guards: Sequence[GuardCheck]) -> LearningVerdict:
@@ -297,13 +294,7 @@ def no_signal_verdict(metric: LearningMetric, reason: str) -> LearningVerdict:
     """``no_signal`` for a run with nothing to learn from and no held-out rows scored: it says so all the same."""
     text = f"The run learned nothing: {reason}"
     return LearningVerdict(
-        metric=metric.key,
-        label=metric.label,
-        verdict=NO_SIGNAL,
-        sentence=text,
-        method_sentence=text,
-        higher_is_better=metric.higher_is_better,
-        rate=metric.rate,
+        **_figures(metric, None, None, None, None, 0), verdict=NO_SIGNAL, sentence=text, method_sentence=text
     )
 
 
