@@ -232,3 +232,40 @@ def test_the_builtin_tasks_ship_their_files():
     for name in BUILTIN_TASKS:
         lines = (BENCHMARK_ASSETS / f"{name}.jsonl").read_text().splitlines()
         assert len(lines) == 200 and all(json.loads(line) for line in lines)
+
+
+def test_another_users_job_cannot_be_evaluated_by_naming_it_in_a_spec(paths, store):
+    """The Evaluate button reads the job as its user may; a hand-written spec naming someone else's job must meet the
+    same rule at submit, or the worker would load that user's adapter and report its scores."""
+    from backend.core.users import User
+    from backend.jobs.store import JobStatus
+
+    alice, bob = User("alice"), User("bob")
+    adapter = paths.root / "alice-adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    job = store.add(parse_spec(tiny_spec(model={"name_or_path": ARITH}, owner="alice")))
+    store.claim_next()
+    store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    try:
+        spec = {
+            "model": {"name_or_path": ARITH},
+            "evaluate": {"job_id": job.id},
+            "benchmarks": {"tasks": ["studio_arith"]},
+        }
+        with pytest.raises(SpecError, match=f"evaluate.job_id: there is no job '{job.id}'"):
+            api.submit(spec, user=bob)
+        with pytest.raises(SpecError) as refused:  # to bob the id names no job of his: it is read as a model name
+            api.evaluate(job.id, ["studio_arith"], 5, user=bob)
+        assert "model.name_or_path" in str(refused.value) and "adapter" not in str(refused.value)
+        assert [j.id for j in api.list_jobs()] == [job.id], "nothing queued for bob"
+        queued = api.submit(spec, user=alice).job  # her own job: allowed
+        assert queued.spec.evaluate.job_id == job.id and queued.owner == "alice"
+        store.finish(job.id, JobStatus.succeeded)
+        (adapter / "adapter_config.json").unlink()
+        adapter.rmdir()
+        with pytest.raises(SpecError, match="has no saved adapter to evaluate"):
+            api.submit(spec, user=alice)
+    finally:
+        api.close()

@@ -1,4 +1,5 @@
-"""What a run continues from: the parent job a staged spec names (and its adapter), or a job's own last checkpoint.
+"""What a run continues from: the parent job a staged spec names (and its adapter), an eval-only job's target, or a
+job's own last checkpoint.
 
 The parent rule lives here and only here: a job may continue a parent that is yours (another user's job is "not
 found"), that trained an adapter, and that succeeded with it saved (or is still queued or running: the child then
@@ -61,9 +62,26 @@ def adapter_to_continue(parent: JobRecord) -> Path:
     return adapter
 
 
+def evaluation_target(store: JobStore | JobReporter, spec: JobSpec, user: User | None = None) -> JobRecord | None:
+    """The finished job an eval-only spec scores (``evaluate.job_id``), read only if ``user`` may read it, with its
+    adapter saved; None when the spec scores a model or trains. Another user's job is "not found", as everywhere."""
+    target_id = spec.evaluate.job_id if spec.evaluate is not None else None
+    if target_id is None:
+        return None
+    try:
+        target = readable_job(store, target_id, user)
+    except (JobNotFound, UnreadableJob):
+        raise SpecError([f"evaluate.job_id: there is no job {quote_input(target_id)}"]) from None
+    if saved_adapter(target) is None:
+        raise SpecError([f"evaluate.job_id: job {target.id} has no saved adapter to evaluate ({target.status.value})"])
+    return target
+
+
 def resolve_lineage(spec: JobSpec, store: JobStore, user: User | None = None) -> Lineage:
     """For a staged job, the spec with the parent's base model and LoRA shape (so the stored spec says what really
-    runs), and the parent itself; SpecError when the parent cannot be continued."""
+    runs), and the parent itself; SpecError when the parent cannot be continued (or an eval-only job's target is not
+    the user's finished job)."""
+    evaluation_target(store, spec, user)
     parent = parent_job(store, spec, user)
     if parent is None:
         return Lineage(spec, None)
