@@ -17,6 +17,7 @@ import torch
 
 from backend.api import StudioAPI
 from backend.core.paths import DataPaths
+from backend.core.spec import parse_spec
 from backend.core.users import User
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobNotFound, JobStatus
@@ -309,7 +310,9 @@ def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_d
 def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp_path):
     api = StudioAPI(data_dir, scheduler="none")
     queued = api.submit(tiny_spec()).job
-    with pytest.raises(ExportError, match=f"job {queued.id} is queued and has no saved adapter to merge"):
+    with pytest.raises(
+        ExportError, match=f"job {queued.id} is queued: only a job that succeeded has an adapter to merge"
+    ):
         api.export_merged(queued.id, out=tmp_path / "never")
     full = api.submit(tiny_spec(lora={"enabled": False})).job
     adapter = api.paths.job_adapter(queued.id)
@@ -323,6 +326,11 @@ def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp
         api.export_merged(queued.id, out=tmp_path / "never")
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))
+    evaluated = api.store.add(parse_spec(tiny_spec(evaluate={}, benchmarks={"tasks": ["studio_arith"]})))
+    api.store.claim_next()
+    api.store.finish(evaluated.id, JobStatus.succeeded)
+    with pytest.raises(ExportError, match="ended an evaluation, which trains no adapter: there is nothing to merge"):
+        api.export_merged(evaluated.id, out=tmp_path / "never")
 
 
 def test_a_merge_past_its_time_limit_is_stopped_and_leaves_nothing(job, tmp_path, monkeypatch):

@@ -133,8 +133,11 @@ def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False
     then the old export is swapped out only once the new one is whole.
     """
     adapter = Path(job.artifacts.adapter_dir) if job.artifacts.adapter_dir else None
-    if job.status is not JobStatus.succeeded or adapter is None or not adapter.is_dir():
-        raise ExportError(f"job {job.id} is {job.status.value} and has no saved adapter to merge")
+    if job.status is not JobStatus.succeeded:
+        raise ExportError(f"job {job.id} is {job.status.value}: only a job that succeeded has an adapter to merge")
+    if adapter is None or not adapter.is_dir():
+        what = "an evaluation, which trains no adapter" if job.spec.evaluate is not None else "without a saved adapter"
+        raise ExportError(f"job {job.id} ended {what}: there is nothing to merge")
     if not job.spec.lora.enabled:
         raise ExportError(f"job {job.id} trained all weights: its saved model is already whole, there is no adapter")
     out = Path(out).expanduser().absolute()
