@@ -3,6 +3,9 @@ job whose benchmarks keep a skill it does not train, a job built to damage arith
 eval-only job from the facade and the command line (a finished job, a base model, a JSONL path, bad input)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -269,3 +272,20 @@ def test_another_users_job_cannot_be_evaluated_by_naming_it_in_a_spec(paths, sto
             api.submit(spec, user=alice)
     finally:
         api.close()
+
+
+def test_importing_lm_eval_leaves_the_environment_as_it_was():
+    """lm_eval's import sets HF_XET_HIGH_PERFORMANCE; left set in a process that starts workers, the worker pool
+    refused every later job ("the job's environment differs from the pool's"). Seen in a fresh interpreter."""
+    code = (
+        "import os, sys\n"
+        "from backend.training.benchmarks import _import_lm_eval\n"
+        "_import_lm_eval()\n"
+        "import lm_eval.models.huggingface\n"
+        "assert 'lm_eval' in sys.modules\n"
+        "print(sorted(k for k in ('HF_XET_HIGH_PERFORMANCE', 'HF_HUB_ENABLE_HF_TRANSFER') if k in os.environ))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_XET_HIGH_PERFORMANCE", "HF_HUB_ENABLE_HF_TRANSFER")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

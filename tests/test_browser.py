@@ -104,8 +104,8 @@ def test_a_fresh_train_tab_starts_on_the_arith_model_with_settings_that_make_it_
     steps.press("Tab")
     page.locator("#method").get_by_label("kto").check()
     expect(page.locator("#builtin-dataset input")).to_have_value("arith-feedback")
-    _settings(page, {"Max steps": "12", "Learning rate": "0.002", "Held-out rows (before/after evaluation)": "256"})
-    steps.fill("300")  # kto's own value again: back to SFT, it is SFT's
+    _settings(page, {"Max steps": "12", "Learning rate": "0.001", "Held-out rows (before/after evaluation)": "256"})
+    steps.fill("150")  # kto's own value again: back to SFT, it is SFT's
     steps.press("Tab")
     page.locator("#method").get_by_label("sft").check()
     expect(page.locator("#builtin-dataset input")).to_have_value("arith-sft")

@@ -253,4 +253,9 @@ def test_trls_dpo_trainer_tokenizes_exported_rows_as_the_preview_renders_them_an
     done = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
     assert done.status is JobStatus.succeeded, done.error
     evaluation = done.artifacts.evaluation
-    assert evaluation["rows"] == 2 and set(evaluation["tuned"]) == {"preference_accuracy", "logprob_margin"}
+    # Whole episodes have no one answer to match: the margins and the chosen episodes' likelihood (a guard).
+    assert evaluation["rows"] == 2 and set(evaluation["tuned"]) == {
+        "preference_accuracy",
+        "logprob_margin",
+        "reference_logprob",
+    }

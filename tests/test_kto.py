@@ -112,10 +112,13 @@ def test_a_kto_job_from_the_cli_ends_with_evaluation_model_card_and_trl_config(d
     record = json.loads(result.stdout)
     assert record["status"] == "succeeded"
     evaluation = record["artifacts"]["evaluation"]
+    # The gap's parts, and the guards: the desirable answers' likelihood and the greedy answers' match with them.
     assert evaluation["rows"] == 6 and set(evaluation["base"]) == set(evaluation["tuned"]) == {
         "desirable_logprob",
         "undesirable_logprob",
         "logprob_margin",
+        "reference_logprob",
+        "exact_match",
     }
     assert "eval tuned" in cli("show", record["id"]).stdout
 

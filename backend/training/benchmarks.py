@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -143,6 +144,25 @@ def _item_values(samples: list[dict[str, Any]], metric: str, metric_filter: str)
     return values
 
 
+# lm_eval's package import sets these in os.environ (for its own downloads). Left set, they change the environment
+# of every process this one starts later: the worker pool then refuses to fork a job for an environment that differs
+# from its own. Imported here with them restored; this can go when lm-eval stops setting them at import.
+_LM_EVAL_IMPORT_ENV = ("HF_XET_HIGH_PERFORMANCE", "HF_HUB_ENABLE_HF_TRANSFER")
+
+
+def _import_lm_eval() -> None:
+    """Import lm_eval, leaving os.environ as it was."""
+    saved = {name: os.environ.get(name) for name in _LM_EVAL_IMPORT_ENV}
+    try:
+        import lm_eval  # noqa: F401
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _evaluate(lm, configs: list[Any], limit: int | None, chat: bool, manager) -> dict[str, Any]:
     from lm_eval import simple_evaluate
 
@@ -179,6 +199,8 @@ def run_benchmarks(
     """Score ``tasks`` on every side (label -> adapter: ``tuned``, ``start``, ``base``) of the loaded model; with
     ``items_file`` each item's score per task and side is written there as JSON (the report keeps only summaries)."""
     import torch
+
+    _import_lm_eval()
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
