@@ -171,7 +171,7 @@ def test_the_model_card_lists_what_the_verdict_checked():
     learning = learning_verdict(_kto_spec(), _kto_evaluation(-14.6, [0.0] * 64), None)
     lines = learning_lines(JobArtifacts(learning=learning))
     assert lines[0].startswith("**Verdict: got worse.** Held-out desirable")
-    assert "| held-out accuracy | 50% | 0% | -50 points ±" in "\n".join(lines)
+    assert "| held-out accuracy | 50% | 0% | -50 points, ±12 | fell |" in "\n".join(lines)
     assert any(line.startswith("| log-likelihood of the reference answers | -1.8 | -14.6 |") for line in lines)
     assert sum(line.endswith("| fell |") for line in lines) == 2
 

@@ -100,14 +100,26 @@ def paired_interval(
     return round((high - low) / 2, 6)
 
 
-def _shown(value: float | None, metric: LearningMetric) -> str:
+def shown(value: float | None, rate: bool) -> str:
+    """A score as the sentences and the card's tables read it: ``41%`` for a share, ``-1.83`` else.
+
+    >>> shown(0.41, rate=True), shown(-1.8312, rate=False), shown(None, rate=True)
+    ('41%', '-1.83', 'n/a')
+    """
     if value is None:
         return "n/a"
-    return f"{value:.0%}" if metric.rate else f"{value:.3g}"
+    return f"{value:.0%}" if rate else f"{value:.3g}"
 
 
-def _change(delta: float, ci: float | None, metric: LearningMetric) -> str:
-    if metric.rate:
+def change_text(delta: float | None, ci: float | None, rate: bool) -> str:
+    """A change with its interval: ``+17 points, ±8`` for a share, ``-0.4, ±0.1`` else.
+
+    >>> change_text(0.17, 0.08, rate=True), change_text(-0.4, 0.1, rate=False), change_text(None, None, rate=True)
+    ('+17 points, ±8', '-0.4, ±0.1', 'n/a')
+    """
+    if delta is None:
+        return "n/a"
+    if rate:
         text = f"{delta * 100:+.0f} points"
         return f"{text}, ±{ci * 100:.0f}" if ci is not None else text
     text = f"{delta:+.3g}"
@@ -127,12 +139,12 @@ def sentence(
     """``Held-out accuracy 24% -> 41% (+17 points, ±8) on 64 rows.``; with a parent, the base's score too."""
     label = metric.label[:1].upper() + metric.label[1:]
     unit = "episodes" if "success" in metric.key else "rows"
-    text = f"{label} {_shown(before, metric)} -> {_shown(after, metric)}"
+    text = f"{label} {shown(before, metric.rate)} -> {shown(after, metric.rate)}"
     if delta is not None:
-        text += f" ({_change(delta, ci, metric)})"
+        text += f" ({change_text(delta, ci, metric.rate)})"
     text += f" on {rows} {unit}"
     if start == "parent":
-        text += f", from the parent job's adapter (base model {_shown(base, metric)})"
+        text += f", from the parent job's adapter (base model {shown(base, metric.rate)})"
     return text + "."
 
 
@@ -254,9 +266,9 @@ def guard_check(
         and judge(delta, ci, metric.higher_is_better) == "worse"
         and abs(delta) > metric.tolerance
     )
-    text = f"{metric.label} {'fell ' if fell else ''}{_shown(before, metric)} -> {_shown(after, metric)}"
+    text = f"{metric.label} {'fell ' if fell else ''}{shown(before, metric.rate)} -> {shown(after, metric.rate)}"
     if delta is not None:
-        text += f" ({_change(delta, ci, metric)})"
+        text += f" ({change_text(delta, ci, metric.rate)})"
     return GuardCheck(**_figures(metric, before, after, delta, ci, rows), fell=fell, sentence=text)
 
 

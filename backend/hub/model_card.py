@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
+from backend.core.learning import change_text, shown
 from backend.core.spec import JobSpec, Method
 from backend.core.uploads import dataset_file_name
 from backend.hub.benchmark_card import benchmark_eval_results, benchmark_lines
@@ -182,13 +183,9 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
                 "| --- | --- | --- | --- | --- |",
             ]
             for check in learning.guards:
-                shown = [_guard_value(v, check.rate) for v in (check.before, check.after)]
-                change = _guard_value(check.delta, check.rate, signed=True)
-                if check.ci95 is not None:
-                    change += f" ±{_guard_value(check.ci95, check.rate)}"
-                lines.append(
-                    f"| {check.label} | {shown[0]} | {shown[1]} | {change} | {'fell' if check.fell else 'kept'} |"
-                )
+                before, after = shown(check.before, check.rate), shown(check.after, check.rate)
+                change = change_text(check.delta, check.ci95, check.rate)
+                lines.append(f"| {check.label} | {before} | {after} | {change} | {'fell' if check.fell else 'kept'} |")
             lines.append("")
     signal = artifacts.signal
     if signal is not None and signal.shown:
@@ -205,14 +202,6 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
             text += f" {signal.warning}"
         lines += [text, ""]
     return lines
-
-
-def _guard_value(value: float | None, rate: bool, signed: bool = False) -> str:
-    if value is None:
-        return "n/a"
-    if rate:
-        return f"{value * 100:+.0f} points" if signed else f"{value:.0%}"
-    return f"{value:+.3g}" if signed else f"{value:.3g}"
 
 
 def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, Any] | None) -> list[str]:
