@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend.core.artifacts import BenchmarkReport, BenchmarkScore
-from backend.core.learning import paired_interval
+from backend.core.learning import judge, paired_interval
 from backend.core.uploads import is_upload_id
 
 BENCHMARK_ASSETS = Path(__file__).resolve().parents[1] / "assets" / "benchmarks"
@@ -206,8 +206,8 @@ def task_score(
         delta = means["tuned"] - means[start]
         ci95 = paired_interval([per_side[start][i] for i in items], [per_side["tuned"][i] for i in items])
     # Every catalogued metric is a share of items answered right: a fall is a loss, and a sure one when the
-    # paired interval excludes zero.
-    dropped = delta is not None and ci95 is not None and delta < 0 and -delta > ci95
+    # paired interval excludes zero (the verdict's own rule, so a skill lost here is a guard that fell there).
+    dropped = judge(delta, ci95, higher_is_better=True) == "worse"
     if dropped:
         sentence = drop_sentence(name, delta or 0.0, ci95, task.skill)
     elif delta is not None:
