@@ -27,6 +27,7 @@ from pathlib import Path
 from backend.core.artifacts import MergedExport
 from backend.core.paths import DataPaths
 from backend.hub.model_card import build_merged_card, merged_dtype_sentence
+from backend.jobs.lineage import saved_adapter
 from backend.jobs.store import JobRecord, JobStatus, JobStore
 from backend.models.loading import resolve_model
 from backend.platform.interpreters import backend_env, trainer_python
@@ -132,10 +133,10 @@ def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False
     ``out`` must not exist or be an empty folder, unless ``replace`` (the job's own export folder, exported again):
     then the old export is swapped out only once the new one is whole.
     """
-    adapter = Path(job.artifacts.adapter_dir) if job.artifacts.adapter_dir else None
     if job.status is not JobStatus.succeeded:
         raise ExportError(f"job {job.id} is {job.status.value}: only a job that succeeded has an adapter to merge")
-    if adapter is None or not adapter.is_dir():
+    adapter = saved_adapter(job)
+    if adapter is None:
         what = "an evaluation, which trains no adapter" if job.spec.evaluate is not None else "without a saved adapter"
         raise ExportError(f"job {job.id} ended {what}: there is nothing to merge")
     if not job.spec.lora.enabled:
