@@ -68,6 +68,7 @@ def test_a_visitor_can_look_but_not_queue_check_preview_bench_or_dry_run(space, 
         _refused(caller, "- name: length\n  target_length: 3\n", "a b c", "", api_name="/score_rewards")
         _refused(caller, "x", api_name="/cancel_job")
         _refused(caller, "x", False, "", True, api_name="/export_merged")
+        _refused(caller, "x", "", ["studio_arith"], 8, api_name="/evaluate")
         _refused(caller, "x", "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send")
     assert store.list() == []
     assert space.serving()
@@ -120,6 +121,11 @@ def test_another_user_can_see_or_touch_none_of_it(space, store, alices_job):
     assert "there is no job" in "\n".join(boxes)
     continued = {**json.loads(TINY_SPEC), "model": {"parent_job_id": alices_job}}
     _refused(bob, json.dumps(continued), api_name="/submit_spec", expect="there is no job")
+    # Benchmarking her adapter, by the Evaluate button or a spec, likewise: her job is no job of his.
+    said = bob.predict(alices_job, "", ["studio_arith"], 8, api_name="/evaluate")
+    assert not said.startswith("Queued") and "adapter" not in said, said
+    scored = {**json.loads(TINY_SPEC), "evaluate": {"job_id": alices_job}, "benchmarks": {"tasks": ["studio_arith"]}}
+    _refused(bob, json.dumps(scored), api_name="/submit_spec", expect="evaluate.job_id: there is no job")
     assert [j.owner for j in store.list()].count("bob") == 0
     # The Space's owner is an admin: sees everyone's jobs.
     rows, _ = space.client(SPACE_OWNER).predict(None, api_name="/list_jobs")
