@@ -7,7 +7,7 @@ from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, Submitted
 from backend.core.benchmarks import BUILTIN_TASKS, PRESETS, BenchmarkTask
 from backend.core.spec import SpecError
 from backend.core.users import User, max_queued_per_user
-from backend.jobs.store import JobNotFound
+from backend.jobs.store import JobNotFound, JobStatus
 from backend.platform.limits import int_setting
 from backend.training.preflight import check_model
 
@@ -36,7 +36,9 @@ class BenchmarkOperations:
             job = self.get_job(target, user)  # type: ignore[attr-defined]
         except JobNotFound:
             job = None
-        if job is not None:  # its adapter must be saved: lineage.evaluation_target says so as the spec is prepared
+        if job is not None:
+            if job.status is not JobStatus.succeeded or not job.artifacts.adapter_dir:
+                raise SpecError([f"evaluate.job_id: job {job.id} has no adapter to evaluate ({job.status.value})"])
             data |= {
                 "model": job.spec.model.model_copy(update={"parent_job_id": None}).model_dump(),
                 "quantization": job.spec.quantization.model_dump(),
