@@ -15,6 +15,7 @@ import re
 import time
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from backend.api import StudioAPI
@@ -188,6 +189,19 @@ def test_legends_name_metrics_in_words_in_full_and_the_samples_headers_keep_whol
     _no_errors(page)
 
 
+def _screenshot_of(page, locator, tries: int = 5) -> bytes:
+    """The element's picture; taken again when the plot was drawn anew under it (the tab's second part can redraw it
+    just after the legend showed: "Element is not attached to the DOM", once in CI)."""
+    for attempt in range(tries):
+        try:
+            return locator.screenshot()
+        except PlaywrightError as exc:
+            if "not attached" not in str(exc) or attempt == tries - 1:
+                raise
+            page.wait_for_timeout(250)
+    raise AssertionError("unreachable")
+
+
 def test_a_one_step_job_draws_its_loss_as_a_dot(page, app):
     from PIL import Image
 
@@ -195,7 +209,7 @@ def test_a_one_step_job_draws_its_loss_as_a_dot(page, app):
     plot = page.locator("#plot-main")
     expect(plot.locator("svg .role-legend-label text")).to_have_text(["loss"], timeout=20_000)
     drawing_area = plot.locator("svg .role-frame > g > path.background").first  # (the legend's symbols lie below)
-    image = Image.open(io.BytesIO(drawing_area.screenshot())).convert("RGB")
+    image = Image.open(io.BytesIO(_screenshot_of(page, drawing_area))).convert("RGB")
     strong = tuple(int(job_monitor.PALETTE[0][0][i : i + 2], 16) for i in (1, 3, 5))
     near = sum(1 for p in image.getdata() if all(abs(a - b) < 40 for a, b in zip(p, strong)))
     assert near >= 12, f"the one logged step draws {near} pixels of the loss's colour"
