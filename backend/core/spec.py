@@ -414,12 +414,42 @@ BUILTIN_ENVIRONMENT_NAMES = ("echo", "wordle", "arithmetic")
 
 def remote_environment_problem(reference: str) -> str | None:
     """Why ``reference`` names no environment server (a sentence), or None for a Hub Space id or an http(s) URL."""
-    if reference.startswith(("http://", "https://")) or is_namespaced_repo_id(reference):
+    if reference.startswith(("http://", "https://")):
+        return _environment_url_problem(reference)
+    if is_namespaced_repo_id(reference):
         return None
     return (
         f"{quote_input(reference)} is not an environment: give a Hub Space id (owner/name), an http(s) URL, "
         f"or a built-in name such as {BUILTIN_PREFIX}echo"
     )
+
+
+def _environment_url_problem(url: str) -> str | None:
+    """Why an http(s) URL cannot be an environment server's base URL: the studio appends ``/health``, ``/ws`` and the
+    like as URL paths, so a query string or fragment (which would swallow them), user-info or a bad port is refused.
+
+    >>> _environment_url_problem("http://host:8000/prefix") is None
+    True
+    >>> _environment_url_problem("http://host/x?y=")
+    "'http://host/x?y=' is not an environment server's URL: it has a query string or fragment; give its base URL"
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return f"{quote_input(url)} is not a valid URL (its host or port cannot be read)"
+    if "?" in url or "#" in url:
+        return (
+            f"{quote_input(url)} is not an environment server's URL: it has a query string or fragment; give its "
+            "base URL"
+        )
+    if "@" in parts.netloc:
+        return f"{quote_input(url)} is not an environment server's URL: it holds a user name or password"
+    if not parts.hostname or port == 0:
+        return f"{quote_input(url)} is not an environment server's URL: it names no host or port"
+    return None
 
 
 def template_problem(template: str) -> str | None:

@@ -24,18 +24,21 @@ from backend.environments.connection import (
     CapacityError,
     ConnectionLost,
     EnvironmentActionError,
+    EnvironmentProtocolError,
     EnvironmentUnavailable,
     Session,
     StepTimeout,
-    get_json,
+    get_answer,
     probe_capacity,
 )
 from backend.environments.observations import observation_text as render_observation
 from backend.environments.schema import argument_text, inline_refs, python_type, snake, split_docstring
+from backend.environments.wire import DESCRIPTION_LIMIT, NAME_LIMIT, Health, Metadata, Schema, excerpt
 
 RewardMode = Literal["success", "last", "sum"]
 _MCP_ACTIONS = {"CallToolAction", "ListToolsAction"}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_TOOLS = 64  # an MCP server listing more is not describing tools for a model
 
 
 @dataclass(frozen=True)
@@ -66,22 +69,39 @@ class EnvironmentInfo:
 
 
 def describe(url: str, *, timeout_s: float = 10.0) -> EnvironmentInfo:
-    """Check ``/health``, read ``/metadata`` and ``/schema``, and list the tools the model will be given."""
-    health = get_json(url, "/health", timeout_s)
-    if str(health.get("status", "")).lower() != "healthy":
-        raise EnvironmentUnavailable(f"the environment at {url} reports status {health.get('status')!r}")
-    metadata = get_json(url, "/metadata", timeout_s)
-    schema = get_json(url, "/schema", timeout_s)
-    action = inline_refs(schema.get("action") or {})
-    name = str(metadata.get("name") or "environment")
-    description = str(metadata.get("description") or "")
-    if action.get("title") in _MCP_ACTIONS or "tool_name" in (action.get("properties") or {}):
-        tools = _list_mcp_tools(url, timeout_s)
-        kind: Literal["mcp", "typed"] = "mcp"
-    else:
-        tools = (_action_tool(action, name),)
-        kind = "typed"
-    return EnvironmentInfo(url=url, name=name, description=description, kind=kind, tools=tools, action_schema=action)
+    """Check ``/health``, read ``/metadata`` and ``/schema``, and list the tools the model will be given. Every
+    answer is read as its typed model (``wire``); one the studio cannot turn into tools is a sentence."""
+    health = get_answer(url, "/health", Health, timeout_s)
+    if health.status.lower() != "healthy":
+        raise EnvironmentUnavailable(f"the environment at {url} reports status {excerpt(health.status)}, not healthy")
+    metadata = get_answer(url, "/metadata", Metadata, timeout_s)
+    schema = get_answer(url, "/schema", Schema, timeout_s)
+    name = metadata.name or "environment"
+    try:
+        action = inline_refs(schema.action)
+        if action.get("title") in _MCP_ACTIONS or "tool_name" in _properties(action):
+            tools = _list_mcp_tools(url, timeout_s)
+            kind: Literal["mcp", "typed"] = "mcp"
+        else:
+            tools = (_action_tool(action, name),)
+            kind = "typed"
+    except (TypeError, KeyError, AttributeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, EnvironmentUnavailable):
+            raise
+        raise EnvironmentProtocolError(
+            f"the environment at {url} describes its actions or tools in a shape the studio cannot read "
+            f"({type(exc).__name__})"
+        ) from None
+    return EnvironmentInfo(
+        url=url, name=name, description=metadata.description or "", kind=kind, tools=tools, action_schema=action
+    )
+
+
+def _properties(schema: dict[str, Any]) -> dict[str, Any]:
+    properties = schema.get("properties") or {}
+    if not isinstance(properties, dict):
+        raise TypeError("properties is not an object")
+    return properties
 
 
 def _list_mcp_tools(url: str, timeout_s: float) -> tuple[ToolSpec, ...]:
@@ -90,16 +110,19 @@ def _list_mcp_tools(url: str, timeout_s: float) -> tuple[ToolSpec, ...]:
         observation = session.step({"type": "list_tools"}).observation
     finally:
         session.close()
+    listed = observation.get("tools") or []
+    if not isinstance(listed, list):
+        raise TypeError("tools is not a list")
     tools = []
-    for tool in observation.get("tools") or []:
+    for tool in listed[:MAX_TOOLS]:
         schema = inline_refs(tool.get("input_schema") or tool.get("inputSchema") or {})
-        description, described = split_docstring(tool.get("description") or "")
+        description, described = split_docstring(str(tool.get("description") or "")[:DESCRIPTION_LIMIT])
         tools.append(
             ToolSpec(
-                name=tool["name"],
+                name=str(tool["name"])[:NAME_LIMIT],
                 description=description,
-                parameters=_with_descriptions(schema.get("properties") or {}, described),
-                required=tuple(schema.get("required") or ()),
+                parameters=_with_descriptions(_properties(schema), described),
+                required=tuple(str(r) for r in schema.get("required") or ()),
             )
         )
     if not tools:
@@ -219,7 +242,11 @@ def _validate_arguments(tool: ToolSpec, arguments: dict[str, Any]) -> None:
         jsonschema.validate(arguments, schema)
     except jsonschema.ValidationError as exc:
         where = ".".join(map(str, exc.absolute_path)) or "arguments"
-        raise EnvironmentActionError(f"invalid arguments for {tool.name}: {where}: {exc.message}") from None
+        raise EnvironmentActionError(f"invalid arguments for {tool.name}: {where}: {exc.message[:300]}") from None
+    except jsonschema.SchemaError:
+        raise EnvironmentActionError(
+            f"the environment's schema for {tool.name} is not a valid JSON schema, so its arguments cannot be checked"
+        ) from None
 
 
 class OpenEnvEpisode:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from backend.environments.address import trust, untrust
 from backend.environments.builtin.registry import DEFAULT_MAX_SESSIONS, builtin_environment
 from backend.platform.interpreters import PROJECT_ROOT, InterpreterError, app_python, backend_env
 
@@ -107,6 +108,7 @@ class RunningEnvironment:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """SIGTERM the server's process group, SIGKILL it after ``grace_s``; idempotent."""
+        untrust(self.url)
         if self.process.poll() is None:
             # Only signal the group while its leader is unreaped, so the group id cannot have been reused.
             try:
@@ -171,6 +173,7 @@ def start_server_process(
     running = RunningEnvironment(
         name=name, url=f"http://{HOST}:{port}", process=process, log_path=log_path, owned_log_dir=owned
     )
+    trust(running.url)  # this process's own server on 127.0.0.1: reachable even on a Space (untrusted at stop)
     return running.wait_until_ready(timeout_s) if wait else running
 
 

@@ -31,6 +31,9 @@ _ENTRY = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*:\s*(.*)
 _DESCRIBED_SECTIONS = {"attributes", "args", "arguments", "parameters", "fields"}
 
 
+MAX_SCHEMA_NODES = 20_000
+
+
 def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with every local ``$ref`` replaced by its definition (siblings such as ``description`` win) and a
     one-item ``allOf`` unwrapped; a model that refers to itself becomes a plain object at the second visit.
@@ -41,8 +44,12 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     {'enum': ['up', 'down'], 'type': 'string', 'title': 'Dir', 'description': 'Where.'}
     """
     definitions = {**(schema.get("definitions") or {}), **(schema.get("$defs") or {})}
+    visits = [0]
 
     def walk(node: Any, seen: frozenset[str]) -> Any:
+        visits[0] += 1
+        if visits[0] > MAX_SCHEMA_NODES:  # references that fan out would inline into an exponential tree
+            raise ValueError(f"the schema inlines into more than {MAX_SCHEMA_NODES} parts")
         if isinstance(node, list):
             return [walk(item, seen) for item in node]
         if not isinstance(node, dict):
