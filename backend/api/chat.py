@@ -43,7 +43,7 @@ class ChatToolRuns:
         self.time = TimeLimit(
             "tool calls",
             TOOL_RUN_TIME_LIMIT_S,
-            workers=2,
+            workers=self.in_flight.total,  # every run let in has its own thread: a slow server holds only its own
             advice="the environment is slow or gone; clear the chat and try again",
         )
 

@@ -26,6 +26,12 @@ DEFAULT_MAX_CHAT_STREAMS = 8
 DEFAULT_MAX_CHAT_STREAMS_PER_USER = 2
 
 
+# Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
+# Gradio's 8 slots of an event, so others always find one free).
+ENVIRONMENT_CHECKS_PER_USER = 2
+DEFAULT_MAX_ENVIRONMENT_CHECKS = 4
+
+
 def whole_number(value: Any, what: str, low: int, high: int, optional: bool = False) -> int | None:
     """``value`` when it is a whole number in ``low..high`` (or None where ``optional``); else SpecError with a
     sentence: a number from a browser or a script reaches the store, a file or a loop only in range."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
+from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User, max_queued_per_user
 from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
@@ -33,7 +36,8 @@ def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
 
 
 class JobOperations:
-    """Jobs: for ``StudioAPI`` (it uses ``paths``, ``store``, ``scheduler``, ``_prepare`` and ``_kick``)."""
+    """Jobs: for ``StudioAPI`` (it uses ``paths``, ``store``, ``scheduler``, ``_prepare``, ``_kick`` and the
+    environment checks' limit)."""
 
     def submit(
         self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
@@ -53,7 +57,8 @@ class JobOperations:
         total_limit = int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL) if limited else None
         if queue_limit is not None:
             self.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
-        warnings = check_spec(spec, self.paths.models, self._uploads_of(spec)) + _token_warnings(spec, user)
+        with self._environment_check(spec, user):
+            warnings = check_spec(spec, self.paths.models, self._uploads_of(spec)) + _token_warnings(spec, user)
         job = self.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
         if wants_hub_token(spec) and user is not None and user.token:
             self._tokens[job.id] = user.token
@@ -66,13 +71,28 @@ class JobOperations:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
         text). Raises SpecError like submit would."""
         spec = self._prepare(spec, user=user)
-        warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
+        with self._environment_check(spec, user):
+            warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
         warnings += _token_warnings(spec, user)
         estimate = tuning.estimate
         text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"
         if estimate.advice:
             text += "\nTo need less: " + "; ".join(estimate.advice)
         return warnings, text + "\nAuto-tune on this machine:\n" + tuning.describe()
+
+    @contextmanager
+    def _environment_check(self, spec: JobSpec, user: User | None) -> Iterator[None]:
+        """Count a remote environment's pre-flight in the per-user and Space-wide limits while it runs (Busy, a
+        sentence, when either is reached); a trusted caller or a job without a remote environment counts nothing."""
+        name = spec.environment.name or ""
+        if user is None or not name or name.startswith(BUILTIN_PREFIX):
+            yield
+            return
+        release = self._environment_checks.hold(user.name)
+        try:
+            yield
+        finally:
+            release()
 
     def list_jobs(self, owner: str | None = None, user: User | None = None) -> list[JobRecord]:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""

@@ -18,8 +18,10 @@ from backend.api.common import (
     DEFAULT_MAX_CHAT_STREAMS,
     DEFAULT_MAX_CHAT_STREAMS_PER_USER,
     DEFAULT_MAX_DRY_RUNS,
+    DEFAULT_MAX_ENVIRONMENT_CHECKS,
     DRY_RUN_TIME_LIMIT_S,
     DRY_RUNS_PER_MINUTE,
+    ENVIRONMENT_CHECKS_PER_USER,
     SchedulerMode,
 )
 from backend.api.datasets import DatasetOperations
@@ -105,9 +107,17 @@ class StudioAPI(
         self._dry_run_time = TimeLimit(
             "dry run",
             DRY_RUN_TIME_LIMIT_S,
-            workers=1,
+            workers=self._dry_runs.total,  # each dry run let in has its own thread: a slow server holds only its own
             advice="lower environment.max_tool_calling_iterations or "
             "rollout.max_completion_length, or try a smaller model",
+        )
+        # A remote environment's pre-flight talks to a stranger's server: a few at once per user and on the Space,
+        # so slow servers hold only a few of Gradio's submit slots and never anyone else's.
+        self._environment_checks = InFlight(
+            "environment checks",
+            ENVIRONMENT_CHECKS_PER_USER,
+            int_setting("STUDIO_MAX_ENVIRONMENT_CHECKS", DEFAULT_MAX_ENVIRONMENT_CHECKS),
+            "STUDIO_MAX_ENVIRONMENT_CHECKS",
         )
         self._exports = export_slots()  # merged exports: each holds a whole model in memory
         self.mirror: Mirror | None = None

@@ -190,13 +190,16 @@ def tiny_dataset_warning(spec: JobSpec, train_rows: int) -> str | None:
     )
 
 
+ENVIRONMENT_CHECK_BUDGET_S = 20.0  # the whole network part of a remote environment's pre-flight
+
+
 def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
     """Problems (raised) and warnings for a GRPO job with an environment: tool-calling template, a reachable server
     with enough sessions, an episode budget that fits, and a starting point that can earn some reward."""
     from trl.chat_template_utils import supports_tool_calling
 
     from backend.environments.adapter import check_sessions, describe
-    from backend.environments.connection import EnvironmentUnavailable, resolve_url
+    from backend.environments.connection import EnvironmentUnavailable, resolve_url, time_budget
     from backend.environments.probe import probe_rewards
     from backend.environments.runtime import builtin_of, concurrent_episodes, display_name, typical_episode_tokens
 
@@ -211,15 +214,19 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
         )
     warnings = []
     if builtin_of(env) is None:
-        url = resolve_url(env.name)
         try:
-            info = describe(url, timeout_s=min(env.timeout_s, 15.0))
-            check_sessions(
-                url, concurrent_episodes(spec), timeout_s=min(env.timeout_s, 15.0), least=spec.rollout.num_generations
-            )
-            if not info.tools:
-                raise SpecError([f"environment.name: {info.summary()} offers no tools"])
-            never_rewards = probe_rewards(info, timeout_s=min(env.timeout_s, 15.0)).warning(display_name(env))
+            with time_budget(ENVIRONMENT_CHECK_BUDGET_S):  # every call together: a slow server holds one submit
+                url = resolve_url(env.name)
+                info = describe(url, timeout_s=min(env.timeout_s, 15.0))
+                check_sessions(
+                    url,
+                    concurrent_episodes(spec),
+                    timeout_s=min(env.timeout_s, 15.0),
+                    least=spec.rollout.num_generations,
+                )
+                if not info.tools:
+                    raise SpecError([f"environment.name: {info.summary()} offers no tools"])
+                never_rewards = probe_rewards(info, timeout_s=min(env.timeout_s, 15.0)).warning(display_name(env))
         except EnvironmentUnavailable as exc:
             raise SpecError([f"environment.name: {exc}"]) from None
         warnings += [never_rewards] if never_rewards else []
