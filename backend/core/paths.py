@@ -18,12 +18,17 @@ ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
 BUILTIN_DATASETS_DIR = ASSETS_DIR / "datasets"
 
 
+def on_space() -> bool:
+    """Whether the app runs on a Hugging Face Space (the platform sets ``SPACE_ID``)."""
+    return bool(os.environ.get("SPACE_ID"))
+
+
 def default_data_dir() -> Path:
     """``$STUDIO_DATA_DIR``, else a Space's persistent volume (``/data``) when mounted, else ``./data``."""
     configured = os.environ.get(DATA_DIR_ENV)
     if configured:
         return Path(configured).expanduser().resolve()
-    if os.environ.get("SPACE_ID") and Path("/data").is_dir() and os.access("/data", os.W_OK):
+    if on_space() and Path("/data").is_dir() and os.access("/data", os.W_OK):
         return SPACE_DATA_DIR
     return Path("data").resolve()
 

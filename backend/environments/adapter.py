@@ -33,7 +33,7 @@ from backend.environments.connection import (
 )
 from backend.environments.observations import observation_text as render_observation
 from backend.environments.schema import argument_text, inline_refs, python_type, snake, split_docstring
-from backend.environments.wire import DESCRIPTION_LIMIT, NAME_LIMIT, Health, Metadata, Schema, excerpt
+from backend.environments.wire import DESCRIPTION_LIMIT, MESSAGE_LIMIT, NAME_LIMIT, Health, Metadata, Schema, excerpt
 
 RewardMode = Literal["success", "last", "sum"]
 _MCP_ACTIONS = {"CallToolAction", "ListToolsAction"}
@@ -354,7 +354,7 @@ class OpenEnvEpisode:
         error = outcome.observation.get("error") if self.info.kind == "mcp" else None
         if error:
             message = error.get("message", error) if isinstance(error, dict) else error
-            raise EnvironmentActionError(str(message))
+            raise EnvironmentActionError(str(message)[:MESSAGE_LIMIT])
         text = observation_text(
             outcome.observation,
             previous=self._previous,

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from backend.platform.space_runtime import on_space
+from backend.core.paths import on_space
 
 ENVIRONMENT_HOSTS_ENV = "STUDIO_ENVIRONMENT_HOSTS"
 _DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}

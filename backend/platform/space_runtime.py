@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import os
 
+from backend.core.paths import on_space
+
+__all__ = ["ZERO_GPU_REFUSAL", "gpu_task", "on_space", "on_zero_gpu"]
+
 ZERO_GPU_REFUSAL = (
     "This Space runs on ZeroGPU, which lends a GPU to one function call at a time for a few minutes; a training "
     "job runs for much longer in a background worker, so it cannot train here. Duplicate the Space onto dedicated "
     "GPU hardware (an L4 or A10G is plenty for 0.5-1.5B models with LoRA), run the Docker image on your own GPU, "
     "or send the job to Hugging Face Jobs. Chatting with finished adapters works here."
 )
-
-
-def on_space() -> bool:
-    """Whether the app runs on a Hugging Face Space (``SPACE_ID`` is set)."""
-    return bool(os.environ.get("SPACE_ID"))
 
 
 def on_zero_gpu() -> bool:
