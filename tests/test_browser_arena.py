@@ -50,7 +50,8 @@ ARENA_JOB = {
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, models_dir):
     root = data_dir_with_models(tmp_path_factory.mktemp("browser-arena") / "data", models_dir)
-    with launch_app(root, space=True) as running:
+    # The owner allows the test's own OpenEnv server on 127.0.0.1, as a Space's owner allows a host they trust.
+    with launch_app(root, space=True, extra_env={"STUDIO_ENVIRONMENT_HOSTS": "127.0.0.1"}) as running:
         yield running
 
 

@@ -67,6 +67,7 @@ class RunningEnvironment:
     process: subprocess.Popen[bytes]
     log_path: Path
     owned_log_dir: Path | None = field(default=None, repr=False)  # removed on stop when the launcher made it
+    _untrusted: bool = field(default=False, repr=False)
 
     @property
     def pid(self) -> int:
@@ -108,7 +109,9 @@ class RunningEnvironment:
 
     def stop(self, grace_s: float = 5.0) -> None:
         """SIGTERM the server's process group, SIGKILL it after ``grace_s``; idempotent."""
-        untrust(self.url)
+        if not self._untrusted:
+            self._untrusted = True
+            untrust(self.url)  # once: a later server on the same port is another's to trust
         if self.process.poll() is None:
             # Only signal the group while its leader is unreaped, so the group id cannot have been reused.
             try:
