@@ -21,6 +21,7 @@ from pydantic_core import PydanticSerializationError
 
 from backend.core.artifacts import JobArtifacts, artifact_update
 from backend.core.spec import JobSpec, SpecError, parse_spec, shorten
+from backend.jobs.migrations import migrate, refuse_newer
 from backend.jobs.store_errors import (  # the store's errors, importable from here as before
     InvalidTransition,
     JobNotFound,
@@ -29,6 +30,7 @@ from backend.jobs.store_errors import (  # the store's errors, importable from h
     StoreCorrupt,
     StoreError,  # noqa: F401 (importable from here: the CLI and the facade catch it)
     StoreReadOnly,
+    StoreTooNew,  # noqa: F401 (importable from here)
     UnreadableJob,
     is_corruption,
     is_read_only,
@@ -147,44 +149,6 @@ class JobRecord:
         }
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    owner TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    error TEXT,
-    artifacts TEXT NOT NULL DEFAULT '{}',
-    progress TEXT NOT NULL DEFAULT '{}',
-    pid INTEGER,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    resume INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq);
-CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq);
-CREATE TABLE IF NOT EXISTS metrics (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL,
-    step INTEGER,
-    ts REAL NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, id);
-CREATE TABLE IF NOT EXISTS samples (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL,
-    step INTEGER,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS samples_job ON samples(job_id, id);
-"""
-
-
 def new_job_id() -> str:
     """A new job id: the time it was made, then six random hex digits (sorts by creation time)."""
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
@@ -214,9 +178,10 @@ class JobStore:
                 verdict = [row[0] for row in con.execute("PRAGMA quick_check").fetchall()]
                 if verdict != ["ok"]:
                     raise StoreCorrupt(self.db_path, "; ".join(verdict[:3]))
+                refuse_newer(con, self.db_path)  # before the first write: a newer studio's file stays as it was
                 if not self._uri:
                     con.execute("PRAGMA journal_mode=WAL")
-                    con.executescript(_SCHEMA)
+                    migrate(con, self.db_path)
         except sqlite3.DatabaseError as exc:
             if not is_corruption(exc):
                 raise

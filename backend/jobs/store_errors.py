@@ -42,6 +42,19 @@ class StoreCorrupt(StoreError):
         )
 
 
+class StoreTooNew(StoreError):
+    """The store file was written by a newer version of the studio (its schema version is higher than this code
+    knows): it is not opened, and nothing is written to it."""
+
+    def __init__(self, db_path: Path, found: int, known: int):
+        self.db_path, self.found, self.known = db_path, found, known
+        super().__init__(
+            f"The job store {db_path} was written by a newer version of the studio (schema version {found}; this "
+            f"version knows up to {known}), so this version leaves it untouched: run the newer version again (update "
+            "the Space or `git pull`), or start this one on another data folder (STUDIO_DATA_DIR)."
+        )
+
+
 class UnreadableJob(StoreError):
     """A job row this version cannot read (written by an older version or edited by hand); lists skip it."""
 
