@@ -5,16 +5,21 @@ how many jobs came back. The damage is real: pages of a real store overwritten w
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
+from backend.api import StudioAPI
+from backend.cli import main
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStore
 from backend.platform.sqlite_recovery import recover_database
-from backend.platform.storage import backup_store, snapshot_ok
+from backend.platform.storage import DB_NAME, Mirror, backup_store, snapshot_ok
+from tests.test_storage import network_world
 
 PAGE = 4096
 
@@ -96,3 +101,74 @@ def test_a_file_whose_first_page_is_damaged_recovers_nothing_and_writes_nothing(
     recovery = recover_database(damaged, tmp_path / "recovered.sqlite3")
     assert recovery.error and not (tmp_path / "recovered.sqlite3").exists()
     assert not [p.name for p in tmp_path.iterdir() if "recover" in p.name], "no half file left either"
+
+
+def test_a_damaged_snapshot_is_set_aside_recovered_and_named_never_overwritten(
+    tmp_path, models_dir, monkeypatch, capsys
+):
+    data, local = network_world(tmp_path, models_dir, monkeypatch)
+    api = StudioAPI(scheduler="none")
+    ids = [api.submit({"owner": "local", "training": {"max_steps": 2 + i}}).job.id for i in range(60)]
+    api.close()
+    assert Mirror(local, data, interval_s=60).sync()
+    lost = _damage(data / DB_NAME, 3, seed=3)
+    damaged_bytes = _digest(data / DB_NAME)
+    shutil.rmtree(local)  # a fresh machine (a Space restart): its own disk is empty
+    local.mkdir()
+    (local / "models").symlink_to(models_dir, target_is_directory=True)
+
+    api = StudioAPI(scheduler="none")  # restores before it opens the store
+    try:
+        (aside,) = [p for p in data.iterdir() if p.name.startswith(f"{DB_NAME}.damaged-") and p.suffix != ".txt"]
+        assert _digest(aside) == damaged_bytes, "set aside whole, before anything was written"
+        recovered = [j.id for j in api.list_jobs()]
+        assert 0 < lost and len(recovered) == 60 - lost and set(recovered) <= set(ids)
+        notice = api.storage_notice()
+        assert str(aside) in notice and f"{len(recovered)} jobs and" in notice and "were recovered" in notice
+        assert api.storage_status()["set_aside"] == [notice]
+        api.submit({"owner": "local", "training": {"max_steps": 1}})
+        mirror = Mirror(local, data, interval_s=60)
+        assert mirror.sync() and mirror.sync(force=True)
+        assert snapshot_ok(data / DB_NAME) is None, "the new snapshot is the recovered store, sound"
+        assert _digest(aside) == damaged_bytes, "the mirror leaves the set-aside file alone"
+        assert not any(p.name.startswith(f"{DB_NAME}.damaged-") for p in local.iterdir()), "and does not copy it"
+    finally:
+        api.close()
+
+    assert main(["status"]) == 0  # another process, later: the status still names it and the count
+    printed = capsys.readouterr().out
+    assert str(aside) in printed and f"{len(recovered)} jobs and" in printed
+
+    shutil.rmtree(local)  # the next restart restores the new snapshot: nothing recovered is lost again
+    local.mkdir()
+    (local / "models").symlink_to(models_dir, target_is_directory=True)
+    api = StudioAPI(scheduler="none")
+    try:
+        assert len(api.list_jobs()) == len(recovered) + 1
+        assert str(aside) in (api.storage_notice() or ""), "named until someone deletes it"
+        assert _digest(aside) == damaged_bytes
+    finally:
+        api.close()
+
+
+def test_a_damaged_snapshot_older_than_the_local_store_is_set_aside_and_the_local_store_kept(
+    tmp_path, models_dir, monkeypatch
+):
+    data, local = network_world(tmp_path, models_dir, monkeypatch)
+    api = StudioAPI(scheduler="none")
+    kept = api.submit({"owner": "local", "training": {"max_steps": 2}}).job.id
+    api.close()
+    assert Mirror(local, data, interval_s=60).sync()
+    _damage(data / DB_NAME, 1, seed=5)
+    damaged_bytes = _digest(data / DB_NAME)
+    for name in (DB_NAME, f"{DB_NAME}-wal"):  # the local store is older than the snapshot: restore reads it
+        if (local / name).exists():
+            os.utime(local / name, (1_000_000, 1_000_000))
+    api = StudioAPI(scheduler="none")
+    try:
+        (aside,) = [p for p in data.iterdir() if p.name.startswith(f"{DB_NAME}.damaged-") and p.suffix != ".txt"]
+        assert _digest(aside) == damaged_bytes and not (data / DB_NAME).exists()
+        assert [j.id for j in api.list_jobs()] == [kept]
+        assert "goes on with the store on local disk" in api.storage_notice()
+    finally:
+        api.close()
