@@ -18,7 +18,7 @@ from backend.cli import main
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStore
 from backend.platform.sqlite_recovery import recover_database
-from backend.platform.storage import DB_NAME, Mirror, backup_store, snapshot_ok
+from backend.platform.storage import DB_NAME, Mirror, StorageError, backup_store, snapshot_ok
 from tests.test_storage import network_world
 
 PAGE = 4096
@@ -203,3 +203,23 @@ def test_a_damaged_snapshot_older_than_the_local_store_is_set_aside_and_the_loca
         assert "goes on with the store on local disk" in api.storage_notice()
     finally:
         api.close()
+
+
+def test_a_damaged_snapshot_that_cannot_be_set_aside_stops_the_start_and_stays(tmp_path, models_dir, monkeypatch):
+    data, local = network_world(tmp_path, models_dir, monkeypatch)
+    api = StudioAPI(scheduler="none")
+    api.submit({"owner": "local", "training": {"max_steps": 2}})
+    api.close()
+    assert Mirror(local, data, interval_s=60).sync()
+    _damage(data / DB_NAME, 1, seed=6)
+    damaged_bytes = _digest(data / DB_NAME)
+    shutil.rmtree(local)
+    local.mkdir()
+
+    def refuse(source, target):
+        raise PermissionError(13, "Permission denied", str(target))
+
+    monkeypatch.setattr("backend.platform.snapshot_rescue.os.replace", refuse)
+    with pytest.raises(StorageError, match="could not be set aside .* does not start rather than write over it"):
+        StudioAPI(scheduler="none")
+    assert _digest(data / DB_NAME) == damaged_bytes

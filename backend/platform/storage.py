@@ -553,7 +553,14 @@ def restore(plan: StoragePlan, status: MirrorStatus | None = None) -> list[str]:
         if local_time is None or local_time < snapshot.stat().st_mtime:
             problem = snapshot_ok(snapshot)
             if problem:  # set aside before the mirror writes a new one there, and its rows recovered if need be
-                rescue_snapshot(snapshot, problem, local_db if local_time is None else None)
+                try:
+                    rescue_snapshot(snapshot, problem, local_db if local_time is None else None)
+                except OSError as exc:  # not started at all rather than a new snapshot written over the only copy
+                    raise StorageError(
+                        f"The store's snapshot {snapshot} is damaged ({problem}) and could not be set aside "
+                        f"({storage_problem(exc)}), so the studio does not start rather than write over it: move it "
+                        "aside by hand (keep it: its jobs can be recovered) and start again."
+                    ) from None
             else:
                 incoming = live / ".snapshot-restore.sqlite3"
                 copy_file_atomically(snapshot, incoming)
