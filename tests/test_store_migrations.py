@@ -17,7 +17,8 @@ import pytest
 from backend.core.spec import parse_spec
 from backend.jobs.migrations import SCHEMA_VERSION, schema_version
 from backend.jobs.remote_registry import RemoteRegistry
-from backend.jobs.store import JobStatus, JobStore, StoreError, StoreTooNew
+from backend.jobs.store import JobStatus, JobStore, StoreError, StoreNeedsUpgrade, StoreTooNew
+from tests.faults import read_only
 
 JOBS_2026_11_29 = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -225,3 +226,23 @@ def test_a_jobs_table_no_studio_wrote_is_refused_with_a_sentence(tmp_path):
         assert schema_version(con) == 0
     finally:
         con.close()
+
+
+def test_a_read_only_store_lacking_columns_asks_for_a_writable_folder(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    _old_store(folder / "studio.sqlite3", JOBS_WITHOUT_LATER_COLUMNS)
+    whole = folder / "whole.sqlite3"
+    _old_store(whole, SHAPES["b8d51ff +remote_jobs (to issue 36)"])  # shipped: reads as it is, read-only too
+    for path in (folder / "studio.sqlite3", whole):
+        con = sqlite3.connect(path)
+        con.execute("PRAGMA journal_mode=DELETE")
+        con.close()
+    with read_only(folder):
+        with pytest.raises(StoreNeedsUpgrade, match=r"lacks jobs\.pid, .*needs its folder writable"):
+            JobStore(folder / "studio.sqlite3")
+        store = JobStore(whole)
+        try:
+            assert not store.writable() and len(store.list()) == 3
+        finally:
+            store.close()

@@ -72,18 +72,34 @@ def _tables(con: sqlite3.Connection) -> set[str]:
     return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+def _wanted(schema: str) -> dict[str, list[tuple[str, str, bool, str | None, bool]]]:
+    """The columns of each table ``schema`` creates, as ``_columns`` gives them."""
+    reference = sqlite3.connect(":memory:")
+    try:
+        reference.executescript(schema)
+        return {table: _columns(reference, table) for table in _tables(reference) if not table.startswith("sqlite_")}
+    finally:
+        reference.close()
+
+
+def missing_columns(con: sqlite3.Connection) -> list[str]:
+    """``table.column`` for each column of the current schema that a table of this file lacks (what a migration
+    adds; a read-only store cannot get them, and reads without them would go wrong)."""
+    present = _tables(con)
+    missing: list[str] = []
+    for table, columns in _wanted(SCHEMA).items():
+        if table in present:
+            have = {c[0] for c in _columns(con, table)}
+            missing.extend(f"{table}.{column[0]}" for column in columns if column[0] not in have)
+    return missing
+
+
 def _adopt(con: sqlite3.Connection, schema: str, db_path: Path) -> None:
     """Bring a file of any earlier shape to ``schema``: each table it has gets the columns it lacks (with their
     defaults), then the tables and indexes it lacks are created. A column that cannot be added (part of the primary
     key, or required with no default) means the table is not one this studio wrote: StoreError."""
-    reference = sqlite3.connect(":memory:")
-    try:
-        reference.executescript(schema)
-        wanted = {table: _columns(reference, table) for table in _tables(reference) if not table.startswith("sqlite_")}
-    finally:
-        reference.close()
     present = _tables(con)
-    for table, columns in wanted.items():
+    for table, columns in _wanted(schema).items():
         if table not in present:
             continue
         have = {column[0] for column in _columns(con, table)}
@@ -108,6 +124,7 @@ STEPS: tuple[Callable[[sqlite3.Connection, Path], None], ...] = (
     lambda con, db_path: _adopt(con, SCHEMA_V1, db_path),  # 0 -> 1: any shape that shipped unversioned
 )
 SCHEMA_VERSION = len(STEPS)
+SCHEMA = SCHEMA_V1  # the shape of a file at SCHEMA_VERSION
 
 
 def schema_version(con: sqlite3.Connection) -> int:

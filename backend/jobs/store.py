@@ -21,7 +21,7 @@ from pydantic_core import PydanticSerializationError
 
 from backend.core.artifacts import JobArtifacts, artifact_update
 from backend.core.spec import JobSpec, SpecError, parse_spec, shorten
-from backend.jobs.migrations import migrate, refuse_newer
+from backend.jobs.migrations import migrate, missing_columns, refuse_newer
 from backend.jobs.store_errors import (  # the store's errors, importable from here as before
     InvalidTransition,
     JobNotFound,
@@ -29,6 +29,7 @@ from backend.jobs.store_errors import (  # the store's errors, importable from h
     QuotaExceeded,
     StoreCorrupt,
     StoreError,  # noqa: F401 (importable from here: the CLI and the facade catch it)
+    StoreNeedsUpgrade,
     StoreReadOnly,
     StoreTooNew,  # noqa: F401 (importable from here)
     UnreadableJob,
@@ -182,6 +183,8 @@ class JobStore:
                 if not self._uri:
                     con.execute("PRAGMA journal_mode=WAL")
                     migrate(con, self.db_path)
+                elif missing := missing_columns(con):
+                    raise StoreNeedsUpgrade(self.db_path, missing)
         except sqlite3.DatabaseError as exc:
             if not is_corruption(exc):
                 raise

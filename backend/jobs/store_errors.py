@@ -55,6 +55,19 @@ class StoreTooNew(StoreError):
         )
 
 
+class StoreNeedsUpgrade(StoreError):
+    """A read-only store written by an older version, lacking columns this version reads: it cannot be upgraded
+    where it is, and read without them every job would be missing."""
+
+    def __init__(self, db_path: Path, missing: list[str]):
+        self.db_path, self.missing = db_path, missing
+        super().__init__(
+            f"The job store {db_path} was written by an older version of the studio and lacks "
+            f"{', '.join(missing[:4])}; this version adds them at start, which needs its folder writable: make it "
+            "writable and start again (nothing else changes in the file)."
+        )
+
+
 class UnreadableJob(StoreError):
     """A job row this version cannot read (written by an older version or edited by hand); lists skip it."""
 
