@@ -274,7 +274,7 @@ def cmd_status(api: StudioAPI, args) -> int:
     if status["durable"]:
         when = _ts(status["last_snapshot_at"]) if status["last_snapshot_at"] else "none yet"
         print(f"Last snapshot of the store in {status['durable']}: {when}")
-    for line in [status["warning"], status["last_error"], *status["restore_notes"]]:
+    for line in [status["warning"], status["last_error"], *status["restore_notes"], *status["set_aside"]]:
         if line:
             print(line)
     return EXIT_OK

@@ -38,6 +38,7 @@ from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, SchedulerHealth, spawn_detached
 from backend.jobs.store import JobStore
 from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
+from backend.platform.snapshot_rescue import set_aside_notes
 from backend.platform.space_runtime import on_space
 from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan, restore, storage_plan
 
@@ -72,6 +73,8 @@ class StudioAPI(
         self.mirror_status = MirrorStatus()
         if self.storage.mode == "network" and not Scheduler.is_running(self.paths):  # the owner of the queue restores
             restore(self.storage, self.mirror_status)
+        if self.storage.durable is not None:  # damaged snapshots kept aside, until someone deletes them
+            self.mirror_status.set_aside = set_aside_notes(self.storage.durable, DB_NAME)
         self.store = JobStore(self.paths.db)
         self.remote = RemoteRegistry(self.store)
         with contextlib.suppress(OSError):  # tried again at the next start
@@ -175,6 +178,7 @@ class StudioAPI(
         if self.mirror_status.last_error:
             found.append(f"The durable copy is behind: {self.mirror_status.last_error}; the studio keeps retrying.")
         found.extend(self.mirror_status.warnings)
+        found.extend(self.mirror_status.set_aside)
         return " ".join(found) or None
 
     def storage_summary(self) -> str:
@@ -190,7 +194,8 @@ class StudioAPI(
 
     def storage_status(self) -> dict[str, Any]:
         """Where data lives and how the durable copy is doing: the mode, the live and durable folders, the last
-        snapshot's time, the last error and what the start-up restore did (``python -m backend status``)."""
+        snapshot's time, the last error, what the start-up restore did and the damaged snapshots kept aside
+        (``python -m backend status``)."""
         snapshot = self.storage.durable / DB_NAME if self.storage.durable else None
         return {
             "mode": self.storage.mode,
@@ -201,6 +206,7 @@ class StudioAPI(
             "last_snapshot_at": snapshot.stat().st_mtime if snapshot and snapshot.exists() else None,
             "last_error": self.mirror_status.last_error,
             "restore_notes": list(self.mirror_status.notes),
+            "set_aside": list(self.mirror_status.set_aside),
             "warning": self.storage.warning(),
         }
 

@@ -15,18 +15,6 @@ from typing import Any
 
 from backend.jobs.store import JobStore
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS remote_jobs (
-    hf_job_id TEXT PRIMARY KEY,
-    owner TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    flavor TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    last_stage TEXT,
-    last_message TEXT
-)
-"""
-
 
 @dataclass(frozen=True)
 class RemoteJob:
@@ -45,10 +33,9 @@ class RemoteRegistry:
     """The SQLite table of jobs launched on Hugging Face Jobs, with the last status seen of each."""
 
     def __init__(self, store: JobStore):
-        self.store = store  # one file, one way in: its connections, its read-only mode
-        if store.writable():  # on a read-only folder the table is as it was (or absent: nothing was launched)
-            with store.writing() as con:
-                con.execute(_SCHEMA)
+        # One file, one way in: its connections, its read-only mode, and its schema (the table is declared with the
+        # store's others in backend/jobs/migrations.py, so one version number covers it).
+        self.store = store
 
     def add(self, hf_job_id: str, owner: str, spec_json: str, flavor: str) -> RemoteJob:
         """Record a newly launched job and return its row."""

@@ -21,9 +21,21 @@ from pydantic_core import PydanticSerializationError
 
 from backend.core.artifacts import JobArtifacts, artifact_update
 from backend.core.spec import JobSpec, SpecError, parse_spec, shorten
-
-# SQLite's primary result codes for a damaged file and for a file that is not a database at all.
-_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+from backend.jobs.migrations import migrate, missing_columns, refuse_newer
+from backend.jobs.store_errors import (  # the store's errors, importable from here as before
+    InvalidTransition,
+    JobNotFound,
+    QueueFull,
+    QuotaExceeded,
+    StoreCorrupt,
+    StoreError,  # noqa: F401 (importable from here: the CLI and the facade catch it)
+    StoreNeedsUpgrade,
+    StoreReadOnly,
+    StoreTooNew,  # noqa: F401 (importable from here)
+    UnreadableJob,
+    is_corruption,
+    is_read_only,
+)
 
 
 class JobStatus(str, Enum):
@@ -46,94 +58,6 @@ class JobStatus(str, Enum):
 RESUMABLE_STATUSES = frozenset({JobStatus.interrupted, JobStatus.cancelled, JobStatus.failed})
 # Artifacts that describe how an attempt ended: a resumed attempt starts without them.
 ATTEMPT_END_ARTIFACTS = ("cancelled_at_step", "cancel_note")
-
-
-class JobNotFound(KeyError):
-    """No job has this id (or none the asker may see)."""
-
-    def __init__(self, job_id: str):
-        super().__init__(job_id)
-        self.job_id = job_id
-
-    def __str__(self) -> str:
-        return f"no job with id {self.job_id!r}"
-
-
-class InvalidTransition(ValueError):
-    """An action that does not fit the job's current status (e.g. resuming a job that succeeded)."""
-
-
-class StoreError(RuntimeError):
-    """A problem with the job store that a person must act on; ``str()`` is one sentence saying what to do."""
-
-
-class StoreCorrupt(StoreError):
-    """The database file is damaged or is not SQLite at all: the app cannot start on it."""
-
-    def __init__(self, db_path: Path, detail: str):
-        self.db_path = db_path
-        super().__init__(
-            f"The job store {db_path} is damaged or is not a SQLite database ({shorten(detail, 200)}): stop the app, "
-            f"move that file aside together with any {db_path.name}-wal and {db_path.name}-shm beside it (or restore "
-            "them from a backup) and start again; a fresh, empty store is created in its place."
-        )
-
-
-class UnreadableJob(StoreError):
-    """A job row this version cannot read (written by an older version or edited by hand); lists skip it."""
-
-    def __init__(self, job_id: str, reason: str):
-        self.job_id = job_id
-        self.reason = reason
-        super().__init__(
-            f"job {job_id} cannot be read ({reason}); it was stored by another version of the app or edited by "
-            "hand, so it is left out of job lists and never started"
-        )
-
-
-READ_ONLY_SENTENCE = (
-    "the studio’s data folder is read-only just now: jobs, logs and adapters can be read, but "
-    "nothing can be queued, changed or saved until it is writable again"
-)
-
-
-class StoreReadOnly(SpecError):
-    """The store's folder is read-only (a read-only mount): reads answer, this write did not happen."""
-
-    def __init__(self):
-        super().__init__([READ_ONLY_SENTENCE])
-
-
-def _is_read_only(exc: sqlite3.Error) -> bool:
-    """Whether SQLite refused a write because its files cannot be written (SQLITE_READONLY and its kinds)."""
-    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly database" in str(exc)
-
-
-class QueueFull(SpecError):
-    """The Space's whole queue holds as many waiting jobs as it may; nothing was queued."""
-
-    def __init__(self, waiting: int, limit: int):
-        self.waiting, self.limit = waiting, limit
-        super().__init__(
-            [
-                f"the queue is full: {waiting} jobs are waiting, the most this Space holds "
-                f"(STUDIO_MAX_QUEUED_TOTAL = {limit}); try again in a few minutes, once some have started"
-            ]
-        )
-
-
-class QuotaExceeded(SpecError):
-    """The owner already has as many jobs waiting as one user may; nothing was queued."""
-
-    def __init__(self, waiting: int, limit: int):
-        self.waiting = waiting
-        self.limit = limit
-        super().__init__(
-            [
-                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
-                "wait for one to start, or cancel one"
-            ]
-        )
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -170,13 +94,6 @@ def storable_spec_json(spec: JobSpec) -> str:
     if parse_spec(text) != spec:  # parse_spec raises SpecError itself when the text no longer validates
         raise SpecError(["spec: does not read back unchanged from JSON (a value JSON cannot carry); fix the values"])
     return text
-
-
-def _is_corruption(exc: sqlite3.DatabaseError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in {_SQLITE_CORRUPT, _SQLITE_NOTADB}
-    return "malformed" in str(exc) or "not a database" in str(exc)
 
 
 @dataclass
@@ -233,44 +150,6 @@ class JobRecord:
         }
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    owner TEXT NOT NULL,
-    spec TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    error TEXT,
-    artifacts TEXT NOT NULL DEFAULT '{}',
-    progress TEXT NOT NULL DEFAULT '{}',
-    pid INTEGER,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    resume INTEGER NOT NULL DEFAULT 0,
-    attempts INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status, seq);
-CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner, seq);
-CREATE TABLE IF NOT EXISTS metrics (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL,
-    step INTEGER,
-    ts REAL NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, id);
-CREATE TABLE IF NOT EXISTS samples (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL,
-    step INTEGER,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS samples_job ON samples(job_id, id);
-"""
-
-
 def new_job_id() -> str:
     """A new job id: the time it was made, then six random hex digits (sorts by creation time)."""
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
@@ -300,11 +179,14 @@ class JobStore:
                 verdict = [row[0] for row in con.execute("PRAGMA quick_check").fetchall()]
                 if verdict != ["ok"]:
                     raise StoreCorrupt(self.db_path, "; ".join(verdict[:3]))
+                refuse_newer(con, self.db_path)  # before the first write: a newer studio's file stays as it was
                 if not self._uri:
                     con.execute("PRAGMA journal_mode=WAL")
-                    con.executescript(_SCHEMA)
+                    migrate(con, self.db_path)
+                elif missing := missing_columns(con):
+                    raise StoreNeedsUpgrade(self.db_path, missing)
         except sqlite3.DatabaseError as exc:
-            if not _is_corruption(exc):
+            if not is_corruption(exc):
                 raise
             raise StoreCorrupt(self.db_path, str(exc)) from None
         # Held open, idle, for the store's life: SQLite deletes the WAL and its index when the last connection
@@ -355,7 +237,7 @@ class JobStore:
                     raise
                 con.execute("COMMIT")
             except sqlite3.OperationalError as exc:
-                if not _is_read_only(exc):
+                if not is_read_only(exc):
                     raise
                 raise StoreReadOnly() from None
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend.core.paths import DATA_DIR_ENV, SPACE_DATA_DIR, default_data_dir, storage_problem
+from backend.platform.snapshot_rescue import is_set_aside, rescue_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,9 @@ def _scan(root: Path) -> tuple[dict[str, tuple[int, int]], dict[str, Path]]:
                 continue
             path = Path(entry.path)
             rel = path.relative_to(root).as_posix()
-            if folder == root and (entry.name in SKIPPED_TOP or entry.name in STORE_FILES):
+            if folder == root and (
+                entry.name in SKIPPED_TOP or entry.name in STORE_FILES or is_set_aside(entry.name, DB_NAME)
+            ):
                 continue
             if entry.name.startswith(".snapshot-"):
                 continue
@@ -317,7 +320,8 @@ class MirrorStatus:
     last_error: str | None = None
     files_copied: int = 0
     notes: list[str] = field(default_factory=list)  # what the start-up restore did
-    warnings: list[str] = field(default_factory=list)  # those of its notes the header shows (a cut or bad snapshot)
+    warnings: list[str] = field(default_factory=list)  # those of its notes the header shows (a cut snapshot)
+    set_aside: list[str] = field(default_factory=list)  # a sentence per damaged snapshot kept aside on the data dir
 
 
 class Mirror:
@@ -518,7 +522,9 @@ def restore(plan: StoragePlan, status: MirrorStatus | None = None) -> list[str]:
 
     When the live store is missing or older than the snapshot, the snapshot (checked first) replaces it and every
     durable file comes back; otherwise only files missing on the live side come back. Leftovers of a copy cut short
-    (a SIGKILL mid-snapshot) are removed: the previous snapshot is the one used. Returns what it did, as sentences;
+    (a SIGKILL mid-snapshot) are removed: the previous snapshot is the one used. A damaged snapshot is set aside under
+    a name of its own before anything can be written over it, and when the live side has no store its rows are
+    recovered into one (backend/platform/snapshot_rescue.py). Returns what it did, as sentences;
     ``status`` keeps them, and apart the ones the header should show (``warnings``).
     """
     status = status or MirrorStatus()
@@ -546,9 +552,15 @@ def restore(plan: StoragePlan, status: MirrorStatus | None = None) -> list[str]:
         local_time = max((os.stat(live / n).st_mtime for n in STORE_FILES[:2] if (live / n).exists()), default=None)
         if local_time is None or local_time < snapshot.stat().st_mtime:
             problem = snapshot_ok(snapshot)
-            if problem:
-                warnings.append(f"The snapshot in {durable} is damaged ({problem}); the studio starts without it.")
-                notes.append(warnings[-1])
+            if problem:  # set aside before the mirror writes a new one there, and its rows recovered if need be
+                try:
+                    rescue_snapshot(snapshot, problem, local_db if local_time is None else None)
+                except OSError as exc:  # not started at all rather than a new snapshot written over the only copy
+                    raise StorageError(
+                        f"The store's snapshot {snapshot} is damaged ({problem}) and could not be set aside "
+                        f"({storage_problem(exc)}), so the studio does not start rather than write over it: move it "
+                        "aside by hand (keep it: its jobs can be recovered) and start again."
+                    ) from None
             else:
                 incoming = live / ".snapshot-restore.sqlite3"
                 copy_file_atomically(snapshot, incoming)
