@@ -24,7 +24,8 @@ from backend.core.uploads import upload_display_name, upload_file
 from backend.core.wording import counted
 from backend.data import upload_limits
 from backend.data.loading import FILE_LOADERS, ColumnsMismatch, load_training_dataset
-from backend.platform.interpreters import PROJECT_ROOT, backend_env
+from backend.platform.child_env import child_environment
+from backend.platform.interpreters import PROJECT_ROOT
 from backend.platform.resource_errors import looks_like_oom
 
 MAX_UPLOAD_BYTES = 512 * 2**20
@@ -87,7 +88,7 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
             capture_output=True,
             timeout=CHECK_SECONDS,
             cwd=PROJECT_ROOT,
-            env=backend_env(),
+            env=child_environment(),  # an allow-list: the owner's HF_TOKEN and OAuth secret stay in the app
             start_new_session=True,
         )  # its own session: no terminal signal of the app's reaches it
     except subprocess.TimeoutExpired:  # run() killed it
