@@ -8,7 +8,6 @@ laid out and wired. Handlers return ``{component: update}``.
 from __future__ import annotations
 
 import json
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -453,8 +452,13 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
             return {inputs["upload_id"]: "", note: gr.update(value="", visible=False), box: "", widget: gr.update()}
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            columns = parse_column_map(column_map)
-            upload_id, summary = api.upload_dataset(path, path.name, method, user, columns)  # removes gradio's copy
+            try:
+                columns = parse_column_map(column_map)
+            except FormError:
+                api.discard_upload_source(path)  # gradio's copy, unless an identical upload is being checked
+                raise
+            # The facade removes gradio's copy once no identical upload is checked; a wait for a free check says so.
+            upload_id, summary = api.upload_dataset(path, path.name, method, user, columns, on_wait=gr.Info)
         except UnmappedUpload as exc:  # kept: filling the Column mapping makes it usable, no second upload
             return {
                 inputs["upload_id"]: exc.upload_id,
@@ -471,10 +475,6 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
                 box: _problems_markdown(problems),
                 widget: None,
             }
-        finally:
-            path.unlink(missing_ok=True)  # a FormError comes before the facade, which otherwise removes it
-            with suppress(OSError):  # and the folder gradio made for it, once empty
-                path.parent.rmdir()
         return {
             inputs["upload_id"]: upload_id,
             note: gr.update(value=f"✅ {summary}", visible=True),
