@@ -30,6 +30,7 @@ from backend.api import (
     method_part,
     methods,
 )
+from components import uploads_panel
 from components.job_pickers import finished_job_choices, job_choice_id
 from components.session import as_user, require_user
 from components.train_form import (
@@ -218,6 +219,7 @@ def _lay_out() -> _Layout:
     with gr.Accordion("Preview: the first rows as the trainer sees them", open=False):
         extra["preview_button"] = gr.Button("Render preview", size="sm")
         extra["preview_out"] = gr.Markdown(elem_id="dataset-preview")
+    extra["uploads_panel"] = uploads_panel.lay_out()
 
     gr.Markdown("### 3. Method")
     inputs["method"] = field_widget(FORM_FIELDS["method"])
@@ -301,6 +303,7 @@ def build(api: StudioAPI) -> TrainHandles:
         ui.inputs["push_to_hub"].value = True
     _wire_form(api, ui)
     _wire_upload(api, ui)
+    uploads_panel.wire(api, ui.uploads_panel, ui.inputs["upload_id"])
     _wire_actions(api, ui)
     return TrainHandles(inputs=ui.inputs, errors=ui.errors, result=ui.result)
 

@@ -240,7 +240,7 @@ def outcome(job):
 
 
 @pytest.mark.slow
-def test_twelve_identical_uploads_at_once_on_a_space_are_all_kept(tmp_path, models_dir):
+def test_twelve_identical_uploads_at_once_on_a_space_are_kept_then_listed_and_deleted(tmp_path, models_dir):
     from gradio_client import handle_file
 
     from backend.core.uploads import is_upload_id
@@ -254,8 +254,14 @@ def test_twelve_identical_uploads_at_once_on_a_space_are_all_kept(tmp_path, mode
         jobs = [client.submit(handle_file(str(rows)), "sft", api_name="/upload_dataset") for _ in range(12)]
         answers = [outcome(job) for job in jobs]
         took = time.monotonic() - started
+        # The Train tab's "Your uploads" panel lists them and deletes one (its Delete forgets it in the form too).
+        summary, _, _ = client.predict(api_name="/list_uploads")
+        kept = answers[0][0] if not isinstance(answers[0], Exception) else ""
+        after = client.predict(kept, kept, api_name="/delete_upload")
     failed = [a for a in answers if isinstance(a, Exception) or not is_upload_id(a[0])]
     print(f"\n12 identical uploads at once: {len(failed)} failed, {took:.1f} s in all")
     assert not failed, failed[:2]
     assert len({a[0] for a in answers}) == 12 and all("12 rows" in a[1]["value"] for a in answers)
-    assert len(list((root / "uploads").glob("*/*.jsonl"))) == 12
+    assert summary.startswith("12 uploads, ") and summary.endswith(" of your 2,048 MB quota"), summary
+    assert after[0].startswith("11 uploads, ") and after[2].startswith("Deleted chats.jsonl (") and after[3] == ""
+    assert len(list((root / "uploads").glob("*/*.jsonl"))) == 11
