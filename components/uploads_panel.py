@@ -33,15 +33,11 @@ def upload_choices(shelf) -> list[tuple[str, str]]:
     """
     return [
         (
-            f"{u.name} ({_size(u.size)}, kept {datetime.fromtimestamp(u.kept_at):%Y-%m-%d %H:%M}) [{u.upload_id[:6]}]",
+            f"{u.name} ({u.size_text}, kept {datetime.fromtimestamp(u.kept_at):%Y-%m-%d %H:%M}) [{u.upload_id[:6]}]",
             u.upload_id,
         )
         for u in shelf.uploads
     ]
-
-
-def _size(size: int) -> str:
-    return f"{size / 2**20:,.1f} MB" if size >= 2**20 else f"{max(1, round(size / 1024)):,} KB"
 
 
 def lay_out() -> UploadsHandles:
@@ -82,7 +78,7 @@ def wire(api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox) -> None:
         except SpecError as exc:
             return {**listing(user, " ".join(exc.problems)), upload_id: gr.update()}
         return {
-            **listing(user, f"Deleted {gone.name} ({_size(gone.size)})."),
+            **listing(user, f"Deleted {gone.name} ({gone.size_text})."),
             upload_id: "" if current == picked else gr.update(),
         }
 

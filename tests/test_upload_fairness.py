@@ -14,7 +14,7 @@ from backend.api import StudioAPI
 from backend.api.datasets import upload_check_slots
 from backend.core.users import User
 from backend.data import uploads as upload_module
-from backend.data.upload_store import upload_quota
+from backend.data.upload_store import size_text, upload_quota
 from backend.platform.limits import Busy, InFlight
 from tests.conftest import tiny_spec
 from tests.test_access import CHAT_ROWS, files_under, refused, write_jsonl
@@ -174,17 +174,19 @@ def test_an_upload_past_the_quota_is_refused_with_what_is_used_and_how_to_free_i
     first, _ = api.upload_dataset(temp_copy(tmp_path, "a.jsonl", rows, "a"), "a.jsonl", "sft", ANN)
     before = files_under(paths.root)
     source = temp_copy(tmp_path, "b.jsonl", [*rows, {"text": "more"}], "b")
+    kept = size_text((paths.uploads("ann") / first).stat().st_size)
     refused(
         lambda: api.upload_dataset(source, "b.jsonl", "sft", ANN),
-        "dataset: b.jsonl (1 MB) does not fit in your upload quota: your uploads take 1 MB of the 1 MB each person "
-        "may keep here (STUDIO_UPLOAD_QUOTA_MB); delete uploads you no longer need in the Train tab's Dataset "
-        "section (Your uploads), then upload it again",
+        f"dataset: b.jsonl ({size_text(source.stat().st_size)}) does not fit in your upload quota: your uploads take "
+        f"{kept} of the 1 MB each person may keep here (STUDIO_UPLOAD_QUOTA_MB); delete uploads you no longer need in "
+        "the Train tab's Dataset section (Your uploads), then upload it again",
     )
     assert files_under(paths.root) == before and not source.exists(), "nothing stored, the temporary copy removed"
     assert api.list_uploads(BEN).uploads == [], "the quota and the list are each person's own"
     refused(lambda: api.delete_upload(first, BEN), f"dataset.name: there is no upload '{first}' of yours")
     shelf = api.list_uploads(ANN)
-    assert [u.upload_id for u in shelf.uploads] == [first] and shelf.describe() == "1 upload, 1 MB of your 1 MB quota"
+    assert [u.upload_id for u in shelf.uploads] == [first]
+    assert shelf.describe() == f"1 upload, {kept} of your 1 MB quota"
     assert api.delete_upload(first, ANN).name == "a.jsonl"
     assert api.list_uploads(ANN).uploads == []
     api.upload_dataset(temp_copy(tmp_path, "b.jsonl", [*rows, {"text": "more"}], "b"), "b.jsonl", "sft", ANN)
@@ -206,11 +208,12 @@ def test_two_uploads_at_once_cannot_both_take_the_last_room(api, tmp_path, monke
     monkeypatch.setattr(upload_module, "_checked", checks)
     rows = [{"text": "x" * 500 + str(i)} for i in range(1200)]  # about 0.6 MB: one fits, two do not
     with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(api.upload_dataset, temp_copy(tmp_path, "a.jsonl", rows, "a"), "a.jsonl", "sft", ANN)
+        checking = temp_copy(tmp_path, "a.jsonl", rows, "a")
+        first = pool.submit(api.upload_dataset, checking, "a.jsonl", "sft", ANN)
         wait_until(lambda: checks.started() == 1)
         refused(
             lambda: api.upload_dataset(temp_copy(tmp_path, "b.jsonl", rows, "b"), "b.jsonl", "sft", ANN),
-            "does not fit in your upload quota: your uploads take 1 MB of the 1 MB",
+            f"does not fit in your upload quota: your uploads take {size_text(checking.stat().st_size)} of the 1 MB",
         )
         checks.open_all()
         first.result(timeout=10)

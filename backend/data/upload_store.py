@@ -28,6 +28,22 @@ class StoredUpload:
     size: int
     kept_at: float
 
+    @property
+    def size_text(self) -> str:
+        """Its size for people (``size_text``)."""
+        return size_text(self.size)
+
+
+def size_text(size: int) -> str:
+    """A file's size for people: whole KB below a megabyte, MB with one decimal below ten, whole MB above.
+
+    >>> size_text(1100), size_text(633_000), size_text(int(1.24 * 2**20)), size_text(2047 * 2**20)
+    ('1 KB', '618 KB', '1.2 MB', '2,047 MB')
+    """
+    if size < 2**20:
+        return f"{max(1, round(size / 1024)) if size else 0:,} KB"
+    return f"{size / 2**20:.1f} MB" if size < 10 * 2**20 else f"{size / 2**20:,.0f} MB"
+
 
 def megabytes(size: int) -> str:
     """A size in whole megabytes, as the quota is set.
@@ -68,7 +84,7 @@ class UploadShelf:
         """The shelf in one line for the UI.
 
         >>> UploadShelf([StoredUpload("0123456789ab-a.jsonl", "a.jsonl", 3 * 2**20, 0.0)], 2048 * 2**20).describe()
-        '1 upload, 3 MB of your 2,048 MB quota'
+        '1 upload, 3.0 MB of your 2,048 MB quota'
         >>> UploadShelf([], None).describe()
         'No uploads kept'
         """
@@ -76,8 +92,8 @@ class UploadShelf:
             return "No uploads kept"
         count = f"{len(self.uploads)} upload{'s' if len(self.uploads) != 1 else ''}"
         if self.quota is None:
-            return f"{count}, {megabytes(self.used)}"
-        return f"{count}, {megabytes(self.used)} of your {megabytes(self.quota)} quota"
+            return f"{count}, {size_text(self.used)}"
+        return f"{count}, {size_text(self.used)} of your {megabytes(self.quota)} quota"
 
 
 def delete_stored_upload(uploads_dir: Path, upload_id: str) -> StoredUpload:
@@ -118,8 +134,8 @@ class UploadQuota:
                 if used + size > quota:
                     raise SpecError(
                         [
-                            f"dataset: {display} ({megabytes(size)}) does not fit in your upload quota: your uploads "
-                            f"take {megabytes(used)} of the {megabytes(quota)} each person may keep here "
+                            f"dataset: {display} ({size_text(size)}) does not fit in your upload quota: your uploads "
+                            f"take {size_text(used)} of the {megabytes(quota)} each person may keep here "
                             f"({QUOTA_SETTING}); {WHERE_TO_DELETE}, then upload it again"
                         ]
                     )
