@@ -518,7 +518,7 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
         if source != "upload" or not upload_id:
             return {note: gr.update(), box: gr.update()}
         try:
-            summary = api.check_upload(upload_id, method, parse_column_map(column_map), user)
+            summary = api.check_upload(upload_id, method, parse_column_map(column_map), user, on_wait=gr.Info)
         except FormError as exc:
             return {note: gr.update(), box: _problems_markdown([str(exc)])}
         except SpecError as exc:

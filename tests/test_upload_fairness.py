@@ -104,6 +104,27 @@ def test_a_third_upload_of_one_person_waits_for_a_free_check_and_another_person_
     assert len({upload_id for upload_id, _ in kept}) == 4
 
 
+def test_checking_a_kept_upload_again_counts_among_the_persons_checks(api, tmp_path, monkeypatch):
+    kept, _ = api.upload_dataset(temp_copy(tmp_path, folder="kept"), "chats.jsonl", "sft", ANN)  # the real check
+    checks = GatedChecks()
+    monkeypatch.setattr(upload_module, "_checked", checks)
+    told: list[str] = []
+    with ThreadPoolExecutor(3) as pool:
+        running = [
+            pool.submit(api.upload_dataset, temp_copy(tmp_path, folder=f"a{i}"), "c.jsonl", "sft", ANN)
+            for i in range(2)
+        ]
+        wait_until(lambda: checks.started() == 2)
+        again = pool.submit(api.check_upload, kept, "sft", None, ANN, told.append)
+        wait_until(lambda: bool(told))
+        assert checks.started() == 2 and "waiting for your other 2" in told[0]
+        checks.open_all()
+        wait_until(lambda: checks.started() == 3)
+        checks.open_all()
+        assert again.result(timeout=10) == "chats.jsonl: 12 rows"
+        [f.result(timeout=10) for f in running]
+
+
 def test_an_upload_that_would_wait_too_long_is_refused_with_a_sentence_and_keeps_nothing(api, tmp_path, monkeypatch):
     checks = GatedChecks()
     monkeypatch.setattr(upload_module, "_checked", checks)
@@ -161,6 +182,13 @@ def test_an_identical_upload_that_starts_after_the_first_ended_still_finds_the_s
         kept = [f.result(timeout=10) for f in (first, second, third)]
     assert len({upload_id for upload_id, _ in kept}) == 3
     assert not shared.exists() and not shared.parent.exists(), "removed once the last check of it ended"
+
+
+def test_an_upload_whose_temporary_copy_is_gone_is_a_sentence(api, tmp_path):
+    refused(
+        lambda: api.upload_dataset(tmp_path / "gradio" / "f00d" / "gone.jsonl", "gone.jsonl", "sft", ANN),
+        "dataset: gone.jsonl is no longer on the server (its temporary copy is gone); upload it again",
+    )
 
 
 # --- the quota on kept bytes, the list and Delete ------------------------------------------------------------------

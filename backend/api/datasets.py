@@ -89,7 +89,10 @@ class DatasetOperations:
                 size = Path(source).stat().st_size
             except FileNotFoundError:
                 raise SpecError(
-                    [f"dataset: {original_name} is no longer on the server (its upload was cut short); upload it again"]
+                    [
+                        f"dataset: {original_name} is no longer on the server (its temporary copy is gone); "
+                        "upload it again"
+                    ]
                 ) from None
             release_quota = self._upload_quota.reserve(uploads_dir, size, original_name)
             try:
@@ -130,15 +133,25 @@ class DatasetOperations:
         return delete_stored_upload(self.paths.uploads(owner), upload_id)
 
     def check_upload(
-        self, upload_id: str, method: str, columns: dict[str, str] | None = None, user: User | None = None
+        self,
+        upload_id: str,
+        method: str,
+        columns: dict[str, str] | None = None,
+        user: User | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> str:
-        """Check a kept upload again with another Column mapping or method: its summary, or SpecError (kept)."""
+        """Check a kept upload again with another Column mapping or method: its summary, or SpecError (kept). It
+        counts among the owner's checks at once as an upload does (``upload_dataset``)."""
         from backend.data.uploads import check_upload
 
         self._require_user(user, "dataset upload")
         owner = name_of(user)
-        # The id resolves only inside this user's own uploads folder (backend.jobs.access.upload_file).
-        return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
+        release_slot = self._upload_checks.hold(owner, wait_s=UPLOAD_CHECK_WAIT_S, on_wait=on_wait)
+        try:
+            # The id resolves only inside this user's own uploads folder (backend.jobs.access.upload_file).
+            return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
+        finally:
+            release_slot()
 
     def first_row(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> dict[str, Any]:
         """The first row of the job's dataset, every column kept (the reward bench scores against it)."""
