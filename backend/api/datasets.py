@@ -20,6 +20,7 @@ from backend.data.upload_store import (
     stored_uploads,
     upload_quota,
 )
+from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
 from backend.jobs.store import JobStatus
 from backend.platform.hardware import memory_room
 from backend.platform.limits import InFlight, int_setting
@@ -29,9 +30,7 @@ if TYPE_CHECKING:
 
 UPLOAD_CHECKS_PER_USER = 2  # one person's uploads wait their turn beyond this, however many they send at once
 UPLOAD_CHECKS_SETTING = "STUDIO_MAX_UPLOAD_CHECKS"
-# A check's memory: the interpreter with datasets imported (about 300 MB) plus what its limit lets it add.
-CHECK_FOOTPRINT_BYTES = 2 * 2**30 + 384 * 2**20
-UPLOAD_CHECK_WAIT_S = 120  # as long as one check may run (CHECK_SECONDS): behind stuck checks, a refusal after that
+UPLOAD_CHECK_WAIT_S = CHECK_SECONDS  # as long as one check may run: behind stuck checks, a refusal after that
 
 
 def upload_check_slots(room: int | None = None) -> InFlight:

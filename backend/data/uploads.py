@@ -31,6 +31,8 @@ from backend.platform.resource_errors import looks_like_oom
 MAX_UPLOAD_BYTES = 512 * 2**20
 CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its interpreter starts with
 CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
+# What one check may hold in all: its interpreter with datasets imported (about 300 MB) plus CHECK_MEMORY_BYTES.
+CHECK_FOOTPRINT_BYTES = CHECK_MEMORY_BYTES + 384 * 2**20
 STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
 # A half-written file older than this is a crash's leftover, not one another process is still writing.
 LEFTOVER_AGE_S = 3600
