@@ -8,7 +8,6 @@ laid out and wired. Handlers return ``{component: update}``.
 from __future__ import annotations
 
 import json
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from backend.api import (
     method_part,
     methods,
 )
+from components import uploads_panel
 from components.job_pickers import finished_job_choices, job_choice_id
 from components.session import as_user, require_user
 from components.train_form import (
@@ -219,6 +219,7 @@ def _lay_out() -> _Layout:
     with gr.Accordion("Preview: the first rows as the trainer sees them", open=False):
         extra["preview_button"] = gr.Button("Render preview", size="sm")
         extra["preview_out"] = gr.Markdown(elem_id="dataset-preview")
+    extra["uploads_panel"] = uploads_panel.lay_out()
 
     gr.Markdown("### 3. Method")
     inputs["method"] = field_widget(FORM_FIELDS["method"])
@@ -302,6 +303,7 @@ def build(api: StudioAPI) -> TrainHandles:
         ui.inputs["push_to_hub"].value = True
     _wire_form(api, ui)
     _wire_upload(api, ui)
+    uploads_panel.wire(api, ui.uploads_panel, ui.inputs["upload_id"])
     _wire_actions(api, ui)
     return TrainHandles(inputs=ui.inputs, errors=ui.errors, result=ui.result)
 
@@ -453,8 +455,13 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
             return {inputs["upload_id"]: "", note: gr.update(value="", visible=False), box: "", widget: gr.update()}
         path = Path(file if isinstance(file, str) else file.name)
         try:
-            columns = parse_column_map(column_map)
-            upload_id, summary = api.upload_dataset(path, path.name, method, user, columns)  # removes gradio's copy
+            try:
+                columns = parse_column_map(column_map)
+            except FormError:
+                api.discard_upload_source(path)  # gradio's copy, unless an identical upload is being checked
+                raise
+            # The facade removes gradio's copy once no identical upload is checked; a wait for a free check says so.
+            upload_id, summary = api.upload_dataset(path, path.name, method, user, columns, on_wait=gr.Info)
         except UnmappedUpload as exc:  # kept: filling the Column mapping makes it usable, no second upload
             return {
                 inputs["upload_id"]: exc.upload_id,
@@ -471,10 +478,6 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
                 box: _problems_markdown(problems),
                 widget: None,
             }
-        finally:
-            path.unlink(missing_ok=True)  # a FormError comes before the facade, which otherwise removes it
-            with suppress(OSError):  # and the folder gradio made for it, once empty
-                path.parent.rmdir()
         return {
             inputs["upload_id"]: upload_id,
             note: gr.update(value=f"✅ {summary}", visible=True),
@@ -515,7 +518,7 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
         if source != "upload" or not upload_id:
             return {note: gr.update(), box: gr.update()}
         try:
-            summary = api.check_upload(upload_id, method, parse_column_map(column_map), user)
+            summary = api.check_upload(upload_id, method, parse_column_map(column_map), user, on_wait=gr.Info)
         except FormError as exc:
             return {note: gr.update(), box: _problems_markdown([str(exc)])}
         except SpecError as exc:

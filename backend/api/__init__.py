@@ -35,6 +35,7 @@ from backend.core.learning import status_text
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
 from backend.core.users import User, hub_user, local_user
 from backend.core.wording import counted
+from backend.data.upload_store import StoredUpload, UploadShelf
 from backend.jobs.scheduler import SchedulerHealth
 from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 from backend.models.demo import (
@@ -102,6 +103,8 @@ __all__ = [
     "counted",
     "LearningVerdict",
     "SignalWatch",
+    "StoredUpload",
+    "UploadShelf",
     "BenchmarkReport",
     "benchmark_choices",
     "benchmark_compare_rows",

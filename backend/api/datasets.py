@@ -3,19 +3,58 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.api.common import name_of, whole_number
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError
+from backend.core.uploads import upload_display_name
 from backend.core.users import User
+from backend.data.upload_store import (
+    SharedSources,
+    StoredUpload,
+    UploadQuota,
+    UploadShelf,
+    delete_stored_upload,
+    stored_uploads,
+    upload_quota,
+)
+from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
+from backend.jobs.store import JobStatus
+from backend.platform.hardware import memory_room
+from backend.platform.limits import InFlight, int_setting
 
 if TYPE_CHECKING:
     from backend.training.preview import DatasetPreview
 
+UPLOAD_CHECKS_PER_USER = 2  # one person's uploads wait their turn beyond this, however many they send at once
+UPLOAD_CHECKS_SETTING = "STUDIO_MAX_UPLOAD_CHECKS"
+UPLOAD_CHECK_WAIT_S = CHECK_SECONDS  # as long as one check may run: behind stuck checks, a refusal after that
+
+
+def upload_check_slots(room: int | None = None) -> InFlight:
+    """The in-flight limit of upload checks: ``UPLOAD_CHECKS_PER_USER`` per user and, on the whole Space, as many as
+    the memory left at start holds (``CHECK_FOOTPRINT_BYTES`` each, at least one) unless
+    ``STUDIO_MAX_UPLOAD_CHECKS`` says; one per facade.
+
+    >>> upload_check_slots(room=16 * 2**30).total, upload_check_slots(room=2**30).total
+    (6, 1)
+    """
+    room = memory_room() if room is None else room
+    fits = max(1, room // CHECK_FOOTPRINT_BYTES) if room is not None else UPLOAD_CHECKS_PER_USER
+    return InFlight(
+        "upload check", UPLOAD_CHECKS_PER_USER, int_setting(UPLOAD_CHECKS_SETTING, fits), UPLOAD_CHECKS_SETTING
+    )
+
 
 class DatasetOperations:
-    """Datasets: for ``StudioAPI`` (it uses ``paths``, ``_prepare``, ``_require_user`` and the bench's limits)."""
+    """Datasets: for ``StudioAPI`` (it uses ``paths``, ``store``, ``_prepare``, ``_require_user``, the bench's limits
+    and the uploads' own: ``_upload_checks`` (upload_check_slots()), ``_upload_quota``, ``_upload_sources``)."""
+
+    _upload_checks: InFlight
+    _upload_quota: UploadQuota
+    _upload_sources: SharedSources
 
     def upload_dataset(
         self,
@@ -24,33 +63,94 @@ class DatasetOperations:
         method: str,
         user: User | None = None,
         columns: dict[str, str] | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> tuple[str, str]:
         """Keep an uploaded dataset file if it loads for ``method`` (with the Column mapping ``columns``):
         (upload id, summary). A readable file whose columns need a mapping is kept: UnmappedUpload says which.
 
         The spec names it as ``dataset: {source: upload, name: <upload id>}``; the id resolves only in the
-        uploader's own folder. ``source`` is the web server's temporary copy: always removed, so a kept file exists
-        once (the studio's copy) and a refused one nowhere (the studio's copy and the check's datasets cache go too).
+        uploader's own folder. ``source`` is the web server's temporary copy: removed once no other request is
+        checking it (identical uploads share one), so a kept file exists once (the studio's copy) and a refused one
+        nowhere (the studio's copy and the check's datasets cache go too).
+
+        A file that would take its owner past ``STUDIO_UPLOAD_QUOTA_MB`` is refused before anything is stored. One
+        person's checks run two at a time and the Space's as many as its memory holds; a check over either limit
+        waits its turn (``on_wait`` is told once, with the sentence to show) for up to ``UPLOAD_CHECK_WAIT_S``.
         """
         from backend.data.uploads import keep_upload
 
+        release_source = self._upload_sources.hold(Path(source))
         try:
             self._require_user(user, "dataset upload")
             owner = name_of(user)
-            return keep_upload(Path(source), original_name, Method(method), self.paths.uploads(owner), columns)
+            uploads_dir = self.paths.uploads(owner)
+            try:
+                size = Path(source).stat().st_size
+            except FileNotFoundError:
+                raise SpecError(
+                    [
+                        f"dataset: {original_name} is no longer on the server (its temporary copy is gone); "
+                        "upload it again"
+                    ]
+                ) from None
+            release_quota = self._upload_quota.reserve(uploads_dir, size, original_name)
+            try:
+                release_slot = self._upload_checks.hold(owner, wait_s=UPLOAD_CHECK_WAIT_S, on_wait=on_wait)
+                try:
+                    return keep_upload(Path(source), original_name, Method(method), uploads_dir, columns)
+                finally:
+                    release_slot()
+            finally:
+                release_quota()
         finally:  # kept or refused, the studio's own copy (or nothing) is all that should remain
-            Path(source).unlink(missing_ok=True)
+            release_source()
+
+    def discard_upload_source(self, source: Path | str) -> None:
+        """Remove the web server's temporary copy of an upload refused before ``upload_dataset`` saw it, unless
+        another request is checking the same file."""
+        self._upload_sources.hold(Path(source))()
+
+    def list_uploads(self, user: User | None = None) -> UploadShelf:
+        """The caller's own kept uploads (newest first), with the bytes they take and the quota."""
+        self._require_user(user, "dataset upload")
+        return UploadShelf(stored_uploads(self.paths.uploads(name_of(user))), upload_quota())
+
+    def delete_upload(self, upload_id: str, user: User | None = None) -> StoredUpload:
+        """Delete one of the caller's own uploads (the id resolves only in their folder), unless a queued or running
+        job of theirs reads it: what was deleted, or SpecError with the reason."""
+        self._require_user(user, "dataset upload")
+        owner = name_of(user)
+        for job in self.store.list(owner=owner, statuses=[JobStatus.queued, JobStatus.running]):
+            dataset = job.spec.dataset
+            if (dataset.source == "upload" and dataset.name == upload_id) or upload_id in job.spec.benchmarks.tasks:
+                raise SpecError(
+                    [
+                        f"dataset: {upload_display_name(upload_id)} is read by job {job.id}, which is "
+                        f"{job.status.value}; cancel it or let it finish, then delete the upload"
+                    ]
+                )
+        return delete_stored_upload(self.paths.uploads(owner), upload_id)
 
     def check_upload(
-        self, upload_id: str, method: str, columns: dict[str, str] | None = None, user: User | None = None
+        self,
+        upload_id: str,
+        method: str,
+        columns: dict[str, str] | None = None,
+        user: User | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> str:
-        """Check a kept upload again with another Column mapping or method: its summary, or SpecError (kept)."""
+        """Check a kept upload again with another Column mapping or method: its summary, or SpecError (kept). It
+        counts among the owner's checks at once as an upload does (``upload_dataset``)."""
         from backend.data.uploads import check_upload
 
         self._require_user(user, "dataset upload")
         owner = name_of(user)
-        # The id resolves only inside this user's own uploads folder (backend.jobs.access.upload_file).
-        return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
+        release_slot = self._upload_checks.hold(owner, wait_s=UPLOAD_CHECK_WAIT_S, on_wait=on_wait)
+        try:
+            # The id resolves only inside this user's own uploads folder (backend.jobs.access.upload_file).
+            return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
+        finally:
+            release_slot()
 
     def first_row(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> dict[str, Any]:
         """The first row of the job's dataset, every column kept (the reward bench scores against it)."""

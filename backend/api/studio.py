@@ -24,7 +24,7 @@ from backend.api.common import (
     ENVIRONMENT_CHECKS_PER_USER,
     SchedulerMode,
 )
-from backend.api.datasets import DatasetOperations
+from backend.api.datasets import DatasetOperations, upload_check_slots
 from backend.api.environments import EnvironmentOperations
 from backend.api.export import ExportOperations, export_slots
 from backend.api.hub import HubOperations
@@ -32,6 +32,7 @@ from backend.api.jobs import JobOperations
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User
+from backend.data.upload_store import SharedSources, UploadQuota
 from backend.jobs.access import authorize_spec
 from backend.jobs.lineage import Lineage, resolve_lineage
 from backend.jobs.remote_registry import RemoteRegistry
@@ -123,6 +124,9 @@ class StudioAPI(
             "STUDIO_MAX_ENVIRONMENT_CHECKS",
         )
         self._exports = export_slots()  # merged exports: each holds a whole model in memory
+        self._upload_checks = upload_check_slots()  # each check may take over 2 GB: as many as the memory holds
+        self._upload_quota = UploadQuota()
+        self._upload_sources = SharedSources()
         self.mirror: Mirror | None = None
         if scheduler == "thread":
             if self.storage.mode == "network":

@@ -24,12 +24,15 @@ from backend.core.uploads import upload_display_name, upload_file
 from backend.core.wording import counted
 from backend.data import upload_limits
 from backend.data.loading import FILE_LOADERS, ColumnsMismatch, load_training_dataset
-from backend.platform.interpreters import PROJECT_ROOT, backend_env
+from backend.platform.child_env import child_environment
+from backend.platform.interpreters import PROJECT_ROOT
 from backend.platform.resource_errors import looks_like_oom
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its interpreter starts with
 CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
+# What one check may hold in all: its interpreter with datasets imported (about 300 MB) plus CHECK_MEMORY_BYTES.
+CHECK_FOOTPRINT_BYTES = CHECK_MEMORY_BYTES + 384 * 2**20
 STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
 # A half-written file older than this is a crash's leftover, not one another process is still writing.
 LEFTOVER_AGE_S = 3600
@@ -87,7 +90,7 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
             capture_output=True,
             timeout=CHECK_SECONDS,
             cwd=PROJECT_ROOT,
-            env=backend_env(),
+            env=child_environment(),  # an allow-list: the owner's HF_TOKEN and OAuth secret stay in the app
             start_new_session=True,
         )  # its own session: no terminal signal of the app's reaches it
     except subprocess.TimeoutExpired:  # run() killed it

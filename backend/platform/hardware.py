@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -51,3 +52,23 @@ def gpu_count_without_torch() -> int:
         return len([d for d in os.listdir("/proc/driver/nvidia/gpus")])
     except OSError:
         return 0
+
+
+def memory_room(meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes this process's container can still take: the kernel's MemAvailable, or less where a cgroup (v2) caps
+    the container below it (a Space's /proc/meminfo shows the whole host); None when neither can be read."""
+    room: int | None = None
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                room = int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        cap = (cgroup / "memory.max").read_text().strip()
+        if cap != "max":
+            left = int(cap) - int((cgroup / "memory.current").read_text().strip())
+            room = left if room is None else min(room, left)
+    except (OSError, ValueError):
+        pass
+    return max(room, 0) if room is not None else None

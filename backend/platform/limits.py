@@ -99,32 +99,77 @@ class Busy(SpecError):
 
 class InFlight:
     """At most ``per_user`` of one kind of work per user and ``total`` on the whole Space at once (in memory, per
-    app process). ``hold`` counts one in until ``release``; a refusal (Busy) counts nothing."""
+    app process). ``hold`` counts one in until ``release``; a refusal (Busy) counts nothing. With ``wait_s`` a call
+    over a limit waits its turn (at most that long) instead of being refused at once."""
 
     def __init__(self, what: str, per_user: int, total: int, setting: str):
         self.what, self.per_user, self.total, self.setting = what, per_user, total, setting
         self._held: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
 
-    def hold(self, user_name: str) -> Callable[[], None]:
-        """Count one in for ``user_name`` and return its release (safe to call more than once), or raise Busy."""
+    def _over(self, user_name: str) -> str | None:
+        """Which limit a new one for ``user_name`` would pass ("user" or "space"), or None; under the lock."""
+        if self._held.get(user_name, 0) >= self.per_user:
+            return "user"
+        if sum(self._held.values()) >= self.total:
+            return "space"
+        return None
+
+    def _busy(self, over: str, user_name: str, waited_s: float) -> Busy:
+        mine, everyone = self._held.get(user_name, 0), sum(self._held.values())
+        if over == "user":
+            if waited_s:
+                return Busy(
+                    [
+                        f"{self.what}: your other {mine} still run after {waited_s:g} s of waiting, and one person "
+                        f"may have {self.per_user} at once; try again when one has finished"
+                    ]
+                )
+            return Busy(
+                [
+                    f"{self.what}: you already have {mine} running, the most one person may; wait for one "
+                    "to finish, then try again"
+                ]
+            )
+        waited = f" after {waited_s:g} s of waiting" if waited_s else ""
+        return Busy(
+            [
+                f"{self.what}: this Space is running {everyone} at once{waited}, the most it allows "
+                f"({self.setting} = {self.total}); try again in a few seconds"
+            ]
+        )
+
+    def waiting_sentence(self, over: str) -> str:
+        """What a caller that waits its turn is told while it waits."""
+        if over == "user":
+            return f"{self.what}: waiting for your other {self.per_user} to end (one person may run that many at once)"
+        return f"{self.what}: waiting for a free slot ({self.total} may run at once on this Space)"
+
+    def hold(
+        self, user_name: str, wait_s: float = 0.0, on_wait: Callable[[str], None] | None = None
+    ) -> Callable[[], None]:
+        """Count one in for ``user_name`` and return its release (safe to call more than once), or raise Busy.
+
+        Over a limit, it waits up to ``wait_s`` seconds for a release (``on_wait`` is told once, with the sentence
+        to show, before it waits); still over it then, Busy says which limit and for how long it waited."""
+        start = time.monotonic()
+        told = False
         with self._lock:
-            mine, everyone = self._held.get(user_name, 0), sum(self._held.values())
-            if mine >= self.per_user:
-                raise Busy(
-                    [
-                        f"{self.what}: you already have {mine} running, the most one person may; wait for one "
-                        "to finish, then try again"
-                    ]
-                )
-            if everyone >= self.total:
-                raise Busy(
-                    [
-                        f"{self.what}: this Space is running {everyone} at once, the most it allows "
-                        f"({self.setting} = {self.total}); try again in a few seconds"
-                    ]
-                )
-            self._held[user_name] = mine + 1
+            while (over := self._over(user_name)) is not None:
+                left = start + wait_s - time.monotonic()
+                if left <= 0:
+                    raise self._busy(over, user_name, wait_s)
+                if on_wait is not None and not told:
+                    told = True
+                    self._lock.release()  # the callback may be slow (a UI message): not under the lock
+                    try:
+                        on_wait(self.waiting_sentence(over))
+                    finally:
+                        self._lock.acquire()
+                    continue
+                self._freed.wait(left)
+            self._held[user_name] = self._held.get(user_name, 0) + 1
         released = threading.Event()
 
         def release() -> None:
@@ -137,13 +182,14 @@ class InFlight:
                     self._held[user_name] = left
                 else:
                     self._held.pop(user_name, None)
+                self._freed.notify_all()
 
         return release
 
-    def in_flight(self) -> int:
-        """How many are held now, by everyone."""
+    def in_flight(self, user_name: str | None = None) -> int:
+        """How many are held now, by ``user_name`` or (None) by everyone."""
         with self._lock:
-            return sum(self._held.values())
+            return sum(self._held.values()) if user_name is None else self._held.get(user_name, 0)
 
 
 def held_run(limit: InFlight, time_limit: TimeLimit, user_name: str, action: Callable[[], T]) -> T:
