@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,16 +45,10 @@ ALLOW_LIST_SETTING = "STUDIO_ENVIRONMENT_HOSTS"  # in the refusal of a private, 
 OVERSIZE = ("more than",)  # an answer over the size cap
 DEADLINE = ("did not answer", "within")  # a call past its total deadline
 QUERY = "query"  # a query string (or fragment) in the environment's URL, refused at the field
-WHERE = {  # a wrong shape is named by what was asked
-    "health-list": "/health",
-    "metadata-string": "/metadata",
-    "schema-list": "/schema",
-    "reward-string": "step",
-    "reward-dict": "step",
-    "reward-list": "step",
-    "frame-not-json": "step",
-    "frame-list": "step",
-}
+# A wrong shape is named by what was asked (and the server's URL is named too).
+WHERE = {"health-list": "/health", "metadata-string": "/metadata", "schema-list": "/schema"} | dict.fromkeys(
+    ("reward-string", "reward-dict", "reward-list", "frame-not-json", "frame-list"), "step"
+)
 NEVER_SAID = ("Traceback", "AttributeError", "JSONDecodeError", "upstream Gradio app has raised")
 STATUS_ECHO_AT_MOST = 80  # characters of a server's own status quoted back
 RSS_GROWTH_AT_MOST_MB = 200
@@ -121,17 +114,16 @@ def store(space) -> JobStore:
     return JobStore(DataPaths(space.data_dir).db)
 
 
-class Clients:
+class Clients(dict):
     """One gradio_client per user, made once (a client reads the app's config when it is made)."""
 
     def __init__(self, app):
-        self.app, self._made, self._lock = app, {}, threading.Lock()
+        super().__init__()
+        self.app, self._lock = app, threading.Lock()
 
     def __call__(self, user: str):
         with self._lock:
-            if user not in self._made:
-                self._made[user] = self.app.client(user)
-            return self._made[user]
+            return self[user] if user in self else self.setdefault(user, self.app.client(user))
 
 
 @pytest.fixture(scope="module")
@@ -139,18 +131,10 @@ def clients(space) -> Clients:
     return Clients(space)
 
 
-def grpo_form(env_url: str, **values) -> list:
+def grpo_form(env_url: str) -> list:
     """The Train form of a GRPO job on echo-demo in the environment at ``env_url`` (as test_space_mode's dry run)."""
-    return _form(
-        method="grpo",
-        builtin_dataset="echo-demo",
-        env_name=env_url,
-        rollout_rewards="",
-        rollout_max_completion_length=32,
-        env_max_iterations=1,
-        batch_size=4,
-        **values,
-    )
+    grpo = {"method": "grpo", "builtin_dataset": "echo-demo", "rollout_rewards": "", "batch_size": 4}
+    return _form(**grpo, env_name=env_url, rollout_max_completion_length=32, env_max_iterations=1)
 
 
 def finished_env_job(store: JobStore, owner: str, env_url: str, adapter: str) -> str:
@@ -210,9 +194,6 @@ class Said:
     took_s: float
     raised: bool = False
 
-    def __str__(self) -> str:
-        return self.text
-
 
 def call(client, *args, api_name: str, timeout: float = RESULT_TIMEOUT_S) -> Said:
     started = time.monotonic()
@@ -244,26 +225,19 @@ def _message_text(content) -> str:
     return str(content or "")
 
 
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        return int(re.search(r"VmRSS:\s+(\d+) kB", fh.read()).group(1)) / 1024
-
-
 class PeakRss:
     """The app's resident memory, sampled every 50 ms on a thread: its peak over the baseline when stopped."""
 
-    def __init__(self, pid: int):
-        self.pid, self.base = pid, rss_mb(pid)
+    def __init__(self, app):
+        self.app, self.base = app, app.rss_mb()
         self.peak, self._stop = self.base, threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.wait(0.05):
-            try:
-                self.peak = max(self.peak, rss_mb(self.pid))
-            except (OSError, AttributeError):
-                return
+            with contextlib.suppress(OSError, StopIteration):
+                self.peak = max(self.peak, self.app.rss_mb())
 
     def growth_mb(self) -> float:
         self._stop.set()
@@ -315,7 +289,7 @@ def run_batch(space, bystanders: Bystanders | None, calls: dict[str, Callable[[]
     """Every call at once (a thread each); the bystanders once they are under way; the app's peak memory throughout."""
     if bystanders is not None:
         bystanders.ready()
-    rss = PeakRss(space.proc.pid)
+    rss = PeakRss(space)
     with ThreadPoolExecutor(max(1, len(calls))) as pool:
         futures = {case: pool.submit(fn) for case, fn in calls.items()}
         time.sleep(BYSTANDER_DELAY_S)
@@ -330,17 +304,9 @@ def others(clients, store, bobs_job) -> Bystanders:
 
 
 def record(entry: str, case: str, batch: Batch) -> None:
-    said = batch.said[case]
-    MEASURED.append(
-        {
-            "entry": entry,
-            "case": case,
-            "said": excerpt(said.text),
-            "took_s": round(said.took_s, 1),
-            "rss_growth_mb": round(batch.rss_growth_mb),
-            **{who: round(s.took_s, 1) for who, s in batch.bystanders.items()},
-        }
-    )
+    said, waited = batch.said[case], {who: round(s.took_s, 1) for who, s in batch.bystanders.items()}
+    row = {"entry": entry, "case": case, "said": excerpt(said.text), "took_s": round(said.took_s, 1)}
+    MEASURED.append({**row, "rss_growth_mb": round(batch.rss_growth_mb), **waited})
 
 
 def excerpt(text: str, chars: int = 200) -> str:
@@ -350,12 +316,8 @@ def excerpt(text: str, chars: int = 200) -> str:
 
 
 def _print_measured() -> None:
-    if not MEASURED:
-        return
-    lines = ["", "hostile environments: what each case measured"]
-    for row in MEASURED:
-        lines.append(json.dumps(row))
-    print("\n".join(lines))
+    if MEASURED:  # shown with pytest -s: the issue's before/after table
+        print("\n".join(["", "hostile environments: what each case measured", *map(json.dumps, MEASURED)]))
 
 
 # --- the assertions every hostile case shares ---------------------------------------------------------------------
