@@ -99,6 +99,11 @@ class RunningApp:
     def serving(self) -> bool:
         return self.proc.poll() is None and _up(self.url)
 
+    def rss_mb(self) -> float:
+        """The app process's resident memory now, in MiB (Linux: /proc)."""
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
 
 def data_dir_with_models(root: Path, models_dir: Path) -> Path:
     """A fresh data dir whose models/ links to the session's built demo model."""
