@@ -387,3 +387,19 @@ def test_a_good_step_still_reads_as_before():
         outcome = session.step({"guess": 1})
         session.close()
     assert (outcome.observation, outcome.reward, outcome.done) == ({"board": "x"}, 1.0, True)
+
+
+def test_a_builtin_environment_server_gets_no_token_nor_the_owners_secrets(monkeypatch):
+    """The worker that starts a built-in server holds its user's HF_TOKEN; the app, the owner's OAuth secret."""
+    from pathlib import Path
+
+    from backend.environments.launcher import start_builtin
+
+    monkeypatch.setenv("HF_TOKEN", "hf_users_own_token")
+    monkeypatch.setenv("OAUTH_CLIENT_SECRET", "owners-secret")
+    monkeypatch.setenv("STUDIO_SOME_SETTING", "kept")
+    with start_builtin("echo") as server:
+        environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
+    assert "HF_TOKEN" not in names and "OAUTH_CLIENT_SECRET" not in names
+    assert {"STUDIO_SOME_SETTING", "PATH", "PYTHONPATH"} <= names

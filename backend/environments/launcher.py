@@ -20,7 +20,8 @@ from types import TracebackType
 
 from backend.environments.address import trust, untrust
 from backend.environments.builtin.registry import DEFAULT_MAX_SESSIONS, builtin_environment
-from backend.platform.interpreters import PROJECT_ROOT, InterpreterError, app_python, backend_env
+from backend.platform.child_env import child_environment
+from backend.platform.interpreters import PROJECT_ROOT, InterpreterError, app_python
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 30
@@ -160,7 +161,8 @@ def start_server_process(
         log_dir = owned = Path(tempfile.mkdtemp(prefix=f"studio-env-{name}-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "server.log"
-    env = backend_env({"PYTHONUNBUFFERED": "1", **(extra_env or {})})
+    # An allow-list, not this process's environment: a worker holds its user's HF_TOKEN, the app its owner's secrets.
+    env = child_environment({"PYTHONUNBUFFERED": "1", **(extra_env or {})})
     command = [*argv, "--port", str(port)]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
