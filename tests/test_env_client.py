@@ -357,9 +357,9 @@ def _observation(data: dict) -> dict:
         (_observation({"observation": {}, "reward": [1]}), "a step with reward a list, not a number"),
         (_observation({"observation": "board", "reward": 1}), "a step with observation a string, not an object"),
         (_observation({"observation": {}, "done": "yes"}), "a step with done a string, not true/false"),
-        ("not json at all", "a session message with something that is not JSON"),
-        ([1, 2, 3], "a session message with a list, not an object"),
-        ({"type": "observation", "data": [1]}, "a session message with data a list, not an object"),
+        ("not json at all", "a step with something that is not JSON"),
+        ([1, 2, 3], "a step with a list, not an object"),
+        ({"type": "observation", "data": [1]}, "a step with data a list, not an object"),
         ({"type": "error", "data": {"code": 5}}, "an error message with code a number, not a string"),
     ],
 )

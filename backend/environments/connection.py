@@ -227,11 +227,12 @@ def get_json(url: str, path: str, timeout_s: float = 10.0) -> Any:
     """GET ``url`` + ``path`` (joined as URL paths) as JSON: at most MAX_ANSWER_BYTES, within ``timeout_s`` in all
     (and within the caller's :func:`time_budget`). Every failure is an EnvironmentUnavailable sentence."""
     deadline = _deadline(timeout_s)
+    allowed_s = deadline - time.monotonic()  # the call's own timeout, or what is left of the caller's budget
     try:
         body = _http_get(url, path, deadline)
     except _Late:
         raise EnvironmentUnavailable(
-            f"the environment at {url} did not answer {path} within {timeout_s:.0f} s"
+            f"the environment at {url} did not answer {path} within {max(allowed_s, 1):.0f} s"
         ) from None
     except _TooBig:
         raise EnvironmentProtocolError(
@@ -325,6 +326,7 @@ class Session:
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send one message and return the ``data`` of the answer; errors from the server become exceptions."""
+        where = f"a {message.get('type', 'message')}"
         from websockets.exceptions import ConnectionClosed
 
         if self._ws is None:
@@ -348,7 +350,7 @@ class Session:
                 ) from None
             raise ConnectionLost(f"the connection to the environment at {self.url} was lost ({_reason(exc)})") from exc
         try:
-            frame = parse(Frame, decode_json(raw, "a session message"), "a session message")
+            frame = parse(Frame, decode_json(raw, where), where)
             if frame.type == "error":
                 error = parse(ErrorData, frame.data or {}, "an error message")
         except WrongShape as exc:

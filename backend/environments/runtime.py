@@ -3,6 +3,7 @@ hold the job's concurrent episodes, and hand back the class for TRL's ``environm
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,12 +13,14 @@ from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import EnvironmentSpec, JobSpec
 from backend.environments.adapter import EnvironmentInfo, OpenEnvEpisode, check_sessions, describe, environment_class
 from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS, BuiltinEnvironment
-from backend.environments.connection import resolve_url
+from backend.environments.connection import resolve_url, time_budget
 
 log = logging.getLogger("studio.environments")
 
 # Episodes whose model turns and tool results are typically this long, for environments that do not say.
 REMOTE_TOKENS_PER_TURN = 64
+# Opening a remote environment while someone waits (dry run, chat tool run, arena): all its calls together.
+INTERACTIVE_BUDGET_S = 15.0
 
 
 @dataclass
@@ -74,8 +77,12 @@ def typical_episode_tokens(spec: JobSpec) -> int:
 
 
 @contextmanager
-def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[ActiveEnvironment]:
-    """The job's environment, ready for ``environment_factory``; a built-in server is stopped on the way out."""
+def open_environment(
+    spec: JobSpec, *, sessions: int | None = None, budget_s: float | None = None
+) -> Iterator[ActiveEnvironment]:
+    """The job's environment, ready for ``environment_factory``; a built-in server is stopped on the way out.
+    ``budget_s`` bounds describing a remote server and checking its sessions, all calls together (someone waits on
+    a dry run, a chat tool run or the arena: :data:`INTERACTIVE_BUDGET_S`)."""
     env_spec = spec.environment
     if not env_spec.name:
         raise ValueError("the job names no environment")
@@ -97,10 +104,11 @@ def open_environment(spec: JobSpec, *, sessions: int | None = None) -> Iterator[
             )
         else:
             url = resolve_url(env_spec.name)
-        info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))
-        check_sessions(
-            url, needed, timeout_s=min(env_spec.timeout_s, 30.0), least=min(needed, spec.rollout.num_generations)
-        )
+        with time_budget(budget_s) if budget_s is not None and builtin is None else contextlib.nullcontext():
+            info = describe(url, timeout_s=min(env_spec.timeout_s, 30.0))
+            check_sessions(
+                url, needed, timeout_s=min(env_spec.timeout_s, 30.0), least=min(needed, spec.rollout.num_generations)
+            )
         log.info("environment: %s; %d concurrent sessions available", info.summary(), needed)
         factory = environment_class(
             info,

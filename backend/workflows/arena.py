@@ -29,7 +29,7 @@ from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.episodes import Episode, EpisodeSettings, episode_start, iter_episodes
-from backend.environments.runtime import open_environment
+from backend.environments.runtime import INTERACTIVE_BUDGET_S, open_environment
 from backend.models.mixed_batch import BASE_ADAPTER, TUNED_ADAPTER
 from backend.training.evaluation import START_ADAPTER
 
@@ -189,7 +189,7 @@ def play(
     deadline = time.monotonic() + time_limit_s
     group = min(len(indices), ARENA_GROUP)
     try:
-        with open_environment(spec, sessions=2 * group) as environment:
+        with open_environment(spec, sessions=2 * group, budget_s=INTERACTIVE_BUDGET_S) as environment:
             for first in range(0, len(indices), group):
                 chunk = indices[first : first + group]
                 sessions = [environment.factory() for _ in range(2 * len(chunk))]

@@ -215,12 +215,13 @@ class ChatToolSessions:
         """The session's environment, opened (a built-in server started) and its first row read on first use."""
         if session.environment is not None:
             return session.environment
-        from backend.environments.runtime import open_environment
+        from backend.environments.runtime import INTERACTIVE_BUDGET_S, open_environment
 
         if session.row is None:
             session.row = _first_row(session.spec, session.uploads_dir)
         try:
-            session.environment = session.stack.enter_context(open_environment(session.spec, sessions=1))
+            opened = open_environment(session.spec, sessions=1, budget_s=INTERACTIVE_BUDGET_S)
+            session.environment = session.stack.enter_context(opened)
         except SpecError:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever kept it from starting is said in a sentence

@@ -12,7 +12,7 @@ from pathlib import Path
 from backend.core.spec import JobSpec, SpecError
 from backend.data.loading import load_training_dataset
 from backend.environments.episodes import Episode, EpisodeSettings, play_episode
-from backend.environments.runtime import open_environment
+from backend.environments.runtime import INTERACTIVE_BUDGET_S, open_environment
 from backend.models.inference import load_for_inference
 
 
@@ -34,7 +34,7 @@ def dry_run(
         raise SpecError([f"dry run: row {row} is outside the dataset's {len(dataset)} rows"])
     # The environment first: one that cannot be reached (a mistyped URL, a sleeping Space) is refused in a second,
     # not after the model has loaded (10 s on a CPU, minutes for a large model).
-    with open_environment(spec, sessions=1) as environment:
+    with open_environment(spec, sessions=1, budget_s=INTERACTIVE_BUDGET_S) as environment:
         model, tokenizer = load_for_inference(spec.model, spec.quantization, models_dir, adapter_dir)
         episode_env = environment.factory()
         try:
