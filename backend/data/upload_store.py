@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend.core.spec import SpecError
 from backend.core.uploads import is_upload_id, upload_display_name, upload_file
+from backend.platform.limits import count_out, once_under
 from backend.platform.space_runtime import on_space
 
 QUOTA_SETTING = "STUDIO_UPLOAD_QUOTA_MB"
@@ -140,20 +141,7 @@ class UploadQuota:
                         ]
                     )
             self._checking[key] = self._checking.get(key, 0) + size
-        released = threading.Event()
-
-        def release() -> None:
-            with self._lock:
-                if released.is_set():
-                    return
-                released.set()
-                left = self._checking.get(key, 0) - size
-                if left > 0:
-                    self._checking[key] = left
-                else:
-                    self._checking.pop(key, None)
-
-        return release
+        return once_under(self._lock, lambda: count_out(self._checking, key, size))
 
 
 class SharedSources:
@@ -170,23 +158,15 @@ class SharedSources:
         key = os.path.abspath(source)
         with self._lock:
             self._holders[key] = self._holders.get(key, 0) + 1
-        released = threading.Event()
 
-        def release() -> None:
-            with self._lock:
-                if released.is_set():
-                    return
-                released.set()
-                left = self._holders.get(key, 1) - 1
-                if left > 0:
-                    self._holders[key] = left
-                    return
-                self._holders.pop(key, None)
-                Path(key).unlink(missing_ok=True)  # under the lock: no new holder finds it half-gone
-                with contextlib.suppress(OSError):  # and the folder the web server made for it, once empty
-                    Path(key).parent.rmdir()
+        def free() -> None:
+            if count_out(self._holders, key):
+                return
+            Path(key).unlink(missing_ok=True)  # under the lock: no new holder finds it half-gone
+            with contextlib.suppress(OSError):  # and the folder the web server made for it, once empty
+                Path(key).parent.rmdir()
 
-        return release
+        return once_under(self._lock, free)
 
     def held(self, source: Path) -> int:
         """How many requests hold ``source`` now."""

@@ -93,6 +93,35 @@ def int_setting(name: str, default: int, low: int = 1, high: int = 100_000) -> i
         return default
 
 
+def count_out(counts: dict[str, int], key: str, amount: int = 1) -> int:
+    """Take ``amount`` off ``key``'s count (the caller holds the lock), dropping the key at zero; what is left.
+
+    >>> counts = {"alice": 2}
+    >>> count_out(counts, "alice"), count_out(counts, "alice"), counts
+    (1, 0, {})
+    """
+    left = counts.get(key, amount) - amount
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
+    return max(left, 0)
+
+
+def once_under(lock: threading.Lock | threading.Condition, action: Callable[[], None]) -> Callable[[], None]:
+    """``action`` as a release that runs at most once, under ``lock``, however often it is called."""
+    released = threading.Event()
+
+    def release() -> None:
+        with lock:
+            if released.is_set():
+                return
+            released.set()
+            action()
+
+    return release
+
+
 class Busy(SpecError):
     """As many of these are in flight as the limit allows (the user's own, or the Space's); the sentence says which."""
 
@@ -170,21 +199,12 @@ class InFlight:
                     continue
                 self._freed.wait(left)
             self._held[user_name] = self._held.get(user_name, 0) + 1
-        released = threading.Event()
 
-        def release() -> None:
-            with self._lock:
-                if released.is_set():
-                    return
-                released.set()
-                left = self._held.get(user_name, 1) - 1
-                if left > 0:
-                    self._held[user_name] = left
-                else:
-                    self._held.pop(user_name, None)
-                self._freed.notify_all()
+        def free() -> None:
+            count_out(self._held, user_name)
+            self._freed.notify_all()
 
-        return release
+        return once_under(self._lock, free)
 
     def in_flight(self, user_name: str | None = None) -> int:
         """How many are held now, by ``user_name`` or (None) by everyone."""
