@@ -686,3 +686,37 @@ def model_notice(base_model: str | None) -> str:
 def queued_link(job_id: str) -> str:
     """A job id as a link that opens the Jobs tab on it (``?job=<id>``), for the Queue and warm-up results."""
     return f"[**{job_id}**]({job_link(job_id)})"
+
+
+def queue_place(place: int | None, free_workers: int | None) -> str:
+    """Where a job just queued stands, for the Queue result: "starting now" only when a worker is free for it.
+
+    ``place`` is its place in the queue (1: next; None: no longer queued, so already started), ``free_workers`` how
+    many workers were free when it was queued (None: not known).
+
+    >>> queue_place(1, 1), queue_place(None, 0), queue_place(1, 0), queue_place(3, 0), queue_place(2, 1)
+    ('starting now', 'starting now', 'next in the queue', 'place 3 in the queue', 'place 2 in the queue')
+    >>> queue_place(1, None)
+    'next in the queue'
+    """
+    if place is None or place <= (free_workers or 0):
+        return "starting now"
+    return "next in the queue" if place == 1 else f"place {place} in the queue"
+
+
+def labelled_warning(warning: str, values: dict[str, Any] | None = None) -> str:
+    """A pre-flight warning in the form's words, as a field's problem is: the fields' labels for the spec paths it
+    names, those paths in brackets at the end; a warning about no field of the form stays as it is.
+
+    >>> labelled_warning("rollout.max_completion_length (24) is below a typical episode; raise it to at least 96")
+    'Max completion length (24) is below a typical episode; raise it to at least 96 (`rollout.max_completion_length`)'
+    >>> labelled_warning("output.push_to_hub: there is no Hugging Face token")
+    'Push to the Hub when done: there is no Hugging Face token (`output.push_to_hub`)'
+    >>> labelled_warning("the model is large for this machine")
+    'the model is large for this machine'
+    """
+    at, _ = field_problems([warning], values or {}, FORM_FIELDS)
+    if not at:
+        return warning
+    body = next(iter(at.values()))[0]
+    return f"{body} ({', '.join(f'`{FORM_FIELDS[name].path}`' for name in at)})"

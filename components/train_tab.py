@@ -47,9 +47,11 @@ from components.train_form import (
     field_problems,
     field_section,
     form_to_spec,
+    labelled_warning,
     model_notice,
     parse_column_map,
     pick_dataset,
+    queue_place,
     queued_link,
     recipe_updates,
     route_problems,
@@ -641,7 +643,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             f"Follow them in the Jobs tab (click an id to open it there)."
         )
         warnings = warm.sft.warnings + warm.grpo.warnings
-        return {ui.result: text + "".join(f"\n- ⚠️ {w}" for w in warnings), **boxes}
+        return {ui.result: text + "".join(f"\n- ⚠️ {labelled_warning(w)}" for w in warnings), **boxes}
 
     ui.warm_up_button.click(on_warm_up, form, [ui.result, *error_boxes], api_name="warm_up").then(**open_settings)
 
@@ -651,7 +653,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         if checked is None:
             return {ui.result: refused("The pre-flight did not pass", boxes), **boxes}
         warnings, memory = checked
-        lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {w}" for w in warnings] + [f"```\n{memory}\n```"]
+        lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {labelled_warning(w)}" for w in warnings] + [f"```\n{memory}\n```"]
         return {ui.result: "\n".join(lines), **boxes}
 
     ui.check_button.click(on_check, form, [ui.result, *error_boxes], api_name="check_job").then(**open_settings)
@@ -661,11 +663,10 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
         if submitted is None:
             return {ui.result: refused("Not queued", boxes), **boxes}
-        place = submitted.queue_position
-        where = "starting now" if place in (None, 1) else f"#{place} in the queue"
+        where = queue_place(submitted.queue_position, submitted.free_workers)
         text = f"Queued {queued_link(submitted.job.id)} ({where}). Click the id to follow it in the Jobs tab."
         if submitted.warnings:
-            text += "\n" + "\n".join(f"- ⚠️ {w}" for w in submitted.warnings)
+            text += "\n" + "\n".join(f"- ⚠️ {labelled_warning(w)}" for w in submitted.warnings)
         return {ui.result: text, **boxes}
 
     ui.queue_button.click(on_queue, form, [ui.result, *error_boxes], api_name="submit_job").then(**open_settings)

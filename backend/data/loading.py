@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -70,11 +71,73 @@ def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> D
     except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
         if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
             raise SpecError([EMPTY_DATASET]) from None
+        kind = path.suffix.lstrip(".").upper()
+        # datasets says only "An error occurred while generating the dataset": say what is wrong where it can be
+        found = not_of_kind(path) or (first_bad_json_line(path) if path.suffix.lower() == ".jsonl" else None)
+        if found is not None:
+            raise SpecError([f"dataset.name: {display_name} could not be read as {kind}: {found}"]) from None
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         cause = cause.replace(path.name, display_name)
-        raise SpecError(
-            [f"dataset.name: {display_name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
-        ) from None
+        raise SpecError([f"dataset.name: {display_name} could not be read as {kind} ({cause})"]) from None
+
+
+_SNIFF_BYTES = 1 << 16
+
+
+def not_of_kind(path: Path) -> str | None:
+    """Why a file is plainly not of the kind its name says (binary data named .jsonl/.json/.csv, a .parquet without
+    Parquet's signature), or None when it may be: an image or an archive renamed is told apart from a typo.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     png, csv = Path(folder, "a.csv"), Path(folder, "b.csv")
+    ...     _ = png.write_bytes(b"\\x89PNG\\r\\n\\x1a\\n\\x00\\x00")
+    ...     _ = csv.write_text("a,b\\n1,2\\n")
+    ...     not_of_kind(png), not_of_kind(csv)
+    ('it is not text but binary data (an image or an archive, renamed?)', None)
+    """
+    with path.open("rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    if path.suffix.lower() == ".parquet":
+        return None if head.startswith(b"PAR1") else "it does not start as a Parquet file does (PAR1)"
+    try:  # not final: a character cut at the end of the sample is not counted against the file
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < _SNIFF_BYTES)
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        return "it is not text but binary data (an image or an archive, renamed?)"
+    return None
+
+
+def first_bad_json_line(path: Path) -> str | None:
+    """What is wrong with the first line of a JSONL file that is not one JSON object ("line 7 is not valid JSON:
+    ..."), or None when every line is one (blank lines are skipped, as the reader skips them).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     good, bad = Path(folder, "good.jsonl"), Path(folder, "bad.jsonl")
+    ...     _ = good.write_text('{"a": 1}\\n\\n{"a": 2}\\n')
+    ...     _ = bad.write_text('{"a": 1}\\n{"a": 2,\\n')
+    ...     first_bad_json_line(good), first_bad_json_line(bad)
+    (None, 'line 2 is not valid JSON: Expecting property name enclosed in double quotes (column 9)')
+    """
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"line {number} is not text (is it a binary file, an image or an archive, renamed?)"
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text.rstrip("\r\n"))
+            except ValueError as exc:
+                where = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                return f"line {number} is not valid JSON: {reason}{where}"
+            if not isinstance(value, dict):
+                return f"line {number} is not a JSON object ({{...}}) but {quote_input(text.strip())}"
+    return None
 
 
 def _cache(cache_dir: Path | None) -> str | None:
