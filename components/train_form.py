@@ -215,7 +215,7 @@ DECLARED: list[FormField] = [
         zero_means_none=True,
         none_as=0,
         help="Rows kept out of training; after training, the base and the tuned model are scored "
-        "on them (0: no before/after evaluation).",
+        "on them (0: no before/after evaluation; empty: a tenth of the dataset, at most 128, none under 20 rows).",
     ),
     FormField("run_name", "output.run_name", "Run name"),
     FormField("push_to_hub", "output.push_to_hub", "Push to the Hub when done"),
@@ -337,7 +337,9 @@ def _to_spec_value(f: FormField, raw: Any) -> Any:
             raw, f.path, int if described.kind == "int" else float, optional=described.optional or f.zero_means_none
         )
         if number is None or (f.zero_means_none and number == 0):
-            return words[0] if words else None  # empty batch size: "auto"
+            if number == 0:  # "0: none" (Held-out rows), even where the spec has a word too ("auto")
+                return None
+            return words[0] if words else None  # empty batch size or held-out rows: "auto"
         return number
     if raw is None:
         raw = ""
@@ -470,6 +472,19 @@ def _applies(f: FormField, v: dict[str, Any]) -> bool:
     return not f.path.startswith("environment.") or bool((v["env_name"] or "").strip())
 
 
+def _adapt_holdout(v: dict[str, Any], spec: dict[str, Any]) -> None:
+    """A recipe's held-out rows are measured for its own dataset: on any other (an upload, a Hub dataset, another
+    built-in) the count the recipe filled in becomes ``auto``, which the dataset's size decides (a tenth, at most 128,
+    none for a tiny one). A count the user typed is sent as typed."""
+    recipe = recipe_values(v["base_model"], v["method"])
+    if "holdout_rows" not in recipe or not _same(v["holdout_rows"], recipe["holdout_rows"]):
+        return
+    dataset = spec.get("dataset", {})
+    if dataset.get("source", "builtin") == "builtin" and dataset.get("name") == recipe.get("builtin_dataset"):
+        return
+    set_path(spec, "eval.holdout_rows", "auto")
+
+
 def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
     """The spec dict the form describes (validated later by ``parse_spec``, whose messages name the fields)."""
     v = {**FIELDS, **values}
@@ -482,6 +497,7 @@ def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
             if value is not None or f.spec.default is not None:  # None where the spec's default is None: left out
                 set_path(spec, f.path, value)
         _derived_to_spec(v, spec)
+        _adapt_holdout(v, spec)
         return spec
     except (TypeError, AttributeError) as exc:  # an API caller sent e.g. a list where the form has a text box
         raise FormError(
@@ -702,6 +718,16 @@ def queue_place(place: int | None, free_workers: int | None) -> str:
     if place is None or place <= (free_workers or 0):
         return "starting now"
     return "next in the queue" if place == 1 else f"place {place} in the queue"
+
+
+def field_warnings(warnings: list[str], shown) -> dict[str, list[str]]:
+    """The warnings about one setting (those that start with its spec path) under each shown field they are about,
+    in the fields' words, as ``field_problems`` puts problems there; a warning that only mentions a setting is not.
+
+    >>> field_warnings(["eval.holdout_rows: the dataset has 1 row", "memory is tight"], FORM_FIELDS)
+    {'holdout_rows': ['Held-out rows: the dataset has 1 row']}
+    """
+    return field_problems([w for w in warnings if _PATH_HEAD.match(w)], {}, shown)[0]
 
 
 def labelled_warning(warning: str, values: dict[str, Any] | None = None) -> str:

@@ -46,6 +46,7 @@ from components.train_form import (
     dataset_choices,
     field_problems,
     field_section,
+    field_warnings,
     form_to_spec,
     labelled_warning,
     model_notice,
@@ -556,6 +557,13 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         }
         return {**{errors[section]: _problems_markdown(routed[section]) for section in SECTIONS}, **fields}
 
+    def with_warnings(boxes: dict, warnings: list[str]) -> dict:
+        """``boxes`` with each warning about one setting (``path: ...``) under that setting's field too, in its
+        label's words, as a problem there would be; the others are said in the result only."""
+        at = field_warnings(warnings, marks)
+        said = {marks[n]: "\n".join(f"⚠️ {p} (`{FORM_FIELDS[n].path}`)" for p in texts) for n, texts in at.items()}
+        return {**boxes, **said}
+
     def refused(what: str, boxes: dict) -> str:
         """The answer under the button that asked: that nothing was done, and where the problems are shown."""
         marked = [name for name, mark in marks.items() if boxes.get(mark)]
@@ -654,7 +662,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             return {ui.result: refused("The pre-flight did not pass", boxes), **boxes}
         warnings, memory = checked
         lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {labelled_warning(w)}" for w in warnings] + [f"```\n{memory}\n```"]
-        return {ui.result: "\n".join(lines), **boxes}
+        return {ui.result: "\n".join(lines), **with_warnings(boxes, warnings)}
 
     ui.check_button.click(on_check, form, [ui.result, *error_boxes], api_name="check_job").then(**open_settings)
 
@@ -667,7 +675,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         text = f"Queued {queued_link(submitted.job.id)} ({where}). Click the id to follow it in the Jobs tab."
         if submitted.warnings:
             text += "\n" + "\n".join(f"- ⚠️ {labelled_warning(w)}" for w in submitted.warnings)
-        return {ui.result: text, **boxes}
+        return {ui.result: text, **with_warnings(boxes, submitted.warnings)}
 
     ui.queue_button.click(on_queue, form, [ui.result, *error_boxes], api_name="submit_job").then(**open_settings)
 

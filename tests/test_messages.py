@@ -15,7 +15,7 @@ from backend.api import StudioAPI
 from backend.core.spec import Method, SpecError, load_spec_text, parse_spec
 from backend.core.users import User
 from backend.data.uploads import keep_upload
-from components.train_form import labelled_warning, queue_place
+from components.train_form import FORM_FIELDS, labelled_warning, queue_place
 from tests.conftest import ROOT, tiny_spec
 
 
@@ -146,3 +146,61 @@ def test_an_episode_the_environment_ended_says_so_whatever_limit_came_after(monk
         )
     assert episode.done and episode.success, episode.messages
     assert episode.stop_reason == "the episode ended"
+
+
+# --- held-out rows that fit the data ----------------------------------------------------------------------------
+def _dpo_form_on_upload(api, tmp_path, rows: int, user: User) -> dict:
+    """The Train form as a newcomer leaves it: the arithmetic model, DPO picked (its recipe filled in), and their
+    own file of ``rows`` preference rows uploaded."""
+    from components.train_form import ARITH_MODEL_ID, FIELDS, recipe_updates
+
+    path = tmp_path / "my-chats.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": f"What is {i} plus 1?", "chosen": str(i + 1), "rejected": str(i)}) + "\n"
+            for i in range(rows)
+        )
+    )
+    upload_id, _ = api.upload_dataset(path, path.name, "dpo", user)
+    values = {**FIELDS, "base_model": ARITH_MODEL_ID, "method": "dpo"}
+    values.update(recipe_updates(values, (ARITH_MODEL_ID, FIELDS["method"]), (ARITH_MODEL_ID, "dpo")))
+    assert values["holdout_rows"] == 128, "the DPO recipe's own count, measured on arith-preferences"
+    return {**values, "dataset_source": "upload", "upload_id": upload_id}
+
+
+def test_dpo_on_a_one_row_upload_says_so_at_held_out_rows(api, tmp_path):
+    from components.train_form import field_problems, field_warnings, form_to_spec
+
+    user = User("local")
+    values = _dpo_form_on_upload(api, tmp_path, 1, user)
+    warnings, _ = api.check(form_to_spec(values), user=user)  # not refused: the recipe's 128 was not the user's
+    at = field_warnings(warnings, FORM_FIELDS)
+    assert list(at) == ["holdout_rows"], warnings
+    [said] = at["holdout_rows"]
+    assert said.startswith("Held-out rows: the dataset has 1 row, too few to hold any out"), said
+    # A count the user typed is theirs: too many is refused at the field, saying what to set.
+    with pytest.raises(SpecError) as refused:
+        api.check(form_to_spec({**values, "holdout_rows": 5}), user=user)
+    at, rest = field_problems(refused.value.problems, values, FORM_FIELDS)
+    assert rest == [] and list(at) == ["holdout_rows"], refused.value.problems
+    assert at["holdout_rows"] == [
+        "Held-out rows: holding out 5 rows leaves none of the 1 to train on; set it to 0 (no before/after evaluation)"
+    ]
+
+
+def test_a_thousand_row_upload_holds_out_a_tenth(api, tmp_path):
+    from backend.data.loading import holdout_size
+    from components.train_form import FIELDS, form_to_spec
+
+    user = User("local")
+    spec = form_to_spec(_dpo_form_on_upload(api, tmp_path, 1000, user))
+    assert spec["eval"]["holdout_rows"] == "auto"
+    warnings, _ = api.check(spec, user=user)
+    assert not any("holdout" in w for w in warnings), warnings
+    assert holdout_size(1000, 0.0, parse_spec(spec).eval.holdout_rows) == 100
+    # On the recipe's own dataset the recipe's count stands.
+    own = form_to_spec({**FIELDS, "holdout_rows": 256})
+    assert own["dataset"]["name"] == "arith-sft" and own["eval"]["holdout_rows"] == 256
+    # The box emptied is auto too (as an empty batch size is), and 0 is none.
+    assert form_to_spec({**FIELDS, "holdout_rows": None})["eval"]["holdout_rows"] == "auto"
+    assert "eval" not in form_to_spec({**FIELDS, "holdout_rows": 0})

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from backend.core.spec import DatasetSpec, Method, SpecError, quote_input
 from backend.core.uploads import UPLOAD_AGAIN, upload_display_name, upload_file
+from backend.core.wording import counted
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.methods.table import DataFormat, support
 
@@ -312,22 +313,66 @@ def _check_tools(values: list) -> None:
             )
 
 
-def holdout_size(total: int, fraction: float, rows: int | None) -> int:
-    """How many of ``total`` rows the before/after evaluation holds out: ``rows``, else ``fraction`` of them.
+AUTO_HOLDOUT_MAX = 128  # the most rows ``eval.holdout_rows: auto`` holds out (a recipe's own count, as a cap)
+AUTO_HOLDOUT_MIN_DATASET = 20  # fewer rows than this: auto holds none out (2 rows would make no verdict)
+
+
+def auto_holdout_rows(total: int) -> int:
+    """The held-out rows ``eval.holdout_rows: auto`` means for a dataset of ``total`` rows: a tenth of them, at least
+    2 and at most ``AUTO_HOLDOUT_MAX``, and none for a dataset under ``AUTO_HOLDOUT_MIN_DATASET`` rows.
+
+    >>> [auto_holdout_rows(n) for n in (1, 19, 20, 100, 1000, 50_000)]
+    [0, 0, 2, 10, 100, 128]
+    """
+    if total < AUTO_HOLDOUT_MIN_DATASET:
+        return 0
+    return min(AUTO_HOLDOUT_MAX, max(2, total // 10))
+
+
+def holdout_size(total: int, fraction: float, rows: int | str | None) -> int:
+    """How many of ``total`` rows the before/after evaluation holds out: ``rows`` ("auto": by the dataset's size),
+    else ``fraction`` of them.
 
     >>> holdout_size(100, 0.1, None), holdout_size(100, 0.1, 7), holdout_size(100, 0.0, None)
     (10, 7, 0)
+    >>> holdout_size(1000, 0.0, "auto"), holdout_size(1, 0.0, "auto")
+    (100, 0)
     """
-    return rows if rows is not None else int(round(total * fraction))
+    if rows == "auto":
+        return auto_holdout_rows(total)
+    return int(rows) if rows is not None else int(round(total * fraction))
 
 
-def split_holdout(ds: Dataset, fraction: float, rows: int | None, seed: int) -> tuple[Dataset, Dataset | None]:
+def holdout_problem(total: int, fraction: float, rows: int | str | None) -> str | None:
+    """Why the held-out rows leave nothing to train on, at the setting that asked for them and saying what to set
+    instead; None when some rows are left.
+
+    >>> holdout_problem(1, 0.0, 128)
+    'eval.holdout_rows: holding out 128 rows leaves none of the 1 to train on; set it to 0 (no before/after evaluation)'
+    >>> holdout_problem(100, 0.0, 100).split("; ")[1]
+    'set it to 10 (or anything below 100), or to 0 for no before/after evaluation'
+    >>> holdout_problem(100, 0.0, 99), holdout_problem(5, 0.0, "auto")
+    (None, None)
+    """
+    n_eval = holdout_size(total, fraction, rows)
+    if n_eval < total or n_eval <= 0:
+        return None
+    where = "eval.holdout_rows" if rows is not None else "eval.holdout_fraction"
+    said = f"{where}: holding out {counted(n_eval, 'row')} leaves none of the {total:,} to train on"
+    suggested = auto_holdout_rows(total)
+    if suggested == 0:
+        return f"{said}; set it to 0 (no before/after evaluation)"
+    return f"{said}; set it to {suggested} (or anything below {total:,}), or to 0 for no before/after evaluation"
+
+
+def split_holdout(ds: Dataset, fraction: float, rows: int | str | None, seed: int) -> tuple[Dataset, Dataset | None]:
     """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
     n_eval = holdout_size(len(ds), fraction, rows)
     if n_eval <= 0:
         return ds, None
-    if n_eval >= len(ds):
-        raise SpecError([f"eval: holding out {n_eval} rows leaves none of the {len(ds)} to train on"])
+    problem = holdout_problem(len(ds), fraction, rows)
+    if problem is not None:
+        raise SpecError([problem])
     split = ds.train_test_split(test_size=n_eval, seed=seed, shuffle=True)
     return split["train"], split["test"]
 

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from backend.core.hub_names import hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
-from backend.data.loading import holdout_size, load_training_dataset, split_holdout
+from backend.core.wording import counted
+from backend.data.loading import AUTO_HOLDOUT_MIN_DATASET, holdout_size, load_training_dataset, split_holdout
 from backend.methods.table import reward_columns, support
 from backend.models.demo import ARITH_MODEL_ID, BUILTIN_MODELS
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
@@ -150,6 +151,12 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     # The rows left to train on, counted rather than split a second time (check_and_plan split them once).
     rows = len(loaded[0])
     held_out = holdout_size(rows, spec.eval.holdout_fraction, spec.eval.holdout_rows)
+    if spec.eval.holdout_rows == "auto" and held_out == 0:
+        warnings.append(
+            f"eval.holdout_rows: the dataset has {counted(rows, 'row')}, too few to hold any out for a before/after "
+            f"evaluation (auto holds out a tenth of {AUTO_HOLDOUT_MIN_DATASET} rows or more): the job trains on "
+            "all of them and ends without a verdict; add rows for one, or set it to 0 to say so"
+        )
     tiny = tiny_dataset_warning(tuning.spec, rows - held_out)
     if tiny:
         warnings.append(tiny)
