@@ -202,17 +202,16 @@ def _lay_out() -> _Layout:
 
     gr.Markdown("### 2. Dataset")
     _row(inputs, ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"), marks, columns)
-    # file_types filters the browser's file picker; on the server the upload check refuses other files with a
-    # sentence and removes them.
+    # No file_types: Gradio's own filter drops another file in the browser without a word (a .png dropped on it was
+    # answered by nothing). Every file reaches the server, whose upload check answers any that is not a dataset with
+    # a sentence under the dataset and keeps nothing of it.
     upload = gr.File(
         label="Upload a dataset (.jsonl, .json, .csv, .parquet)",
         visible=False,
-        file_types=[".jsonl", ".json", ".csv", ".parquet"],
         elem_id="dataset-upload",
     )
-    # Gradio 6.31's File.preprocess checks file_types (refusing with its own message, the file left in its temp
-    # folder) and creates an empty temp file per upload that nobody removes (gradio/components/file.py). The
-    # handler needs only the path.
+    # Gradio 6.31's File.preprocess creates an empty temp file per upload that nobody removes
+    # (gradio/components/file.py). The handler needs only the path.
     upload._process_single_file = lambda f: NamedString(f.path)
     extra["upload"] = upload
     inputs["upload_id"] = field_widget(FORM_FIELDS["upload_id"])  # an id only: resolved in the user's own folder
