@@ -154,8 +154,9 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     if spec.eval.holdout_rows == "auto" and held_out == 0:
         warnings.append(
             f"eval.holdout_rows: the dataset has {counted(rows, 'row')}, too few to hold any out for a before/after "
-            f"evaluation (auto holds out a tenth of {AUTO_HOLDOUT_MIN_DATASET} rows or more): the job trains on "
-            "all of them and ends without a verdict; add rows for one, or set it to 0 to say so"
+            f"evaluation (a tenth is held out from {AUTO_HOLDOUT_MIN_DATASET} rows up), so the job trains on "
+            f"{'it' if rows == 1 else 'all of them'} and ends without a verdict; add rows to get one, or set it to 0 "
+            "to train without one"
         )
     tiny = tiny_dataset_warning(tuning.spec, rows - held_out)
     if tiny:
