@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import datetime
@@ -20,6 +21,7 @@ from backend.environments.launcher import EnvironmentStartError
 from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's number: what a shell reports for a tool whose reader went away
 
 
 def _load_spec_file(path: str) -> dict[str, Any]:
@@ -439,7 +441,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one CLI command; a refused spec or a missing job is an exit code and a sentence, not a traceback."""
+    """Run one CLI command; a refused spec or a missing job is an exit code and a sentence, not a traceback, and so
+    is a reader that stopped reading (``backend show ID | head``): the command ends quietly with 141, as a tool
+    killed by SIGPIPE does."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would be reported as an ignored exception
+        return code
+    except BrokenPipeError:
+        # Python flushes stdout again on the way out: pointed at /dev/null, that flush has nowhere to fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         api = StudioAPI()

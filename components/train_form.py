@@ -215,7 +215,7 @@ DECLARED: list[FormField] = [
         zero_means_none=True,
         none_as=0,
         help="Rows kept out of training; after training, the base and the tuned model are scored "
-        "on them (0: no before/after evaluation).",
+        "on them (0: no before/after evaluation; empty: a tenth of the dataset, at most 128, none under 20 rows).",
     ),
     FormField("run_name", "output.run_name", "Run name"),
     FormField("push_to_hub", "output.push_to_hub", "Push to the Hub when done"),
@@ -337,7 +337,9 @@ def _to_spec_value(f: FormField, raw: Any) -> Any:
             raw, f.path, int if described.kind == "int" else float, optional=described.optional or f.zero_means_none
         )
         if number is None or (f.zero_means_none and number == 0):
-            return words[0] if words else None  # empty batch size: "auto"
+            if number == 0:  # "0: none" (Held-out rows), even where the spec has a word too ("auto")
+                return None
+            return words[0] if words else None  # empty batch size or held-out rows: "auto"
         return number
     if raw is None:
         raw = ""
@@ -470,6 +472,19 @@ def _applies(f: FormField, v: dict[str, Any]) -> bool:
     return not f.path.startswith("environment.") or bool((v["env_name"] or "").strip())
 
 
+def _adapt_holdout(v: dict[str, Any], spec: dict[str, Any]) -> None:
+    """A recipe's held-out rows are measured for its own dataset: on any other (an upload, a Hub dataset, another
+    built-in) the count the recipe filled in becomes ``auto``, which the dataset's size decides (a tenth, at most 128,
+    none for a tiny one). A count the user typed is sent as typed."""
+    recipe = recipe_values(v["base_model"], v["method"])
+    if "holdout_rows" not in recipe or not _same(v["holdout_rows"], recipe["holdout_rows"]):
+        return
+    dataset = spec.get("dataset", {})
+    if dataset.get("source", "builtin") == "builtin" and dataset.get("name") == recipe.get("builtin_dataset"):
+        return
+    set_path(spec, "eval.holdout_rows", "auto")
+
+
 def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
     """The spec dict the form describes (validated later by ``parse_spec``, whose messages name the fields)."""
     v = {**FIELDS, **values}
@@ -482,6 +497,7 @@ def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:
             if value is not None or f.spec.default is not None:  # None where the spec's default is None: left out
                 set_path(spec, f.path, value)
         _derived_to_spec(v, spec)
+        _adapt_holdout(v, spec)
         return spec
     except (TypeError, AttributeError) as exc:  # an API caller sent e.g. a list where the form has a text box
         raise FormError(
@@ -686,3 +702,47 @@ def model_notice(base_model: str | None) -> str:
 def queued_link(job_id: str) -> str:
     """A job id as a link that opens the Jobs tab on it (``?job=<id>``), for the Queue and warm-up results."""
     return f"[**{job_id}**]({job_link(job_id)})"
+
+
+def queue_place(place: int | None, free_workers: int | None) -> str:
+    """Where a job just queued stands, for the Queue result: "starting now" only when a worker is free for it.
+
+    ``place`` is its place in the queue (1: next; None: no longer queued, so already started), ``free_workers`` how
+    many workers were free when it was queued (None: not known).
+
+    >>> queue_place(1, 1), queue_place(None, 0), queue_place(1, 0), queue_place(3, 0), queue_place(2, 1)
+    ('starting now', 'starting now', 'next in the queue', 'place 3 in the queue', 'place 2 in the queue')
+    >>> queue_place(1, None)
+    'next in the queue'
+    """
+    if place is None or place <= (free_workers or 0):
+        return "starting now"
+    return "next in the queue" if place == 1 else f"place {place} in the queue"
+
+
+def field_warnings(warnings: list[str], shown) -> dict[str, list[str]]:
+    """The warnings about one setting (those that start with its spec path) under each shown field they are about,
+    in the fields' words, as ``field_problems`` puts problems there; a warning that only mentions a setting is not.
+
+    >>> field_warnings(["eval.holdout_rows: the dataset has 1 row", "memory is tight"], FORM_FIELDS)
+    {'holdout_rows': ['Held-out rows: the dataset has 1 row']}
+    """
+    return field_problems([w for w in warnings if _PATH_HEAD.match(w)], {}, shown)[0]
+
+
+def labelled_warning(warning: str, values: dict[str, Any] | None = None) -> str:
+    """A pre-flight warning in the form's words, as a field's problem is: the fields' labels for the spec paths it
+    names, those paths in brackets at the end; a warning about no field of the form stays as it is.
+
+    >>> labelled_warning("rollout.max_completion_length (24) is below a typical episode; raise it to at least 96")
+    'Max completion length (24) is below a typical episode; raise it to at least 96 (`rollout.max_completion_length`)'
+    >>> labelled_warning("output.push_to_hub: there is no Hugging Face token")
+    'Push to the Hub when done: there is no Hugging Face token (`output.push_to_hub`)'
+    >>> labelled_warning("the model is large for this machine")
+    'the model is large for this machine'
+    """
+    at, _ = field_problems([warning], values or {}, FORM_FIELDS)
+    if not at:
+        return warning
+    body = next(iter(at.values()))[0]
+    return f"{body} ({', '.join(f'`{FORM_FIELDS[name].path}`' for name in at)})"

@@ -46,10 +46,13 @@ from components.train_form import (
     dataset_choices,
     field_problems,
     field_section,
+    field_warnings,
     form_to_spec,
+    labelled_warning,
     model_notice,
     parse_column_map,
     pick_dataset,
+    queue_place,
     queued_link,
     recipe_updates,
     route_problems,
@@ -199,17 +202,16 @@ def _lay_out() -> _Layout:
 
     gr.Markdown("### 2. Dataset")
     _row(inputs, ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"), marks, columns)
-    # file_types filters the browser's file picker; on the server the upload check refuses other files with a
-    # sentence and removes them.
+    # No file_types: Gradio's own filter drops another file in the browser without a word (a .png dropped on it was
+    # answered by nothing). Every file reaches the server, whose upload check answers any that is not a dataset with
+    # a sentence under the dataset and keeps nothing of it.
     upload = gr.File(
         label="Upload a dataset (.jsonl, .json, .csv, .parquet)",
         visible=False,
-        file_types=[".jsonl", ".json", ".csv", ".parquet"],
         elem_id="dataset-upload",
     )
-    # Gradio 6.31's File.preprocess checks file_types (refusing with its own message, the file left in its temp
-    # folder) and creates an empty temp file per upload that nobody removes (gradio/components/file.py). The
-    # handler needs only the path.
+    # Gradio 6.31's File.preprocess creates an empty temp file per upload that nobody removes
+    # (gradio/components/file.py). The handler needs only the path.
     upload._process_single_file = lambda f: NamedString(f.path)
     extra["upload"] = upload
     inputs["upload_id"] = field_widget(FORM_FIELDS["upload_id"])  # an id only: resolved in the user's own folder
@@ -554,6 +556,13 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         }
         return {**{errors[section]: _problems_markdown(routed[section]) for section in SECTIONS}, **fields}
 
+    def with_warnings(boxes: dict, warnings: list[str]) -> dict:
+        """``boxes`` with each warning about one setting (``path: ...``) under that setting's field too, in its
+        label's words, as a problem there would be; the others are said in the result only."""
+        at = field_warnings(warnings, marks)
+        said = {marks[n]: "\n".join(f"⚠️ {p} (`{FORM_FIELDS[n].path}`)" for p in texts) for n, texts in at.items()}
+        return {**boxes, **said}
+
     def refused(what: str, boxes: dict) -> str:
         """The answer under the button that asked: that nothing was done, and where the problems are shown."""
         marked = [name for name, mark in marks.items() if boxes.get(mark)]
@@ -641,7 +650,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
             f"Follow them in the Jobs tab (click an id to open it there)."
         )
         warnings = warm.sft.warnings + warm.grpo.warnings
-        return {ui.result: text + "".join(f"\n- ⚠️ {w}" for w in warnings), **boxes}
+        return {ui.result: text + "".join(f"\n- ⚠️ {labelled_warning(w)}" for w in warnings), **boxes}
 
     ui.warm_up_button.click(on_warm_up, form, [ui.result, *error_boxes], api_name="warm_up").then(**open_settings)
 
@@ -651,8 +660,8 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         if checked is None:
             return {ui.result: refused("The pre-flight did not pass", boxes), **boxes}
         warnings, memory = checked
-        lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {w}" for w in warnings] + [f"```\n{memory}\n```"]
-        return {ui.result: "\n".join(lines), **boxes}
+        lines = ["✅ Pre-flight passed."] + [f"- ⚠️ {labelled_warning(w)}" for w in warnings] + [f"```\n{memory}\n```"]
+        return {ui.result: "\n".join(lines), **with_warnings(boxes, warnings)}
 
     ui.check_button.click(on_check, form, [ui.result, *error_boxes], api_name="check_job").then(**open_settings)
 
@@ -661,12 +670,11 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
         if submitted is None:
             return {ui.result: refused("Not queued", boxes), **boxes}
-        place = submitted.queue_position
-        where = "starting now" if place in (None, 1) else f"#{place} in the queue"
+        where = queue_place(submitted.queue_position, submitted.free_workers)
         text = f"Queued {queued_link(submitted.job.id)} ({where}). Click the id to follow it in the Jobs tab."
         if submitted.warnings:
-            text += "\n" + "\n".join(f"- ⚠️ {w}" for w in submitted.warnings)
-        return {ui.result: text, **boxes}
+            text += "\n" + "\n".join(f"- ⚠️ {labelled_warning(w)}" for w in submitted.warnings)
+        return {ui.result: text, **with_warnings(boxes, submitted.warnings)}
 
     ui.queue_button.click(on_queue, form, [ui.result, *error_boxes], api_name="submit_job").then(**open_settings)
 

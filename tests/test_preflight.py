@@ -219,7 +219,11 @@ def test_facade_reward_bench_scores_typed_completions(api):
 
 
 def test_hold_out_that_leaves_nothing_to_train_on_is_refused_at_submit(api):
-    _refused(api, tiny_spec(eval={"holdout_rows": 72}), "eval: holding out 72 rows leaves none of the 72 to train on")
+    _refused(
+        api,
+        tiny_spec(eval={"holdout_rows": 72}),
+        "eval.holdout_rows: holding out 72 rows leaves none of the 72 to train on; set it to 7",
+    )
 
 
 def test_a_dataset_smaller_than_a_batch_or_a_few_steps_is_warned_about_for_every_method(api, tmp_path):

@@ -58,11 +58,13 @@ class MetricsPage:
 
 @dataclass(frozen=True)
 class Submitted:
-    """A job just queued: its row, its place in the queue, and warnings worth reading before it runs."""
+    """A job just queued: its row, its place in the queue, warnings worth reading before it runs, and how many
+    workers were free when it was queued (None: not known), so that "starting now" is said only when it is."""
 
     job: JobRecord
     queue_position: int | None
     warnings: list[str] = field(default_factory=list)
+    free_workers: int | None = None
 
 
 @dataclass(frozen=True)

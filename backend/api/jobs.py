@@ -16,6 +16,7 @@ from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
 from backend.jobs.access import readable_job
 from backend.jobs.failures import tail_lines
 from backend.jobs.lineage import last_checkpoint
+from backend.jobs.scheduler import default_max_concurrent
 from backend.jobs.store import (
     RESUMABLE_STATUSES,
     InvalidTransition,
@@ -59,13 +60,19 @@ class JobOperations:
             self.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
         with self._environment_check(spec, user):
             warnings = check_spec(spec, self.paths.models, self._uploads_of(spec)) + _token_warnings(spec, user)
+        free = self._free_workers()  # counted before adding: the scheduler may start this job at once
         job = self.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
         if wants_hub_token(spec) and user is not None and user.token:
             self._tokens[job.id] = user.token
         if warnings:
             self.store.merge_artifacts(job.id, preflight_warnings=warnings)
         self._kick()
-        return Submitted(job, self.store.queue_position(job.id), warnings)
+        return Submitted(job, self.store.queue_position(job.id), warnings, free)
+
+    def _free_workers(self) -> int:
+        """How many more jobs could start now: the scheduler's slots less the jobs running."""
+        slots = self.scheduler.max_concurrent if self.scheduler is not None else default_max_concurrent()
+        return max(0, slots - len(self.store.list(statuses=[JobStatus.running])))
 
     def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as

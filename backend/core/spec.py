@@ -527,8 +527,23 @@ class EvalSpec(_Part):
     holdout_fraction: float = Field(
         0.0, ge=0, lt=0.9, description="Share of rows held out for the before/after evaluation (0: none)."
     )
-    holdout_rows: int | None = Field(None, gt=0, description="Or: this many rows held out (overrides the fraction).")
+    holdout_rows: int | Literal["auto"] | None = Field(
+        None,
+        description="Or: this many rows held out (overrides the fraction); auto: a tenth of the dataset, at most "
+        "128 and none under 20 rows.",
+    )
     compare_base: bool = Field(True, description="Also score the base model on the held-out rows (before/after).")
+
+    @field_validator("holdout_rows", mode="before")
+    @classmethod
+    def _holdout_rows(cls, value: Any) -> Any:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise ValueError("must be a whole number above 0, or auto")
+        if value <= 0:
+            raise ValueError(f"must be above 0, or auto (got {value})")
+        return int(value)
 
 
 class BenchmarksSpec(_Part):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from backend.core.spec import DatasetSpec, Method, SpecError, quote_input
 from backend.core.uploads import UPLOAD_AGAIN, upload_display_name, upload_file
+from backend.core.wording import counted
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.methods.table import DataFormat, support
 
@@ -70,11 +72,73 @@ def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> D
     except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
         if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
             raise SpecError([EMPTY_DATASET]) from None
+        kind = path.suffix.lstrip(".").upper()
+        # datasets says only "An error occurred while generating the dataset": say what is wrong where it can be
+        found = not_of_kind(path) or (first_bad_json_line(path) if path.suffix.lower() == ".jsonl" else None)
+        if found is not None:
+            raise SpecError([f"dataset.name: {display_name} could not be read as {kind}: {found}"]) from None
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         cause = cause.replace(path.name, display_name)
-        raise SpecError(
-            [f"dataset.name: {display_name} could not be read as {path.suffix.lstrip('.').upper()} ({cause})"]
-        ) from None
+        raise SpecError([f"dataset.name: {display_name} could not be read as {kind} ({cause})"]) from None
+
+
+_SNIFF_BYTES = 1 << 16
+
+
+def not_of_kind(path: Path) -> str | None:
+    """Why a file is plainly not of the kind its name says (binary data named .jsonl/.json/.csv, a .parquet without
+    Parquet's signature), or None when it may be: an image or an archive renamed is told apart from a typo.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     png, csv = Path(folder, "a.csv"), Path(folder, "b.csv")
+    ...     _ = png.write_bytes(b"\\x89PNG\\r\\n\\x1a\\n\\x00\\x00")
+    ...     _ = csv.write_text("a,b\\n1,2\\n")
+    ...     not_of_kind(png), not_of_kind(csv)
+    ('it is not text but binary data (an image or an archive, renamed?)', None)
+    """
+    with path.open("rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    if path.suffix.lower() == ".parquet":
+        return None if head.startswith(b"PAR1") else "it does not start as a Parquet file does (PAR1)"
+    try:  # not final: a character cut at the end of the sample is not counted against the file
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=len(head) < _SNIFF_BYTES)
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        return "it is not text but binary data (an image or an archive, renamed?)"
+    return None
+
+
+def first_bad_json_line(path: Path) -> str | None:
+    """What is wrong with the first line of a JSONL file that is not one JSON object ("line 7 is not valid JSON:
+    ..."), or None when every line is one (blank lines are skipped, as the reader skips them).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     good, bad = Path(folder, "good.jsonl"), Path(folder, "bad.jsonl")
+    ...     _ = good.write_text('{"a": 1}\\n\\n{"a": 2}\\n')
+    ...     _ = bad.write_text('{"a": 1}\\n{"a": 2,\\n')
+    ...     first_bad_json_line(good), first_bad_json_line(bad)
+    (None, 'line 2 is not valid JSON: Expecting property name enclosed in double quotes (column 9)')
+    """
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"line {number} is not text (is it a binary file, an image or an archive, renamed?)"
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text.rstrip("\r\n"))
+            except ValueError as exc:
+                where = f" (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                return f"line {number} is not valid JSON: {reason}{where}"
+            if not isinstance(value, dict):
+                return f"line {number} is not a JSON object ({{...}}) but {quote_input(text.strip())}"
+    return None
 
 
 def _cache(cache_dir: Path | None) -> str | None:
@@ -249,22 +313,66 @@ def _check_tools(values: list) -> None:
             )
 
 
-def holdout_size(total: int, fraction: float, rows: int | None) -> int:
-    """How many of ``total`` rows the before/after evaluation holds out: ``rows``, else ``fraction`` of them.
+AUTO_HOLDOUT_MAX = 128  # the most rows ``eval.holdout_rows: auto`` holds out (a recipe's own count, as a cap)
+AUTO_HOLDOUT_MIN_DATASET = 20  # fewer rows than this: auto holds none out (2 rows would make no verdict)
+
+
+def auto_holdout_rows(total: int) -> int:
+    """The held-out rows ``eval.holdout_rows: auto`` means for a dataset of ``total`` rows: a tenth of them, at least
+    2 and at most ``AUTO_HOLDOUT_MAX``, and none for a dataset under ``AUTO_HOLDOUT_MIN_DATASET`` rows.
+
+    >>> [auto_holdout_rows(n) for n in (1, 19, 20, 100, 1000, 50_000)]
+    [0, 0, 2, 10, 100, 128]
+    """
+    if total < AUTO_HOLDOUT_MIN_DATASET:
+        return 0
+    return min(AUTO_HOLDOUT_MAX, max(2, total // 10))
+
+
+def holdout_size(total: int, fraction: float, rows: int | str | None) -> int:
+    """How many of ``total`` rows the before/after evaluation holds out: ``rows`` ("auto": by the dataset's size),
+    else ``fraction`` of them.
 
     >>> holdout_size(100, 0.1, None), holdout_size(100, 0.1, 7), holdout_size(100, 0.0, None)
     (10, 7, 0)
+    >>> holdout_size(1000, 0.0, "auto"), holdout_size(1, 0.0, "auto")
+    (100, 0)
     """
-    return rows if rows is not None else int(round(total * fraction))
+    if rows == "auto":
+        return auto_holdout_rows(total)
+    return int(rows) if rows is not None else int(round(total * fraction))
 
 
-def split_holdout(ds: Dataset, fraction: float, rows: int | None, seed: int) -> tuple[Dataset, Dataset | None]:
+def holdout_problem(total: int, fraction: float, rows: int | str | None) -> str | None:
+    """Why the held-out rows leave nothing to train on, at the setting that asked for them and saying what to set
+    instead; None when some rows are left.
+
+    >>> holdout_problem(1, 0.0, 128)
+    'eval.holdout_rows: holding out 128 rows leaves none of the 1 to train on; set it to 0 (no before/after evaluation)'
+    >>> holdout_problem(100, 0.0, 100).split("; ")[1]
+    'set it to 10 (or anything below 100), or to 0 for no before/after evaluation'
+    >>> holdout_problem(100, 0.0, 99), holdout_problem(5, 0.0, "auto")
+    (None, None)
+    """
+    n_eval = holdout_size(total, fraction, rows)
+    if n_eval < total or n_eval <= 0:
+        return None
+    where = "eval.holdout_rows" if rows is not None else "eval.holdout_fraction"
+    said = f"{where}: holding out {counted(n_eval, 'row')} leaves none of the {total:,} to train on"
+    suggested = auto_holdout_rows(total)
+    if suggested == 0:
+        return f"{said}; set it to 0 (no before/after evaluation)"
+    return f"{said}; set it to {suggested} (or anything below {total:,}), or to 0 for no before/after evaluation"
+
+
+def split_holdout(ds: Dataset, fraction: float, rows: int | str | None, seed: int) -> tuple[Dataset, Dataset | None]:
     """Hold out rows for the before/after evaluation; the rest trains. None when nothing is held out."""
     n_eval = holdout_size(len(ds), fraction, rows)
     if n_eval <= 0:
         return ds, None
-    if n_eval >= len(ds):
-        raise SpecError([f"eval: holding out {n_eval} rows leaves none of the {len(ds)} to train on"])
+    problem = holdout_problem(len(ds), fraction, rows)
+    if problem is not None:
+        raise SpecError([problem])
     split = ds.train_test_split(test_size=n_eval, seed=seed, shuffle=True)
     return split["train"], split["test"]
 

@@ -132,6 +132,9 @@ def _call_tool(tools: dict[str, Any], call: dict[str, Any]) -> tuple[str, Any, b
         return name, {"error": str(exc)}, True
 
 
+EPISODE_ENDED = "the episode ended"  # the stop reason when the environment ended the episode
+
+
 @dataclass
 class _Play:
     """One episode in progress: its environment, conversation, tools and token count so far."""
@@ -213,12 +216,11 @@ def _take_turn(play: _Play, completion: list[int], tokenizer, settings: EpisodeS
     tool_calls = parsed.get("tool_calls") or []
     if not tool_calls:
         if play.used >= settings.max_completion_length:
-            play.stop_reason = "max_completion_length reached"
+            _stop(play, "max_completion_length reached")
         play.over = True
         return
     if play.iterations >= settings.max_iterations:
-        play.stop_reason = "max_tool_calling_iterations reached"
-        play.over = True
+        _stop(play, "max_tool_calling_iterations reached")
         return
     play.iterations += 1
     tools = {m.__name__: m for m in play.methods}
@@ -242,7 +244,14 @@ def _take_turn(play: _Play, completion: list[int], tokenizer, settings: EpisodeS
         play.stop_reason, play.over = "the environment stopped answering", True
     elif play.environment.done:
         # The model still gets to read the last tool result; the episode itself is over.
-        play.stop_reason = "the episode ended"
+        play.stop_reason = EPISODE_ENDED
+
+
+def _stop(play: _Play, limit: str) -> None:
+    """End the episode at a limit of the rollout's (``limit`` says which), unless the environment had ended it
+    already: then its own end is why it stopped, whatever limit the model's last turn ran into."""
+    play.stop_reason = EPISODE_ENDED if play.environment.done else limit
+    play.over = True
 
 
 def _finish(play: _Play) -> Episode:
@@ -309,7 +318,7 @@ def iter_episodes(
     while True:
         for play in plays:
             if not play.over and play.budget(settings) <= 0:
-                play.stop_reason, play.over = "max_completion_length reached", True
+                _stop(play, "max_completion_length reached")
         going = [play for play in plays if not play.over]
         if not going:
             break

@@ -51,6 +51,11 @@ def hub_token_warnings(spec: JobSpec, token: str | None) -> list[str]:
     if token and token.strip():
         return []
     warnings = []
+    if spec.output.push_to_hub:
+        warnings.append(
+            "output.push_to_hub: there is no Hugging Face token, so the adapter cannot be pushed when the job ends "
+            "(it is kept on this machine only); sign in, or set HF_TOKEN before starting the app"
+        )
     if spec.output.push_checkpoints:
         warnings.append(
             "output.push_checkpoints: there is no Hugging Face token, so the repo cannot be created or written "

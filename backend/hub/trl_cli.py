@@ -205,7 +205,8 @@ def trl_cli_notes(spec: JobSpec) -> list[str]:
     if d.max_rows:
         notes.append(f"dataset: the app used only the first {d.max_rows} rows.")
     if spec.eval.holdout_fraction or spec.eval.holdout_rows:
-        held = spec.eval.holdout_rows or f"{spec.eval.holdout_fraction:.0%} of the"
+        rows = spec.eval.holdout_rows
+        held = "a tenth (at most 128) of the" if rows == "auto" else rows or f"{spec.eval.holdout_fraction:.0%} of the"
         notes.append(f"evaluation: the app held out {held} rows for a before/after evaluation; the CLI trains on all.")
     notes += support(spec.method).cli_notes(spec)
     notes.append("precision: TRL's configs train in bf16 by default; on a CPU or a GPU without bf16 add --bf16 false.")

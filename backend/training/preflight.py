@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING
 
 from backend.core.hub_names import hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
-from backend.data.loading import holdout_size, load_training_dataset, split_holdout
+from backend.core.wording import counted
+from backend.data.loading import AUTO_HOLDOUT_MIN_DATASET, holdout_size, load_training_dataset, split_holdout
 from backend.methods.table import reward_columns, support
-from backend.models.demo import BUILTIN_MODELS, DEMO_MODEL_ID
+from backend.models.demo import ARITH_MODEL_ID, BUILTIN_MODELS
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ def check_model(model: ModelSpec) -> None:
         raise SpecError(
             [
                 f"model.name_or_path: {quote_input(name)} is not in the local cache and "
-                f"{HUB_UNREACHABLE}{_offline_note()}; pick a local folder or {DEMO_MODEL_ID}, or try "
-                "again once the Hub can be reached"
+                f"{HUB_UNREACHABLE}{_offline_note()}; pick a local folder or {ARITH_MODEL_ID} (a "
+                "built-in model that knows a little arithmetic), or try again once the Hub can be reached"
             ]
         )
     from transformers import AutoConfig
@@ -116,7 +117,8 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
             )
     if problems:
         raise SpecError(problems)
-    return advisories(spec, models_dir, loaded)
+    warnings, tuning = advisories(spec, models_dir, loaded)
+    return warnings + hub_push_warnings(spec), tuning
 
 
 def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], Tuning]:
@@ -149,6 +151,13 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     # The rows left to train on, counted rather than split a second time (check_and_plan split them once).
     rows = len(loaded[0])
     held_out = holdout_size(rows, spec.eval.holdout_fraction, spec.eval.holdout_rows)
+    if spec.eval.holdout_rows == "auto" and held_out == 0:
+        warnings.append(
+            f"eval.holdout_rows: the dataset has {counted(rows, 'row')}, too few to hold any out for a before/after "
+            f"evaluation (a tenth is held out from {AUTO_HOLDOUT_MIN_DATASET} rows up), so the job trains on "
+            f"{'it' if rows == 1 else 'all of them'} and ends without a verdict; add rows to get one, or set it to 0 "
+            "to train without one"
+        )
     tiny = tiny_dataset_warning(tuning.spec, rows - held_out)
     if tiny:
         warnings.append(tiny)
@@ -245,6 +254,18 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
             "(model.parent_job_id); try a dry run to see what it does now"
         )
     return warnings
+
+
+def hub_push_warnings(spec: JobSpec) -> list[str]:
+    """Pre-flight's word on a push at the end of the job while the Hub cannot be reached: the job would train in
+    full and then fail to push, so it is said before it starts (the job may still be queued: the Hub may be back)."""
+    if not spec.output.push_to_hub or hub_reachable():
+        return []
+    why = f"{HUB_UNREACHABLE}{_offline_note()}"
+    return [
+        f"output.push_to_hub: {why}, so the adapter cannot be pushed when the job ends (it is kept on this machine "
+        "only); untick it, or queue the job once the Hub can be reached"
+    ]
 
 
 def hub_checkpoint_problems(spec: JobSpec) -> list[str]:
