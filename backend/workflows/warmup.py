@@ -3,6 +3,7 @@ as the user's upload; the staged pair (SFT on them, then the GRPO job from that 
 
 from __future__ import annotations
 
+import importlib
 import json
 import tempfile
 from dataclasses import dataclass
@@ -32,12 +33,12 @@ def write_demonstrations(spec: JobSpec, uploads_dir: Path, rows: int) -> Demonst
     dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True, uploads_dir=uploads_dir)
     prompts = [dataset[i] for i in range(min(len(dataset), rows))]
     builtin = builtin_of(spec.environment)
+    # A built-in server's module may say which call a row rewards (``solve(row)``): its demonstrations are then right.
+    solve = getattr(importlib.import_module(builtin.module), "solve", None) if builtin else None
     with open_environment(spec, sessions=1) as active:
         episode_env = active.factory()
         try:
-            shown = demonstrate(
-                episode_env, prompts, count=rows, seed=spec.training.seed, solve=builtin.solve if builtin else None
-            )
+            shown = demonstrate(episode_env, prompts, count=rows, seed=spec.training.seed, solve=solve)
         finally:
             episode_env._close()
     with tempfile.TemporaryDirectory(prefix="studio-warmup-") as tmp:

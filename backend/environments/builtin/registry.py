@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from backend.core.spec import BUILTIN_ENVIRONMENT_NAMES
 
@@ -22,23 +21,6 @@ class BuiltinEnvironment:
     kind: Literal["mcp", "typed"]
     dataset: str  # a key of backend.data.builtin.BUILTIN_DATASETS
     typical_episode_tokens: int  # a fair max_completion_length for a whole episode (tool calls and results)
-    # The arguments of the one tool call that earns the reward on a dataset row (None where the row does not say):
-    # the warm-up's demonstrations try it first, so they show right answers rather than arbitrary ones.
-    solve: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
-
-
-def _arithmetic_answer(row: dict[str, Any]) -> dict[str, Any] | None:
-    """The submit_answer arguments that are right for a row's ``a``, ``op`` and ``b`` (what its reset poses).
-
-    >>> _arithmetic_answer({"a": 17, "b": 25, "op": "-"}), _arithmetic_answer({"prompt": "no operands"})
-    ({'answer': -8}, None)
-    """
-    from backend.environments.builtin.arithmetic import OPERATIONS
-
-    a, b, op = row.get("a"), row.get("b"), row.get("op")
-    if type(a) is not int or type(b) is not int or op not in OPERATIONS:
-        return None
-    return {"answer": OPERATIONS[op](a, b)}
 
 
 BUILTIN_ENVIRONMENTS: dict[str, BuiltinEnvironment] = {
@@ -69,7 +51,6 @@ BUILTIN_ENVIRONMENTS: dict[str, BuiltinEnvironment] = {
             kind="typed",
             dataset="arithmetic-demo",
             typical_episode_tokens=256,
-            solve=_arithmetic_answer,
         ),
     )
 }
