@@ -5,6 +5,11 @@
 For each seed: the example's GRPO job from the base model, and the warm-up (demonstrations written by playing the
 environment, SFT on them) followed by the same GRPO job from that adapter. Prints each job's verdict: the warm-up must
 help, not hurt (issue 37).
+
+Measured on 2 shared CPU cores (2026-12-05, seed 42, loaded machine): the warm-up kept 32 of 32 rewarded
+demonstrations; warm-up + GRPO: success rate 0% -> 24% (+24 points, ±7) on 128 episodes, tool calls per episode
+0 -> 0.75 (1452 s). Before the fix (1 of 32 demonstrations right, 200 steps at 1e-2) it ended at 2%; GRPO alone, as
+the example records, reaches 26%. The GRPO-alone arm was not rerun that day.
 """
 
 from __future__ import annotations
