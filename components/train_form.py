@@ -391,10 +391,11 @@ _RECIPE_FIELD = {
 }
 
 
-def recipe_values(model: str | None, method: str | None) -> dict[str, Any]:
-    """The demo recipe of (``model``, ``method``) as form values (field name -> value); {} where it has none."""
+def recipe_values(model: str | None, method: str | None, environment: str | None = None) -> dict[str, Any]:
+    """The demo recipe of (``model``, ``method``, ``environment``) as form values (field name -> value); {} where it
+    has none."""
     values: dict[str, Any] = {}
-    for path, value in demo_recipe(model, method).items():
+    for path, value in demo_recipe(model, method, environment).items():
         name = _RECIPE_FIELD[path]  # a KeyError here: a recipe setting the form has no field for
         if name == "rollout_rewards":
             values[name] = rewards_text([RewardSpec(**reward) for reward in value])
@@ -405,25 +406,31 @@ def recipe_values(model: str | None, method: str | None) -> dict[str, Any]:
     return values
 
 
-# Every field some built-in model's recipe sets, and the dataset (which a method change moves too).
+# Every field some built-in model's recipe sets (alone or in an environment), and the dataset (which a method change
+# moves too).
 RECIPE_FIELDS: tuple[str, ...] = tuple(
     name
     for name in FORM_FIELDS
     if name == "builtin_dataset"
-    or any(name in recipe_values(model, method) for model in CURATED_MODELS for method in methods())
+    or any(
+        name in recipe_values(model, method, environment)
+        for model in CURATED_MODELS
+        for method in methods()
+        for environment in environment_choices()
+    )
 )
 
 
-def dataset_choices(model: str | None, method: str) -> list[str]:
+def dataset_choices(model: str | None, method: str, environment: str | None = None) -> list[str]:
     """The built-in datasets offered for ``method``: the model's demo-recipe dataset first, then the others."""
     suited = builtin_dataset_choices(method)
-    first = demo_recipe(model, method).get("dataset.name")
+    first = demo_recipe(model, method, environment).get("dataset.name")
     return [first, *(name for name in suited if name != first)] if first in suited else suited
 
 
-def pick_dataset(model: str | None, method: str, current: str | None) -> str:
+def pick_dataset(model: str | None, method: str, current: str | None, environment: str | None = None) -> str:
     """The built-in dataset after a method change: the one picked if it suits ``method``, else the first choice."""
-    choices = dataset_choices(model, method)
+    choices = dataset_choices(model, method, environment)
     return current if current in choices else choices[0]
 
 
@@ -438,8 +445,8 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def recipe_updates(values: dict[str, Any], before: tuple[str, str], after: tuple[str, str]) -> dict[str, Any]:
-    """The fields that change when the form goes from the (base model, method) pair ``before`` to ``after``.
+def recipe_updates(values: dict[str, Any], before: tuple[str, ...], after: tuple[str, ...]) -> dict[str, Any]:
+    """The fields that change when the form goes from the (base model, method[, environment]) ``before`` to ``after``.
 
     A field still holding ``before``'s recipe value or its plain default takes ``after``'s recipe value (its plain
     default where ``after`` has no recipe, or the recipe names no value for it); a value the user typed is kept. The
@@ -452,7 +459,7 @@ def recipe_updates(values: dict[str, Any], before: tuple[str, str], after: tuple
         if any(_same(current, v) for v in (old.get(name, _plain(name, before[1])), _plain(name, before[1]))):
             target = new.get(name, _plain(name, after[1]))
         elif name == "builtin_dataset":
-            target = pick_dataset(after[0], after[1], current)
+            target = pick_dataset(*after[:2], current, *after[2:])
         else:
             continue
         if not _same(target, current):

@@ -194,10 +194,10 @@ def _lay_out() -> _Layout:
     gr.Markdown("### 1. Model")
     _row(inputs, ("base_model", "parent_job"), marks, columns)
     extra["model_note"] = gr.Markdown(model_notice(FIELDS["base_model"]), elem_id="model-notice")
-    # The (base model, method) pair whose demo recipe the fields were last set for. A hidden component, not gr.State:
-    # its value travels with each event as the browser had it when the event fired, so a change event updating it
-    # cannot overtake the input event that reads the pair from before the change.
-    extra["recipe_pair"] = gr.JSON([FIELDS["base_model"], FIELDS["method"]], visible=False)
+    # The (base model, method, environment) whose demo recipe the fields were last set for. A hidden component, not
+    # gr.State: its value travels with each event as the browser had it when the event fired, so a change event
+    # updating it cannot overtake the input event that reads the pair from before the change.
+    extra["recipe_pair"] = gr.JSON([FIELDS["base_model"], FIELDS["method"], FIELDS["env_name"]], visible=False)
     errors["model"] = box("model")
 
     gr.Markdown("### 2. Dataset")
@@ -327,11 +327,11 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
         on_source, inputs["dataset_source"], [w for ws in source_widgets.values() for w in ws], api_name=False
     )
 
-    def recipe_changes(before, model, method, values, dataset: bool) -> dict:
-        """The recipe fields' updates for the pair ``before`` -> (model, method) (components/train_form.py's rule)."""
-        before = tuple(before) if before else (FIELDS["base_model"], FIELDS["method"])
+    def recipe_changes(before, model, method, env, values, dataset: bool) -> dict:
+        """The recipe fields' updates for ``before`` -> (model, method, env) (components/train_form.py's rule)."""
+        before = tuple(before) if before else (FIELDS["base_model"], FIELDS["method"], FIELDS["env_name"])
         current = dict(zip(RECIPE_FIELDS, values))
-        changed = recipe_updates(current, before, (model, method))
+        changed = recipe_updates(current, before, (model, method, env))
         updates = {
             inputs[name]: changed[name] if name in changed else gr.update()
             for name in RECIPE_FIELDS
@@ -339,69 +339,74 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
         }
         if dataset:
             updates[inputs["builtin_dataset"]] = gr.update(
-                choices=dataset_choices(model, method), value=changed.get("builtin_dataset", current["builtin_dataset"])
+                choices=dataset_choices(model, method, env),
+                value=changed.get("builtin_dataset", current["builtin_dataset"]),
             )
-        return {**updates, pair: [model, method]}
+        return {**updates, pair: [model, method, env]}
 
-    def on_method(method, model, current):
+    def on_method(method, model, current, env):
         """Every method change (a clone's too): its settings group, and a built-in dataset that suits it."""
         return {
             **{group: gr.update(visible=method in ui.shown_for[name]) for name, group in ui.groups.items()},
             inputs["builtin_dataset"]: gr.update(
-                choices=dataset_choices(model, method), value=pick_dataset(model, method, current)
+                choices=dataset_choices(model, method, env), value=pick_dataset(model, method, current, env)
             ),
-            pair: [model, method],
+            pair: [model, method, env],
         }
 
     inputs["method"].change(
         on_method,
-        [inputs["method"], inputs["base_model"], inputs["builtin_dataset"]],
+        [inputs["method"], inputs["base_model"], inputs["builtin_dataset"], inputs["env_name"]],
         [*ui.groups.values(), inputs["builtin_dataset"], pair],
         api_name=False,
     )
 
-    # A method or model the user picks applies its demo recipe; a clone's (a change, not an input) keeps its values.
-    # The method's change event picks the dataset above (by the same rule): one writer for it.
-    def on_method_input(before, model, method, *values):
-        return recipe_changes(before, model, method, values, dataset=False)
+    # A method, model or environment the user picks applies its demo recipe; a clone's (a change, not an input) keeps
+    # its values. The method's change event picks the dataset above (by the same rule): one writer for it.
+    def on_method_input(before, model, method, env, *values):
+        return recipe_changes(before, model, method, env, values, dataset=False)
 
     inputs["method"].input(
         on_method_input,
-        [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
+        [pair, inputs["base_model"], inputs["method"], inputs["env_name"], *recipe_inputs],
         [*(i for i in recipe_inputs if i is not inputs["builtin_dataset"]), pair],
         api_name=False,
     )
 
-    def on_model_input(before, model, method, *values):
-        return recipe_changes(before, model, method, values, dataset=True)
+    def on_pick_input(before, model, method, env, *values):
+        return recipe_changes(before, model, method, env, values, dataset=True)
 
-    inputs["base_model"].input(
-        on_model_input,
-        [pair, inputs["base_model"], inputs["method"], *recipe_inputs],
-        [*recipe_inputs, pair],
-        api_name=False,
-    )
+    for picker in ("base_model", "env_name"):
+        inputs[picker].input(
+            on_pick_input,
+            [pair, inputs["base_model"], inputs["method"], inputs["env_name"], *recipe_inputs],
+            [*recipe_inputs, pair],
+            api_name=False,
+        )
 
-    def on_environment(env_name, rewards):
+    def on_environment(env_name, rewards, model, method):
         # The default reward (accuracy on a `solution` column) is for prompt datasets; with an environment its
         # reward is the environment's, and the editor holds extra rewards only: start it empty.
         if env_name and (rewards or "").strip() == FIELDS["rollout_rewards"].strip():
-            return {inputs["rollout_rewards"]: ""}
-        return {inputs["rollout_rewards"]: gr.update()}
+            return {inputs["rollout_rewards"]: "", pair: [model, method, env_name]}
+        return {inputs["rollout_rewards"]: gr.update(), pair: [model, method, env_name]}
 
     inputs["env_name"].change(
-        on_environment, [inputs["env_name"], inputs["rollout_rewards"]], inputs["rollout_rewards"], api_name=False
+        on_environment,
+        [inputs["env_name"], inputs["rollout_rewards"], inputs["base_model"], inputs["method"]],
+        [inputs["rollout_rewards"], pair],
+        api_name=False,
     )
 
-    def on_model(model, method):
-        return {ui.model_note: model_notice(model), pair: [model, method]}
+    def on_model(model, method, env):
+        return {ui.model_note: model_notice(model), pair: [model, method, env]}
 
     inputs["base_model"].change(
-        on_model, [inputs["base_model"], inputs["method"]], [ui.model_note, pair], api_name=False
+        on_model, [inputs["base_model"], inputs["method"], inputs["env_name"]], [ui.model_note, pair], api_name=False
     )
 
     @as_user(signed_in=False)
-    def on_parent(user, parent_choice, before, method, *values):
+    def on_parent(user, parent_choice, before, method, env, *values):
         """With a parent job the base model is the parent's: shown, locked until the parent is cleared, and its
         demo recipe applied as if it had been picked."""
         parent_id = job_choice_id(parent_choice)
@@ -418,12 +423,12 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
                 interactive=False,
                 info=f"The parent job {parent_id}'s base model; clear the parent job to pick another.",
             ),
-            **recipe_changes(before, parent_model, method, values, dataset=True),
+            **recipe_changes(before, parent_model, method, env, values, dataset=True),
         }
 
     inputs["parent_job"].change(
         on_parent,
-        [inputs["parent_job"], pair, inputs["method"], *recipe_inputs],
+        [inputs["parent_job"], pair, inputs["method"], inputs["env_name"], *recipe_inputs],
         [inputs["base_model"], *recipe_inputs, pair],
         api_name=False,
     )

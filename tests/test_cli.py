@@ -195,7 +195,9 @@ def test_warm_up_queues_the_sft_then_the_grpo_job_that_waits_for_it(data_dir, st
         result = cli("warm-up", "examples/warm-up-demo.yaml", "--rows", "4", "--steps", "5", "--json")
         assert result.returncode == 0, result.stderr[-3000:]
         out = json.loads(result.stdout)
-        assert out["demonstrations"] == "4 demonstration episodes of echo_message (4 earned a reward)"
+        assert out["demonstrations"] == (
+            "4 demonstration episodes of echo_message kept: the 4 of 4 the environment rewarded"
+        )
         sft, grpo = store.get(out["sft"]), store.get(out["grpo"])
         assert (sft.spec.method.value, sft.spec.training.max_steps, sft.spec.dataset.name) == (
             "sft",

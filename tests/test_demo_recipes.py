@@ -84,3 +84,75 @@ def test_each_recipe_is_a_valid_job_the_form_can_show():
                 got = [reward.model_dump(exclude_defaults=True) | {"name": reward.name} for reward in got]
                 value = [{k: v for k, v in reward.items() if k != "weight" or v != 1.0} for reward in value]
             assert got == value, (method, path)
+
+
+# --- issue 37: an environment has its measured recipe too --------------------------------------------------------
+ENV_EXAMPLE = ROOT / "examples" / "grpo-env-demo.yaml"
+
+
+def test_the_arithmetic_environments_recipe_is_its_example():
+    """The form's recipe for the arith model in builtin:arithmetic is examples/grpo-env-demo.yaml (measured improved
+    in docs/benchmarks.md): every setting it names, and every setting the example departs from the defaults with."""
+    example = yaml.safe_load(ENV_EXAMPLE.read_text(encoding="utf-8"))
+    env = example["environment"]["name"]
+    assert (example["method"], example["model"]["name_or_path"], env) == ("grpo", ARITH_MODEL_ID, "builtin:arithmetic")
+    recipe = demo_recipe(ARITH_MODEL_ID, "grpo", env)
+    spec, default = parse_spec(example), JobSpec()
+    # Compared on the parsed job, so a setting the example leaves to its default (no extra reward with an
+    # environment, LoRA dropout) counts at that default.
+    differ = {
+        path: (value, got) for path, value in recipe.items() if (got := _spec_value(spec, path, rewards=True)) != value
+    }
+    assert not differ, f"the builtin:arithmetic recipe and {ENV_EXAMPLE.name} differ: {differ}"
+    departs = [
+        path
+        for path in _leaves(example)
+        if not path.startswith(NOT_RECIPE)
+        and path not in recipe
+        and path not in ("method", "environment.name")
+        and _spec_value(spec, path) != _spec_value(default, path)
+    ]
+    assert not departs, f"{ENV_EXAMPLE.name} sets {departs} away from the spec's defaults; add them to its recipe"
+    # Only a method that plays environments takes it; without the environment GRPO keeps its own recipe.
+    assert demo_recipe(ARITH_MODEL_ID, "grpo")["dataset.name"] == "arith-prompts"
+    assert demo_recipe(ARITH_MODEL_ID, "rloo", env) == demo_recipe(ARITH_MODEL_ID, "rloo")
+    assert demo_recipe("Qwen/Qwen3-0.6B", "grpo", env) == {}
+
+
+def _spec_value(spec, path: str, rewards: bool = False):
+    for name in path.split("."):
+        spec = getattr(spec, name)
+    if rewards and path == "rollout.rewards":
+        return [reward.model_dump(exclude_defaults=True) | {"name": reward.name} for reward in spec]
+    return spec
+
+
+def test_the_forms_job_for_builtin_arithmetic_is_the_examples():
+    """Picking builtin:arithmetic on the form (GRPO on the arith model) makes the example's job: the spec the form
+    sends equals the example's, field by field, but for the run's name and checkpoint interval."""
+    from components.train_form import FIELDS, form_to_spec, recipe_updates
+
+    env = "builtin:arithmetic"
+    grpo = {
+        **FIELDS,
+        "method": "grpo",
+        **recipe_updates(FIELDS, (ARITH_MODEL_ID, "sft", ""), (ARITH_MODEL_ID, "grpo", "")),
+    }
+    picked = {**grpo, "env_name": env}
+    picked.update(recipe_updates(picked, (ARITH_MODEL_ID, "grpo", ""), (ARITH_MODEL_ID, "grpo", env)))
+    assert picked["builtin_dataset"] == "arith-env"
+    assert (picked["rollout_max_completion_length"], picked["env_max_iterations"], picked["env_eval_episodes"]) == (
+        96,
+        1,
+        128,
+    )
+    assert (picked["max_steps"], picked["max_length"], picked["rollout_rewards"].strip()) == (30, 1024, "")
+    form = parse_spec(form_to_spec(picked)).model_dump()
+    example = parse_spec(yaml.safe_load(ENV_EXAMPLE.read_text(encoding="utf-8"))).model_dump()
+    for spec in (form, example):
+        spec.pop("output"), spec["training"].pop("save_steps"), spec.pop("owner", None)
+    assert form == example
+    # Leaving the environment puts GRPO's own recipe back.
+    left = {**picked, "env_name": ""}
+    left.update(recipe_updates(left, (ARITH_MODEL_ID, "grpo", env), (ARITH_MODEL_ID, "grpo", "")))
+    assert left == grpo

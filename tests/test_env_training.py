@@ -69,7 +69,9 @@ def warmed(tmp_path_factory, models_dir):
 
 def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_tool_format(warmed):
     api, warm, sft = warmed
-    assert warm.demonstrations == "32 demonstration episodes of echo_message (32 earned a reward)"
+    assert warm.demonstrations == (
+        "32 demonstration episodes of echo_message kept: the 32 of 32 the environment rewarded"
+    )
     rows = [json.loads(line) for line in (api.paths.uploads("local") / warm.upload_id).read_text().splitlines()]
     assert len(rows) == 32
     first = rows[0]

@@ -54,7 +54,10 @@ def test_warm_up_then_grpo_by_url_calls_the_real_environment_and_logs_its_reward
     api = StudioAPI(root, scheduler="thread", poll_interval=0.1, max_concurrent=2)
     try:
         warm = api.warm_up(spec, rows=16, steps=120)
-        assert re.fullmatch(r"16 demonstration episodes of \w+ \(\d+ earned a reward\)", warm.demonstrations)
+        assert re.fullmatch(
+            r"\d+ demonstration episodes of \w+ kept: (the \d+ of 16 the environment rewarded|none earned a reward.*)",
+            warm.demonstrations,
+        )
         sft = wait_status(api.store, warm.sft.job.id, FINAL, timeout=400)
         assert sft.status is JobStatus.succeeded, sft.error
         grpo = wait_status(api.store, warm.grpo.job.id, FINAL, timeout=400)

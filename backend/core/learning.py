@@ -135,8 +135,10 @@ def sentence(
     rows: int,
     base: float | None = None,
     start: str = "base",
+    detail: str | None = None,
 ) -> str:
-    """``Held-out accuracy 24% -> 41% (+17 points, ±8) on 64 rows.``; with a parent, the base's score too."""
+    """``Held-out accuracy 24% -> 41% (+17 points, ±8) on 64 rows.``; with a parent, the base's score too, and
+    ``detail`` (what else changed on the same rows) after a semicolon."""
     label = metric.label[:1].upper() + metric.label[1:]
     unit = "episodes" if "success" in metric.key else "rows"
     text = f"{label} {shown(before, metric.rate)} -> {shown(after, metric.rate)}"
@@ -145,6 +147,8 @@ def sentence(
     text += f" on {rows} {unit}"
     if start == "parent":
         text += f", from the parent job's adapter (base model {shown(base, metric.rate)})"
+    if detail:
+        text += f"; {detail}"
     return text + "."
 
 
@@ -170,8 +174,11 @@ def verdict(
     start: str = "base",
     no_signal: str | None = None,
     guards: Sequence[GuardCheck] = (),
+    detail: str | None = None,
 ) -> LearningVerdict:
     """The verdict from per-row scores of the start and the tuned model (the same rows, in the same order).
+
+    ``detail``: what else changed on the same rows, said beside the metric (an environment's tool calls per episode).
 
     ``no_signal``: a sentence saying the run had nothing to learn from; it makes the verdict ``no_signal``.
     ``guards``: capability checks (:func:`guard`); one that fell makes an ``improved`` or ``no_change`` verdict
@@ -189,7 +196,7 @@ def verdict(
     delta = after - before if before is not None and after is not None else None
     ci = paired_interval(before_rows, after_rows, groups) if delta is not None else None
     outcome = NO_SIGNAL if no_signal else judge(delta, ci, metric.higher_is_better)
-    text = sentence(metric, before, after, delta, ci, len(after_rows), base, start)
+    text = sentence(metric, before, after, delta, ci, len(after_rows), base, start, detail)
     if no_signal:
         text += f" The run learned nothing: {no_signal}"
     elif outcome == "no_change":

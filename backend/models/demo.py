@@ -13,6 +13,7 @@ from typing import Any
 
 from backend.core.hub_names import ARITH_MODEL_ID, BUILTIN_MODELS, DEMO_MODEL_ID
 from backend.core.paths import ASSETS_DIR
+from backend.core.spec import environment_methods
 
 DEMO_MODEL_DIRNAME = "tiny-qwen3"
 # Bump when the recipe changes so an old build on disk is rebuilt rather than silently reused.
@@ -116,14 +117,41 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def demo_recipe(model: str | None, method: str | None) -> dict[str, Any]:
-    """The settings measured to make a built-in model learn with ``method`` (dotted spec path -> value); {} for any
-    other model or method.
+# Settings measured to make a built-in model learn in a built-in environment, laid over its method's recipe when a
+# method that plays environments plays that one: the values of examples/grpo-env-demo.yaml that depart from GRPO's
+# recipe (benchmarks/learning.py measures the example). Its reward is the environment's, so no extra reward; the
+# example keeps the spec's LoRA dropout.
+# tests/test_demo_recipes.py holds it equal to the example.
+ENVIRONMENT_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    ARITH_MODEL_ID: {
+        "builtin:arithmetic": {
+            "dataset.name": "arith-env",
+            "rollout.max_completion_length": 96,
+            "rollout.rewards": [],
+            "environment.max_tool_calling_iterations": 1,
+            "environment.eval_episodes": 128,
+            "training.max_steps": 30,
+            "training.max_length": 1024,
+            "eval.holdout_rows": 128,
+            "lora.dropout": 0.05,
+        },
+    },
+}
+
+
+def demo_recipe(model: str | None, method: str | None, environment: str | None = None) -> dict[str, Any]:
+    """The settings measured to make a built-in model learn with ``method`` (dotted spec path -> value), in
+    ``environment`` where one is named and the method plays it; {} for any other model or method.
 
     >>> demo_recipe("builtin:tiny-qwen3-arith", "dpo")["dataset.name"], demo_recipe("Qwen/Qwen3-0.6B", "sft")
     ('arith-preferences', {})
+    >>> demo_recipe("builtin:tiny-qwen3-arith", "grpo", "builtin:arithmetic")["dataset.name"]
+    'arith-env'
     """
-    recipe = DEMO_RECIPES.get((model or "").strip(), {}).get(method or "", {})
+    model = (model or "").strip()
+    recipe = dict(DEMO_RECIPES.get(model, {}).get(method or "", {}))
+    if recipe and method in {m.value for m in environment_methods()}:
+        recipe.update(ENVIRONMENT_RECIPES.get(model, {}).get((environment or "").strip(), {}))
     return copy.deepcopy(recipe)  # a caller may change its copy (the rewards list), never the table
 
 

@@ -103,6 +103,7 @@ def learning_verdict(
             start="parent" if start == "start" else "base",
             no_signal=no_signal,
             guards=[*capability_guards(spec, evaluation, skip=metric.key), *extra_guards],
+            detail=tool_use_change(result, start) if metric is SUCCESS_RATE else None,
         )
     if no_signal:
         first = SUCCESS_RATE if spec.environment.name else next(iter(method.learning_metrics(spec)), SUCCESS_RATE)
@@ -115,6 +116,22 @@ def learning_verdict(
         )
         return guarded(unjudged, extra_guards)
     return None
+
+
+def tool_use_change(environment: dict[str, Any], start: str = "base") -> str | None:
+    """How tool use changed over the environment's evaluation episodes, start -> tuned, for the verdict's sentence: a
+    success rate that stayed put while the model learned to call the tools is still news.
+
+    >>> tool_use_change({"base": {"tool_calls_per_episode": 0.1}, "tuned": {"tool_calls_per_episode": 0.85}})
+    'tool calls per episode 0.1 -> 0.85'
+    >>> tool_use_change({"tuned": {"tool_calls_per_episode": 1.0}}) is None
+    True
+    """
+    before = (environment.get(start) or {}).get("tool_calls_per_episode")
+    after = (environment.get("tuned") or {}).get("tool_calls_per_episode")
+    if before is None or after is None:
+        return None
+    return f"tool calls per episode {before:.3g} -> {after:.3g}"
 
 
 def capability_guards(spec: JobSpec, evaluation: dict[str, Any] | None, skip: str | None = None) -> list[GuardCheck]:

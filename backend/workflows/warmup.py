@@ -3,6 +3,7 @@ as the user's upload; the staged pair (SFT on them, then the GRPO job from that 
 
 from __future__ import annotations
 
+import importlib
 import json
 import tempfile
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from backend.core.paths import safe_name
 from backend.core.spec import JobSpec, Method
 from backend.data.loading import load_training_dataset
 from backend.data.uploads import keep_upload
-from backend.environments.runtime import open_environment
+from backend.environments.runtime import builtin_of, open_environment
 from backend.environments.warmup import demonstrate
 
 
@@ -26,14 +27,18 @@ class Demonstrations:
 
 
 def write_demonstrations(spec: JobSpec, uploads_dir: Path, rows: int) -> Demonstrations:
-    """Play ``spec``'s environment on the first ``rows`` prompts of its dataset (each tool, schema-valid arguments,
-    the environment's real answers) and keep the demonstrations in ``uploads_dir`` as an SFT upload."""
+    """Play ``spec``'s environment on the first ``rows`` prompts of its dataset (each tool, schema-valid arguments, a
+    built-in environment's own solution first, the environment's real answers) and keep the demonstrations in
+    ``uploads_dir`` as an SFT upload: the rewarded ones, where the environment rewarded any."""
     dataset, _ = load_training_dataset(spec.dataset, spec.method, keep_all=True, uploads_dir=uploads_dir)
     prompts = [dataset[i] for i in range(min(len(dataset), rows))]
+    builtin = builtin_of(spec.environment)
+    # A built-in server's module may say which call a row rewards (``solve(row)``): its demonstrations are then right.
+    solve = getattr(importlib.import_module(builtin.module), "solve", None) if builtin else None
     with open_environment(spec, sessions=1) as active:
         episode_env = active.factory()
         try:
-            shown = demonstrate(episode_env, prompts, count=rows, seed=spec.training.seed)
+            shown = demonstrate(episode_env, prompts, count=rows, seed=spec.training.seed, solve=solve)
         finally:
             episode_env._close()
     with tempfile.TemporaryDirectory(prefix="studio-warmup-") as tmp:

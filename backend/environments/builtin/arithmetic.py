@@ -126,6 +126,19 @@ class ArithmeticEnvironment(ServedEnvironment, Environment[ArithmeticAction, Ari
         )
 
 
+def solve(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The submit_answer arguments that are right for a dataset row's ``a``, ``op`` and ``b`` (what its reset poses),
+    or None when the row leaves them to the seed. The warm-up tries them first, so its demonstrations are right.
+
+    >>> solve({"a": 17, "b": 25, "op": "-"}), solve({"prompt": "no operands"})
+    ({'answer': -8}, None)
+    """
+    a, b, op = row.get("a"), row.get("b"), row.get("op")
+    if type(a) is not int or type(b) is not int or op not in OPERATIONS:
+        return None
+    return {"answer": OPERATIONS[op](a, b)}
+
+
 SERVER = EnvironmentServer(
     ArithmeticEnvironment,
     ArithmeticAction,
