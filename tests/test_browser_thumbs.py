@@ -161,7 +161,9 @@ def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
     before = page.evaluate("""() => [...document.querySelectorAll("#chat-tuned [data-testid='bot']")].length""")
     page.locator("#chat-input textarea").fill("Tell me more")
     page.locator("#chat-send").click()
-    expect(page.locator("#chat-tuned [data-testid='bot']")).to_have_count(before + 1, timeout=60_000)
+    # Compare mode (the default) shows the new question alone: its answer replaces the one before.
+    expect(page.locator("#chat-tuned [data-testid='user']").last).to_have_text("Tell me more", timeout=60_000)
+    expect(page.locator("#chat-tuned [data-testid='bot']")).to_have_count(before, timeout=60_000)
     expect(page.locator("#chat-tuned [data-testid='bot']").last).not_to_have_text("", timeout=120_000)
     expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
         re.compile("hide"), timeout=120_000
