@@ -52,6 +52,8 @@ def app(tmp_path_factory, models_dir):
 @pytest.fixture(scope="module")
 def page(app):
     with open_chat_tab(app.url) as page:
+        # Sampled answers that differ, and turns that follow one another: Conversation (Compare answers greedily).
+        page.locator("#chat-mode").get_by_text("Conversation").click()
         yield page
 
 
@@ -161,9 +163,7 @@ def test_while_the_answers_stream_the_judging_buttons_are_off(page, app):
     before = page.evaluate("""() => [...document.querySelectorAll("#chat-tuned [data-testid='bot']")].length""")
     page.locator("#chat-input textarea").fill("Tell me more")
     page.locator("#chat-send").click()
-    # Compare mode (the default) shows the new question alone: its answer replaces the one before.
-    expect(page.locator("#chat-tuned [data-testid='user']").last).to_have_text("Tell me more", timeout=60_000)
-    expect(page.locator("#chat-tuned [data-testid='bot']")).to_have_count(before, timeout=60_000)
+    expect(page.locator("#chat-tuned [data-testid='bot']")).to_have_count(before + 1, timeout=60_000)
     expect(page.locator("#chat-tuned [data-testid='bot']").last).not_to_have_text("", timeout=120_000)
     expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
         re.compile("hide"), timeout=120_000
