@@ -21,6 +21,9 @@ CSS = (
     + train_tab.FIELD_MARK_CSS
     + arena_panel.ARENA_CSS
     + jobs_tab.JOBS_CSS
+    # In a group, a short field beside a tall one (Loss on completions only beside Packing) left the group's grey
+    # background showing under it as an empty block: its column fills the row, in the fields' own colour.
+    + ".gr-group .row > .column { align-self: stretch; background: var(--block-background-fill); }"
 )
 log = logging.getLogger("studio.app")
 
@@ -86,6 +89,11 @@ def _exit_on_sigterm(*_) -> None:
     raise SystemExit(0)
 
 
+# Words Gradio's status tracker announces to screen readers but its English strings lack: without them a screen
+# reader said "common.complete" after every answer.
+SCREEN_READER_WORDS = gr.I18n(en={"common.complete": "Done"})
+
+
 def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
     demo.queue(default_concurrency_limit=8).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -93,6 +101,7 @@ def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
         theme=gr.themes.Soft(),
         css=CSS,
         js=train_tab.FREE_TEXT_JS,
+        i18n=SCREEN_READER_WORDS,
         # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
         # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.
         allowed_paths=[str(api.paths.downloads)],

@@ -21,6 +21,7 @@ from backend.api import (
     demo_model_note,
     gpu_task,
     message_text,
+    verdict_metric_line,
 )
 from components.job_pickers import finished_job_choices, job_choice_id
 from components.job_views import evaluation_markdown, verdict_line
@@ -223,6 +224,24 @@ def tools_hint(environment: str | None) -> str:
 
 NO_JOBS_HINT = "Train a job first; finished jobs appear here (Train tab → Queue, then wait for it to succeed)."
 PICK_JOB_HINT = "Pick a finished job above, then ask both models the same question."
+# How the chat asks (backend/chat/side_by_side.py's modes): what each one means for what the sides show.
+MODE_CHOICES = [("Compare (as the verdict)", "compare"), ("Conversation", "conversation")]
+MODE_NOTES = {
+    "compare": (
+        "**Compare:** each question is asked on its own (no history) and both sides answer greedily, as the "
+        "verdict's evaluation asks; the temperature and seed below are not used."
+    ),
+    "conversation": (
+        "**Conversation:** the history carries over from turn to turn, so a model may copy earlier answers (the demo "
+        "models copy numbers from them), and answers are sampled as set below; the verdict asks each question "
+        "fresh and greedy, so this is not what it scored."
+    ),
+}
+
+
+def mode_note(mode: str | None) -> str:
+    """What the tab says under the mode picker (Compare's note for an unknown mode)."""
+    return MODE_NOTES.get(mode or "compare", MODE_NOTES["compare"])
 
 
 def rows_text(count: int) -> str:
@@ -249,15 +268,6 @@ def thumb_note(row: dict, rows: list[dict]) -> str:
     return f"{said} ({thumb_rows_text(rows)}; one thumb per side per turn)."
 
 
-def loss_text(metrics: list[dict]) -> str:
-    """The training loss's first and last logged values: ``loss 5.71 → 5.12 over 6 steps`` ("" when none)."""
-    losses = [(m.get("step"), m["loss"]) for m in metrics if isinstance(m.get("loss"), (int, float))]
-    if not losses:
-        return ""
-    (_, first), (step, last) = losses[0], losses[-1]
-    return f"Training loss {first:.3f} → **{last:.3f}** (final, step {step})"
-
-
 def sides_text(job_id: str, model: str, parent_job_id: str | None = None) -> str:
     """Which chat side is which model.
 
@@ -269,14 +279,14 @@ def sides_text(job_id: str, model: str, parent_job_id: str | None = None) -> str
 
 
 def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
-    """What the Chat tab says about the picked job: the demo model's caveat, the final loss, the before/after
+    """What the Chat tab says about the picked job: the verdict and its own metric (what Compare mode asks as; not
+    the training loss, which for GRPO is not what it learns by), the demo model's caveat, the before/after
     evaluation; the hint to pick or train a job when none is picked."""
     job_id = job_choice_id(job_choice)
     if not job_id:
         return PICK_JOB_HINT
     try:
         job = api.get_job(job_id, user)
-        metrics = api.metrics(job_id, user=user)
     except JobNotFound:
         return "That job is not yours or no longer exists."
     model = job.spec.model.name_or_path
@@ -284,13 +294,15 @@ def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
     verdict = verdict_line(job)
     if verdict:
         parts.append(verdict)
+        parts.append(verdict_metric_line(job.artifacts.learning))
+    else:
+        parts.append("No learning verdict for this job (set *Held-out rows* in the Train tab to get one).")
     note = demo_model_note(model)
     if note:
         parts.append(f"ℹ️ **Demo model.** {note}")
-    loss = loss_text(metrics)
-    parts.append(loss or "No training loss was logged for this job.")
     evaluation = evaluation_markdown(job)
-    parts.append(evaluation or "No before/after evaluation (set *Held-out rows* in the Train tab to get one).")
+    if evaluation:
+        parts.append(evaluation)
     return "\n\n".join(parts)
 
 
@@ -306,6 +318,17 @@ def build(api: StudioAPI) -> ChatHandles:
         )
         refresh = gr.Button("Refresh jobs", size="sm")
     job_info = gr.Markdown(PICK_JOB_HINT, elem_id="chat-job-info")
+    with gr.Row():
+        mode = gr.Radio(
+            MODE_CHOICES,
+            value="compare",
+            label="Mode",
+            elem_id="chat-mode",
+            scale=1,
+            min_width=320,
+        )
+        mode_info = gr.Markdown(mode_note("compare"), elem_id="chat-mode-note")
+    mode.change(mode_note, mode, mode_info, api_name=False, queue=False)
     with gr.Accordion("System prompt and sampling (the same for both sides)", open=False):
         system = gr.Textbox(label="System prompt", lines=2)
         with gr.Row():
@@ -323,7 +346,6 @@ def build(api: StudioAPI) -> ChatHandles:
                 elem_id="chat-base",
                 height=380,
                 layout="panel",
-                placeholder=PICK_JOB_HINT,
             )
             with gr.Row():
                 left_up = gr.Button("👍 Good", size="sm", elem_id="left-up", scale=0, min_width=90)
@@ -336,13 +358,18 @@ def build(api: StudioAPI) -> ChatHandles:
                 elem_id="chat-tuned",
                 height=380,
                 layout="panel",
-                placeholder=PICK_JOB_HINT,
             )
             with gr.Row():
                 right_up = gr.Button("👍 Good", size="sm", elem_id="right-up", scale=0, min_width=90)
                 right_down = gr.Button("👎 Bad", size="sm", elem_id="right-down", scale=0, min_width=90)
     with gr.Row():
-        message = gr.Textbox(placeholder="Ask both models…", show_label=False, scale=5, elem_id="chat-input")
+        message = gr.Textbox(
+            placeholder="Ask both models…",
+            label="Message to both models",
+            show_label=False,
+            scale=5,
+            elem_id="chat-input",
+        )
         send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
     # Shown for a job that played an environment: its answers' tool calls can run there.
     with gr.Row(visible=False, elem_id="chat-tools") as tools_row:
@@ -397,8 +424,6 @@ def build(api: StudioAPI) -> ChatHandles:
         dpo, kto = current_export(user, "dpo"), current_export(user, "kto")
         return (
             hint,
-            gr.update(placeholder=hint),
-            gr.update(placeholder=hint),
             gr.update(value=dpo, interactive=dpo is not None),
             gr.update(value=kto, interactive=kto is not None),
         )
@@ -409,7 +434,7 @@ def build(api: StudioAPI) -> ChatHandles:
             return None
         return str(api.export_preferences(user, fmt))
 
-    gr.on(None, on_load, None, [job_info, base, tuned, export, export_kto], api_name=False)
+    gr.on(None, on_load, None, [job_info, export, export_kto], api_name=False)
 
     @as_user(signed_in=False)
     def on_job(user, job_choice):
@@ -452,6 +477,7 @@ def build(api: StudioAPI) -> ChatHandles:
         max_new,
         seed_value,
         sides_kept,
+        chat_mode="compare",
         profile: gr.OAuthProfile | None = None,
     ):
         user = require_user(profile)
@@ -460,8 +486,11 @@ def build(api: StudioAPI) -> ChatHandles:
             raise gr.Error("Pick a finished job first.")
         if not (text or "").strip():
             raise gr.Error("Type a message.")
+        chat_mode = chat_mode or "compare"
         base_hist, tuned_hist = list(base_hist or []), list(tuned_hist or [])
         sides_kept = sides_kept or {}
+        if chat_mode == "compare":  # one question on its own: the chat shows it alone, as the models see it
+            base_hist, tuned_hist, sides_kept = [], [], {}
         base_kept, tuned_kept = sides_kept.get("base"), sides_kept.get("tuned")
         try:
             updates = api.chat_turn(
@@ -471,6 +500,7 @@ def build(api: StudioAPI) -> ChatHandles:
                 text,
                 _settings(system_prompt, temp, max_new, seed_value),
                 user,
+                mode=chat_mode,
             )
         except JobNotFound:
             raise gr.Error("That job is not yours or no longer exists.") from None
@@ -517,7 +547,7 @@ def build(api: StudioAPI) -> ChatHandles:
             api_name=api_name,
         ).then(judges_back, job, judges, api_name=False, queue=False)
 
-    inputs = [job, message, base, tuned, system, temperature, max_tokens, seed, kept]
+    inputs = [job, message, base, tuned, system, temperature, max_tokens, seed, kept, mode]
     answering(send.click, stream, inputs, "chat_send")
     answering(message.submit, stream, inputs, False)
 
@@ -537,6 +567,7 @@ def build(api: StudioAPI) -> ChatHandles:
         max_new,
         seed_value,
         sides_kept,
+        chat_mode="compare",
         profile: gr.OAuthProfile | None = None,
     ):
         base_prev, tuned_prev, text = drop_last_turn(base_hist, tuned_hist)
@@ -556,13 +587,14 @@ def build(api: StudioAPI) -> ChatHandles:
             max_new,
             int(seed_value or 0) + 1,
             kept_prev,
+            chat_mode,
             profile=profile,
         )
 
     answering(
         regenerate.click,
         regenerate_turn,
-        [job, base, tuned, system, temperature, max_tokens, seed, kept],
+        [job, base, tuned, system, temperature, max_tokens, seed, kept, mode],
         "chat_regenerate",
     )
 

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.api import JobRecord, JobStatus, StudioAPI, live_figures, performance_line, status_text
+from backend.api import (
+    JobRecord,
+    JobStatus,
+    StudioAPI,
+    live_figures,
+    performance_line,
+    standing_warnings,
+    status_text,
+)
 
 TABLE_COLUMNS = [
     "id",
@@ -220,7 +228,7 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
             "push again below)"
         )
     lines.extend(hub_checkpoint_lines(job))
-    for warning in job.artifacts.preflight_warnings or []:
+    for warning in standing_warnings(job.artifacts.preflight_warnings or [], job.artifacts.learning):
         lines.append(f"⚠️ {warning}")
     return "\n\n".join(lines)
 

@@ -134,8 +134,9 @@ def test_app_second_chat_turn_and_a_preference_round_trip(app_url, store):
         api_name="/submit_spec",
     )
     assert wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
-    base, tuned, _ = client.predict(job_id, "Hi", [], [], "Be brief.", 0.9, 12, 1, api_name="/chat_send")
-    base, tuned, _ = client.predict(job_id, "And again?", base, tuned, "Be brief.", 0.9, 12, 1, api_name="/chat_send")
+    chat = ("Be brief.", 0.9, 12, 1, "conversation")  # the history carries over (the default, "compare", asks anew)
+    base, tuned, _ = client.predict(job_id, "Hi", [], [], *chat, api_name="/chat_send")
+    base, tuned, _ = client.predict(job_id, "And again?", base, tuned, *chat, api_name="/chat_send")
     assert len(base) == len(tuned) == 4
     note, ready = client.predict(job_id, base, tuned, "Be brief.", api_name="/prefer_tuned")
     assert "(1 preference row so far" in note and ready  # the export is ready for the button's one click

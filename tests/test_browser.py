@@ -204,6 +204,8 @@ def _bot_texts(page) -> tuple[str, str]:
 def test_chat_tab_streams_base_and_tuned_answers_side_by_side(page):
     job_id = _job_id()
     page.get_by_role("tab", name="Chat").click()
+    # Sampled answers (the pick below needs two that differ): Conversation; Compare answers greedily.
+    page.locator("#chat-mode").get_by_text("Conversation").click()
 
     # Short answers keep the test quick (the demo model is random: it always talks until max tokens).
     page.get_by_text("System prompt and sampling (the same for both sides)").click()

@@ -103,6 +103,8 @@ def test_gradio_client_gets_the_blocks_runs_the_calls_and_a_second_turn_reads_th
     assert rows[-1]["completion"][0]["content"].startswith(SAID) and rows[-1]["label"] is False
 
     # The next turn: each side's model reads its own call and the tool's answer (rendered by its chat template).
-    base, tuned, _ = client.predict(app.job_id, "Thanks!", base, tuned, "", 0.0, 16, 0, api_name="/chat_send")
+    base, tuned, _ = client.predict(
+        app.job_id, "Thanks!", base, tuned, "", 0.0, 16, 0, "conversation", api_name="/chat_send"
+    )
     assert [m["role"] for m in tuned][-2:] == ["user", "assistant"] and tuned[-1]["content"]
     assert "Traceback" not in app.log_tail(20_000)

@@ -302,6 +302,8 @@ def _slow_down(page, app, api_name: str, ms: int = 1500) -> None:
 
 def test_chat_buttons_wait_for_a_job_and_an_export_right_after_a_pick_downloads_it(page, app):
     page.get_by_role("tab", name="Chat").click()
+    # Sampled answers (a pick needs two that differ): Conversation; Compare answers greedily.
+    page.locator("#chat-mode").get_by_text("Conversation").click()
     buttons = ("#chat-regenerate", "#chat-clear", "#left-better", "#right-better")
     for button in buttons:
         expect(page.locator(button)).to_be_disabled()

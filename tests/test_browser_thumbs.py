@@ -52,6 +52,8 @@ def app(tmp_path_factory, models_dir):
 @pytest.fixture(scope="module")
 def page(app):
     with open_chat_tab(app.url) as page:
+        # Sampled answers that differ, and turns that follow one another: Conversation (Compare answers greedily).
+        page.locator("#chat-mode").get_by_text("Conversation").click()
         yield page
 
 

@@ -31,7 +31,7 @@ from backend.api.common import MetricsPage, Submitted, WarmUp
 from backend.api.studio import StudioAPI
 from backend.core.artifacts import BenchmarkReport, LearningVerdict, SignalWatch
 from backend.core.benchmarks import compare_rows as benchmark_compare_rows
-from backend.core.learning import status_text
+from backend.core.learning import standing_warnings, status_text, verdict_metric_line
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
 from backend.core.users import User, hub_user, local_user
 from backend.core.wording import counted
@@ -53,6 +53,9 @@ from backend.platform.storage import StorageError
 
 # The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
 __all__ = [
+    "standing_warnings",
+    "verdict_metric_line",
+    "CHAT_MODES",
     "StudioAPI",
     "Submitted",
     "WarmUp",
@@ -116,6 +119,7 @@ __all__ = [
 _LAZY_EXPORTS = {
     "GenerationSettings": "backend.models.mixed_batch",
     "message_text": "backend.chat.side_by_side",
+    "CHAT_MODES": "backend.chat.side_by_side",
     "UnmappedUpload": "backend.data.uploads",
     "PushError": "backend.hub.publish",
     "ExportError": "backend.workflows.export",

@@ -15,7 +15,7 @@ from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, S
 
 if TYPE_CHECKING:
     from backend.chat.feedback import FeedbackFormat, PreferenceLog, ThumbLog
-    from backend.chat.side_by_side import ComparisonChat, GenerationSettings, PairUpdate
+    from backend.chat.side_by_side import ChatMode, ComparisonChat, GenerationSettings, PairUpdate
     from backend.chat.tool_calls import ToolCall
     from backend.workflows.chat_tools import ToolRun
 
@@ -80,8 +80,17 @@ class ChatOperations:
         message: str,
         settings: GenerationSettings | None = None,
         user: User | None = None,
+        mode: ChatMode = "conversation",
     ):
-        """Stream (base answer, tuned answer) so far for a finished job: one base model, adapter on for one side."""
+        """Stream (base answer, tuned answer) so far for a finished job: one base model, adapter on for one side.
+
+        ``mode`` "compare" asks as the learning verdict's evaluation does: the histories are left out and both sides
+        answer greedily (the Chat tab's default); "conversation" sends each side's history and samples as set."""
+        from backend.chat.side_by_side import GenerationSettings, mode_turn
+
+        base_history, tuned_history, settings = mode_turn(
+            mode, base_history, tuned_history, settings or GenerationSettings()
+        )
         chat = self._chat_for(job_id, user)
         return self._held_stream(chat.stream_pair(base_history, tuned_history, message, settings), user)
 
@@ -93,10 +102,16 @@ class ChatOperations:
         message: str,
         settings: GenerationSettings | None = None,
         user: User | None = None,
+        mode: ChatMode = "conversation",
     ) -> Iterator[PairUpdate]:
         """:meth:`chat_pair` as ``PairUpdate``s (``.base``, ``.tuned``): the last one's ``.answers`` hold each side's
         answer read for tool calls (``ChatAnswer``: the text as streamed, what it says apart from its calls, the
         calls). A history may hold assistant turns with ``tool_calls`` and ``tool`` turns (a tool's answer)."""
+        from backend.chat.side_by_side import GenerationSettings, mode_turn
+
+        base_history, tuned_history, settings = mode_turn(
+            mode, base_history, tuned_history, settings or GenerationSettings()
+        )
         chat = self._chat_for(job_id, user)
         return self._held_stream(chat.stream_turn(base_history, tuned_history, message, settings), user)
 

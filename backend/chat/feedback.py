@@ -249,7 +249,10 @@ class PreferenceLog(FeedbackLog):
         if not better.strip() or not worse.strip():
             raise ValueError("one of the answers is empty; there is nothing to prefer - ask again or pick another turn")
         if better == worse:
-            raise ValueError("both answers are the same, so neither is better; ask again with sampling on")
+            raise ValueError(
+                "both answers are the same, so neither is better; ask something else, or pick Conversation and ask "
+                "again with sampling on (Compare answers greedily)"
+            )
         row = {
             "prompt": prompt,
             "chosen": [{"role": "assistant", "content": better}],

@@ -3,13 +3,14 @@ about the answers is kept by backend/chat/feedback.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import queue
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from transformers.generation.streamers import BaseStreamer
 
@@ -22,6 +23,28 @@ if TYPE_CHECKING:
     from backend.jobs.store import JobRecord
 
 Message = dict[str, Any]
+
+# How the chat asks: "compare" as the learning verdict's evaluation does (each question on its own, greedy on both
+# sides), or "conversation" (each side's history carries over, sampled as set).
+ChatMode = Literal["compare", "conversation"]
+CHAT_MODES: tuple[ChatMode, ...] = ("compare", "conversation")
+
+
+def mode_turn(
+    mode: str, base_history: Sequence[Message], tuned_history: Sequence[Message], settings: GenerationSettings
+) -> tuple[list[Message], list[Message], GenerationSettings]:
+    """What a turn sends each side in ``mode``: in "compare" no history and greedy answers (the system prompt and
+    the answer's length stay), so the sides answer as the verdict scored them; in "conversation" all as given.
+
+    >>> base, tuned, greedy = mode_turn("compare", [{"role": "user", "content": "2+2?"}], [], GenerationSettings())
+    >>> base, tuned, greedy.temperature
+    ([], [], 0.0)
+    """
+    if mode == "conversation":
+        return list(base_history), list(tuned_history), settings
+    if mode == "compare":
+        return [], [], dataclasses.replace(settings, temperature=0.0)
+    raise ValueError(f"the chat's mode is 'compare' or 'conversation', not {str(mode)[:40]!r}")
 
 
 @dataclass(frozen=True)

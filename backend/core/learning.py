@@ -331,3 +331,40 @@ def status_text(status: str, learning: LearningVerdict | dict[str, Any] | None) 
     if status == "succeeded" and outcome in ("regressed", "worse"):
         return "succeeded - got worse"
     return status
+
+
+def verdict_metric_line(learning: LearningVerdict | None) -> str:
+    """What the verdict measured, as the Chat tab's header says it: the metric, start -> tuned, on how many rows
+    ("" before there is a verdict). Not the training loss, which for GRPO is not what it learns by.
+
+    >>> v = LearningVerdict(metric="exact_match", label="held-out accuracy", verdict="improved", sentence="",
+    ...                     before=0.41, after=0.59, delta=0.18, ci95=0.06, rows=256, rate=True)
+    >>> verdict_metric_line(v)
+    "The verdict's metric: **held-out accuracy**, 41% -> 59% (+18 points, ±6) on 256 held-out rows."
+    """
+    if learning is None:
+        return ""
+    change = f" ({change_text(learning.delta, learning.ci95, learning.rate)})" if learning.delta is not None else ""
+    scores = f"{shown(learning.before, learning.rate)} -> {shown(learning.after, learning.rate)}{change}"
+    rows = f" on {learning.rows} held-out {'row' if learning.rows == 1 else 'rows'}" if learning.rows else ""
+    return f"The verdict's metric: **{learning.label}**, {scores}{rows}."
+
+
+# The pre-flight's warning that a GRPO run may find nothing rewarded (its groups all score the same) says this.
+NO_REWARD_WARNING_MARK = "GRPO learns only from"
+
+
+def standing_warnings(warnings: Sequence[str], learning: LearningVerdict | None) -> list[str]:
+    """The pre-flight warnings that still stand for a job: the one that no group may earn a reward is gone once the
+    verdict says the job improved (it did find rewards to learn from).
+
+    >>> said = ["GRPO learns only from groups where some episodes earn a reward: ...", "Few rows."]
+    >>> standing_warnings(said, None) == said
+    True
+    >>> won = LearningVerdict(metric="success", label="success", verdict="improved", sentence="")
+    >>> standing_warnings(said, won)
+    ['Few rows.']
+    """
+    if learning is None or learning.verdict != "improved":
+        return list(warnings)
+    return [w for w in warnings if NO_REWARD_WARNING_MARK not in w]
