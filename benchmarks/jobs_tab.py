@@ -109,7 +109,9 @@ def _click_at(page, tab) -> None:
 def _open(page, tab, ready: str) -> tuple[float, float]:
     """(shown, free) in ms after a user's click on ``tab`` (the page's clock)."""
     _click_at(page, tab)
-    return page.evaluate(MEASURE, ready)
+    shown, free = page.evaluate(MEASURE, ready)
+    print(f"opened {tab}: shown {shown:.0f} ms, free {free:.0f} ms", file=sys.stderr, flush=True)
+    return shown, free
 
 
 def main() -> None:
@@ -155,6 +157,7 @@ def main() -> None:
                     jobs_tab.click()
                     expect(page.locator("#job-summary")).to_contain_text(job_id, timeout=60_000)
                     waited.append((time.perf_counter() - start) * 1000)
+                    print(f"Playwright wait: {waited[-1]:.0f} ms", file=sys.stderr, flush=True)
                 else:
                     switch.append(_open(page, jobs_tab, ready))
                 page.wait_for_timeout(args.dwell * 1000)  # as a user reads it; the tab ticks meanwhile
