@@ -10,6 +10,7 @@ state. The table and the detail come from one read per tick, so they never disag
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +26,11 @@ from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train_form import FIELDS, spec_to_form
 
 REFRESH_S = 2.0
+# A running job's plots, samples and logs are sent at most this often by the tick (its summary and progress at every
+# tick): drawing them is most of a tick's cost in the browser, and a page that redrew them every 2 s was never free
+# (issue 37: a click on the Jobs tab waited behind those draws; benchmarks/jobs_tab.py).
+HEAVY_EVERY_S = 10.0
+HEAVY_AT = "heavy_at"  # the key, in the page's digests, of when its plots, samples and logs were last sent
 # A plot with nothing to draw is hidden by a class, kept in the page: Gradio's LinePlot, unmounted (visible=False)
 # while it still drew, threw "Cannot read properties of null (reading 'offsetWidth')" (issue 24).
 UNDRAWN = "undrawn"
@@ -219,6 +225,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
 
     light = [summary, progress, detail_box, cancel_button, resume_button, push_button, prepare_button, evaluation]
     heavy = [*plots.values(), samples_note, samples, log_rows, log]
+    heavy_ids = {id(c) for c in heavy}
     # The order of /show_job's outputs, as scripts read them.
     detail = [summary, progress, *plots.values(), detail_box, *light[3:], samples_note, samples, log_rows, log]
 
@@ -278,8 +285,18 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
 
     def tick(selected, seen, profile: gr.OAuthProfile | None = None):
         """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log
-        are not sent (nor redrawn by the browser) every 2 s."""
-        return sent(view(selected, profile), seen, everything)
+        are not sent (nor redrawn by the browser) every 2 s, and a running job's at most every ``HEAVY_EVERY_S``."""
+        values = view(selected, profile)
+        now = time.monotonic()
+        if seen and now - seen.get(HEAVY_AT, 0.0) < HEAVY_EVERY_S:
+            light_at = [i for i, c in enumerate(everything) if id(c) not in heavy_ids]
+            *answers, digests = sent([values[i] for i in light_at], seen, [everything[i] for i in light_at])
+            out: list = [gr.skip()] * len(everything)
+            for i, answer in zip(light_at, answers):
+                out[i] = answer
+            return [*out, digests]
+        *answers, digests = sent(values, seen, everything)
+        return [*answers, {**digests, HEAVY_AT: now}]
 
     def sent(values: list, seen: dict | None, outputs: list) -> list:
         """``values`` for ``outputs`` (some of ``everything``), skipping those the page already shows, and the digests
@@ -292,7 +309,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         them. The plots, samples and logs follow (``open_rest``): drawing them is most of a refresh's cost."""
         user = user_from(profile)
         values, picked = listed(user, selected)
-        return sent([*values, *light_updates(user, picked)], seen, [*everything[:6], *light])
+        return [*sent([*values, *light_updates(user, picked)], seen, [*everything[:6], *light]), follow()]
 
     def open_rest(selected, seen, profile: gr.OAuthProfile | None = None):
         """The tab opened, second part: the picked job's plots, samples and logs, what changed since last drawn."""
@@ -301,7 +318,8 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             job = api.get_job(job_choice_id(selected) or "", user) if user else None
         except JobNotFound:
             job = None
-        return sent(heavy_updates(user, job), seen, heavy)
+        *answers, digests = sent(heavy_updates(user, job), seen, heavy)
+        return [*answers, {**digests, HEAVY_AT: time.monotonic()}]
 
     def show_job(selected, profile: gr.OAuthProfile | None = None):
         """The picked job's detail at once (not at the next tick)."""
@@ -410,11 +428,11 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     # Two parts, each only what changed: the summary shows at once, the plots draw after it (issue 24: the whole tab
     # sent on every open kept the browser busy for seconds, benchmarks/jobs_tab.py).
     if isinstance(Context.block, gr.Tab):
-        first = [*everything[:6], *light, shown]
+        # The timer starts in the same answer as the summary: one request on opening, not two.
+        first = [*everything[:6], *light, shown, timer]
         Context.block.select(open_first, [picker, shown], first, api_visibility="private", **quiet).then(
             open_rest, [picker, shown], [*heavy, shown], api_visibility="private", trigger_mode="always_last", **quiet
         )
-        Context.block.select(follow, None, timer, api_visibility="private", queue=False)
     # The last job's plots are hidden (by class, kept mounted: UNDRAWN) until the picked one's detail arrives.
     picker.change(
         lambda: [*[gr.update(elem_classes=[UNDRAWN])] * len(plots), "", {}],
