@@ -174,3 +174,17 @@ def test_evaluation_reports_its_rows_and_logs_one_short_line(paths, store, caplo
     assert len(stored["per_row"]["tuned"]["exact_match"]) == len(rows)
     assert len(stored["per_row"]["base"]["token_nll"]) == len(rows)
     assert stored == json.loads(json.dumps(evaluation))
+
+
+def test_submit_wait_bar_says_evaluating(store, capsys, monkeypatch):
+    from backend import cli
+
+    job = store.add(parse_spec(tiny_spec()))
+    store.claim_next()
+    store.report(job.id, [], EVALUATING_PROGRESS)
+    evaluating = store.get(job.id)
+    store.finish(job.id, JobStatus.succeeded)
+    answers = iter([evaluating, store.get(job.id)])
+    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    cli._wait(SimpleNamespace(get_job=lambda job_id: next(answers)), job.id, quiet=False)
+    assert "evaluating: 64 / 256 rows (base and tuned)" in capsys.readouterr().err
