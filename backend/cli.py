@@ -16,6 +16,7 @@ from backend.api import StorageError, StudioAPI
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
 from backend.core.spec import SpecError, load_spec_text
+from backend.core.wording import EVALUATING, progress_text
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.launcher import EnvironmentStartError
 from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
@@ -111,7 +112,9 @@ def _print_record(data: dict[str, Any]) -> None:
         ("finished", _ts(data["finished_at"])),
     ]
     progress = data.get("progress") or {}
-    if progress.get("total_steps"):
+    if progress.get("phase") == EVALUATING and data.get("status") == JobStatus.running.value:
+        rows.append(("progress", progress_text(progress)))
+    elif progress.get("total_steps"):
         rows.append(("progress", f"step {progress['step']}/{progress['total_steps']}"))
     for label, value in (
         ("adapter dir", artifacts.adapter_dir),
@@ -153,7 +156,16 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
                 warned = True
                 tqdm.write(f"warning: {job_id}: {warning}", file=sys.stderr)
             progress = job.progress
-            if not quiet and progress.get("total_steps"):
+            evaluating = progress.get("phase") == EVALUATING and not job.status.finished
+            if not quiet and evaluating:
+                if bar is None or bar.unit != "row":  # the training bar ends; the evaluation's rows follow
+                    if bar is not None:
+                        bar.close()
+                    bar = tqdm(total=progress.get("eval_rows") or 0, desc=job_id, unit="row", dynamic_ncols=True)
+                bar.n = progress.get("eval_done", 0)
+                bar.set_postfix_str(progress_text(progress), refresh=False)
+                bar.refresh()
+            elif not quiet and progress.get("total_steps") and (bar is None or bar.unit == "step"):
                 if bar is None:
                     bar = tqdm(total=progress["total_steps"], desc=job_id, unit="step", dynamic_ncols=True)
                 bar.n = progress["step"]
@@ -239,7 +251,8 @@ def cmd_list(api: StudioAPI, args) -> int:
     print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  {'run':<{run_width}}  model")
     for job, status, run in zip(jobs, statuses, runs):
         p = job.progress
-        progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else "-"
+        progress = progress_text(p) if job.status is JobStatus.running else progress_text({**p, "phase": None})
+        progress = progress or "-"
         print(
             f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "
             f"{_ts(job.created_at):<19}  {run:<{run_width}}  {job.spec.model.name_or_path}"

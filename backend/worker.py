@@ -189,16 +189,55 @@ def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> di
     except Exception as exc:  # noqa: BLE001
         log.exception("%s failed", name)
         result = {"error": describe_failure(exc)}
-    (paths.job_dir(job_id) / f"{name}.json").write_text(json.dumps(result, indent=2))
-    log.info("%s: %s", name, result)
+    path = paths.job_dir(job_id) / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2))
+    log.info("%s: %s (per-row scores in %s)", name, evaluation_summary(result), path.name)
     return result
 
 
+def evaluation_summary(result: dict, limit: int = 400) -> str:
+    """One short line of an evaluation's result for the log: each side's summary scores, without the per-row ones
+    (they are in the evaluation's JSON file).
+
+    >>> evaluation_summary({"rows": 2, "tuned": {"exact_match": 0.5}, "base": {"exact_match": 0.0},
+    ...                     "per_row": {"tuned": {"exact_match": [1.0, 0.0]}}})
+    'rows 2; tuned: exact_match 0.5; base: exact_match 0'
+    >>> evaluation_summary({"error": "out of memory"})
+    'error: out of memory'
+    """
+    parts = []
+    for key, value in result.items():
+        if key == "per_row":
+            continue
+        if isinstance(value, dict):
+            figures = ", ".join(f"{k} {_figure(v)}" for k, v in value.items() if not isinstance(v, (dict, list)))
+            parts.append(f"{key}: {figures}")
+        elif not isinstance(value, list):
+            parts.append(f"{key} {_figure(value)}" if key != "error" else f"error: {value}")
+    line = "; ".join(parts)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _figure(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def run_evaluation(
-    trainer, spec: JobSpec, held_out, paths: DataPaths, job_id: str, parent_adapter: Path | None = None
+    trainer,
+    spec: JobSpec,
+    held_out,
+    paths: DataPaths,
+    job_id: str,
+    parent_adapter: Path | None = None,
+    callback=None,
 ) -> dict:
-    """Before/after scores on the held-out rows (with where a staged job started: its parent's adapter)."""
+    """Before/after scores on the held-out rows (with where a staged job started: its parent's adapter); the job's
+    progress says the rows scored so far (through ``callback``, the job's StoreReportingCallback)."""
     from backend.training.evaluation import evaluate_before_after
+
+    def on_rows(done: int, total: int, sides: str) -> None:
+        if callback is not None:
+            callback.evaluation_progress(trainer.state, done, total, sides)
 
     log.info(
         "evaluating the base, %sthe tuned model on %d held-out rows",
@@ -206,7 +245,7 @@ def run_evaluation(
         len(held_out),
     )
     return recorded_evaluation(
-        "evaluation", lambda: evaluate_before_after(trainer, spec, held_out, parent_adapter), paths, job_id
+        "evaluation", lambda: evaluate_before_after(trainer, spec, held_out, parent_adapter, on_rows), paths, job_id
     )
 
 
@@ -345,6 +384,9 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
         )
         log.info("trainer ready: model loaded and data prepared")
+        if held_out is not None and (environment is None or spec.rollout.rewards):
+            # The ETA counts the evaluation after the last step: base and tuned (and a staged job's start).
+            callback.expect_evaluation(len(held_out), 1 + spec.eval.compare_base + (parent_adapter is not None))
         resuming = job.resume or spec.training.resume_from_hub is not None
         resume_from = last_checkpoint(output_dir) if resuming else None
         if resuming:
@@ -382,7 +424,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         store.merge_artifacts(job_id, outputs)
         evaluation = environment_evaluation = None
         if held_out is not None and (environment is None or spec.rollout.rewards):
-            evaluation = run_evaluation(trainer, spec, held_out, paths, job_id, parent_adapter)
+            evaluation = run_evaluation(trainer, spec, held_out, paths, job_id, parent_adapter, callback)
             store.merge_artifacts(job_id, evaluation=without_rows(evaluation))
         if environment is not None and spec.environment.eval_episodes:
             rows = held_out if held_out is not None else trainer.train_dataset

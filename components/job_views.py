@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from backend.api import (
+    EVALUATING,
     JobRecord,
     JobStatus,
     StudioAPI,
     live_figures,
     performance_line,
+    progress_text,
     standing_warnings,
     status_text,
 )
@@ -144,7 +146,7 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
     rows = []
     for job in reversed(jobs):
         p = job.progress or {}
-        progress = f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""
+        progress = progress_text(p)
         queue = api.queue_position(job.id) if job.status is JobStatus.queued else None
         rows.append(
             [
@@ -169,6 +171,8 @@ def progress_html(job: JobRecord) -> str:
     fraction = progress_fraction(job)
     p = job.progress or {}
     label = f"{p.get('step', 0)}/{p.get('total_steps') or '?'} steps"
+    if job.status is JobStatus.running and p.get("phase") == EVALUATING:
+        label = progress_text(p)
     if job.status is JobStatus.running and p.get("eta_seconds") is not None:
         label += f" · ETA {eta_text(p['eta_seconds'])}"
     if p.get("loss") is not None:

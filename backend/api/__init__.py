@@ -34,7 +34,7 @@ from backend.core.benchmarks import compare_rows as benchmark_compare_rows
 from backend.core.learning import standing_warnings, status_text, verdict_metric_line
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
 from backend.core.users import User, hub_user, local_user
-from backend.core.wording import counted
+from backend.core.wording import EVALUATING, counted, progress_text
 from backend.data.upload_store import StoredUpload, UploadShelf
 from backend.jobs.scheduler import SchedulerHealth
 from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
@@ -103,6 +103,8 @@ __all__ = [
     "Monitoring",
     "monitoring",
     "status_text",
+    "progress_text",
+    "EVALUATING",
     "counted",
     "LearningVerdict",
     "SignalWatch",

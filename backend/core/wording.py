@@ -1,4 +1,4 @@
-"""How the studio words counts for people: "1 row", "3 rows" (never "1 rows")."""
+"""How the studio words counts and progress for people: "3 rows" (never "1 rows"), "evaluating: 64 / 256 rows"."""
 
 from __future__ import annotations
 
@@ -12,3 +12,25 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     '12,345 rows'
     """
     return f"{count:,} {noun if count == 1 else (plural or noun + 's')}"
+
+
+# The progress's phase while the before/after evaluation scores the held-out rows (after the last training step).
+EVALUATING = "evaluating"
+
+
+def progress_text(progress: dict | None) -> str:
+    """A job's progress in a few words, as the table, ``list`` and the CLI's bar say it: the training steps, or,
+    while the evaluation runs, the held-out rows scored so far.
+
+    >>> progress_text({"step": 3, "total_steps": 10})
+    '3/10'
+    >>> progress_text({"step": 10, "total_steps": 10, "phase": "evaluating", "eval_done": 64, "eval_rows": 256})
+    'evaluating: 64 / 256 rows (base and tuned)'
+    >>> progress_text({})
+    ''
+    """
+    p = progress or {}
+    if p.get("phase") == EVALUATING:
+        sides = p.get("eval_sides") or "base and tuned"
+        return f"evaluating: {p.get('eval_done', 0)} / {p.get('eval_rows', 0)} rows ({sides})"
+    return f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from backend.models.mixed_batch import GenerationSettings, mixed_generate, mixed_logprobs
@@ -50,10 +53,43 @@ def render_texts(tokenizer, prompt, completion=None, tools: list[dict] | None = 
 BATCH_ROWS = 16
 
 
+# Told the share of a pass over the rows that is scored (0 to 1) as each chunk is done: the evaluation's progress.
+_ON_PASS: ContextVar[Callable[[float], None] | None] = ContextVar("scoring_progress", default=None)
+
+
+@contextmanager
+def reporting_progress(on_pass: Callable[[float], None]) -> Iterator[None]:
+    """While inside, every pass over rows (:func:`chunks`) tells ``on_pass`` its share scored after each chunk."""
+    token = _ON_PASS.set(on_pass)
+    try:
+        yield
+    finally:
+        _ON_PASS.reset(token)
+
+
+# Sequences per generate call for short answers: the cost of a batch is mostly its number of decoding steps, and a
+# large batch shares them (256 rows, base and tuned, in one call), within a budget of tokens held (prompt and answer).
+GENERATION_ROWS = 512
+GENERATION_TOKENS = 32768
+
+
+def generation_rows(longest_prompt: int, new_tokens: int) -> int:
+    """Sequences per generate call: :data:`GENERATION_ROWS`, fewer where long prompts would hold too many tokens.
+
+    >>> generation_rows(40, 20), generation_rows(1000, 256), generation_rows(100000, 10)
+    (512, 26, 16)
+    """
+    return max(BATCH_ROWS, min(GENERATION_ROWS, GENERATION_TOKENS // max(longest_prompt + new_tokens, 1)))
+
+
 def chunks(items: list, size: int = BATCH_ROWS):
-    """``items`` in slices of at most ``size``: the rows of one forward pass."""
+    """``items`` in slices of at most ``size``: the rows of one forward pass. Each slice done is reported to the
+    progress of :func:`reporting_progress`, if any."""
+    on_pass = _ON_PASS.get()
     for start in range(0, len(items), size):
         yield items[start : start + size]
+        if on_pass is not None:
+            on_pass(min(start + size, len(items)) / len(items))
 
 
 def per_side(sides: list[str | None], values: list[tuple[str | None, Any]]) -> dict[str | None, list]:
@@ -84,7 +120,7 @@ def answer_scores(
     None), rendered into its chat template."""
     longest = max(len(tokenizer(ref, add_special_tokens=False)["input_ids"]) for ref in references)
     settings = GenerationSettings(max_new_tokens=min(ANSWER_TOKENS, longest + ANSWER_SLACK_TOKENS), temperature=0)
-    answers = generate_completions(model, tokenizer, prompts, sides, settings, tools)
+    answers = generate_completions(model, tokenizer, prompts, sides, settings, tools, batched=True)
     boxed = all(_BOXED.search(ref) for ref in references)
     result = {}
     for side, texts in answers.items():
@@ -124,19 +160,25 @@ def merge_scores(into: dict[str | None, dict], extra: dict[str | None, dict]) ->
 
 
 def generate_completions(
-    model, tokenizer, prompts, sides, settings: GenerationSettings, tools: list | None = None
+    model, tokenizer, prompts, sides, settings: GenerationSettings, tools: list | None = None, batched: bool = False
 ) -> dict[str | None, list[str]]:
     """Each prompt's completion under each side, all sides in the same batches; ``tools``: each prompt's tool schemas
-    (or None), rendered into its chat template.
+    (or None), rendered into its chat template. ``batched``: short answers, many rows per call
+    (:func:`generation_rows`), else :data:`BATCH_ROWS` sequences per call.
 
     Prompt i is sampled with seed ``settings.seed + i`` on every side (its own random stream), so a completion does
     not depend on how the rows are batched, and base and tuned draw the same random numbers for the same prompt.
     """
     tools = tools or [None] * len(prompts)
     texts = [render_texts(tokenizer, prompt, tools=schemas)[0] for prompt, schemas in zip(prompts, tools)]
-    items = [(i, side) for i in range(len(prompts)) for side in sides]
+    # Prompts of about the same length share a batch (little padding); each keeps its own seed, so the order of the
+    # batches changes nothing but the time.
+    lengths = [len(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
+    order = sorted(range(len(prompts)), key=lambda i: lengths[i])
+    items = [(i, side) for i in order for side in sides]
     completions = []
-    for chunk in chunks(items):
+    size = generation_rows(max(lengths, default=0), settings.max_new_tokens) if batched else BATCH_ROWS
+    for chunk in chunks(items, size):
         ids = mixed_generate(
             model,
             tokenizer,
@@ -146,7 +188,8 @@ def generate_completions(
             row_seeds=[settings.seed + i for i, _ in chunk],
         )
         completions += [tokenizer.decode(row, skip_special_tokens=True) for row in ids]
-    return per_side(sides, [(side, text) for (_, side), text in zip(items, completions)])
+    answers = {(i, side): text for (i, side), text in zip(items, completions)}
+    return {side: [answers[i, side] for i in range(len(prompts))] for side in sides}
 
 
 def split_answer(row) -> tuple[Any, Any] | None:

@@ -7,7 +7,7 @@ verdict (backend/core/learning.py) draws its interval from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from backend.core.artifacts import BenchmarkReport, GuardCheck, LearningVerdict
@@ -15,7 +15,7 @@ from backend.core.learning import LearningMetric, guard, guard_check, guarded, n
 from backend.core.spec import JobSpec
 from backend.methods.table import support
 from backend.models.mixed_batch import BASE_ADAPTER, adapter_name
-from backend.models.scoring import PER_ROW
+from backend.models.scoring import PER_ROW, reporting_progress
 
 # The adapter name the parent's adapter is loaded under for the evaluation of a staged job.
 START_ADAPTER = "studio_start"
@@ -48,21 +48,52 @@ def load_start_adapter(model, parent_adapter) -> bool:
     return True
 
 
-def evaluate_before_after(trainer, spec: JobSpec, held_out, parent_adapter=None) -> dict[str, Any]:
+def sides_label(sides: Sequence[str | None]) -> str:
+    """The sides an evaluation scores, as the progress says them: "base and tuned", "base, start and tuned".
+
+    >>> sides_label(["default", BASE_ADAPTER]), sides_label(["default", START_ADAPTER, BASE_ADAPTER])
+    ('base and tuned', 'base, start and tuned')
+    """
+    labels = [side_label(side) for side in reversed(sides)]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def evaluation_sides(model, spec: JobSpec, parent_adapter=None) -> list[str | None]:
+    """The sides the evaluation will score (the start's adapter loaded first where a staged job has one)."""
+    load_start_adapter(model, parent_adapter)
+    return _sides(model, spec.eval.compare_base)
+
+
+def evaluate_before_after(
+    trainer,
+    spec: JobSpec,
+    held_out,
+    parent_adapter=None,
+    on_rows: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Any]:
     """Scores of the base, the start (a staged job's parent adapter) and the tuned model on the same held-out rows,
     by the job's method's evaluation.
 
     All come from the trainer's model, loaded once: the base is that model with its adapter off, the start the
     parent's adapter loaded beside the tuned one. Methods that score sequences score every side in the same batches
     (PEFT's mixed-adapter rows). ``per_row`` holds each side's per-row values for the learning verdict.
+    ``on_rows(k, n, sides)`` is told, as each batch is scored, that k of the n rows are scored on every side of
+    ``sides`` ("base and tuned") in the current pass over them.
     """
     model = trainer.model
     model.eval()
-    load_start_adapter(model, parent_adapter)
     rows = [held_out[i] for i in range(len(held_out))]
     result: dict[str, Any] = {"rows": len(rows), PER_ROW: {}}
-    sides = _sides(model, spec.eval.compare_base)
-    scores = support(spec.method).evaluate(trainer, spec, rows, sides)
+    sides = evaluation_sides(model, spec, parent_adapter)
+    sides_text = sides_label(sides)
+
+    def on_pass(share: float) -> None:
+        if on_rows is not None:
+            on_rows(round(share * len(rows)), len(rows), sides_text)
+
+    on_pass(0.0)
+    with reporting_progress(on_pass):
+        scores = support(spec.method).evaluate(trainer, spec, rows, sides)
     for side in sides:
         label = side_label(side)
         side_scores = dict(scores[side])
