@@ -257,6 +257,8 @@ def test_chat_shows_the_jobs_loss_and_evaluation_and_keeps_one_preference_per_tu
     expect(info).not_to_contain_text("Training loss")
     expect(info).to_contain_text("Before/after on 4 held-out rows")
 
+    # A pick needs answers that differ: sampled ones (Conversation); Compare answers greedily on both sides.
+    page.locator("#chat-mode").get_by_text("Conversation").click()
     page.locator("#chat-input textarea").fill("Hi")
     page.locator("#chat-send").click()
     for side in ("base", "tuned"):
