@@ -1,17 +1,19 @@
 """The job's ETA: training steps left at a smoothed step time, plus the before/after evaluation still ahead.
 
-The step time is an exponential moving average whose change per step is bounded, so one slow step (a checkpoint
-save, a long GRPO completion) does not swing the ETA, while a run whose steps grow is still followed. The first
-step (loading, compilation, warm-up) is left out once a second one is known.
+The step time is the mean of the last :data:`WINDOW` steps, each first capped at :data:`OUTLIER_CAP` times their
+median: one slow step (a checkpoint save, a long GRPO completion) moves it little, so the ETA does not swing, while
+steps that stay slower take over the median and are followed within a window. The first step (loading,
+compilation, warm-up) is left out once a second one is known.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 
-# Weight of the newest step in the moving average, and the most the average may move per step (a fraction).
-SMOOTHING = 0.1
-MAX_CHANGE_PER_STEP = 0.05
+# How many recent steps the step time is read from, and the multiple of their median a single step counts for at most.
+WINDOW = 15
+OUTLIER_CAP = 2.0
 # Sequences of one evaluation batch cost about this many training steps' worth of one training batch: a training
 # step is a forward and backward pass (about three forwards) per row; the evaluation runs a few forwards per row
 # and side (the loss, the per-token loss, greedy answers of a few tokens with a cache).
@@ -24,15 +26,11 @@ def smoothed_step_seconds(step_seconds: Sequence[float]) -> float | None:
     >>> smoothed_step_seconds([9.0, 1.0, 1.0]), smoothed_step_seconds([])
     (1.0, None)
     """
-    times = list(step_seconds[1:] if len(step_seconds) > 1 else step_seconds)
+    times = list(step_seconds[1:] if len(step_seconds) > 1 else step_seconds)[-WINDOW:]
     if not times:
         return None
-    average = times[0]
-    for seconds in times[1:]:
-        target = average + SMOOTHING * (seconds - average)
-        bound = MAX_CHANGE_PER_STEP * average
-        average = min(max(target, average - bound), average + bound)
-    return average
+    median = statistics.median(times)
+    return sum(min(seconds, OUTLIER_CAP * median) for seconds in times) / len(times)
 
 
 def evaluation_seconds(rows: int, sides: int, batch_size: int, step_seconds: float) -> float:
