@@ -159,7 +159,9 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
             evaluating = progress.get("phase") == EVALUATING and not job.status.finished
             if not quiet and evaluating:
                 if bar is None or bar.unit != "row":  # the training bar ends; the evaluation's rows follow
-                    if bar is not None:
+                    if bar is not None:  # training is over: its bar ends full, even if a poll missed the last steps
+                        bar.n = bar.total
+                        bar.refresh()
                         bar.close()
                     bar = tqdm(total=progress.get("eval_rows") or 0, desc=job_id, unit="row", dynamic_ncols=True)
                 bar.n = progress.get("eval_done", 0)
@@ -405,7 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
         "environment, queue SFT on them, then the GRPO job from that adapter",
     )
     p.add_argument("spec_file")
-    p.add_argument("--rows", type=int, default=32, help="demonstration episodes to write (default 32)")
+    p.add_argument(
+        "--rows",
+        type=int,
+        default=32,
+        help="demonstration episodes to train on (default 32); a quarter more are played and held out for its verdict",
+    )
     p.add_argument(
         "--steps",
         type=int,

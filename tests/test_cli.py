@@ -37,7 +37,8 @@ def test_submit_wait_runs_the_example_to_a_saved_adapter_with_a_progress_bar(dat
     # (--wait --json, which prints the record as JSON instead, is checked by the failed-job test below.)
     result = cli("submit", "examples/sft-demo.yaml", "--wait")
     assert result.returncode == 0, result.stderr
-    assert "150/150" in result.stderr and "loss=" in result.stderr
+    assert "150/150" in result.stderr and "loss=" in result.stderr, "the training bar ends full"
+    assert "evaluating: 256 / 256 rows" in result.stderr, "then the evaluation's rows follow"
     assert "status" in result.stdout and "succeeded" in result.stdout
     assert "Held-out exact-match accuracy" in result.stdout, "--wait prints the before -> after"
     assert "improved" in result.stdout, "SFT on arith-sft raises held-out exact-match accuracy"
