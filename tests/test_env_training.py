@@ -70,10 +70,10 @@ def warmed(tmp_path_factory, models_dir):
 def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_tool_format(warmed):
     api, warm, sft = warmed
     assert warm.demonstrations == (
-        "32 demonstration episodes of echo_message kept: the 32 of 32 the environment rewarded"
+        "40 demonstration episodes of echo_message kept: the 40 of 40 the environment rewarded"
     )
     rows = [json.loads(line) for line in (api.paths.uploads("local") / warm.upload_id).read_text().splitlines()]
-    assert len(rows) == 32
+    assert len(rows) == 40, "32 to train on and 8 held out for the warm-up's verdict"
     first = rows[0]
     user, call, answer, closing = first["messages"]
     assert user["content"].endswith("attempts_left: 3"), "the prompt carries the reset observation, as in GRPO"
@@ -88,6 +88,10 @@ def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_too
     assert first["tools"][0]["function"]["name"] == "echo_message"
     assert set(first["tools"][0]["function"]["parameters"]["properties"]) == {"message"}
     assert sft.spec.training.max_steps == 200 and sft.spec.dataset.source == "upload"
+    # Issue 37: the warm-up's verdict is scored on held-out demonstrations, guards and all, as every job's is.
+    assert sft.spec.eval.holdout_rows == 8
+    learning = sft.artifacts.learning
+    assert learning is not None and learning.verdict in {"improved", "no_change", "worse"}, learning
 
 
 @pytest.mark.slow

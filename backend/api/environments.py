@@ -55,7 +55,7 @@ class EnvironmentOperations:
         (backend/environments/warmup.py), keep them as the user's upload, and queue SFT on them, then the GRPO job
         from that adapter (it waits for the SFT in the queue). Raises SpecError (nothing queued, nothing kept) when
         either job could not run."""
-        from backend.environments.warmup import warmup_spec
+        from backend.environments.warmup import demonstrations_to_play, warmup_spec
         from backend.workflows.warmup import after, write_demonstrations
 
         self._require_user(user, "warm-up")
@@ -67,7 +67,7 @@ class EnvironmentOperations:
         if not spec.environment.name:  # the spec ties an environment to a method that plays one
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
         check_spec(spec, self.paths.models, self._uploads_of(spec))  # refuse before playing anything
-        shown = write_demonstrations(spec, self._uploads_of(spec), rows)
+        shown = write_demonstrations(spec, self._uploads_of(spec), demonstrations_to_play(rows))
         sft = self.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
         try:
             grpo = self.submit(after(spec, sft.job.id), owner, user)

@@ -173,17 +173,41 @@ WARMUP_EPOCHS = 2
 WARMUP_LEARNING_RATE = 2e-4
 
 
+def demonstrations_to_play(rows: int) -> int:
+    """How many demonstrations a warm-up of ``rows`` training rows plays: a quarter more, held out so the warm-up's
+    verdict is scored on demonstrations it did not train on (none under 8 rows, too few to judge).
+
+    >>> demonstrations_to_play(32), demonstrations_to_play(4)
+    (40, 4)
+    """
+    return rows + (rows // 4 if rows >= 8 else 0)
+
+
+def warmup_holdout(kept: int) -> int:
+    """Of ``kept`` demonstrations (played by :func:`demonstrations_to_play`, the unrewarded left out), how many the
+    warm-up holds out for its verdict: a fifth, none under 10.
+
+    >>> warmup_holdout(40), warmup_holdout(9)
+    (8, 0)
+    """
+    return kept // 5 if kept >= 10 else 0
+
+
 def warmup_spec(
     spec: JobSpec, upload_id: str, rows: int, steps: int | None = None, learning_rate: float | None = None
 ) -> dict[str, Any]:
-    """The SFT job that teaches ``spec``'s model the environment's tool calls from the demonstrations in
-    ``upload_id``: same model, quantization, LoRA shape, batch and length as the GRPO job it comes before."""
+    """The SFT job that teaches ``spec``'s model the environment's tool calls from the ``rows`` demonstrations in
+    ``upload_id``: same model, quantization, LoRA shape, batch and length as the GRPO job it comes before. Some are
+    held out (:func:`warmup_holdout`), so its verdict, guards and all, is scored as every job's is."""
     t = spec.training
     demo = spec.model.name_or_path == DEMO_MODEL_ID
     default_steps = (
         DEMO_MODEL_WARMUP["max_steps"]
         if demo
-        else max(10, math.ceil(WARMUP_EPOCHS * rows / (t.batch_or(4) * t.gradient_accumulation_steps)))
+        else max(
+            10,
+            math.ceil(WARMUP_EPOCHS * (rows - warmup_holdout(rows)) / (t.batch_or(4) * t.gradient_accumulation_steps)),
+        )
     )
     name = spec.output.run_name or spec.environment.name or "environment"
     return {
@@ -204,5 +228,6 @@ def warmup_spec(
             "gradient_checkpointing": t.gradient_checkpointing,
             "num_gpus": t.num_gpus,
         },
+        "eval": {"holdout_rows": held} if (held := warmup_holdout(rows)) else {},
         "output": {"run_name": f"{name}-warm-up"[:96]},
     }
