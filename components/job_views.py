@@ -25,6 +25,7 @@ from backend.api import (
     standing_warnings,
     status_text,
 )
+from components.train_form import labelled_warning
 
 TABLE_COLUMNS = [
     "id",
@@ -233,7 +234,7 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
         )
     lines.extend(hub_checkpoint_lines(job))
     for warning in standing_warnings(job.artifacts.preflight_warnings or [], job.artifacts.learning):
-        lines.append(f"⚠️ {warning}")
+        lines.append(f"⚠️ {labelled_warning(warning)}")  # in the form's words, as Check said it
     return "\n\n".join(lines)
 
 

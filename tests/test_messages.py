@@ -81,6 +81,18 @@ def test_preflight_warnings_speak_in_field_labels_with_the_spec_path_in_brackets
     assert labelled_warning("memory is tight") == "memory is tight"
 
 
+def test_the_jobs_tab_shows_a_stored_warning_in_the_forms_words_as_check_did(api):
+    """Issue 37: Check said the warning in field labels, but the job's summary still showed the spec path."""
+    from components.job_views import summary_markdown
+
+    job = api.store.add(parse_spec(tiny_spec()))
+    said = "rollout.max_completion_length (24) is below a typical episode; raise it to at least 96"
+    api.store.merge_artifacts(job.id, preflight_warnings=[said, "memory is tight"])
+    summary = summary_markdown(api, api.get_job(job.id), [])
+    assert "⚠️ Max completion length (24) is below a typical episode" in summary, summary
+    assert "(`rollout.max_completion_length`)" in summary and "⚠️ memory is tight" in summary
+
+
 # --- a push to the Hub that cannot happen -------------------------------------------------------------------------
 def test_check_warns_about_a_push_with_no_token_or_no_hub(api):
     pushing = tiny_spec(output={"push_to_hub": True, "hub_repo_id": "you/run"})
