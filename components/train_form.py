@@ -471,6 +471,9 @@ def recipe_updates(values: dict[str, Any], before: tuple[str, ...], after: tuple
 # method. The order is the order of the Gradio inputs (components/train_tab.py).
 FIELDS: dict[str, Any] = {**DEFAULTS, **recipe_values(DEFAULTS["base_model"], DEFAULTS["method"])}
 
+# What a "which value now" helper answers for "leave the field as it is".
+KEEP = object()
+
 
 def _applies(f: FormField, v: dict[str, Any]) -> bool:
     """Whether a field is sent: its method's fields only for that method, the environment's only with one named."""
@@ -479,17 +482,44 @@ def _applies(f: FormField, v: dict[str, Any]) -> bool:
     return not f.path.startswith("environment.") or bool((v["env_name"] or "").strip())
 
 
+def _recipes_own_data(v: dict[str, Any], recipe: dict[str, Any]) -> bool:
+    """Whether the form trains on the recipe's own dataset (the built-in one it was measured on)."""
+    source = v.get("dataset_source") or "builtin"
+    return source == "builtin" and v.get("builtin_dataset") == recipe.get("builtin_dataset")
+
+
 def _adapt_holdout(v: dict[str, Any], spec: dict[str, Any]) -> None:
     """A recipe's held-out rows are measured for its own dataset: on any other (an upload, a Hub dataset, another
     built-in) the count the recipe filled in becomes ``auto``, which the dataset's size decides (a tenth, at most 128,
     none for a tiny one). A count the user typed is sent as typed."""
-    recipe = recipe_values(v["base_model"], v["method"])
+    recipe = recipe_values(v["base_model"], v["method"], v["env_name"])
     if "holdout_rows" not in recipe or not _same(v["holdout_rows"], recipe["holdout_rows"]):
         return
-    dataset = spec.get("dataset", {})
-    if dataset.get("source", "builtin") == "builtin" and dataset.get("name") == recipe.get("builtin_dataset"):
-        return
-    set_path(spec, "eval.holdout_rows", "auto")
+    if not _recipes_own_data(v, recipe):
+        set_path(spec, "eval.holdout_rows", "auto")
+
+
+def holdout_shown(values: dict[str, Any]) -> Any:
+    """What the *Held-out rows* box shows after the dataset changed: empty (``auto``, the dataset's size decides)
+    where it held the recipe's count and the data is no longer the recipe's own, the recipe's count back on its own
+    data where it was empty; :data:`KEEP` (leave it) otherwise, a count the user typed included.
+
+    >>> arith = {**FIELDS, "dataset_source": "upload"}
+    >>> holdout_shown(arith) is None, holdout_shown({**arith, "holdout_rows": 7}) is KEEP
+    (True, True)
+    >>> holdout_shown({**FIELDS, "holdout_rows": None}) == FIELDS["holdout_rows"]
+    True
+    """
+    v = {**FIELDS, **values}
+    recipe = recipe_values(v["base_model"], v["method"], v["env_name"])
+    if "holdout_rows" not in recipe:
+        return KEEP
+    current, own = v["holdout_rows"], _recipes_own_data(v, recipe)
+    if own and current in (None, ""):
+        return recipe["holdout_rows"]
+    if not own and _same(current, recipe["holdout_rows"]):
+        return None
+    return KEEP
 
 
 def form_to_spec(values: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from components.train_form import (
     BASE_MODEL_HELP,
     FIELDS,
     FORM_FIELDS,
+    KEEP,
     RECIPE_FIELDS,
     SECTION_TITLES,
     SECTIONS,
@@ -48,6 +49,7 @@ from components.train_form import (
     field_section,
     field_warnings,
     form_to_spec,
+    holdout_shown,
     labelled_warning,
     model_notice,
     parse_column_map,
@@ -326,6 +328,18 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
     inputs["dataset_source"].change(
         on_source, inputs["dataset_source"], [w for ws in source_widgets.values() for w in ws], api_name=False
     )
+
+    holdout_of = ["dataset_source", "builtin_dataset", "base_model", "method", "env_name", "holdout_rows"]
+
+    def on_data(*values):
+        """A recipe's held-out count is for its own dataset: another dataset shows empty (auto), as it is sent."""
+        shown = holdout_shown(dict(zip(holdout_of, values)))
+        return gr.update() if shown is KEEP else shown
+
+    for name in ("dataset_source", "builtin_dataset"):
+        inputs[name].change(
+            on_data, [inputs[n] for n in holdout_of], inputs["holdout_rows"], api_name=False, show_progress="hidden"
+        )
 
     def recipe_changes(before, model, method, env, values, dataset: bool) -> dict:
         """The recipe fields' updates for ``before`` -> (model, method, env) (components/train_form.py's rule)."""

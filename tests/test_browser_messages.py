@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.apps import data_dir_with_models, launch_app
-from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page
+from tests.browser import ARTIFACTS, BROWSER_MARKS, SETTINGS_ACCORDION, open_page
 
 pytestmark = BROWSER_MARKS
 
@@ -43,7 +43,15 @@ def test_dpo_on_a_one_row_upload_is_told_at_held_out_rows(app, tmp_path):
     with open_page(app.url) as page:
         expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
         page.locator("#method").get_by_label("dpo").check()
+        box = page.get_by_label("Held-out rows (before/after evaluation)")
+        page.get_by_text(SETTINGS_ACCORDION).click()
+        expect(box).to_have_value("128")  # the recipe's count, measured on its own dataset
         page.locator("#dataset-source").get_by_label("upload").check()
+        expect(box).to_have_value("")  # empty: auto, the data's size decides, as the spec is sent
+        page.locator("#dataset-source").get_by_label("builtin").check()
+        expect(box).to_have_value("128")
+        page.locator("#dataset-source").get_by_label("upload").check()
+        expect(box).to_have_value("")
         page.locator("#dataset-upload input[type=file]").set_input_files(rows)
         expect(page.locator("#upload-note")).to_contain_text("my-export.jsonl: 1 row", timeout=30_000)
         page.locator("#check-button").click()
