@@ -250,10 +250,17 @@ def run_evaluation(
 
 
 def run_environment_evaluation(
-    trainer, spec: JobSpec, environment, rows, paths: DataPaths, job_id: str, parent_adapter: Path | None = None
+    trainer,
+    spec: JobSpec,
+    environment,
+    rows,
+    paths: DataPaths,
+    job_id: str,
+    parent_adapter: Path | None = None,
+    callback=None,
 ) -> dict:
     """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
-    episodes."""
+    episodes; the job's progress says the episodes played so far (through ``callback``)."""
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import concurrent_episodes
     from backend.training.evaluation import START_ADAPTER, load_start_adapter
@@ -264,6 +271,11 @@ def run_environment_evaluation(
         "the parent's adapter and " if parent_adapter else "",
     )
     start = START_ADAPTER if load_start_adapter(trainer.model, parent_adapter) else None
+
+    def on_episodes(done: int, total: int, sides: str) -> None:
+        if callback is not None:
+            callback.evaluation_progress(trainer.state, done, total, sides, unit="episodes")
+
     return recorded_evaluation(
         "environment_evaluation",
         lambda: success_rates(
@@ -277,6 +289,7 @@ def run_environment_evaluation(
             compare_base=spec.eval.compare_base,
             start_adapter=start,
             sessions=concurrent_episodes(spec),
+            on_episodes=on_episodes,
         ),
         paths,
         job_id,
@@ -384,9 +397,13 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
         )
         log.info("trainer ready: model loaded and data prepared")
+        # The ETA counts the evaluations after the last step: base and tuned (and a staged job's start) on the
+        # held-out rows, and the environment's episodes on as many sides.
+        sides = 1 + spec.eval.compare_base + (parent_adapter is not None)
         if held_out is not None and (environment is None or spec.rollout.rewards):
-            # The ETA counts the evaluation after the last step: base and tuned (and a staged job's start).
-            callback.expect_evaluation(len(held_out), 1 + spec.eval.compare_base + (parent_adapter is not None))
+            callback.expect_evaluation(len(held_out), sides)
+        if environment is not None and spec.environment.eval_episodes:
+            callback.expect_evaluation(spec.environment.eval_episodes, sides)
         resuming = job.resume or spec.training.resume_from_hub is not None
         resume_from = last_checkpoint(output_dir) if resuming else None
         if resuming:
@@ -430,7 +447,7 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
             rows = held_out if held_out is not None else trainer.train_dataset
             rows = [rows[i] for i in range(len(rows))]
             environment_evaluation = run_environment_evaluation(
-                trainer, spec, environment, rows, paths, job_id, parent_adapter
+                trainer, spec, environment, rows, paths, job_id, parent_adapter, callback
             )
             store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
         from backend.training.benchmark_jobs import benchmark_trained

@@ -24,6 +24,7 @@ import pytest
 from transformers.utils import get_json_schema
 
 from backend.core.spec import parse_spec
+from backend.core.wording import progress_text
 from backend.environments.adapter import (
     EnvironmentInfo,
     OpenEnvEpisode,
@@ -575,6 +576,45 @@ def test_the_environment_evaluation_fits_in_the_sessions_training_used(servers, 
     )
     assert result["episodes"] == 1 and "success_rate" in result["tuned"]
     assert not pooled._session.connected
+
+
+def test_the_environment_evaluation_says_the_episodes_played_as_it_goes(servers, demo_model_path):
+    """Issue 37: the evaluation episodes after training were an invisible phase; each batch now reports k of n."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.environments.episodes import EpisodeSettings, success_rates
+
+    factory = environment_class(describe(servers["notes"].url), timeout_s=10.0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(demo_model_path), LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    tokenizer = AutoTokenizer.from_pretrained(demo_model_path)
+    told: list[tuple[int, int, str]] = []
+    success_rates(
+        model,
+        tokenizer,
+        factory,
+        [{"prompt": PROMPT, "goal": 1}],
+        EpisodeSettings(max_completion_length=8, max_iterations=1),
+        episodes=3,
+        seed=0,
+        sessions=2,
+        on_episodes=lambda *said: told.append(said),
+    )
+    assert told == [
+        (0, 6, "tuned, then base"),
+        (2, 6, "tuned, then base"),
+        (3, 6, "tuned, then base"),
+        (5, 6, "tuned, then base"),
+        (6, 6, "tuned, then base"),
+    ]
+    assert (
+        progress_text(
+            {"phase": "evaluating", "eval_done": 2, "eval_rows": 6, "eval_unit": "episodes", "eval_sides": told[0][2]}
+        )
+        == "evaluating: 2 / 6 episodes (tuned, then base)"
+    )
 
 
 def test_a_second_instance_on_a_one_session_server_is_refused(open_episode):

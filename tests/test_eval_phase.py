@@ -68,7 +68,11 @@ def test_the_callback_eta_at_the_last_step_counts_the_evaluation(store):
     callback.expect_evaluation(256)
     callback._batch_rows = 16
     state = SimpleNamespace(global_step=150, max_steps=150, epoch=1.0)
-    assert callback._progress(state)["eta_seconds"] > 0
+    rows_only = callback._progress(state)["eta_seconds"]
+    assert rows_only > 0
+    # An environment job's episodes after it count too (issue 37: left out of the ETA).
+    callback.expect_evaluation(128, 2)
+    assert callback._progress(state)["eta_seconds"] == pytest.approx(rows_only * (256 + 128) / 256)
 
 
 # --- the progress's wording ---------------------------------------------------------------------------------------

@@ -26,11 +26,15 @@ def progress_text(progress: dict | None) -> str:
     '3/10'
     >>> progress_text({"step": 10, "total_steps": 10, "phase": "evaluating", "eval_done": 64, "eval_rows": 256})
     'evaluating: 64 / 256 rows (base and tuned)'
+    >>> progress_text({"phase": "evaluating", "eval_done": 8, "eval_rows": 256, "eval_unit": "episodes",
+    ...                "eval_sides": "tuned, then base"})
+    'evaluating: 8 / 256 episodes (tuned, then base)'
     >>> progress_text({})
     ''
     """
     p = progress or {}
     if p.get("phase") == EVALUATING:
         sides = p.get("eval_sides") or "base and tuned"
-        return f"evaluating: {p.get('eval_done', 0)} / {p.get('eval_rows', 0)} rows ({sides})"
+        unit = p.get("eval_unit") or "rows"
+        return f"evaluating: {p.get('eval_done', 0)} / {p.get('eval_rows', 0)} {unit} ({sides})"
     return f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else ""

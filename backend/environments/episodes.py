@@ -8,7 +8,7 @@ to the last prompt message, tool calls are parsed with TRL's ``parse_response``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -384,6 +384,7 @@ def success_rates(
     compare_base: bool = True,
     start_adapter: str | None = None,
     sessions: int = 1,
+    on_episodes: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
     """Success rate and mean reward of the tuned model, of where a staged job started (``start_adapter``, the parent's
     adapter loaded beside the tuned one) and of the base (adapter switched off), over the same episodes.
@@ -393,7 +394,14 @@ def success_rates(
     the model); ``per_row`` keeps each episode's success per side, for the learning verdict's interval. The sessions
     TRL kept open for its rollouts are closed first (a server with exactly the sessions training needed has none
     left otherwise); then up to ``sessions`` episodes are played side by side, one batched model turn at a time.
+    ``on_episodes(k, n, sides)`` is told, as each batch ends, that k of the n episodes of every side were played.
     """
+    sides = ["tuned", *(["start"] if start_adapter is not None else [])]
+    sides += ["base"] if compare_base and hasattr(model, "disable_adapter") else []
+    total, played_so_far = episodes * len(sides), [0]
+    sides_text = ", then ".join(sides)
+    if on_episodes is not None:
+        on_episodes(0, total, sides_text)
     factory._close_all()
     environments: list[OpenEnvEpisode] = []
     settings = replace(settings, temperature=0.0)
@@ -414,6 +422,9 @@ def success_rates(
                     settings,
                     [episode_seed for _, episode_seed in starts],
                 )
+                played_so_far[0] += len(starts)
+                if on_episodes is not None:
+                    on_episodes(played_so_far[0], total, sides_text)
             successes[side] = [float(e.success) for e in played]
             return {
                 "success_rate": sum(e.success for e in played) / len(played),

@@ -59,15 +59,15 @@ class StoreReportingCallback(TrainerCallback):
         self._stop_when_no_signal = False
         self._signal_recorded = None
         self._last_signal_write = 0.0
-        # The evaluation after training, which the ETA counts: held-out rows, sides, rows per training batch.
+        # The evaluations after training, which the ETA counts: rows (or episodes) times sides, rows per training batch.
         self.evaluation_rows = 0
-        self.evaluation_sides = 2
         self._batch_rows = 1
         self._evaluation: dict[str, Any] | None = None
 
     def expect_evaluation(self, rows: int, sides: int = 2) -> None:
-        """The ETA counts an evaluation of ``rows`` held-out rows on ``sides`` sides after the last step."""
-        self.evaluation_rows, self.evaluation_sides = rows, sides
+        """The ETA counts an evaluation of ``rows`` held-out rows (or environment episodes) on ``sides`` sides after
+        the last step, beside any expected before."""
+        self.evaluation_rows += rows * sides
 
     def _progress(self, state) -> dict[str, Any]:
         step, total = state.global_step, state.max_steps or 0
@@ -76,7 +76,7 @@ class StoreReportingCallback(TrainerCallback):
                 self.performance.step_seconds,
                 total - step,
                 self.evaluation_rows,
-                self.evaluation_sides,
+                1,
                 self._batch_rows,
             )
             if total
@@ -100,17 +100,17 @@ class StoreReportingCallback(TrainerCallback):
         samples, self._pending_samples = self._pending_samples, []
         self.store.report(self.job_id, rows, self._progress(state), samples)
 
-    def evaluation_progress(self, state, done: int, total: int, sides: str) -> None:
-        """Report the evaluation's phase: ``done`` of ``total`` held-out rows scored on ``sides`` ("base and
-        tuned"), with the time left at the per-row cost measured so far (at most every :data:`REPORT_EVERY_S`, and
-        always at its start and end)."""
+    def evaluation_progress(self, state, done: int, total: int, sides: str, unit: str = "rows") -> None:
+        """Report the evaluation's phase: ``done`` of ``total`` held-out rows (or environment ``episodes``) scored on
+        ``sides`` ("base and tuned"), with the time left at the per-row cost measured so far (at most every
+        :data:`REPORT_EVERY_S`, and always at its start and end)."""
         now = time.monotonic()
         if self._evaluation is None or done < self._evaluation["done"]:  # the evaluation, or a new pass, begins
             step = smoothed_step_seconds(self.performance.step_seconds)
             first = self._evaluation is None
             estimate = None  # a later pass is timed by its own rows
             if first and step is not None:
-                estimate = evaluation_seconds(total, self.evaluation_sides, self._batch_rows, step)
+                estimate = evaluation_seconds(self.evaluation_rows, 1, self._batch_rows, step)
             self._evaluation = {"started": now, "estimate": estimate, "done": done}
         self._evaluation["done"] = done
         if 0 < done < total and now - self._last_report < REPORT_EVERY_S:
@@ -123,6 +123,7 @@ class StoreReportingCallback(TrainerCallback):
             "eval_done": done,
             "eval_rows": total,
             "eval_sides": sides,
+            "eval_unit": unit,
             "eta_seconds": evaluating_eta(now - evaluation["started"], done, total, evaluation["estimate"]),
         }
         rows, self._pending = self._pending, []
@@ -212,7 +213,8 @@ class StoreReportingCallback(TrainerCallback):
         if job is not None and state.global_step > 0:  # a resumed attempt: the steps before still count
             self.signal.carry_over(job.artifacts.signal)
         self.performance.start(args, state, model, spec)
-        self._batch_rows = max(1, int(getattr(state, "train_batch_size", 0) or args.per_device_train_batch_size or 1))
+        per_device = getattr(args, "per_device_train_batch_size", 0)  # a test's bare args may not have it
+        self._batch_rows = max(1, int(getattr(state, "train_batch_size", 0) or per_device or 1))
         self.overhead_s += time.perf_counter() - t0
 
     def on_step_end(self, args, state, control, **kwargs):
