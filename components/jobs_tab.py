@@ -31,6 +31,14 @@ REFRESH_S = 2.0
 # (issue 37: a click on the Jobs tab waited behind those draws; benchmarks/jobs_tab.py).
 HEAVY_EVERY_S = 10.0
 HEAVY_AT = "heavy_at"  # the key, in the page's digests, of when its plots, samples and logs were last sent
+HEAVY_OF = "heavy_of"  # and of the job (and its status) they were sent for: a change sends them at once
+
+
+def heavy_state(job: JobRecord | None) -> str:
+    """The job and status a page's plots, samples and logs were drawn for ("" for none)."""
+    return f"{job.id}:{job.status.value}" if job is not None else ""
+
+
 # A plot with nothing to draw is hidden by a class, kept in the page: Gradio's LinePlot, unmounted (visible=False)
 # while it still drew, threw "Cannot read properties of null (reading 'offsetWidth')" (issue 24).
 UNDRAWN = "undrawn"
@@ -285,10 +293,13 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
 
     def tick(selected, seen, profile: gr.OAuthProfile | None = None):
         """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log
-        are not sent (nor redrawn by the browser) every 2 s, and a running job's at most every ``HEAVY_EVERY_S``."""
-        values = view(selected, profile)
-        now = time.monotonic()
-        if seen and now - seen.get(HEAVY_AT, 0.0) < HEAVY_EVERY_S:
+        are not sent (nor redrawn by the browser) every 2 s, and a running job's at most every ``HEAVY_EVERY_S``, or
+        at once when the job's status changed (its last samples and final curves when it ends)."""
+        user = user_from(profile)
+        values, picked = listed(user, selected)
+        values = [*values, *detail_updates(user, picked)]
+        now, state = time.monotonic(), heavy_state(picked)
+        if seen and now - seen.get(HEAVY_AT, 0.0) < HEAVY_EVERY_S and seen.get(HEAVY_OF) == state:
             light_at = [i for i, c in enumerate(everything) if id(c) not in heavy_ids]
             *answers, digests = sent([values[i] for i in light_at], seen, [everything[i] for i in light_at])
             out: list = [gr.skip()] * len(everything)
@@ -296,7 +307,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
                 out[i] = answer
             return [*out, digests]
         *answers, digests = sent(values, seen, everything)
-        return [*answers, {**digests, HEAVY_AT: now}]
+        return [*answers, {**digests, HEAVY_AT: now, HEAVY_OF: state}]
 
     def sent(values: list, seen: dict | None, outputs: list) -> list:
         """``values`` for ``outputs`` (some of ``everything``), skipping those the page already shows, and the digests
@@ -319,7 +330,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         except JobNotFound:
             job = None
         *answers, digests = sent(heavy_updates(user, job), seen, heavy)
-        return [*answers, {**digests, HEAVY_AT: time.monotonic()}]
+        return [*answers, {**digests, HEAVY_AT: time.monotonic(), HEAVY_OF: heavy_state(job)}]
 
     def show_job(selected, profile: gr.OAuthProfile | None = None):
         """The picked job's detail at once (not at the next tick)."""
