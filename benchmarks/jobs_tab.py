@@ -12,9 +12,10 @@ received it, so the time a busy page takes to get to the click counts, as it doe
 
 * ``summary_shown``: the first frame in which the picked job's summary is visible and names the job;
 * ``page_free_again``: the page has no request of its own in flight (Gradio's events: ``fetch`` is wrapped before
-  the page's scripts load), its main thread has run no long task (50 ms or more, ``PerformanceObserver``) for
-  ``QUIET_MS``, and an idle callback ran: the time of the last such activity's end (at most ``FREE_CAP_MS``: a page
-  that is never that quiet counts as free then).
+  the page's scripts load; the page-wide queue stream, open as long as the page lives, is left out), its main
+  thread has run no long task (50 ms or more, ``PerformanceObserver``) for ``QUIET_MS``, and an idle callback ran:
+  the time of the last such activity's end (at most ``FREE_CAP_MS``: a page that is never that quiet counts as free
+  then).
 
 Also timed, in Python's clock: ``playwright_wait``, a plain ``tab.click()`` followed by ``expect(summary)
 .to_contain_text(job id)``: what a scripted walk measures (issue 37 saw 3.2 s there while this script, which then
@@ -46,13 +47,18 @@ CHROMIUM = "/usr/bin/chromium"
 QUIET_MS = 300  # no request in flight and no long task for this long: the page is free
 FREE_CAP_MS = 10_000  # a page not free by then is counted as free then (it never was: it ticks every 2 s)
 
-# Installed before the page's own scripts: counts the page's requests in flight (a streamed answer, Gradio's queue
-# stream, counts until its body ends), notes long tasks, and keeps the time stamp of the last click.
+# Installed before the page's own scripts: counts the page's requests in flight (a streamed answer counts until its
+# body ends; Gradio's page-wide queue stream does not count), notes long tasks, and keeps the time stamp of the last
+# click.
 WATCH = """
 (() => {
     const w = window.__watch = {pending: 0, lastEnd: 0, click: null};
     const fetch = window.fetch;
     window.fetch = function (...args) {
+        // Gradio's queue stream (/queue/data) is one long-lived connection for the whole page, open while any
+        // queued event of the page's is pending and beyond: its end is not this page's work finishing (the tab's
+        // opening events are not queued; their answers are counted below).
+        if (String(args[0] && args[0].url || args[0]).includes("/queue/data")) return fetch.apply(this, args);
         w.pending++;
         const done = () => { w.pending--; w.lastEnd = performance.now(); };
         return fetch.apply(this, args).then(
