@@ -21,6 +21,7 @@ CSS = (
     + train_tab.FIELD_MARK_CSS
     + arena_panel.ARENA_CSS
     + jobs_tab.JOBS_CSS
+    + chat_tab.EXPORT_CSS
     # In a group, a short field beside a tall one (Loss on completions only beside Packing) left the group's grey
     # background showing under it as an empty block: its column fills the row, in the fields' own colour.
     + ".gr-group .row > .column { align-self: stretch; background: var(--block-background-fill); }"
@@ -100,7 +101,7 @@ def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
         css=CSS,
-        js=train_tab.FREE_TEXT_JS,
+        js=f"() => {{ ({train_tab.FREE_TEXT_JS})(); ({chat_tab.EXPORT_HOLD_JS})(); }}",
         i18n=SCREEN_READER_WORDS,
         # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
         # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.

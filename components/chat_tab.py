@@ -6,6 +6,7 @@ runs them there and shows the tool's answers as the next turn."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -70,6 +71,33 @@ def _settings(system, temperature, max_tokens, seed) -> GenerationSettings:
 
 
 SIDES = ("base", "tuned")
+EXPORT_IDS = {"dpo": "export-preferences", "kto": "export-thumbs"}
+# Loaded with the page (app.py): a click on an export button while the pick or thumb that rewrites its file is being
+# saved is held, and replayed once the new file is on the button (the button stays clickable; it looks busy).
+EXPORT_HOLD_JS = f"""
+() => {{
+    const held = {{saving: new Set(), wanted: new Set()}};
+    const ids = {json.dumps(sorted(EXPORT_IDS.values()))};
+    window.studioExportSaving = (id) => {{
+        held.saving.add(id);
+        document.getElementById(id)?.classList.add("studio-saving");
+    }};
+    window.studioExportSaved = (id) => {{
+        held.saving.delete(id);
+        const button = document.getElementById(id);
+        button?.classList.remove("studio-saving");
+        if (held.wanted.delete(id) && button && !button.disabled) button.click();
+    }};
+    document.addEventListener("click", (event) => {{
+        const button = event.target instanceof Element && event.target.closest(ids.map((id) => "#" + id).join(","));
+        if (!button || !held.saving.has(button.id) || !event.isTrusted) return;
+        event.preventDefault();
+        event.stopImmediatePropagation();
+        held.wanted.add(button.id);
+    }}, true);
+}}
+"""
+EXPORT_CSS = ".studio-saving { opacity: 0.6; cursor: progress; }"
 TOOL_CALL_TITLE = "🛠 Tool call: "
 TOOL_ANSWER_TITLE = "🔧 "
 EPISODE_TITLE = "🌱 New episode"
@@ -396,10 +424,10 @@ def build(api: StudioAPI) -> ChatHandles:
         # Their values are kept up to date (an export is written after every pick or thumb), so one click downloads:
         # a handler on the click that made the file only armed the button for a second click.
         export = gr.DownloadButton(
-            "Export preferences (DPO .jsonl)", size="sm", elem_id="export-preferences", interactive=False
+            "Export preferences (DPO .jsonl)", size="sm", elem_id=EXPORT_IDS["dpo"], interactive=False
         )
         export_kto = gr.DownloadButton(
-            "Export thumbs (KTO .jsonl)", size="sm", elem_id="export-thumbs", interactive=False
+            "Export thumbs (KTO .jsonl)", size="sm", elem_id=EXPORT_IDS["kto"], interactive=False
         )
     note = gr.Markdown(elem_id="chat-note")
 
@@ -675,14 +703,18 @@ def build(api: StudioAPI) -> ChatHandles:
 
         return ready
 
-    # A pick or a thumb writes the export anew: its button is off from the click (in the browser, at once) until the
-    # new file is on it, whether the pick was saved or refused. A click on it meanwhile downloaded nothing, or the
-    # file as it was before the pick (issue 24).
+    # A pick or a thumb writes the export anew. From the click (in the browser, at once) until the new file is on the
+    # button, whether the pick was saved or refused, a click on the button is held and then replayed
+    # (EXPORT_HOLD_JS): it once downloaded the file as it was before the pick (issue 24), then, with the button
+    # switched off meanwhile, nothing at all (issue 37).
     def arm(trigger, handler, inputs, outputs, api_name, export_button):
         fmt = "dpo" if export_button is export else "kto"
-        trigger(lambda: gr.update(interactive=False), None, export_button, js=True).then(
+        held = json.dumps(EXPORT_IDS[fmt])
+        trigger(None, None, None, js=f"() => window.studioExportSaving({held})").then(
             handler, inputs, outputs, api_name=api_name
-        ).then(export_ready(fmt), None, export_button, api_name=False, queue=False)
+        ).then(export_ready(fmt), None, export_button, api_name=False, queue=False).then(
+            None, None, None, js=f"() => window.studioExportSaved({held})"
+        )
 
     pref_inputs = [job, base, tuned, system, kept]
     arm(left_better.click, prefer("base"), pref_inputs, [note, export], "prefer_base", export)
