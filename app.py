@@ -16,12 +16,18 @@ import gradio as gr
 from backend.api import StorageError, StoreError, StudioAPI, hub_status
 from components import arena_panel, chat_tab, deep_links, header, jobs_tab, train_tab
 
+JOBS_TAB_ID = "jobs-tab"
+# Gradio hides an inactive tab with display: none, which zeroes every plot's size: each plot then draws itself anew
+# when hidden and again when shown (Gradio's LinePlot redraws on a size change over 100 px), about a second of the
+# browser's time per opening. Skipped from rendering instead, the tab keeps its layout and takes no space.
+JOBS_HIDDEN_CSS = f'#{JOBS_TAB_ID}[style*="display: none"] {{ display: flex !important; content-visibility: hidden; }}'
 CSS = (
     ".field-error p { color: #b91c1c; margin: 0; }"
     + train_tab.FIELD_MARK_CSS
     + arena_panel.ARENA_CSS
     + jobs_tab.JOBS_CSS
     + chat_tab.EXPORT_CSS
+    + JOBS_HIDDEN_CSS
     # In a group, a short field beside a tall one (Loss on completions only beside Packing) left the group's grey
     # background showing under it as an empty block: its column fills the row, in the fields' own colour.
     + ".gr-group .row > .column { align-self: stretch; background: var(--block-background-fill); }"
@@ -55,7 +61,9 @@ def build_app(api: StudioAPI) -> gr.Blocks:
         with gr.Tabs() as tabs:
             with gr.Tab("Train", id="train") as train_page:
                 train_handles = train_tab.build(api)
-            with gr.Tab("Jobs", id="jobs") as jobs_page:
+            # Mounted once, then shown and hidden (an inactive tab is unmounted by default: every opening drew the
+            # whole tab afresh), and kept laid out while hidden (JOBS_HIDDEN_CSS), so showing it again redraws nothing.
+            with gr.Tab("Jobs", id="jobs", elem_id=JOBS_TAB_ID, render_children=True) as jobs_page:
                 jobs_handles = jobs_tab.build(api, train_handles)
             with gr.Tab("Chat", id="chat") as chat_page:
                 chat_handles = chat_tab.build(api)

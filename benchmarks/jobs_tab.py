@@ -55,10 +55,10 @@ WATCH = """
     const w = window.__watch = {pending: 0, lastEnd: 0, click: null};
     const fetch = window.fetch;
     window.fetch = function (...args) {
-        // Gradio's queue stream (/queue/data) is one long-lived connection for the whole page, open while any
-        // queued event of the page's is pending and beyond: its end is not this page's work finishing (the tab's
-        // opening events are not queued; their answers are counted below).
-        if (String(args[0] && args[0].url || args[0]).includes("/queue/data")) return fetch.apply(this, args);
+        // Gradio's queue stream (/queue/data) and its heartbeat are long-lived connections of the whole page: their
+        // end is not this page's work finishing (the tab's opening events are not queued; their answers count).
+        const url = String((args[0] && args[0].url) || args[0]);
+        if (url.includes("/queue/data") || url.includes("/heartbeat/")) return fetch.apply(this, args);
         w.pending++;
         const done = () => { w.pending--; w.lastEnd = performance.now(); };
         return fetch.apply(this, args).then(
@@ -82,12 +82,12 @@ async (ready) => {
         requestAnimationFrame(poll);
     });
     const free = await new Promise((resolve) => {
-        const check = () => requestIdleCallback(() => {
+        const check = () => requestIdleCallback(() => {  // (a page that is never idle still gets its turn)
             const now = performance.now();
             if (w.pending === 0 && now - w.lastEnd >= QUIET) resolve(Math.max(w.lastEnd, shown));
             else if (now - w.click >= CAP) resolve(w.click + CAP);
             else setTimeout(check, 50);
-        });
+        }, {timeout: 200});
         check();
     });
     return [shown - w.click, free - w.click];
@@ -98,11 +98,12 @@ async (ready) => {
 def _summary_shows(job_id: str) -> str:
     return (
         "(() => { const s = document.querySelector('#job-summary');"
-        f" return !!s && s.offsetParent !== null && s.innerText.includes({json.dumps(job_id)}); }})()"
+        f" return !!s && s.checkVisibility({{contentVisibilityAuto: true, visibilityProperty: true}})"
+        f" && s.innerText.includes({json.dumps(job_id)}); }})()"
     )
 
 
-QUEUE_SHOWS = "(() => { const b = document.querySelector('#queue-button'); return !!b && b.offsetParent !== null; })()"
+QUEUE_SHOWS = "(() => { const b = document.querySelector('#queue-button'); return !!b && b.checkVisibility(); })()"
 
 
 def _click_at(page, tab) -> None:

@@ -265,6 +265,36 @@ def test_the_jobs_tab_reopens_sending_only_what_changed_and_plots_are_thinned(pa
     _no_errors(page)
 
 
+def test_switching_tabs_redraws_no_plot_of_the_jobs_tab(page, app):
+    """Issue 37: the Jobs tab took 1-3 s to open. Gradio unmounted it on every other tab, and a hidden plot's size
+    fell to zero, so each opening drew every plot afresh (Vega-Lite compiles a chart for each drawing and says so in
+    the console). Kept mounted and laid out while hidden, the tab shows again without drawing anything."""
+    page.get_by_role("tab", name="Jobs").click()
+    pick_job(page, app.ids["big"])
+    expect(page.locator("#plot-main svg")).to_be_visible()
+    page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
+    drawn: list[str] = []
+
+    def compiled(message) -> None:
+        if "Vega-Lite" in message.text:
+            drawn.append(message.text)
+
+    page.on("console", compiled)
+    try:
+        for tab in ("Train", "Jobs", "Chat", "Jobs"):
+            page.get_by_role("tab", name=tab).click()
+            page.wait_for_timeout(1000)
+        expect(page.locator("#job-summary")).to_contain_text(app.ids["big"])
+        expect(page.locator("#plot-main svg")).to_be_visible()
+    finally:
+        page.remove_listener("console", compiled)
+    assert not drawn, f"the Jobs tab's plots were drawn {len(drawn)} times over two openings"
+    page.get_by_role("tab", name="Train").click()
+    expect(page.locator("#job-summary")).to_be_hidden()  # hidden from the user and from screen readers
+    expect(page.locator("#queue-button")).to_be_visible()
+    _no_errors(page)
+
+
 def _ask(page, text: str) -> None:
     page.locator("#chat-input textarea").fill(text)
     page.locator("#chat-send").click()
