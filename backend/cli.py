@@ -253,7 +253,7 @@ def cmd_list(api: StudioAPI, args) -> int:
     print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  {'run':<{run_width}}  model")
     for job, status, run in zip(jobs, statuses, runs):
         p = job.progress
-        progress = progress_text(p) if job.status is JobStatus.running else progress_text({**p, "phase": None})
+        progress = progress_text(p, live=job.status is JobStatus.running)
         progress = progress or "-"
         print(
             f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "

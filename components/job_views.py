@@ -147,7 +147,7 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
     rows = []
     for job in reversed(jobs):
         p = job.progress or {}
-        progress = progress_text(p)
+        progress = progress_text(p, live=job.status is JobStatus.running)  # a finished job's last phase is over
         queue = api.queue_position(job.id) if job.status is JobStatus.queued else None
         rows.append(
             [

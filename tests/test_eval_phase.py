@@ -97,7 +97,7 @@ def test_progress_says_the_rows_scored_while_evaluating():
 def test_jobs_tab_and_list_say_evaluating(store, paths, capsys):
     from backend.api import StudioAPI
     from backend.cli import main as cli_main
-    from components.job_views import progress_html, table_rows
+    from components.job_views import TABLE_COLUMNS, progress_html, table_rows
 
     job = store.add(parse_spec(tiny_spec()))
     store.claim_next()
@@ -109,11 +109,16 @@ def test_jobs_tab_and_list_say_evaluating(store, paths, capsys):
     api = StudioAPI(paths.root, scheduler="none")
     try:
         row = table_rows(api, [record])[0]
+        assert "evaluating: 64 / 256 rows (base and tuned)" in row
+        assert cli_main(["list"]) == 0
+        assert "evaluating: 64 / 256 rows (base and tuned)" in capsys.readouterr().out
+        # Once the job has ended, its last phase is over: the table says the steps, not "evaluating" (issue 37's
+        # walk saw "evaluating: 256 / 256 episodes" on a succeeded job).
+        store.finish(job.id, JobStatus.succeeded)
+        columns = dict(zip(TABLE_COLUMNS, table_rows(api, [store.get(job.id)])[0]))
+        assert columns["progress"] == "150/150", columns
     finally:
         api.close()
-    assert "evaluating: 64 / 256 rows (base and tuned)" in row
-    assert cli_main(["list"]) == 0
-    assert "evaluating: 64 / 256 rows (base and tuned)" in capsys.readouterr().out
 
 
 # --- the evaluation itself ----------------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 EVALUATING = "evaluating"
 
 
-def progress_text(progress: dict | None) -> str:
+def progress_text(progress: dict | None, live: bool = True) -> str:
     """A job's progress in a few words, as the table, ``list`` and the CLI's bar say it: the training steps, or,
-    while the evaluation runs, the held-out rows scored so far.
+    while the evaluation runs (``live``: the job is running), the held-out rows scored so far.
 
     >>> progress_text({"step": 3, "total_steps": 10})
     '3/10'
@@ -29,11 +29,13 @@ def progress_text(progress: dict | None) -> str:
     >>> progress_text({"phase": "evaluating", "eval_done": 8, "eval_rows": 256, "eval_unit": "episodes",
     ...                "eval_sides": "tuned, then base"})
     'evaluating: 8 / 256 episodes (tuned, then base)'
+    >>> progress_text({"step": 10, "total_steps": 10, "phase": "evaluating"}, live=False)  # a finished job
+    '10/10'
     >>> progress_text({})
     ''
     """
     p = progress or {}
-    if p.get("phase") == EVALUATING:
+    if live and p.get("phase") == EVALUATING:
         sides = p.get("eval_sides") or "base and tuned"
         unit = p.get("eval_unit") or "rows"
         return f"evaluating: {p.get('eval_done', 0)} / {p.get('eval_rows', 0)} {unit} ({sides})"
