@@ -265,6 +265,32 @@ def test_the_jobs_tab_reopens_sending_only_what_changed_and_plots_are_thinned(pa
     _no_errors(page)
 
 
+# The shown labels of each plot's step axis (Vega-Lite hides the ones it drops with opacity 0), with their boxes.
+STEP_LABELS = """() => [...document.querySelectorAll('#job-plots svg g.role-axis')]
+    .filter((axis) => (axis.getAttribute('aria-label') || '').startsWith('X'))
+    .map((axis) => [...axis.querySelectorAll('.role-axis-label text')]
+        .filter((text) => getComputedStyle(text).opacity !== '0' && text.getAttribute('opacity') !== '0')
+        .map((text) => {
+            const r = text.getBoundingClientRect();
+            return [text.textContent, r.left, r.right, r.top, r.bottom];
+        }))"""
+
+
+def test_the_step_axis_labels_do_not_run_into_each_other(page, app):
+    """Issue 37: on a plot a third of the page wide, a long job's step labels ran together ("280300", "1,8002,000")."""
+    page.get_by_role("tab", name="Jobs").click()
+    pick_job(page, app.ids["big"])
+    expect(page.locator("#plot-main svg")).to_be_visible()
+    page.wait_for_timeout(1500)
+    axes = page.evaluate(STEP_LABELS)
+    assert any(len(labels) >= 3 for labels in axes), axes
+    gap = 4  # px between two labels' boxes, across or down: "90 100", not "90100"
+    for labels in axes:
+        for (a, _, a_right, a_top, a_bottom), (b, b_left, _, b_top, b_bottom) in zip(labels, labels[1:]):
+            apart = a_right + gap <= b_left or a_bottom + gap <= b_top or b_bottom + gap <= a_top
+            assert apart, f"the step labels {a!r} and {b!r} run together: {labels}"
+
+
 def test_switching_tabs_redraws_no_plot_of_the_jobs_tab(page, app):
     """Issue 37: the Jobs tab took 1-3 s to open. Gradio unmounted it on every other tab, and a hidden plot's size
     fell to zero, so each opening drew every plot afresh (Vega-Lite compiles a chart for each drawing and says so in
