@@ -2,7 +2,7 @@
 
 The form starts on builtin:tiny-qwen3-arith; GRPO then builtin:arithmetic, picked as a user does, must show the
 settings of examples/grpo-env-demo.yaml (measured to improve the success rate): the arith-env dataset, 96 tokens,
-one tool round, 128 evaluation episodes, 30 steps, max length 1024. Then the job queued from those settings alone
+one tool round, 128 evaluation episodes, 40 steps, max length 1024. Then the job queued from those settings alone
 trains and ends improved.
 """
 

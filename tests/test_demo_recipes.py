@@ -146,7 +146,7 @@ def test_the_forms_job_for_builtin_arithmetic_is_the_examples():
         1,
         128,
     )
-    assert (picked["max_steps"], picked["max_length"], picked["rollout_rewards"].strip()) == (30, 1024, "")
+    assert (picked["max_steps"], picked["max_length"], picked["rollout_rewards"].strip()) == (40, 1024, "")
     form = parse_spec(form_to_spec(picked)).model_dump()
     example = parse_spec(yaml.safe_load(ENV_EXAMPLE.read_text(encoding="utf-8"))).model_dump()
     for spec in (form, example):

@@ -130,7 +130,7 @@ ENVIRONMENT_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
             "rollout.rewards": [],
             "environment.max_tool_calling_iterations": 1,
             "environment.eval_episodes": 128,
-            "training.max_steps": 30,
+            "training.max_steps": 40,
             "training.max_length": 1024,
             "eval.holdout_rows": 128,
             "lora.dropout": 0.05,
