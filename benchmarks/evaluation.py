@@ -1,10 +1,11 @@
 """Times the SFT example's before/after evaluation (base and tuned on its 256 held-out rows) on
 builtin:tiny-qwen3-arith, without training: the trainer is built as the worker builds it, then evaluated.
 
-    python benchmarks/evaluation.py [--rows 256] [--repeat 1]
+    python benchmarks/evaluation.py [--rows 256] [--steps 2] [--record]
 
 Prints, before (16 sequences per generate call) and after (batched greedy generation), the seconds (wall and CPU)
-of the greedy exact match and of the whole evaluation, with the scores (the same both times).
+of the greedy exact match and of the whole evaluation, with the scores (the same both times). ``--record`` appends
+the wall times to docs/benchmarks.md (benchmarks/record.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=256)
     parser.add_argument("--steps", type=int, default=2, help="training steps before the evaluation (as the worker)")
+    parser.add_argument("--record", action="store_true", help="append the wall times to docs/benchmarks.md")
     args = parser.parse_args(argv)
     import torch
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from backend.training.evaluation import evaluate_before_after
 
     batched = scoring.GENERATION_ROWS
-    lines = []
+    lines, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         spec, trainer, held_out, api = build(Path(tmp), args.rows, args.steps)
         try:
@@ -74,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
                 wall, cpu = time.perf_counter(), time.process_time()
                 evaluate_before_after(trainer, spec, held_out)
                 whole = (time.perf_counter() - wall, time.process_time() - cpu)
+                rows.append(
+                    (
+                        f"SFT example's evaluation, {args.rows} held-out rows, base and tuned, {rows_per_call} "
+                        f"sequences per generate call ({name}: the call size only, on this code; "
+                        "`benchmarks/evaluation.py`)",
+                        f"greedy exact match {answers[0]:.1f} s wall, whole evaluation {whole[0]:.1f} s wall",
+                    )
+                )
                 lines.append(
                     f"  {name:6s} ({rows_per_call:3d} sequences per generate call): greedy exact match "
                     f"{answers[0]:6.1f} s wall, {answers[1]:6.1f} s CPU; whole evaluation {whole[0]:6.1f} s wall, "
@@ -88,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{torch.get_num_threads()} threads"
     )
     print("\n".join(lines))
+    if args.record:
+        from benchmarks.record import record
+
+        record(rows)
     return 0
 
 
