@@ -67,7 +67,7 @@ def _content_text(content: Any) -> str:
 
 
 def batch_column(kwargs: dict[str, Any], column: str, reward_name: str, count: int) -> list[Any]:
-    """The dataset column ``column`` of a batch of ``count`` completions; a sentence naming the reward if it lacks one."""
+    """A batch's dataset column, one value per completion; a sentence naming the reward when it is missing."""
     if column not in kwargs:
         raise ValueError(f"the {reward_name} reward needs the dataset column {column!r}, which the batch lacks")
     values = list(kwargs[column])
