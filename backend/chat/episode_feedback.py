@@ -190,5 +190,3 @@ class EpisodePreferenceLog(FeedbackLog):
             "created_at": time.time(),
         }
         return {**row, "replaced": self._put(row) is not None}
-
-

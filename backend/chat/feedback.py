@@ -2,16 +2,16 @@
 pairs, 👍/👎 on one answer as KTO rows, the agent arena's "this side played better" as DPO pairs of whole episodes
 (with their tool calls and tools), and their exports as dataset files."""
 
-
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
 from backend.chat.episode_feedback import EpisodePreferenceLog
-from backend.chat.feedback_log import SIDES, FeedbackLog, NoAnswerYet, NotSaved, last_turn
+from backend.chat.feedback_log import SIDES, FeedbackLog, Message, NoAnswerYet, NotSaved, last_turn
 from backend.core.paths import DataPaths, storage_problem
 
 FeedbackFormat = Literal["dpo", "kto", "episodes"]
@@ -19,6 +19,11 @@ FeedbackFormat = Literal["dpo", "kto", "episodes"]
 PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
 # TRL's unpaired preference format (what KTOTrainer reads), conversational: prompt and completion are message lists.
 THUMB_COLUMNS = ("prompt", "completion", "label")
+
+
+def _asked(prompt: Sequence[Message]) -> list[Message]:
+    """A prompt without the assistant's messages: what was asked, the same on both sides of a turn."""
+    return [m for m in prompt if m["role"] != "assistant"]
 
 
 class PreferenceLog(FeedbackLog):

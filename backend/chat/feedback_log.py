@@ -67,11 +67,6 @@ def _parsed(line: bytes) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
-def _asked(prompt: Sequence[Message]) -> list[Message]:
-    """A prompt without the assistant's messages: what was asked, the same on both sides of a turn."""
-    return [m for m in prompt if m["role"] != "assistant"]
-
-
 class FeedbackLog:
     """A JSONL file of rows, each written under an exclusive file lock, so rows from several threads or processes
     never interleave; a new row replaces the last earlier row it counts as the same as (one judgement per turn)."""
@@ -202,4 +197,3 @@ class FeedbackLog:
                 Path(tmp).unlink(missing_ok=True)
             raise
         return target
-
