@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,7 @@ def cli_notes(spec: JobSpec) -> list[str]:
     return notes
 
 
-def card_rows(spec: JobSpec, own: list[tuple[str, object]]) -> list[tuple[str, object]]:
+def card_rows(spec: JobSpec, own: Sequence[tuple[str, object]]) -> list[tuple[str, object]]:
     """The model card's rows of an online job: group and sampling, the method's ``own`` rows, then the rewards and the
     environment when one played."""
     r = spec.rollout

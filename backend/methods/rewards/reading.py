@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import regex
 
-RewardFunction = Callable[..., list[float | None]]
+RewardFunction = Callable[..., Sequence[float | None]]
 
 # Keyword arguments TRL passes to every reward besides the dataset columns; a dataset row must not shadow them.
 TRAINER_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from backend.core.spec import RewardSpec
 from backend.methods.rewards.accuracy_rewards import ExactMatch, TRLReward
@@ -10,13 +11,25 @@ from backend.methods.rewards.format_rewards import RegexMatch, ValidJSON
 from backend.methods.rewards.other_rewards import Keywords, LengthTarget
 from backend.methods.rewards.reading import RewardFunction
 
+T = TypeVar("T")
+
+
+def _given(value: T | None, setting: str, spec: RewardSpec) -> T:
+    """A setting the reward needs (the spec's validation requires it; a spec built past validation is refused)."""
+    if value is None:
+        raise ValueError(f"the {spec.name} reward needs its {setting}")
+    return value
+
+
 # name -> how its spec builds the reward; one row for each of core.spec's REWARD_NAMES.
 BUILDERS: dict[str, Callable[[RewardSpec], RewardFunction]] = {
     **{name: (lambda spec: TRLReward(spec.name)) for name in TRLReward.TRL_FUNCTIONS},
-    "exact_match": lambda spec: ExactMatch(spec.column, case_sensitive=spec.case_sensitive),
-    "regex": lambda spec: RegexMatch(spec.pattern, case_sensitive=spec.case_sensitive),
+    "exact_match": lambda spec: ExactMatch(_given(spec.column, "column", spec), case_sensitive=spec.case_sensitive),
+    "regex": lambda spec: RegexMatch(_given(spec.pattern, "pattern", spec), case_sensitive=spec.case_sensitive),
     "valid_json": lambda spec: ValidJSON(spec.json_schema),
-    "length": lambda spec: LengthTarget(spec.target_length, tolerance=spec.tolerance, unit=spec.unit),
+    "length": lambda spec: LengthTarget(
+        _given(spec.target_length, "target_length", spec), tolerance=spec.tolerance, unit=spec.unit
+    ),
     "keywords": lambda spec: Keywords(spec.include, spec.exclude, case_sensitive=spec.case_sensitive),
 }
 
@@ -54,11 +67,11 @@ def required_columns(spec: RewardSpec) -> set[str]:
     if spec.name in ("accuracy", "reasoning_accuracy"):
         return {"solution"}
     if spec.name == "exact_match":
-        return {spec.column}
+        return {_given(spec.column, "column", spec)}
     return set()
 
 
-def missing_columns(specs: Sequence[RewardSpec], columns: set[str] | Sequence[str]) -> list[str]:
+def missing_columns(specs: Sequence[RewardSpec], columns: Iterable[str]) -> list[str]:
     """One sentence per column a reward needs that ``columns`` lacks; empty when all are there."""
     present = set(columns)
     return [
