@@ -75,7 +75,7 @@ def _reasoning_answer_tail(text: str) -> str:
     return THINK_END + answer[-MATH_TAIL_CHARS:]
 
 
-# --- project rewards ---------------------------------------------------------------------------------------
+# --- exact match: the project's own answer check ----------------------------------------------------------
 
 
 def normalize_answer(text: str, case_sensitive: bool = False) -> str:

@@ -85,6 +85,3 @@ class Keywords:
     def _word_pattern(self, word: str) -> re.Pattern:
         # An escaped literal between single-character lookarounds: no backtracking, linear in the text.
         return re.compile(r"(?<!\w)" + re.escape(self._normalize(word)) + r"(?!\w)")
-
-
-# --- from specs --------------------------------------------------------------------------------------------

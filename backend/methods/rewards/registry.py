@@ -79,6 +79,3 @@ def missing_columns(specs: Sequence[RewardSpec], columns: Iterable[str]) -> list
         for spec in specs
         for column in sorted(required_columns(spec) - present)
     ]
-
-
-# --- the reward test bench ---------------------------------------------------------------------------------
