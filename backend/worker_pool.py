@@ -27,11 +27,13 @@ import traceback
 from pathlib import Path
 
 from backend.jobs.launchers import NVML_CHECK_VAR, worker_comm
+from backend.methods.table import METHOD_MODULES, table
 
 log = logging.getLogger("studio.worker_pool")
 
 # What a worker imports on its way to the first step, in the order it does; trackio, vLLM and bitsandbytes are left
-# out (trackio reads its folder from the job's environment when first imported; the others touch the GPU).
+# out (trackio reads its folder from the job's environment when first imported; the others touch the GPU). The
+# methods and their TRL classes come from the method table, so a new method is pre-imported without a line here.
 PREIMPORTS = (
     "torch",
     "transformers",
@@ -45,18 +47,12 @@ PREIMPORTS = (
     "backend.training.callbacks",
     "backend.training.autotune",
     "backend.training.evaluation",
-    "backend.methods.sft",
-    "backend.methods.dpo",
-    "backend.methods.kto",
-    "backend.methods.grpo",
-    "backend.methods.rloo",
+    *(module.__name__ for module in METHOD_MODULES),
     "backend.models.loading",
 )
 # TRL and transformers import these lazily, on first attribute access.
 LAZY_ATTRIBUTES = {
-    "trl": tuple(
-        f"{method}{kind}" for method in ("SFT", "DPO", "KTO", "GRPO", "RLOO") for kind in ("Trainer", "Config")
-    ),
+    "trl": tuple(name for row in table().values() for name in row.trl_classes),
     "transformers": ("AutoModelForCausalLM", "AutoTokenizer", "AutoConfig", "Qwen3ForCausalLM", "GenerationConfig"),
     "peft": ("PeftModel", "LoraConfig"),
 }

@@ -308,8 +308,9 @@ def _report(name: str) -> None:
     import json
     import time
 
-    from backend.environments.adapter import describe, environment_class
+    from backend.environments.adapter import environment_class
     from backend.environments.connection import get_json, probe_capacity
+    from backend.environments.discovery import describe
 
     env = catalog_env(name)
     reason = skip_reason(name)

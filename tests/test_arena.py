@@ -19,7 +19,8 @@ import pytest
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.core.users import hub_user
-from backend.environments.adapter import check_sessions, tool_methods
+from backend.environments.adapter import tool_methods
+from backend.environments.discovery import check_sessions
 from backend.environments.episodes import EpisodeSettings, _render, opening_messages
 from backend.environments.runtime import open_environment
 from backend.jobs.store import JobNotFound

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
-from backend.chat.feedback import PreferenceLog, ThumbLog, last_turn
+from backend.chat.feedback import PreferenceLog, ThumbLog
+from backend.chat.feedback_log import last_turn
 from backend.chat.side_by_side import build_prompt
 from backend.chat.tool_calls import ChatAnswer, ToolCall, can_parse, read_text
 from backend.core.spec import SpecError, load_spec_text, parse_spec

@@ -25,15 +25,7 @@ from transformers.utils import get_json_schema
 
 from backend.core.spec import parse_spec
 from backend.core.wording import progress_text
-from backend.environments.adapter import (
-    EnvironmentInfo,
-    OpenEnvEpisode,
-    ToolSpec,
-    check_sessions,
-    describe,
-    environment_class,
-    tool_methods,
-)
+from backend.environments.adapter import OpenEnvEpisode, environment_class, tool_methods
 from backend.environments.connection import (
     CapacityError,
     EnvironmentActionError,
@@ -41,6 +33,7 @@ from backend.environments.connection import (
     resolve_url,
     space_url,
 )
+from backend.environments.discovery import EnvironmentInfo, ToolSpec, check_sessions, describe
 from backend.environments.launcher import (
     PROJECT_ROOT,
     RunningEnvironment,
@@ -224,7 +217,8 @@ def test_the_adapter_never_imports_the_servers_code(servers):
     the built-in environments elsewhere, so the check has to happen in a clean one)."""
     script = """
 import json, sys
-from backend.environments.adapter import describe, environment_class
+from backend.environments.adapter import environment_class
+from backend.environments.discovery import describe
 counter = environment_class(describe(sys.argv[1]))()
 counter.reset(target=3, start=0, prompt=[{"role": "user", "content": "go"}])
 counter.counter(step_by=3)

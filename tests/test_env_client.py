@@ -177,7 +177,7 @@ def test_an_answer_of_the_wrong_shape_is_a_sentence_naming_the_environment(path,
 
 
 def test_a_long_status_is_quoted_as_a_short_escaped_excerpt():
-    from backend.environments.adapter import describe
+    from backend.environments.discovery import describe
 
     status = "<script>" + "x" * 5000
     with raw_server(answer(json.dumps({"status": status}).encode())) as server:
@@ -303,7 +303,7 @@ def test_a_redirect_into_the_space_is_refused_like_a_typed_url(on_a_space, monke
 
 
 def test_the_studios_own_builtin_server_is_reachable_on_a_space_but_not_when_a_user_types_it(on_a_space):
-    from backend.environments.adapter import describe
+    from backend.environments.discovery import describe
     from backend.environments.launcher import start_builtin
 
     with start_builtin("echo") as server:

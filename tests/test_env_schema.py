@@ -17,9 +17,6 @@ from transformers.utils import get_json_schema
 
 from backend.core.spec import EnvironmentSpec, SpecError, parse_spec
 from backend.environments.adapter import (
-    EnvironmentInfo,
-    ToolSpec,
-    _action_tool,
     _validate_arguments,
     class_name,
     environment_class,
@@ -27,6 +24,7 @@ from backend.environments.adapter import (
     tool_docstring,
 )
 from backend.environments.connection import EnvironmentActionError
+from backend.environments.discovery import EnvironmentInfo, ToolSpec, _action_tool
 from backend.environments.runtime import reward_name
 from backend.environments.schema import inline_refs
 from tests.conftest import tiny_spec

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from backend.chat.feedback import EPISODE_COLUMNS, EpisodePreferenceLog, export_feedback, feedback_log
+from backend.chat.episode_feedback import EPISODE_COLUMNS, EpisodePreferenceLog
+from backend.chat.feedback import export_feedback, feedback_log
 from backend.core.paths import FEEDBACK_KINDS
 from backend.core.spec import DatasetSpec, Method, SpecError, parse_spec
 from backend.environments.episodes import Episode

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from backend.api import StudioAPI
-from backend.chat.feedback import NoAnswerYet, PreferenceLog, ThumbLog, last_turn
+from backend.chat.feedback import PreferenceLog, ThumbLog
+from backend.chat.feedback_log import NoAnswerYet, last_turn
 from backend.core.users import User
 
 ALICE, BOB = User("alice"), User("bob")

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from backend.api import SpecError, StudioAPI
-from backend.chat.feedback import NotSaved, export_feedback, feedback_log
+from backend.chat.feedback import export_feedback, feedback_log
+from backend.chat.feedback_log import NotSaved
 from backend.core.paths import USER_LAYOUT_MARKER, DataPaths
 from backend.core.spec import Method
 from backend.core.users import User

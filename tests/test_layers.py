@@ -1,10 +1,14 @@
-"""The house's one import rule, checked on the source: packages stacked bottom-up, imports only downward, no cycles.
+"""The house's import rules, checked on the source: packages stacked in tiers, imports only downward, no cycles, and
+processes started only on the modules meant to be run.
 
 Every import counts, at module level or inside a function or class, and so does ``importlib.import_module`` (or
-``__import__``) of a literal name or an f-string's literal prefix. A module may import its own package's modules and
-anything in a lower layer; anything higher is an upward import, and a loop between modules is a cycle even inside
-one package. The UI (``components/``, ``app.py``) stands on top and reaches the backend only through its facade,
-``backend.api``.
+``__import__``) of a literal name or an f-string's literal prefix; ``from package import name`` is an import of the
+module ``package.name`` where there is one, else of the package's ``__init__`` (a module importing its own package
+included, so a loop through an ``__init__`` is a cycle). A module may import its own package's modules and anything in
+a lower tier; a package of the same tier is a sideways import and anything higher an upward one, and a loop between
+modules is a cycle even inside one package. The UI (``components/``, ``app.py``) stands on top and reaches the backend
+only through its facade, ``backend.api``. A process started on one of the project's modules (``python -m``, a
+launcher's module name) starts on one of ``PROCESS_SEAMS``.
 """
 
 from __future__ import annotations
@@ -17,23 +21,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Bottom-up. A module belongs to the longest entry its dotted name starts with.
-LAYERS: tuple[str, ...] = (
-    "backend.core",
-    "backend.platform",
-    "backend.models",
-    "backend.jobs",
-    "backend.environments.builtin",
-    "backend.environments",
-    "backend.methods",
-    "backend.data",
-    "backend.training",
-    "backend.hub",
-    "backend.chat",
-    "backend.workflows",
-    "backend.api",
-    "backend",  # the entry points: cli, worker, worker_pool, remote_job, __main__
+# Bottom-up, in tiers read off the import graph: a package imports only packages of lower tiers, never one of its own
+# tier. A module belongs to the longest package its dotted name starts with.
+TIERS: tuple[tuple[str, ...], ...] = (
+    ("backend.core",),
+    ("backend.platform", "backend.models", "backend.environments.builtin"),
+    ("backend.jobs", "backend.methods", "backend.environments"),
+    ("backend.data", "backend.chat"),
+    ("backend.training",),
+    ("backend.hub",),
+    ("backend.workflows",),
+    ("backend.api",),
+    ("backend",),  # the entry points: cli, worker, worker_pool, remote_job, __main__
 )
+PACKAGES: tuple[str, ...] = tuple(package for tier in TIERS for package in tier)
+# The modules the project starts processes on, and why: anything else run as a process is a new seam to name here.
+PROCESS_SEAMS: dict[str, str] = {
+    "backend.worker": "one training job, started by the scheduler (fresh, forked by the pool, or under accelerate)",
+    "backend.worker_pool": "the pool that forks pre-imported workers",
+    "backend.jobs.scheduler": "the detached scheduler that serves the queue when no app does",
+    "backend.remote_job": "a job on Hugging Face Jobs (which re-executes itself under the job's interpreter)",
+    "backend.workflows.export": "an adapter merge, in the trainer's interpreter with a time limit",
+    "backend.data.uploads": "an uploaded dataset read under memory and time limits",
+    "backend.environments.builtin.echo": "a built-in OpenEnv server",
+    "backend.environments.builtin.wordle": "a built-in OpenEnv server",
+    "backend.environments.builtin.arithmetic": "a built-in OpenEnv server",
+}
 FACADE = "backend.api"
 UI = ("components", "app")
 
@@ -68,7 +81,8 @@ def _literal_prefix(node: ast.expr) -> str | None:
 def imported_names(source: str, package: str) -> Iterator[str]:
     """Every dotted name ``source`` (the module ``package``'s code) imports, by any of the forms the rule counts.
 
-    ``from a import b`` yields ``a.b`` (b may be a module) and the caller resolves it to the longest known module.
+    ``from a import b`` yields ``a.b`` (b may be a module) and the caller resolves it to the longest known module, so
+    a name from a package's ``__init__`` is an import of the package.
     """
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -79,7 +93,7 @@ def imported_names(source: str, package: str) -> Iterator[str]:
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
-            yield module
+            # ``a.b`` resolves to the module ``a.b`` where there is one, else to ``a`` (a name from its ``__init__``).
             yield from (f"{module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
@@ -100,35 +114,89 @@ def resolve(name: str, known: dict[str, Path]) -> str | None:
     return None
 
 
-def layer_of(module: str) -> int:
-    """Index of the module's layer in ``LAYERS`` (UI modules sit above all)."""
+def package_of(module: str) -> str:
+    """The entry of ``PACKAGES`` a backend module belongs to (the longest its name starts with), or its UI top."""
     if module.split(".")[0] in UI:
-        return len(LAYERS)
-    best = max((entry for entry in LAYERS if module == entry or module.startswith(entry + ".")), key=len)
-    return LAYERS.index(best)
+        return module.split(".")[0]
+    return max((entry for entry in PACKAGES if module == entry or module.startswith(entry + ".")), key=len)
+
+
+def tier_of(module: str) -> int:
+    """Index of the module's tier in ``TIERS`` (UI modules sit above all)."""
+    package = package_of(module)
+    return len(TIERS) if package in UI else next(i for i, tier in enumerate(TIERS) if package in tier)
 
 
 def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the project modules it imports (itself and its own package's ``__init__`` left out)."""
+    """module -> the project modules it imports (itself left out; its own package's ``__init__`` counts)."""
     graph: dict[str, set[str]] = {}
     for module, path in known.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         targets = {resolve(name, known) for name in imported_names(path.read_text(encoding="utf-8"), package)}
-        ancestors = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
-        graph[module] = {t for t in targets if t and t != module and t not in ancestors}
+        graph[module] = {t for t in targets if t and t != module}
     return graph
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """``a -> b`` for every import of a higher layer, and of the backend past its facade by the UI."""
+    """``a -> b`` for every import of a higher tier, and of the backend past its facade by the UI."""
     found = []
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
-            if layer_of(target) > layer_of(module):
+            if tier_of(target) > tier_of(module):
                 found.append(f"{module} -> {target}")
             elif module.split(".")[0] in UI and target.startswith("backend") and target != FACADE:
                 found.append(f"{module} -> {target} (the UI reaches the backend through {FACADE} only)")
     return found
+
+
+def sideways_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for every import of another package of the same tier."""
+    return [
+        f"{module} -> {target} (both in tier {tier_of(module)})"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if module.split(".")[0] not in UI
+        and tier_of(target) == tier_of(module)
+        and package_of(target) != package_of(module)
+    ]
+
+
+def _string(node: ast.expr) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def process_targets(source: str) -> Iterator[tuple[int, str]]:
+    """(line, module) for every literal module name ``source`` hands to a new process: after ``-m`` or ``--module``
+    in an argv list, as a launcher call's first argument or ``module=``, as a ``*_MODULE`` constant, or as the first
+    item of a returned ``(module, args)``. Names given to ``import_module`` / ``__import__`` are imports, not runs."""
+    for node in ast.walk(ast.parse(source)):
+        candidates: list[ast.expr] = []
+        if isinstance(node, (ast.List, ast.Tuple)):
+            candidates = [cur for prev, cur in zip(node.elts, node.elts[1:]) if _string(prev) in ("-m", "--module")]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name not in ("import_module", "__import__"):
+                candidates = [kw.value for kw in node.keywords if kw.arg == "module"] + node.args[:1]
+        elif isinstance(node, ast.Assign):
+            if any(isinstance(target, ast.Name) and target.id.endswith("MODULE") for target in node.targets):
+                candidates = [node.value]
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and node.value.elts:
+            candidates = node.value.elts[:1]
+        for candidate in candidates:
+            name = _string(candidate)
+            if name and name.split(".")[0] in ("backend", *UI):
+                yield candidate.lineno, name
+
+
+def unlisted_processes(known: dict[str, Path]) -> list[str]:
+    """``where: module`` for every process started on a project module that is not one of ``PROCESS_SEAMS``."""
+    return [
+        f"{module}:{line} starts {target}"
+        for module, path in sorted(known.items())
+        for line, target in sorted(process_targets(path.read_text(encoding="utf-8")))
+        if target not in PROCESS_SEAMS
+    ]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -175,8 +243,8 @@ def test_every_backend_module_belongs_to_a_declared_layer(graph):
     for module in graph:
         if module.startswith("backend."):
             top = ".".join(module.split(".")[:2])
-            assert top in LAYERS or module.count(".") == 1, f"{module}: its package is not in LAYERS"
-    entry_points = sorted(m for m in graph if layer_of(m) == LAYERS.index("backend") and m != "backend")
+            assert top in PACKAGES or module.count(".") == 1, f"{module}: its package is not in TIERS"
+    entry_points = sorted(m for m in graph if package_of(m) == "backend" and m != "backend")
     assert entry_points == [
         "backend.__main__",
         "backend.cli",
@@ -190,8 +258,21 @@ def test_imports_only_run_downward(graph):
     assert upward_imports(graph) == []
 
 
+def test_no_package_imports_one_of_its_own_tier(graph):
+    assert sideways_imports(graph) == []
+
+
 def test_no_import_cycles(graph):
     assert cycles(graph) == []
+
+
+def test_processes_start_only_on_the_listed_seams():
+    known = sources("backend", *UI)
+    assert unlisted_processes(known) == []
+    started = {target for path in known.values() for _, target in process_targets(path.read_text(encoding="utf-8"))}
+    assert started == set(PROCESS_SEAMS), "a seam no code starts any more leaves the list"
+    for seam in PROCESS_SEAMS:
+        assert 'if __name__ == "__main__"' in known[seam].read_text(encoding="utf-8"), f"{seam} cannot run as -m"
 
 
 def test_no_tab_imports_another_tab(graph):
@@ -249,3 +330,48 @@ def test_the_checker_fails_on_an_upward_import_and_a_cycle():
         "components.train_tab -> backend.jobs.store (the UI reaches the backend through backend.api only)",
     ]
     assert cycles(graph) == [["backend.methods.sft", "backend.methods.table"]]
+
+
+def test_the_checker_fails_on_a_sideways_import():
+    graph = {
+        "backend.jobs.store": {"backend.methods.table"},  # jobs and methods share a tier
+        "backend.methods.table": {"backend.methods.sft", "backend.core.spec"},  # its own package, a lower tier
+        "backend.environments.adapter": {"backend.environments.builtin.registry"},  # a lower tier inside a package
+    }
+    assert sideways_imports(graph) == ["backend.jobs.store -> backend.methods.table (both in tier 2)"]
+    assert upward_imports(graph) == []
+
+
+def test_the_checker_fails_on_a_process_started_off_the_seams(tmp_path):
+    (tmp_path / "backend").mkdir()
+    (tmp_path / "backend" / "rogue.py").write_text(
+        """
+import subprocess, sys
+subprocess.run([sys.executable, "-m", "backend.chat.feedback"])
+subprocess.run([sys.executable, "-m", "backend.worker"])
+spawn_backend_process("backend.hub.publish", [], log)
+importlib.import_module("backend.chat.feedback")  # an import, not a run
+"""
+    )
+    known = {"backend.rogue": tmp_path / "backend" / "rogue.py"}
+    assert unlisted_processes(known) == [
+        "backend.rogue:3 starts backend.chat.feedback",
+        "backend.rogue:5 starts backend.hub.publish",
+    ]
+
+
+def test_the_checker_counts_an_import_of_the_own_package(tmp_path):
+    package = tmp_path / "backend" / "methods"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from backend.methods.table import table\n\nNAMES = ('sft',)\n")
+    (package / "table.py").write_text("from backend.methods import sft\n\ndef table(): ...\n")
+    (package / "sft.py").write_text("from backend.methods import NAMES  # a name of its own package's __init__\n")
+    known = {
+        "backend.methods": package / "__init__.py",
+        "backend.methods.table": package / "table.py",
+        "backend.methods.sft": package / "sft.py",
+    }
+    graph = import_graph(known)
+    assert graph["backend.methods.table"] == {"backend.methods.sft"}  # a module of the package, not its __init__
+    assert graph["backend.methods.sft"] == {"backend.methods"}
+    assert cycles(graph) == [["backend.methods", "backend.methods.sft", "backend.methods.table"]]

@@ -26,15 +26,9 @@ from dataclasses import dataclass
 import pytest
 from transformers.utils import get_json_schema
 
-from backend.environments.adapter import (
-    EnvironmentInfo,
-    OpenEnvEpisode,
-    check_sessions,
-    describe,
-    environment_class,
-    tool_methods,
-)
+from backend.environments.adapter import OpenEnvEpisode, environment_class, tool_methods
 from backend.environments.connection import EnvironmentActionError, EnvironmentUnavailable, probe_capacity
+from backend.environments.discovery import EnvironmentInfo, check_sessions, describe
 from backend.environments.launcher import EnvironmentStartError, RunningEnvironment
 from backend.environments.observations import MAX_FIELD_CHARS
 from backend.environments.probe import probe_rewards

@@ -6,21 +6,14 @@ import time
 
 import pytest
 
-import backend.methods.rewards
 from backend.core.spec import REWARD_NAMES, RewardSpec, SpecError, parse_spec
-from backend.methods.rewards import (
-    ExactMatch,
-    Keywords,
-    LengthTarget,
-    RegexMatch,
-    TRLReward,
-    ValidJSON,
-    build_reward,
-    build_rewards,
-    completion_text,
-    required_columns,
-    score_completions,
-)
+from backend.methods.rewards import accuracy_rewards, format_rewards, other_rewards, reading, registry
+from backend.methods.rewards.accuracy_rewards import ExactMatch, TRLReward
+from backend.methods.rewards.bench import score_completions
+from backend.methods.rewards.format_rewards import RegexMatch, ValidJSON
+from backend.methods.rewards.other_rewards import Keywords, LengthTarget
+from backend.methods.rewards.reading import completion_text
+from backend.methods.rewards.registry import build_reward, build_rewards, required_columns
 
 MEGABYTE = "word " * 200_000
 
@@ -42,8 +35,8 @@ def one_spec_per_reward() -> list[RewardSpec]:
 
 
 def test_docstring_examples_hold():
-    results = doctest.testmod(backend.methods.rewards)
-    assert results.attempted >= 10 and results.failed == 0
+    results = [doctest.testmod(m) for m in (reading, accuracy_rewards, format_rewards, other_rewards, registry)]
+    assert sum(r.attempted for r in results) >= 10 and sum(r.failed for r in results) == 0
 
 
 # --- completion_text -------------------------------------------------------------------------------

@@ -18,12 +18,8 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.jobs.store import JobStatus
-from backend.platform.storage import (
-    DB_NAME,
-    Mirror,
-    StorageError,
-    storage_plan,
-)
+from backend.platform.mirror import Mirror
+from backend.platform.storage import DB_NAME, StorageError, storage_plan
 from tests.apps import ROOT, launch_app
 from tests.conftest import tiny_spec, wait_for, wait_status
 
@@ -197,7 +193,7 @@ def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path,
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from backend.platform.storage import copy_file_atomically; "
+            "import sys; from pathlib import Path; from backend.platform.mirror import copy_file_atomically; "
             "copy_file_atomically(Path(sys.argv[1]), Path(sys.argv[2]))",
             str(fifo),
             str(data / DB_NAME),

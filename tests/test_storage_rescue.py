@@ -17,8 +17,9 @@ from backend.api import StudioAPI
 from backend.cli import main
 from backend.core.spec import parse_spec
 from backend.jobs.store import JobStore
+from backend.platform.mirror import Mirror, backup_store, snapshot_ok
 from backend.platform.sqlite_recovery import recover_database
-from backend.platform.storage import DB_NAME, Mirror, StorageError, backup_store, snapshot_ok
+from backend.platform.storage import DB_NAME, StorageError
 from tests.test_storage import network_world
 
 PAGE = 4096

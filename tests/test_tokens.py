@@ -6,8 +6,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from backend.environments import connection
-from backend.environments.adapter import describe
 from backend.environments.connection import EnvironmentUnavailable, Session, auth_headers, get_json, token_may_go_to
+from backend.environments.discovery import describe
 from backend.environments.launcher import free_port
 
 TOKEN = "hf_secret_never_leaves"

@@ -183,11 +183,11 @@ class DatasetOperations:
         """The reward test bench: each reward's score for completions a user typed, before any training.
 
         Signed-in users only on a Space, ``BENCH_CALLS_PER_MINUTE`` per user, input capped (see
-        ``backend.methods.rewards.bench_input_problems``) and scored off the request thread within
+        ``backend.methods.rewards.bench.bench_input_problems``) and scored off the request thread within
         ``BENCH_TIME_LIMIT_S``.
         Raises SpecError (RateLimited, TimedOut) with the sentence to show.
         """
-        from backend.methods.rewards import bench_input_problems, score_completions
+        from backend.methods.rewards.bench import bench_input_problems, score_completions
 
         self._require_user(user, "reward bench")
         problems = bench_input_problems(rewards, completions, row)

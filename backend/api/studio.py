@@ -39,9 +39,10 @@ from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, SchedulerHealth, spawn_detached
 from backend.jobs.store import JobStore
 from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
+from backend.platform.mirror import Mirror, MirrorStatus, restore
 from backend.platform.snapshot_rescue import set_aside_notes
 from backend.platform.space_runtime import on_space
-from backend.platform.storage import DB_NAME, Mirror, MirrorStatus, StoragePlan, restore, storage_plan
+from backend.platform.storage import DB_NAME, StoragePlan, storage_plan
 
 
 class StudioAPI(

@@ -11,8 +11,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from backend.environments.adapter import EnvironmentInfo, ToolSpec, environment_class
+from backend.environments.adapter import environment_class
 from backend.environments.connection import EnvironmentActionError
+from backend.environments.discovery import EnvironmentInfo, ToolSpec
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import EnvironmentSpec, JobSpec
-from backend.environments.adapter import EnvironmentInfo, OpenEnvEpisode, check_sessions, describe, environment_class
+from backend.environments.adapter import OpenEnvEpisode, environment_class
 from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS, BuiltinEnvironment
 from backend.environments.connection import resolve_url, time_budget
+from backend.environments.discovery import EnvironmentInfo, check_sessions, describe
 
 log = logging.getLogger("studio.environments")
 

@@ -31,8 +31,9 @@ from typing import Any
 
 from backend.core.hub_names import DEMO_MODEL_ID
 from backend.core.spec import JobSpec
-from backend.environments.adapter import OpenEnvEpisode, ToolSpec, tool_methods
+from backend.environments.adapter import OpenEnvEpisode, tool_methods
 from backend.environments.connection import EnvironmentActionError
+from backend.environments.discovery import ToolSpec
 from backend.environments.episodes import opening_messages
 from backend.environments.probe import random_arguments
 

@@ -39,8 +39,9 @@ from backend.jobs.store import JobRecord, JobStatus, JobStore
 from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.platform.limits import int_setting
+from backend.platform.mirror import Mirror
 from backend.platform.resource_errors import looks_like_disk_full, looks_like_oom
-from backend.platform.storage import Mirror, storage_plan
+from backend.platform.storage import storage_plan
 
 log = logging.getLogger("studio.scheduler")
 
@@ -638,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.exit_when_idle:
             if not scheduler.try_acquire():
                 return 0  # another scheduler already serves this data directory
-            if durable is not None:  # whoever serves the queue keeps the durable copy (backend/platform/storage.py)
+            if durable is not None:  # whoever serves the queue keeps the durable copy (backend/platform/mirror.py)
                 mirror = Mirror(plan.live, durable).start()
             scheduler.run_until_idle()
             return 0

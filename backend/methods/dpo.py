@@ -24,6 +24,7 @@ from backend.methods.support import (
 from backend.models.mixed_batch import mixed_logprobs
 from backend.models.scoring import (
     PER_ROW,
+    all_present,
     answer_pair,
     answer_scores,
     as_messages,
@@ -92,11 +93,11 @@ def preference_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, d
         for side, values in margins.items()
     }
     # A chosen side of several turns (a whole agent episode) has no one answer to match: then margins only.
-    answered = [answer_pair(row.get("prompt"), row["chosen"]) for row in rows]
-    if rows and all(a is not None and a[0] is not None for a in answered):
+    answered = all_present([answer_pair(row.get("prompt"), row["chosen"]) for row in rows])
+    if rows and answered is not None and all(a[0] is not None for a in answered):
         prompts, references = [a[0] for a in answered], [a[1] for a in answered]
-        tools = [row_tools(row) for row in rows]
-        merge_scores(scores, answer_scores(model, tokenizer, prompts, references, sides, tools))
+        schemas = [row_tools(row) for row in rows]
+        merge_scores(scores, answer_scores(model, tokenizer, prompts, references, sides, schemas))
     return scores
 
 

@@ -23,7 +23,16 @@ from backend.methods.support import (
     always,
 )
 from backend.models.mixed_batch import mixed_logprobs
-from backend.models.scoring import PER_ROW, answer_pair, answer_scores, chunks, merge_scores, per_side, render_texts
+from backend.models.scoring import (
+    PER_ROW,
+    all_present,
+    answer_pair,
+    answer_scores,
+    chunks,
+    merge_scores,
+    per_side,
+    render_texts,
+)
 
 if TYPE_CHECKING:
     from trl import KTOConfig, KTOTrainer
@@ -90,8 +99,8 @@ def feedback_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dic
             "reference_logprob": [lp for label, lp in values if label],
         }
     # The desirable answers are the references: the greedy answers must keep matching them.
-    answered = [answer_pair(row["prompt"], row["completion"]) for row in rows if bool(row["label"])]
-    if answered and all(a is not None for a in answered):
+    answered = all_present([answer_pair(row["prompt"], row["completion"]) for row in rows if bool(row["label"])])
+    if answered:  # neither None (a reference that is no one answer) nor empty
         merge_scores(scores, answer_scores(model, tokenizer, [a[0] for a in answered], [a[1] for a in answered], sides))
     return scores
 

@@ -102,7 +102,7 @@ def _object_arguments(messages: list[dict]) -> list[dict] | None:
                 parsed = json.loads(arguments) if isinstance(arguments, str) else None
             except ValueError:  # text that is no JSON: nothing to compare it with
                 parsed = None
-            if isinstance(parsed, dict):
+            if isinstance(parsed, dict) and isinstance(function, dict):  # parsed only from a function's arguments
                 changed = True
                 call = {**call, "function": {**function, "arguments": parsed}}
             parsed_calls.append(call)

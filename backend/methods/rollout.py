@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def generation(spec: JobSpec) -> tuple[int, int]:
 
 def reward_functions(spec: JobSpec) -> tuple[list, list[float]]:
     """The job's reward callables and their weights, as TRL's trainers take them."""
-    from backend.methods.rewards import build_rewards
+    from backend.methods.rewards.registry import build_rewards
 
     return build_rewards(spec.rollout.rewards)
 
@@ -137,7 +137,7 @@ def cli_notes(spec: JobSpec) -> list[str]:
     if custom:
         names = ", ".join(r.name for r in custom)
         notes.append(
-            f"rewards: {names}: the app's own rewards (backend/methods/rewards.py), not in TRL's registry; TRL's CLI "
+            f"rewards: {names}: the app's own rewards (backend/methods/rewards/), not in TRL's registry; TRL's CLI "
             "takes such functions as dotted import paths in reward_funcs (e.g. my_rewards.length_reward), with "
             "reward_weights in the same order."
         )
@@ -155,7 +155,7 @@ def cli_notes(spec: JobSpec) -> list[str]:
     return notes
 
 
-def card_rows(spec: JobSpec, own: list[tuple[str, object]]) -> list[tuple[str, object]]:
+def card_rows(spec: JobSpec, own: Sequence[tuple[str, object]]) -> list[tuple[str, object]]:
     """The model card's rows of an online job: group and sampling, the method's ``own`` rows, then the rewards and the
     environment when one played."""
     r = spec.rollout
@@ -238,7 +238,7 @@ def reward_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[
         scores["reward/total"] = sum(total) / len(total)
         scores[PER_ROW] = {"reward/total": total}
         if "solution" in columns and guards(spec):
-            from backend.methods.rewards import TRLReward
+            from backend.methods.rewards.accuracy_rewards import TRLReward
 
             right = [1.0 if v == 1 else 0.0 for v in TRLReward("accuracy")(completions=completions, **columns)]
             scores["accuracy"] = sum(right) / len(right)

@@ -11,7 +11,16 @@ from backend.methods.common import base_training_kwargs, load_policy
 from backend.methods.rendering import render_sft_row
 from backend.methods.support import ACCURACY_GUARD, LOSS_GUARD, DataFormat, MethodSupport, TrainerInputs
 from backend.models.mixed_batch import BASE_ADAPTER
-from backend.models.scoring import PER_ROW, answer_pair, answer_scores, mean, merge_scores, split_answer, token_nll
+from backend.models.scoring import (
+    PER_ROW,
+    all_present,
+    answer_pair,
+    answer_scores,
+    mean,
+    merge_scores,
+    split_answer,
+    token_nll,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -130,13 +139,13 @@ def loss_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[st
         elif side == sides[0]:
             scores[side]["eval_loss"] = trainer.evaluate()["eval_loss"]
     model, tokenizer = trainer.model, trainer.processing_class
-    pairs = [split_answer(row) for row in rows]
-    if rows and all(pair is not None for pair in pairs):
+    pairs = all_present([split_answer(row) for row in rows])
+    if rows and pairs is not None:
         for side, values in token_nll(model, tokenizer, pairs, sides).items():
             scores[side]["token_nll"] = mean(values)
             scores[side][PER_ROW] = {"token_nll": values}
-        answered = [answer_pair(prompt, completion) for prompt, completion in pairs]
-        if all(a is not None for a in answered):
+        answered = all_present([answer_pair(prompt, completion) for prompt, completion in pairs])
+        if answered is not None:
             answers = answer_scores(model, tokenizer, [a[0] for a in answered], [a[1] for a in answered], sides)
             merge_scores(scores, answers)
     return scores

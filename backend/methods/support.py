@@ -129,6 +129,12 @@ class MethodSupport:
         """The method's name as people write it: SFT, DPO."""
         return self.method.value.upper()
 
+    @property
+    def trl_classes(self) -> tuple[str, str]:
+        """The names of the method's TRL trainer and config classes (``SFTTrainer``, ``SFTConfig``): TRL names them
+        after the method, and the worker pool imports them ahead of any job."""
+        return f"{self.label}Trainer", f"{self.label}Config"
+
     def smallest_batch(self, spec: JobSpec) -> int:
         """The smallest per-device batch an auto batch starts from: one generation group, or ``min_batch``."""
         return self.generation(spec)[0] if self.generation is not None else self.min_batch

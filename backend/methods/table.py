@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from backend.core.spec import JobSpec, Method
 from backend.methods import dpo, grpo, kto, rloo, sft
-from backend.methods.rewards import required_columns
+from backend.methods.rewards.registry import required_columns
 from backend.methods.support import DataFormat, MethodSupport, TrainerInputs, always, spec_value
 
 __all__ = ["DataFormat", "MethodSupport", "TrainerInputs", "always", "spec_value", "support", "table"]

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from backend.models.mixed_batch import GenerationSettings, mixed_generate, mixed_logprobs
 
@@ -112,7 +112,7 @@ def _answer_key(text: str) -> str:
 
 
 def answer_scores(
-    model, tokenizer, prompts: list, references: list[str], sides, tools: list | None = None
+    model, tokenizer, prompts: list, references: list[str], sides, tools: list[list[dict] | None] | None = None
 ) -> dict[str | None, dict]:
     """Greedy answers of every side to ``prompts`` against the reference answers: exact match (the boxed answer, or
     the whole answer with whitespace folded) and, where the references box their answer, answer format (the answer
@@ -132,6 +132,19 @@ def answer_scores(
             scores[PER_ROW]["answer_format"] = shaped
         result[side] = scores
     return result
+
+
+T = TypeVar("T")
+
+
+def all_present(values: list[T | None]) -> list[T] | None:
+    """``values`` when none of them is None (a row each method can score), else None.
+
+    >>> all_present([1, 2]), all_present([1, None])
+    ([1, 2], None)
+    """
+    present = [value for value in values if value is not None]
+    return present if len(present) == len(values) else None
 
 
 def answer_pair(prompt, completion) -> tuple[Any, str] | None:

@@ -29,7 +29,7 @@ from backend.core.benchmarks import (
     task_kind,
     task_score,
 )
-from backend.methods.rewards import TRLReward
+from backend.methods.rewards.accuracy_rewards import TRLReward
 from backend.models.mixed_batch import BASE_ADAPTER
 
 log = logging.getLogger("studio.benchmarks")

@@ -207,8 +207,8 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
     with enough sessions, an episode budget that fits, and a starting point that can earn some reward."""
     from trl.chat_template_utils import supports_tool_calling
 
-    from backend.environments.adapter import check_sessions, describe
     from backend.environments.connection import EnvironmentUnavailable, resolve_url, time_budget
+    from backend.environments.discovery import check_sessions, describe
     from backend.environments.probe import probe_rewards
     from backend.environments.runtime import builtin_of, concurrent_episodes, display_name, typical_episode_tokens
 
