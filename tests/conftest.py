@@ -11,7 +11,7 @@ os.environ.setdefault("STUDIO_SPACE_RESERVE_MB", "1")  # hundreds of data dirs: 
 # The suite runs on two pytest processes (pyproject.toml: pytest-xdist), each starting workers: one torch thread per
 # process. The demo models are too small for a second thread to help (22 s vs 23 s for dpo-demo on 2 cores), while
 # two processes of two threads each on 2 cores took 89 s against 27 s with one thread each
-# (2026-12-03; the measurement is in the README).
+# (2026-12-03; the measurement is in docs/benchmarks.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import time

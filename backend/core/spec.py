@@ -8,7 +8,8 @@ import unicodedata
 from collections.abc import Mapping
 from enum import Enum
 from string import Formatter
-from typing import Any, ClassVar, Literal, get_args
+from types import UnionType
+from typing import Any, ClassVar, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -767,7 +768,7 @@ def _describe(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     got = error.get("input")
     if kind == "extra_forbidden":
-        return f"{where}: unknown setting (check the spelling; see the spec fields in the README)"
+        return f"{where}: unknown setting (check the spelling; see the spec fields in docs/spec.md)"
     if kind == "missing":
         return f"{where}: required"
     msg = error["msg"]
@@ -831,7 +832,7 @@ def _json_or_yaml(text: str, where: str) -> Any:
 
 
 def field_docs(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted field, default, help) for every leaf field: the single source for README and UI help."""
+    """(dotted field, default, help) for every leaf field: the single source for docs/spec.md and UI help."""
     rows: list[tuple[str, str, str]] = []
     for name, info in model.model_fields.items():
         annotation = info.annotation
@@ -858,19 +859,55 @@ def field_help(path: str) -> str:
 
 
 def spec_fields_markdown() -> str:
-    """Markdown tables of every spec field and every reward setting, with default and help."""
-    lines = ["| field | default | meaning |", "| --- | --- | --- |"]
-    lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs()]
-    lines += ["", "Each entry of `rollout.rewards`:", "", "| field | default | meaning |", "| --- | --- | --- |"]
-    lines += [f"| `{p}` | `{d}` | {h} |" for p, d, h in field_docs(RewardSpec)]
+    """Markdown tables of every spec field, every reward setting and the eval-only part: type, default and help.
+
+    docs/spec.md is this text (scripts/build_spec_docs.py writes it; a test holds it current).
+    """
+
+    def table(model: type[BaseModel], prefix: str = "") -> list[str]:
+        rows = [f"| `{p}` | {_type_text(model, p)} | `{d}` | {h} |" for p, d, h in field_docs(model)]
+        return ["| field | type | default | meaning |", "| --- | --- | --- | --- |", *rows]
+
+    lines = table(JobSpec)
+    lines += ["", "Each entry of `rollout.rewards`:", "", *table(RewardSpec)]
+    lines += ["", "The `evaluate` part (an eval-only job):", "", *table(EvaluateSpec)]
     return "\n".join(lines)
+
+
+def _type_text(model: type[BaseModel], path: str) -> str:
+    # The dotted path's field, then its type as a spec writer reads it: choices spelled out, bounds after a comma.
+    *parts, name = path.split(".")
+    for part in parts:
+        model = model.model_fields[part].annotation  # type: ignore[assignment]
+    info = model.model_fields[name]
+    bounds = [
+        f"{word} {getattr(rule, attr)}"
+        for rule in info.metadata
+        for attr, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="), ("min_length", "length >="))
+        + (("max_length", "length <="),)
+        if getattr(rule, attr, None) is not None
+    ]
+    return ", ".join([_annotation_text(info.annotation), *bounds])
+
+
+def _annotation_text(annotation: Any) -> str:
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return " or ".join(str(member.value) for member in annotation)
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return " or ".join(str(value) for value in args)
+    if origin in (Union, UnionType):
+        return " or ".join(_annotation_text(arg) for arg in args)
+    if origin is list:
+        return f"list of {_annotation_text(args[0])}"
+    if origin is dict:
+        return f"mapping of {_annotation_text(args[0])} to {_annotation_text(args[1])}"
+    return "any" if annotation is Any else getattr(annotation, "__name__", str(annotation))
 
 
 def checkpointing(spec: JobSpec) -> bool:
     """Whether the job recomputes activations: training.gradient_checkpointing, on when left empty (TRL's
     default; auto-tune decides before training starts)."""
     return spec.training.gradient_checkpointing is not False
-
-
-if __name__ == "__main__":  # python -m backend.core.spec  -> the README's field table
-    print(spec_fields_markdown())
