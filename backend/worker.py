@@ -25,8 +25,9 @@ from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
 from backend.jobs.failures import describe_failure, with_log_tail
 from backend.jobs.lineage import checkpoint_step, last_checkpoint, starting_adapter
+from backend.jobs.records import JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.store import JobStore
 from backend.methods.table import reward_columns
 
 log = logging.getLogger("studio.worker")

@@ -12,7 +12,7 @@ import torch
 
 from backend.core.spec import parse_spec
 from backend.core.wording import EVALUATING, progress_text
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.methods.sft import answer_pair, split_answer
 from backend.models.mixed_batch import BASE_ADAPTER, GenerationSettings
 from backend.models.scoring import answer_scores, generate_completions

@@ -20,8 +20,8 @@ from backend.jobs.launchers import (
     worker_alive,
     worker_comm,
 )
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import _Running
-from backend.jobs.store import JobStatus
 from tests.conftest import tiny_spec, wait_for, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}

@@ -4,8 +4,8 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler, worker_command
-from backend.jobs.store import JobStatus
 from backend.methods.grpo import to_grpo_config
 from backend.methods.rollout import vllm_settings
 from backend.platform.space_runtime import gpu_task

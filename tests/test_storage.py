@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.platform.storage import (
     DB_NAME,
     Mirror,

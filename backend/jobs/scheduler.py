@@ -35,7 +35,8 @@ from backend.jobs.failures import (
 )
 from backend.jobs.launchers import Launcher, WorkerProcess, default_launcher, spawn_backend_process, worker_alive
 from backend.jobs.lineage import numbered_checkpoints
-from backend.jobs.store import JobRecord, JobStatus, JobStore
+from backend.jobs.records import JobRecord, JobStatus
+from backend.jobs.store import JobStore
 from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.platform.limits import int_setting
