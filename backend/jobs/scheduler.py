@@ -2,6 +2,7 @@
 
 One scheduler owns a data directory at a time (an exclusive flock on ``scheduler.lock``). The app runs one in a
 background thread; the CLI starts a detached one (``python -m backend.jobs.scheduler --exit-when-idle``) when none runs.
+Its workers, once started, are watched by its ``Reaper`` (``jobs/reaping.py``): reaped, stopped, adopted on start.
 """
 
 from __future__ import annotations
