@@ -19,7 +19,8 @@ from backend.core.spec import SpecError, load_spec_text
 from backend.core.wording import EVALUATING, progress_text
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.launcher import EnvironmentStartError
-from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
+from backend.jobs.records import JobRecord, JobStatus
+from backend.jobs.store_errors import InvalidTransition, JobNotFound, StoreError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's number: what a shell reports for a tool whose reader went away

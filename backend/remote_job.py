@@ -18,7 +18,8 @@ import threading
 from backend.core.paths import DataPaths
 from backend.core.spec import SpecError
 from backend.hub.hf_jobs import decode_spec
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, trainer_python
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -19,15 +19,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import NoReturn
 
-from backend.core.artifacts import BenchmarkReport
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
 from backend.jobs.failures import describe_failure, with_log_tail
 from backend.jobs.lineage import checkpoint_step, last_checkpoint, starting_adapter
+from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.store import JobStore
 from backend.methods.table import reward_columns
+from backend.training.job_evaluation import evaluate_trained
 
 log = logging.getLogger("studio.worker")
 
@@ -182,156 +183,6 @@ def record_performance(store: JobReporter, job_id: str, summary: dict | None) ->
     log.info("performance: %s", performance_line(summary))
 
 
-def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> dict:
-    """Run an evaluation and write ``<name>.json``; a failure is recorded, never a failed job (the adapter is saved)."""
-    try:
-        result = compute()
-    except Exception as exc:  # noqa: BLE001
-        log.exception("%s failed", name)
-        result = {"error": describe_failure(exc)}
-    path = paths.job_dir(job_id) / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2))
-    log.info("%s: %s (per-row scores in %s)", name, evaluation_summary(result), path.name)
-    return result
-
-
-def evaluation_summary(result: dict, limit: int = 400) -> str:
-    """One short line of an evaluation's result for the log: each side's summary scores, without the per-row ones
-    (they are in the evaluation's JSON file).
-
-    >>> evaluation_summary({"rows": 2, "tuned": {"exact_match": 0.5}, "base": {"exact_match": 0.0},
-    ...                     "per_row": {"tuned": {"exact_match": [1.0, 0.0]}}})
-    'rows 2; tuned: exact_match 0.5; base: exact_match 0'
-    >>> evaluation_summary({"error": "out of memory"})
-    'error: out of memory'
-    """
-    parts = []
-    for key, value in result.items():
-        if key == "per_row":
-            continue
-        if isinstance(value, dict):
-            figures = ", ".join(f"{k} {_figure(v)}" for k, v in value.items() if not isinstance(v, (dict, list)))
-            parts.append(f"{key}: {figures}")
-        elif not isinstance(value, list):
-            parts.append(f"{key} {_figure(value)}" if key != "error" else f"error: {value}")
-    line = "; ".join(parts)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _figure(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def run_evaluation(
-    trainer,
-    spec: JobSpec,
-    held_out,
-    paths: DataPaths,
-    job_id: str,
-    parent_adapter: Path | None = None,
-    callback=None,
-) -> dict:
-    """Before/after scores on the held-out rows (with where a staged job started: its parent's adapter); the job's
-    progress says the rows scored so far (through ``callback``, the job's StoreReportingCallback)."""
-    from backend.training.evaluation import evaluate_before_after
-
-    def on_rows(done: int, total: int, sides: str) -> None:
-        if callback is not None:
-            callback.evaluation_progress(trainer.state, done, total, sides)
-
-    log.info(
-        "evaluating the base, %sthe tuned model on %d held-out rows",
-        "the parent's adapter and " if parent_adapter else "",
-        len(held_out),
-    )
-    return recorded_evaluation(
-        "evaluation", lambda: evaluate_before_after(trainer, spec, held_out, parent_adapter, on_rows), paths, job_id
-    )
-
-
-def run_environment_evaluation(
-    trainer,
-    spec: JobSpec,
-    environment,
-    rows,
-    paths: DataPaths,
-    job_id: str,
-    parent_adapter: Path | None = None,
-    callback=None,
-) -> dict:
-    """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
-    episodes; the job's progress says the episodes played so far (through ``callback``)."""
-    from backend.environments.episodes import EpisodeSettings, success_rates
-    from backend.environments.runtime import concurrent_episodes
-    from backend.training.evaluation import START_ADAPTER, load_start_adapter
-
-    log.info(
-        "playing %d evaluation episodes with the base, %sthe tuned model",
-        spec.environment.eval_episodes,
-        "the parent's adapter and " if parent_adapter else "",
-    )
-    start = START_ADAPTER if load_start_adapter(trainer.model, parent_adapter) else None
-
-    def on_episodes(done: int, total: int, sides: str) -> None:
-        if callback is not None:
-            callback.evaluation_progress(trainer.state, done, total, sides, unit="episodes")
-
-    return recorded_evaluation(
-        "environment_evaluation",
-        lambda: success_rates(
-            trainer.model,
-            trainer.processing_class,
-            environment.factory,
-            rows,
-            EpisodeSettings.from_spec(spec),
-            spec.environment.eval_episodes,
-            spec.training.seed,
-            compare_base=spec.eval.compare_base,
-            start_adapter=start,
-            sessions=concurrent_episodes(spec),
-            on_episodes=on_episodes,
-        ),
-        paths,
-        job_id,
-    )
-
-
-def without_rows(evaluation: dict) -> dict:
-    """An evaluation as the job's artifacts keep it: the per-row scores stay in its JSON file only."""
-    return {key: value for key, value in evaluation.items() if key != "per_row"}
-
-
-def record_learning(
-    store: JobReporter,
-    job_id: str,
-    spec: JobSpec,
-    evaluation: dict | None,
-    environment_evaluation: dict | None,
-    benchmarks: BenchmarkReport | None = None,
-) -> None:
-    """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job. The
-    benchmarks' report (lm-eval, tuned against start) is stored beside it, and a skill it lost is a guard that fell."""
-    from backend.training.evaluation import benchmark_guards, learning_verdict
-    from backend.training.signal import no_signal_reason
-
-    if benchmarks is not None:
-        store.merge_artifacts(job_id, benchmarks=benchmarks)
-    try:
-        job = store.get(job_id)
-        reason = no_signal_reason(job.artifacts.signal)
-        learning = learning_verdict(
-            spec, evaluation, environment_evaluation, no_signal=reason, extra_guards=benchmark_guards(benchmarks)
-        )
-    except Exception:  # noqa: BLE001 - the adapter is saved; a verdict that cannot be made is only logged
-        log.exception("the learning verdict could not be made")
-        return
-    if learning is None:
-        log.info("learning verdict: none (no held-out rows were scored on two sides)")
-        return
-    store.merge_artifacts(job_id, learning=learning.model_dump())
-    log.info("learning verdict: %s: %s", learning.verdict, learning.sentence)
-
-
 def process_rank() -> int:
     """This process's rank under ``accelerate launch`` (0 when not distributed)."""
     return int(os.environ.get("RANK", "0"))
@@ -350,7 +201,31 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
 
     store = reporter_for_rank(paths)
     job = store.get(job_id)
-    spec = job.spec
+    announce_job(job, paths, store)
+    stack = ExitStack()  # the job's environment server, if it started one, stops with the job
+    try:
+        if job.spec.evaluate is not None:
+            return run_eval_only_job(job.spec, paths, job_id, store, stop_event)
+        callback = StoreReportingCallback(store, job_id, stop_event)
+        if not train_job(job, paths, store, callback, stop_event, stack):
+            return EXIT_OK  # cancelled (recorded as such), or a rank other than 0, which records nothing
+    except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
+        traceback.print_exc()
+        sys.stderr.flush()
+        store.finish(job_id, JobStatus.failed, with_log_tail(describe_failure(exc), paths.job_log(job_id)))
+        return EXIT_FAILED
+    finally:
+        stack.close()
+    store.finish(job_id, JobStatus.succeeded)
+    log.info("job %s succeeded", job_id)
+    if job.spec.output.push_to_hub:  # auto-tune changes no output setting: the stored spec says it
+        push_to_hub(paths, job_id)
+    return EXIT_OK
+
+
+def announce_job(job: JobRecord, paths: DataPaths, store: JobReporter) -> None:
+    """Make the job's output folder, record where its files are, and say in the log what the job is."""
+    spec, job_id = job.spec, job.id
     output_dir = paths.job_output(job_id)
     output_dir.mkdir(parents=True, exist_ok=True)
     store.merge_artifacts(
@@ -364,108 +239,114 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
         ", ".join(spec.benchmarks.tasks) if spec.evaluate is not None else spec.dataset.name,
         job.attempts,
     )
-    stack = ExitStack()  # the job's environment server, if it started one, stops with the job
+
+
+def run_eval_only_job(
+    spec: JobSpec, paths: DataPaths, job_id: str, store: JobReporter, stop_event: threading.Event
+) -> int:
+    """An eval-only job: its benchmarks scored, nothing trained (backend/training/benchmark_jobs.py); records its
+    end (succeeded, or cancelled with a note) and returns EXIT_OK. Raises on a failure, which the caller records."""
+    from backend.training.benchmark_jobs import EvaluationCancelled, run_eval_only
+
     try:
-        if spec.evaluate is not None:  # an eval-only job: benchmarks, no training (backend/training/benchmark_jobs.py)
-            from backend.training.benchmark_jobs import EvaluationCancelled, run_eval_only
-
-            try:
-                run_eval_only(spec, paths, job_id, store, stop_event)
-            except EvaluationCancelled as stopped:
-                store.finish(job_id, JobStatus.cancelled, None, {"cancel_note": str(stopped)})
-                log.info("cancelled: %s", stopped)
-                return EXIT_OK
-            store.finish(job_id, JobStatus.succeeded)
-            log.info("job %s succeeded", job_id)
-            return EXIT_OK
-        callback = StoreReportingCallback(store, job_id, stop_event)
-        parent_adapter = starting_adapter(store, spec)
-        if parent_adapter is not None:
-            store.merge_artifacts(job_id, parent_job_id=spec.model.parent_job_id, parent_adapter=str(parent_adapter))
-        environment = None
-        if spec.environment.name:
-            from backend.environments.runtime import open_environment
-
-            environment = stack.enter_context(open_environment(spec))
-            store.merge_artifacts(
-                job_id, environment=environment.info.summary(), environment_server_pid=environment.server_pid
-            )
-        loaded = load_job_dataset(spec, paths, environment)
-        spec = tuned_spec(job, spec, paths, loaded, store)
-        start_from_hub(spec, output_dir, store, job_id)
-        trainer, held_out, pushes = build_job_trainer(
-            spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
-        )
-        log.info("trainer ready: model loaded and data prepared")
-        # The ETA counts the evaluations after the last step: base and tuned (and a staged job's start) on the
-        # held-out rows, and the environment's episodes on as many sides.
-        sides = 1 + spec.eval.compare_base + (parent_adapter is not None)
-        if held_out is not None and (environment is None or spec.rollout.rewards):
-            callback.expect_evaluation(len(held_out), sides)
-        if environment is not None and spec.environment.eval_episodes:
-            callback.expect_evaluation(spec.environment.eval_episodes, sides)
-        resuming = job.resume or spec.training.resume_from_hub is not None
-        resume_from = last_checkpoint(output_dir) if resuming else None
-        if resuming:
-            log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
-            store.merge_artifacts(job_id, resumed_from=str(resume_from) if resume_from else None)
-            # The earlier attempt logged steps past the checkpoint that this one logs again: keep each step once.
-            store.forget_reports_after(job_id, checkpoint_step(resume_from) if resume_from else 0)
-        if stop_event.is_set() or store.cancel_requested(job_id):
-            # A cancel is not an error: the UI says "Cancelled" (at the checkpoint's step when resumed from one).
-            store.finish(
-                job_id,
-                JobStatus.cancelled,
-                None,
-                {"cancelled_at_step": checkpoint_step(resume_from) if resume_from else 0},
-            )
-            log.info("cancelled before training started")
-            return EXIT_OK
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        if pushes is not None:
-            pushes.settle()
-        # The studio publishes the adapter itself (output.push_to_hub: adapter, card, records), so saving it below
-        # must not start Transformers' own end-of-training push.
-        trainer.args.push_to_hub = False
-        record_performance(store, job_id, callback.performance.summary())
-        if callback.cancelled:
-            step = trainer.state.global_step
-            store.finish(job_id, JobStatus.cancelled, None, {"cancelled_at_step": step})
-            log.info("cancelled by request at step %d", step)
-            return EXIT_OK
-        if process_rank() != 0:
-            return EXIT_OK  # rank 0 saves, evaluates and records the result
-        outputs = save_outputs(trainer, spec, paths, job_id)
-        log.info("saved the adapter to %s", outputs["adapter_dir"])
-        outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
-        store.merge_artifacts(job_id, outputs)
-        evaluation = environment_evaluation = None
-        if held_out is not None and (environment is None or spec.rollout.rewards):
-            evaluation = run_evaluation(trainer, spec, held_out, paths, job_id, parent_adapter, callback)
-            store.merge_artifacts(job_id, evaluation=without_rows(evaluation))
-        if environment is not None and spec.environment.eval_episodes:
-            rows = held_out if held_out is not None else trainer.train_dataset
-            rows = [rows[i] for i in range(len(rows))]
-            environment_evaluation = run_environment_evaluation(
-                trainer, spec, environment, rows, paths, job_id, parent_adapter, callback
-            )
-            store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
-        from backend.training.benchmark_jobs import benchmark_trained
-
-        benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter)
-        record_learning(store, job_id, spec, evaluation, environment_evaluation, benchmarks)
-    except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
-        traceback.print_exc()
-        sys.stderr.flush()
-        store.finish(job_id, JobStatus.failed, with_log_tail(describe_failure(exc), paths.job_log(job_id)))
-        return EXIT_FAILED
-    finally:
-        stack.close()
+        run_eval_only(spec, paths, job_id, store, stop_event)
+    except EvaluationCancelled as stopped:
+        store.finish(job_id, JobStatus.cancelled, None, {"cancel_note": str(stopped)})
+        log.info("cancelled: %s", stopped)
+        return EXIT_OK
     store.finish(job_id, JobStatus.succeeded)
     log.info("job %s succeeded", job_id)
-    if spec.output.push_to_hub:
-        push_to_hub(paths, job_id)
     return EXIT_OK
+
+
+def train_job(
+    job: JobRecord,
+    paths: DataPaths,
+    store: JobReporter,
+    callback,
+    stop_event: threading.Event,
+    stack: ExitStack,
+) -> bool:
+    """Train the job (its environment server, if any, opened on ``stack``), then on rank 0 save and evaluate it.
+
+    True when its success is to be recorded; False when it was cancelled (recorded here) or on a rank other than 0.
+    ``callback`` is its StoreReportingCallback. Any failure raises, for the caller to record.
+    """
+    job_id, spec = job.id, job.spec
+    output_dir = paths.job_output(job_id)
+    parent_adapter = starting_adapter(store, spec)
+    if parent_adapter is not None:
+        store.merge_artifacts(job_id, parent_job_id=spec.model.parent_job_id, parent_adapter=str(parent_adapter))
+    environment = open_job_environment(spec, store, job_id, stack)
+    loaded = load_job_dataset(spec, paths, environment)
+    spec = tuned_spec(job, spec, paths, loaded, store)
+    start_from_hub(spec, output_dir, store, job_id)
+    trainer, held_out, pushes = build_job_trainer(
+        spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
+    )
+    log.info("trainer ready: model loaded and data prepared")
+    # The ETA counts the evaluations after the last step: base and tuned (and a staged job's start) on the
+    # held-out rows, and the environment's episodes on as many sides.
+    sides = 1 + spec.eval.compare_base + (parent_adapter is not None)
+    if held_out is not None and (environment is None or spec.rollout.rewards):
+        callback.expect_evaluation(len(held_out), sides)
+    if environment is not None and spec.environment.eval_episodes:
+        callback.expect_evaluation(spec.environment.eval_episodes, sides)
+    resume_from = resume_point(job, spec, output_dir, store)
+    if stop_event.is_set() or store.cancel_requested(job_id):
+        # A cancel is not an error: the UI says "Cancelled" (at the checkpoint's step when resumed from one).
+        store.finish(
+            job_id,
+            JobStatus.cancelled,
+            None,
+            {"cancelled_at_step": checkpoint_step(resume_from) if resume_from else 0},
+        )
+        log.info("cancelled before training started")
+        return False
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    if pushes is not None:
+        pushes.settle()
+    # The studio publishes the adapter itself (output.push_to_hub: adapter, card, records), so saving it below
+    # must not start Transformers' own end-of-training push.
+    trainer.args.push_to_hub = False
+    record_performance(store, job_id, callback.performance.summary())
+    if callback.cancelled:
+        step = trainer.state.global_step
+        store.finish(job_id, JobStatus.cancelled, None, {"cancelled_at_step": step})
+        log.info("cancelled by request at step %d", step)
+        return False
+    if process_rank() != 0:
+        return False  # rank 0 saves, evaluates and records the result
+    outputs = save_outputs(trainer, spec, paths, job_id)
+    log.info("saved the adapter to %s", outputs["adapter_dir"])
+    outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
+    store.merge_artifacts(job_id, outputs)
+    evaluate_trained(trainer, spec, held_out, environment, paths, job_id, store, parent_adapter, callback)
+    return True
+
+
+def open_job_environment(spec: JobSpec, store: JobReporter, job_id: str, stack: ExitStack):
+    """The job's environment, opened on ``stack`` (its server stops with the job) and recorded; None without one."""
+    if not spec.environment.name:
+        return None
+    from backend.environments.runtime import open_environment
+
+    environment = stack.enter_context(open_environment(spec))
+    store.merge_artifacts(job_id, environment=environment.info.summary(), environment_server_pid=environment.server_pid)
+    return environment
+
+
+def resume_point(job: JobRecord, spec: JobSpec, output_dir: Path, store: JobReporter) -> Path | None:
+    """The checkpoint a resumed job continues from (None: a fresh start, or no checkpoint was saved), recorded; the
+    steps the earlier attempt logged past it are forgotten, as this attempt logs them again."""
+    resuming = job.resume or spec.training.resume_from_hub is not None
+    resume_from = last_checkpoint(output_dir) if resuming else None
+    if resuming:
+        log.info("resuming from %s", resume_from or "the start (no checkpoint was saved)")
+        store.merge_artifacts(job.id, resumed_from=str(resume_from) if resume_from else None)
+        # The earlier attempt logged steps past the checkpoint that this one logs again: keep each step once.
+        store.forget_reports_after(job.id, checkpoint_step(resume_from) if resume_from else 0)
+    return resume_from
 
 
 def push_to_hub(paths: DataPaths, job_id: str) -> None:

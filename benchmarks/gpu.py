@@ -35,7 +35,7 @@ SMOKE_SHAPES = {"qwen3-cpu-probe": 2}
 
 def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: str = "none") -> dict:
     """Run one SFT job through the queue; its figures as the Jobs tab would show them."""
-    from backend.jobs.store import JobStatus
+    from backend.jobs.records import JobStatus
 
     spec = {
         "method": "sft",

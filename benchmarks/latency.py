@@ -83,7 +83,8 @@ def _fill_store(data: Path, jobs: int) -> None:
     """N finished jobs of several owners, each with 50 metric rows, written through the real store."""
     from backend.core.paths import DataPaths
     from backend.core.spec import parse_spec
-    from backend.jobs.store import JobStatus, JobStore
+    from backend.jobs.records import JobStatus
+    from backend.jobs.store import JobStore
 
     store = JobStore(DataPaths(data).ensure().db)
     for i in range(jobs):

@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backend.api import StudioAPI  # noqa: E402
 from backend.data.builtin import BUILTIN_DATASETS  # noqa: E402
-from backend.jobs.store import JobStatus  # noqa: E402
+from backend.jobs.records import JobStatus  # noqa: E402
 from backend.models.demo import ensure_demo_model  # noqa: E402
 
 DATASETS = {"sft": "chat-demo", "dpo": "preferences-demo", "grpo": "math-demo"}

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backend.api import StudioAPI  # noqa: E402 - after the path, so it runs from anywhere
-from backend.jobs.store import JobStatus  # noqa: E402
+from backend.jobs.records import JobStatus  # noqa: E402
 from backend.models.demo import ensure_demo_model  # noqa: E402
 
 DATASETS = {"sft": "chat-demo", "dpo": "preferences-demo", "grpo": "math-demo"}

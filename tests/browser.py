@@ -12,7 +12,7 @@ from urllib.parse import urljoin, urlparse
 
 import pytest
 
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import ROOT, wait_for
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).

@@ -21,8 +21,9 @@ import pytest
 
 from backend.core.paths import DataPaths
 from backend.jobs.launchers import WORKER_POOL_VAR, PoolLauncher, SubprocessLauncher
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.store import JobStore
 from backend.models.demo import ensure_demo_model
 
 ROOT = Path(__file__).resolve().parent.parent

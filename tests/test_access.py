@@ -146,7 +146,7 @@ def test_an_upload_id_is_readable_by_its_uploader_only(api, paths, tmp_path):
 
 
 def test_the_worker_trains_on_the_owners_upload(api, paths, tmp_path):
-    from backend.jobs.store import JobStatus
+    from backend.jobs.records import JobStatus
     from backend.worker import run_job
 
     upload_id = uploaded(api, ALICE, tmp_path)

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from backend.core.paths import DataPaths
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.conftest import wait_for, wait_status
 

@@ -23,7 +23,7 @@ from backend.environments.adapter import tool_methods
 from backend.environments.discovery import check_sessions
 from backend.environments.episodes import EpisodeSettings, _render, opening_messages
 from backend.environments.runtime import open_environment
-from backend.jobs.store import JobNotFound
+from backend.jobs.store_errors import JobNotFound
 from backend.models.demo import ARITH_MODEL_DIR
 from backend.workflows.arena import ArenaError, episode_rows
 from components.arena_panel import table_rows

@@ -11,7 +11,7 @@ from backend.core.benchmarks import build_report, task_info, task_score
 from backend.core.spec import parse_spec
 from backend.hub.model_card import build_model_card
 from backend.hub.publish import push_job
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import tiny_spec, wait_status
 from tests.hub_server import FakeHub
 

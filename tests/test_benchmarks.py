@@ -12,7 +12,7 @@ import pytest
 from backend.api import SpecError, StudioAPI
 from backend.core.benchmarks import BUILTIN_TASKS, task_info, task_problem, task_score
 from backend.core.spec import parse_spec
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 from tests.test_cli import cli
 
@@ -241,7 +241,7 @@ def test_another_users_job_cannot_be_evaluated_by_naming_it_in_a_spec(paths, sto
     """The Evaluate button reads the job as its user may; a hand-written spec naming someone else's job must meet the
     same rule at submit, or the worker would load that user's adapter and report its scores."""
     from backend.core.users import User
-    from backend.jobs.store import JobStatus
+    from backend.jobs.records import JobStatus
 
     alice, bob = User("alice"), User("bob")
     adapter = paths.root / "alice-adapter"

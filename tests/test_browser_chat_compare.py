@@ -10,7 +10,8 @@ import re
 import pytest
 
 from backend.core.paths import DataPaths
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import BROWSER_MARKS, open_page
 from tests.conftest import wait_status

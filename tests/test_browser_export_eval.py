@@ -19,7 +19,8 @@ from playwright.sync_api import expect
 
 from backend.core.paths import DataPaths
 from backend.hub.model_card import merged_dtype_sentence
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from components.benchmark_views import bar
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page, pick_job

@@ -17,7 +17,8 @@ import pytest
 from playwright.sync_api import expect
 
 from backend.core.paths import DataPaths
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import (
     ARTIFACTS,

@@ -21,7 +21,7 @@ from backend.chat.side_by_side import (
 )
 from backend.core.spec import DatasetSpec, Method, ModelSpec, QuantizationSpec, parse_spec
 from backend.data.loading import load_training_dataset
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.models.demo import DEMO_MODEL_ID
 from tests.conftest import tiny_spec
 

@@ -18,7 +18,8 @@ from backend.chat.side_by_side import build_prompt
 from backend.chat.tool_calls import ChatAnswer, ToolCall, can_parse, read_text
 from backend.core.spec import SpecError, load_spec_text, parse_spec
 from backend.core.users import User
-from backend.jobs.store import JobNotFound, JobStatus
+from backend.jobs.records import JobStatus
+from backend.jobs.store_errors import JobNotFound
 from backend.models.demo import ARITH_MODEL_DIR
 from backend.models.mixed_batch import GenerationSettings
 from backend.workflows.chat_tools import ChatToolSessions, ToolResult, ToolRun

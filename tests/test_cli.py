@@ -13,8 +13,8 @@ import yaml
 
 from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
-from backend.jobs.store import JobStatus
 from tests.arith_scoring import chat_tab_scores
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 

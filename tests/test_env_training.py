@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, load_spec_text, parse_spec
 from backend.environments.launcher import start_server_process
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}

@@ -11,7 +11,7 @@ from backend.chat.feedback import export_feedback, feedback_log
 from backend.core.paths import FEEDBACK_KINDS
 from backend.core.spec import DatasetSpec, Method, SpecError, parse_spec
 from backend.environments.episodes import Episode
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.models.demo import ARITH_MODEL_DIR
 from tests.conftest import tiny_spec, wait_status
 

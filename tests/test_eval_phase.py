@@ -12,13 +12,14 @@ import torch
 
 from backend.core.spec import parse_spec
 from backend.core.wording import EVALUATING, progress_text
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.methods.sft import answer_pair, split_answer
 from backend.models.mixed_batch import BASE_ADAPTER, GenerationSettings
 from backend.models.scoring import answer_scores, generate_completions
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.eta import training_eta
-from backend.worker import build_trainer, run_evaluation
+from backend.training.job_evaluation import run_evaluation
+from backend.worker import build_trainer
 from tests.conftest import tiny_spec
 
 SFT_ARITH = {

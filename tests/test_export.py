@@ -19,8 +19,9 @@ from backend.api import StudioAPI
 from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.core.users import User
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
-from backend.jobs.store import JobNotFound, JobStatus
+from backend.jobs.store_errors import JobNotFound
 from backend.workflows.export import ExportError
 from components.export_panel import use_markdown
 from tests.conftest import tiny_spec, wait_status

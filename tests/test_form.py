@@ -4,7 +4,7 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from components import job_monitor, job_views
 from components.train_form import (
     FIELDS,

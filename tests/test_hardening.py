@@ -22,7 +22,9 @@ from backend.core.spec import Method
 from backend.core.users import User
 from backend.data import upload_limits, uploads
 from backend.data.uploads import keep_upload
-from backend.jobs.store import JobStatus, JobStore, QueueFull
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import QueueFull
 from backend.models.mixed_batch import GenerationSettings
 from backend.platform.limits import Busy
 from tests.conftest import ROOT, tiny_spec, wait_for

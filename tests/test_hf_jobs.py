@@ -330,7 +330,7 @@ def test_the_facade_records_follows_and_cancels_a_users_remote_job(hub, paths):
     """Sent from the app: recorded for its owner only, status and logs pulled back, cancel goes through."""
     from backend.api import StudioAPI
     from backend.core.users import User
-    from backend.jobs.store import JobNotFound
+    from backend.jobs.store_errors import JobNotFound
 
     api = StudioAPI(paths.root, scheduler="none")
     alice, bob = User(USER, token=TOKEN), User("bob", token="hf_bob_token")

@@ -25,7 +25,9 @@ from gradio_client.exceptions import AppError
 from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.environments.launcher import free_port
-from backend.jobs.store import InvalidTransition, JobNotFound, JobStore, new_job_id, storable_spec_json
+from backend.jobs.records import new_job_id, storable_spec_json
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import InvalidTransition, JobNotFound
 from tests.apps import data_dir_with_models, launch_app
 from tests.env_servers.hostile_server import (
     CANARY_STATUS,

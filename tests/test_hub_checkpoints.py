@@ -15,7 +15,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import SpecError, parse_spec
 from backend.core.users import User
 from backend.hub.checkpoints import hub_token_warnings, repo_creation_failed
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import tiny_spec, wait_status
 from tests.hub_server import FakeHub
 

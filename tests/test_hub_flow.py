@@ -12,7 +12,7 @@ from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.core.users import User
 from backend.hub.hf_jobs import encode_spec
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 from tests.hub_server import FakeHub
 

@@ -13,7 +13,8 @@ from backend.api import StudioAPI
 from backend.core.artifacts import JobArtifacts
 from backend.core.spec import parse_spec
 from backend.core.users import User
-from backend.jobs.store import JobNotFound, JobStatus
+from backend.jobs.records import JobStatus
+from backend.jobs.store_errors import JobNotFound
 from components import job_monitor, job_views
 from tests.conftest import tiny_spec
 

@@ -20,8 +20,8 @@ from backend.jobs.launchers import (
     worker_alive,
     worker_comm,
 )
-from backend.jobs.scheduler import _Running
-from backend.jobs.store import JobStatus
+from backend.jobs.reaping import RunningWorker
+from backend.jobs.records import JobStatus
 from tests.conftest import tiny_spec, wait_for, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
@@ -157,7 +157,7 @@ def test_a_pool_that_is_not_there_costs_only_the_fork(tmp_path):
     proc.wait()
     orphan = PooledWorker(proc.pid, "J", str(tmp_path / "no-pool.sock"))
     assert orphan.wait(5) is None and orphan.ended
-    run = _Running("J", proc.pid, 0, PooledWorker(proc.pid, "J", str(tmp_path / "no-pool.sock")), tmp_path / "log")
+    run = RunningWorker("J", proc.pid, 0, PooledWorker(proc.pid, "J", str(tmp_path / "no-pool.sock")), tmp_path / "log")
     assert run.exit_code() == (True, None)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.jobs.launchers import worker_alive
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 
 pytestmark = pytest.mark.slow

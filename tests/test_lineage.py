@@ -17,7 +17,8 @@ from backend.jobs.lineage import (
     resolve_parent,
     starting_adapter,
 )
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from tests.conftest import tiny_spec
 
 ALICE, BOB = User("alice"), User("bob")

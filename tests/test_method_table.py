@@ -86,7 +86,7 @@ def test_only_the_table_knows_the_methods():
     """No backend or UI module outside methods/ (and the spec that defines them) names a method: no ``Method.x``, no
     comparison of a method with a name, no read of a method's own spec part (``spec.grpo``) but through the table."""
     allowed = {
-        "backend/core/spec.py",
+        "backend/core/spec/job.py",
         "backend/workflows/warmup.py",
         "backend/data/loading.py",
     }  # workflows: a warm-up writes SFT demonstrations; data: a doctest

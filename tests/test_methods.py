@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
 from backend.jobs.lineage import resolve_parent
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
 from tests.conftest import tiny_spec, wait_status

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from backend.api import StudioAPI
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from tests.conftest import tiny_spec, wait_status
 from tests.openenv_envs import served_catalog_env
 

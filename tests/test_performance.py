@@ -15,7 +15,7 @@ from backend.core.artifacts import JobArtifacts
 from backend.core.spec import parse_spec
 from backend.data.loading import load_training_dataset
 from backend.hub.model_card import build_model_card
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.methods.sft import build_sft_trainer
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.flops import (

@@ -20,8 +20,9 @@ from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.hub.model_card import build_model_card, draw_training_curves
 from backend.hub.publish import PushError, push_job
+from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.scheduler import Scheduler
-from backend.jobs.store import JobRecord, JobStatus, JobStore
+from backend.jobs.store import JobStore
 from tests.conftest import tiny_spec, wait_status
 from tests.hub_server import FakeHub
 

@@ -9,8 +9,10 @@ from pydantic import ValidationError
 
 from backend.core.artifacts import UnknownArtifact
 from backend.core.spec import parse_spec
+from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
-from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import JobNotFound
 from tests.conftest import tiny_spec
 
 # What a running job may do to the store; a method added to the protocol must be added here and tested below.

@@ -3,7 +3,8 @@
 import pytest
 
 from backend.api import StudioAPI
-from backend.jobs.store import InvalidTransition, JobStatus
+from backend.jobs.records import JobStatus
+from backend.jobs.store_errors import InvalidTransition
 from tests.conftest import tiny_spec
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler, worker_command
-from backend.jobs.store import JobStatus
 from backend.methods.grpo import to_grpo_config
 from backend.methods.rollout import vllm_settings
 from backend.platform.space_runtime import gpu_task
@@ -35,7 +35,7 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
         scheduler._running[job.id] = type("R", (), {"gpus": gpus, "slot": len(scheduler._running)})()
 
     monkeypatch.setattr(scheduler, "_launch", fake_launch)
-    monkeypatch.setattr(scheduler, "_reap_and_enforce_cancels", lambda: None)
+    monkeypatch.setattr(scheduler.reaper, "reap", lambda: None)
     one = store.add(parse_spec(tiny_spec()))
     big = store.add(parse_spec(tiny_spec(training={"num_gpus": 2})))
     after = store.add(parse_spec(tiny_spec()))

@@ -15,7 +15,8 @@ from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.jobs.failures import describe_exit, disk_full_reason, oom_kill_count
 from backend.jobs.launchers import worker_alive
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from tests.conftest import ROOT, tiny_spec, wait_for, wait_status
 from tests.faults import fill, tmpfs
 from tests.test_lifecycle import FINAL, _kill_group, _start_scheduler_process, _wait_training

@@ -9,7 +9,8 @@ import torch
 
 from backend.core.spec import parse_spec
 from backend.data.loading import load_training_dataset
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from backend.methods.sft import build_sft_trainer
 from backend.training.callbacks import StoreReportingCallback
 from tests.conftest import tiny_spec, wait_status

@@ -9,7 +9,7 @@ from transformers import TrainerControl, TrainerState
 
 from backend.core.artifacts import SignalWatch
 from backend.core.spec import parse_spec
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.signal import (
     ALL_CLIPPED,

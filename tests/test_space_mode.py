@@ -12,7 +12,8 @@ import pytest
 from gradio_client.exceptions import AppError
 
 from backend.core.paths import DataPaths
-from backend.jobs.store import JobStatus, JobStore
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
 from tests.apps import SPACE_OWNER, data_dir_with_models, launch_app, session_cookie
 from tests.conftest import wait_status
 from tests.test_app import _form, _job_id

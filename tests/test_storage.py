@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.platform.mirror import Mirror
 from backend.platform.storage import DB_NAME, StorageError, storage_plan
 from tests.apps import ROOT, launch_app

@@ -8,7 +8,9 @@ import pytest
 
 from backend.core.artifacts import JobArtifacts
 from backend.core.spec import SpecError, parse_spec
-from backend.jobs.store import InvalidTransition, JobNotFound, JobStatus, JobStore, QuotaExceeded
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import InvalidTransition, JobNotFound, QuotaExceeded
 
 
 def _spec(owner="local", **training):
@@ -273,7 +275,7 @@ def test_a_resumed_job_keeps_each_step_once(any_store):
 
 def test_listing_parses_each_stored_spec_once(any_store, monkeypatch):
     """The Jobs tab lists every job every 2 s: a stored spec is validated once per process, not on every read."""
-    import backend.jobs.store as store_module
+    import backend.jobs.records as store_module
 
     calls = []
     real = store_module.parse_spec

@@ -11,7 +11,9 @@ import pytest
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
 from backend.core.users import User
-from backend.jobs.store import JobStatus, JobStore, QuotaExceeded, StoreCorrupt, UnreadableJob
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import QuotaExceeded, StoreCorrupt, UnreadableJob
 from tests.conftest import tiny_spec
 from tests.test_cli import cli
 

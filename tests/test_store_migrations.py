@@ -16,8 +16,10 @@ import pytest
 
 from backend.core.spec import parse_spec
 from backend.jobs.migrations import SCHEMA_VERSION, schema_version
+from backend.jobs.records import JobStatus
 from backend.jobs.remote_registry import RemoteRegistry
-from backend.jobs.store import JobStatus, JobStore, StoreError, StoreNeedsUpgrade, StoreTooNew
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import StoreError, StoreNeedsUpgrade, StoreTooNew
 from tests.faults import read_only
 
 JOBS_2026_11_29 = """

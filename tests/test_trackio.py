@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from backend.api import StudioAPI
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.platform.tracking import trackio_dir, trackio_project
 from tests.conftest import ROOT, tiny_spec, wait_status
 

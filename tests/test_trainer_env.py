@@ -19,8 +19,8 @@ from packaging.utils import canonicalize_name
 
 from backend.core.spec import parse_spec
 from backend.environments.launcher import EnvironmentStartError, start_builtin
+from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
-from backend.jobs.store import JobStatus
 from backend.platform.interpreters import (
     APP_PYTHON_VAR,
     TRAINER_PYTHON_VAR,

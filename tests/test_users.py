@@ -5,7 +5,8 @@ import pytest
 from backend.api import StudioAPI
 from backend.core.spec import SpecError
 from backend.core.users import User, hub_user, local_user
-from backend.jobs.store import JobNotFound, JobStatus
+from backend.jobs.records import JobStatus
+from backend.jobs.store_errors import JobNotFound
 from tests.conftest import tiny_spec
 
 ALICE, BOB = User("alice"), User("bob")

@@ -36,8 +36,9 @@ from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_
 from backend.core.users import User, hub_user, local_user
 from backend.core.wording import EVALUATING, counted, progress_text
 from backend.data.upload_store import StoredUpload, UploadShelf
+from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.scheduler import SchedulerHealth
-from backend.jobs.store import InvalidTransition, JobNotFound, JobRecord, JobStatus, StoreError
+from backend.jobs.store_errors import InvalidTransition, JobNotFound, StoreError
 from backend.models.demo import (
     ARITH_MODEL_ID,
     DEMO_MODEL_ID,

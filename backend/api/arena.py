@@ -13,7 +13,7 @@ from backend.jobs.lineage import saved_adapter
 from backend.platform.limits import HeldStream
 
 if TYPE_CHECKING:
-    from backend.jobs.store import JobRecord
+    from backend.jobs.records import JobRecord
     from backend.workflows.arena import ArenaPlay, ArenaSetup
 
 ARENA_BASES = ("base", "parent")

@@ -7,7 +7,8 @@ from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, Submitted
 from backend.core.benchmarks import BUILTIN_TASKS, PRESETS, BenchmarkTask
 from backend.core.spec import SpecError
 from backend.core.users import User, max_queued_per_user
-from backend.jobs.store import JobNotFound, JobStatus
+from backend.jobs.records import JobStatus
+from backend.jobs.store_errors import JobNotFound
 from backend.platform.limits import int_setting
 from backend.training.preflight import check_model
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from backend.core.spec import SpecError
 from backend.core.users import User
-from backend.jobs.store import JobRecord
+from backend.jobs.records import JobRecord
 
 SQLITE_MAX_INT = 2**63 - 1
 

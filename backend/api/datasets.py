@@ -21,7 +21,7 @@ from backend.data.upload_store import (
     upload_quota,
 )
 from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.platform.hardware import memory_room
 from backend.platform.limits import InFlight, int_setting
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from backend.core.users import User
 from backend.jobs.access import may_name_server_paths
-from backend.jobs.store import JobNotFound
+from backend.jobs.store_errors import JobNotFound
 from backend.platform.limits import InFlight, int_setting
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
-from backend.jobs.store import JobNotFound
+from backend.jobs.store_errors import JobNotFound
 
 if TYPE_CHECKING:
     from backend.hub.publish import PushResult

@@ -16,13 +16,9 @@ from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
 from backend.jobs.access import readable_job
 from backend.jobs.failures import tail_lines
 from backend.jobs.lineage import last_checkpoint
+from backend.jobs.records import RESUMABLE_STATUSES, JobRecord, JobStatus
 from backend.jobs.scheduler import default_max_concurrent
-from backend.jobs.store import (
-    RESUMABLE_STATUSES,
-    InvalidTransition,
-    JobRecord,
-    JobStatus,
-)
+from backend.jobs.store_errors import InvalidTransition
 from backend.platform.hardware import detect_device
 from backend.platform.limits import int_setting
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu

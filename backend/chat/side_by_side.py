@@ -20,7 +20,7 @@ from backend.models.inference import load_for_inference
 from backend.models.mixed_batch import SIDE_ADAPTERS, TUNED_ADAPTER, GenerationSettings, eos_ids, mixed_generate
 
 if TYPE_CHECKING:
-    from backend.jobs.store import JobRecord
+    from backend.jobs.records import JobRecord
 
 Message = dict[str, Any]
 
@@ -59,7 +59,7 @@ class ChatTarget:
 
 def chat_target(job: JobRecord) -> ChatTarget:
     """The model and adapter of a job that can be chatted with; a ValueError a user can act on otherwise."""
-    from backend.jobs.store import JobStatus
+    from backend.jobs.records import JobStatus
 
     if job.status is not JobStatus.succeeded:
         raise ValueError(

@@ -1,7 +1,7 @@
 """The Hub's names and switches in one place: its endpoint, the offline flag, and what a name means (a Hub repo id,
 a folder on this machine, or a ``builtin:`` asset).
 
-Ground floor: imports nothing from the backend (``backend/core/spec.py`` builds on it), and reads the environment at
+Ground floor: imports nothing from the backend (``backend/core/spec/`` builds on it), and reads the environment at
 call time, never at import, so a test or a self-hosted Hub can change ``HF_ENDPOINT``/``HF_HUB_OFFLINE`` later.
 """
 

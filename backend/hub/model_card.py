@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from huggingface_hub import ModelCard
 
     from backend.core.artifacts import JobArtifacts
-    from backend.jobs.store import JobRecord
+    from backend.jobs.records import JobRecord
 
 PLOT_FILENAME = "training_curves.png"
 

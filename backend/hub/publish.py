@@ -29,7 +29,9 @@ from backend.core.spec import JobSpec, quote_input
 from backend.core.uploads import dataset_file_name
 from backend.hub.model_card import PLOT_FILENAME, build_merged_card, build_model_card, draw_training_curves
 from backend.hub.trl_cli import trl_cli_yaml
-from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore
+from backend.jobs.records import JobRecord, JobStatus
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import JobNotFound
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

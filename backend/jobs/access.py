@@ -15,8 +15,10 @@ from backend.core.paths import DataPaths
 from backend.core.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
 from backend.core.uploads import UPLOAD_INSTEAD, looks_like_file_path, upload_file
 from backend.core.users import User
+from backend.jobs.records import JobRecord
 from backend.jobs.reporter import JobReporter
-from backend.jobs.store import JobNotFound, JobRecord, JobStore
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import JobNotFound
 
 
 def may_name_server_paths(user: User | None) -> bool:

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from backend.core.spec import SpecError
-from backend.jobs.store import JobStatus
+from backend.jobs.records import JobStatus
 from backend.platform.resource_errors import looks_like_oom
 
 LOG_TAIL_LINES = 15

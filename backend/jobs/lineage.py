@@ -15,8 +15,10 @@ from pathlib import Path
 from backend.core.spec import JobSpec, SpecError, quote_input
 from backend.core.users import User
 from backend.jobs.access import readable_job
+from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter
-from backend.jobs.store import JobNotFound, JobRecord, JobStatus, JobStore, UnreadableJob
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import JobNotFound, UnreadableJob
 
 FIELD = "model.parent_job_id"
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from backend.core.artifacts import artifact_update
-from backend.jobs.store import JobRecord, JobStatus, JobStore
+from backend.jobs.records import JobRecord, JobStatus
+from backend.jobs.store import JobStore
 
 MetricRow = tuple[int | None, float, dict[str, Any]]  # (step, timestamp, values)
 SampleRow = tuple[int | None, dict[str, Any]]  # (step, one sampled completion with its rewards)

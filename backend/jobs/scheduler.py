@@ -2,54 +2,37 @@
 
 One scheduler owns a data directory at a time (an exclusive flock on ``scheduler.lock``). The app runs one in a
 background thread; the CLI starts a detached one (``python -m backend.jobs.scheduler --exit-when-idle``) when none runs.
+Its workers, once started, are watched by its ``Reaper`` (``jobs/reaping.py``): reaped, stopped, adopted on start.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
-import itertools
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import IO
 
 from backend.core.paths import DataPaths
-from backend.jobs.failures import (
-    describe_exit,
-    describe_failure,
-    disk_full_reason,
-    disk_full_sentence,
-    oom_evidence,
-    oom_kill_count,
-    tail_lines,
-    with_log_tail,
-)
-from backend.jobs.launchers import Launcher, WorkerProcess, default_launcher, spawn_backend_process, worker_alive
-from backend.jobs.lineage import numbered_checkpoints
-from backend.jobs.store import JobRecord, JobStatus, JobStore
+from backend.jobs.failures import describe_failure, disk_full_reason, oom_kill_count
+from backend.jobs.launchers import Launcher, default_launcher, spawn_backend_process
+from backend.jobs.reaping import Reaper, RunningWorker, free_slot
+from backend.jobs.records import JobRecord, JobStatus
+from backend.jobs.store import JobStore
 from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.platform.limits import int_setting
 from backend.platform.mirror import Mirror
-from backend.platform.resource_errors import looks_like_disk_full, looks_like_oom
 from backend.platform.storage import storage_plan
 
 log = logging.getLogger("studio.scheduler")
-
-FINAL_STATUSES = [JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted]
-# After SIGTERM, how long a lingering worker gets before SIGKILL: its job is already recorded, nothing is lost.
-LINGERING_TERM_TO_KILL_S = 2.0
-# A data disk with less free than this is full for a job that just failed (its log may not have been written).
-DISK_FULL_BELOW_BYTES = 2**20
 
 
 def _seconds_from_env(name: str, default: float) -> float:
@@ -84,27 +67,6 @@ def default_max_concurrent() -> int:
     return max(1, gpu_count_without_torch())
 
 
-@dataclass
-class _Running:
-    job_id: str
-    pid: int
-    slot: int
-    popen: WorkerProcess | None  # None for a worker adopted from a previous scheduler
-    log_path: Path
-    term_sent_at: float | None = None
-    log_file: IO[bytes] | None = field(default=None, repr=False)
-    gpus: int = 1
-    launched_monotonic: float | None = None  # kernel-log timestamps are compared with this
-    oom_kills_at_launch: int | None = None  # the cgroup's oom_kill counter when the worker started
-    final_seen_at: float | None = None  # when the job row was first seen final while the process lived on
-    lingering_term_sent: bool = False
-
-    def exit_code(self) -> tuple[bool, int | None]:
-        if self.popen is not None:
-            return self.popen.outcome()  # a pooled worker whose pool is gone ends with no exit code
-        return not worker_alive(self.pid, self.job_id), None
-
-
 class Scheduler:
     """Runs queued jobs, each in its own worker process, at most ``max_concurrent`` at once."""
 
@@ -122,35 +84,41 @@ class Scheduler:
         resume_interrupted: bool | None = None,
     ):
         self.paths = paths.ensure()
-        # After a restart, queue the jobs the restart interrupted again (from their last checkpoint) rather than
-        # leaving them for a Resume click: on by default where the storage survives restarts by a durable copy.
-        self.resume_interrupted = (
-            resume_interrupted
-            if resume_interrupted is not None
-            else os.environ.get("STUDIO_RESUME_INTERRUPTED", "").strip() == "1"
-        )
         # How workers start: a fresh interpreter, or a fork of the pre-imported pool (``jobs.launchers``).
         self.launcher = launcher or default_launcher(self.paths.root)
         self.store = JobStore(paths.db)
         self.max_concurrent = max_concurrent or default_max_concurrent()
         self.poll_interval = poll_interval
-        self.cancel_grace_s = (
-            cancel_grace_s if cancel_grace_s is not None else float(os.environ.get("STUDIO_CANCEL_GRACE_S", "20"))
-        )
-        # A worker whose job is final gets this long to exit before it is killed: it may hang in interpreter
-        # shutdown (seen with open websockets) and would hold its slot, and the queue, forever.
-        self.final_grace_s = (
-            final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
-        )
-        # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
-        self.push_grace_s = _seconds_from_env("STUDIO_PUSH_GRACE_S", 1800)
         self.backoff_cap_s = backoff_cap_s
         # Freed to record a job's end when the data disk is full (STUDIO_SPACE_RESERVE_MB, 0 for none).
         self.space_reserve_bytes = int_setting("STUDIO_SPACE_RESERVE_MB", 8, low=0, high=1024) * 2**20
         self.exit_when_idle = exit_when_idle
         # job id -> extra environment for its worker (the user's Hub token): held in memory, never stored.
         self.secret_env: Callable[[str], dict[str, str]] = secret_env or (lambda job_id: {})
-        self._running: dict[str, _Running] = {}
+        # The workers this scheduler launched or adopted; the reaper records their ends and frees their slots.
+        self._running: dict[str, RunningWorker] = {}
+        self.reaper = Reaper(
+            self.store,
+            self.paths,
+            self._running,
+            cancel_grace_s=(
+                cancel_grace_s if cancel_grace_s is not None else float(os.environ.get("STUDIO_CANCEL_GRACE_S", "20"))
+            ),
+            # A worker whose job is final gets this long to exit before it is killed: it may hang in interpreter
+            # shutdown (seen with open websockets) and would hold its slot, and the queue, forever.
+            final_grace_s=(
+                final_grace_s if final_grace_s is not None else _seconds_from_env("STUDIO_FINAL_GRACE_S", 10)
+            ),
+            # A succeeded job pushes to the Hub after recording its status: that may take a while on a slow link.
+            push_grace_s=_seconds_from_env("STUDIO_PUSH_GRACE_S", 1800),
+            # After a restart, queue the jobs the restart interrupted again (from their last checkpoint) rather than
+            # leaving them for a Resume click: on by default where the storage survives restarts by a durable copy.
+            resume_interrupted=(
+                resume_interrupted
+                if resume_interrupted is not None
+                else os.environ.get("STUDIO_RESUME_INTERRUPTED", "").strip() == "1"
+            ),
+        )
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -283,7 +251,7 @@ class Scheduler:
         """
         try:
             if not self._reconciled:
-                self.reconcile()
+                self.reaper.reconcile(self.max_concurrent)
                 self._reconciled = True
             self.tick()
             self._idle = then() if then is not None else False
@@ -310,61 +278,12 @@ class Scheduler:
         return min(self.backoff_cap_s, self.poll_interval * 2**self._consecutive_failures)
 
     # --- the work ------------------------------------------------------------------------------------
-    def reconcile(self) -> None:
-        """After a restart: adopt workers still alive, mark jobs whose worker is gone as interrupted.
-
-        A live worker of a job that already ended is adopted too, so it is stopped after the grace period rather
-        than holding its GPU memory unseen.
-        """
-        for job in self.store.list(statuses=[JobStatus.running]):
-            if job.pid and worker_alive(job.pid, job.id) and len(self._running) < self.max_concurrent:
-                self._adopt(job)
-                continue
-            reason = "the app stopped while this job was running and its worker is gone; resume it to continue"
-            at_step = self.store.last_logged_step(job.id)
-            if self.resume_interrupted:
-                self._drop_checkpoints_past_record(job, at_step)
-            if self._finish(job.id, JobStatus.interrupted, reason + self._checkpoint_note(job.id)):
-                log.info("job %s marked interrupted at step %s", job.id, at_step)
-                self._note_interruption(job, at_step)
-        for job in self.store.list(statuses=FINAL_STATUSES):
-            if job.pid and job.id not in self._running and worker_alive(job.pid, job.id):
-                self._adopt(job)
-
-    def _note_interruption(self, job: JobRecord, at_step: int | None) -> None:
-        """Record where the restart caught the job, and with ``resume_interrupted`` queue it again."""
-        record = {"at_step": at_step, "at": time.time(), "resumed": self.resume_interrupted}
-        self.store.merge_artifacts(job.id, interruptions=[*(job.artifacts.interruptions or []), record])
-        if self.resume_interrupted:
-            self.store.requeue_for_resume(job.id)
-            log.info("job %s queued again: it resumes from its last checkpoint", job.id)
-
-    def _drop_checkpoints_past_record(self, job: JobRecord, at_step: int | None) -> None:
-        """A store brought back from a snapshot may be older than the newest checkpoint brought back with it. Resuming
-        from such a checkpoint would leave the steps logged in between missing from the plots, so a checkpoint past
-        the next logging step after the last logged one is set aside (the one before it is used)."""
-        last = at_step or 0
-        limit = last + job.spec.training.logging_steps
-        for step, checkpoint in numbered_checkpoints(self.paths.job_output(job.id)):
-            if step >= limit:
-                log.info("job %s: %s is newer than its record (step %d); resuming before it", job.id, checkpoint, last)
-                shutil.rmtree(checkpoint, ignore_errors=True)
-
-    def _adopt(self, job: JobRecord) -> None:
-        assert job.pid is not None  # reconcile adopts only jobs with a live worker pid
-        log.info("adopting worker %d of %s job %s", job.pid, job.status.value, job.id)
-        self._running[job.id] = _Running(
-            job.id, job.pid, self._free_slot(), None, self.paths.job_log(job.id), gpus=job.spec.training.num_gpus
-        )
-
-    def _checkpoint_note(self, job_id: str) -> str:
-        return " from its last checkpoint" if any(self.paths.job_output(job_id).glob("checkpoint-*")) else ""
 
     def tick(self) -> None:
         """One pass: record failures, reap finished workers, enforce cancels, and launch queued jobs into free slots."""
         self.paths.keep_space_reserve(self.space_reserve_bytes)  # one stat while it is there
         self._record_unrecorded_failures()
-        self._reap_and_enforce_cancels()
+        self.reaper.reap()
         while len(self._running) < self.max_concurrent:
             waiting = self.store.list(statuses=[JobStatus.queued])
             # A multi-GPU job takes the whole machine: it waits for the others to finish, and others wait for it.
@@ -385,13 +304,9 @@ class Scheduler:
                 self._fail_unlaunched(job.id, exc)
                 raise  # and the loop counts it, so health() shows it
 
-    def _free_slot(self) -> int:
-        used = {r.slot for r in self._running.values()}
-        return next(i for i in itertools.count() if i not in used)
-
     def _launch(self, job: JobRecord) -> None:
         gpus = job.spec.training.num_gpus
-        slot = self._free_slot()
+        slot = free_slot(self._running)
         log_path = self.paths.job_log(job.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1"}
@@ -417,7 +332,7 @@ class Scheduler:
                 popen.wait()
             log_file.close()
             raise
-        self._running[job.id] = _Running(
+        self._running[job.id] = RunningWorker(
             job.id,
             popen.pid,
             slot,
@@ -449,126 +364,12 @@ class Scheduler:
     def _record_unrecorded_failures(self) -> None:
         for job_id, reason in list(self._unrecorded_failures.items()):
             try:
-                self._finish(job_id, JobStatus.failed, reason)
+                self.reaper.finish(job_id, JobStatus.failed, reason)
             except Exception:  # noqa: BLE001 - kept, and tried again next tick
                 log.warning("could not record job %s as failed yet; will retry", job_id, exc_info=True)
                 continue
             del self._unrecorded_failures[job_id]
             log.info("job %s failed: %s", job_id, reason)
-
-    def _reap_and_enforce_cancels(self) -> None:
-        for job_id, run in list(self._running.items()):
-            exited, code = run.exit_code()
-            if exited:
-                if run.log_file is not None:
-                    run.log_file.close()
-                self._record_exit(run, code)  # if this raises, the entry stays and the next tick tries again
-                del self._running[job_id]
-                continue
-            job = self.store.get(job_id)
-            if job.status.finished:
-                self._stop_lingering_worker(run, job)
-            elif job.cancel_requested:
-                self._stop_worker(run)
-
-    def _stop_lingering_worker(self, run: _Running, job: JobRecord) -> None:
-        """The job has its final status but the process lives on: SIGTERM after the grace period, SIGKILL soon after.
-
-        The recorded status stands; only the slot is freed.
-        """
-        now = time.monotonic()
-        if run.final_seen_at is None:
-            run.final_seen_at = now
-        pushing = (
-            job.status is JobStatus.succeeded
-            and job.spec.output.push_to_hub
-            and job.artifacts.hub is None
-            and job.artifacts.hub_error is None
-        )
-        grace = max(self.final_grace_s, self.push_grace_s) if pushing else self.final_grace_s
-        lingered = now - run.final_seen_at
-        try:
-            if lingered > grace + LINGERING_TERM_TO_KILL_S:
-                os.killpg(run.pid, signal.SIGKILL)
-                log.warning(
-                    "job %s is %s but worker %d did not exit; killed it to free slot %d",
-                    run.job_id,
-                    job.status.value,
-                    run.pid,
-                    run.slot,
-                )
-            elif lingered > grace and not run.lingering_term_sent:
-                os.killpg(run.pid, signal.SIGTERM)
-                run.lingering_term_sent = True
-                log.warning(
-                    "job %s is %s but worker %d is still running after %.0fs; stopping it",
-                    run.job_id,
-                    job.status.value,
-                    run.pid,
-                    grace,
-                )
-        except ProcessLookupError:
-            pass
-
-    def _stop_worker(self, run: _Running) -> None:
-        now = time.monotonic()
-        try:
-            if run.term_sent_at is None:
-                os.killpg(run.pid, signal.SIGTERM)
-                run.term_sent_at = now
-                log.info("asked job %s to stop", run.job_id)
-            elif now - run.term_sent_at > self.cancel_grace_s:
-                os.killpg(run.pid, signal.SIGKILL)
-                log.warning("job %s did not stop within %.0fs; killed", run.job_id, self.cancel_grace_s)
-        except ProcessLookupError:
-            pass
-
-    def _record_exit(self, run: _Running, code: int | None) -> None:
-        job = self.store.get(run.job_id)
-        if job.status is not JobStatus.running:
-            if run.final_seen_at is not None:
-                log.info("worker %d of job %s is gone; slot %d is free", run.pid, run.job_id, run.slot)
-            return  # the worker recorded its own end
-        log_text = "\n".join(tail_lines(run.log_path))
-        evidence = None
-        if code == -signal.SIGKILL:
-            evidence = oom_evidence(run.pid, log_text, run.oom_kills_at_launch, run.launched_monotonic)
-        status, reason = describe_exit(code, job.cancel_requested, evidence)
-        if status is JobStatus.interrupted:
-            reason += self._checkpoint_note(run.job_id)
-        if status is JobStatus.failed:
-            if self._disk_full(log_text):
-                reason = disk_full_sentence(self.paths.root)
-            elif looks_like_oom(log_text):
-                reason = "Out of memory: " + reason
-            reason = with_log_tail(reason, run.log_path)
-        if status is JobStatus.cancelled:  # not an error: how it stopped is a note beside the step it reached
-            self._finish(
-                run.job_id, status, None, {"cancelled_at_step": job.progress.get("step", 0), "cancel_note": reason}
-            )
-        else:
-            self._finish(run.job_id, status, reason)
-        log.info("job %s ended %s: %s", run.job_id, status.value, reason.splitlines()[0])
-
-    def _disk_full(self, log_text: str) -> bool:
-        """Whether a worker that just failed met a full data disk: its log says so, or the disk has no room left
-        (then the log could not say it)."""
-        try:
-            nearly_full = shutil.disk_usage(self.paths.root).free < DISK_FULL_BELOW_BYTES
-        except OSError:
-            nearly_full = False
-        return nearly_full or looks_like_disk_full(log_text)
-
-    def _finish(self, job_id: str, status: JobStatus, reason: str | None, artifacts: dict | None = None) -> bool:
-        """``store.finish``; on a full disk, delete the space reserve and try once more, so a job's end is recorded
-        while the disk is still full (and the queue can move on)."""
-        try:
-            return self.store.finish(job_id, status, reason, artifacts)
-        except Exception as exc:
-            if disk_full_reason(exc) is None or not self.paths.release_space_reserve():
-                raise
-            log.warning("the data disk is full: freed the space reserve to record that job %s %s", job_id, status.value)
-            return self.store.finish(job_id, status, reason, artifacts)
 
     def wait_idle(self, timeout: float) -> bool:
         """Test helper: block until nothing is queued or running."""

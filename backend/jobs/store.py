@@ -1,165 +1,47 @@
-"""The job store: SQLite in WAL mode holding job rows, their status, progress and append-only metrics."""
+"""The job store: SQLite in WAL mode holding job rows, their status, progress and append-only metrics.
+
+What a job is (``JobRecord``, ``JobStatus``) and how it is written to a row are in ``records``; what the store refuses
+with, in ``store_errors``.
+"""
 
 from __future__ import annotations
 
 import builtins
 import json
-import math
 import os
 import sqlite3
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
-from enum import Enum
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic_core import PydanticSerializationError
-
 from backend.core.artifacts import JobArtifacts, artifact_update
-from backend.core.spec import JobSpec, SpecError, parse_spec, shorten
+from backend.core.spec import JobSpec
 from backend.jobs.migrations import migrate, missing_columns, refuse_newer
-from backend.jobs.store_errors import (  # the store's errors, importable from here as before
+from backend.jobs.records import (
+    ATTEMPT_END_ARTIFACTS,
+    RESUMABLE_STATUSES,
+    JobRecord,
+    JobStatus,
+    job_record,
+    json_object,
+    json_text,
+    new_job_id,
+    storable_spec_json,
+)
+from backend.jobs.store_errors import (
     InvalidTransition,
     JobNotFound,
     QueueFull,
     QuotaExceeded,
     StoreCorrupt,
-    StoreError,  # noqa: F401 (importable from here: the CLI and the facade catch it)
     StoreNeedsUpgrade,
     StoreReadOnly,
-    StoreTooNew,  # noqa: F401 (importable from here)
     UnreadableJob,
     is_corruption,
     is_read_only,
 )
-
-
-class JobStatus(str, Enum):
-    """Where a job is in its life: queued, running, or finished as succeeded, failed, cancelled or interrupted."""
-
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-    interrupted = "interrupted"
-
-    @property
-    def finished(self) -> bool:
-        """Whether the job has ended (for good or, when interrupted, until it is resumed)."""
-        return self in {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
-
-
-# Ended jobs that may be queued again to continue from a checkpoint (the facade checks that one exists).
-RESUMABLE_STATUSES = frozenset({JobStatus.interrupted, JobStatus.cancelled, JobStatus.failed})
-# Artifacts that describe how an attempt ended: a resumed attempt starts without them.
-ATTEMPT_END_ARTIFACTS = ("cancelled_at_step", "cancel_note")
-
-
-def _finite_or_none(value: Any) -> Any:
-    """``value`` with every NaN and infinity (a diverged loss) replaced by None, which JSON can carry."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(item) for item in value]
-    return value
-
-
-def _json_text(value: Any) -> str:
-    """Strict JSON for a column: any JSON reader loads it back (Python's own NaN extension is never written)."""
-    return json.dumps(_finite_or_none(value), allow_nan=False)
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    """A stored JSON object, or None when the text is not one (a damaged or hand-edited row)."""
-    try:
-        value = json.loads(text)
-    except (TypeError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def storable_spec_json(spec: JobSpec) -> str:
-    """The spec as stored, once it is known to read back as the same spec; SpecError (nothing stored) if not."""
-    try:
-        text = spec.to_json()
-    except PydanticSerializationError as exc:
-        raise SpecError([f"spec: cannot be written as JSON ({shorten(str(exc), 200)})"]) from None
-    if parse_spec(text) != spec:  # parse_spec raises SpecError itself when the text no longer validates
-        raise SpecError(["spec: does not read back unchanged from JSON (a value JSON cannot carry); fix the values"])
-    return text
-
-
-@dataclass
-class JobRecord:
-    """One job's row: its spec, owner, status, timestamps, error, outputs, progress and worker."""
-
-    id: str
-    seq: int
-    owner: str
-    status: JobStatus
-    spec: JobSpec
-    created_at: float
-    started_at: float | None = None
-    finished_at: float | None = None
-    error: str | None = None
-    artifacts: JobArtifacts = field(default_factory=JobArtifacts)
-    progress: dict[str, Any] = field(default_factory=dict)
-    pid: int | None = None
-    cancel_requested: bool = False
-    resume: bool = False
-    attempts: int = 0
-
-    @property
-    def cancelled_at_step(self) -> int | None:
-        """For a cancelled job, the training step it stopped at (None: it was cancelled before training a step).
-
-        A cancel is not an error: ``error`` stays None and the UI says "Cancelled at step N" from this.
-        """
-        if self.status is not JobStatus.cancelled:
-            return None
-        step = self.artifacts.cancelled_at_step
-        if step is None:
-            step = self.progress.get("step")
-        return int(step) if step else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The row as JSON-ready data for the CLI and the API."""
-        return {
-            "id": self.id,
-            "owner": self.owner,
-            "status": self.status.value,
-            "method": self.spec.method.value,
-            "model": self.spec.model.name_or_path,
-            "dataset": self.spec.dataset.name,
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "error": self.error,
-            "cancelled_at_step": self.cancelled_at_step,
-            "artifacts": self.artifacts.stored(),
-            "progress": self.progress,
-            "attempts": self.attempts,
-            "spec": self.spec.model_dump(mode="json"),
-        }
-
-
-def new_job_id() -> str:
-    """A new job id: the time it was made, then six random hex digits (sorts by creation time)."""
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-
-
-@lru_cache(maxsize=4096)
-def _stored_spec(text: str) -> JobSpec:
-    """A stored spec, parsed once per process: the Jobs tab lists every job every 2 s, and validating 200 specs
-    each time was most of the request. Safe because specs are frozen models and the key is the exact text."""
-    return parse_spec(text)
 
 
 class JobStore:
@@ -249,38 +131,6 @@ class JobStore:
         """A write transaction on this file for another table's rows; StoreReadOnly on a read-only folder."""
         return self._transaction()
 
-    @staticmethod
-    def _record(row: sqlite3.Row) -> JobRecord:
-        """The row as a JobRecord; UnreadableJob when any part of it cannot be read back."""
-        try:
-            spec = _stored_spec(row["spec"])
-        except SpecError as exc:
-            raise UnreadableJob(row["id"], f"its spec is not valid: {exc.problems[0]}") from None
-        try:
-            status = JobStatus(row["status"])
-        except ValueError:
-            raise UnreadableJob(row["id"], f"its status {shorten(repr(row['status']), 40)} is unknown") from None
-        artifacts, progress = _json_object(row["artifacts"]), _json_object(row["progress"])
-        if artifacts is None or progress is None:
-            raise UnreadableJob(row["id"], f"its {'artifacts' if artifacts is None else 'progress'} are not JSON")
-        return JobRecord(
-            id=row["id"],
-            seq=row["seq"],
-            owner=row["owner"],
-            status=status,
-            spec=spec,
-            created_at=row["created_at"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-            error=row["error"],
-            artifacts=JobArtifacts.from_stored(artifacts),
-            progress=progress,
-            pid=row["pid"],
-            cancel_requested=bool(row["cancel_requested"]),
-            resume=bool(row["resume"]),
-            attempts=row["attempts"],
-        )
-
     # --- creating and reading ---------------------------------------------------------------------
     def add(
         self,
@@ -332,7 +182,7 @@ class JobStore:
             row = con.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
-        return self._record(row)
+        return job_record(row)
 
     def _read_rows(self, owner: str | None, statuses: list[JobStatus] | None) -> list[JobRecord | UnreadableJob]:
         query, args = "SELECT * FROM jobs WHERE 1=1", []
@@ -347,7 +197,7 @@ class JobStore:
         read: list[JobRecord | UnreadableJob] = []
         for row in rows:
             try:
-                read.append(self._record(row))
+                read.append(job_record(row))
             except UnreadableJob as exc:
                 read.append(exc)
         return read
@@ -391,7 +241,7 @@ class JobStore:
         with self._transaction() as con:
             for row in con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY seq").fetchall():
                 try:
-                    problem = _parent_problem(con, self._record(row))
+                    problem = _parent_problem(con, job_record(row))
                 except UnreadableJob as exc:
                     problem = str(exc)
                 if problem is None:
@@ -437,7 +287,7 @@ class JobStore:
             merged = {**json.loads(row["artifacts"]), **update}
             con.execute(
                 "UPDATE jobs SET status = ?, error = ?, finished_at = ?, artifacts = ? WHERE id = ?",
-                (status.value, error, time.time(), _json_text(merged), job_id),
+                (status.value, error, time.time(), json_text(merged), job_id),
             )
         return True
 
@@ -481,7 +331,7 @@ class JobStore:
             con.execute(
                 "UPDATE jobs SET status = 'queued', resume = 1, cancel_requested = 0, pid = NULL, error = NULL, "
                 "finished_at = NULL, artifacts = ?, seq = (SELECT MAX(seq) + 1 FROM jobs) WHERE id = ?",
-                (_json_text(artifacts), job_id),
+                (json_text(artifacts), job_id),
             )
         return self.get(job_id)
 
@@ -498,7 +348,7 @@ class JobStore:
             if row is None:
                 raise JobNotFound(job_id)
             merged = {**json.loads(row["artifacts"]), **checked}
-            con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (_json_text(merged), job_id))
+            con.execute("UPDATE jobs SET artifacts = ? WHERE id = ?", (json_text(merged), job_id))
 
     def report(
         self,
@@ -514,14 +364,14 @@ class JobStore:
         with self._transaction() as con:
             con.executemany(
                 "INSERT INTO samples (job_id, step, data) VALUES (?, ?, ?)",
-                [(job_id, step, _json_text(data)) for step, data in samples],
+                [(job_id, step, json_text(data)) for step, data in samples],
             )
             con.executemany(
                 "INSERT INTO metrics (job_id, step, ts, data) VALUES (?, ?, ?, ?)",
-                [(job_id, step, ts, _json_text(data)) for step, ts, data in rows],
+                [(job_id, step, ts, json_text(data)) for step, ts, data in rows],
             )
             if progress is not None:
-                con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (_json_text(progress), job_id))
+                con.execute("UPDATE jobs SET progress = ? WHERE id = ?", (json_text(progress), job_id))
 
     def forget_reports_after(self, job_id: str, step: int) -> None:
         """Delete the metrics and samples logged after ``step``: a job resumed from its checkpoint at ``step``
@@ -543,7 +393,7 @@ class JobStore:
                 "SELECT id, step, data FROM samples WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id)
             ).fetchall()
         return [
-            {"id": r["id"], "step": r["step"], **data} for r in rows if (data := _json_object(r["data"])) is not None
+            {"id": r["id"], "step": r["step"], **data} for r in rows if (data := json_object(r["data"])) is not None
         ]
 
     def metrics(self, job_id: str, after_id: int = 0) -> builtins.list[dict[str, Any]]:
@@ -556,7 +406,7 @@ class JobStore:
         return [
             {"id": r["id"], "step": r["step"], "ts": r["ts"], **data}
             for r in rows
-            if (data := _json_object(r["data"])) is not None
+            if (data := json_object(r["data"])) is not None
         ]
 
 
@@ -572,7 +422,7 @@ def _parent_problem(con: sqlite3.Connection, job: JobRecord) -> str | None:
     status = row["status"] if row else "gone"
     if status in ("queued", "running"):
         return WAITING
-    if status == "succeeded" and JobArtifacts.from_stored(_json_object(row["artifacts"]) or {}).adapter_dir:
+    if status == "succeeded" and JobArtifacts.from_stored(json_object(row["artifacts"]) or {}).adapter_dir:
         return None
     return (
         f"the job it continues ({parent_id}) ended {status} with no adapter to start from; queue this job "

@@ -69,6 +69,19 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+@dataclass
+class _Decisions:
+    """What ``tune`` has decided so far: spec path -> value, and one sentence per decision."""
+
+    changes: dict[str, Any] = field(default_factory=dict)
+    choices: list[str] = field(default_factory=list)
+
+    def decide(self, path: str, value: Any, reason: str) -> None:
+        """Set ``path`` to ``value``, saying why."""
+        self.changes[path] = value
+        self.choices.append(reason)
+
+
 def tune(
     spec: JobSpec,
     config: PretrainedConfig,
@@ -81,48 +94,67 @@ def tune(
     the machine's RAM)."""
     t = spec.training
     budget = memory_budget(device, total_ram)
-    changes: dict[str, Any] = {}
-    choices: list[str] = [sentence for sentence in [budget_sentence(device, budget)] if sentence]
-    cuda = device.kind == "cuda"
-    method = support(spec.method)
+    decisions = _Decisions(choices=[sentence for sentence in [budget_sentence(device, budget)] if sentence])
+    budget = _leave_room_for_vllm(spec, device, budget, is_installed, decisions)
+    if not t.auto_tune:
+        _take_trl_defaults(spec, decisions)
+    else:
+        _decide_kernels(spec, device, is_installed, decisions)
+        _decide_packing(spec, device, lengths, decisions)
+        if t.batch_size == "auto":
+            _decide_batch(spec, config, device, lengths, budget, decisions)
+        _decide_checkpointing(spec, config, device, lengths, budget, decisions)
+        _rebalance_batch(spec, config, device, lengths, budget, decisions)
+    tuned = _apply(spec, decisions.changes)
+    return Tuning(tuned, decisions.choices, _estimate(tuned, config, device, lengths), budget, decisions.changes)
+
+
+def _leave_room_for_vllm(
+    spec: JobSpec, device: DeviceInfo, budget: int | None, is_installed: Callable[[str], bool], decisions: _Decisions
+) -> int | None:
+    """The memory budget left to training once vLLM colocate mode has taken its share of the whole GPU (before
+    training allocates anything)."""
     if (
         budget is not None
-        and cuda
-        and method.generation is not None
+        and device.kind == "cuda"
+        and support(spec.method).generation is not None
         and spec.rollout.use_vllm != "off"
         and is_installed("vllm")
         and device.total_memory_gb
     ):
-        # vLLM colocate mode takes its share of the whole GPU before training allocates anything.
         kept = int(device.total_memory_gb * GB * spec.rollout.vllm_gpu_memory_utilization)
         budget = max(budget - kept, 0)
-        choices.append(
+        decisions.choices.append(
             f"memory: vLLM colocate keeps {spec.rollout.vllm_gpu_memory_utilization:.0%} of the GPU "
             f"({format_bytes(kept)}) for generation; training plans within the other {format_bytes(budget)}"
         )
+    return budget
 
-    def decide(path: str, value: Any, reason: str) -> None:
-        changes[path] = value
-        choices.append(reason)
 
-    if not t.auto_tune:
-        defaults = {
-            "training.gradient_checkpointing": True,
-            "training.use_liger_kernel": False,
-            "training.batch_size": method.smallest_batch(spec),
-        }
-        if method.packing_path is not None:
-            defaults[method.packing_path] = False
-        for path, value in defaults.items():
-            if _get(spec, path) in (None, "auto"):
-                changes[path] = value
-        choices.append(
-            "auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
-            "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"
-        )
-        tuned = _apply(spec, changes)
-        return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
+def _take_trl_defaults(spec: JobSpec, decisions: _Decisions) -> None:
+    """auto_tune off: the settings left empty take TRL's defaults."""
+    method = support(spec.method)
+    defaults = {
+        "training.gradient_checkpointing": True,
+        "training.use_liger_kernel": False,
+        "training.batch_size": method.smallest_batch(spec),
+    }
+    if method.packing_path is not None:
+        defaults[method.packing_path] = False
+    for path, value in defaults.items():
+        if _get(spec, path) in (None, "auto"):
+            decisions.changes[path] = value
+    decisions.choices.append(
+        "auto-tune is off (training.auto_tune): settings left empty take TRL's defaults "
+        "(gradient checkpointing on, no packing, no fused kernels, the model's default attention)"
+    )
 
+
+def _decide_kernels(
+    spec: JobSpec, device: DeviceInfo, is_installed: Callable[[str], bool], decisions: _Decisions
+) -> None:
+    """The attention kernel and Liger's fused kernels, when left empty."""
+    t, cuda, decide = spec.training, device.kind == "cuda", decisions.decide
     # Attention: flash attention needs the flash-attn package, a CUDA GPU and 16-bit weights.
     if t.attn_implementation is None:
         if cuda and device.bf16 and is_installed("flash_attn"):
@@ -145,69 +177,90 @@ def tune(
         else:
             why = "liger-kernel is not installed" if cuda else "Liger's kernels need a CUDA GPU"
             decide("training.use_liger_kernel", False, f"Liger kernels: off ({why})")
-    # Packing (SFT): short examples padded to the longest in a batch leave the GPU idle; packed, a sequence holds many.
-    packing = method.packing_path
-    if packing is not None and _get(spec, packing) is None:
-        if not cuda:
-            decide(packing, False, f"packing: off (on a CPU packing gains no speed; set {packing} to pack anyway)")
-        elif lengths is None or lengths.median > t.max_length * PACK_WHEN_SHORTER_THAN:
-            typical = f"~{lengths.median} tokens" if lengths else "of unknown length"
-            decide(packing, False, f"packing: off (examples are {typical} against max_length {t.max_length})")
-        else:
-            per_sequence = max(1, t.max_length // max(lengths.median, 1))
-            decide(
-                packing,
-                True,
-                f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
-                f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)",
-            )
 
-    if t.batch_size == "auto":
-        _decide_batch(spec, config, device, lengths, budget, changes, choices)
 
-    # Gradient checkpointing: off whenever the job fits without it (it recomputes every layer's forward pass).
-    if t.gradient_checkpointing is None:
-        without = _estimate(
-            _apply(spec, {**changes, "training.gradient_checkpointing": False}), config, device, lengths
+def _decide_packing(spec: JobSpec, device: DeviceInfo, lengths: ExampleLengths | None, decisions: _Decisions) -> None:
+    """Packing (SFT), when left empty: short examples padded to the longest in a batch leave the GPU idle; packed,
+    a sequence holds many."""
+    t, decide = spec.training, decisions.decide
+    packing = support(spec.method).packing_path
+    if packing is None or _get(spec, packing) is not None:
+        return
+    if device.kind != "cuda":
+        decide(packing, False, f"packing: off (on a CPU packing gains no speed; set {packing} to pack anyway)")
+    elif lengths is None or lengths.median > t.max_length * PACK_WHEN_SHORTER_THAN:
+        typical = f"~{lengths.median} tokens" if lengths else "of unknown length"
+        decide(packing, False, f"packing: off (examples are {typical} against max_length {t.max_length})")
+    else:
+        per_sequence = max(1, t.max_length // max(lengths.median, 1))
+        decide(
+            packing,
+            True,
+            f"packing: on (examples are ~{lengths.median} tokens, so one {t.max_length}-token "
+            f"sequence holds about {per_sequence}; best-fit packing keeps them from attending to each other)",
         )
-        if budget is None or without.total_bytes <= budget:
-            where = f" of the {format_bytes(budget)} it may use" if budget else ""
-            decide(
-                "training.gradient_checkpointing",
-                False,
-                "gradient checkpointing: off (the job fits without it: "
-                f"{format_bytes(without.total_bytes)}{where}), which saves recomputing the forward pass",
-            )
-        else:
-            decide(
-                "training.gradient_checkpointing",
-                True,
-                "gradient checkpointing: on (without it the job needs "
-                f"{format_bytes(without.total_bytes)}, more than the {format_bytes(budget)} it may use)",
-            )
 
-    # Batch: on a GPU, more examples per device and fewer accumulation steps, same effective batch.
-    if cuda and t.gradient_accumulation_steps > 1 and t.batch_size != "auto":
-        effective = t.batch_size * t.gradient_accumulation_steps
-        for per_device in sorted(
-            (d for d in range(t.batch_size + 1, effective + 1) if effective % d == 0), reverse=True
-        ):
-            trial = {
-                **changes,
-                "training.batch_size": per_device,
-                "training.gradient_accumulation_steps": effective // per_device,
-            }
-            if budget is None or _estimate(_apply(spec, trial), config, device, lengths).total_bytes <= budget:
-                changes.update(trial)
-                choices.append(
-                    f"batch: {per_device} per device x {effective // per_device} accumulation steps "
-                    f"(was {t.batch_size} x {t.gradient_accumulation_steps}; the same {effective} examples "
-                    "per optimizer step, fewer and fuller passes)"
-                )
-                break
 
-    tuned = _apply(spec, changes)
-    return Tuning(tuned, choices, _estimate(tuned, config, device, lengths), budget, changes)
+def _decide_checkpointing(
+    spec: JobSpec,
+    config,
+    device: DeviceInfo,
+    lengths: ExampleLengths | None,
+    budget: int | None,
+    decisions: _Decisions,
+) -> None:
+    """Gradient checkpointing, when left empty: off whenever the job fits without it (it recomputes every layer's
+    forward pass)."""
+    if spec.training.gradient_checkpointing is not None:
+        return
+    without = _estimate(
+        _apply(spec, {**decisions.changes, "training.gradient_checkpointing": False}), config, device, lengths
+    )
+    if budget is None or without.total_bytes <= budget:
+        where = f" of the {format_bytes(budget)} it may use" if budget else ""
+        decisions.decide(
+            "training.gradient_checkpointing",
+            False,
+            "gradient checkpointing: off (the job fits without it: "
+            f"{format_bytes(without.total_bytes)}{where}), which saves recomputing the forward pass",
+        )
+    else:
+        decisions.decide(
+            "training.gradient_checkpointing",
+            True,
+            "gradient checkpointing: on (without it the job needs "
+            f"{format_bytes(without.total_bytes)}, more than the {format_bytes(budget)} it may use)",
+        )
+
+
+def _rebalance_batch(
+    spec: JobSpec,
+    config,
+    device: DeviceInfo,
+    lengths: ExampleLengths | None,
+    budget: int | None,
+    decisions: _Decisions,
+) -> None:
+    """On a GPU, more examples per device and fewer accumulation steps, the same effective batch, as far as the
+    memory estimate allows."""
+    t = spec.training
+    if device.kind != "cuda" or t.gradient_accumulation_steps <= 1 or t.batch_size == "auto":
+        return
+    effective = t.batch_size * t.gradient_accumulation_steps
+    for per_device in sorted((d for d in range(t.batch_size + 1, effective + 1) if effective % d == 0), reverse=True):
+        trial = {
+            **decisions.changes,
+            "training.batch_size": per_device,
+            "training.gradient_accumulation_steps": effective // per_device,
+        }
+        if budget is None or _estimate(_apply(spec, trial), config, device, lengths).total_bytes <= budget:
+            decisions.changes.update(trial)
+            decisions.choices.append(
+                f"batch: {per_device} per device x {effective // per_device} accumulation steps "
+                f"(was {t.batch_size} x {t.gradient_accumulation_steps}; the same {effective} examples "
+                "per optimizer step, fewer and fuller passes)"
+            )
+            return
 
 
 def _decide_batch(
@@ -216,8 +269,7 @@ def _decide_batch(
     device: DeviceInfo,
     lengths: ExampleLengths | None,
     budget: int | None,
-    changes: dict[str, Any],
-    choices: list[str],
+    decisions: _Decisions,
 ) -> None:
     """training.batch_size: auto. GRPO: one generation group per step (rollouts, not memory, bound its batch).
     A CPU: a small batch. A GPU: the largest power of two that fits without gradient checkpointing when that is
@@ -226,12 +278,16 @@ def _decide_batch(
     method = support(spec.method)
     if method.generation is not None:
         n = method.smallest_batch(spec)
-        changes[path] = n
-        choices.append(f"batch: {n} per device (auto: one generation group of {method.spec_part}.num_generations)")
+        decisions.decide(
+            path, n, f"batch: {n} per device (auto: one generation group of {method.spec_part}.num_generations)"
+        )
         return
     if device.kind != "cuda":
-        changes[path] = AUTO_BATCH_CPU
-        choices.append(f"batch: {AUTO_BATCH_CPU} per device (auto on a CPU, where bigger batches gain little speed)")
+        decisions.decide(
+            path,
+            AUTO_BATCH_CPU,
+            f"batch: {AUTO_BATCH_CPU} per device (auto on a CPU, where bigger batches gain little speed)",
+        )
         return
     checkpointing = (
         [False, True] if spec.training.gradient_checkpointing is None else [spec.training.gradient_checkpointing]
@@ -239,22 +295,24 @@ def _decide_batch(
     for recompute in checkpointing:
         size = AUTO_BATCH_GPU_MAX
         while size >= method.min_batch:
-            trial = {**changes, path: size, "training.gradient_checkpointing": recompute}
+            trial = {**decisions.changes, path: size, "training.gradient_checkpointing": recompute}
             estimate = _estimate(_apply(spec, trial), config, device, lengths)
             if budget is None or estimate.total_bytes <= budget:
-                changes[path] = size
                 where = f" of {format_bytes(budget)}" if budget else ""
-                choices.append(
+                decisions.decide(
+                    path,
+                    size,
                     f"batch: {size} per device (auto: the largest power of two up to "
                     f"{AUTO_BATCH_GPU_MAX} that fits{' with' if recompute else ' without'} gradient "
-                    f"checkpointing, {format_bytes(estimate.total_bytes)}{where})"
+                    f"checkpointing, {format_bytes(estimate.total_bytes)}{where})",
                 )
                 return
             size //= 2
-    changes[path] = method.min_batch
-    choices.append(
+    decisions.decide(
+        path,
+        method.min_batch,
         f"batch: {method.min_batch} per device (auto: not even the smallest batch fits the estimate; expect "
-        "out-of-memory)"
+        "out-of-memory)",
     )
 
 

@@ -28,7 +28,8 @@ from backend.core.artifacts import MergedExport
 from backend.core.paths import DataPaths
 from backend.hub.model_card import build_merged_card, merged_dtype_sentence
 from backend.jobs.lineage import saved_adapter
-from backend.jobs.store import JobRecord, JobStatus, JobStore
+from backend.jobs.records import JobRecord, JobStatus
+from backend.jobs.store import JobStore
 from backend.models.loading import resolve_model
 from backend.platform.interpreters import backend_env, trainer_python
 from backend.platform.limits import int_setting
