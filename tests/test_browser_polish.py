@@ -124,9 +124,8 @@ def app(tmp_path_factory, models_dir):
             "verdict": "no_signal",
             "sentence": "Nothing to learn.",
         }
-        api.core.store.merge_artifacts(
-            ids["wide"], learning=no_signal
-        )  # its status reads "succeeded - learned nothing"
+        # its status reads "succeeded - learned nothing"
+        api.core.store.merge_artifacts(ids["wide"], learning=no_signal)
     finally:
         api.close()
     with launch_app(root) as running:

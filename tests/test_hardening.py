@@ -387,9 +387,8 @@ def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stop
     gate = threading.Event()
     try:
         with pytest.raises(TimedOut):
-            api.environments._held_run(
-                api.environments._dry_runs, User("ann"), gate.wait
-            )  # still playing after the caller gave up
+            # still playing after the caller gave up
+            api.environments._held_run(api.environments._dry_runs, User("ann"), gate.wait)
         with pytest.raises(Busy, match=r"dry run: this Space is running 1 at once.*STUDIO_MAX_DRY_RUNS = 1"):
             api.environments._held_run(api.environments._dry_runs, User("ben"), lambda: "played")
         gate.set()

@@ -111,9 +111,8 @@ def test_a_third_upload_of_one_person_waits_for_a_free_check_and_another_person_
 
 
 def test_checking_a_kept_upload_again_counts_among_the_persons_checks(api, tmp_path, monkeypatch):
-    kept, _ = api.datasets.upload_dataset(
-        temp_copy(tmp_path, folder="kept"), "chats.jsonl", "sft", ANN
-    )  # the real check
+    # the real check
+    kept, _ = api.datasets.upload_dataset(temp_copy(tmp_path, folder="kept"), "chats.jsonl", "sft", ANN)
     checks = GatedChecks()
     monkeypatch.setattr(upload_module, "_checked", checks)
     told: list[str] = []
