@@ -82,7 +82,7 @@ def main() -> None:
     except (StoreError, StorageError) as exc:  # a damaged store, a bad storage setting: one sentence, no traceback
         print(exc, file=sys.stderr)
         raise SystemExit(2) from None
-    for line in [api.storage.describe(), *api.mirror_status.notes]:  # the Space's log says where data lives
+    for line in [api.core.storage.describe(), *api.mirror_status.notes]:  # the Space's log says where data lives
         print(line, file=sys.stderr, flush=True)
     hub_status()  # start the Hub check now, so the first page load has an answer
     demo = build_app(api)
@@ -113,7 +113,7 @@ def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
         i18n=SCREEN_READER_WORDS,
         # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
         # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.
-        allowed_paths=[str(api.paths.downloads)],
+        allowed_paths=[str(api.core.paths.downloads)],
     )
 
 

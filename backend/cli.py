@@ -81,8 +81,8 @@ def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
     data["status_text"] = status_text(job.status.value, job.artifacts.learning)
     data["learning"] = data["artifacts"].get("learning")  # as stored (None until recorded), beside the others
     data["signal"] = data["artifacts"].get("signal")
-    data["queue_position"] = api.queue_position(job.id)
-    metrics = api.metrics(job.id)
+    data["queue_position"] = api.jobs.queue_position(job.id)
+    metrics = api.jobs.metrics(job.id)
     data["last_metrics"] = next((m for m in reversed(metrics) if "loss" in m), metrics[-1] if metrics else None)
     return data
 
@@ -151,7 +151,7 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
     warned = False  # the no-signal warning is said once, when it first appears
     try:
         while True:
-            job = api.get_job(job_id)
+            job = api.jobs.get_job(job_id)
             warning = signal_text(job.artifacts.signal)
             if warning and not warned:
                 warned = True
@@ -191,7 +191,7 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
 
 def cmd_submit(api: StudioAPI, args) -> int:
     """``submit``: queue a job from a spec file, and with ``--wait`` follow it to the end."""
-    submitted = api.submit(_load_spec_file(args.spec_file))
+    submitted = api.jobs.submit(_load_spec_file(args.spec_file))
     job = submitted.job
     for warning in submitted.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -214,7 +214,7 @@ def cmd_submit(api: StudioAPI, args) -> int:
 def cmd_eval(api: StudioAPI, args) -> int:
     """``eval``: queue an eval-only job (lm-eval benchmarks) on a finished job or a base model; ``--wait`` follows it
     and ``--json`` prints its record (scores under ``artifacts.benchmarks``)."""
-    submitted = api.evaluate(args.target, args.tasks.split(","), args.limit)
+    submitted = api.benchmarks.evaluate(args.target, args.tasks.split(","), args.limit)
     job = submitted.job
     if not args.wait:
         shown = {"id": job.id, "status": job.status.value, "queue_position": submitted.queue_position}
@@ -230,7 +230,7 @@ def cmd_eval(api: StudioAPI, args) -> int:
 
 
 def _warn_unreadable(api: StudioAPI) -> None:
-    unreadable = api.unreadable_jobs()
+    unreadable = api.jobs.unreadable_jobs()
     if unreadable:
         print(f"warning: {len(unreadable)} job row(s) could not be read and are not listed:", file=sys.stderr)
         for job_id, reason in unreadable:
@@ -239,7 +239,7 @@ def _warn_unreadable(api: StudioAPI) -> None:
 
 def cmd_list(api: StudioAPI, args) -> int:
     """``list``: one line (or JSON object) per job."""
-    jobs = api.list_jobs()
+    jobs = api.jobs.list_jobs()
     _warn_unreadable(api)
     if args.json:
         print(json.dumps([_summary(api, j) for j in jobs], indent=2))
@@ -274,7 +274,7 @@ def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
         "model": job.spec.model.name_or_path,
         "owner": job.owner,
         "created_at": job.created_at,
-        "queue_position": api.queue_position(job.id),
+        "queue_position": api.jobs.queue_position(job.id),
         "progress": job.progress,
         "learning": stored.get("learning"),
         "signal": stored.get("signal"),
@@ -301,7 +301,7 @@ def cmd_status(api: StudioAPI, args) -> int:
 def cmd_show(api: StudioAPI, args) -> int:
     """``show``: one job: status, learning verdict, no-signal warning, place in the queue, progress, outputs,
     evaluation and last metrics."""
-    data = _record_json(api, api.get_job(args.job_id))
+    data = _record_json(api, api.jobs.get_job(args.job_id))
     if args.json:
         print(json.dumps(data, indent=2))
     else:
@@ -311,7 +311,7 @@ def cmd_show(api: StudioAPI, args) -> int:
 
 def cmd_cancel(api: StudioAPI, args) -> int:
     """``cancel``: stop a job (at once if queued, at the next training step if running)."""
-    status = api.cancel(args.job_id)
+    status = api.jobs.cancel(args.job_id)
     if status is JobStatus.cancelled:
         print(f"cancelled {args.job_id}")
     else:
@@ -321,7 +321,7 @@ def cmd_cancel(api: StudioAPI, args) -> int:
 
 def cmd_dry_run(api: StudioAPI, args) -> int:
     """``dry-run``: play one episode of a GRPO environment spec and print its transcript."""
-    episode = api.dry_run(_load_spec_file(args.spec_file), row=args.row, seed=args.seed)
+    episode = api.environments.dry_run(_load_spec_file(args.spec_file), row=args.row, seed=args.seed)
     if args.json:
         print(json.dumps(episode.to_dict(), indent=2, default=str))
     else:
@@ -331,7 +331,7 @@ def cmd_dry_run(api: StudioAPI, args) -> int:
 
 def cmd_warm_up(api: StudioAPI, args) -> int:
     """``warm-up``: queue an SFT warm-up on generated tool-call demonstrations, then GRPO from it."""
-    warm = api.warm_up(_load_spec_file(args.spec_file), rows=args.rows, steps=args.steps)
+    warm = api.environments.warm_up(_load_spec_file(args.spec_file), rows=args.rows, steps=args.steps)
     for warning in warm.sft.warnings + warm.grpo.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     sft, grpo = warm.sft.job, warm.grpo.job
@@ -364,7 +364,7 @@ def cmd_export(api: StudioAPI, args) -> int:
     from backend.workflows.export import ExportError
 
     try:
-        result = api.export_merged(
+        result = api.export.export_merged(
             args.job_id,
             out=args.out,
             push=args.push is not None,

@@ -34,10 +34,10 @@ def build(data_dir: Path, rows: int, steps: int):
     spec_dict.setdefault("eval", {})["holdout_rows"] = rows
     spec_dict["training"].update(max_steps=steps, save_steps=max(steps, 1))
     api = StudioAPI(data_dir, scheduler="none")
-    job = api.submit(spec_dict).job
-    spec = api.store.get(job.id).spec
-    callback = StoreReportingCallback(api.store, job.id, threading.Event())
-    trainer, held_out = build_trainer(spec, api.paths, job.id, [callback], None)
+    job = api.jobs.submit(spec_dict).job
+    spec = api.core.store.get(job.id).spec
+    callback = StoreReportingCallback(api.core.store, job.id, threading.Event())
+    trainer, held_out = build_trainer(spec, api.core.paths, job.id, [callback], None)
     return spec, trainer, held_out, api
 
 

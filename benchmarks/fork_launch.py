@@ -31,15 +31,15 @@ SPEC = {
 
 
 def _queued(api) -> str:
-    job = api.submit(SPEC).job
-    assert api.store.claim_next().id == job.id
+    job = api.jobs.submit(SPEC).job
+    assert api.core.store.claim_next().id == job.id
     return job.id
 
 
 def _first_step(api, job_id: str, started: float, alive) -> float | None:
     """Seconds from ``started`` to the job's first logged training step; None if the worker ended first."""
     while True:
-        if any("loss" in m for m in api.store.metrics(job_id)):
+        if any("loss" in m for m in api.core.store.metrics(job_id)):
             return time.monotonic() - started
         if not alive():
             return None
@@ -74,7 +74,7 @@ def _forked(api, data_dir: str) -> float | None:
         os.waitpid(pid, 0)
     except ChildProcessError:  # reaped by the liveness check
         pass
-    assert api.get_job(job_id).status.value == "succeeded", api.get_job(job_id).error
+    assert api.jobs.get_job(job_id).status.value == "succeeded", api.jobs.get_job(job_id).error
     return seconds
 
 
@@ -91,15 +91,15 @@ def _through_the_pool(data_dir: str, trials: int) -> None:
         time.sleep(0.1)
     print(f"the pool ready after {time.monotonic() - started:.1f} s, once", flush=True)
     api = StudioAPI(data_dir, scheduler="none")
-    scheduler = Scheduler(api.paths, poll_interval=0.1, launcher=launcher).start()
+    scheduler = Scheduler(api.core.paths, poll_interval=0.1, launcher=launcher).start()
     try:
         for _ in range(trials):
             submitted = time.monotonic()
-            job = api.submit(SPEC).job
+            job = api.jobs.submit(SPEC).job
             scheduler.notify()
             seconds = _first_step(api, job.id, submitted, lambda: True)
             print(f"through the scheduler and its pool: first step {seconds:.1f} s after the submit", flush=True)
-            assert scheduler.wait_idle(120) and api.get_job(job.id).status.value == "succeeded"
+            assert scheduler.wait_idle(120) and api.jobs.get_job(job.id).status.value == "succeeded"
     finally:
         scheduler.stop()
         api.close()

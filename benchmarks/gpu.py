@@ -53,12 +53,16 @@ def studio_job(api, model_dir: Path, steps: int, auto_tune: bool, quantization: 
         },
     }
     submitted = time.time()
-    job = api.submit(spec).job
-    while (job := api.store.get(job.id)).status not in {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}:
+    job = api.jobs.submit(spec).job
+    while (job := api.core.store.get(job.id)).status not in {
+        JobStatus.succeeded,
+        JobStatus.failed,
+        JobStatus.cancelled,
+    }:
         time.sleep(0.5)
     if job.status is not JobStatus.succeeded:
         raise SystemExit(f"job {job.id} {job.status.value}: {job.error}")
-    metrics = api.metrics(job.id)
+    metrics = api.jobs.metrics(job.id)
     first = next((row["ts"] for row in metrics if "loss" in row), None)
     performance = job.artifacts.performance or {}
     tuned = job.artifacts.auto_tune
@@ -89,7 +93,7 @@ def pooled_job(work: Path, model_dir: Path, steps: int) -> dict:
     os.environ[PREIMPORT_VAR] = "1"
     api = StudioAPI(work / "data-pooled", scheduler="thread", poll_interval=0.2)
     try:
-        launcher = api.scheduler.launcher
+        launcher = api.core.scheduler.launcher
         deadline = time.time() + 120
         while not os.path.exists(launcher.socket_path) and time.time() < deadline:
             time.sleep(0.5)

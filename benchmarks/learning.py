@@ -35,11 +35,11 @@ def run_example(name: str, data_dir: Path, seed: int | None = None, overrides: d
         spec.setdefault(part, {}).update(values)
     api = StudioAPI(data_dir, scheduler="none")
     try:
-        job = api.submit(spec).job
-        assert api.store.claim_next().id == job.id
+        job = api.jobs.submit(spec).job
+        assert api.core.store.claim_next().id == job.id
         started = time.monotonic()
-        run_job(job.id, api.paths, threading.Event())
-        return api.get_job(job.id), time.monotonic() - started
+        run_job(job.id, api.core.paths, threading.Event())
+        return api.jobs.get_job(job.id), time.monotonic() - started
     finally:
         api.close()
 

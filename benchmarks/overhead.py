@@ -82,13 +82,13 @@ def run_app(method: str, api: StudioAPI, steps: int, batch: int) -> dict:
         },
     }
     started = time.time()
-    job_id = api.submit(spec).job.id
+    job_id = api.jobs.submit(spec).job.id
     # Poll gently (this process shares the 2 cores with the worker); the end time is the worker's own record.
-    while not (job := api.get_job(job_id)).status.finished:
+    while not (job := api.jobs.get_job(job_id)).status.finished:
         time.sleep(0.25)
     ended = job.finished_at
     assert job.status is JobStatus.succeeded, job.error
-    metrics = api.metrics(job_id)
+    metrics = api.jobs.metrics(job_id)
     first_step_ts = next(m["ts"] for m in metrics if m.get("step") == 1)
     runtime = next(m["train_runtime"] for m in metrics if "train_runtime" in m)
     return {

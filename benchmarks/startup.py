@@ -73,12 +73,12 @@ def run(api: StudioAPI, method: str, steps: int, holdout: int) -> dict[str, floa
         "eval": {"holdout_rows": holdout},
     }
     submitted = time.time()
-    job_id = api.submit(spec).job.id
-    while not (job := api.get_job(job_id)).status.finished:
+    job_id = api.jobs.submit(spec).job.id
+    while not (job := api.jobs.get_job(job_id)).status.finished:
         time.sleep(0.25)  # gently: this process shares the cores with the worker
     assert job.status is JobStatus.succeeded, job.error
     assert "error" not in job.artifacts.evaluation, job.artifacts.evaluation
-    metrics = api.metrics(job_id)
+    metrics = api.jobs.metrics(job_id)
     marks = _log_marks(Path(job.artifacts.log_file))
     ends = {
         "queue": job.started_at,

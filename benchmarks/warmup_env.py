@@ -34,10 +34,10 @@ EXAMPLE = ROOT / "examples" / "grpo-env-demo.yaml"
 def _run_next(api) -> tuple[object, float]:
     from backend.worker import run_job
 
-    job = api.store.claim_next()
+    job = api.core.store.claim_next()
     started = time.monotonic()
-    run_job(job.id, api.paths, threading.Event())
-    return api.get_job(job.id), time.monotonic() - started
+    run_job(job.id, api.core.paths, threading.Event())
+    return api.jobs.get_job(job.id), time.monotonic() - started
 
 
 def _sentence(job) -> str:
@@ -60,14 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             api = StudioAPI(Path(tmp), scheduler="none")
             try:
-                warm = api.warm_up(spec, rows=args.rows)
+                warm = api.environments.warm_up(spec, rows=args.rows)
                 print(f"seed {seed} warm-up: {warm.demonstrations}", flush=True)
                 sft, sft_s = _run_next(api)
                 print(f"seed {seed} warm-up SFT ({sft_s:.0f}s): {_sentence(sft)}", flush=True)
                 grpo, grpo_s = _run_next(api)
                 print(f"seed {seed} warm-up + GRPO ({grpo_s:.0f}s): {_sentence(grpo)}", flush=True)
                 if not args.skip_alone:
-                    api.submit(spec)
+                    api.jobs.submit(spec)
                     alone, alone_s = _run_next(api)
                     print(f"seed {seed} GRPO alone ({alone_s:.0f}s): {_sentence(alone)}", flush=True)
             finally:

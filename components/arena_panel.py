@@ -239,7 +239,7 @@ def build(api: StudioAPI, job: gr.Dropdown) -> ArenaHandles:
         if not job_id or user is None:
             return hidden
         try:
-            setup = api.arena_setup(job_id, user)
+            setup = api.arena.setup(job_id, user)
         except (JobNotFound, ValueError):
             return hidden
         where = (
@@ -262,7 +262,7 @@ def build(api: StudioAPI, job: gr.Dropdown) -> ArenaHandles:
         if not job_id:
             raise gr.Error("Pick a finished job first.")
         try:
-            stream = api.arena_play(
+            stream = api.arena.play(
                 job_id,
                 user,
                 episodes=_whole(episodes, "Episodes per side"),
@@ -333,8 +333,8 @@ def build(api: StudioAPI, job: gr.Dropdown) -> ArenaHandles:
                     gr.update(),
                 )
             try:
-                row = api.arena_prefer(job_id, int(episode), side, user)
-                path = api.export_preferences(user, "episodes")
+                row = api.arena.prefer(job_id, int(episode), side, user)
+                path = api.chat.export_preferences(user, "episodes")
             except JobNotFound:
                 raise gr.Error("That job is not yours or no longer exists.") from None
             except ValueError as exc:
@@ -359,7 +359,7 @@ def build(api: StudioAPI, job: gr.Dropdown) -> ArenaHandles:
         try:
             if user is None:
                 raise JobNotFound(job_id)
-            pair = api.arena_pair(job_id, episode, user)
+            pair = api.arena.pair(job_id, episode, user)
         except (JobNotFound, ValueError):
             said = f"Episode {episode} of job {job_id} is not among your arena episodes (it may be someone else's)."
             return [gr.update(visible=True), gr.skip(), said, *[gr.skip()] * 6]

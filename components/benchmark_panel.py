@@ -27,7 +27,9 @@ def evaluate_action(api: StudioAPI, user: User, selected, model: str, tasks, lim
     """Queue the eval-only job (the typed model when there is one, else the picked job); the outcome as a sentence."""
     target = (model or "").strip() or (job_choice_id(selected) or "")
     try:
-        submitted = api.evaluate(target, list(tasks or []), int(limit) if limit is not None else None, user=user)
+        submitted = api.benchmarks.evaluate(
+            target, list(tasks or []), int(limit) if limit is not None else None, user=user
+        )
     except SpecError as exc:
         return " ".join(exc.problems)
     except JobNotFound:
@@ -37,7 +39,7 @@ def evaluate_action(api: StudioAPI, user: User, selected, model: str, tasks, lim
 
 
 def build(api: StudioAPI, picker: gr.Dropdown) -> BenchmarkHandles:
-    """The panel, its button wired to ``api.evaluate`` with the picked job of ``picker``."""
+    """The panel, its button wired to ``api.benchmarks.evaluate`` with the picked job of ``picker``."""
     with gr.Accordion("Evaluate: benchmarks (lm-evaluation-harness)", open=False, elem_id="benchmark-panel"):
         with gr.Row():
             tasks = gr.Dropdown(

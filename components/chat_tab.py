@@ -314,7 +314,7 @@ def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
     if not job_id:
         return PICK_JOB_HINT
     try:
-        job = api.get_job(job_id, user)
+        job = api.jobs.get_job(job_id, user)
     except JobNotFound:
         return "That job is not yours or no longer exists."
     model = job.spec.model.name_or_path
@@ -457,10 +457,10 @@ def build(api: StudioAPI) -> ChatHandles:
         )
 
     def current_export(user, fmt: str) -> str | None:
-        log = api.preference_log(user) if fmt == "dpo" else api.thumb_log(user)
+        log = api.chat.preference_log(user) if fmt == "dpo" else api.chat.thumb_log(user)
         if user is None or not log.rows():
             return None
-        return str(api.export_preferences(user, fmt))
+        return str(api.chat.export_preferences(user, fmt))
 
     gr.on(None, on_load, None, [job_info, export, export_kto], api_name=False)
 
@@ -483,11 +483,11 @@ def build(api: StudioAPI) -> ChatHandles:
         """Another job: the user's tool-call environment closes; the tools row shows for a job with an environment."""
         if user is None:
             return gr.update(visible=False), ""
-        api.close_chat_tools(user)
+        api.chat.close_chat_tools(user)
         job_id, environment = job_choice_id(job_choice), None
         if job_id:
             try:
-                environment = api.chat_environment(job_id, user)
+                environment = api.chat.chat_environment(job_id, user)
             except JobNotFound:
                 pass
         return gr.update(visible=environment is not None), tools_hint(environment)
@@ -521,7 +521,7 @@ def build(api: StudioAPI) -> ChatHandles:
             base_hist, tuned_hist, sides_kept = [], [], {}
         base_kept, tuned_kept = sides_kept.get("base"), sides_kept.get("tuned")
         try:
-            updates = api.chat_turn(
+            updates = api.chat.chat_turn(
                 job_id,
                 model_history(base_hist, base_kept),
                 model_history(tuned_hist, tuned_kept),
@@ -630,7 +630,7 @@ def build(api: StudioAPI) -> ChatHandles:
     def clear_chat(user):
         """An empty chat; the user's tool-call environment closes with it."""
         if user is not None:
-            api.close_chat_tools(user)
+            api.chat.close_chat_tools(user)
         return [], [], "", {"base": [], "tuned": []}
 
     clear.click(clear_chat, None, [base, tuned, note, kept], api_name="chat_clear")
@@ -651,7 +651,7 @@ def build(api: StudioAPI) -> ChatHandles:
             if not calls:
                 continue
             try:
-                run = api.run_tool_calls(job_id, calls, side=side, user=user)
+                run = api.chat.run_tool_calls(job_id, calls, side=side, user=user)
             except JobNotFound:
                 raise gr.Error("That job is not yours or no longer exists.") from None
             except ValueError as exc:
@@ -676,7 +676,7 @@ def build(api: StudioAPI) -> ChatHandles:
             job_choice, base_hist, tuned_hist, system_prompt, sides_kept, profile: gr.OAuthProfile | None = None
         ):
             user = require_user(profile)
-            log = api.preference_log(user)
+            log = api.chat.preference_log(user)
             sides_kept = sides_kept or {}
             try:
                 row = log.record_turn(
@@ -698,7 +698,7 @@ def build(api: StudioAPI) -> ChatHandles:
         @as_user(signed_in=False)
         def ready(user):
             """An export button is on when it holds a file: when the user has rows of its kind."""
-            log = api.preference_log(user) if fmt == "dpo" else api.thumb_log(user)
+            log = api.chat.preference_log(user) if fmt == "dpo" else api.chat.thumb_log(user)
             return gr.update(interactive=user is not None and bool(log.rows()))
 
         return ready
@@ -726,7 +726,7 @@ def build(api: StudioAPI) -> ChatHandles:
         ):
             """A 👍/👎 on one side's last answer, kept as a KTO row; with no answer yet the note says so instead."""
             user = require_user(profile)
-            log = api.thumb_log(user)
+            log = api.chat.thumb_log(user)
             try:
                 row = log.record_turn(
                     judged_history(base_hist if side == "base" else tuned_hist, (sides_kept or {}).get(side)),
@@ -762,7 +762,7 @@ def build(api: StudioAPI) -> ChatHandles:
             ready)."""
             user = require_user(profile)
             try:
-                return str(api.export_preferences(user, fmt))
+                return str(api.chat.export_preferences(user, fmt))
             except ValueError as exc:
                 raise gr.Error(str(exc)) from None
 

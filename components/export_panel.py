@@ -33,7 +33,7 @@ def use_markdown(api: StudioAPI, job_id: str | None, user) -> str:
     if not job_id:
         return ""
     try:
-        snippets = api.use_snippets(job_id, user)
+        snippets = api.export.use_snippets(job_id, user)
     except JobNotFound:
         return ""
     return snippets_markdown(snippets) if snippets else NO_SNIPPETS
@@ -64,7 +64,7 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
         user = require_user(profile, token)
         job_id = job_choice_id(selected) or ""
         try:
-            result = api.export_merged(
+            result = api.export.export_merged(
                 job_id, user, push=bool(to_hub), push_repo=(repo_id or "").strip() or None, private=bool(is_private)
             )
         except JobNotFound:
@@ -77,7 +77,7 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
     def prepare_zip(selected, profile: gr.OAuthProfile | None = None):
         user = require_user(profile)
         try:
-            path = api.merged_archive(job_choice_id(selected) or "", user)
+            path = api.export.merged_archive(job_choice_id(selected) or "", user)
         except JobNotFound:
             raise gr.Error("Pick one of your jobs first.") from None
         except ValueError as exc:

@@ -17,5 +17,5 @@ def finished_job_choices(api: StudioAPI, user) -> list[str]:
         return [""]
     return [""] + [
         f"{j.id} · {j.spec.method.value} · {j.spec.output.run_name or j.spec.dataset.name}"
-        for j in api.finished_jobs(user)
+        for j in api.jobs.finished_jobs(user)
     ]

@@ -148,7 +148,7 @@ def table_rows(api: StudioAPI, jobs: list[JobRecord]) -> list[list[Any]]:
     for job in reversed(jobs):
         p = job.progress or {}
         progress = progress_text(p, live=job.status is JobStatus.running)  # a finished job's last phase is over
-        queue = api.queue_position(job.id) if job.status is JobStatus.queued else None
+        queue = api.jobs.queue_position(job.id) if job.status is JobStatus.queued else None
         rows.append(
             [
                 job.id,
@@ -200,7 +200,7 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
     lines += [line for line in (verdict_line(job), signal_line(job)) if line]
     if job.status is JobStatus.queued:
-        lines.append(f"Place in the queue: {api.queue_position(job.id)}")
+        lines.append(f"Place in the queue: {api.jobs.queue_position(job.id)}")
     if job.spec.model.parent_job_id:
         lines.append(f"Continues job {job.spec.model.parent_job_id}")
     if job.spec.environment.name:
@@ -214,14 +214,14 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     if job.status is JobStatus.cancelled:
         lines.append(
             f"**{cancelled_sentence(job)}**"
-            + (": it can resume from its last checkpoint (Resume)" if api.resumable(job) else "")
+            + (": it can resume from its last checkpoint (Resume)" if api.jobs.resumable(job) else "")
         )
     elif job.error:
         lines.append(f"**Error:** {html.escape(job.error.splitlines()[0])}")
         lines.append("```\n" + "\n".join(job.error.splitlines()[1:12]) + "\n```")
     elif job.status is JobStatus.interrupted:
         lines.append("**Interrupted** (the app stopped while it ran): Resume continues from its last checkpoint")
-    tracking = api.trackio_dashboard(job.id)
+    tracking = api.jobs.trackio_dashboard(job.id)
     if tracking:
         lines.append(f"Tracked with trackio: open its dashboard with `{tracking}`")
     hub = job.artifacts.hub
@@ -329,7 +329,7 @@ def job_actions(api: StudioAPI, job: JobRecord | None) -> JobActions:
     has_adapter = job.status is JobStatus.succeeded and _adapter_dir(job) is not None
     return JobActions(
         cancel=job.status in (JobStatus.queued, JobStatus.running) and not job.cancel_requested,
-        resume=api.resumable(job),
+        resume=api.jobs.resumable(job),
         push=has_adapter,
         download=has_adapter,
     )

@@ -185,7 +185,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             return [gr.update(value=""), "", gr.update(visible=False), *(gr.update(interactive=False),) * 4, ""]
         actions = job_views.job_actions(api, job)
         return [
-            job_views.summary_markdown(api, job, api.metrics(job.id, user=user)),
+            job_views.summary_markdown(api, job, api.jobs.metrics(job.id, user=user)),
             job_views.progress_html(job),
             gr.update(visible=True),
             gr.update(interactive=actions.cancel),
@@ -207,7 +207,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
                 "",
             ]
         method = job.spec.method.value
-        metrics = api.metrics(job.id, user=user)
+        metrics = api.jobs.metrics(job.id, user=user)
         views = job_monitor.plot_views(method, metrics, (job.progress or {}).get("total_steps"))
         plot_updates = []
         for key in plots:
@@ -224,7 +224,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
                 )
             )
         sampled = generates(method)  # an online method keeps its completions and their rewards
-        kept = api.samples(job.id, user=user) if sampled else []
+        kept = api.jobs.samples(job.id, user=user) if sampled else []
         weights = {r.name: r.weight for r in job.spec.rollout.rewards} if sampled else {}
         rows = job_monitor.log_rows(method, metrics)
         return [
@@ -232,7 +232,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
             job_monitor.best_and_worst(kept, weights),
             gr.update(value=job_monitor.samples_table(kept, weights), visible=bool(kept)),
             gr.update(value=rows, visible=not rows.empty),
-            "\n".join(api.log_tail(job.id, RAW_LOG_LINES, user=user)),
+            "\n".join(api.jobs.log_tail(job.id, RAW_LOG_LINES, user=user)),
         ]
 
     light = [summary, progress, detail_box, cancel_button, resume_button, push_button, prepare_button, evaluation]
@@ -254,7 +254,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         overwrites a job the user has just picked; it sets the value only when none of the user's jobs is picked
         (then the newest) or when it holds a label rather than an id (a deep link may set either).
         """
-        jobs = api.list_jobs(user=user) if user else []
+        jobs = api.jobs.list_jobs(user=user) if user else []
         newest_first = list(reversed(jobs))
         choices = [(job_views.choice(j), j.id) for j in newest_first]
         wanted = job_choice_id(selected)
@@ -330,7 +330,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         """The tab opened, second part: the picked job's plots, samples and logs, what changed since last drawn."""
         user = user_from(profile)
         try:
-            job = api.get_job(job_choice_id(selected) or "", user) if user else None
+            job = api.jobs.get_job(job_choice_id(selected) or "", user) if user else None
         except JobNotFound:
             job = None
         *answers, digests = sent(heavy_updates(user, job), seen, heavy)
@@ -343,7 +343,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         if not job_id or user is None:
             return detail_updates(None, None)
         try:
-            job = api.get_job(job_id, user)
+            job = api.jobs.get_job(job_id, user)
         except JobNotFound:
             return ["Job not found.", *detail_updates(None, None)[1:]]
         return detail_updates(user, job)
@@ -390,11 +390,11 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         jobs = []
         for job_id in job_ids:
             try:
-                jobs.append(api.get_job(job_id, user))
+                jobs.append(api.jobs.get_job(job_id, user))
             except JobNotFound:
                 continue
         labels = job_monitor.compare_labels([(job.id, job.spec.output.run_name) for job in jobs])
-        curves = [(label, api.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
+        curves = [(label, api.jobs.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
         frame = job_monitor.compare_frame(curves, metric or "loss")
         if frame is None:
             return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet.\n\n" + (
@@ -464,7 +464,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         """Zip the picked job's adapter into a fresh downloads path (on click only, never in the refresh)."""
         user = require_user(profile)
         try:
-            path = api.adapter_archive(job_choice_id(selected) or "", user)
+            path = api.jobs.adapter_archive(job_choice_id(selected) or "", user)
         except JobNotFound:
             raise gr.Error("Pick one of your jobs first.") from None
         except ValueError as exc:
@@ -480,7 +480,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     def cancel(selected, profile: gr.OAuthProfile | None = None):
         user = require_user(profile)
         try:
-            status = api.cancel(job_choice_id(selected) or "", user)
+            status = api.jobs.cancel(job_choice_id(selected) or "", user)
         except JobNotFound:
             raise gr.Error("Pick one of your jobs first.") from None
         except Exception as exc:  # InvalidTransition: already finished
@@ -496,7 +496,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
     def resume(selected, profile: gr.OAuthProfile | None = None):
         user = require_user(profile)
         try:
-            job = api.resume(job_choice_id(selected) or "", user)
+            job = api.jobs.resume(job_choice_id(selected) or "", user)
         except JobNotFound:
             raise gr.Error("Pick one of your jobs first.") from None
         except Exception as exc:  # noqa: BLE001 - InvalidTransition: not resumable; the message says so
@@ -512,7 +512,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
 
         user = require_user(profile, token)
         try:
-            result = api.push_to_hub(
+            result = api.hub.push_to_hub(
                 job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None, private=bool(private)
             )
         except JobNotFound:
@@ -538,16 +538,16 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
 
         user = require_user(profile, token)
-        rows = job_views.remote_rows(api.list_remote_jobs(user))
+        rows = job_views.remote_rows(api.hub.list_remote_jobs(user))
         if not (hf_id or "").strip():
             return rows, "", ""
         try:
-            stage, sentence, lines = api.remote_job_status(hf_id.strip(), user)
+            stage, sentence, lines = api.hub.remote_job_status(hf_id.strip(), user)
         except JobNotFound:
             return rows, "No such job of yours.", ""
         except RemoteJobError as exc:
             return rows, f"⚠️ {exc}", ""
-        return job_views.remote_rows(api.list_remote_jobs(user)), f"**{stage}**: {sentence}", "\n".join(lines)
+        return job_views.remote_rows(api.hub.list_remote_jobs(user)), f"**{stage}**: {sentence}", "\n".join(lines)
 
     remote_refresh.click(refresh_remote, remote_id, [remote_table, remote_status, remote_log], api_name="remote_status")
 
@@ -556,7 +556,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
 
         user = require_user(profile, token)
         try:
-            api.cancel_remote_job((hf_id or "").strip(), user)
+            api.hub.cancel_remote_job((hf_id or "").strip(), user)
         except JobNotFound:
             raise gr.Error("No such job of yours.") from None
         except RemoteJobError as exc:
@@ -570,7 +570,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         def clone(selected, profile: gr.OAuthProfile | None = None):
             user = require_user(profile)
             try:
-                job = api.get_job(job_choice_id(selected) or "", user)
+                job = api.jobs.get_job(job_choice_id(selected) or "", user)
             except JobNotFound:
                 raise gr.Error("Pick one of your jobs first.") from None
             values = spec_to_form(job.spec)

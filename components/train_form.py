@@ -140,7 +140,7 @@ DECLARED: list[FormField] = [
         options={"placeholder": "trl-lib/Capybara", "visible": False},
     ),
     FormField("hub_split", "dataset.split", "Split", derived=True, help="", options={"visible": False}),
-    # What StudioAPI.upload_dataset returned; never a path on the server.
+    # What api.datasets.upload_dataset returned; never a path on the server.
     FormField("upload_id", "dataset.name", "", derived=True, default="", help="", options={"visible": False}),
     FormField(
         "column_map",

@@ -428,7 +428,7 @@ def _wire_form(api: StudioAPI, ui: _Layout) -> None:
         if not parent_id or user is None:
             return unlocked
         try:
-            parent_model = api.get_job(parent_id, user).spec.model.name_or_path
+            parent_model = api.jobs.get_job(parent_id, user).spec.model.name_or_path
         except JobNotFound:
             return unlocked
         return {
@@ -479,10 +479,10 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
             try:
                 columns = parse_column_map(column_map)
             except FormError:
-                api.discard_upload_source(path)  # gradio's copy, unless an identical upload is being checked
+                api.datasets.discard_upload_source(path)  # gradio's copy, unless an identical upload is being checked
                 raise
             # The facade removes gradio's copy once no identical upload is checked; a wait for a free check says so.
-            upload_id, summary = api.upload_dataset(path, path.name, method, user, columns, on_wait=gr.Info)
+            upload_id, summary = api.datasets.upload_dataset(path, path.name, method, user, columns, on_wait=gr.Info)
         except UnmappedUpload as exc:  # kept: filling the Column mapping makes it usable, no second upload
             return {
                 inputs["upload_id"]: exc.upload_id,
@@ -539,7 +539,7 @@ def _wire_upload(api: StudioAPI, ui: _Layout) -> None:
         if source != "upload" or not upload_id:
             return {note: gr.update(), box: gr.update()}
         try:
-            summary = api.check_upload(upload_id, method, parse_column_map(column_map), user, on_wait=gr.Info)
+            summary = api.datasets.check_upload(upload_id, method, parse_column_map(column_map), user, on_wait=gr.Info)
         except FormError as exc:
             return {note: gr.update(), box: _problems_markdown([str(exc)])}
         except SpecError as exc:
@@ -628,7 +628,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
 
     @as_user
     def on_preview(user, *args):
-        preview, boxes = with_spec(lambda spec: api.preview(spec, rows=3, user=user), args)
+        preview, boxes = with_spec(lambda spec: api.datasets.preview(spec, rows=3, user=user), args)
         if preview is None:
             return {ui.preview_out: "", **boxes}
         parts = [
@@ -650,7 +650,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
 
     @as_user
     def on_dry_run(user, *args):
-        episode, boxes = with_environment("dry run", lambda spec: api.dry_run(spec, user=user), args)
+        episode, boxes = with_environment("dry run", lambda spec: api.environments.dry_run(spec, user=user), args)
         if episode is None:  # said under the button too: the boxes may be a screen away from it
             said = "\n\n".join(text for text in boxes.values() if isinstance(text, str) and text)
             return {ui.transcript: f"**The dry run did not play.**\n\n{said}", **boxes}
@@ -660,7 +660,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
 
     @as_user
     def on_warm_up(user, *args):
-        warm, boxes = with_environment("warm-up", lambda spec: api.warm_up(spec, user=user), args)
+        warm, boxes = with_environment("warm-up", lambda spec: api.environments.warm_up(spec, user=user), args)
         if warm is None:
             return {ui.result: refused("Nothing written or queued", boxes), **boxes}
         text = (
@@ -675,7 +675,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
 
     @as_user
     def on_check(user, *args):
-        checked, boxes = with_spec(lambda spec: api.check(spec, user=user), args)
+        checked, boxes = with_spec(lambda spec: api.jobs.check(spec, user=user), args)
         if checked is None:
             return {ui.result: refused("The pre-flight did not pass", boxes), **boxes}
         warnings, memory = checked
@@ -686,7 +686,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
 
     @as_user
     def on_queue(user, *args):
-        submitted, boxes = with_spec(lambda spec: api.submit(spec, user=user), args)
+        submitted, boxes = with_spec(lambda spec: api.jobs.submit(spec, user=user), args)
         if submitted is None:
             return {ui.result: refused("Not queued", boxes), **boxes}
         where = queue_place(submitted.queue_position, submitted.free_workers)
@@ -703,7 +703,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
 
         *form_args, flavor, timeout = args
         try:
-            hf_id, boxes = with_spec(lambda spec: api.send_to_hf_jobs(spec, user, flavor, timeout), form_args)
+            hf_id, boxes = with_spec(lambda spec: api.hub.send_to_hf_jobs(spec, user, flavor, timeout), form_args)
         except RemoteJobError as exc:
             boxes = error_updates([f"spec: {exc}"])
             return {ui.result: refused("Not sent", boxes), **boxes}
@@ -719,7 +719,7 @@ def _wire_actions(api: StudioAPI, ui: _Layout) -> None:
         """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
         user = require_user(profile)
         try:
-            return api.submit(load_spec_text(spec_json), user=user).job.id
+            return api.jobs.submit(load_spec_text(spec_json), user=user).job.id
         except SpecError as exc:
             raise gr.Error("; ".join(exc.problems)) from None
 
@@ -776,14 +776,14 @@ def _wire_bench(api: StudioAPI, ui: _Layout) -> None:
                 raise FormError("method", 'the dataset row must be a JSON object, e.g. {"solution": "$4$"}')
             if row is None and dataset_args:  # the picked dataset's first row, as the trainer would see it
                 row, where = bench_first_row(user, dict(zip(BENCH_DATASET, dataset_args)))
-            scored = api.score_rewards(rewards, lines, row, user=user)
+            scored = api.datasets.score_rewards(rewards, lines, row, user=user)
         except (FormError, ValueError, SpecError) as exc:
             return {ui.bench_out: empty, ui.bench_note: "⚠️ " + str(exc)[:500]}
         return {ui.bench_out: bench_table(scored), ui.bench_note: f"Scored against {where}."}
 
     def bench_first_row(user, dataset_values) -> tuple[dict | None, str]:
         try:  # batch size "auto": any group size divides it, and only the dataset matters here
-            row = api.first_row(form_to_spec({**dataset_values, "batch_size": None}), user=user)
+            row = api.datasets.first_row(form_to_spec({**dataset_values, "batch_size": None}), user=user)
         except Exception:  # noqa: BLE001 - no readable dataset (offline Hub, no upload): score without a row
             return None, "no dataset row (type one above for rewards that read a column)"
         shown = json.dumps(row, ensure_ascii=False, default=str)

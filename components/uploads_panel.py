@@ -59,7 +59,7 @@ def wire(api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox) -> None:
     def listing(user: User | None, note: str = "") -> dict:
         if user is None:
             return {ui.summary: SIGN_IN_FIRST, ui.pick: gr.update(choices=[], value=None), ui.note: note}
-        shelf = api.list_uploads(user)
+        shelf = api.datasets.list_uploads(user)
         choices = upload_choices(shelf)
         return {ui.summary: shelf.describe(), ui.pick: gr.update(choices=choices, value=None), ui.note: note}
 
@@ -74,7 +74,7 @@ def wire(api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox) -> None:
         if not picked:
             return {**listing(user, "Pick an upload to delete."), upload_id: gr.update()}
         try:
-            gone = api.delete_upload(picked, user)
+            gone = api.datasets.delete_upload(picked, user)
         except SpecError as exc:
             return {**listing(user, " ".join(exc.problems)), upload_id: gr.update()}
         return {

@@ -1,4 +1,4 @@
-"""Scoring a finished arithmetic job from the outside: the Chat tab's own path (StudioAPI.chat_pair, one base model
+"""Scoring a finished arithmetic job from the outside: the Chat tab's own path (api.chat.chat_pair, one base model
 with the adapter on for one side), greedy, on problems that neither pre-training nor the demo datasets hold. It shares
 no code with any method's metric or the held-out evaluation, so it can tell when a verdict was gamed."""
 
@@ -22,7 +22,7 @@ def chat_tab_scores(data_dir, job_id: str, count: int = 96) -> tuple[dict[str, i
         readable = {"base": 0, "tuned": 0}
         greedy = GenerationSettings(temperature=0, max_new_tokens=24)
         for p in problems:
-            *_, answers = api.chat_pair(job_id, [], [], p.question, greedy)
+            *_, answers = api.chat.chat_pair(job_id, [], [], p.question, greedy)
             for side, text in zip(("base", "tuned"), answers):
                 readable[side] += arith_data.parse_answer(text) is not None
                 right[side] += arith_data.parse_answer(text) == p.answer

@@ -95,7 +95,7 @@ def _last(stream):
 def test_both_sides_play_the_real_server_by_url_and_the_pairs_are_kept(played_job, server):
     api, job_id = played_job
     alice = hub_user("alice")
-    states = _last(api.arena_play(job_id, alice, episodes=2, row=0))
+    states = _last(api.arena.play(job_id, alice, episodes=2, row=0))
     final = states[-1]
     assert len(states) >= 3, "the play is streamed: the opening, then each round of model turns"
     assert final.note == "" and [p.episode for p in final.pairs] == [1, 2]
@@ -112,15 +112,15 @@ def test_both_sides_play_the_real_server_by_url_and_the_pairs_are_kept(played_jo
     # Every session was closed: the server has all its sessions free again.
     check_sessions(server.url, 8, timeout_s=10)
 
-    kept = api.arena_pair(job_id, 2, alice)
+    kept = api.arena.pair(job_id, 2, alice)
     assert kept["tools"][0]["function"]["name"] == "message" and kept["environment"] == server.url
-    row = api.arena_prefer(job_id, 2, "tuned", alice)
+    row = api.arena.prefer(job_id, 2, "tuned", alice)
     assert row["better"] == "tuned" and row["episode"] == 2 and json.loads(row["tools"])[0]["function"]["name"]
-    exported = api.export_preferences(alice, "episodes").read_text().splitlines()
+    exported = api.chat.export_preferences(alice, "episodes").read_text().splitlines()
     assert len(exported) == 1 and set(json.loads(exported[0])) == {"prompt", "chosen", "rejected", "tools"}
 
     # Sampled as in training: both sides of an episode draw the same random numbers, so the play repeats itself.
-    again = [_last(api.arena_play(job_id, alice, row=1, sampling="training"))[-1] for _ in range(2)]
+    again = [_last(api.arena.play(job_id, alice, row=1, sampling="training"))[-1] for _ in range(2)]
     first, second = (state.pairs[0] for state in again)
     # (the first moves: the server draws its secret number itself, so its answers, and the moves after, may differ)
     assert first.tuned.turns[0] == second.tuned.turns[0] and first.base.turns[0] == second.base.turns[0]
@@ -130,33 +130,33 @@ def test_another_user_can_neither_play_nor_open_alices_episodes(played_job):
     api, job_id = played_job
     bob = hub_user("bob")
     with pytest.raises(JobNotFound):
-        api.arena_play(job_id, bob)
+        api.arena.play(job_id, bob)
     with pytest.raises(JobNotFound):
-        api.arena_pair(job_id, 1, bob)
+        api.arena.pair(job_id, 1, bob)
     with pytest.raises(JobNotFound):
-        api.arena_prefer(job_id, 1, "tuned", bob)
+        api.arena.prefer(job_id, 1, "tuned", bob)
     with pytest.raises(ArenaError, match="episode 999 of job .* was not found"):
-        api.arena_pair(job_id, 999, hub_user("alice"))
+        api.arena.pair(job_id, 999, hub_user("alice"))
     for bad in ({"episodes": 0}, {"episodes": 33}, {"row": -1}, {"base": "other"}, {"sampling": "hot"}):
         with pytest.raises(ValueError):
-            api.arena_play(job_id, hub_user("alice"), **bad)
+            api.arena.play(job_id, hub_user("alice"), **bad)
     with pytest.raises(ArenaError, match="row 5 is past the 2 rows"):
-        api.arena_play(job_id, hub_user("alice"), row=5)
+        api.arena.play(job_id, hub_user("alice"), row=5)
     with pytest.raises(ArenaError, match="does not continue another job's adapter"):
-        api.arena_play(job_id, hub_user("alice"), base="parent")
+        api.arena.play(job_id, hub_user("alice"), base="parent")
 
 
 def test_a_server_killed_mid_episode_ends_the_play_with_a_sentence_and_closes_its_sessions(played_job, tmp_path):
     api, job_id = played_job
     doomed = start_catalog_env(ENV, max_sessions=4)
     try:
-        job = api.get_job(job_id)
+        job = api.jobs.get_job(job_id)
         environment = job.spec.environment.model_copy(update={"name": doomed.url})
         killed_job = finished_job(
             api, job.spec.model_copy(update={"environment": environment}), job.artifacts.adapter_dir, owner="alice"
         )
         alice = hub_user("alice")
-        stream = api.arena_play(killed_job, alice, episodes=2)
+        stream = api.arena.play(killed_job, alice, episodes=2)
         opening = next(stream)
         assert not opening.over and len(opening.pairs) == 2
         os.killpg(doomed.pid, signal.SIGKILL)  # mid-episode: both sides have reset, nobody has moved yet
@@ -169,10 +169,10 @@ def test_a_server_killed_mid_episode_ends_the_play_with_a_sentence_and_closes_it
             shown = table_rows([pair.to_dict()])[0][4]  # the episodes table's tuned column
             assert pair.tuned.error and not pair.tuned.success and shown == "environment lost"
         assert [p.episode for p in final.pairs] == [1, 2], "what was played is kept, with its end"
-        assert api.arena_episodes(killed_job, alice) == [1, 2]
+        assert api.arena.episodes(killed_job, alice) == [1, 2]
         # The facade still answers, at once: a listing, and a new play that says the server is gone.
-        assert killed_job in [j.id for j in api.list_jobs(user=alice)]
-        again = list(api.arena_play(killed_job, alice))[-1]
+        assert killed_job in [j.id for j in api.jobs.list_jobs(user=alice)]
+        again = list(api.arena.play(killed_job, alice))[-1]
         assert again.over and again.note.startswith("The environment could not be reached"), again.note
     finally:
         doomed.stop()
@@ -182,7 +182,7 @@ def test_a_staged_job_plays_its_parents_environment_with_the_parents_adapter_on_
     """A job that continues an environment job (its own spec names no environment) plays the parent's environment;
     its left side may be the parent's adapter, which plays (calls the tool) where the base model does not."""
     api, parent_id = played_job
-    parent = api.get_job(parent_id)
+    parent = api.jobs.get_job(parent_id)
     child_spec = parse_spec(
         tiny_spec(
             model={"name_or_path": "builtin:tiny-qwen3-arith", "parent_job_id": parent_id},
@@ -191,9 +191,9 @@ def test_a_staged_job_plays_its_parents_environment_with_the_parents_adapter_on_
     )
     child = finished_job(api, child_spec, parent.artifacts.adapter_dir, owner="alice")
     alice = hub_user("alice")
-    setup = api.arena_setup(child, alice)
+    setup = api.arena.setup(child, alice)
     assert setup.environment_job_id == parent_id and setup.parent_adapter is not None
-    final = list(api.arena_play(child, base="parent"))[-1]  # the trusted caller: alice's plays are rate-limited
+    final = list(api.arena.play(child, base="parent"))[-1]  # the trusted caller: alice's plays are rate-limited
     pair = final.pairs[0]
     assert final.base_label.startswith(f"job {parent_id}'s adapter")
     # The same adapter on both sides makes the same first move (the game's secret number is the server's own draw,
@@ -202,7 +202,7 @@ def test_a_staged_job_plays_its_parents_environment_with_the_parents_adapter_on_
     assert pair.base.tool_calls >= 1 and first[0] == first[1], first
     lone = finished_job(api, parse_spec(tiny_spec()), parent.artifacts.adapter_dir, owner="alice")  # no environment
     with pytest.raises(ArenaError, match="did not play an environment"):
-        api.arena_setup(lone, alice)
+        api.arena.setup(lone, alice)
 
 
 def test_a_play_left_mid_episode_closes_its_sessions_and_frees_the_player(played_job, server):
@@ -210,14 +210,16 @@ def test_a_play_left_mid_episode_closes_its_sessions_and_frees_the_player(played
     in-flight hold is freed, so their next play starts."""
     api, job_id = played_job
     dana = hub_user("dana")
-    dana_job = finished_job(api, api.get_job(job_id).spec, api.get_job(job_id).artifacts.adapter_dir, owner="dana")
-    stream = api.arena_play(dana_job, dana, episodes=4)
+    dana_job = finished_job(
+        api, api.jobs.get_job(job_id).spec, api.jobs.get_job(job_id).artifacts.adapter_dir, owner="dana"
+    )
+    stream = api.arena.play(dana_job, dana, episodes=4)
     assert not next(stream).over  # the opening: 8 sessions open on the server
     with pytest.raises(Exception, match="at most|capacity|sessions"):
         check_sessions(server.url, 8, timeout_s=5)
     stream.close()  # what Gradio does with a stream whose page is gone
     check_sessions(server.url, 8, timeout_s=10)  # every session was closed
-    final = list(api.arena_play(dana_job, dana))[-1]  # not "you already have 1 running"
+    final = list(api.arena.play(dana_job, dana))[-1]  # not "you already have 1 running"
     assert final.over and final.pairs[0].episode == 1, "a play left before its end keeps nothing"
 
 

@@ -104,10 +104,10 @@ def test_the_shipped_datasets_are_what_the_recipe_writes():
 def _run(api, spec: dict):
     from backend.worker import run_job
 
-    job = api.submit(spec).job
-    assert api.store.claim_next().id == job.id
-    assert run_job(job.id, api.paths, threading.Event()) == 0
-    return api.get_job(job.id)
+    job = api.jobs.submit(spec).job
+    assert api.core.store.claim_next().id == job.id
+    assert run_job(job.id, api.core.paths, threading.Event()) == 0
+    return api.jobs.get_job(job.id)
 
 
 @pytest.fixture()

@@ -175,13 +175,13 @@ def test_check_shows_what_auto_tune_will_choose_on_this_machine_and_submit_store
     from backend.api import StudioAPI
 
     api = StudioAPI(data_dir, scheduler="none")
-    _, text = api.check(tiny_spec(training={"batch_size": "auto"}))
+    _, text = api.jobs.check(tiny_spec(training={"batch_size": "auto"}))
     assert "\nAuto-tune on this machine:\n" in text
     assert "- batch: 4 per device (auto on a CPU, where bigger batches gain little speed)" in text
     assert "- gradient checkpointing: off (the job fits without it" in text
     # The estimate is of the job as it will run: 4 examples of their measured length, not 1 x max_length.
     assert "activations:" in text and "runtime (torch, transformers, TRL)" in text
-    job = api.submit(tiny_spec(training={"batch_size": "auto"})).job
+    job = api.jobs.submit(tiny_spec(training={"batch_size": "auto"})).job
     assert job.spec.training.batch_size == "auto", "the stored spec is the user's; the worker tunes it"
 
 
@@ -200,7 +200,7 @@ def test_check_and_the_job_read_one_memory_budget(paths, store, monkeypatch):
     available = {"now": 20 * GB}
     monkeypatch.setattr(backend.training.memory, "read_available_ram", lambda *_: available["now"])
     monkeypatch.setattr("backend.training.autotune.read_available_ram", lambda *_: available["now"], raising=False)
-    _, checked = api.check(tiny_spec())
+    _, checked = api.jobs.check(tiny_spec())
     checked_choices = [line[2:] for line in checked.split("\nAuto-tune on this machine:\n")[1].splitlines()]
 
     available["now"] = 18 * GB  # the worker's own process takes from what the machine has available

@@ -60,7 +60,7 @@ def test_a_pushed_job_carries_its_benchmarks_to_the_hub(paths, store, scheduler_
         benchmarks={"tasks": ["studio_choice"], "limit": 10},
         output={"run_name": "benchmarked"},
     )
-    job = api.submit(spec).job
+    job = api.jobs.submit(spec).job
     scheduler_factory(max_concurrent=1)
     job = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed})
     assert job.status is JobStatus.succeeded, job.error

@@ -41,7 +41,7 @@ def test_evaluate_queues_an_eval_only_job_or_says_why_not(paths, store):
     api = StudioAPI(data_dir=paths.root, scheduler="none")
     said = evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", ["studio_choice"], 20)
     assert said.startswith("Queued evaluation job")
-    (job,) = api.list_jobs()
+    (job,) = api.jobs.list_jobs()
     assert job.spec.evaluate is not None and job.spec.evaluate.job_id is None
     assert job.spec.benchmarks.tasks == ["studio_choice"] and job.spec.benchmarks.limit == 20
     assert choice(job).split(" · ")[1:3] == ["eval", "benchmarks of builtin:tiny-qwen3-arith"]
@@ -50,9 +50,9 @@ def test_evaluate_queues_an_eval_only_job_or_says_why_not(paths, store):
     for tasks, limit, words in ((["nope"], None, "is not a task"), (["studio_arith"], 0, "limit"), ([], None, "task")):
         assert words in evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", tasks, limit)
     # A job that has not finished has no adapter to score.
-    queued = api.submit(tiny_spec()).job
+    queued = api.jobs.submit(tiny_spec()).job
     assert "has no adapter" in evaluate_action(api, local_user(), queued.id, "", ["studio_arith"], None)
-    assert len(api.list_jobs()) == 2, "nothing else was queued"
+    assert len(api.jobs.list_jobs()) == 2, "nothing else was queued"
 
 
 def parse(spec):

@@ -91,12 +91,12 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
     benchmarks = {"tasks": ["studio_arith", "studio_choice"], "limit": 60}
     api = StudioAPI(data_dir=paths.root, scheduler="none")
     training = {"max_steps": 12, "batch_size": 4, "max_length": 128, "save_steps": 100}
-    harsh = api.submit(
+    harsh = api.jobs.submit(
         tiny_spec(model={"name_or_path": ARITH}, training={**training, "learning_rate": 3e-2}, benchmarks=benchmarks)
     ).job
     # The arith SFT recipe's data and rate for a few steps: real training of greedy answers, which is not picking the
     # right result among four by log-likelihood.
-    gentle = api.submit(
+    gentle = api.jobs.submit(
         tiny_spec(
             model={"name_or_path": ARITH},
             dataset={"name": "arith-sft"},
@@ -135,7 +135,7 @@ def test_an_unrelated_job_keeps_its_skills_and_a_damaging_one_is_flagged(paths, 
     assert kept.tasks["studio_choice"].ci95 > 0, "the job changed some answers: the interval comes from the items"
 
     # The eval-only job on the finished damaged job, through the same queue: the same figures, paired again.
-    evaluated = api.evaluate(harsh.id, ["studio_arith"], 60).job
+    evaluated = api.benchmarks.evaluate(harsh.id, ["studio_arith"], 60).job
     assert evaluated.spec.evaluate.job_id == harsh.id and evaluated.spec.model.name_or_path == ARITH
     done = wait_status(store, evaluated.id, {JobStatus.succeeded, JobStatus.failed}, 300)
     assert done.status is JobStatus.succeeded, done.error
@@ -149,8 +149,10 @@ def test_a_staged_job_is_measured_against_its_parent(paths, store, scheduler_fac
     """Base, start (the parent's adapter) and tuned on the same items, after training and in an eval-only job."""
     api = StudioAPI(data_dir=paths.root, scheduler="none")
     training = {"max_steps": 6, "batch_size": 8, "max_length": 128, "learning_rate": 2e-3, "save_steps": 100}
-    parent = api.submit(tiny_spec(model={"name_or_path": ARITH}, dataset={"name": "arith-sft"}, training=training)).job
-    child = api.submit(
+    parent = api.jobs.submit(
+        tiny_spec(model={"name_or_path": ARITH}, dataset={"name": "arith-sft"}, training=training)
+    ).job
+    child = api.jobs.submit(
         tiny_spec(
             model={"name_or_path": ARITH, "parent_job_id": parent.id},
             training={**training, "learning_rate": 2e-2},
@@ -164,7 +166,7 @@ def test_a_staged_job_is_measured_against_its_parent(paths, store, scheduler_fac
     assert None not in (score.base, score.start, score.tuned) and score.n == 20
     assert score.delta == pytest.approx(score.tuned - score.start) and "against the start" in score.sentence
 
-    evaluated = api.evaluate(child.id, ["studio_choice"], 20).job
+    evaluated = api.benchmarks.evaluate(child.id, ["studio_choice"], 20).job
     done = wait_status(store, evaluated.id, {JobStatus.succeeded, JobStatus.failed}, 300)
     assert done.status is JobStatus.succeeded, done.error
     again = done.artifacts.benchmarks.tasks["studio_choice"]
@@ -174,7 +176,7 @@ def test_a_staged_job_is_measured_against_its_parent(paths, store, scheduler_fac
 @pytest.mark.slow
 def test_an_eval_only_job_shows_its_progress_and_stops_when_cancelled(paths, store, scheduler_factory):
     api = StudioAPI(data_dir=paths.root, scheduler="none")
-    job = api.evaluate(ARITH, ["studio_arith", "studio_choice"], 200).job
+    job = api.benchmarks.evaluate(ARITH, ["studio_arith", "studio_choice"], 200).job
     scheduler_factory(max_concurrent=1)
 
     def phase() -> str:
@@ -182,7 +184,7 @@ def test_an_eval_only_job_shows_its_progress_and_stops_when_cancelled(paths, sto
 
     wait_for(lambda: phase().startswith("benchmarks: studio_arith"), 120, what="the first task to start")
     assert store.get(job.id).progress["total_steps"] == 2
-    api.cancel(job.id)
+    api.jobs.cancel(job.id)
     done = wait_status(store, job.id, {JobStatus.cancelled, JobStatus.succeeded, JobStatus.failed}, 120)
     assert done.status is JobStatus.cancelled, done.error
     assert done.artifacts.cancel_note == "stopped by request after 1 of 2 task runs", "at the next task, not killed"
@@ -203,10 +205,10 @@ def test_eval_command_on_a_job_a_model_and_a_jsonl_and_bad_input_queues_nothing(
         assert refused.returncode == 2 and said in refused.stderr and "Traceback" not in refused.stderr, refused
     refused = cli("eval", "no-such-model-or-job", "--tasks", "studio_arith")
     assert refused.returncode == 2 and "model.name_or_path" in refused.stderr
-    assert api.list_jobs() == [], "a refused eval queues nothing"
+    assert api.jobs.list_jobs() == [], "a refused eval queues nothing"
 
     # A finished tiny job: its adapter (tuned) and base on the same items, with a JSONL task from a path.
-    trained = api.submit(tiny_spec(model={"name_or_path": ARITH}, training={"max_steps": 2})).job
+    trained = api.jobs.submit(tiny_spec(model={"name_or_path": ARITH}, training={"max_steps": 2})).job
     scheduler_factory(max_concurrent=1)  # it serves the CLI's eval jobs too (one scheduler per data dir)
     assert wait_status(store, trained.id, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
     result = cli("eval", trained.id, "--tasks", f"studio_choice,{ROWS}", "--limit", "20", "--wait", "--json")
@@ -258,18 +260,18 @@ def test_another_users_job_cannot_be_evaluated_by_naming_it_in_a_spec(paths, sto
             "benchmarks": {"tasks": ["studio_arith"]},
         }
         with pytest.raises(SpecError, match=f"evaluate.job_id: there is no job '{job.id}'"):
-            api.submit(spec, user=bob)
+            api.jobs.submit(spec, user=bob)
         with pytest.raises(SpecError) as refused:  # to bob the id names no job of his: it is read as a model name
-            api.evaluate(job.id, ["studio_arith"], 5, user=bob)
+            api.benchmarks.evaluate(job.id, ["studio_arith"], 5, user=bob)
         assert "model.name_or_path" in str(refused.value) and "adapter" not in str(refused.value)
-        assert [j.id for j in api.list_jobs()] == [job.id], "nothing queued for bob"
-        queued = api.submit(spec, user=alice).job  # her own job: allowed
+        assert [j.id for j in api.jobs.list_jobs()] == [job.id], "nothing queued for bob"
+        queued = api.jobs.submit(spec, user=alice).job  # her own job: allowed
         assert queued.spec.evaluate.job_id == job.id and queued.owner == "alice"
         store.finish(job.id, JobStatus.succeeded)
         (adapter / "adapter_config.json").unlink()
         adapter.rmdir()
         with pytest.raises(SpecError, match="has no saved adapter to evaluate"):
-            api.submit(spec, user=alice)
+            api.jobs.submit(spec, user=alice)
     finally:
         api.close()
 

@@ -81,14 +81,14 @@ def app(tmp_path_factory, models_dir):
     api = StudioAPI(root, scheduler="none")  # stored before the app's scheduler starts, so it never claims them
 
     def stored(spec: dict, rows: list[dict], total: int, status=JobStatus.succeeded, samples=()) -> str:
-        job = api.store.add(parse_spec(json.dumps(spec)).model_copy(update={"owner": "local"}))
-        assert api.store.claim_next().id == job.id
+        job = api.core.store.add(parse_spec(json.dumps(spec)).model_copy(update={"owner": "local"}))
+        assert api.core.store.claim_next().id == job.id
         now = time.time()
-        api.store.report(
+        api.core.store.report(
             job.id, [(r["step"], now, r) for r in rows], {"step": rows[-1]["step"], "total_steps": total}, samples
         )
-        api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
-        api.store.finish(job.id, status)
+        api.core.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+        api.core.store.finish(job.id, status)
         return job.id
 
     try:
@@ -124,7 +124,8 @@ def app(tmp_path_factory, models_dir):
             "verdict": "no_signal",
             "sentence": "Nothing to learn.",
         }
-        api.store.merge_artifacts(ids["wide"], learning=no_signal)  # its status reads "succeeded - learned nothing"
+        # its status reads "succeeded - learned nothing"
+        api.core.store.merge_artifacts(ids["wide"], learning=no_signal)
     finally:
         api.close()
     with launch_app(root) as running:

@@ -42,7 +42,7 @@ class _Chat(ChatOperations):
     def __init__(self) -> None:
         self.model = _Recorder()
 
-    def _chat_for(self, job_id, user):
+    def for_job(self, job_id, user):
         return self.model
 
     def _held_stream(self, stream, user):
@@ -93,15 +93,15 @@ GRPO_VERDICT = LearningVerdict(
 
 
 def _grpo_job(api, learning: LearningVerdict | None, warnings=()):
-    job = api.store.add(
+    job = api.core.store.add(
         parse_spec(
             tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, training={"batch_size": 4})
         )
     )
     # GRPO's loss is near zero and rises as the policy moves: it is not what the run learns by.
-    api.store.report(job.id, [(1, 1.0, {"loss": 0.0}), (30, 2.0, {"loss": 0.004})], None)
-    api.store.merge_artifacts(job.id, learning=learning, preflight_warnings=list(warnings))
-    return api.get_job(job.id)
+    api.core.store.report(job.id, [(1, 1.0, {"loss": 0.0}), (30, 2.0, {"loss": 0.004})], None)
+    api.core.store.merge_artifacts(job.id, learning=learning, preflight_warnings=list(warnings))
+    return api.jobs.get_job(job.id)
 
 
 def test_the_grpo_chat_header_names_the_verdicts_metric_not_the_training_loss(api):

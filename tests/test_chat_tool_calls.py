@@ -87,10 +87,10 @@ def _answers_greedily(logits, ids, asked: int, margin: float = 1.0) -> bool:
 
 def finished_job(api: StudioAPI, spec, adapter: Path, owner: str = "local") -> str:
     """A job stored as succeeded with ``adapter``, without running it."""
-    job = api.store.add(spec.model_copy(update={"owner": owner}))
-    assert api.store.claim_next().id == job.id
-    api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
-    api.store.finish(job.id, JobStatus.succeeded)
+    job = api.core.store.add(spec.model_copy(update={"owner": owner}))
+    assert api.core.store.claim_next().id == job.id
+    api.core.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+    api.core.store.finish(job.id, JobStatus.succeeded)
     return job.id
 
 
@@ -119,7 +119,7 @@ def api(data_dir):
 
 
 def _server_pid(api: StudioAPI, owner: str, job_id: str) -> int:
-    session = api._chat_tools.sessions._sessions[(owner, job_id)]
+    session = api.chat._tools.sessions._sessions[(owner, job_id)]
     assert session.environment is not None and session.environment.server_pid
     return session.environment.server_pid
 
@@ -180,7 +180,7 @@ def test_a_side_sees_its_own_calls_and_their_answers_on_the_next_turn(tokenizer)
 
 def test_the_chat_reads_the_tuned_sides_tool_call(api, tool_adapter):
     job_id = finished_job(api, environment_spec(), tool_adapter)
-    *streamed, last = api.chat_turn(job_id, [], [], QUESTION, GREEDY)
+    *streamed, last = api.chat.chat_turn(job_id, [], [], QUESTION, GREEDY)
     assert last.final and not any(update.final for update in streamed)
     base, tuned = last.answers
     assert tuned.tool_calls == (ToolCall("submit_answer", {"answer": 50}),) and tuned.content == SAID
@@ -189,7 +189,7 @@ def test_the_chat_reads_the_tuned_sides_tool_call(api, tool_adapter):
     assert tuned.text == last.tuned and "<tool_call>" not in tuned.text and '"submit_answer"' in tuned.text
     assert base.tool_calls == () and base.text == base.content == last.base
     # The plain stream is the same answers as text.
-    *_, pair = api.chat_pair(job_id, [], [], QUESTION, GREEDY)
+    *_, pair = api.chat.chat_pair(job_id, [], [], QUESTION, GREEDY)
     assert pair == (last.base, last.tuned)
 
 
@@ -259,19 +259,19 @@ def test_tool_calls_run_in_the_jobs_environment_for_its_owner_only(api, tool_ada
     alice, bob = User("alice"), User("bob")
     right = [ToolCall("submit_answer", {"answer": 50})]
     with pytest.raises(JobNotFound):
-        api.run_tool_calls(alices, right, user=bob)
+        api.chat.run_tool_calls(alices, right, user=bob)
     with pytest.raises(JobNotFound):
-        api.chat_environment(alices, user=bob)
+        api.chat.chat_environment(alices, user=bob)
     with pytest.raises(SpecError, match="plays no environment"):
-        api.run_tool_calls(plain, right, user=alice)
+        api.chat.run_tool_calls(plain, right, user=alice)
     with pytest.raises(ValueError, match="no tool calls"):
-        api.run_tool_calls(alices, [], user=alice)
+        api.chat.run_tool_calls(alices, [], user=alice)
     with pytest.raises(ValueError, match="side is 'base' or 'tuned'"):
-        api.run_tool_calls(alices, right, side="left", user=alice)
-    assert api._chat_tools.sessions.open_sessions() == [], "nothing was opened for a refused run"
+        api.chat.run_tool_calls(alices, right, side="left", user=alice)
+    assert api.chat._tools.sessions.open_sessions() == [], "nothing was opened for a refused run"
 
-    assert api.chat_environment(alices, user=alice) == "builtin:arithmetic"
-    run = api.run_tool_calls(alices, right, side="tuned", user=alice)  # off the request thread, within the limits
+    assert api.chat.chat_environment(alices, user=alice) == "builtin:arithmetic"
+    run = api.chat.run_tool_calls(alices, right, side="tuned", user=alice)  # off the request thread, within the limits
     assert "What is 25 + 25?" in run.started  # the episode started from the job's first row
     (result,) = run.results
     assert result.name == "submit_answer" and not result.failed
@@ -280,38 +280,38 @@ def test_tool_calls_run_in_the_jobs_environment_for_its_owner_only(api, tool_ada
 
     # The base side plays its own episode; a call as parse_response gives it works the same.
     call = {"type": "function", "function": {"name": "submit_answer", "arguments": {"answer": 40}}}
-    low = api.run_tool_calls(alices, [call], side="base", user=alice)
+    low = api.chat.run_tool_calls(alices, [call], side="base", user=alice)
     assert "Too low. 2 tries left." in low.results[0].content and not low.done
-    again = api.run_tool_calls(alices, [call, ToolCall("no_such_tool", {})], side="base", user=alice)
+    again = api.chat.run_tool_calls(alices, [call, ToolCall("no_such_tool", {})], side="base", user=alice)
     assert again.started is None, "the episode goes on"
     assert "Too low. 1 tries left." in again.results[0].content
     assert again.results[1].failed and "no_such_tool not found" in again.results[1].content
     # A finished episode: the next run starts a new one.
-    assert "What is 25 + 25?" in api.run_tool_calls(alices, [call], side="tuned", user=alice).started
+    assert "What is 25 + 25?" in api.chat.run_tool_calls(alices, [call], side="tuned", user=alice).started
 
-    assert api._chat_tools.sessions.open_sessions() == [("alice", alices)]
+    assert api.chat._tools.sessions.open_sessions() == [("alice", alices)]
     pid = _server_pid(api, "alice", alices)
-    assert api.close_chat_tools(bob) == 0, "bob closes only his own"
-    assert api.close_chat_tools(alice, alices) == 1 and api._chat_tools.sessions.open_sessions() == []
+    assert api.chat.close_chat_tools(bob) == 0, "bob closes only his own"
+    assert api.chat.close_chat_tools(alice, alices) == 1 and api.chat._tools.sessions.open_sessions() == []
     wait_for(lambda: not _alive(pid), 10, what="the built-in server to stop when the chat is cleared")
 
 
 def test_a_killed_server_is_a_sentence_and_the_next_run_starts_it_again(api, tool_adapter):
     job_id = finished_job(api, environment_spec(), tool_adapter)
     call = ToolCall("submit_answer", {"answer": 10})
-    api.run_tool_calls(job_id, [call], side="tuned")
+    api.chat.run_tool_calls(job_id, [call], side="tuned")
     os.kill(_server_pid(api, "local", job_id), signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(SpecError, match="stopped answering") as gone:
-        api.run_tool_calls(job_id, [call], side="tuned")
+        api.chat.run_tool_calls(job_id, [call], side="tuned")
     assert time.monotonic() - started < 15 and "Traceback" not in str(gone.value)
     assert "running the calls again starts it again with a new episode" in str(gone.value)
-    assert api._chat_tools.sessions.open_sessions() == []
-    fresh = api.run_tool_calls(job_id, [call], side="tuned")
+    assert api.chat._tools.sessions.open_sessions() == []
+    fresh = api.chat.run_tool_calls(job_id, [call], side="tuned")
     assert fresh.started and "Too low" in fresh.results[0].content
 
     # Left idle, it is closed and its server stops.
-    sessions, pid = api._chat_tools.sessions, _server_pid(api, "local", job_id)
+    sessions, pid = api.chat._tools.sessions, _server_pid(api, "local", job_id)
     sessions.idle_s = 0.0
     assert sessions.close_idle() == 1 and sessions.open_sessions() == []
     wait_for(lambda: not _alive(pid), 10, what="the idle environment's server to stop")

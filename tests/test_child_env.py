@@ -61,7 +61,7 @@ def test_an_upload_check_process_never_sees_the_owners_secrets(api, tmp_path, mo
     monkeypatch.setenv("STUDIO_TEST_ENV_DUMP", str(dump))
     monkeypatch.setenv("HF_TOKEN", "hf_the_space_owners_token")
     monkeypatch.setenv("OAUTH_CLIENT_SECRET", "the-oauth-client-secret")
-    upload_id, summary = api.upload_dataset(
+    upload_id, summary = api.datasets.upload_dataset(
         write_jsonl(tmp_path / "gradio" / "f00d" / "chats.jsonl", CHAT_ROWS), "chats.jsonl", "sft", ANN
     )
     assert "12 rows" in summary

@@ -58,9 +58,9 @@ def warmed(tmp_path_factory, models_dir):
     (root / "models").symlink_to(models_dir, target_is_directory=True)
     api = StudioAPI(root, scheduler="thread", poll_interval=0.1, max_concurrent=2)
     try:
-        warm = api.warm_up(load_spec_text(EXAMPLE.read_text(), EXAMPLE.name), rows=32)
+        warm = api.environments.warm_up(load_spec_text(EXAMPLE.read_text(), EXAMPLE.name), rows=32)
         assert warm.grpo.job.spec.model.parent_job_id == warm.sft.job.id
-        sft = wait_status(api.store, warm.sft.job.id, FINAL, timeout=400)
+        sft = wait_status(api.core.store, warm.sft.job.id, FINAL, timeout=400)
         assert sft.status is JobStatus.succeeded, sft.error
         yield api, warm, sft
     finally:
@@ -72,7 +72,7 @@ def test_the_warm_up_demonstrations_are_the_environments_own_answers_in_trls_too
     assert warm.demonstrations == (
         "40 demonstration episodes of echo_message kept: the 40 of 40 the environment rewarded"
     )
-    rows = [json.loads(line) for line in (api.paths.uploads("local") / warm.upload_id).read_text().splitlines()]
+    rows = [json.loads(line) for line in (api.core.paths.uploads("local") / warm.upload_id).read_text().splitlines()]
     assert len(rows) == 40, "32 to train on and 8 held out for the warm-up's verdict"
     first = rows[0]
     user, call, answer, closing = first["messages"]
@@ -99,10 +99,10 @@ def test_the_example_warms_up_then_learns_from_the_environment(warmed):
     """examples/warm-up-demo.yaml demonstrates what it is named for: tool calls during training, groups that score
     differently, a LoRA that moves, and base vs tuned success rates."""
     api, warm, sft = warmed
-    done = wait_status(api.store, warm.grpo.job.id, FINAL, timeout=400)
+    done = wait_status(api.core.store, warm.grpo.job.id, FINAL, timeout=400)
     assert done.status is JobStatus.succeeded, done.error
 
-    rows = api.metrics(done.id)
+    rows = api.jobs.metrics(done.id)
     calls = [r["tools/call_frequency"] for r in rows if "tools/call_frequency" in r]
     assert calls and max(calls) > 0, f"the model never called a tool: {calls}"
     assert any("tools/failure_frequency" in r for r in rows)
@@ -119,7 +119,7 @@ def test_the_example_warms_up_then_learns_from_the_environment(warmed):
     assert any(not torch.equal(start[k], trained[k]) for k in start)
 
     # Sampled episodes are kept with the environment's reward.
-    samples = api.store.samples(done.id)
+    samples = api.core.store.samples(done.id)
     assert samples and all("EchoEnv" in s["rewards"] for s in samples)
     assert any(m.get("tool_calls") for s in samples for m in s["completion"]), "a kept sample shows a tool call"
 
@@ -144,7 +144,7 @@ def test_dry_run_of_the_warmed_up_model_shows_the_tool_call_its_result_and_the_r
         model={"parent_job_id": sft.id},
         grpo={"temperature": 0.05},
     )
-    episode = api.dry_run(spec, row=0, seed=0)
+    episode = api.environments.dry_run(spec, row=0, seed=0)
     assert episode.messages[0]["content"].endswith("attempts_left: 3"), "the reset observation joins the prompt"
     calls = [m for m in episode.turns if m.get("tool_calls")]
     results = [m for m in episode.turns if m["role"] == "tool"]
@@ -219,7 +219,7 @@ def test_the_arith_model_works_the_sum_out_but_seldom_submits_it_with_the_tool(p
 def test_dry_run_transcript_for_the_word_game(paths):
     api = StudioAPI(paths.root, scheduler="none")
     spec = grpo_env("builtin:wordle", {"source": "builtin", "name": "wordle-demo"}, grpo={"max_completion_length": 48})
-    episode = api.dry_run(spec, row=3, seed=1)
+    episode = api.environments.dry_run(spec, row=3, seed=1)
     prompt = episode.messages[episode.prompt_messages - 1]["content"]
     assert "guesses_left: 6" in prompt and "Guess the secret 5-letter word" in prompt
     assert episode.reward == 0.0 and not episode.success
@@ -227,12 +227,12 @@ def test_dry_run_transcript_for_the_word_game(paths):
     assert episode.stop_reason
     text = episode.transcript()
     assert text.startswith("**user** (prompt)") and "**assistant**" in text and "reward 0" in text
-    assert api.list_jobs() == [], "a dry run queues nothing"
+    assert api.jobs.list_jobs() == [], "a dry run queues nothing"
 
 
 def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_factory, fresh_workers):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(
+    job = api.jobs.submit(
         grpo_env(
             "builtin:arithmetic",
             {"source": "builtin", "name": "arithmetic-demo"},
@@ -277,7 +277,7 @@ def test_a_dead_environment_server_fails_the_job_with_a_clear_error(
         )
     )
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(
+    job = api.jobs.submit(
         grpo_env(
             counter_server.url,
             {"source": "file", "name": str(data)},
@@ -316,11 +316,11 @@ def test_environment_spec_rules():
 def test_submit_refuses_an_unreachable_environment_and_warns_about_a_short_episode_budget(paths, counter_server):
     api = StudioAPI(paths.root, scheduler="none")
     with pytest.raises(SpecError) as err:
-        api.submit(grpo_env("http://127.0.0.1:9", {"source": "builtin", "name": "echo-demo"}))
+        api.jobs.submit(grpo_env("http://127.0.0.1:9", {"source": "builtin", "name": "echo-demo"}))
     assert "not reachable" in str(err.value)
-    assert api.list_jobs() == []
+    assert api.jobs.list_jobs() == []
 
-    submitted = api.submit(
+    submitted = api.jobs.submit(
         grpo_env("builtin:wordle", {"source": "builtin", "name": "wordle-demo"}, grpo={"max_completion_length": 64})
     )
     assert any("max_completion_length (64) is below a typical wordle episode" in w for w in submitted.warnings)

@@ -249,7 +249,7 @@ def test_trls_dpo_trainer_tokenizes_exported_rows_as_the_preview_renders_them_an
     assert held_out.num_rows == 2
     del trainer
 
-    job = StudioAPI(paths.root, scheduler="none").submit(spec_dict).job
+    job = StudioAPI(paths.root, scheduler="none").jobs.submit(spec_dict).job
     scheduler_factory()
     done = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
     assert done.status is JobStatus.succeeded, done.error

@@ -196,5 +196,5 @@ def test_submit_wait_bar_says_evaluating(store, capsys, monkeypatch):
     store.finish(job.id, JobStatus.succeeded)
     answers = iter([evaluating, store.get(job.id)])
     monkeypatch.setattr(cli.time, "sleep", lambda s: None)
-    cli._wait(SimpleNamespace(get_job=lambda job_id: next(answers)), job.id, quiet=False)
+    cli._wait(SimpleNamespace(jobs=SimpleNamespace(get_job=lambda job_id: next(answers))), job.id, quiet=False)
     assert "evaluating: 64 / 256 rows (base and tuned)" in capsys.readouterr().err

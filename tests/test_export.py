@@ -41,10 +41,10 @@ def _train(root: Path, models_dir: Path, **spec) -> tuple[StudioAPI, str]:
     (root / "models").symlink_to(models_dir, target_is_directory=True)
     paths = DataPaths(root).ensure()
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(**spec), user=User("alice")).job
+    job = api.jobs.submit(tiny_spec(**spec), user=User("alice")).job
     scheduler = Scheduler(paths, poll_interval=0.1).start()
     try:
-        done = wait_status(api.store, job.id, {JobStatus.succeeded, JobStatus.failed}, timeout=300)
+        done = wait_status(api.core.store, job.id, {JobStatus.succeeded, JobStatus.failed}, timeout=300)
     finally:
         scheduler.stop()
     assert done.status is JobStatus.succeeded, done.error
@@ -68,7 +68,7 @@ def _perturb(adapter: Path) -> None:
 def job(tmp_path_factory, models_dir):
     """A real tiny SFT job of alice's, its adapter perturbed: (facade, job id)."""
     api, job_id = _train(tmp_path_factory.mktemp("export") / "data", models_dir)
-    _perturb(Path(api.get_job(job_id).artifacts.adapter_dir))
+    _perturb(Path(api.jobs.get_job(job_id).artifacts.adapter_dir))
     return api, job_id
 
 
@@ -143,7 +143,7 @@ def test_merged_export_loads_without_peft_and_answers_as_base_plus_adapter(job, 
 
     api, job_id = job
     out = tmp_path / "merged"
-    result = api.export_merged(job_id, out=out)
+    result = api.export.export_merged(job_id, out=out)
 
     assert result.path == out and not result.dequantized and result.dtype == "float32"
     assert "at the base's dtype (float32)" in result.sentence
@@ -152,11 +152,11 @@ def test_merged_export_loads_without_peft_and_answers_as_base_plus_adapter(job, 
     assert {"chat_template.jinja", "tokenizer_config.json"} <= files
     assert not {"adapter_config.json", "adapter_model.safetensors"} & files
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".partial")], "the temporary folder stays"
-    recorded = api.get_job(job_id).artifacts.merged
+    recorded = api.jobs.get_job(job_id).artifacts.merged
     assert recorded.path == str(out) and recorded.dtype == "float32" and recorded.repo_id is None
 
-    job_record = api.get_job(job_id)
-    base_dir = api.paths.models / "tiny-qwen3"
+    job_record = api.jobs.get_job(job_id)
+    base_dir = api.core.paths.models / "tiny-qwen3"
     tokenizer = AutoTokenizer.from_pretrained(job_record.artifacts.adapter_dir)
     prompts = _prompts(tokenizer)
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
@@ -178,15 +178,15 @@ def test_merged_export_loads_without_peft_and_answers_as_base_plus_adapter(job, 
 def test_the_merged_transformers_snippet_runs_against_the_exported_folder(job, tmp_path):
     api, job_id = job
     out = tmp_path / "merged"
-    api.export_merged(job_id, out=out)
-    snippets = {s.title: s for s in api.use_snippets(job_id)}
+    api.export.export_merged(job_id, out=out)
+    snippets = {s.title: s for s in api.export.use_snippets(job_id)}
     code = snippets["Merged model with transformers"].code
     assert f'model_id = "{out}"' in code and "peft" not in code
     namespace: dict = {}
     exec(compile(code.replace("max_new_tokens=128", "max_new_tokens=4"), "merged-snippet", "exec"), namespace)  # noqa: S102
     assert type(namespace["model"]).__name__ == "Qwen3ForCausalLM"
     assert namespace["output"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
-    adapter = api.get_job(job_id).artifacts.adapter_dir
+    adapter = api.jobs.get_job(job_id).artifacts.adapter_dir
     assert f'adapter_id = "{adapter}"' in snippets["Adapter with transformers + peft"].code
     assert f"--lora-modules sft-{job_id}={adapter}" in snippets["Adapter with vLLM"].code
     assert snippets["Merged model with vLLM"].code == f"vllm serve {out}"
@@ -199,7 +199,7 @@ def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
     api, job_id = job
     with FakeHub(TOKEN, user="alice", orgs=("studio-org",)) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        result = api.export_merged(job_id, User("alice", token=TOKEN), push_repo="studio-org/tiny-merged")
+        result = api.export.export_merged(job_id, User("alice", token=TOKEN), push_repo="studio-org/tiny-merged")
         assert result.push_error is None, result.push_error
         assert result.repo_id == "studio-org/tiny-merged" and "Pushed to studio-org/tiny-merged." in result.sentence
         created = hub.requests_to("create")[-1].json
@@ -208,60 +208,60 @@ def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
         files = set(repo.files)
         assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"} <= files
         assert "adapter_config.json" not in files and "adapter_model.safetensors" not in files
-        folder = api.merged_folder(job_id)  # a user's export goes into the job's own folder
+        folder = api.export.merged_folder(job_id)  # a user's export goes into the job's own folder
         assert repo.files["model.safetensors"] == (folder / "model.safetensors").read_bytes()
         card = ModelCard(repo.files["README.md"].decode())
         assert card.data.library_name == "transformers" and "merged" in card.data.tags
         assert 'model_id = "studio-org/tiny-merged"' in card.text and "vllm serve studio-org/tiny-merged" in card.text
-        recorded = api.get_job(job_id).artifacts.merged
+        recorded = api.jobs.get_job(job_id).artifacts.merged
         assert recorded.repo_id == "studio-org/tiny-merged" and recorded.path == str(folder)
-        snippets = {s.title: s.code for s in api.use_snippets(job_id, User("alice"))}
+        snippets = {s.title: s.code for s in api.export.use_snippets(job_id, User("alice"))}
         assert snippets["Merged model with vLLM"] == "vllm serve studio-org/tiny-merged"
         shown = use_markdown(api, job_id, User("alice"))  # what the Jobs tab's "Use this model" shows
         assert 'model_id = "studio-org/tiny-merged"' in shown and "```bash\nvllm serve studio-org/tiny-merged" in shown
         assert use_markdown(api, job_id, User("bob")) == ""
-        archive = api.merged_archive(job_id, User("alice"))
+        archive = api.export.merged_archive(job_id, User("alice"))
         with zipfile.ZipFile(archive) as zipped:
             assert {"model.safetensors", "config.json", "README.md"} <= set(zipped.namelist())
 
-        failed = api.export_merged(job_id, User("alice", token=TOKEN), push_repo="someone-else/x")
+        failed = api.export.export_merged(job_id, User("alice", token=TOKEN), push_repo="someone-else/x")
         assert failed.push_error and "cannot write to" in failed.push_error and failed.path.is_dir()
 
 
 @pytest.mark.slow
 def test_a_full_disk_gives_a_sentence_and_leaves_nothing(job, tmp_path):
     api, job_id = job
-    before = api.get_job(job_id).artifacts.merged
+    before = api.jobs.get_job(job_id).artifacts.merged
     with tmpfs(tmp_path / "small", size="256k") as small:  # the merged weights are 548 KiB
         with pytest.raises(ExportError) as caught:
-            api.export_merged(job_id, out=small / "merged")
+            api.export.export_merged(job_id, out=small / "merged")
         assert list(small.iterdir()) == [], "a half-written model was left behind"
     message = str(caught.value)
     assert message.startswith(f"the disk at {small} is full (the merged weights alone are 0.5 MiB)"), message
     assert "nothing was left behind" in message
     assert "\n" not in message and "Traceback" not in message
-    assert api.get_job(job_id).artifacts.merged == before, "a failed export is not recorded"
+    assert api.jobs.get_job(job_id).artifacts.merged == before, "a failed export is not recorded"
 
 
 @pytest.mark.slow
 def test_only_the_owner_exports_and_only_locally_to_a_named_folder(job, tmp_path):
     api, job_id = job
     with pytest.raises(JobNotFound):
-        api.export_merged(job_id, User("bob"))
+        api.export.export_merged(job_id, User("bob"))
     with pytest.raises(JobNotFound):  # a Space admin sees the job, but its model is the owner's to ship
-        api.export_merged(job_id, User("boss", is_admin=True))
+        api.export.export_merged(job_id, User("boss", is_admin=True))
     with pytest.raises(ExportError, match="only the person at this machine"):
-        api.export_merged(job_id, User("alice"), out=tmp_path / "elsewhere")
+        api.export.export_merged(job_id, User("alice"), out=tmp_path / "elsewhere")
     assert not (tmp_path / "elsewhere").exists()
     with pytest.raises(JobNotFound):
-        api.use_snippets(job_id, User("bob"))
+        api.export.use_snippets(job_id, User("bob"))
 
 
 @pytest.mark.slow
 def test_cli_export_merged(job, tmp_path):
     api, job_id = job
     out = tmp_path / "cli-merged"
-    env = {**os.environ, "STUDIO_DATA_DIR": str(api.paths.root)}
+    env = {**os.environ, "STUDIO_DATA_DIR": str(api.core.paths.root)}
     command = [sys.executable, "-m", "backend", "export", job_id, "--merged", "--out", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -279,13 +279,13 @@ def test_cli_export_merged(job, tmp_path):
 
 def test_a_merged_export_a_killed_process_left_half_written_is_swept_at_start(job):
     api, job_id = job
-    partial = api.paths.job_dir(job_id) / ".partial-merged-merged-0000"
+    partial = api.core.paths.job_dir(job_id) / ".partial-merged-merged-0000"
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"half")
-    fresh = api.paths.job_dir(job_id) / ".partial-merged-merged-1111"  # another process may be writing it now
+    fresh = api.core.paths.job_dir(job_id) / ".partial-merged-merged-1111"  # another process may be writing it now
     fresh.mkdir()
     os.utime(partial, (0, 0))
-    StudioAPI(api.paths.root, scheduler="none").close()
+    StudioAPI(api.core.paths.root, scheduler="none").close()
     assert not partial.exists() and fresh.is_dir()
     fresh.rmdir()
 
@@ -296,7 +296,7 @@ def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_d
 
     api, job_id = _train(tmp_path / "data", models_dir, quantization={"mode": "4bit"})
     out = tmp_path / "merged-4bit"
-    result = api.export_merged(job_id, out=out)
+    result = api.export.export_merged(job_id, out=out)
     assert result.dequantized and result.dtype == "bfloat16"
     assert "4-bit base" in result.sentence and "16-bit dequantized base" in result.sentence
     assert "16-bit dequantized base" in (out / "README.md").read_text()
@@ -305,44 +305,44 @@ def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_d
     assert dtypes == {"BF16"}, dtypes
     config = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in config
-    assert api.get_job(job_id).artifacts.merged.dequantized
+    assert api.jobs.get_job(job_id).artifacts.merged.dequantized
 
 
 def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp_path):
     api = StudioAPI(data_dir, scheduler="none")
-    queued = api.submit(tiny_spec()).job
+    queued = api.jobs.submit(tiny_spec()).job
     with pytest.raises(
         ExportError, match=f"job {queued.id} is queued: only a job that succeeded has an adapter to merge"
     ):
-        api.export_merged(queued.id, out=tmp_path / "never")
-    full = api.submit(tiny_spec(lora={"enabled": False})).job
-    adapter = api.paths.job_adapter(queued.id)
+        api.export.export_merged(queued.id, out=tmp_path / "never")
+    full = api.jobs.submit(tiny_spec(lora={"enabled": False})).job
+    adapter = api.core.paths.job_adapter(queued.id)
     adapter.mkdir(parents=True)  # an empty folder where the adapter should be
     for job_id in (queued.id, full.id):
-        api.store.claim_next()
-        api.store.finish(job_id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+        api.core.store.claim_next()
+        api.core.store.finish(job_id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
     with pytest.raises(ExportError, match="trained all weights"):
-        api.export_merged(full.id, out=tmp_path / "never")
+        api.export.export_merged(full.id, out=tmp_path / "never")
     with pytest.raises(ExportError, match="^the merge failed .*nothing was left behind$") as caught:
-        api.export_merged(queued.id, out=tmp_path / "never")
+        api.export.export_merged(queued.id, out=tmp_path / "never")
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))
-    evaluated = api.store.add(parse_spec(tiny_spec(evaluate={}, benchmarks={"tasks": ["studio_arith"]})))
-    api.store.claim_next()
-    api.store.finish(evaluated.id, JobStatus.succeeded)
+    evaluated = api.core.store.add(parse_spec(tiny_spec(evaluate={}, benchmarks={"tasks": ["studio_arith"]})))
+    api.core.store.claim_next()
+    api.core.store.finish(evaluated.id, JobStatus.succeeded)
     with pytest.raises(ExportError, match="ended an evaluation, which trains no adapter: there is nothing to merge"):
-        api.export_merged(evaluated.id, out=tmp_path / "never")
+        api.export.export_merged(evaluated.id, out=tmp_path / "never")
 
 
 def test_a_merge_past_its_time_limit_is_stopped_and_leaves_nothing(job, tmp_path, monkeypatch):
     api, job_id = job
     monkeypatch.setenv("STUDIO_EXPORT_TIMEOUT_S", "1")  # the child cannot even import torch in a second
-    before = api.get_job(job_id).artifacts.merged
+    before = api.jobs.get_job(job_id).artifacts.merged
     with pytest.raises(ExportError, match="took longer than 1 s .STUDIO_EXPORT_TIMEOUT_S. and was stopped"):
-        api.export_merged(job_id, out=tmp_path / "late")
-    assert list(tmp_path.iterdir()) == [] and api.get_job(job_id).artifacts.merged == before
+        api.export.export_merged(job_id, out=tmp_path / "late")
+    assert list(tmp_path.iterdir()) == [] and api.jobs.get_job(job_id).artifacts.merged == before
     monkeypatch.delenv("STUDIO_EXPORT_TIMEOUT_S")
-    assert api.export_merged(job_id, out=tmp_path / "late").path == tmp_path / "late"  # the slot was freed
+    assert api.export.export_merged(job_id, out=tmp_path / "late").path == tmp_path / "late"  # the slot was freed
 
 
 def test_the_merged_card_carries_the_verdict_and_how_it_was_merged(job):
@@ -350,7 +350,7 @@ def test_the_merged_card_carries_the_verdict_and_how_it_was_merged(job):
     from backend.hub.model_card import build_merged_card
 
     api, job_id = job
-    record = api.get_job(job_id)
+    record = api.jobs.get_job(job_id)
     sentence = "Held-out loss 2.31 -> 1.87 (-0.44, ±0.1) on 12 rows."
     verdict = LearningVerdict(metric="loss", label="held-out loss", verdict="improved", sentence=sentence)
     card = build_merged_card(

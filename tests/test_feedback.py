@@ -44,7 +44,7 @@ def test_a_turn_is_that_sides_conversation_up_to_the_user_message_then_its_answe
 
 def test_thumbs_are_kto_rows_one_per_side_per_turn_and_each_user_sees_only_theirs(tmp_path):
     api = StudioAPI(tmp_path / "data", scheduler="none")
-    log = api.thumb_log(ALICE)
+    log = api.chat.thumb_log(ALICE)
     up_tuned = log.record_turn(TUNED, SYSTEM, True, "tuned", "job-1")
     assert up_tuned["previous"] is None and up_tuned["label"] is True
     assert up_tuned["prompt"] == last_turn(TUNED, SYSTEM)[0]  # the tuned side's own past answers
@@ -58,13 +58,13 @@ def test_thumbs_are_kto_rows_one_per_side_per_turn_and_each_user_sees_only_their
     assert [(r["side"], r["label"]) for r in log.rows()] == [("tuned", False), ("base", False), ("tuned", True)]
     assert (tmp_path / "data" / "thumbs" / "alice.jsonl").is_file()
 
-    api.thumb_log(BOB).record_turn(BASE, "", True, "base", "job-2")
-    assert len(api.thumb_log(BOB).rows()) == 1 and len(api.thumb_log(ALICE).rows()) == 3
+    api.chat.thumb_log(BOB).record_turn(BASE, "", True, "base", "job-2")
+    assert len(api.chat.thumb_log(BOB).rows()) == 1 and len(api.chat.thumb_log(ALICE).rows()) == 3
     with pytest.raises(ValueError, match="no preferences recorded yet"):  # thumbs are not DPO pairs
-        api.export_preferences(ALICE)
+        api.chat.export_preferences(ALICE)
 
-    alice_file, bob_file = api.export_preferences(ALICE, "kto"), api.export_preferences(BOB, "kto")
-    assert alice_file.parent.parent == bob_file.parent.parent == api.paths.downloads
+    alice_file, bob_file = api.chat.export_preferences(ALICE, "kto"), api.chat.export_preferences(BOB, "kto")
+    assert alice_file.parent.parent == bob_file.parent.parent == api.core.paths.downloads
     assert (alice_file.name, bob_file.name) == ("alice-kto.jsonl", "bob-kto.jsonl")
     exported = [json.loads(line) for line in alice_file.read_text(encoding="utf-8").splitlines()]
     assert [set(r) for r in exported] == [{"prompt", "completion", "label"}] * 3
@@ -72,7 +72,7 @@ def test_thumbs_are_kto_rows_one_per_side_per_turn_and_each_user_sees_only_their
     assert exported[1]["completion"][0]["content"] == "base says again"
     assert "alice" not in bob_file.read_text() and "Hello." in bob_file.read_text()
     first = alice_file.read_text()
-    again = api.export_preferences(ALICE, "kto")
+    again = api.chat.export_preferences(ALICE, "kto")
     assert again.read_text() == first and not alice_file.exists()  # the earlier export is gone
 
     from datasets import load_dataset  # TRL's KTOTrainer reads exactly these columns
@@ -84,7 +84,7 @@ def test_thumbs_are_kto_rows_one_per_side_per_turn_and_each_user_sees_only_their
 
 def test_nothing_is_recorded_without_an_answer_and_an_empty_log_exports_nothing(tmp_path):
     api = StudioAPI(tmp_path / "data", scheduler="none")
-    log = api.thumb_log(ALICE)
+    log = api.chat.thumb_log(ALICE)
     for history in ([], BASE[:3]):
         with pytest.raises(NoAnswerYet, match="no answer yet"):
             log.record_turn(history, SYSTEM, True, "base", "job-1")
@@ -92,9 +92,9 @@ def test_nothing_is_recorded_without_an_answer_and_an_empty_log_exports_nothing(
         log.record_turn([*BASE[:3], {"role": "assistant", "content": "  "}], SYSTEM, True, "base", "job-1")
     assert not log.path.exists()
     with pytest.raises(ValueError, match="no thumbs recorded yet"):
-        api.export_preferences(ALICE, "kto")
+        api.chat.export_preferences(ALICE, "kto")
     with pytest.raises(ValueError, match="'dpo'.*'kto'"):
-        api.export_preferences(ALICE, "orpo")
+        api.chat.export_preferences(ALICE, "orpo")
     with pytest.raises(ValueError, match="'base' or the 'tuned'"):
         log.record(last_turn(BASE)[0], "x", True, "left", "job-1")
     with pytest.raises(ValueError, match="True"):

@@ -82,7 +82,7 @@ def test_an_upload_is_named_by_its_id_and_a_cloned_local_file_by_its_path():
 
 def test_the_reward_bench_table_shows_each_score_and_the_total(paths):
     api = StudioAPI(paths.root, scheduler="none")
-    scored = api.score_rewards(
+    scored = api.datasets.score_rewards(
         [
             {"name": "exact_match", "column": "answer", "weight": 2.0},
             {"name": "accuracy"},
@@ -149,10 +149,10 @@ def test_problems_are_routed_next_to_their_field():
 
 def test_job_views_from_real_records(paths, store):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(
+    job = api.jobs.submit(
         tiny_spec(method="grpo", dataset={"source": "builtin", "name": "math-demo"}, grpo={"num_generations": 2})
     ).job
-    rows = job_views.table_rows(api, api.list_jobs())
+    rows = job_views.table_rows(api, api.jobs.list_jobs())
     assert rows[0][0] == job.id and rows[0][3] == "queued" and rows[0][7] == 1
     store.report(
         job.id,
@@ -176,14 +176,14 @@ def test_job_views_from_real_records(paths, store):
             )
         ],
     )
-    views = job_monitor.plot_views("grpo", api.metrics(job.id))
+    views = job_monitor.plot_views("grpo", api.jobs.metrics(job.id))
     # One logged step: one point per metric, no faint raw copy under it; metrics named in words.
     assert set(views["loss"].frame["series"]) == {"loss"} and views["lr"] is None
     assert set(views["reward"].frame["series"]) == {"reward (mean)", "accuracy"}
     assert set(views["kl"].color_map) == {"KL"} and set(views["tools"].color_map) == {"calls"}
     assert views["length"] is None
     assert job_monitor.plot_views("sft", [])["loss"] is None
-    samples = job_monitor.samples_table(api.samples(job.id))
+    samples = job_monitor.samples_table(api.jobs.samples(job.id))
     assert samples.values.tolist() == [[1, "2+2?", "assistant: 4", "1", "1", "0.5"]]
     assert list(samples.columns) == ["step", "prompt", "completion", "accuracy", "total", "advantage"]
     store.merge_artifacts(job.id, {"auto_tune": {"choices": ["gradient checkpointing: off (fits)", "packing: off"]}})
@@ -243,18 +243,20 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
 
     api = StudioAPI(paths.root, scheduler="none")
     with pytest.raises(UnmappedUpload) as kept:
-        api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft")
+        api.datasets.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft")
     problem = "\n".join(kept.value.problems)
     assert "“Column mapping”" in problem and "e.g. prompt=question, completion=answer" in problem
     assert "dataset.columns" not in problem and "qa.csv: kept" in kept.value.summary
     assert (paths.uploads("local") / kept.value.upload_id).is_file()
     # Filling the mapping afterwards: the kept file checks again, no second upload.
     mapping = {"prompt": "question", "completion": "answer"}
-    assert api.check_upload(kept.value.upload_id, "sft", mapping).startswith("qa.csv: 6 rows, prompt-completion")
+    assert api.datasets.check_upload(kept.value.upload_id, "sft", mapping).startswith(
+        "qa.csv: 6 rows, prompt-completion"
+    )
     with pytest.raises(Exception, match="“Column mapping”: column 'q' is not in the dataset"):
-        api.check_upload(kept.value.upload_id, "sft", {"prompt": "q", "completion": "answer"})
+        api.datasets.check_upload(kept.value.upload_id, "sft", {"prompt": "q", "completion": "answer"})
     # The mapping first: kept at once.
-    upload_id, summary = api.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft", columns=mapping)
+    upload_id, summary = api.datasets.upload_dataset(_qa_csv(tmp_path), "qa.csv", "sft", columns=mapping)
     assert summary.startswith("qa.csv: 6 rows, prompt-completion") and upload_id != kept.value.upload_id
     spec = form_to_spec(
         {
@@ -265,7 +267,7 @@ def test_an_upload_with_other_column_names_is_kept_and_a_mapping_makes_it_usable
             "holdout_rows": 0,
         }
     )  # (the arith recipe's 256 held-out rows would leave none of the 6)
-    api.check(spec)  # the pre-flight reads it with the mapping
+    api.jobs.check(spec)  # the pre-flight reads it with the mapping
 
 
 def test_a_one_row_upload_and_its_preview_say_1_row(paths, tmp_path):
@@ -273,16 +275,16 @@ def test_a_one_row_upload_and_its_preview_say_1_row(paths, tmp_path):
     path = tmp_path / "one.jsonl"
     path.write_text('{"prompt": "q", "completion": "a"}\n')
     api = StudioAPI(paths.root, scheduler="none")
-    _, summary = api.upload_dataset(path, "one.jsonl", "sft")
+    _, summary = api.datasets.upload_dataset(path, "one.jsonl", "sft")
     assert summary.startswith("one.jsonl: 1 row, prompt-completion"), summary
 
 
 def test_the_bench_scores_against_the_datasets_first_row(paths):
     api = StudioAPI(paths.root, scheduler="none")
     # As the bench asks (components/train_tab.py): batch size "auto", which any group size divides.
-    row = api.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo", "batch_size": None}))
+    row = api.datasets.first_row(form_to_spec({"method": "grpo", "builtin_dataset": "math-demo", "batch_size": None}))
     assert row["solution"] == "$15$"
-    scored = api.score_rewards([{"name": "accuracy"}], ["The answer is $15$", "no idea"], row)
+    scored = api.datasets.score_rewards([{"name": "accuracy"}], ["The answer is $15$", "no idea"], row)
     assert bench_table(scored)["data"][0][1:3] == ["1.000", "1.000"]
 
 
@@ -290,15 +292,15 @@ def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(
     from components.chat_tab import rows_text
 
     api = StudioAPI(paths.root, scheduler="none")
-    log = api.preference_log(None)
+    log = api.chat.preference_log(None)
     prompt = [{"role": "user", "content": "Hi"}]
     assert log.record(prompt, "base answer", "tuned answer", "job-1")["replaced"] is False
     assert log.record(prompt, "tuned answer", "base answer", "job-1")["replaced"] is True
     assert [r["chosen"][0]["content"] for r in log.rows()] == ["tuned answer"]
     assert log.record(prompt, "another", "tuned answer", "job-1")["replaced"] is False  # a regenerated turn
     assert len(log.rows()) == 2
-    first = api.export_preferences(None)
-    second = api.export_preferences(None)
+    first = api.chat.export_preferences(None)
+    second = api.chat.export_preferences(None)
     assert second.parent.parent == paths.downloads and second.name == "local-dpo.jsonl"
     assert not first.exists() and len(second.read_text().splitlines()) == 2
     assert (rows_text(1), rows_text(2)) == ("1 preference row", "2 preference rows")

@@ -64,27 +64,27 @@ def others_still_answer(request, tmp_path):
 
 # (case id, call on (api, job id), a piece of the sentence)
 NUMBER_CASES = [
-    ("cursor-past-sqlite", lambda api, j: api.metrics_since(j, 2**63), "metrics cursor"),
-    ("cursor-huge", lambda api, j: api.metrics_since(j, 10**30), "metrics cursor"),
-    ("cursor-negative", lambda api, j: api.metrics_since(j, -1), "metrics cursor"),
-    ("cursor-float", lambda api, j: api.metrics_since(j, 1.5), "metrics cursor"),
-    ("cursor-nan", lambda api, j: api.metrics_since(j, float("nan")), "metrics cursor"),
-    ("cursor-string", lambda api, j: api.metrics_since(j, "0; DROP TABLE jobs"), "metrics cursor"),
-    ("cursor-bool", lambda api, j: api.metrics(j, True), "metrics cursor"),
-    ("log-lines-huge", lambda api, j: api.log_tail(j, 10**12), "log lines"),
-    ("log-lines-zero", lambda api, j: api.log_tail(j, 0), "log lines"),
-    ("log-lines-negative", lambda api, j: api.log_tail(j, -5), "log lines"),
-    ("preview-rows-huge", lambda api, j: api.preview(tiny_spec(), rows=10**9), "preview rows"),
-    ("dry-run-row-huge", lambda api, j: api.dry_run(tiny_spec(), row=2**64), "dry run's row"),
-    ("dry-run-seed-negative", lambda api, j: api.dry_run(tiny_spec(), seed=-1), "dry run's seed"),
-    ("warm-up-rows-huge", lambda api, j: api.warm_up(tiny_spec(), rows=10**6), "warm-up's rows"),
+    ("cursor-past-sqlite", lambda api, j: api.jobs.metrics_since(j, 2**63), "metrics cursor"),
+    ("cursor-huge", lambda api, j: api.jobs.metrics_since(j, 10**30), "metrics cursor"),
+    ("cursor-negative", lambda api, j: api.jobs.metrics_since(j, -1), "metrics cursor"),
+    ("cursor-float", lambda api, j: api.jobs.metrics_since(j, 1.5), "metrics cursor"),
+    ("cursor-nan", lambda api, j: api.jobs.metrics_since(j, float("nan")), "metrics cursor"),
+    ("cursor-string", lambda api, j: api.jobs.metrics_since(j, "0; DROP TABLE jobs"), "metrics cursor"),
+    ("cursor-bool", lambda api, j: api.jobs.metrics(j, True), "metrics cursor"),
+    ("log-lines-huge", lambda api, j: api.jobs.log_tail(j, 10**12), "log lines"),
+    ("log-lines-zero", lambda api, j: api.jobs.log_tail(j, 0), "log lines"),
+    ("log-lines-negative", lambda api, j: api.jobs.log_tail(j, -5), "log lines"),
+    ("preview-rows-huge", lambda api, j: api.datasets.preview(tiny_spec(), rows=10**9), "preview rows"),
+    ("dry-run-row-huge", lambda api, j: api.environments.dry_run(tiny_spec(), row=2**64), "dry run's row"),
+    ("dry-run-seed-negative", lambda api, j: api.environments.dry_run(tiny_spec(), seed=-1), "dry run's seed"),
+    ("warm-up-rows-huge", lambda api, j: api.environments.warm_up(tiny_spec(), rows=10**6), "warm-up's rows"),
 ]
 
 
 @pytest.fixture()
 def api_with_a_job(data_dir):
     api = StudioAPI(data_dir, scheduler="none")
-    job = api.submit(tiny_spec(), "alice").job
+    job = api.jobs.submit(tiny_spec(), "alice").job
     yield api, job.id
     api.close()
 
@@ -96,8 +96,8 @@ def test_an_out_of_range_number_at_the_facade_is_a_sentence(api_with_a_job, call
         call(api, job_id)
     sentence = str(refused.value)
     assert expected in sentence and "whole number" in sentence and len(sentence) < 200, sentence
-    assert [j.id for j in api.list_jobs()] == [job_id]  # nothing stored
-    assert api.metrics_since(job_id, 0).cursor == 0  # and the next good request answers
+    assert [j.id for j in api.jobs.list_jobs()] == [job_id]  # nothing stored
+    assert api.jobs.metrics_since(job_id, 0).cursor == 0  # and the next good request answers
 
 
 # --- feedback on a full disk: every row is all or nothing --------------------------------------------------------
@@ -173,23 +173,23 @@ def test_two_names_never_share_a_folder_nor_an_upload(data_dir, tmp_path, first,
     try:
         one, two = User(first), User(second)
         upload_id = uploaded(api, one, tmp_path)
-        assert api.preference_log(one).path != api.preference_log(two).path
-        assert api.thumb_log(one).path.parent == api.paths.root / "thumbs"
-        assert api.paths.uploads(first) != api.paths.uploads(second)
-        assert api.paths.uploads(first).parent == api.paths.root / "uploads"
+        assert api.chat.preference_log(one).path != api.chat.preference_log(two).path
+        assert api.chat.thumb_log(one).path.parent == api.core.paths.root / "thumbs"
+        assert api.core.paths.uploads(first) != api.core.paths.uploads(second)
+        assert api.core.paths.uploads(first).parent == api.core.paths.root / "uploads"
         with pytest.raises(SpecError, match="upload"):
-            api.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=two)
-        assert api.list_jobs() == []
-        assert api.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=one).job.owner == first
+            api.jobs.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=two)
+        assert api.jobs.list_jobs() == []
+        assert api.jobs.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=one).job.owner == first
     finally:
         api.close()
 
 
 def test_old_user_folders_move_over_once_at_start_and_a_shared_one_stays_put(data_dir, tmp_path):
     api = StudioAPI(data_dir, scheduler="none")
-    paths = api.paths
+    paths = api.core.paths
     for owner in ("ada lovelace", "bob", "zoë", "zoé"):
-        api.submit(tiny_spec(), owner)
+        api.jobs.submit(tiny_spec(), owner)
     api.close()
     # Layout 1: "ada lovelace" -> ada_lovelace, and "zoë" and "zoé" both -> zo_ (whose is it? nobody can say).
     for old in ("ada_lovelace", "bob", "zo_"):
@@ -314,19 +314,19 @@ def test_the_whole_queue_has_a_limit_that_says_which_and_when(data_dir, monkeypa
     api = StudioAPI(data_dir, scheduler="none")
     try:
         for name in ("ann", "ann", "ben"):
-            api.submit(tiny_spec(), user=User(name))
+            api.jobs.submit(tiny_spec(), user=User(name))
         with pytest.raises(QueueFull) as refused:
-            api.submit(tiny_spec(), user=User("cat"))
+            api.jobs.submit(tiny_spec(), user=User("cat"))
         assert str(refused.value) == (
             "the queue is full: 3 jobs are waiting, the most this Space holds "
             "(STUDIO_MAX_QUEUED_TOTAL = 3); try again in a few minutes, once some have "
             "started"
         )
-        assert len(api.list_jobs()) == 3
-        api.submit(tiny_spec(), user=User("owner", is_admin=True))  # the Space's owner is not held back
-        for job in api.list_jobs()[:2]:
-            api.cancel(job.id)
-        assert api.submit(tiny_spec(), user=User("cat")).job.owner == "cat"  # room again
+        assert len(api.jobs.list_jobs()) == 3
+        api.jobs.submit(tiny_spec(), user=User("owner", is_admin=True))  # the Space's owner is not held back
+        for job in api.jobs.list_jobs()[:2]:
+            api.jobs.cancel(job.id)
+        assert api.jobs.submit(tiny_spec(), user=User("cat")).job.owner == "cat"  # room again
     finally:
         api.close()
 
@@ -341,10 +341,10 @@ def chat_job(data_dir, models_dir, tmp_path, monkeypatch):
     adapter = _build_adapter(models_dir, tmp_path / "adapter", seed=1)
     jobs = {}
     for owner in ("ann", "ben", "cat"):
-        job = api.submit(tiny_spec(), owner).job
-        assert api.store.claim_next().id == job.id
-        api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
-        api.store.finish(job.id, JobStatus.succeeded)
+        job = api.jobs.submit(tiny_spec(), owner).job
+        assert api.core.store.claim_next().id == job.id
+        api.core.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+        api.core.store.finish(job.id, JobStatus.succeeded)
         jobs[owner] = job.id
     yield api, jobs
     api.close()
@@ -355,7 +355,7 @@ def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_wh
     settings = GenerationSettings(max_new_tokens=8)
 
     def chat(name):
-        stream = api.chat_pair(jobs[name], [], [], "hello", settings, User(name))
+        stream = api.chat.chat_pair(jobs[name], [], [], "hello", settings, User(name))
         next(stream)  # answering
         return stream
 
@@ -371,11 +371,11 @@ def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_wh
         chat("cat")
     del ann[0]  # a browser that left mid-answer
     cat = chat("cat")
-    assert api._chat_streams.in_flight() == 3
+    assert api.chat._streams.in_flight() == 3
     list(ben)  # read to the end
-    assert list(cat)[-1] and api._chat_streams.in_flight() == 1  # ann's other one
+    assert list(cat)[-1] and api.chat._streams.in_flight() == 1  # ann's other one
     ann.clear()
-    assert api._chat_streams.in_flight() == 0
+    assert api.chat._streams.in_flight() == 0
 
 
 def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stopped_waiting(data_dir, monkeypatch):
@@ -386,16 +386,17 @@ def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stop
 
     monkeypatch.setenv("STUDIO_MAX_DRY_RUNS", "1")
     api = StudioAPI(data_dir, scheduler="none")
-    api._dry_run_time = TimeLimit("dry run", 0.5, workers=1)
+    api.environments._dry_run_time = TimeLimit("dry run", 0.5, workers=1)
     gate = threading.Event()
     try:
         with pytest.raises(TimedOut):
-            api._held_run(api._dry_runs, User("ann"), gate.wait)  # still playing after the caller gave up
+            # still playing after the caller gave up
+            api.environments._held_run(api.environments._dry_runs, User("ann"), gate.wait)
         with pytest.raises(Busy, match=r"dry run: this Space is running 1 at once.*STUDIO_MAX_DRY_RUNS = 1"):
-            api._held_run(api._dry_runs, User("ben"), lambda: "played")
+            api.environments._held_run(api.environments._dry_runs, User("ben"), lambda: "played")
         gate.set()
-        wait_for(lambda: api._dry_runs.in_flight() == 0, 5, what="the play to end")
-        assert api._held_run(api._dry_runs, User("ben"), lambda: "played") == "played"
+        wait_for(lambda: api.environments._dry_runs.in_flight() == 0, 5, what="the play to end")
+        assert api.environments._held_run(api.environments._dry_runs, User("ben"), lambda: "played") == "played"
         assert api_module.DEFAULT_MAX_DRY_RUNS == 2
     finally:
         gate.set()
@@ -463,14 +464,14 @@ def test_a_process_killed_mid_zip_serves_no_half_zip_and_the_leftover_is_swept(d
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_model.safetensors").write_bytes(os.urandom(150 * 2**20))  # seconds to deflate
-    job = api.submit(tiny_spec(), "ann").job
-    api.store.claim_next()
-    api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
-    api.store.finish(job.id, JobStatus.succeeded)
+    job = api.jobs.submit(tiny_spec(), "ann").job
+    api.core.store.claim_next()
+    api.core.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+    api.core.store.finish(job.id, JobStatus.succeeded)
     api.close()
     code = (
         "import sys; from backend.api import StudioAPI; "
-        "StudioAPI(sys.argv[1], scheduler='none').adapter_archive(sys.argv[2])"
+        "StudioAPI(sys.argv[1], scheduler='none').jobs.adapter_archive(sys.argv[2])"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, str(data_dir), job.id], cwd=ROOT)
     downloads = DataPaths(data_dir).downloads
@@ -498,20 +499,20 @@ def test_an_upload_or_a_zip_on_a_full_disk_is_a_sentence_and_leaves_nothing(data
             with pytest.raises(
                 SpecError, match="rows.jsonl was not kept: the disk that holds the studio’s data is full"
             ):
-                api.upload_dataset(rows, "rows.jsonl", "sft", User("ann"))
+                api.datasets.upload_dataset(rows, "rows.jsonl", "sft", User("ann"))
             assert [p.name for p in (paths.root / "uploads").rglob("*") if p.is_file()] == ["filler"]
             adapter = tmp_path / "adapter"
             adapter.mkdir()
             (adapter / "adapter_model.safetensors").write_bytes(b"\1" * 3 * 2**20)
-            job = api.submit(tiny_spec(), "ann").job
-            api.store.claim_next()
-            api.store.merge_artifacts(job.id, adapter_dir=str(adapter))
-            api.store.finish(job.id, JobStatus.succeeded)
+            job = api.jobs.submit(tiny_spec(), "ann").job
+            api.core.store.claim_next()
+            api.core.store.merge_artifacts(job.id, adapter_dir=str(adapter))
+            api.core.store.finish(job.id, JobStatus.succeeded)
             fill(paths.downloads)
             with pytest.raises(
                 ValueError, match="the adapter could not be zipped: the disk that holds the studio’s data is full"
             ):
-                api.adapter_archive(job.id)
+                api.jobs.adapter_archive(job.id)
             assert [p.name for p in paths.downloads.iterdir()] == ["filler"]
     finally:
         api.close()
@@ -541,11 +542,13 @@ def _refusals(api, job_id: str, alice: User, tmp_path: Path) -> dict[str, str]:
     """What each kind of write says on a read-only data folder (it must raise a sentence)."""
     said = {}
     writes = {
-        "submit": lambda: api.submit(tiny_spec(), user=alice),
-        "cancel": lambda: api.cancel(job_id, alice),
-        "upload": lambda: api.upload_dataset(write_jsonl(tmp_path / "up.jsonl", CHAT_ROWS), "up.jsonl", "sft", alice),
-        "thumb": lambda: api.thumb_log(alice).record(_asked("3 + 3?"), "6", True, "tuned", job_id),
-        "export": lambda: api.export_preferences(alice, "kto"),
+        "submit": lambda: api.jobs.submit(tiny_spec(), user=alice),
+        "cancel": lambda: api.jobs.cancel(job_id, alice),
+        "upload": lambda: api.datasets.upload_dataset(
+            write_jsonl(tmp_path / "up.jsonl", CHAT_ROWS), "up.jsonl", "sft", alice
+        ),
+        "thumb": lambda: api.chat.thumb_log(alice).record(_asked("3 + 3?"), "6", True, "tuned", job_id),
+        "export": lambda: api.chat.export_preferences(alice, "kto"),
     }
     for name, write in writes.items():
         with pytest.raises((SpecError, ValueError)) as refused:
@@ -559,23 +562,23 @@ def test_a_data_folder_made_read_only_under_the_running_app_serves_reads_and_ref
 ):
     api = StudioAPI(data_dir, scheduler="none")
     alice, bob = User("alice"), User("bob")
-    job_id = api.submit(tiny_spec(), user=alice).job.id
-    api.thumb_log(alice).record(_asked("2 + 2?"), "4", True, "tuned", job_id)
+    job_id = api.jobs.submit(tiny_spec(), user=alice).job.id
+    api.chat.thumb_log(alice).record(_asked("2 + 2?"), "4", True, "tuned", job_id)
     before = _files(data_dir)
     try:
         with read_only(data_dir):
             assert "is read-only: jobs, logs and adapters can be read" in api.storage_notice()
-            assert [j.id for j in _quick(lambda: api.list_jobs(user=alice))] == [job_id]
-            assert _quick(lambda: api.get_job(job_id, alice)).status is JobStatus.queued
-            assert _quick(lambda: api.metrics_since(job_id, 0, alice)).cursor == 0
-            assert len(_quick(lambda: api.thumb_log(alice).rows())) == 1
+            assert [j.id for j in _quick(lambda: api.jobs.list_jobs(user=alice))] == [job_id]
+            assert _quick(lambda: api.jobs.get_job(job_id, alice)).status is JobStatus.queued
+            assert _quick(lambda: api.jobs.metrics_since(job_id, 0, alice)).cursor == 0
+            assert len(_quick(lambda: api.chat.thumb_log(alice).rows())) == 1
             for name, sentence in _refusals(api, job_id, alice, tmp_path).items():
                 assert "read-only" in sentence and "Traceback" not in sentence and len(sentence) < 300, (name, sentence)
-            assert _quick(lambda: api.list_jobs(user=bob)) == []  # another user's read answers too
+            assert _quick(lambda: api.jobs.list_jobs(user=bob)) == []  # another user's read answers too
             assert _files(data_dir) == before  # nothing written, nothing half-written
         assert api.storage_notice() is None  # writable again: the same process writes, with nothing to restart
-        assert api.submit(tiny_spec(), user=bob).job.owner == "bob"
-        assert api.cancel(job_id, alice) is JobStatus.cancelled
+        assert api.jobs.submit(tiny_spec(), user=bob).job.owner == "bob"
+        assert api.jobs.cancel(job_id, alice) is JobStatus.cancelled
     finally:
         api.close()
 
@@ -589,8 +592,8 @@ def test_an_app_started_on_a_read_only_mount_serves_reads_says_writes_are_off_an
             (studio / "models" / model.name).symlink_to(model.resolve(), target_is_directory=True)
         api = StudioAPI(studio, scheduler="none")
         alice = User("alice")
-        job_id = api.submit(tiny_spec(), user=alice).job.id
-        api.thumb_log(alice).record(_asked("2 + 2?"), "4", True, "tuned", job_id)
+        job_id = api.jobs.submit(tiny_spec(), user=alice).job.id
+        api.chat.thumb_log(alice).record(_asked("2 + 2?"), "4", True, "tuned", job_id)
         api.close()  # a restart: the old process is gone and has closed every file
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
         try:
@@ -598,9 +601,9 @@ def test_an_app_started_on_a_read_only_mount_serves_reads_says_writes_are_off_an
             api = StudioAPI(studio, scheduler="thread")  # the app's own mode: its scheduler must not die of it
             try:
                 assert "is read-only" in api.storage_notice()
-                assert [j.id for j in _quick(lambda: api.list_jobs(user=alice))] == [job_id]
-                assert _quick(lambda: api.get_job(job_id, alice)).status is JobStatus.queued
-                assert len(api.thumb_log(alice).rows()) == 1 and api.remote.list() == []
+                assert [j.id for j in _quick(lambda: api.jobs.list_jobs(user=alice))] == [job_id]
+                assert _quick(lambda: api.jobs.get_job(job_id, alice)).status is JobStatus.queued
+                assert len(api.chat.thumb_log(alice).rows()) == 1 and api.core.remote.list() == []
                 for name, sentence in _refusals(api, job_id, alice, tmp_path).items():
                     assert "read-only" in sentence and len(sentence) < 300, (name, sentence)
                 assert api.scheduler_health().alive

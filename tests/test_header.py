@@ -17,7 +17,7 @@ def test_the_header_says_how_the_queue_is_doing(paths, monkeypatch):
         def broken_claim():
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(api.scheduler.store, "claim_next", broken_claim)
+        monkeypatch.setattr(api.core.scheduler.store, "claim_next", broken_claim)
         health = wait_for(lambda: (h := api.scheduler_health()).consecutive_failures and h, 20, what="a failed tick")
         line, notice = queue_status(health)
         assert line == "Queue: retrying" and "keeps retrying" in notice and health.last_error in notice

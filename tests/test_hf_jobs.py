@@ -334,17 +334,17 @@ def test_the_facade_records_follows_and_cancels_a_users_remote_job(hub, paths):
 
     api = StudioAPI(paths.root, scheduler="none")
     alice, bob = User(USER, token=TOKEN), User("bob", token="hf_bob_token")
-    hf_id = api.send_to_hf_jobs(pushing_spec(), alice, flavor="l4x1", timeout="2h")
-    assert hf_id == JOB_ID and [r.hf_job_id for r in api.list_remote_jobs(alice)] == [JOB_ID]
-    assert api.list_remote_jobs(bob) == [] and api.list_jobs() == [], "nothing was queued locally"
+    hf_id = api.hub.send_to_hf_jobs(pushing_spec(), alice, flavor="l4x1", timeout="2h")
+    assert hf_id == JOB_ID and [r.hf_job_id for r in api.hub.list_remote_jobs(alice)] == [JOB_ID]
+    assert api.hub.list_remote_jobs(bob) == [] and api.jobs.list_jobs() == [], "nothing was queued locally"
     hub.stage, hub.log_lines = "RUNNING", ["step 1 loss 2.0", "step 2 loss 1.5"]
-    stage, sentence, logs = api.remote_job_status(JOB_ID, alice)
+    stage, sentence, logs = api.hub.remote_job_status(JOB_ID, alice)
     assert stage == "RUNNING" and "Training on Hugging Face Jobs" in sentence and logs[-1] == "step 2 loss 1.5"
-    assert api.remote.get(JOB_ID).last_stage == "RUNNING"
+    assert api.core.remote.get(JOB_ID).last_stage == "RUNNING"
     with pytest.raises(JobNotFound):
-        api.remote_job_status(JOB_ID, bob)
+        api.hub.remote_job_status(JOB_ID, bob)
     with pytest.raises(JobNotFound):
-        api.cancel_remote_job(JOB_ID, bob)
-    api.cancel_remote_job(JOB_ID, alice)
+        api.hub.cancel_remote_job(JOB_ID, bob)
+    api.hub.cancel_remote_job(JOB_ID, alice)
     assert hub.cancelled == [JOB_ID]
     assert TOKEN not in (paths.root / "studio.sqlite3").read_bytes().decode("latin-1")

@@ -48,9 +48,9 @@ def _train(root: Path, spec: dict, token: str | None = TOKEN):
     pre-flight warnings and the tokens the app still holds."""
     api = StudioAPI(root, scheduler="thread", poll_interval=0.1)
     try:
-        submitted = api.submit(spec, user=User("tester", token=token))
-        done = wait_status(api.store, submitted.job.id, FINAL, timeout=240)
-        return done, api.metrics(done.id), submitted.warnings, api._tokens
+        submitted = api.jobs.submit(spec, user=User("tester", token=token))
+        done = wait_status(api.core.store, submitted.job.id, FINAL, timeout=240)
+        return done, api.jobs.metrics(done.id), submitted.warnings, api.core.tokens
     finally:
         api.close()
 
@@ -178,14 +178,14 @@ def test_preflight_refuses_the_hub_offline_and_warns_without_a_token(paths, monk
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as conftest has it (this file's Hub fixture unsets it meanwhile)
     for spec, field in ((pushing, "output.push_checkpoints"), (resuming, "training.resume_from_hub")):
         with pytest.raises(SpecError) as refused:
-            api.check(spec, user=User("local", token=TOKEN))
+            api.jobs.check(spec, user=User("local", token=TOKEN))
         assert refused.value.problems == [p for p in refused.value.problems if p.startswith(field)]
         assert "HF_HUB_OFFLINE is set" in refused.value.problems[0]
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
-    warnings, _ = api.check(pushing, user=User("local", token=None))
+    warnings, _ = api.jobs.check(pushing, user=User("local", token=None))
     assert any(w.startswith("output.push_checkpoints: there is no Hugging Face token") for w in warnings), warnings
-    assert not any("token" in w for w in api.check(pushing, user=User("local", token=TOKEN))[0])
+    assert not any("token" in w for w in api.jobs.check(pushing, user=User("local", token=TOKEN))[0])
     assert hub_token_warnings(parse_spec(resuming), None)[0].startswith(
         "training.resume_from_hub: there is no Hugging Face token, so you/run can only be read if it is public"
     )

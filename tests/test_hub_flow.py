@@ -44,20 +44,20 @@ def test_a_signed_in_users_job_pushes_itself_and_the_token_stays_in_memory(paths
     api = StudioAPI(paths.root, scheduler="thread", poll_interval=0.1)
     try:
         user = User("tester", token=TOKEN)
-        job = api.submit(tiny_spec(output={"push_to_hub": True, "run_name": "flow"}), user=user).job
-        done = wait_status(api.store, job.id, FINAL, timeout=240)
+        job = api.jobs.submit(tiny_spec(output={"push_to_hub": True, "run_name": "flow"}), user=user).job
+        done = wait_status(api.core.store, job.id, FINAL, timeout=240)
         assert done.status is JobStatus.succeeded, done.error
         # The worker pushes right after recording success.
         done = wait_for(
-            lambda: (j := api.get_job(job.id)).artifacts.hub or j.artifacts.hub_error and j, 120, what="the push"
+            lambda: (j := api.jobs.get_job(job.id)).artifacts.hub or j.artifacts.hub_error and j, 120, what="the push"
         )
-        done = api.get_job(job.id)
+        done = api.jobs.get_job(job.id)
         hub_info = done.artifacts.hub
         assert hub_info and hub_info.repo_id == "tester/flow", done.artifacts.hub_error
         repo = hub.repos["tester/flow"]
         assert repo.private and "adapter_model.safetensors" in repo.files and "README.md" in repo.files
         assert _grep(paths.root, TOKEN) == [], "the token never reaches the store, job files or logs"
-        assert api._tokens == {}, "the token is dropped once the worker has it"
+        assert api.core.tokens == {}, "the token is dropped once the worker has it"
     finally:
         api.close()
 
@@ -65,15 +65,15 @@ def test_a_signed_in_users_job_pushes_itself_and_the_token_stays_in_memory(paths
 @pytest.mark.slow
 def test_a_failed_push_keeps_the_job_and_can_be_retried_from_the_facade(paths, hub, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(output={"push_to_hub": True, "run_name": "retry"}), user=User("tester")).job
+    job = api.jobs.submit(tiny_spec(output={"push_to_hub": True, "run_name": "retry"}), user=User("tester")).job
     # The submitter had no token (e.g. the app restarted since): the push fails, the job does not.
     scheduler_factory()
-    done = wait_status(api.store, job.id, FINAL, timeout=240)
+    done = wait_status(api.core.store, job.id, FINAL, timeout=240)
     assert done.status is JobStatus.succeeded, "a push problem never fails a trained job"
-    done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.hub_error and j, 120, what="the push")
+    done = wait_for(lambda: (j := api.jobs.get_job(job.id)).artifacts.hub_error and j, 120, what="the push")
     assert "token" in done.artifacts.hub_error
-    result = api.push_to_hub(job.id, User("tester", token=TOKEN))
-    assert result.repo_id == "tester/retry" and api.get_job(job.id).artifacts.hub.repo_id == "tester/retry"
+    result = api.hub.push_to_hub(job.id, User("tester", token=TOKEN))
+    assert result.repo_id == "tester/retry" and api.jobs.get_job(job.id).artifacts.hub.repo_id == "tester/retry"
     assert "adapter_model.safetensors" in hub.repos["tester/retry"].files
 
 

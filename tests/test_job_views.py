@@ -25,7 +25,7 @@ def api(tmp_path):
 
 
 def _job(api: StudioAPI, **overrides):
-    return api.store.add(parse_spec(tiny_spec(**overrides)))
+    return api.core.store.add(parse_spec(tiny_spec(**overrides)))
 
 
 def test_the_doctests_hold():
@@ -204,13 +204,13 @@ def test_buttons_follow_the_jobs_state(api):
     assert job_views.job_actions(api, dataclasses.replace(job, status=JobStatus.interrupted)).resume
     cancelled = dataclasses.replace(job, status=JobStatus.cancelled, artifacts=JobArtifacts(cancelled_at_step=2))
     assert not job_views.job_actions(api, cancelled).resume and not job_views.job_actions(api, cancelled).cancel
-    checkpoint = api.paths.job_output(job.id) / "checkpoint-2"
+    checkpoint = api.core.paths.job_output(job.id) / "checkpoint-2"
     checkpoint.mkdir(parents=True)
     assert not job_views.job_actions(api, cancelled).resume, "a checkpoint folder TRL did not finish is not one"
     (checkpoint / "trainer_state.json").write_text("{}")
     assert job_views.job_actions(api, cancelled).resume
     assert job_views.job_actions(api, dataclasses.replace(cancelled, status=JobStatus.failed)).resume
-    adapter = api.paths.job_adapter(job.id)
+    adapter = api.core.paths.job_adapter(job.id)
     adapter.mkdir(parents=True)
     done = dataclasses.replace(job, status=JobStatus.succeeded, artifacts=JobArtifacts(adapter_dir=str(adapter)))
     actions = job_views.job_actions(api, done)
@@ -229,8 +229,8 @@ def test_a_cancelled_job_reads_cancelled_at_step_n_not_an_error(api):
     )
     summary = job_views.summary_markdown(api, job)
     assert "**Cancelled at step 1218**" in summary and "Error" not in summary and "stopped by request" not in summary
-    (api.paths.job_output(job.id) / "checkpoint-1200").mkdir(parents=True)
-    (api.paths.job_output(job.id) / "checkpoint-1200" / "trainer_state.json").write_text("{}")
+    (api.core.paths.job_output(job.id) / "checkpoint-1200").mkdir(parents=True)
+    (api.core.paths.job_output(job.id) / "checkpoint-1200" / "trainer_state.json").write_text("{}")
     assert "it can resume from its last checkpoint" in job_views.summary_markdown(api, job)
     killed = dataclasses.replace(
         job,
@@ -268,23 +268,23 @@ def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
 def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
     job = _job(api)
     with pytest.raises(ValueError, match="no saved adapter"):
-        api.adapter_archive(job.id)
-    adapter = api.paths.job_adapter(job.id)
+        api.jobs.adapter_archive(job.id)
+    adapter = api.core.paths.job_adapter(job.id)
     adapter.mkdir(parents=True)
     (adapter / "adapter_config.json").write_text("{}")
-    assert api.store.claim_next().id == job.id
-    api.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
-    first, second = api.adapter_archive(job.id), api.adapter_archive(job.id)
+    assert api.core.store.claim_next().id == job.id
+    api.core.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    first, second = api.jobs.adapter_archive(job.id), api.jobs.adapter_archive(job.id)
     assert first != second  # two clicks (or two users) never share, or race on, one file
     for path in (first, second):
-        assert path.parent.parent == api.paths.downloads and path.name == f"adapter-{job.id}.zip"
+        assert path.parent.parent == api.core.paths.downloads and path.name == f"adapter-{job.id}.zip"
         assert "adapter_config.json" in zipfile.ZipFile(path).namelist()
         assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left beside it
-    assert not list(api.paths.job_dir(job.id).glob("*.zip")), "nothing is written into the job folder"
+    assert not list(api.core.paths.job_dir(job.id).glob("*.zip")), "nothing is written into the job folder"
     with pytest.raises(JobNotFound):  # another user's adapter is not theirs to download
-        api.adapter_archive(job.id, User("someone-else"))
-    assert [j.id for j in api.finished_jobs()] == [job.id]
-    assert api.finished_jobs(User("someone-else")) == []
+        api.jobs.adapter_archive(job.id, User("someone-else"))
+    assert [j.id for j in api.jobs.finished_jobs()] == [job.id]
+    assert api.jobs.finished_jobs(User("someone-else")) == []
 
 
 def test_a_tracked_job_says_how_to_open_its_trackio_dashboard(api):
@@ -293,21 +293,21 @@ def test_a_tracked_job_says_how_to_open_its_trackio_dashboard(api):
     tracked = _job(api, output={"trackio": True})
     summary = job_views.summary_markdown(api, tracked)
     assert "Tracked with trackio" in summary and "trackio show --project studio-local" in summary
-    assert str(api.paths.root / "trackio") in summary
+    assert str(api.core.paths.root / "trackio") in summary
 
 
 def test_metrics_come_incrementally_with_a_cursor(api):
     job = _job(api)
-    api.store.report(job.id, [(1, 0.0, {"loss": 1.0}), (2, 0.0, {"loss": 0.9})], None, [])
-    first = api.metrics_since(job.id)
+    api.core.store.report(job.id, [(1, 0.0, {"loss": 1.0}), (2, 0.0, {"loss": 0.9})], None, [])
+    first = api.jobs.metrics_since(job.id)
     assert [r["loss"] for r in first.rows] == [1.0, 0.9]
-    assert api.metrics_since(job.id, first.cursor).rows == []  # nothing new: the cursor stays
-    assert api.metrics_since(job.id, first.cursor).cursor == first.cursor
-    api.store.report(job.id, [(3, 0.0, {"loss": 0.8})], None, [])
-    later = api.metrics_since(job.id, first.cursor)
+    assert api.jobs.metrics_since(job.id, first.cursor).rows == []  # nothing new: the cursor stays
+    assert api.jobs.metrics_since(job.id, first.cursor).cursor == first.cursor
+    api.core.store.report(job.id, [(3, 0.0, {"loss": 0.8})], None, [])
+    later = api.jobs.metrics_since(job.id, first.cursor)
     assert [r["step"] for r in later.rows] == [3] and later.cursor > first.cursor
     with pytest.raises(JobNotFound):
-        api.metrics_since(job.id, 0, User("someone-else"))
+        api.jobs.metrics_since(job.id, 0, User("someone-else"))
 
 
 def test_every_metric_the_method_table_monitors_has_a_plot_and_every_method_a_loss_unit():
@@ -348,8 +348,8 @@ def _grpo_job(api: StudioAPI):
 
 def test_a_success_that_learned_nothing_says_so_in_the_heading_the_table_and_the_picker(api):
     job = _grpo_job(api)
-    assert api.store.claim_next().id == job.id
-    api.store.merge_artifacts(
+    assert api.core.store.claim_next().id == job.id
+    api.core.store.merge_artifacts(
         job.id,
         signal={
             "warning": NO_SIGNAL_WARNING,
@@ -359,8 +359,8 @@ def test_a_success_that_learned_nothing_says_so_in_the_heading_the_table_and_the
             "steps_with_signal": 0,
         },
     )
-    api.store.finish(job.id, JobStatus.succeeded, artifacts={"learning": NO_SIGNAL})
-    job = api.get_job(job.id)
+    api.core.store.finish(job.id, JobStatus.succeeded, artifacts={"learning": NO_SIGNAL})
+    job = api.jobs.get_job(job.id)
     summary = job_views.summary_markdown(api, job)
     heading, verdict, warning, *_ = summary.split("\n\n")
     assert f"**{job.id}** · succeeded - learned nothing · GRPO of" in heading

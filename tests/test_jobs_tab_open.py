@@ -30,9 +30,9 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
         (deps,) = [d for d in show if d.get("api_name") == "refresh_jobs"]
         components = {c["id"]: c.get("props", {}).get("elem_id") for c in demo.config["components"]}
         names = [components[i] for i in deps["outputs"]]
-        job = api.store.add(parse_spec(tiny_spec(training={"max_steps": 100})))
-        api.store.claim_next()
-        api.store.report(job.id, [(1, time.time(), {"loss": 2.0})], {"step": 1, "total_steps": 100})
+        job = api.core.store.add(parse_spec(tiny_spec(training={"max_steps": 100})))
+        api.core.store.claim_next()
+        api.core.store.report(job.id, [(1, time.time(), {"loss": 2.0})], {"step": 1, "total_steps": 100})
 
         clock = [1000.0]
         monkeypatch.setattr(jobs_tab.time, "monotonic", lambda: clock[0])
@@ -40,7 +40,7 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
         seen = first[-1]
         assert first[names.index("plot-main")] != gr.skip() and first[names.index("job-summary")] != gr.skip()
 
-        api.store.report(job.id, [(2, time.time(), {"loss": 1.5})], {"step": 2, "total_steps": 100})
+        api.core.store.report(job.id, [(2, time.time(), {"loss": 1.5})], {"step": 2, "total_steps": 100})
         clock[0] += jobs_tab.REFRESH_S
         second = tick(job.id, seen)
         sent = {n for n, v in zip(names, second) if not (isinstance(v, dict) and v == gr.skip())}

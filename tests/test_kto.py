@@ -138,12 +138,12 @@ def test_thumbs_from_the_chat_become_a_kto_dataset_that_trains(paths, store):
     from backend.api import StudioAPI
 
     api = StudioAPI(paths.root, scheduler="none")
-    thumbs = api.thumb_log()
+    thumbs = api.chat.thumb_log()
     for i in range(6):
         question = {"role": "user", "content": f"What is {i} + {i}?"}
         thumbs.record_turn([question, {"role": "assistant", "content": f"{2 * i}."}], "", True, "tuned", "job-a")
         thumbs.record_turn([question, {"role": "assistant", "content": "No idea."}], "", False, "base", "job-a")
-    exported = api.export_preferences(format="kto")
+    exported = api.chat.export_preferences(format="kto")
     rows = [json.loads(line) for line in exported.read_text().splitlines()]
     assert len(rows) == 12 and {r["label"] for r in rows} == {True, False}
 

@@ -55,8 +55,8 @@ def test_a_pooled_worker_trains_is_cancelled_and_frees_its_slot_as_a_fresh_one_d
 ):
     pool_pid = pool_request(pool_socket, {"op": "describe"})["pid"]
     api = StudioAPI(paths.root, scheduler="none")
-    long_job = api.submit(tiny_spec(**LONG)).job
-    short_job = api.submit(tiny_spec()).job
+    long_job = api.jobs.submit(tiny_spec(**LONG)).job
+    short_job = api.jobs.submit(tiny_spec()).job
     scheduler_factory(launcher=_pooled_launcher(pool_socket))
     wait_for(lambda: store.get(long_job.id).progress.get("step", 0) >= 1, 120, what="the pooled worker to train")
     pid = store.get(long_job.id).pid
@@ -64,7 +64,7 @@ def test_a_pooled_worker_trains_is_cancelled_and_frees_its_slot_as_a_fresh_one_d
     assert _parent_and_name(pid) == (pool_pid, worker_comm(long_job.id))
     assert os.getpgid(pid) == pid
     assert worker_alive(pid, long_job.id) and not worker_alive(pid, short_job.id)
-    assert api.cancel(long_job.id) is JobStatus.running
+    assert api.jobs.cancel(long_job.id) is JobStatus.running
     done = wait_status(store, long_job.id, FINAL, timeout=60)
     assert done.status is JobStatus.cancelled and done.cancelled_at_step >= 1
     wait_for(lambda: not worker_alive(pid, long_job.id), 30, what="the cancelled worker to exit")
@@ -80,7 +80,7 @@ def test_a_killed_pooled_worker_ends_its_job_with_the_sentence_a_fresh_one_gets(
     paths, store, scheduler_factory, pool_socket
 ):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(**LONG)).job
+    job = api.jobs.submit(tiny_spec(**LONG)).job
     scheduler_factory(launcher=_pooled_launcher(pool_socket))
     wait_for(lambda: store.get(job.id).progress.get("step", 0) >= 1, 120, what="the pooled worker to train")
     os.killpg(store.get(job.id).pid, signal.SIGKILL)
@@ -208,7 +208,7 @@ def test_with_preimported_workers_the_scheduler_runs_its_own_pool_and_stops_it(p
         assert isinstance(launcher, PoolLauncher) and launcher._own is not None
         pool_pid = launcher._own.pid
         wait_for(lambda: os.path.exists(launcher.socket_path), 180, what="the scheduler's pool to be ready")
-        job = StudioAPI(paths.root, scheduler="none").submit(tiny_spec()).job
+        job = StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec()).job
         scheduler.notify()
         done = wait_status(store, job.id, FINAL)
         assert done.status is JobStatus.succeeded, done.error

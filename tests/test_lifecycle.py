@@ -42,8 +42,8 @@ def _gone(pid):
 
 def test_cancel_queued_job_never_starts(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec()).job
-    assert api.cancel(job.id) is JobStatus.cancelled
+    job = api.jobs.submit(tiny_spec()).job
+    assert api.jobs.cancel(job.id) is JobStatus.cancelled
     scheduler_factory()
     time.sleep(1.0)
     got = store.get(job.id)
@@ -53,12 +53,12 @@ def test_cancel_queued_job_never_starts(paths, store, scheduler_factory):
 
 def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    long_job = api.submit(tiny_spec(**LONG)).job
-    next_job = api.submit(tiny_spec()).job
+    long_job = api.jobs.submit(tiny_spec(**LONG)).job
+    next_job = api.jobs.submit(tiny_spec()).job
     scheduler_factory()
     _wait_training(store, long_job.id)
     pid = store.get(long_job.id).pid
-    assert api.cancel(long_job.id) is JobStatus.running
+    assert api.jobs.cancel(long_job.id) is JobStatus.running
     done = wait_status(store, long_job.id, FINAL, timeout=60)
     # A cancel is not an error: the UI reads "Cancelled at step N" from the step kept with it.
     assert done.status is JobStatus.cancelled and done.error is None
@@ -70,7 +70,7 @@ def test_cancel_running_job_stops_it_frees_its_process_and_next_job_runs(paths, 
 
 def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, store, scheduler_factory, fresh_workers):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(**LONG)).job
+    job = api.jobs.submit(tiny_spec(**LONG)).job
     scheduler_factory(cancel_grace_s=1.0)
     # Cancel once the worker handles SIGTERM but is still loading: it cannot reach a training step within 1 s.
     wait_for(lambda: paths.job_log(job.id).exists() and "SFT of" in paths.job_log(job.id).read_text(), 60)
@@ -79,7 +79,7 @@ def test_worker_that_ignores_the_stop_is_killed_after_the_grace_period(paths, st
     # warm machine a running worker could otherwise reach its own pre-training cancel check within the 1 s grace.
     os.kill(pid, signal.SIGSTOP)
     started = time.monotonic()
-    api.cancel(job.id)
+    api.jobs.cancel(job.id)
     done = wait_status(store, job.id, FINAL, timeout=30)
     assert done.status is JobStatus.cancelled and done.error is None
     assert "killed after the grace period" in (done.artifacts.cancel_note or ""), done.artifacts
@@ -93,8 +93,8 @@ def test_crashing_worker_fails_with_cause_and_log_tail_and_queue_moves_on(
     model_copy = tmp_path / "model"
     shutil.copytree(demo_model_path, model_copy)
     api = StudioAPI(paths.root, scheduler="none")
-    bad = api.submit(tiny_spec(model={"name_or_path": str(model_copy)})).job
-    good = api.submit(tiny_spec()).job
+    bad = api.jobs.submit(tiny_spec(model={"name_or_path": str(model_copy)})).job
+    good = api.jobs.submit(tiny_spec()).job
     (model_copy / "model.safetensors").unlink()  # breaks after pre-flight: a real exception inside the worker
     scheduler_factory()
     failed = wait_status(store, bad.id, FINAL)
@@ -129,8 +129,8 @@ def test_out_of_memory_job_fails_clearly_and_the_next_job_runs(
     huge = _oversized_model(tmp_path / "huge", demo_model_path)
     monkeypatch.setenv("STUDIO_WORKER_MEMORY_LIMIT_MB", "3500")  # the demo job peaks near 2.6 GB of address space
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(model={"name_or_path": str(huge)})).job
-    follower = api.submit(tiny_spec()).job
+    job = api.jobs.submit(tiny_spec(model={"name_or_path": str(huge)})).job
+    follower = api.jobs.submit(tiny_spec()).job
     scheduler_factory()
     failed = wait_status(store, job.id, FINAL)
     assert failed.status is JobStatus.failed
@@ -164,8 +164,8 @@ def test_app_killed_with_its_worker_restart_marks_interrupted_and_queue_proceeds
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
-        running = api.submit(tiny_spec(**LONG)).job
-        queued = api.submit(tiny_spec()).job
+        running = api.jobs.submit(tiny_spec(**LONG)).job
+        queued = api.jobs.submit(tiny_spec()).job
         _wait_training(store, running.id)
         worker_pid = store.get(running.id).pid
         os.kill(worker_pid, signal.SIGKILL)  # the machine goes down: app and worker both die
@@ -187,7 +187,7 @@ def test_app_killed_while_worker_lives_restart_adopts_the_worker(paths, store, s
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
-        job = api.submit(tiny_spec(training={"max_steps": 150, "save_steps": 1000})).job
+        job = api.jobs.submit(tiny_spec(training={"max_steps": 150, "save_steps": 1000})).job
         _wait_training(store, job.id)
     finally:
         _kill_group(app)  # the worker has its own session: it keeps training
@@ -203,7 +203,7 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
-        job = api.submit(tiny_spec(training={"max_steps": RESUME_STEPS, "save_steps": 5})).job
+        job = api.jobs.submit(tiny_spec(training={"max_steps": RESUME_STEPS, "save_steps": 5})).job
         wait_for(lambda: any(paths.job_output(job.id).glob("checkpoint-*/trainer_state.json")), 120, what="checkpoint")
         pid = store.get(job.id).pid
         os.killpg(pid, signal.SIGKILL)
@@ -211,14 +211,14 @@ def test_resume_continues_from_the_last_checkpoint(paths, store, scheduler_facto
         _kill_group(app)
     scheduler_factory()
     assert wait_status(store, job.id, FINAL, timeout=30).status is JobStatus.interrupted
-    last_id_before = max((m["id"] for m in api.metrics(job.id)), default=0)
-    api.resume(job.id)
+    last_id_before = max((m["id"] for m in api.jobs.metrics(job.id)), default=0)
+    api.jobs.resume(job.id)
     done = wait_status(store, job.id, FINAL)
     assert done.status is JobStatus.succeeded and done.attempts == 2
     resumed_from = done.artifacts.resumed_from
     checkpoint_step = int(resumed_from.rsplit("-", 1)[1])
     assert checkpoint_step >= 5 and checkpoint_step % 5 == 0
-    metrics = api.metrics(job.id)
+    metrics = api.jobs.metrics(job.id)
     resumed_steps = [m["step"] for m in metrics if m["id"] > last_id_before and "loss" in m]
     assert resumed_steps == list(range(checkpoint_step + 1, RESUME_STEPS + 1)), (
         "training continues after the checkpoint"
@@ -233,14 +233,14 @@ def _stop_after_first_checkpoint(paths, store, sched, api, how):
     """Run a 30-step job until its first checkpoint, then end it ``how`` ("cancel": by request; "kill": SIGKILL of
     the worker, which the live scheduler records as failed). The worker is frozen (SIGSTOP) meanwhile, so training
     cannot finish first."""
-    job = api.submit(tiny_spec(training={"max_steps": 30, "save_steps": 2})).job
+    job = api.jobs.submit(tiny_spec(training={"max_steps": 30, "save_steps": 2})).job
     wait_for(lambda: any(paths.job_output(job.id).glob("checkpoint-*/trainer_state.json")), 120, what="checkpoint")
     pid = store.get(job.id).pid
     os.killpg(pid, signal.SIGSTOP)
     if how == "kill":
         os.killpg(pid, signal.SIGKILL)
     else:
-        api.cancel(job.id)
+        api.jobs.cancel(job.id)
         wait_for(lambda: sched._running[job.id].term_sent_at is not None, 10, what="the stop request to be sent")
         os.killpg(pid, signal.SIGCONT)
     return wait_status(store, job.id, FINAL, timeout=60)
@@ -258,13 +258,13 @@ def test_a_cancelled_or_failed_job_with_a_checkpoint_resumes_and_finishes(
         assert stopped.error is None and stopped.cancelled_at_step >= 2
     else:
         assert "killed" in stopped.error
-    assert api.resumable(stopped) and api.resume_refusal(stopped) is None
-    api.resume(stopped.id)
+    assert api.jobs.resumable(stopped) and api.jobs.resume_refusal(stopped) is None
+    api.jobs.resume(stopped.id)
     done = wait_status(store, stopped.id, FINAL)
     assert done.status is JobStatus.succeeded and done.attempts == 2
     assert done.error is None and done.artifacts.cancelled_at_step is None, "the first attempt's ending is gone"
     assert int(done.artifacts.resumed_from.rsplit("-", 1)[1]) >= 2
-    assert done.progress["step"] == 30 and not api.resumable(done)
+    assert done.progress["step"] == 30 and not api.jobs.resumable(done)
 
 
 def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_order(paths, store, scheduler_factory):
@@ -274,7 +274,7 @@ def test_simultaneous_submissions_from_two_owners_are_both_stored_and_run_in_ord
     def submit(owner):
         api = StudioAPI(paths.root, scheduler="none")
         barrier.wait()
-        results[owner] = api.submit(tiny_spec(), owner=owner).job
+        results[owner] = api.jobs.submit(tiny_spec(), owner=owner).job
 
     threads = [threading.Thread(target=submit, args=(o,)) for o in ("alice", "bob")]
     [t.start() for t in threads]

@@ -127,11 +127,11 @@ def test_a_full_weights_parent_has_no_adapter_to_continue(store, adapter):
 
 def test_the_facade_reads_the_parent_row_once(paths, adapter, monkeypatch):
     api = StudioAPI(paths.root, scheduler="none")
-    parent = _job(api.store, JobStatus.succeeded, adapter)
+    parent = _job(api.core.store, JobStatus.succeeded, adapter)
     reads = []
-    real_get = api.store.get
-    monkeypatch.setattr(api.store, "get", lambda job_id: reads.append(job_id) or real_get(job_id))
-    lineage = api._prepare_lineage(_child(parent.id), user=ALICE)
+    real_get = api.core.store.get
+    monkeypatch.setattr(api.core.store, "get", lambda job_id: reads.append(job_id) or real_get(job_id))
+    lineage = api.core.prepare_lineage(_child(parent.id), user=ALICE)
     assert lineage.adapter() == adapter and reads == [parent.id]
 
 

@@ -265,7 +265,7 @@ def test_on_a_cpu_4bit_is_never_advised(paths):
     from backend.platform.hardware import detect_device
 
     if detect_device().kind == "cpu":  # this machine's own Check result
-        _, text = StudioAPI(paths.root, scheduler="none").check(tiny_spec())
+        _, text = StudioAPI(paths.root, scheduler="none").jobs.check(tiny_spec())
         assert "To need less:" in text and "4-bit" not in text
 
 

@@ -27,11 +27,11 @@ def api(paths):
 # --- the Queue result -----------------------------------------------------------------------------------------
 def test_queued_says_starting_now_only_when_a_worker_is_free(api, monkeypatch):
     monkeypatch.setenv("STUDIO_MAX_CONCURRENT_JOBS", "1")
-    first = api.submit(tiny_spec())
+    first = api.jobs.submit(tiny_spec())
     assert first.free_workers == 1 and queue_place(first.queue_position, first.free_workers) == "starting now"
-    assert api.store.claim_next().id == first.job.id  # it runs now, in the only worker
-    second = api.submit(tiny_spec())
-    third = api.submit(tiny_spec())
+    assert api.core.store.claim_next().id == first.job.id  # it runs now, in the only worker
+    second = api.jobs.submit(tiny_spec())
+    third = api.jobs.submit(tiny_spec())
     assert second.queue_position == 1 and second.free_workers == 0
     assert queue_place(second.queue_position, second.free_workers) == "next in the queue"
     assert queue_place(third.queue_position, third.free_workers) == "place 2 in the queue"
@@ -85,10 +85,10 @@ def test_the_jobs_tab_shows_a_stored_warning_in_the_forms_words_as_check_did(api
     """Issue 37: Check said the warning in field labels, but the job's summary still showed the spec path."""
     from components.job_views import summary_markdown
 
-    job = api.store.add(parse_spec(tiny_spec()))
+    job = api.core.store.add(parse_spec(tiny_spec()))
     said = "rollout.max_completion_length (24) is below a typical episode; raise it to at least 96"
-    api.store.merge_artifacts(job.id, preflight_warnings=[said, "memory is tight"])
-    summary = summary_markdown(api, api.get_job(job.id), [])
+    api.core.store.merge_artifacts(job.id, preflight_warnings=[said, "memory is tight"])
+    summary = summary_markdown(api, api.jobs.get_job(job.id), [])
     assert "⚠️ Max completion length (24) is below a typical episode" in summary, summary
     assert "(`rollout.max_completion_length`)" in summary and "⚠️ memory is tight" in summary
 
@@ -96,24 +96,24 @@ def test_the_jobs_tab_shows_a_stored_warning_in_the_forms_words_as_check_did(api
 # --- a push to the Hub that cannot happen -------------------------------------------------------------------------
 def test_check_warns_about_a_push_with_no_token_or_no_hub(api):
     pushing = tiny_spec(output={"push_to_hub": True, "hub_repo_id": "you/run"})
-    warnings, _ = api.check(pushing, user=User("local", token=None))  # conftest sets HF_HUB_OFFLINE
+    warnings, _ = api.jobs.check(pushing, user=User("local", token=None))  # conftest sets HF_HUB_OFFLINE
     pushes = [w for w in warnings if w.startswith("output.push_to_hub: ")]
     assert any("no Hugging Face token" in w for w in pushes), warnings
     assert any("the Hub is not reachable from this machine (HF_HUB_OFFLINE is set)" in w for w in pushes), warnings
     assert labelled_warning(pushes[0]).startswith("Push to the Hub when done: ")
-    quiet, _ = api.check(tiny_spec(), user=User("local", token=None))
+    quiet, _ = api.jobs.check(tiny_spec(), user=User("local", token=None))
     assert not any("push_to_hub" in w for w in quiet)
 
 
 def test_the_hub_offline_refusal_suggests_the_arithmetic_demo_model(api):
     with pytest.raises(SpecError) as refused:
-        api.check(tiny_spec(model={"name_or_path": "nobody/does-not-exist"}))
+        api.jobs.check(tiny_spec(model={"name_or_path": "nobody/does-not-exist"}))
     assert "pick a local folder or builtin:tiny-qwen3-arith" in str(refused.value)
 
 
 # --- the CLI ----------------------------------------------------------------------------------------------------
 def test_cli_output_into_a_closed_pipe_ends_quietly(api, data_dir):
-    job = api.submit(tiny_spec()).job
+    job = api.jobs.submit(tiny_spec()).job
     read, write = os.pipe()
     os.close(read)  # the reader went away, as head does after its lines
     try:
@@ -173,7 +173,7 @@ def _dpo_form_on_upload(api, tmp_path, rows: int, user: User) -> dict:
             for i in range(rows)
         )
     )
-    upload_id, _ = api.upload_dataset(path, path.name, "dpo", user)
+    upload_id, _ = api.datasets.upload_dataset(path, path.name, "dpo", user)
     values = {**FIELDS, "base_model": ARITH_MODEL_ID, "method": "dpo"}
     values.update(recipe_updates(values, (ARITH_MODEL_ID, FIELDS["method"]), (ARITH_MODEL_ID, "dpo")))
     assert values["holdout_rows"] == 128, "the DPO recipe's own count, measured on arith-preferences"
@@ -185,14 +185,14 @@ def test_dpo_on_a_one_row_upload_says_so_at_held_out_rows(api, tmp_path):
 
     user = User("local")
     values = _dpo_form_on_upload(api, tmp_path, 1, user)
-    warnings, _ = api.check(form_to_spec(values), user=user)  # not refused: the recipe's 128 was not the user's
+    warnings, _ = api.jobs.check(form_to_spec(values), user=user)  # not refused: the recipe's 128 was not the user's
     at = field_warnings(warnings, FORM_FIELDS)
     assert list(at) == ["holdout_rows"], warnings
     [said] = at["holdout_rows"]
     assert said.startswith("Held-out rows: the dataset has 1 row, too few to hold any out"), said
     # A count the user typed is theirs: too many is refused at the field, saying what to set.
     with pytest.raises(SpecError) as refused:
-        api.check(form_to_spec({**values, "holdout_rows": 5}), user=user)
+        api.jobs.check(form_to_spec({**values, "holdout_rows": 5}), user=user)
     at, rest = field_problems(refused.value.problems, values, FORM_FIELDS)
     assert rest == [] and list(at) == ["holdout_rows"], refused.value.problems
     assert at["holdout_rows"] == [
@@ -207,7 +207,7 @@ def test_a_thousand_row_upload_holds_out_a_tenth(api, tmp_path):
     user = User("local")
     spec = form_to_spec(_dpo_form_on_upload(api, tmp_path, 1000, user))
     assert spec["eval"]["holdout_rows"] == "auto"
-    warnings, _ = api.check(spec, user=user)
+    warnings, _ = api.jobs.check(spec, user=user)
     assert not any("holdout" in w for w in warnings), warnings
     assert holdout_size(1000, 0.0, parse_spec(spec).eval.holdout_rows) == 100
     # On the recipe's own dataset the recipe's count stands.

@@ -129,7 +129,7 @@ def test_rloo_takes_the_same_rollout_trains_the_adapter_only_and_keeps_completio
 @pytest.mark.slow
 def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    sft = api.submit(tiny_spec()).job
+    sft = api.jobs.submit(tiny_spec()).job
     scheduler_factory()
     sft_done = wait_status(store, sft.id, FINAL)
     assert sft_done.status is JobStatus.succeeded, sft_done.error
@@ -146,7 +146,7 @@ def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, sto
         live = name.replace(".weight", ".default.weight")
         assert torch.equal(start[live].detach().cpu(), tensor), name
 
-    dpo = api.submit(tiny_spec(**DPO, model={"parent_job_id": sft.id})).job
+    dpo = api.jobs.submit(tiny_spec(**DPO, model={"parent_job_id": sft.id})).job
     dpo_done = wait_status(store, dpo.id, FINAL)
     assert dpo_done.status is JobStatus.succeeded, dpo_done.error
     assert dpo_done.artifacts.parent_job_id == sft.id
@@ -158,7 +158,7 @@ def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, sto
 @pytest.mark.slow
 def test_sft_before_after_evaluation_shows_the_tuned_model_fits_held_out_chats_better(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(
+    job = api.jobs.submit(
         tiny_spec(
             training={"max_steps": 40, "learning_rate": 3e-3, "batch_size": 8, "save_steps": 100},
             eval={"holdout_rows": 8},
@@ -201,11 +201,11 @@ def test_dpo_and_grpo_evaluations_score_base_and_tuned(paths, store):
 
 def _refused(paths, spec, fragment):
     api = StudioAPI(paths.root, scheduler="none")
-    before = len(api.list_jobs())
+    before = len(api.jobs.list_jobs())
     with pytest.raises(SpecError) as err:
-        api.submit(spec)
+        api.jobs.submit(spec)
     assert fragment in str(err.value), str(err.value)
-    assert len(api.list_jobs()) == before, "a refused job must not be stored"
+    assert len(api.jobs.list_jobs()) == before, "a refused job must not be stored"
 
 
 @pytest.mark.parametrize(

@@ -53,17 +53,17 @@ def test_warm_up_then_grpo_by_url_calls_the_real_environment_and_logs_its_reward
     (root / "models").symlink_to(models_dir, target_is_directory=True)
     api = StudioAPI(root, scheduler="thread", poll_interval=0.1, max_concurrent=2)
     try:
-        warm = api.warm_up(spec, rows=16, steps=120)
+        warm = api.environments.warm_up(spec, rows=16, steps=120)
         assert re.fullmatch(
             r"\d+ demonstration episodes of \w+ kept: (the \d+ of 16 the environment rewarded|none earned a reward.*)",
             warm.demonstrations,
         )
-        sft = wait_status(api.store, warm.sft.job.id, FINAL, timeout=400)
+        sft = wait_status(api.core.store, warm.sft.job.id, FINAL, timeout=400)
         assert sft.status is JobStatus.succeeded, sft.error
-        grpo = wait_status(api.store, warm.grpo.job.id, FINAL, timeout=400)
+        grpo = wait_status(api.core.store, warm.grpo.job.id, FINAL, timeout=400)
         assert grpo.status is JobStatus.succeeded, grpo.error
 
-        rows = api.metrics(grpo.id)
+        rows = api.jobs.metrics(grpo.id)
         calls = [r["tools/call_frequency"] for r in rows if "tools/call_frequency" in r]
         assert calls and max(calls) > 0, f"no tool call of the model reached the environment: {calls}"
         reward_keys = {k for r in rows for k in r if re.fullmatch(r"rewards/[A-Za-z]\w*/mean", k)}
@@ -73,7 +73,7 @@ def test_warm_up_then_grpo_by_url_calls_the_real_environment_and_logs_its_reward
         assert sum(column in r for r in rows) == 2, "the environment's reward is logged every step"
 
         # The warmed-up adapter, played once: its call is parsed and the environment's answer comes back.
-        episode = api.dry_run(spec | {"model": {**spec["model"], "parent_job_id": sft.id}}, row=0, seed=0)
+        episode = api.environments.dry_run(spec | {"model": {**spec["model"], "parent_job_id": sft.id}}, row=0, seed=0)
         calls = [m for m in episode.turns if m.get("tool_calls")]
         answers = [m for m in episode.turns if m["role"] == "tool"]
         assert calls and answers, episode.transcript()

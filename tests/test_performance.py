@@ -123,7 +123,7 @@ def check_the_figures_of_a_finished_sft_job(api, done, demo_model_path):
     tests/test_sft_training.py, which runs that job once for both."""
     from transformers import AutoConfig
 
-    metrics = api.metrics(done.id)
+    metrics = api.jobs.metrics(done.id)
     logged = _assert_figures_on_every_training_row(metrics)
     assert [m["step"] for m in logged] == [1, 2, 3, 4]
 

@@ -16,12 +16,12 @@ def api(paths):
 
 def _refused(api, spec, *fragments):
     with pytest.raises(SpecError) as err:
-        api.submit(spec)
+        api.jobs.submit(spec)
     text = str(err.value)
     for fragment in fragments:
         assert fragment in text, text
-    assert api.list_jobs() == [], "a refused job must not be stored"
-    assert not any((api.paths.root / "jobs").iterdir())
+    assert api.jobs.list_jobs() == [], "a refused job must not be stored"
+    assert not any((api.core.paths.root / "jobs").iterdir())
     return text
 
 
@@ -55,7 +55,7 @@ out = []
 for spec in ({"method": "sft", "model": {"name_or_path": "nobody/does-not-exist"}},
              {"method": "sft", "model": {"name_or_path": "builtin:tiny-qwen3"},
               "dataset": {"source": "hub", "name": "nobody/no-data"}}):
-    for call in (api.check, api.submit):
+    for call in (api.jobs.check, api.jobs.submit):
         started = time.monotonic()
         try:
             call(spec)
@@ -98,7 +98,7 @@ def test_hub_lookups_without_a_hub_fail_at_once_saying_so(paths, env):
         assert result["seconds"] < 2 and result["message"] and "dataset.name" in result["message"], result
     if "HF_ENDPOINT" in env:
         assert "the Hub is not reachable from this machine" in data_check["message"]
-    assert StudioAPI(paths.root, scheduler="none").list_jobs() == []
+    assert StudioAPI(paths.root, scheduler="none").jobs.list_jobs() == []
 
 
 def test_any_http_answer_means_the_hub_is_reachable(monkeypatch):
@@ -167,25 +167,25 @@ def test_model_and_data_problems_are_reported_together(api, tmp_path):
 
 
 def test_a_good_spec_is_queued_with_its_position(api):
-    first = api.submit(tiny_spec())
-    second = api.submit(tiny_spec(), owner="bob")
+    first = api.jobs.submit(tiny_spec())
+    second = api.jobs.submit(tiny_spec(), owner="bob")
     assert first.queue_position == 1 and second.queue_position == 2
-    assert second.job.owner == "bob" and [j.id for j in api.list_jobs()] == [first.job.id, second.job.id]
+    assert second.job.owner == "bob" and [j.id for j in api.jobs.list_jobs()] == [first.job.id, second.job.id]
 
 
 def test_truncation_and_memory_advice_is_returned_and_kept_with_the_job(api):
-    cut = api.submit(tiny_spec(training={"max_length": 16}))
+    cut = api.jobs.submit(tiny_spec(training={"max_length": 16}))
     assert any("longer than training.max_length (16 tokens)" in w for w in cut.warnings)
-    assert api.get_job(cut.job.id).artifacts.preflight_warnings == cut.warnings
+    assert api.jobs.get_job(cut.job.id).artifacts.preflight_warnings == cut.warnings
     # Packed, every sequence fills max_length (short rows alone would not: the estimate counts their real length).
-    huge = api.submit(
+    huge = api.jobs.submit(
         tiny_spec(lora={"enabled": False}, training={"batch_size": 1024, "max_length": 100000}, sft={"packing": True})
     )
     from backend.platform.hardware import detect_device
 
     on_gpu = detect_device().kind == "cuda"  # 4-bit loading is advised only where it helps
     assert any(w.startswith("Estimated") and "enable LoRA" in w and ("4-bit" in w) == on_gpu for w in huge.warnings)
-    assert api.submit(tiny_spec()).warnings == []
+    assert api.jobs.submit(tiny_spec()).warnings == []
 
 
 def test_chat_data_on_a_model_without_chat_template_is_refused(api, demo_model_path, tmp_path):
@@ -201,13 +201,13 @@ def test_chat_data_on_a_model_without_chat_template_is_refused(api, demo_model_p
 
 
 def test_facade_preview_renders_through_the_chat_template(api):
-    preview = api.preview(tiny_spec(), rows=2)
+    preview = api.datasets.preview(tiny_spec(), rows=2)
     assert preview.format == "conversational" and len(preview.rows) == 2
     assert "<|im_start|>user" in preview.rows[0].rendered and preview.rows[0].n_tokens > 0
 
 
 def test_facade_reward_bench_scores_typed_completions(api):
-    scored = api.score_rewards(
+    scored = api.datasets.score_rewards(
         [{"name": "exact_match", "column": "answer", "weight": 2.0}, {"name": "length", "target_length": 1}],
         ["Paris", "I think it is Lyon"],
         row={"answer": "paris"},
@@ -215,7 +215,7 @@ def test_facade_reward_bench_scores_typed_completions(api):
     assert [s["scores"]["exact_match"] for s in scored] == [1.0, 0.0]
     assert scored[0]["total"] == 3.0
     with pytest.raises(SpecError, match="answer"):
-        api.score_rewards([{"name": "exact_match", "column": "answer"}], ["x"], row={})
+        api.datasets.score_rewards([{"name": "exact_match", "column": "answer"}], ["x"], row={})
 
 
 def test_hold_out_that_leaves_nothing_to_train_on_is_refused_at_submit(api):
@@ -250,7 +250,7 @@ def test_a_dataset_smaller_than_a_batch_or_a_few_steps_is_warned_about_for_every
     }
     for method, (dataset, said) in cases.items():
         spec = tiny_spec(method=method, dataset=dataset, training={"max_steps": 30}, eval={"holdout_fraction": 0})
-        warnings, _ = api.check(spec)
+        warnings, _ = api.jobs.check(spec)
         tiny = [w for w in warnings if w.startswith("the dataset has")]
         assert len(tiny) == 1 and said in tiny[0] and "30 steps go over it" in tiny[0], (method, warnings)
     # GRPO counts prompts: a batch of 8 completions in groups of 4 is 2 prompts a step.
@@ -262,6 +262,6 @@ def test_a_dataset_smaller_than_a_batch_or_a_few_steps_is_warned_about_for_every
         training={"batch_size": 8, "max_steps": 30},
         eval={"holdout_fraction": 0},
     )
-    assert any("5 rows to train on, fewer than 3 steps' worth (2 rows per step)" in w for w in api.check(grpo)[0])
+    assert any("5 rows to train on, fewer than 3 steps' worth (2 rows per step)" in w for w in api.jobs.check(grpo)[0])
     many = tiny_spec(dataset=data("many.jsonl", chats * 2), eval={"holdout_fraction": 0})  # 8 rows, 2 a step: enough
-    assert not [w for w in api.check(many)[0] if w.startswith("the dataset has")]
+    assert not [w for w in api.jobs.check(many)[0] if w.startswith("the dataset has")]

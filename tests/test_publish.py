@@ -53,14 +53,14 @@ def trained(tmp_path_factory, models_dir):
     (root / "models").symlink_to(models_dir, target_is_directory=True)
     paths = DataPaths(root).ensure()
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(output={"run_name": "tiny chat sft"})).job
+    job = api.jobs.submit(tiny_spec(output={"run_name": "tiny chat sft"})).job
     scheduler = Scheduler(paths, poll_interval=0.1).start()
     try:
-        done = wait_status(api.store, job.id, {JobStatus.succeeded, JobStatus.failed})
+        done = wait_status(api.core.store, job.id, {JobStatus.succeeded, JobStatus.failed})
     finally:
         scheduler.stop()
     assert done.status is JobStatus.succeeded, done.error
-    return paths, api.store, done
+    return paths, api.core.store, done
 
 
 @pytest.fixture()

@@ -52,7 +52,7 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
 
 def test_num_gpus_beyond_the_machine_is_refused_at_submit(paths):
     with pytest.raises(SpecError, match="asks for 2 GPUs and this machine has 0"):
-        StudioAPI(paths.root, scheduler="none").submit(tiny_spec(training={"num_gpus": 2}))
+        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_gpus": 2}))
 
 
 def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):
@@ -87,8 +87,8 @@ def test_zero_gpu_refuses_training_with_the_reason_and_chat_still_works(paths, m
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     api = StudioAPI(paths.root, scheduler="none")
     with pytest.raises(SpecError, match="ZeroGPU") as err:
-        api.submit(tiny_spec())
-    assert "Duplicate the Space" in str(err.value) and api.list_jobs() == []
+        api.jobs.submit(tiny_spec())
+    assert "Duplicate the Space" in str(err.value) and api.jobs.list_jobs() == []
 
 
 def test_space_notices(monkeypatch):

@@ -74,7 +74,7 @@ def test_a_full_disk_is_named_with_the_path_and_what_to_do():
 def test_an_exception_in_a_tick_is_survived_and_the_next_job_runs(paths, store, scheduler_factory, monkeypatch):
     _fail_once(monkeypatch, RuntimeError("injected store failure"))
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec()).job
+    job = api.jobs.submit(tiny_spec()).job
     sched = scheduler_factory()
     started = wait_for(lambda: (j := store.get(job.id)).pid and j, 30, what="the job to start after the failed tick")
     assert started.status is JobStatus.running and worker_alive(started.pid, job.id)
@@ -103,7 +103,7 @@ def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_sp
     with tmpfs(jobs_dir, "64m"):
         filler = fill(jobs_dir)
         api = StudioAPI(paths.root, scheduler="none")
-        doomed = api.submit(tiny_spec()).job
+        doomed = api.jobs.submit(tiny_spec()).job
         sched = scheduler_factory()
         failed = wait_status(store, doomed.id, FINAL, timeout=30)
         assert failed.status is JobStatus.failed
@@ -113,7 +113,7 @@ def test_a_full_disk_fails_the_job_being_launched_and_the_queue_recovers_once_sp
         health = sched.health()
         assert health.alive and "a scheduler tick failed: the data disk is full" in health.last_error
         filler.unlink()
-        after = api.submit(tiny_spec()).job
+        after = api.jobs.submit(tiny_spec()).job
         assert wait_status(store, after.id, FINAL).status is JobStatus.succeeded
         assert sched.health().ok
 
@@ -128,16 +128,16 @@ def test_a_disk_that_fills_up_mid_job_fails_it_within_30_s_while_reads_still_ans
         (root / "models").symlink_to(models_dir, target_is_directory=True)
         api = StudioAPI(root, scheduler="thread", poll_interval=0.2)
         try:
-            doomed = api.submit(tiny_spec(**LONG)).job
-            wait_for(lambda: api.metrics(doomed.id), 120, what="the first training step")
+            doomed = api.jobs.submit(tiny_spec(**LONG)).job
+            wait_for(lambda: api.jobs.metrics(doomed.id), 120, what="the first training step")
             assert (root / ".space-reserve").stat().st_size == 2**20
             filler = fill(root)
             filled_at, slowest = time.monotonic(), 0.0
-            while (job := api.get_job(doomed.id)).status is JobStatus.running:
+            while (job := api.jobs.get_job(doomed.id)).status is JobStatus.running:
                 assert time.monotonic() - filled_at < 30, "the job still reads running 30 s after the disk filled"
                 started = time.monotonic()
-                assert [j.id for j in api.list_jobs()] == [doomed.id] and api.metrics(doomed.id)
-                api.log_tail(doomed.id)
+                assert [j.id for j in api.jobs.list_jobs()] == [doomed.id] and api.jobs.metrics(doomed.id)
+                api.jobs.log_tail(doomed.id)
                 slowest = max(slowest, time.monotonic() - started)
                 time.sleep(0.2)
             assert slowest < 2, f"a read took {slowest:.1f} s on the full disk"
@@ -145,17 +145,17 @@ def test_a_disk_that_fills_up_mid_job_fails_it_within_30_s_while_reads_still_ans
             assert job.error.splitlines()[0] == (
                 f"the data disk is full ({root}): free space on it, then resume or queue the job again"
             ), job.error
-            wait_for(lambda: api.scheduler.health().running == 0, 10, what="the slot to be freed")
+            wait_for(lambda: api.core.scheduler.health().running == 0, 10, what="the slot to be freed")
             filler.unlink()
-            after = api.submit(tiny_spec()).job
+            after = api.jobs.submit(tiny_spec()).job
             assert (
-                wait_for(lambda: api.get_job(after.id).status.finished and api.get_job(after.id), 120).status
+                wait_for(lambda: api.jobs.get_job(after.id).status.finished and api.jobs.get_job(after.id), 120).status
                 is JobStatus.succeeded
             )
             wait_for(lambda: (root / ".space-reserve").exists(), 10, what="the reserve to be written again")
         finally:
             api.close()
-            api.store.close()
+            api.core.store.close()
 
 
 def _kill_group_of(pid: int) -> None:
@@ -171,7 +171,7 @@ def _kill_group_of(pid: int) -> None:
 @slow
 def test_a_worker_killed_with_sigkill_is_reported_as_a_kill_not_as_out_of_memory(paths, store, scheduler_factory):
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec(**LONG)).job
+    job = api.jobs.submit(tiny_spec(**LONG)).job
     sched = scheduler_factory()
     _wait_training(store, job.id)
     os.kill(store.get(job.id).pid, signal.SIGKILL)
@@ -188,7 +188,7 @@ def test_a_worker_that_outlives_its_final_status_is_killed_and_frees_its_slot(
     paths, store, scheduler_factory, finished
 ):
     api = StudioAPI(paths.root, scheduler="none")
-    done = api.submit(tiny_spec()).job
+    done = api.jobs.submit(tiny_spec()).job
     assert store.claim_next().id == done.id
     # Stands in for a worker hung in interpreter shutdown: it has the worker's argv and ignores SIGTERM.
     lingering = subprocess.Popen(
@@ -205,7 +205,7 @@ def test_a_worker_that_outlives_its_final_status_is_killed_and_frees_its_slot(
     try:
         store.set_pid(done.id, lingering.pid)
         wait_for(lambda: worker_alive(lingering.pid, done.id), 10)
-        queued = api.submit(tiny_spec()).job
+        queued = api.jobs.submit(tiny_spec()).job
         if finished == "before the scheduler started":
             store.finish(done.id, JobStatus.succeeded)
         sched = scheduler_factory(final_grace_s=1.0, max_concurrent=1)
@@ -230,7 +230,7 @@ def test_killed_scheduler_then_lost_worker_leaves_a_resumable_job_and_no_slot_ta
     api = StudioAPI(paths.root, scheduler="none")
     app = _start_scheduler_process(paths)
     try:
-        job = api.submit(tiny_spec(training={"max_steps": 30, "save_steps": 2})).job
+        job = api.jobs.submit(tiny_spec(training={"max_steps": 30, "save_steps": 2})).job
         wait_for(lambda: any(paths.job_output(job.id).glob("checkpoint-*/trainer_state.json")), 120, what="checkpoint")
         pid = store.get(job.id).pid
         os.kill(pid, signal.SIGSTOP)  # frozen, still alive: nothing below can race the end of training
@@ -244,7 +244,7 @@ def test_killed_scheduler_then_lost_worker_leaves_a_resumable_job_and_no_slot_ta
     assert lost.status is JobStatus.interrupted
     assert lost.error.endswith("resume it to continue from its last checkpoint")
     assert sched.health().running == 0
-    api.resume(job.id)
+    api.jobs.resume(job.id)
     resumed = wait_status(store, job.id, FINAL)
     assert resumed.status is JobStatus.succeeded and resumed.artifacts.resumed_from
     wait_for(lambda: sched.health().running == 0, 10, what="the resumed worker's slot to be freed")

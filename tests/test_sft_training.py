@@ -86,7 +86,7 @@ def test_worker_saves_a_reloadable_adapter(paths, store, scheduler_factory, demo
     from backend.api import StudioAPI
 
     api = StudioAPI(paths.root, scheduler="none")
-    job = api.submit(tiny_spec()).job
+    job = api.jobs.submit(tiny_spec()).job
     scheduler_factory()
     done = wait_status(store, job.id, {JobStatus.succeeded, JobStatus.failed})
     assert done.status is JobStatus.succeeded, done.error
@@ -110,6 +110,6 @@ def test_worker_saves_a_reloadable_adapter(paths, store, scheduler_factory, demo
     )
     out = tuned.generate(**enc, max_new_tokens=3, do_sample=False)
     assert out.shape[-1] > enc["input_ids"].shape[-1]
-    metrics = api.metrics(job.id)
+    metrics = api.jobs.metrics(job.id)
     assert [m["step"] for m in metrics if "loss" in m] == [1, 2, 3, 4]
     assert done.progress["step"] == 4 and done.progress["total_steps"] == 4

@@ -70,10 +70,10 @@ def test_on_a_network_filesystem_the_live_store_is_not_on_data(tmp_path, models_
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")
     try:
-        job = api.submit(tiny_spec(output={"run_name": "kept"})).job
-        assert api.storage.mode == "network"
-        assert api.paths.db == local / DB_NAME and api.paths.db.is_file()
-        assert not (data / DB_NAME).exists() or data not in api.paths.db.parents
+        job = api.jobs.submit(tiny_spec(output={"run_name": "kept"})).job
+        assert api.core.storage.mode == "network"
+        assert api.core.paths.db == local / DB_NAME and api.core.paths.db.is_file()
+        assert not (data / DB_NAME).exists() or data not in api.core.paths.db.parents
         status = api.storage_status()
         assert status["live"] == str(local) and status["durable"] == str(data)
         from components.header import status_text
@@ -157,19 +157,19 @@ def test_a_full_data_disk_leaves_the_last_snapshot_and_says_so(tmp_path, models_
     with tmpfs(data, "1m"):
         api = StudioAPI(scheduler="none")
         try:
-            first = api.submit(tiny_spec(output={"run_name": "before-full"})).job
+            first = api.jobs.submit(tiny_spec(output={"run_name": "before-full"})).job
             mirror = Mirror(local, data, interval_s=60, status=api.mirror_status)
             assert mirror.sync()
             big = local / "jobs" / first.id / "train.log"
             big.parent.mkdir(parents=True, exist_ok=True)
             big.write_bytes(b"x" * (3 * 2**20))  # more than /data holds
-            second = api.submit(tiny_spec(output={"run_name": "after-full"})).job
+            second = api.jobs.submit(tiny_spec(output={"run_name": "after-full"})).job
             assert mirror.sync() is False
             assert "is full" in api.mirror_status.last_error
             assert "The durable copy is behind" in api.storage_notice()
             assert not any(".part-" in p.name for p in data.rglob("*")), "no half file is left on /data"
             assert snapshot_jobs(data / DB_NAME) == {first.id: "queued"}, "the last snapshot is intact"
-            assert {j.id for j in api.list_jobs()} == {first.id, second.id}, "the live store goes on"
+            assert {j.id for j in api.jobs.list_jobs()} == {first.id, second.id}, "the live store goes on"
             big.write_text("short now\n")
             assert mirror.sync() and api.mirror_status.last_error is None and api.storage_notice() is None
             assert snapshot_jobs(data / DB_NAME) == {first.id: "queued", second.id: "queued"}
@@ -180,10 +180,10 @@ def test_a_full_data_disk_leaves_the_last_snapshot_and_says_so(tmp_path, models_
 def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path, models_dir, monkeypatch):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")
-    first = api.submit(tiny_spec(output={"run_name": "first"})).job
+    first = api.jobs.submit(tiny_spec(output={"run_name": "first"})).job
     mirror = Mirror(local, data, interval_s=60)
     assert mirror.sync()
-    api.submit(tiny_spec(output={"run_name": "second"}))
+    api.jobs.submit(tiny_spec(output={"run_name": "second"}))
     api.close()
     # The next snapshot is written by a real process that is SIGKILLed halfway: its source is a pipe the test feeds
     # half a database through, so the kill lands while the copy is under its temporary name.
@@ -221,7 +221,7 @@ def test_a_sigkill_in_the_middle_of_a_snapshot_leaves_the_previous_one(tmp_path,
         assert "cut short when the studio last stopped; the previous one, of" in api.storage_notice()
         assert snapshot_jobs(local / DB_NAME) == {first.id: "queued"}
         assert not any(".part-" in p.name for p in data.iterdir())
-        assert [j.id for j in api.list_jobs()] == [first.id]
+        assert [j.id for j in api.jobs.list_jobs()] == [first.id]
     finally:
         api.close()
 
@@ -249,17 +249,17 @@ def test_a_restart_with_a_wiped_local_disk_loses_nothing(tmp_path, models_dir, m
     long_steps = 400
     with launch_app(data, extra_env=env) as app:
         api = StudioAPI(scheduler="none")  # the same live store, through the facade (the app serves the queue)
-        short = api.submit(tiny_spec(output={"run_name": "short"})).job
-        long = api.submit(
+        short = api.jobs.submit(tiny_spec(output={"run_name": "short"})).job
+        long = api.jobs.submit(
             tiny_spec(
                 output={"run_name": "long"},
                 training={"max_steps": long_steps, "save_steps": 10, "logging_steps": 1, "max_length": 64},
             )
         ).job
-        waiting = api.submit(tiny_spec(output={"run_name": "waiting"})).job
-        upload_id, _ = api.upload_dataset(upload, "mine.jsonl", "sft")
-        api.thumb_log().record([{"role": "user", "content": "hi"}], "hello", True, "tuned", short.id)
-        wait_status(api.store, short.id, {JobStatus.succeeded}, 180)
+        waiting = api.jobs.submit(tiny_spec(output={"run_name": "waiting"})).job
+        upload_id, _ = api.datasets.upload_dataset(upload, "mine.jsonl", "sft")
+        api.chat.thumb_log().record([{"role": "user", "content": "hi"}], "hello", True, "tuned", short.id)
+        wait_status(api.core.store, short.id, {JobStatus.succeeded}, 180)
         durable_long = data / "jobs" / long.id / "output"
 
         def caught_mid_run() -> bool:
@@ -270,8 +270,8 @@ def test_a_restart_with_a_wiped_local_disk_loses_nothing(tmp_path, models_dir, m
             return snapshot_jobs(snap).get(short.id) == "succeeded" and (snapshot_step(snap, long.id) or 0) >= 20
 
         wait_for(caught_mid_run, 240, what="a mirrored checkpoint of the long job")
-        assert api.store.get(long.id).status is JobStatus.running, "the long job must still be training"
-        worker = api.store.get(long.id).pid
+        assert api.core.store.get(long.id).status is JobStatus.running, "the long job must still be training"
+        worker = api.core.store.get(long.id).pid
         api.close()
         os.killpg(app.proc.pid, signal.SIGKILL)  # the machine goes away: no shutdown, no last snapshot
         os.killpg(worker, signal.SIGKILL)
@@ -284,19 +284,19 @@ def test_a_restart_with_a_wiped_local_disk_loses_nothing(tmp_path, models_dir, m
     with launch_app(data, extra_env=env) as app:
         api = StudioAPI(scheduler="none")
         try:
-            assert set(at_kill) == {j.id for j in api.list_jobs()}, "the store is the last snapshot's"
-            done = wait_status(api.store, long.id, {JobStatus.succeeded, JobStatus.failed}, 300)
+            assert set(at_kill) == {j.id for j in api.jobs.list_jobs()}, "the store is the last snapshot's"
+            done = wait_status(api.core.store, long.id, {JobStatus.succeeded, JobStatus.failed}, 300)
             assert done.status is JobStatus.succeeded, done.error
             (interruption,) = done.artifacts.interruptions
             assert interruption["resumed"] and interruption["at_step"] >= 20
             assert done.artifacts.resumed_from and "checkpoint-" in done.artifacts.resumed_from
-            steps = [row["step"] for row in api.metrics(long.id) if "loss" in row]
+            steps = [row["step"] for row in api.jobs.metrics(long.id) if "loss" in row]
             assert steps == list(range(1, long_steps + 1)), "every step logged once, none missing"
-            assert wait_status(api.store, waiting.id, {JobStatus.succeeded}, 180).artifacts.interruptions is None
-            assert Path(api.get_job(short.id).artifacts.adapter_dir).is_dir()
-            assert short.id in [j.id for j in api.finished_jobs()]
-            assert api.thumb_log().rows()[0]["completion"][0]["content"] == "hello"
-            api.check_upload(upload_id, "sft")
+            assert wait_status(api.core.store, waiting.id, {JobStatus.succeeded}, 180).artifacts.interruptions is None
+            assert Path(api.jobs.get_job(short.id).artifacts.adapter_dir).is_dir()
+            assert short.id in [j.id for j in api.jobs.finished_jobs()]
+            assert api.chat.thumb_log().rows()[0]["completion"][0]["content"] == "hello"
+            api.datasets.check_upload(upload_id, "sft")
             assert "Restored the job store" in app.log_tail(200_000)
         finally:
             api.close()
@@ -326,19 +326,19 @@ def test_a_space_without_storage_says_so_and_pushes_adapters_by_default(tmp_path
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         api = StudioAPI(scheduler="thread", poll_interval=0.1)
         try:
-            assert api.storage.mode == "none" and api.paths.root == tmp_path / "data"
+            assert api.core.storage.mode == "none" and api.core.paths.root == tmp_path / "data"
             line = header.status_text(User("alice"), None, api.storage_notice())
             assert "no persistent storage" in line and "vanish at its next restart" in line and "/data" in line
             with gr.Blocks():
                 handles = train_tab.build(api)
             assert handles.inputs["push_to_hub"].value is True
             user = User("alice", token=token)
-            job = api.submit(tiny_spec(output={"push_to_hub": True, "run_name": "kept-on-hub"}), user=user).job
-            assert wait_status(api.store, job.id, {JobStatus.succeeded, JobStatus.failed}, 240).status is (
+            job = api.jobs.submit(tiny_spec(output={"push_to_hub": True, "run_name": "kept-on-hub"}), user=user).job
+            assert wait_status(api.core.store, job.id, {JobStatus.succeeded, JobStatus.failed}, 240).status is (
                 JobStatus.succeeded
             )
-            done = wait_for(lambda: (j := api.get_job(job.id)).artifacts.hub or j.artifacts.hub_error and j, 120)
-            done = api.get_job(job.id)
+            done = wait_for(lambda: (j := api.jobs.get_job(job.id)).artifacts.hub or j.artifacts.hub_error and j, 120)
+            done = api.jobs.get_job(job.id)
             assert done.artifacts.hub and done.artifacts.hub.repo_id == "alice/kept-on-hub", done.artifacts.hub_error
             repo = hub.repos["alice/kept-on-hub"]
             assert repo.private and "adapter_model.safetensors" in repo.files

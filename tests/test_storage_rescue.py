@@ -140,7 +140,7 @@ def test_a_damaged_snapshot_is_set_aside_recovered_and_named_never_overwritten(
 ):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")
-    ids = [api.submit({"owner": "local", "training": {"max_steps": 2 + i}}).job.id for i in range(60)]
+    ids = [api.jobs.submit({"owner": "local", "training": {"max_steps": 2 + i}}).job.id for i in range(60)]
     api.close()
     assert Mirror(local, data, interval_s=60).sync()
     lost = _damage(data / DB_NAME, 3, seed=3)
@@ -153,12 +153,12 @@ def test_a_damaged_snapshot_is_set_aside_recovered_and_named_never_overwritten(
     try:
         (aside,) = [p for p in data.iterdir() if p.name.startswith(f"{DB_NAME}.damaged-") and p.suffix != ".txt"]
         assert _digest(aside) == damaged_bytes, "set aside whole, before anything was written"
-        recovered = [j.id for j in api.list_jobs()]
+        recovered = [j.id for j in api.jobs.list_jobs()]
         assert 0 < lost and len(recovered) == 60 - lost and set(recovered) <= set(ids)
         notice = api.storage_notice()
         assert str(aside) in notice and f"{len(recovered)} jobs and" in notice and "were recovered" in notice
         assert api.storage_status()["set_aside"] == [notice]
-        api.submit({"owner": "local", "training": {"max_steps": 1}})
+        api.jobs.submit({"owner": "local", "training": {"max_steps": 1}})
         mirror = Mirror(local, data, interval_s=60)
         assert mirror.sync() and mirror.sync(force=True)
         assert snapshot_ok(data / DB_NAME) is None, "the new snapshot is the recovered store, sound"
@@ -176,7 +176,7 @@ def test_a_damaged_snapshot_is_set_aside_recovered_and_named_never_overwritten(
     (local / "models").symlink_to(models_dir, target_is_directory=True)
     api = StudioAPI(scheduler="none")
     try:
-        assert len(api.list_jobs()) == len(recovered) + 1
+        assert len(api.jobs.list_jobs()) == len(recovered) + 1
         assert str(aside) in (api.storage_notice() or ""), "named until someone deletes it"
         assert _digest(aside) == damaged_bytes
     finally:
@@ -188,7 +188,7 @@ def test_a_damaged_snapshot_older_than_the_local_store_is_set_aside_and_the_loca
 ):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")
-    kept = api.submit({"owner": "local", "training": {"max_steps": 2}}).job.id
+    kept = api.jobs.submit({"owner": "local", "training": {"max_steps": 2}}).job.id
     api.close()
     assert Mirror(local, data, interval_s=60).sync()
     _damage(data / DB_NAME, 1, seed=5)
@@ -200,7 +200,7 @@ def test_a_damaged_snapshot_older_than_the_local_store_is_set_aside_and_the_loca
     try:
         (aside,) = [p for p in data.iterdir() if p.name.startswith(f"{DB_NAME}.damaged-") and p.suffix != ".txt"]
         assert _digest(aside) == damaged_bytes and not (data / DB_NAME).exists()
-        assert [j.id for j in api.list_jobs()] == [kept]
+        assert [j.id for j in api.jobs.list_jobs()] == [kept]
         assert "goes on with the store on local disk" in api.storage_notice()
     finally:
         api.close()
@@ -209,7 +209,7 @@ def test_a_damaged_snapshot_older_than_the_local_store_is_set_aside_and_the_loca
 def test_a_damaged_snapshot_that_cannot_be_set_aside_stops_the_start_and_stays(tmp_path, models_dir, monkeypatch):
     data, local = network_world(tmp_path, models_dir, monkeypatch)
     api = StudioAPI(scheduler="none")
-    api.submit({"owner": "local", "training": {"max_steps": 2}})
+    api.jobs.submit({"owner": "local", "training": {"max_steps": 2}})
     api.close()
     assert Mirror(local, data, interval_s=60).sync()
     _damage(data / DB_NAME, 1, seed=6)

@@ -83,8 +83,8 @@ def test_an_old_poisoned_row_does_not_take_down_the_cli_or_the_facade(paths):
     assert "warning: 1 job row(s) could not be read and are not listed" in listed.stderr
     assert "training.epochs: Input should be a valid number" in listed.stderr and "Traceback" not in listed.stderr
     api = StudioAPI(paths.root, scheduler="none")
-    assert api.submit(tiny_spec()).job.status is JobStatus.queued, "a later submit still works"
-    assert len(api.list_jobs()) == 2 and len(api.unreadable_jobs()) == 1
+    assert api.jobs.submit(tiny_spec()).job.status is JobStatus.queued, "a later submit still works"
+    assert len(api.jobs.list_jobs()) == 2 and len(api.jobs.unreadable_jobs()) == 1
 
 
 def test_a_non_finite_spec_file_is_refused_and_the_list_still_works(data_dir, tmp_path):
@@ -204,7 +204,7 @@ def test_concurrent_submits_through_the_facade_respect_the_limit(paths, monkeypa
     def submit(i):
         barrier.wait()
         try:
-            api.submit(tiny_spec(), user=User(OWNERS[i % len(OWNERS)]))
+            api.jobs.submit(tiny_spec(), user=User(OWNERS[i % len(OWNERS)]))
         except SpecError as exc:  # QuotaExceeded is one, and what a user sees either way
             refused.append(exc)
         except BaseException as exc:  # noqa: BLE001
@@ -214,6 +214,6 @@ def test_concurrent_submits_through_the_facade_respect_the_limit(paths, monkeypa
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert unexpected == []
-    assert {o: len(api.list_jobs(user=User(o))) for o in OWNERS} == {o: LIMIT for o in OWNERS}
+    assert {o: len(api.jobs.list_jobs(user=User(o))) for o in OWNERS} == {o: LIMIT for o in OWNERS}
     assert len(refused) == 20 - LIMIT * len(OWNERS) and all(isinstance(e, QuotaExceeded) for e in refused)
-    api.submit(tiny_spec(), user=User("admin", is_admin=True))  # an admin is never capped
+    api.jobs.submit(tiny_spec(), user=User("admin", is_admin=True))  # an admin is never capped

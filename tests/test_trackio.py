@@ -30,12 +30,12 @@ def test_a_job_with_trackio_logs_its_loss_under_the_data_dir_and_one_without_wri
     home = tmp_path / "hf-home"
     monkeypatch.setenv("HF_HOME", str(home))  # where trackio would write by default: it must stay empty
     api = StudioAPI(paths.root, scheduler="none")
-    plain = api.submit(tiny_spec()).job
-    tracked = api.submit(tiny_spec(output={"trackio": True, "run_name": "demo run"})).job
+    plain = api.jobs.submit(tiny_spec()).job
+    tracked = api.jobs.submit(tiny_spec(output={"trackio": True, "run_name": "demo run"})).job
     scheduler_factory()
     assert wait_status(store, plain.id, FINAL).status is JobStatus.succeeded
     assert not trackio_dir(paths).exists(), "trackio is off by default"
-    assert api.trackio_dashboard(plain.id) is None
+    assert api.jobs.trackio_dashboard(plain.id) is None
     done = wait_status(store, tracked.id, FINAL)
     assert done.status is JobStatus.succeeded, done.error
 
@@ -53,4 +53,7 @@ def test_a_job_with_trackio_logs_its_loss_under_the_data_dir_and_one_without_wri
     losses = [row["train/loss"] for row in found["logs"] if row.get("train/loss") is not None]
     assert len(losses) == 4, found["logs"]  # max_steps 4, logged every step
     assert not (home / "trackio").exists(), "nothing went to HF_HOME"
-    assert api.trackio_dashboard(tracked.id) == f"TRACKIO_DIR={trackio_dir(paths)} trackio show --project studio-local"
+    assert (
+        api.jobs.trackio_dashboard(tracked.id)
+        == f"TRACKIO_DIR={trackio_dir(paths)} trackio show --project studio-local"
+    )

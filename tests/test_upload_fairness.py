@@ -85,15 +85,21 @@ def test_a_third_upload_of_one_person_waits_for_a_free_check_and_another_person_
     with ThreadPoolExecutor(4) as pool:
         ann = [
             pool.submit(
-                api.upload_dataset, temp_copy(tmp_path, folder=f"a{i}"), "chats.jsonl", "sft", ANN, None, told.append
+                api.datasets.upload_dataset,
+                temp_copy(tmp_path, folder=f"a{i}"),
+                "chats.jsonl",
+                "sft",
+                ANN,
+                None,
+                told.append,
             )
             for i in range(3)
         ]
         wait_until(lambda: checks.started() == 2 and told)
         assert told == ["upload check: waiting for your other 2 to end (one person may run that many at once)"]
-        ben = pool.submit(api.upload_dataset, temp_copy(tmp_path, folder="b"), "chats.jsonl", "sft", BEN)
+        ben = pool.submit(api.datasets.upload_dataset, temp_copy(tmp_path, folder="b"), "chats.jsonl", "sft", BEN)
         wait_until(lambda: checks.started() == 3)  # ben's check starts while ann's third waits
-        assert api._upload_checks.in_flight("ann") == 2 and not any(f.done() for f in ann)
+        assert api.datasets._upload_checks.in_flight("ann") == 2 and not any(f.done() for f in ann)
         waited = time.monotonic()
         checks.open(0)  # one of ann's ends: her third starts
         wait_until(lambda: checks.started() == 4)
@@ -105,17 +111,18 @@ def test_a_third_upload_of_one_person_waits_for_a_free_check_and_another_person_
 
 
 def test_checking_a_kept_upload_again_counts_among_the_persons_checks(api, tmp_path, monkeypatch):
-    kept, _ = api.upload_dataset(temp_copy(tmp_path, folder="kept"), "chats.jsonl", "sft", ANN)  # the real check
+    # the real check
+    kept, _ = api.datasets.upload_dataset(temp_copy(tmp_path, folder="kept"), "chats.jsonl", "sft", ANN)
     checks = GatedChecks()
     monkeypatch.setattr(upload_module, "_checked", checks)
     told: list[str] = []
     with ThreadPoolExecutor(3) as pool:
         running = [
-            pool.submit(api.upload_dataset, temp_copy(tmp_path, folder=f"a{i}"), "c.jsonl", "sft", ANN)
+            pool.submit(api.datasets.upload_dataset, temp_copy(tmp_path, folder=f"a{i}"), "c.jsonl", "sft", ANN)
             for i in range(2)
         ]
         wait_until(lambda: checks.started() == 2)
-        again = pool.submit(api.check_upload, kept, "sft", None, ANN, told.append)
+        again = pool.submit(api.datasets.check_upload, kept, "sft", None, ANN, told.append)
         wait_until(lambda: bool(told))
         assert checks.started() == 2 and "waiting for your other 2" in told[0]
         checks.open_all()
@@ -131,19 +138,19 @@ def test_an_upload_that_would_wait_too_long_is_refused_with_a_sentence_and_keeps
     monkeypatch.setattr("backend.api.datasets.UPLOAD_CHECK_WAIT_S", 0.3)
     with ThreadPoolExecutor(2) as pool:
         running = [
-            pool.submit(api.upload_dataset, temp_copy(tmp_path, folder=f"a{i}"), "c.jsonl", "sft", ANN)
+            pool.submit(api.datasets.upload_dataset, temp_copy(tmp_path, folder=f"a{i}"), "c.jsonl", "sft", ANN)
             for i in range(2)
         ]
         wait_until(lambda: checks.started() == 2)
         third = temp_copy(tmp_path, folder="third")
         refused(
-            lambda: api.upload_dataset(third, "chats.jsonl", "sft", ANN),
+            lambda: api.datasets.upload_dataset(third, "chats.jsonl", "sft", ANN),
             "upload check: your other 2 still run after 0.3 s of waiting, and one person may have 2 at once; try again",
         )
         assert not third.exists(), "the web server's copy of a refused upload is removed"
         checks.open_all()
         [f.result(timeout=10) for f in running]
-    assert len(api.list_uploads(ANN).uploads) == 2
+    assert len(api.datasets.list_uploads(ANN).uploads) == 2
 
 
 def test_the_space_wide_cap_comes_from_the_memory_and_a_check_over_it_waits(monkeypatch):
@@ -171,12 +178,14 @@ def test_an_identical_upload_that_starts_after_the_first_ended_still_finds_the_s
     monkeypatch.setattr(upload_module, "_checked", checks)
     shared = temp_copy(tmp_path, folder="same-hash")
     with ThreadPoolExecutor(3) as pool:
-        first, second = (pool.submit(api.upload_dataset, shared, "chats.jsonl", "sft", ANN) for _ in range(2))
+        first, second = (pool.submit(api.datasets.upload_dataset, shared, "chats.jsonl", "sft", ANN) for _ in range(2))
         wait_until(lambda: checks.started() == 2)
         checks.open(0)
         wait_until(lambda: first.done() or second.done())
         assert shared.exists(), "another request still checks it"
-        third = pool.submit(api.upload_dataset, shared, "chats.jsonl", "sft", ANN)  # queued behind them in Gradio
+        third = pool.submit(
+            api.datasets.upload_dataset, shared, "chats.jsonl", "sft", ANN
+        )  # queued behind them in Gradio
         wait_until(lambda: checks.started() == 3)
         checks.open_all()
         kept = [f.result(timeout=10) for f in (first, second, third)]
@@ -186,7 +195,7 @@ def test_an_identical_upload_that_starts_after_the_first_ended_still_finds_the_s
 
 def test_an_upload_whose_temporary_copy_is_gone_is_a_sentence(api, tmp_path):
     refused(
-        lambda: api.upload_dataset(tmp_path / "gradio" / "f00d" / "gone.jsonl", "gone.jsonl", "sft", ANN),
+        lambda: api.datasets.upload_dataset(tmp_path / "gradio" / "f00d" / "gone.jsonl", "gone.jsonl", "sft", ANN),
         "dataset: gone.jsonl is no longer on the server (its temporary copy is gone); upload it again",
     )
 
@@ -199,25 +208,25 @@ def test_an_upload_past_the_quota_is_refused_with_what_is_used_and_how_to_free_i
 ):
     monkeypatch.setenv("STUDIO_UPLOAD_QUOTA_MB", "1")
     rows = [{"text": "x" * 500 + str(i)} for i in range(1200)]  # about 0.6 MB: one fits in 1 MB, two do not
-    first, _ = api.upload_dataset(temp_copy(tmp_path, "a.jsonl", rows, "a"), "a.jsonl", "sft", ANN)
+    first, _ = api.datasets.upload_dataset(temp_copy(tmp_path, "a.jsonl", rows, "a"), "a.jsonl", "sft", ANN)
     before = files_under(paths.root)
     source = temp_copy(tmp_path, "b.jsonl", [*rows, {"text": "more"}], "b")
     kept = size_text((paths.uploads("ann") / first).stat().st_size)
     refused(
-        lambda: api.upload_dataset(source, "b.jsonl", "sft", ANN),
+        lambda: api.datasets.upload_dataset(source, "b.jsonl", "sft", ANN),
         f"dataset: b.jsonl ({size_text(source.stat().st_size)}) does not fit in your upload quota: your uploads take "
         f"{kept} of the 1 MB each person may keep here (STUDIO_UPLOAD_QUOTA_MB); delete uploads you no longer need in "
         "the Train tab's Dataset section (Your uploads), then upload it again",
     )
     assert files_under(paths.root) == before and not source.exists(), "nothing stored, the temporary copy removed"
-    assert api.list_uploads(BEN).uploads == [], "the quota and the list are each person's own"
-    refused(lambda: api.delete_upload(first, BEN), f"dataset.name: there is no upload '{first}' of yours")
-    shelf = api.list_uploads(ANN)
+    assert api.datasets.list_uploads(BEN).uploads == [], "the quota and the list are each person's own"
+    refused(lambda: api.datasets.delete_upload(first, BEN), f"dataset.name: there is no upload '{first}' of yours")
+    shelf = api.datasets.list_uploads(ANN)
     assert [u.upload_id for u in shelf.uploads] == [first]
     assert shelf.describe() == f"1 upload, {kept} of your 1 MB quota"
-    assert api.delete_upload(first, ANN).name == "a.jsonl"
-    assert api.list_uploads(ANN).uploads == []
-    api.upload_dataset(temp_copy(tmp_path, "b.jsonl", [*rows, {"text": "more"}], "b"), "b.jsonl", "sft", ANN)
+    assert api.datasets.delete_upload(first, ANN).name == "a.jsonl"
+    assert api.datasets.list_uploads(ANN).uploads == []
+    api.datasets.upload_dataset(temp_copy(tmp_path, "b.jsonl", [*rows, {"text": "more"}], "b"), "b.jsonl", "sft", ANN)
 
 
 def test_the_quota_is_two_gigabytes_on_a_space_and_none_locally_unless_set(monkeypatch):
@@ -237,10 +246,10 @@ def test_two_uploads_at_once_cannot_both_take_the_last_room(api, tmp_path, monke
     rows = [{"text": "x" * 500 + str(i)} for i in range(1200)]  # about 0.6 MB: one fits, two do not
     with ThreadPoolExecutor(1) as pool:
         checking = temp_copy(tmp_path, "a.jsonl", rows, "a")
-        first = pool.submit(api.upload_dataset, checking, "a.jsonl", "sft", ANN)
+        first = pool.submit(api.datasets.upload_dataset, checking, "a.jsonl", "sft", ANN)
         wait_until(lambda: checks.started() == 1)
         refused(
-            lambda: api.upload_dataset(temp_copy(tmp_path, "b.jsonl", rows, "b"), "b.jsonl", "sft", ANN),
+            lambda: api.datasets.upload_dataset(temp_copy(tmp_path, "b.jsonl", rows, "b"), "b.jsonl", "sft", ANN),
             f"does not fit in your upload quota: your uploads take {size_text(checking.stat().st_size)} of the 1 MB",
         )
         checks.open_all()
@@ -248,15 +257,15 @@ def test_two_uploads_at_once_cannot_both_take_the_last_room(api, tmp_path, monke
 
 
 def test_an_upload_a_queued_job_reads_is_not_deleted(api, tmp_path):
-    upload_id, _ = api.upload_dataset(temp_copy(tmp_path), "chats.jsonl", "sft", ANN)
-    job = api.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=ANN).job
+    upload_id, _ = api.datasets.upload_dataset(temp_copy(tmp_path), "chats.jsonl", "sft", ANN)
+    job = api.jobs.submit(tiny_spec(dataset={"source": "upload", "name": upload_id}), user=ANN).job
     refused(
-        lambda: api.delete_upload(upload_id, ANN),
+        lambda: api.datasets.delete_upload(upload_id, ANN),
         f"dataset: chats.jsonl is read by job {job.id}, which is queued; cancel it or let it finish",
     )
-    api.cancel(job.id, user=ANN)
-    api.delete_upload(upload_id, ANN)
-    assert api.list_uploads(ANN).uploads == []
+    api.jobs.cancel(job.id, user=ANN)
+    api.datasets.delete_upload(upload_id, ANN)
+    assert api.datasets.list_uploads(ANN).uploads == []
 
 
 # --- the app on a Space ----------------------------------------------------------------------------------------------

@@ -18,48 +18,48 @@ def api(paths):
 
 
 def test_a_user_sees_and_touches_only_their_own_jobs(api):
-    mine = api.submit(tiny_spec(), user=ALICE).job
-    theirs = api.submit(tiny_spec(), user=BOB).job
+    mine = api.jobs.submit(tiny_spec(), user=ALICE).job
+    theirs = api.jobs.submit(tiny_spec(), user=BOB).job
     assert mine.owner == "alice" and theirs.owner == "bob"
-    assert [j.id for j in api.list_jobs(user=ALICE)] == [mine.id]
-    assert api.get_job(mine.id, ALICE).id == mine.id
+    assert [j.id for j in api.jobs.list_jobs(user=ALICE)] == [mine.id]
+    assert api.jobs.get_job(mine.id, ALICE).id == mine.id
     for call in (
-        lambda: api.get_job(theirs.id, ALICE),
-        lambda: api.cancel(theirs.id, ALICE),
-        lambda: api.resume(theirs.id, ALICE),
-        lambda: api.metrics(theirs.id, user=ALICE),
-        lambda: api.samples(theirs.id, user=ALICE),
-        lambda: api.log_tail(theirs.id, user=ALICE),
+        lambda: api.jobs.get_job(theirs.id, ALICE),
+        lambda: api.jobs.cancel(theirs.id, ALICE),
+        lambda: api.jobs.resume(theirs.id, ALICE),
+        lambda: api.jobs.metrics(theirs.id, user=ALICE),
+        lambda: api.jobs.samples(theirs.id, user=ALICE),
+        lambda: api.jobs.log_tail(theirs.id, user=ALICE),
     ):
         with pytest.raises(JobNotFound):
             call()
-    assert api.get_job(theirs.id).status is JobStatus.queued, "bob's job is untouched"
+    assert api.jobs.get_job(theirs.id).status is JobStatus.queued, "bob's job is untouched"
     # Nor can alice train on top of bob's job.
     with pytest.raises(SpecError, match="there is no job"):
-        api.submit(tiny_spec(model={"parent_job_id": theirs.id}), user=ALICE)
+        api.jobs.submit(tiny_spec(model={"parent_job_id": theirs.id}), user=ALICE)
 
 
 def test_an_admin_sees_everyone_and_the_space_owner_is_an_admin(api, monkeypatch):
-    a = api.submit(tiny_spec(), user=ALICE).job
-    b = api.submit(tiny_spec(), user=BOB).job
+    a = api.jobs.submit(tiny_spec(), user=ALICE).job
+    b = api.jobs.submit(tiny_spec(), user=BOB).job
     monkeypatch.setenv("SPACE_AUTHOR_NAME", "owner")
     admin = hub_user("owner")
     assert admin.is_admin and not hub_user("alice").is_admin
-    assert {j.id for j in api.list_jobs(user=admin)} == {a.id, b.id}
-    assert api.cancel(b.id, admin) is JobStatus.cancelled
+    assert {j.id for j in api.jobs.list_jobs(user=admin)} == {a.id, b.id}
+    assert api.jobs.cancel(b.id, admin) is JobStatus.cancelled
     assert local_user().is_admin, "on your own machine you own every job"
 
 
 def test_the_queue_limit_is_per_user(api, monkeypatch):
     monkeypatch.setenv("STUDIO_MAX_QUEUED_PER_USER", "2")
-    api.submit(tiny_spec(), user=ALICE)
-    second = api.submit(tiny_spec(), user=ALICE).job
+    api.jobs.submit(tiny_spec(), user=ALICE)
+    second = api.jobs.submit(tiny_spec(), user=ALICE).job
     with pytest.raises(SpecError, match="2 job\\(s\\) waiting in the queue and the limit per user is 2"):
-        api.submit(tiny_spec(), user=ALICE)
-    assert len(api.list_jobs(user=ALICE)) == 2, "the refused job was not stored"
-    api.submit(tiny_spec(), user=BOB)  # bob is not held up by alice
-    api.cancel(second.id, ALICE)
-    api.submit(tiny_spec(), user=ALICE)  # a cancelled job frees its place
+        api.jobs.submit(tiny_spec(), user=ALICE)
+    assert len(api.jobs.list_jobs(user=ALICE)) == 2, "the refused job was not stored"
+    api.jobs.submit(tiny_spec(), user=BOB)  # bob is not held up by alice
+    api.jobs.cancel(second.id, ALICE)
+    api.jobs.submit(tiny_spec(), user=ALICE)  # a cancelled job frees its place
 
 
 def test_the_token_never_shows_in_a_users_repr():

@@ -1,144 +1,81 @@
-"""The backend facade: the one door of the UI and the CLI (submit, list, show, cancel, resume, metrics), and the
-UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing else.
+"""The backend facade: the one door of the UI and the CLI (``StudioAPI``: ``api.jobs.submit``, ``api.chat.chat_pair``
+...), and the UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing
+else.
 
-The facade is split by concern into the modules of this package (``studio``, ``jobs``, ``datasets``,
-``environments``, ``chat``, ``arena``, ``hub``, ``export``); this module re-exports what the UI and the CLI use."""
+``StudioAPI`` (``studio``) is composed of parts by concern over one core (``core``): ``jobs``, ``datasets``,
+``environments``, ``chat``, ``arena``, ``hub``, ``benchmarks``, ``export``. Each exported name is written once, in
+the tables below; ``__all__`` is derived from them (tests/test_facade.py)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from backend.api.benchmarks import benchmark_choices
-from backend.api.catalogue import (
-    CURATED_MODELS,
-    DEFAULT_HF_JOB_FLAVOR,
-    HF_JOB_FLAVORS,
-    REWARDS,
-    Monitoring,
-    SpecField,
-    builtin_dataset_choices,
-    builtin_dataset_help,
-    environment_choices,
-    field_methods,
-    generates,
-    method_part,
-    methods,
-    monitoring,
-    spec_field,
-)
-from backend.api.common import MetricsPage, Submitted, WarmUp
-from backend.api.studio import StudioAPI
-from backend.core.artifacts import BenchmarkReport, LearningVerdict, SignalWatch
-from backend.core.benchmarks import compare_rows as benchmark_compare_rows
-from backend.core.learning import standing_warnings, status_text, verdict_metric_line
-from backend.core.spec import JobSpec, Method, RewardSpec, SpecError, load_spec_text
-from backend.core.users import User, hub_user, local_user
-from backend.core.wording import EVALUATING, counted, progress_text
-from backend.data.upload_store import StoredUpload, UploadShelf
-from backend.jobs.records import JobRecord, JobStatus
-from backend.jobs.scheduler import SchedulerHealth
-from backend.jobs.store_errors import InvalidTransition, JobNotFound, StoreError
-from backend.models.demo import (
-    ARITH_MODEL_ID,
-    DEMO_MODEL_ID,
-    DEMO_MODEL_NOTE,
-    demo_model_note,
-    demo_recipe,
-    is_demo_model,
-)
-from backend.platform.hardware import detect_device
-from backend.platform.hub_status import hub_status
-from backend.platform.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
-from backend.platform.storage import StorageError
-
-# The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
-__all__ = [
-    "standing_warnings",
-    "verdict_metric_line",
-    "CHAT_MODES",
-    "StudioAPI",
-    "Submitted",
-    "WarmUp",
-    "MetricsPage",
-    "SchedulerHealth",
-    "JobSpec",
-    "Method",
-    "RewardSpec",
-    "SpecError",
-    "load_spec_text",
-    "JobRecord",
-    "JobStatus",
-    "JobNotFound",
-    "InvalidTransition",
-    "StorageError",
-    "StoreError",
-    "User",
-    "hub_user",
-    "local_user",
-    "on_space",
-    "on_zero_gpu",
-    "gpu_task",
-    "ZERO_GPU_REFUSAL",
-    "detect_device",
-    "hub_status",
-    "DEMO_MODEL_ID",
-    "DEMO_MODEL_NOTE",
-    "is_demo_model",
-    "ARITH_MODEL_ID",
-    "demo_model_note",
-    "demo_recipe",
-    "CURATED_MODELS",
-    "HF_JOB_FLAVORS",
-    "DEFAULT_HF_JOB_FLAVOR",
-    "REWARDS",
-    "SpecField",
-    "spec_field",
-    "methods",
-    "method_part",
-    "field_methods",
-    "generates",
-    "environment_choices",
-    "builtin_dataset_choices",
-    "builtin_dataset_help",
-    "Monitoring",
+# module -> the names it gives the facade ("name=attribute" where the facade's name differs), imported at once.
+_EAGER = {
+    "backend.api.studio": "StudioAPI",
+    "backend.api.common": "Submitted WarmUp MetricsPage",
+    "backend.api.benchmarks": "benchmark_choices",
+    "backend.api.catalogue": "CURATED_MODELS HF_JOB_FLAVORS DEFAULT_HF_JOB_FLAVOR REWARDS SpecField spec_field methods "
+    "method_part field_methods generates environment_choices builtin_dataset_choices builtin_dataset_help Monitoring "
     "monitoring",
-    "status_text",
-    "progress_text",
-    "EVALUATING",
-    "counted",
-    "LearningVerdict",
-    "SignalWatch",
-    "StoredUpload",
-    "UploadShelf",
-    "BenchmarkReport",
-    "benchmark_choices",
-    "benchmark_compare_rows",
-]
+    "backend.core.artifacts": "LearningVerdict SignalWatch BenchmarkReport",
+    "backend.core.benchmarks": "benchmark_compare_rows=compare_rows",
+    "backend.core.learning": "standing_warnings verdict_metric_line status_text",
+    "backend.core.spec": "JobSpec Method RewardSpec SpecError load_spec_text",
+    "backend.core.users": "User hub_user local_user",
+    "backend.core.wording": "progress_text EVALUATING counted",
+    "backend.data.upload_store": "StoredUpload UploadShelf",
+    "backend.jobs.scheduler": "SchedulerHealth",
+    "backend.jobs.records": "JobRecord JobStatus",
+    "backend.jobs.store_errors": "JobNotFound InvalidTransition StoreError",
+    "backend.models.demo": "DEMO_MODEL_ID DEMO_MODEL_NOTE is_demo_model ARITH_MODEL_ID demo_model_note demo_recipe",
+    "backend.platform.hardware": "detect_device",
+    "backend.platform.hub_status": "hub_status",
+    "backend.platform.space_runtime": "on_space on_zero_gpu gpu_task ZERO_GPU_REFUSAL",
+    "backend.platform.storage": "StorageError",
+}
 
-
-# Re-exported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which
-# the CLI and the scheduler should not pay for at start-up.
-_LAZY_EXPORTS = {
-    "GenerationSettings": "backend.models.mixed_batch",
-    "message_text": "backend.chat.side_by_side",
-    "CHAT_MODES": "backend.chat.side_by_side",
-    "UnmappedUpload": "backend.data.uploads",
-    "PushError": "backend.hub.publish",
-    "ExportError": "backend.workflows.export",
-    "snippets_markdown": "backend.hub.snippets",
-    "RemoteJobError": "backend.hub.hf_jobs",
-    "live_figures": "backend.training.flops",
-    "performance_line": "backend.training.flops",
-    "ChatAnswer": "backend.chat.tool_calls",
-    "ToolCall": "backend.chat.tool_calls",
-    "ToolResult": "backend.workflows.chat_tools",
-    "ToolRun": "backend.workflows.chat_tools",
+# Imported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which the
+# CLI and the scheduler should not pay for at start-up.
+_LAZY = {
+    "backend.chat.side_by_side": "CHAT_MODES message_text",
+    "backend.chat.tool_calls": "ChatAnswer ToolCall",
+    "backend.data.uploads": "UnmappedUpload",
+    "backend.hub.hf_jobs": "RemoteJobError",
+    "backend.hub.publish": "PushError",
+    "backend.hub.snippets": "snippets_markdown",
+    "backend.models.mixed_batch": "GenerationSettings",
+    "backend.training.flops": "live_figures performance_line",
+    "backend.workflows.chat_tools": "ToolResult ToolRun",
+    "backend.workflows.export": "ExportError",
 }
 
 
+def _names(table: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """A table's names, each -> (module, attribute)."""
+    found = {}
+    for module, names in table.items():
+        for entry in names.split():
+            name, _, attribute = entry.partition("=")
+            found[name] = (module, attribute or name)
+    return found
+
+
+_LAZY_EXPORTS = _names(_LAZY)
+globals().update(
+    {name: getattr(importlib.import_module(module), attribute) for name, (module, attribute) in _names(_EAGER).items()}
+)
+
+# The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
+__all__ = [*_names(_EAGER), *_LAZY_EXPORTS]
+
+
 def __getattr__(name: str) -> Any:
-    """The lazily re-exported names of ``_LAZY_EXPORTS``, imported when the UI first asks for them."""
+    """The lazily re-exported names of ``_LAZY``, imported when the UI first asks for them."""
     if name in _LAZY_EXPORTS:
-        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
+        module, attribute = _LAZY_EXPORTS[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # asked once
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

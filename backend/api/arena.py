@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from backend.api.common import SQLITE_MAX_INT, name_of, whole_number
+from backend.api.chat import ChatOperations
+from backend.api.common import DEFAULT_MAX_DRY_RUNS, DRY_RUNS_PER_MINUTE, SQLITE_MAX_INT, name_of, whole_number
+from backend.api.core import StudioCore
+from backend.api.jobs import JobOperations
 from backend.core.spec import SpecError
 from backend.core.users import User
 from backend.jobs.lineage import saved_adapter
-from backend.platform.limits import HeldStream
+from backend.platform.limits import HeldStream, InFlight, RateLimiter, int_setting
 
 if TYPE_CHECKING:
     from backend.jobs.records import JobRecord
-    from backend.workflows.arena import ArenaPlay, ArenaSetup
+    from backend.workflows.arena import ArenaPlay, ArenaSetup, Sampling
 
 ARENA_BASES = ("base", "parent")
 ARENA_SAMPLING = ("greedy", "training")
@@ -23,19 +26,30 @@ _MAX_ANCESTORS = 16
 
 
 class ArenaOperations:
-    """The arena: for ``StudioAPI`` (it uses ``get_job``, the chat models and the dry runs' limits)."""
+    """The arena (``api.arena``): over the facade's core, its jobs and its chat (whose loaded models it plays), with
+    its own limits (a dry run's, under its own name)."""
 
-    def arena_setup(self, job_id: str, user: User | None = None) -> ArenaSetup:
+    def __init__(self, core: StudioCore, jobs: JobOperations, chat: ChatOperations) -> None:
+        self.core = core
+        self.jobs = jobs
+        self.chat = chat
+        # The arena plays an environment with a model, as a dry run does: the same limits, under its own name.
+        self._calls = RateLimiter("arena play", DRY_RUNS_PER_MINUTE)
+        self._plays = InFlight(
+            "arena play", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
+        )
+
+    def setup(self, job_id: str, user: User | None = None) -> ArenaSetup:
         """What the arena plays for a job: the environment of the job or of the nearest job it continues, and the
         adapters. ArenaError (a sentence) when no job of its chain played an environment."""
         from backend.workflows.arena import ArenaError, ArenaSetup
 
-        job = self.get_job(job_id, user)
+        job = self.jobs.get_job(job_id, user)
         chain: list[JobRecord] = [job]
         while not chain[-1].spec.environment.name and chain[-1].spec.model.parent_job_id:
             if len(chain) > _MAX_ANCESTORS:
                 break
-            chain.append(self.get_job(chain[-1].spec.model.parent_job_id, user))
+            chain.append(self.jobs.get_job(chain[-1].spec.model.parent_job_id, user))
         with_environment = next((j for j in chain if j.spec.environment.name), None)
         if with_environment is None:
             raise ArenaError(
@@ -43,10 +57,10 @@ class ArenaOperations:
                 "arena; pick a GRPO job trained with an environment"
             )
         parent_id = job.spec.model.parent_job_id
-        parent_adapter = saved_adapter(self.get_job(parent_id, user)) if parent_id else None
+        parent_adapter = saved_adapter(self.jobs.get_job(parent_id, user)) if parent_id else None
         return ArenaSetup(job.id, with_environment.spec, with_environment.id, parent_adapter, parent_id)
 
-    def arena_play(
+    def play(
         self,
         job_id: str,
         user: User | None = None,
@@ -60,11 +74,11 @@ class ArenaOperations:
     ) -> Iterator[ArenaPlay]:
         """Play ``episodes`` episodes per side (``row`` first; episode i plays row i of the job's evaluation rows with
         seed training.seed + i unless ``seed`` is given), streamed as the play stands after each round of model
-        turns; the last one is over, its pairs kept and numbered (``arena_pair``). Raises a SpecError, ArenaError or
+        turns; the last one is over, its pairs kept and numbered (``pair``). Raises a SpecError, ArenaError or
         ValueError sentence before anything plays."""
         from backend.workflows.arena import ARENA_MAX_EPISODES, ArenaError, episode_rows, keep_pairs, play
 
-        self._require_user(user, "the arena")
+        self.core.require_user(user, "the arena")
         whole_number(episodes, "the number of episodes", 1, ARENA_MAX_EPISODES)
         whole_number(row, "the arena's row", 0, SQLITE_MAX_INT)
         whole_number(seed, "the arena's seed", 0, 2**32 - 1, optional=True)
@@ -77,13 +91,13 @@ class ArenaOperations:
         first_message = (first_message or "").strip() or None
         if first_message and len(first_message) > FIRST_MESSAGE_MAX_CHARS:
             raise SpecError([f"the first message is longer than {FIRST_MESSAGE_MAX_CHARS:,} characters"])
-        setup = self.arena_setup(job_id, user)
+        setup = self.setup(job_id, user)
         if base == "parent" and setup.parent_adapter is None:
             raise ArenaError(
                 f"job {job_id} does not continue another job's adapter, so its left side can only be the base model"
             )
-        chat = self._chat_for(job_id, user)  # ValueError sentences: not succeeded, no adapter
-        rows = episode_rows(setup.spec, self.paths.uploads(setup.spec.owner))
+        chat = self.chat.for_job(job_id, user)  # ValueError sentences: not succeeded, no adapter
+        rows = episode_rows(setup.spec, self.core.paths.uploads(setup.spec.owner))
         if not rows:
             raise ArenaError(f"job {setup.environment_job_id}'s dataset has no rows to start an episode from")
         if row >= len(rows):
@@ -91,7 +105,7 @@ class ArenaOperations:
                 f"row {row} is past the {len(rows)} rows the job's evaluation plays (0 to {len(rows) - 1})"
             )
         if user is not None:
-            self._arena_calls.check(user.name)
+            self._calls.check(user.name)
         owner = name_of(user)
         indices = list(range(row, row + episodes))
 
@@ -101,7 +115,7 @@ class ArenaOperations:
 
                 load_start_adapter(chat.model, setup.parent_adapter)
 
-        release = self._arena_plays.hold(user.name) if user is not None else (lambda: None)
+        release = self._plays.hold(user.name) if user is not None else (lambda: None)
 
         def stream() -> Iterator[ArenaPlay]:
             for state in play(
@@ -112,13 +126,13 @@ class ArenaOperations:
                 rows,
                 indices,
                 base=base,
-                sampling=sampling,  # type: ignore[arg-type]
+                sampling=cast("Sampling", sampling),  # checked against ARENA_SAMPLING above
                 seed=seed,
                 first_message=first_message,
                 before_generate=prepare,
             ):
                 if state.over:
-                    keep_pairs(self.paths, owner, state)
+                    keep_pairs(self.core.paths, owner, state)
                     # Free the user's play before the last update is read: the page shows it and the next click may
                     # come before the stream is asked for its end.
                     release()
@@ -126,34 +140,34 @@ class ArenaOperations:
 
         return HeldStream(stream(), release)
 
-    def arena_pair(self, job_id: str, episode: int, user: User | None = None) -> dict[str, Any]:
+    def pair(self, job_id: str, episode: int, user: User | None = None) -> dict[str, Any]:
         """A kept pair (its two episodes, tools, labels and settings), for its owner only: another user's job, or a
         number never played, is not found."""
         from backend.workflows.arena import kept_pair
 
-        self.get_job(job_id, user)
+        self.jobs.get_job(job_id, user)
         whole_number(episode, "the episode number", 1, 10**9)
-        return kept_pair(self.paths, name_of(user), job_id, episode)
+        return kept_pair(self.core.paths, name_of(user), job_id, episode)
 
-    def arena_episodes(self, job_id: str, user: User | None = None) -> list[int]:
+    def episodes(self, job_id: str, user: User | None = None) -> list[int]:
         """The numbers of the user's kept pairs of a job."""
         from backend.workflows.arena import kept_numbers
 
-        self.get_job(job_id, user)
-        return kept_numbers(self.paths, name_of(user), job_id)
+        self.jobs.get_job(job_id, user)
+        return kept_numbers(self.core.paths, name_of(user), job_id)
 
-    def arena_prefer(self, job_id: str, episode: int, better: str, user: User | None = None) -> dict[str, Any]:
+    def prefer(self, job_id: str, episode: int, better: str, user: User | None = None) -> dict[str, Any]:
         """Keep a kept pair as a DPO row with its tools (the better side's whole episode chosen, the other rejected);
         one pick per pair, the last click wins. ValueError sentences: an unknown pair, the same play on both sides."""
         from backend.chat.feedback import feedback_log
         from backend.chat.side_by_side import chat_target
         from backend.models.loading import load_tokenizer
 
-        pair = self.arena_pair(job_id, episode, user)
-        log = feedback_log(self.paths, name_of(user), "episodes")
+        pair = self.pair(job_id, episode, user)
+        log = feedback_log(self.core.paths, name_of(user), "episodes")
         # The row is checked against the template the episodes were played with: the tokenizer the chat loads with
         # the job's adapter. Only the tokenizer: loading the model for it would also unload another user's chat.
-        target = chat_target(self.get_job(job_id, user))  # ValueError sentences: no adapter any more
+        target = chat_target(self.jobs.get_job(job_id, user))  # ValueError sentences: no adapter any more
         template = load_tokenizer(str(target.adapter_dir), target.model).chat_template
         return log.record_episodes(
             pair["base"], pair["tuned"], pair.get("tools") or [], better, job_id, episode, chat_template=template

@@ -3,13 +3,16 @@ queued like any other (store, scheduler, worker)."""
 
 from __future__ import annotations
 
-from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, Submitted
+from typing import Any
+
+from backend.api.common import Submitted
+from backend.api.core import StudioCore
+from backend.api.jobs import JobOperations
 from backend.core.benchmarks import BUILTIN_TASKS, PRESETS, BenchmarkTask
 from backend.core.spec import SpecError
-from backend.core.users import User, max_queued_per_user
+from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.store_errors import JobNotFound
-from backend.platform.limits import int_setting
 from backend.training.preflight import check_model
 
 
@@ -24,7 +27,11 @@ def benchmark_choices() -> list[tuple[str, str]]:
 
 
 class BenchmarkOperations:
-    """Evaluate: for ``StudioAPI`` (it uses ``store``, ``_prepare`` and ``_kick``)."""
+    """Evaluate (``api.benchmarks``), over the facade's core and its jobs."""
+
+    def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
+        self.core = core
+        self.jobs = jobs
 
     def evaluate(self, target: str, tasks: list[str], limit: int | None = None, user: User | None = None) -> Submitted:
         """Queue an eval-only job scoring ``tasks`` on ``target``: a finished job (its base, its parent's adapter when
@@ -32,9 +39,9 @@ class BenchmarkOperations:
         target = (target or "").strip()
         if not target:
             raise SpecError(["evaluate: name a finished job or a model to evaluate"])
-        data: dict = {"benchmarks": {"tasks": [t.strip() for t in tasks if t.strip()], "limit": limit}}
+        data: dict[str, Any] = {"benchmarks": {"tasks": [t.strip() for t in tasks if t.strip()], "limit": limit}}
         try:
-            job = self.get_job(target, user)  # type: ignore[attr-defined]
+            job = self.jobs.get_job(target, user)
         except JobNotFound:
             job = None
         if job is not None:
@@ -52,14 +59,10 @@ class BenchmarkOperations:
                 "evaluate": {},
                 "output": {"run_name": f"benchmarks of {target}"[:96]},
             }
-        spec = self._prepare(data, user=user)  # type: ignore[attr-defined]
+        spec = self.core.prepare(data, user=user)
         if job is None:
             check_model(spec.model)  # a name that is neither a job nor a model is said now, not by a failed job
-        limited = user is not None and not user.is_admin
-        record = self.store.add(  # type: ignore[attr-defined]
-            spec,
-            max_queued_for_owner=max_queued_per_user() if limited else None,
-            max_queued_total=int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL) if limited else None,
-        )
-        self._kick()  # type: ignore[attr-defined]
-        return Submitted(record, self.store.queue_position(record.id))  # type: ignore[attr-defined]
+        queue_limit, total_limit = self.core.queue_limits(user)
+        record = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
+        self.core.kick()
+        return Submitted(record, self.core.store.queue_position(record.id))

@@ -48,6 +48,9 @@ def methods() -> list[str]:
     return [method.value for method in Method]
 
 
+FieldKind = Literal["bool", "int", "float", "text", "other"]
+
+
 @dataclass(frozen=True)
 class Monitoring:
     """How the Jobs tab shows one method's training: its loss unit, its own plotted metrics, its log columns."""
@@ -123,7 +126,7 @@ class SpecField:
     help: str
     default: Any
     choices: tuple[Any, ...]  # from a Literal or an Enum; () for free values
-    kind: Literal["bool", "int", "float", "text", "other"]
+    kind: FieldKind
     optional: bool  # None (or a Literal word such as "auto") is allowed besides the kind
 
 
@@ -132,7 +135,10 @@ def _leaf(path: str) -> tuple[Any, Any]:
     model: type[BaseModel] = JobSpec
     *parents, last = path.split(".")
     for name in parents:
-        model = model.model_fields[name].annotation
+        section = model.model_fields[name].annotation
+        if not (isinstance(section, type) and issubclass(section, BaseModel)):
+            raise KeyError(path)  # a leaf named as if it had fields
+        model = section
     info = model.model_fields[last]
     return info.annotation, info
 
@@ -151,7 +157,7 @@ def spec_field(path: str) -> SpecField:
     annotation, _ = _leaf(path)
     members = _flatten(annotation)
     choices: list[Any] = []
-    kinds = []
+    kinds: list[FieldKind] = []
     for member in members:
         if get_origin(member) is Literal:
             choices += list(get_args(member))

@@ -3,11 +3,14 @@ the picked job's environment."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from backend.api.common import name_of
+from backend.api.core import StudioCore
+from backend.api.jobs import JobOperations
 from backend.core.spec import SpecError
 from backend.core.users import User
 from backend.platform.limits import HeldStream, InFlight, RateLimiter, TimeLimit, held_run, int_setting
@@ -15,20 +18,26 @@ from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, S
 
 if TYPE_CHECKING:
     from backend.chat.feedback import FeedbackFormat, PreferenceLog, ThumbLog
-    from backend.chat.side_by_side import ChatMode, ComparisonChat, GenerationSettings, PairUpdate
+    from backend.chat.side_by_side import ChatMode, ChatModels, ComparisonChat, GenerationSettings, PairUpdate
     from backend.chat.tool_calls import ToolCall
     from backend.workflows.chat_tools import ToolRun
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 # Running an answer's tool calls plays the job's environment (a built-in one is a server process): signed-in users
 # only on a Space, a few runs a minute each, one at a time per person, off the request thread with a time limit.
 TOOL_RUNS_PER_MINUTE = 20
 TOOL_RUN_TIME_LIMIT_S = 90.0
 DEFAULT_MAX_TOOL_RUNS = 4
+# Answers streaming at once, per user and on the whole Space (settings STUDIO_MAX_CHAT_STREAMS[_PER_USER]).
+DEFAULT_MAX_CHAT_STREAMS = 8
+DEFAULT_MAX_CHAT_STREAMS_PER_USER = 2
 
 
 class ChatToolRuns:
     """The chat's tool-call environments (one per user and job) and the limits on running calls in them; held by
-    ``StudioAPI`` and closed with it."""
+    the chat part and closed with it."""
 
     def __init__(self) -> None:
         self.sessions = ChatToolSessions(
@@ -47,7 +56,7 @@ class ChatToolRuns:
             advice="the environment is slow or gone; clear the chat and try again",
         )
 
-    def run_held(self, user: User, action):
+    def run_held(self, user: User, action: Callable[[], T]) -> T:
         """``action()`` off the request thread within the time limit, counted in flight until it really ends."""
         return held_run(self.in_flight, self.time, user.name, action)
 
@@ -58,19 +67,41 @@ class ChatToolRuns:
 
 
 class ChatOperations:
-    """The chat: for ``StudioAPI`` (it uses ``get_job``, the chat models, the streams' limit and the tool runs)."""
+    """The chat (``api.chat``): side-by-side answers, their tool calls and the judgements on them, over the facade's
+    core and its jobs; it holds the chat models (loaded on the first chat), the streams' limit and the tool runs."""
 
-    def _chat_for(self, job_id: str, user: User | None) -> ComparisonChat:
+    def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
+        self.core = core
+        self.jobs = jobs
+        self._models: ChatModels | None = None  # loaded on the first chat
+        self._lock = threading.Lock()
+        self._tools = ChatToolRuns()  # each user's environment for their chat's tool calls, and its limits
+        self._streams = InFlight(
+            "chat",
+            int_setting("STUDIO_MAX_CHAT_STREAMS_PER_USER", DEFAULT_MAX_CHAT_STREAMS_PER_USER),
+            int_setting("STUDIO_MAX_CHAT_STREAMS", DEFAULT_MAX_CHAT_STREAMS),
+            "STUDIO_MAX_CHAT_STREAMS",
+        )
+
+    def close(self) -> None:
+        """Close the tool-call environments and their pool (the facade is closing)."""
+        self._tools.close()
+
+    def for_job(self, job_id: str, user: User | None) -> ComparisonChat:
+        """The loaded base model with a finished job's adapter, for its chat or its arena (ValueError sentences: not
+        succeeded, no adapter); another user's job is JobNotFound."""
         from backend.chat.side_by_side import ChatModels
 
-        job = self.get_job(job_id, user)
-        with self._chat_lock:
-            if self._chat_models is None:
-                self._chat_models = ChatModels(self.paths.models)
-        return self._chat_models.for_job(job)
+        job = self.jobs.get_job(job_id, user)
+        with self._lock:
+            if self._models is None:
+                self._models = ChatModels(self.core.paths.models)
+            models = self._models
+        return models.for_job(job)
 
-    def _held_stream(self, stream: Iterator[Any], user: User | None) -> Iterator[Any]:
-        return stream if user is None else HeldStream(stream, self._chat_streams.hold(user.name))
+    def _held_stream(self, stream: Iterator[U], user: User | None) -> Iterator[U]:
+        """``stream``, counted among the user's chat streams until it ends (a trusted caller's is not counted)."""
+        return stream if user is None else HeldStream(stream, self._streams.hold(user.name))
 
     def chat_pair(
         self,
@@ -81,7 +112,7 @@ class ChatOperations:
         settings: GenerationSettings | None = None,
         user: User | None = None,
         mode: ChatMode = "conversation",
-    ):
+    ) -> Iterator[tuple[str, str]]:
         """Stream (base answer, tuned answer) so far for a finished job: one base model, adapter on for one side.
 
         ``mode`` "compare" asks as the learning verdict's evaluation does: the histories are left out and both sides
@@ -91,7 +122,7 @@ class ChatOperations:
         base_history, tuned_history, settings = mode_turn(
             mode, base_history, tuned_history, settings or GenerationSettings()
         )
-        chat = self._chat_for(job_id, user)
+        chat = self.for_job(job_id, user)
         return self._held_stream(chat.stream_pair(base_history, tuned_history, message, settings), user)
 
     def chat_turn(
@@ -112,12 +143,12 @@ class ChatOperations:
         base_history, tuned_history, settings = mode_turn(
             mode, base_history, tuned_history, settings or GenerationSettings()
         )
-        chat = self._chat_for(job_id, user)
+        chat = self.for_job(job_id, user)
         return self._held_stream(chat.stream_turn(base_history, tuned_history, message, settings), user)
 
     def chat_environment(self, job_id: str, user: User | None = None) -> str | None:
         """The environment a job's chat can run tool calls in (``spec.environment.name``); None when it has none."""
-        return self.get_job(job_id, user).spec.environment.name
+        return self.jobs.get_job(job_id, user).spec.environment.name
 
     def run_tool_calls(
         self, job_id: str, calls: Sequence[ToolCall | dict], side: str = "tuned", user: User | None = None
@@ -128,45 +159,45 @@ class ChatOperations:
         started from the job's first dataset row; it is closed by :meth:`close_chat_tools`, after an idle timeout and
         when the app closes. Another user's job is JobNotFound; a job without an environment, too many calls, a rate
         limit or a server that stopped answering is a ValueError sentence."""
-        self._require_user(user, "running tool calls")
+        self.core.require_user(user, "running tool calls")
         if side not in SIDES:
             raise SpecError([f"the side is 'base' or 'tuned', not {str(side)[:40]!r}"])
-        job = self.get_job(job_id, user)
+        job = self.jobs.get_job(job_id, user)
         if not job.spec.environment.name:
             raise SpecError([f"job {job.id} plays no environment, so there is nothing to run its tool calls in"])
         from backend.chat.tool_calls import tool_calls_from
 
         checked = tool_calls_from(calls)  # refused before anything is counted or started
-        owner, uploads = name_of(user), self._uploads_of(job.spec)
+        owner, uploads = name_of(user), self.core.uploads_of(job.spec)
 
         def run() -> ToolRun:
-            return self._chat_tools.sessions.run(owner, job.id, job.spec, side, checked, uploads)
+            return self._tools.sessions.run(owner, job.id, job.spec, side, checked, uploads)
 
         if user is None:  # a trusted caller (tests, scripts) waits on its own thread
             return run()
-        self._chat_tools.calls.check(user.name)
-        return self._chat_tools.run_held(user, run)
+        self._tools.calls.check(user.name)
+        return self._tools.run_held(user, run)
 
     def close_chat_tools(self, user: User | None = None, job_id: str | None = None) -> int:
         """Close the user's tool-call environment for ``job_id`` (every one of theirs when None): the chat was
         cleared or another job picked. How many were open."""
-        return self._chat_tools.sessions.close(name_of(user), job_id)
+        return self._tools.sessions.close(name_of(user), job_id)
 
     def preference_log(self, user: User | None = None) -> PreferenceLog:
         """Where a user's "this side is better" picks are kept (DPO rows)."""
         from backend.chat.feedback import feedback_log
 
-        return feedback_log(self.paths, name_of(user), "dpo")
+        return feedback_log(self.core.paths, name_of(user), "dpo")
 
     def thumb_log(self, user: User | None = None) -> ThumbLog:
         """Where a user's 👍/👎 on single answers are kept (KTO rows)."""
         from backend.chat.feedback import feedback_log
 
-        return feedback_log(self.paths, name_of(user), "kto")
+        return feedback_log(self.core.paths, name_of(user), "kto")
 
     def export_preferences(self, user: User | None = None, format: FeedbackFormat = "dpo") -> Path:
         """The user's picks (``dpo``) or thumbs (``kto``) as ``<user>-<format>.jsonl`` in a fresh downloads folder
         (the only place the app serves files from); their earlier exports of it are removed. ValueError when empty."""
         from backend.chat.feedback import export_feedback
 
-        return export_feedback(self.paths, name_of(user), format)
+        return export_feedback(self.core.paths, name_of(user), format)

@@ -20,18 +20,6 @@ DEFAULT_MAX_QUEUED_TOTAL = 30
 DEFAULT_MAX_DRY_RUNS = 2
 
 
-DEFAULT_MAX_CHAT_STREAMS = 8
-
-
-DEFAULT_MAX_CHAT_STREAMS_PER_USER = 2
-
-
-# Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
-# Gradio's 8 slots of an event, so others always find one free).
-ENVIRONMENT_CHECKS_PER_USER = 2
-DEFAULT_MAX_ENVIRONMENT_CHECKS = 4
-
-
 def whole_number(value: Any, what: str, low: int, high: int, optional: bool = False) -> int | None:
     """``value`` when it is a whole number in ``low..high`` (or None where ``optional``); else SpecError with a
     sentence: a number from a browser or a script reaches the store, a file or a loop only in range."""
@@ -80,14 +68,8 @@ class WarmUp:
 SchedulerMode = Literal["thread", "detached", "none"]
 
 
-# Actions that run code a user wrote (reward patterns) or a model and an environment (dry runs): signed-in users only,
-# a few calls a minute each, off the request thread with a time limit.
-BENCH_CALLS_PER_MINUTE = 20
-
-
-BENCH_TIME_LIMIT_S = 10.0
-
-
+# Actions that play a model in an environment (dry runs, the arena): signed-in users only, a few calls a minute each,
+# off the request thread with a time limit.
 DRY_RUNS_PER_MINUTE = 5
 
 

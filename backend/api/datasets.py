@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.api.common import name_of, whole_number
+from backend.api.core import StudioCore
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError
 from backend.core.uploads import upload_display_name
 from backend.core.users import User
@@ -23,13 +24,16 @@ from backend.data.upload_store import (
 from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
 from backend.jobs.records import JobStatus
 from backend.platform.hardware import memory_room
-from backend.platform.limits import InFlight, int_setting
+from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
 
 if TYPE_CHECKING:
     from backend.training.preview import DatasetPreview
 
 UPLOAD_CHECKS_PER_USER = 2  # one person's uploads wait their turn beyond this, however many they send at once
 UPLOAD_CHECKS_SETTING = "STUDIO_MAX_UPLOAD_CHECKS"
+# The reward bench runs code a user wrote: a few calls a minute each, off the request thread with a time limit.
+BENCH_CALLS_PER_MINUTE = 20
+BENCH_TIME_LIMIT_S = 10.0
 UPLOAD_CHECK_WAIT_S = CHECK_SECONDS  # as long as one check may run: behind stuck checks, a refusal after that
 
 
@@ -49,12 +53,22 @@ def upload_check_slots(room: int | None = None) -> InFlight:
 
 
 class DatasetOperations:
-    """Datasets: for ``StudioAPI`` (it uses ``paths``, ``store``, ``_prepare``, ``_require_user``, the bench's limits
-    and the uploads' own: ``_upload_checks`` (upload_check_slots()), ``_upload_quota``, ``_upload_sources``)."""
+    """Datasets (``api.datasets``): uploads, previews and the reward bench, over the facade's core, with their own
+    limits (the uploads' checks, quota and shared sources; the bench's rate and time)."""
 
-    _upload_checks: InFlight
-    _upload_quota: UploadQuota
-    _upload_sources: SharedSources
+    def __init__(self, core: StudioCore) -> None:
+        self.core = core
+        self._upload_checks = upload_check_slots()  # each check may take over 2 GB: as many as the memory holds
+        self._upload_quota = UploadQuota()
+        self._upload_sources = SharedSources()
+        self._bench_calls = RateLimiter("reward bench", BENCH_CALLS_PER_MINUTE)
+        self._bench_time = TimeLimit(
+            "reward bench", BENCH_TIME_LIMIT_S, advice="use fewer or shorter completions, or simpler patterns"
+        )
+
+    def close(self) -> None:
+        """Stop the reward bench's pool (the facade is closing)."""
+        self._bench_time.close()
 
     def upload_dataset(
         self,
@@ -81,9 +95,9 @@ class DatasetOperations:
 
         release_source = self._upload_sources.hold(Path(source))
         try:
-            self._require_user(user, "dataset upload")
+            self.core.require_user(user, "dataset upload")
             owner = name_of(user)
-            uploads_dir = self.paths.uploads(owner)
+            uploads_dir = self.core.paths.uploads(owner)
             try:
                 size = Path(source).stat().st_size
             except FileNotFoundError:
@@ -112,15 +126,15 @@ class DatasetOperations:
 
     def list_uploads(self, user: User | None = None) -> UploadShelf:
         """The caller's own kept uploads (newest first), with the bytes they take and the quota."""
-        self._require_user(user, "dataset upload")
-        return UploadShelf(stored_uploads(self.paths.uploads(name_of(user))), upload_quota())
+        self.core.require_user(user, "dataset upload")
+        return UploadShelf(stored_uploads(self.core.paths.uploads(name_of(user))), upload_quota())
 
     def delete_upload(self, upload_id: str, user: User | None = None) -> StoredUpload:
         """Delete one of the caller's own uploads (the id resolves only in their folder), unless a queued or running
         job of theirs reads it: what was deleted, or SpecError with the reason."""
-        self._require_user(user, "dataset upload")
+        self.core.require_user(user, "dataset upload")
         owner = name_of(user)
-        for job in self.store.list(owner=owner, statuses=[JobStatus.queued, JobStatus.running]):
+        for job in self.core.store.list(owner=owner, statuses=[JobStatus.queued, JobStatus.running]):
             dataset = job.spec.dataset
             if (dataset.source == "upload" and dataset.name == upload_id) or upload_id in job.spec.benchmarks.tasks:
                 raise SpecError(
@@ -129,7 +143,7 @@ class DatasetOperations:
                         f"{job.status.value}; cancel it or let it finish, then delete the upload"
                     ]
                 )
-        return delete_stored_upload(self.paths.uploads(owner), upload_id)
+        return delete_stored_upload(self.core.paths.uploads(owner), upload_id)
 
     def check_upload(
         self,
@@ -143,12 +157,12 @@ class DatasetOperations:
         counts among the owner's checks at once as an upload does (``upload_dataset``)."""
         from backend.data.uploads import check_upload
 
-        self._require_user(user, "dataset upload")
+        self.core.require_user(user, "dataset upload")
         owner = name_of(user)
         release_slot = self._upload_checks.hold(owner, wait_s=UPLOAD_CHECK_WAIT_S, on_wait=on_wait)
         try:
             # The id resolves only inside this user's own uploads folder (backend.jobs.access.upload_file).
-            return check_upload(upload_id, Method(method), self.paths.uploads(owner), columns)
+            return check_upload(upload_id, Method(method), self.core.paths.uploads(owner), columns)
         finally:
             release_slot()
 
@@ -156,10 +170,14 @@ class DatasetOperations:
         """The first row of the job's dataset, every column kept (the reward bench scores against it)."""
         from backend.data.loading import load_training_dataset
 
-        spec = self._prepare(spec, user=user)
+        spec = self.core.prepare(spec, user=user)
         with tempfile.TemporaryDirectory(prefix="studio-row-") as cache_dir:
             dataset, _ = load_training_dataset(
-                spec.dataset, spec.method, keep_all=True, uploads_dir=self._uploads_of(spec), cache_dir=Path(cache_dir)
+                spec.dataset,
+                spec.method,
+                keep_all=True,
+                uploads_dir=self.core.uploads_of(spec),
+                cache_dir=Path(cache_dir),
             )
             return dict(dataset[0])
 
@@ -169,9 +187,9 @@ class DatasetOperations:
         from backend.training.preview import preview_dataset
 
         whole_number(rows, "the number of preview rows", 1, 100)
-        spec = self._prepare(spec, user=user)
-        tokenizer = load_tokenizer(resolve_model(spec.model, self.paths.models), spec.model)
-        return preview_dataset(spec, tokenizer, rows, uploads_dir=self._uploads_of(spec))
+        spec = self.core.prepare(spec, user=user)
+        tokenizer = load_tokenizer(resolve_model(spec.model, self.core.paths.models), spec.model)
+        return preview_dataset(spec, tokenizer, rows, uploads_dir=self.core.uploads_of(spec))
 
     def score_rewards(
         self,
@@ -189,7 +207,7 @@ class DatasetOperations:
         """
         from backend.methods.rewards.bench import bench_input_problems, score_completions
 
-        self._require_user(user, "reward bench")
+        self.core.require_user(user, "reward bench")
         problems = bench_input_problems(rewards, completions, row)
         if problems:
             raise SpecError(problems)

@@ -2,20 +2,53 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from backend.api.common import SQLITE_MAX_INT, WarmUp, whole_number
+from backend.api.common import (
+    DEFAULT_MAX_DRY_RUNS,
+    DRY_RUN_TIME_LIMIT_S,
+    DRY_RUNS_PER_MINUTE,
+    SQLITE_MAX_INT,
+    WarmUp,
+    whole_number,
+)
+from backend.api.core import StudioCore
+from backend.api.jobs import JobOperations
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
-from backend.platform.limits import InFlight, held_run
+from backend.platform.limits import InFlight, RateLimiter, TimeLimit, held_run, int_setting
 from backend.training.preflight import check_spec
 
 if TYPE_CHECKING:
     from backend.environments.episodes import Episode
 
+T = TypeVar("T")
+
 
 class EnvironmentOperations:
-    """Environments: for ``StudioAPI`` (it uses ``_prepare``, ``submit`` and the dry runs' limits)."""
+    """Environments (``api.environments``): dry runs and warm-ups, over the facade's core and its jobs (a warm-up
+    queues two), with the dry runs' own limits."""
+
+    def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
+        self.core = core
+        self.jobs = jobs
+        self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
+        # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
+        self._dry_runs = InFlight(
+            "dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
+        )
+        self._dry_run_time = TimeLimit(
+            "dry run",
+            DRY_RUN_TIME_LIMIT_S,
+            workers=self._dry_runs.total,  # each dry run let in has its own thread: a slow server holds only its own
+            advice="lower environment.max_tool_calling_iterations or "
+            "rollout.max_completion_length, or try a smaller model",
+        )
+
+    def close(self) -> None:
+        """Stop the dry runs' pool (the facade is closing)."""
+        self._dry_run_time.close()
 
     def dry_run(
         self, spec: JobSpec | dict[str, Any] | str, row: int = 0, seed: int | None = None, user: User | None = None
@@ -24,21 +57,23 @@ class EnvironmentOperations:
         (turns, tool calls, tool results) and the reward, before anything is queued."""
         from backend.workflows.dryrun import dry_run
 
-        self._require_user(user, "dry run")
+        self.core.require_user(user, "dry run")
         whole_number(row, "the dry run's row", 0, SQLITE_MAX_INT)
         whole_number(seed, "the dry run's seed", 0, 2**32 - 1, optional=True)
-        lineage = self._prepare_lineage(spec, user=user)
+        lineage = self.core.prepare_lineage(spec, user=user)
         spec, adapter = lineage.spec, lineage.adapter()
 
         def play() -> Episode:
-            return dry_run(spec, self.paths.models, adapter, row=row, seed=seed, uploads_dir=self._uploads_of(spec))
+            return dry_run(
+                spec, self.core.paths.models, adapter, row=row, seed=seed, uploads_dir=self.core.uploads_of(spec)
+            )
 
         if user is None:  # a trusted caller (the CLI) waits as long as its model needs
             return play()
         self._dry_run_calls.check(user.name)
         return self._held_run(self._dry_runs, user, play)
 
-    def _held_run(self, limit: InFlight, user: User, action):
+    def _held_run(self, limit: InFlight, user: User, action: Callable[[], T]) -> T:
         """``action()`` off the request thread within the dry-run time limit, counted in ``limit`` (``held_run``)."""
         return held_run(limit, self._dry_run_time, user.name, action)
 
@@ -58,20 +93,20 @@ class EnvironmentOperations:
         from backend.environments.warmup import demonstrations_to_play, warmup_spec
         from backend.workflows.warmup import after, write_demonstrations
 
-        self._require_user(user, "warm-up")
+        self.core.require_user(user, "warm-up")
         whole_number(rows, "the warm-up's rows", 1, 1000)
         if user is not None:
             self._dry_run_calls.check(user.name)  # it plays the environment up to rows x 4 times
         owner = user.name if user is not None else None
-        spec = self._prepare(spec, owner, user)
+        spec = self.core.prepare(spec, owner, user)
         if not spec.environment.name:  # the spec ties an environment to a method that plays one
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
-        check_spec(spec, self.paths.models, self._uploads_of(spec))  # refuse before playing anything
-        shown = write_demonstrations(spec, self._uploads_of(spec), demonstrations_to_play(rows))
-        sft = self.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
+        check_spec(spec, self.core.paths.models, self.core.uploads_of(spec))  # refuse before playing anything
+        shown = write_demonstrations(spec, self.core.uploads_of(spec), demonstrations_to_play(rows))
+        sft = self.jobs.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
         try:
-            grpo = self.submit(after(spec, sft.job.id), owner, user)
+            grpo = self.jobs.submit(after(spec, sft.job.id), owner, user)
         except Exception:
-            self.store.request_cancel(sft.job.id)  # never half a pair
+            self.core.store.request_cancel(sft.job.id)  # never half a pair
             raise
         return WarmUp(shown.summary, shown.upload_id, sft, grpo)

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backend.api.core import StudioCore
+from backend.api.jobs import JobOperations
 from backend.core.users import User
 from backend.jobs.access import may_name_server_paths
 from backend.jobs.store_errors import JobNotFound
@@ -25,13 +27,16 @@ def export_slots() -> InFlight:
 
 
 class ExportOperations:
-    """Exports, for ``StudioAPI`` (it uses ``paths``, ``store``, ``get_job`` and ``_exports``: export_slots())."""
+    """Exports (``api.export``), over the facade's core and its jobs, with their own limit (export_slots())."""
 
-    _exports: InFlight
+    def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
+        self.core = core
+        self.jobs = jobs
+        self._exports = export_slots()  # merged exports: each holds a whole model in memory
 
     def merged_folder(self, job_id: str) -> Path:
         """Where the UI puts a job's merged export: a folder of its own under the data dir."""
-        return self.paths.job_dir(job_id) / MERGED_FOLDER
+        return self.core.paths.job_dir(job_id) / MERGED_FOLDER
 
     def export_merged(
         self,
@@ -55,7 +60,7 @@ class ExportOperations:
         from backend.hub.publish import PushError, push_merged
         from backend.workflows.export import ExportError, merge_in_child
 
-        job = self.get_job(job_id, user)
+        job = self.jobs.get_job(job_id, user)
         if user is not None and not user.local and job.owner != user.name:
             raise JobNotFound(job_id)  # a Space admin may look at another's job, but its model is its owner's to ship
         if out is not None and str(out).strip() and not may_name_server_paths(user):
@@ -64,7 +69,7 @@ class ExportOperations:
         target = self.merged_folder(job.id) if own_folder else Path(str(out))
         release = self._exports.hold(user.name if user is not None else "")
         try:
-            result = merge_in_child(job.id, self.paths, target, replace=own_folder)
+            result = merge_in_child(job.id, self.core.paths, target, replace=own_folder)
             if push or push_repo:
                 token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
                 try:
@@ -81,7 +86,7 @@ class ExportOperations:
                     result = _with(result, push_error=str(exc))
                 else:
                     result = _with(result, repo_id=pushed.repo_id, url=pushed.url)
-            self.store.merge_artifacts(job.id, merged=result.record())
+            self.core.store.merge_artifacts(job.id, merged=result.record())
             return result
         finally:
             release()
@@ -91,14 +96,14 @@ class ExportOperations:
         ValueError with a sentence when it has none."""
         from backend.workflows.archive import zip_adapter
 
-        job = self.get_job(job_id, user)
+        job = self.jobs.get_job(job_id, user)
         if user is not None and not user.local and job.owner != user.name:
             raise JobNotFound(job_id)
         merged = job.artifacts.merged
         if merged is None or not Path(merged.path).is_dir():
             raise ValueError(f"job {job.id} has no merged export yet: click Export merged model first")
         return zip_adapter(
-            self.paths, Path(merged.path), f"merged-{job.spec.output.run_name or job.id}.zip", "merged model"
+            self.core.paths, Path(merged.path), f"merged-{job.spec.output.run_name or job.id}.zip", "merged model"
         )
 
     def use_snippets(self, job_id: str, user: User | None = None) -> list[UseSnippet]:
@@ -106,19 +111,22 @@ class ExportOperations:
         merged model (pushed repo, else folder)."""
         from backend.hub.snippets import use_snippets
 
-        job = self.get_job(job_id, user)
+        job = self.jobs.get_job(job_id, user)
         artifacts = job.artifacts
         adapter = artifacts.hub.repo_id if artifacts.hub else artifacts.adapter_dir
         merged = (artifacts.merged.repo_id or artifacts.merged.path) if artifacts.merged else None
         return use_snippets(job.spec, job.id, adapter, merged)
 
 
-def _with(result: ExportResult, **changes) -> ExportResult:
-    """``result`` with a push's outcome, its sentence extended to say it."""
+def _with(
+    result: ExportResult, repo_id: str | None = None, url: str | None = None, push_error: str | None = None
+) -> ExportResult:
+    """``result`` with a push's outcome (where it went, or why it did not), its sentence extended to say it."""
     from dataclasses import replace
 
-    if changes.get("repo_id"):
-        changes["sentence"] = f"{result.sentence} Pushed to {changes['repo_id']}."
-    elif changes.get("push_error"):
-        changes["sentence"] = f"{result.sentence} Not pushed: {changes['push_error']}."
-    return replace(result, **changes)
+    sentence = result.sentence
+    if repo_id:
+        sentence = f"{result.sentence} Pushed to {repo_id}."
+    elif push_error:
+        sentence = f"{result.sentence} Not pushed: {push_error}."
+    return replace(result, repo_id=repo_id, url=url, push_error=push_error, sentence=sentence)

@@ -1,23 +1,29 @@
 """The facade's Hub operations: push a finished job, and run jobs on Hugging Face Jobs (send, list, status, cancel).
 
-``StudioAPI`` (backend/api/studio.py) inherits them; the UI reaches them only through ``backend.api``.
+``StudioAPI`` (backend/api/studio.py) holds them as ``api.hub``; the UI reaches them only through ``backend.api``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from backend.api.core import StudioCore
+from backend.api.jobs import JobOperations
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
 from backend.jobs.store_errors import JobNotFound
 
 if TYPE_CHECKING:
     from backend.hub.publish import PushResult
+    from backend.jobs.remote_registry import RemoteJob
 
 
 class HubOperations:
-    """Push and Hugging Face Jobs, for a class that has ``paths``, ``store``, ``remote``, ``get_job`` and
-    ``_prepare`` (``StudioAPI``)."""
+    """Push and Hugging Face Jobs (``api.hub``), over the facade's core and its jobs."""
+
+    def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
+        self.core = core
+        self.jobs = jobs
 
     def push_to_hub(
         self,
@@ -35,9 +41,9 @@ class HubOperations:
 
         from backend.hub.publish import push_job
 
-        job = self.get_job(job_id, user)
+        job = self.jobs.get_job(job_id, user)
         token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
-        return push_job(job, self.paths, self.store, token, repo_id=repo_id or None, private=private)
+        return push_job(job, self.core.paths, self.core.store, token, repo_id=repo_id or None, private=private)
 
     def send_to_hf_jobs(
         self, spec: JobSpec | dict[str, Any] | str, user: User, flavor: str, timeout: str = "6h"
@@ -49,23 +55,23 @@ class HubOperations:
         """
         from backend.hub.hf_jobs import submit_remote
 
-        spec = self._prepare(spec, user.name, user)
+        spec = self.core.prepare(spec, user.name, user)
         if not user.token:
             raise SpecError(["sign in with Hugging Face (a token with the jobs scope) to use Hugging Face Jobs"])
         hf_job_id = submit_remote(spec, user.token, flavor=flavor, timeout=timeout, namespace=user.name)
-        self.remote.add(hf_job_id, user.name, spec.to_json(), flavor)
+        self.core.remote.add(hf_job_id, user.name, spec.to_json(), flavor)
         return hf_job_id
 
-    def _remote_job(self, hf_job_id: str, user: User):
+    def _remote_job(self, hf_job_id: str, user: User) -> RemoteJob:
         """The recorded remote job, if ``user`` may see it; JobNotFound otherwise."""
-        record = self.remote.get(hf_job_id)
+        record = self.core.remote.get(hf_job_id)
         if record is None or not user.can_access(record.owner):
             raise JobNotFound(hf_job_id)
         return record
 
-    def list_remote_jobs(self, user: User) -> list:
+    def list_remote_jobs(self, user: User) -> list[RemoteJob]:
         """The jobs sent to Hugging Face Jobs that ``user`` may see (all of them for an admin)."""
-        return self.remote.list(owner=None if user.is_admin else user.name)
+        return self.core.remote.list(owner=None if user.is_admin else user.name)
 
     def remote_job_status(self, hf_job_id: str, user: User, log_lines: int = 60) -> tuple[str, str, list[str]]:
         """(stage, sentence, last log lines) of a job sent to Hugging Face Jobs, read with the user's token."""
@@ -73,7 +79,7 @@ class HubOperations:
 
         record = self._remote_job(hf_job_id, user)
         status = remote_status(hf_job_id, user.token, namespace=record.owner)
-        self.remote.record_status(hf_job_id, status.stage, status.message)
+        self.core.remote.record_status(hf_job_id, status.stage, status.message)
         return status.stage, status.message, remote_logs(hf_job_id, user.token, tail=log_lines, namespace=record.owner)
 
     def cancel_remote_job(self, hf_job_id: str, user: User) -> None:

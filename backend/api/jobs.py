@@ -8,10 +8,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
+from backend.api.common import SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
+from backend.api.core import StudioCore
 from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import JobSpec, SpecError
-from backend.core.users import User, max_queued_per_user
+from backend.core.users import User
 from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
 from backend.jobs.access import readable_job
 from backend.jobs.failures import tail_lines
@@ -20,9 +21,14 @@ from backend.jobs.records import RESUMABLE_STATUSES, JobRecord, JobStatus
 from backend.jobs.scheduler import default_max_concurrent
 from backend.jobs.store_errors import InvalidTransition
 from backend.platform.hardware import detect_device
-from backend.platform.limits import int_setting
+from backend.platform.limits import InFlight, int_setting
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.preflight import check_and_plan, check_spec
+
+# Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
+# Gradio's 8 slots of an event, so others always find one free).
+ENVIRONMENT_CHECKS_PER_USER = 2
+DEFAULT_MAX_ENVIRONMENT_CHECKS = 4
 
 
 def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
@@ -33,8 +39,19 @@ def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
 
 
 class JobOperations:
-    """Jobs: for ``StudioAPI`` (it uses ``paths``, ``store``, ``scheduler``, ``_prepare``, ``_kick`` and the
-    environment checks' limit)."""
+    """Jobs (``api.jobs``): queue, read and stop them, over the facade's core; it owns the limit on remote
+    environments' pre-flights."""
+
+    def __init__(self, core: StudioCore) -> None:
+        self.core = core
+        # A remote environment's pre-flight talks to a stranger's server: a few at once per user and on the Space,
+        # so slow servers hold only a few of Gradio's submit slots and never anyone else's.
+        self._environment_checks = InFlight(
+            "environment checks",
+            ENVIRONMENT_CHECKS_PER_USER,
+            int_setting("STUDIO_MAX_ENVIRONMENT_CHECKS", DEFAULT_MAX_ENVIRONMENT_CHECKS),
+            "STUDIO_MAX_ENVIRONMENT_CHECKS",
+        )
 
     def submit(
         self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
@@ -48,34 +65,34 @@ class JobOperations:
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         if user is not None:
             owner = user.name
-        spec = self._prepare(spec, owner, user)
-        limited = user is not None and not user.is_admin
-        queue_limit = max_queued_per_user() if limited else None
-        total_limit = int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL) if limited else None
+        spec = self.core.prepare(spec, owner, user)
+        queue_limit, total_limit = self.core.queue_limits(user)
         if queue_limit is not None:
-            self.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
+            self.core.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
         with self._environment_check(spec, user):
-            warnings = check_spec(spec, self.paths.models, self._uploads_of(spec)) + _token_warnings(spec, user)
+            warnings = check_spec(spec, self.core.paths.models, self.core.uploads_of(spec)) + _token_warnings(
+                spec, user
+            )
         free = self._free_workers()  # counted before adding: the scheduler may start this job at once
-        job = self.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
+        job = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
         if wants_hub_token(spec) and user is not None and user.token:
-            self._tokens[job.id] = user.token
+            self.core.tokens[job.id] = user.token
         if warnings:
-            self.store.merge_artifacts(job.id, preflight_warnings=warnings)
-        self._kick()
-        return Submitted(job, self.store.queue_position(job.id), warnings, free)
+            self.core.store.merge_artifacts(job.id, preflight_warnings=warnings)
+        self.core.kick()
+        return Submitted(job, self.core.store.queue_position(job.id), warnings, free)
 
     def _free_workers(self) -> int:
         """How many more jobs could start now: the scheduler's slots less the jobs running."""
-        slots = self.scheduler.max_concurrent if self.scheduler is not None else default_max_concurrent()
-        return max(0, slots - len(self.store.list(statuses=[JobStatus.running])))
+        slots = self.core.scheduler.max_concurrent if self.core.scheduler is not None else default_max_concurrent()
+        return max(0, slots - len(self.core.store.list(statuses=[JobStatus.running])))
 
     def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
         text). Raises SpecError like submit would."""
-        spec = self._prepare(spec, user=user)
+        spec = self.core.prepare(spec, user=user)
         with self._environment_check(spec, user):
-            warnings, tuning = check_and_plan(spec, self.paths.models, self._uploads_of(spec))
+            warnings, tuning = check_and_plan(spec, self.core.paths.models, self.core.uploads_of(spec))
         warnings += _token_warnings(spec, user)
         estimate = tuning.estimate
         text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"
@@ -101,27 +118,27 @@ class JobOperations:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""
         if user is not None and not user.is_admin:
             owner = user.name
-        return self.store.list(owner=owner)
+        return self.core.store.list(owner=owner)
 
     def unreadable_jobs(self, user: User | None = None) -> list[tuple[str, str]]:
         """(job id, reason) of the rows ``list_jobs`` leaves out because they cannot be read, for a notice."""
         owner = user.name if user is not None and not user.is_admin else None
-        return self.store.unreadable_rows(owner=owner)
+        return self.core.store.unreadable_rows(owner=owner)
 
     def get_job(self, job_id: str, user: User | None = None) -> JobRecord:
         """One job; another user's job is reported as not found (its existence is not theirs to know)."""
-        return readable_job(self.store, job_id, user)
+        return readable_job(self.core.store, job_id, user)
 
     def queue_position(self, job_id: str) -> int | None:
         """A job's place in the queue (1: next to start), or None when it is not queued."""
-        return self.store.queue_position(job_id)
+        return self.core.store.queue_position(job_id)
 
     def cancel(self, job_id: str, user: User | None = None) -> JobStatus:
         """Queued jobs are cancelled at once; running ones are asked to stop (then killed after a grace period)."""
         self.get_job(job_id, user)
-        status = self.store.request_cancel(job_id)
+        status = self.core.store.request_cancel(job_id)
         if status is JobStatus.running:
-            self._kick()
+            self.core.kick()
         return status
 
     def resume_refusal(self, job: JobRecord) -> str | None:
@@ -134,7 +151,7 @@ class JobOperations:
             if job.status is JobStatus.succeeded:
                 return "This job finished; clone it to train again."
             return f"This job is {job.status.value}; only an interrupted, cancelled or failed job can be resumed."
-        if job.status is JobStatus.interrupted or last_checkpoint(self.paths.job_output(job.id)) is not None:
+        if job.status is JobStatus.interrupted or last_checkpoint(self.core.paths.job_output(job.id)) is not None:
             return None
         return (
             f"This job is {job.status.value} and saved no checkpoint before it stopped, so there is nothing to "
@@ -153,8 +170,8 @@ class JobOperations:
         refusal = self.resume_refusal(self.get_job(job_id, user))
         if refusal is not None:
             raise InvalidTransition(refusal)
-        job = self.store.requeue_for_resume(job_id)
-        self._kick()
+        job = self.core.store.requeue_for_resume(job_id)
+        self.core.kick()
         return job
 
     def trackio_dashboard(self, job_id: str, user: User | None = None) -> str | None:
@@ -163,13 +180,13 @@ class JobOperations:
         from backend.platform.tracking import dashboard_command
 
         job = self.get_job(job_id, user)
-        return dashboard_command(self.paths, job.owner) if job.spec.output.trackio else None
+        return dashboard_command(self.core.paths, job.owner) if job.spec.output.trackio else None
 
     def metrics(self, job_id: str, after_id: int = 0, user: User | None = None) -> list[dict[str, Any]]:
         """A job's logged metrics rows, those after ``after_id`` only (to poll without re-reading)."""
         whole_number(after_id, "the metrics cursor", 0, SQLITE_MAX_INT)
         self.get_job(job_id, user)
-        return self.store.metrics(job_id, after_id)
+        return self.core.store.metrics(job_id, after_id)
 
     def metrics_since(self, job_id: str, cursor: int = 0, user: User | None = None) -> MetricsPage:
         """Incremental metrics: the rows logged after ``cursor`` and the cursor for the next call (a live view
@@ -198,15 +215,15 @@ class JobOperations:
             raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
         from backend.workflows.archive import zip_adapter
 
-        return zip_adapter(self.paths, Path(adapter), f"adapter-{job.spec.output.run_name or job.id}.zip")
+        return zip_adapter(self.core.paths, Path(adapter), f"adapter-{job.spec.output.run_name or job.id}.zip")
 
     def samples(self, job_id: str, user: User | None = None) -> list[dict[str, Any]]:
         """GRPO's kept completions with their rewards."""
         self.get_job(job_id, user)
-        return self.store.samples(job_id)
+        return self.core.store.samples(job_id)
 
     def log_tail(self, job_id: str, lines: int = 50, user: User | None = None) -> list[str]:
         """The last ``lines`` lines of a job's training log (1 to 10,000)."""
         whole_number(lines, "the number of log lines", 1, 10_000)
         self.get_job(job_id, user)
-        return tail_lines(self.paths.job_log(job_id), lines)
+        return tail_lines(self.core.paths.job_log(job_id), lines)

@@ -1,0 +1,105 @@
+"""``StudioCore``: what every part of the facade stands on (the data folder, the job store, the remote jobs' registry,
+the scheduler, the Hub tokens waiting for their workers) and the steps they share: read a spec for a user, wake the
+queue, refuse an anonymous caller on a Space."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
+from backend.core.paths import DataPaths
+from backend.core.spec import JobSpec, SpecError, parse_spec
+from backend.core.users import User, max_queued_per_user
+from backend.jobs.access import authorize_spec
+from backend.jobs.lineage import Lineage, resolve_lineage
+from backend.jobs.remote_registry import RemoteRegistry
+from backend.jobs.scheduler import Scheduler, spawn_detached
+from backend.jobs.store import JobStore
+from backend.platform.limits import int_setting
+from backend.platform.space_runtime import on_space
+from backend.platform.storage import StoragePlan
+
+
+class StudioCore:
+    """The facade's shared state, handed to each of its parts (``StudioAPI`` builds it).
+
+    ``scheduler`` is the in-process scheduler when this process runs one (``StudioAPI`` starts it), else None;
+    ``mode`` says who runs the queue (see ``StudioAPI``)."""
+
+    def __init__(self, storage: StoragePlan, paths: DataPaths, mode: SchedulerMode) -> None:
+        self.storage = storage
+        self.paths = paths
+        self.store = JobStore(paths.db)
+        self.remote = RemoteRegistry(self.store)
+        self.mode: SchedulerMode = mode
+        self.scheduler: Scheduler | None = None
+        # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
+        self.tokens: dict[str, str] = {}
+        with contextlib.suppress(OSError):  # tried again at the next start
+            paths.move_user_folders(self.store.owners())
+            self._sweep_half_files()
+
+    def _sweep_half_files(self) -> None:
+        """What a killed process left half-written: staged uploads, partial adapter zips and merged exports (never
+        handed out)."""
+        from backend.data.uploads import LEFTOVER_AGE_S, sweep_staging
+
+        sweep_staging(self.paths.root / "uploads")
+        from backend.workflows.archive import PARTIAL_MERGED, PARTIAL_ZIP
+
+        for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
+            if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
+                shutil.rmtree(partial.parent, ignore_errors=True)
+        for partial in (self.paths.root / "jobs").glob(f"*/{PARTIAL_MERGED}*"):
+            if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:
+                shutil.rmtree(partial, ignore_errors=True)
+
+    def prepare(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> JobSpec:
+        """The parsed spec, owned by ``user`` and holding only what they may read (backend/jobs/access.py), parent
+        resolved. ``user=None`` is a trusted caller in this process (the CLI, tests)."""
+        return self.prepare_lineage(spec, owner, user).spec
+
+    def prepare_lineage(
+        self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
+    ) -> Lineage:
+        """:meth:`prepare`, with the parent job read on the way (backend/jobs/lineage.py)."""
+        if not isinstance(spec, JobSpec):
+            spec = parse_spec(spec)
+        if owner is not None and owner != spec.owner:
+            spec = spec.model_copy(update={"owner": owner})
+        spec = authorize_spec(spec, user, self.paths)
+        return resolve_lineage(spec, self.store, user)
+
+    def uploads_of(self, spec: JobSpec) -> Path:
+        """The uploads folder a spec's ``upload`` datasets resolve in: its owner's."""
+        return self.paths.uploads(spec.owner)
+
+    def require_user(self, user: User | None, what: str) -> None:
+        """Actions that run user code or a model are for signed-in users; None is trusted only off a Space."""
+        if user is None and on_space():
+            raise SpecError([f"{what}: sign in with Hugging Face first (button at the top right)"])
+
+    def queue_limits(self, user: User | None) -> tuple[int | None, int | None]:
+        """(the user's own queued jobs, the Space's queued jobs) a new job may join: no limits for a trusted caller or
+        an admin."""
+        if user is None or user.is_admin:
+            return None, None
+        return max_queued_per_user(), int_setting("STUDIO_MAX_QUEUED_TOTAL", DEFAULT_MAX_QUEUED_TOTAL)
+
+    def secret_env(self, job_id: str) -> dict[str, str]:
+        """What the scheduler adds to a worker's environment: the token of the user who asked it to push."""
+        token = self.tokens.pop(job_id, None)
+        return {"HF_TOKEN": token} if token else {}
+
+    def kick(self) -> None:
+        """Make sure some scheduler will pick the queue up."""
+        if self.scheduler is not None:
+            self.scheduler.notify()
+        elif self.mode == "detached" and not Scheduler.is_running(self.paths):
+            spawn_detached(self.paths)
