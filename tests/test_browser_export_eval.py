@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.hub.model_card import merged_dtype_sentence
 from backend.jobs.store import JobStatus, JobStore
-from components.benchmark_views import bar
+from components.jobs.benchmark_views import bar
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page, pick_job
 from tests.conftest import tiny_spec, wait_for, wait_status

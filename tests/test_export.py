@@ -22,7 +22,7 @@ from backend.core.users import User
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobNotFound, JobStatus
 from backend.workflows.export import ExportError
-from components.export_panel import use_markdown
+from components.jobs.export_panel import use_markdown
 from tests.conftest import tiny_spec, wait_status
 from tests.faults import tmpfs
 from tests.hub_server import FakeHub

@@ -14,7 +14,8 @@ from backend.core.artifacts import JobArtifacts
 from backend.core.spec import parse_spec
 from backend.core.users import User
 from backend.jobs.store import JobNotFound, JobStatus
-from components import job_monitor, job_views
+from components.jobs import monitor as job_monitor
+from components.jobs import views as job_views
 from tests.conftest import tiny_spec
 
 
