@@ -332,7 +332,7 @@ def wire(api: StudioAPI, h: ChatLayout) -> None:
             _arm(api, h, button.click, bind(record_thumb, api, side, label), judged, "kto", name)
     # For gradio_client: events whose output is a file, so the client downloads it (the buttons need no event).
     for fmt, api_name in EXPORT_FORMATS.items():
-        api_export, api_file = h.api_exports[fmt]
+        api_export, api_file = gr.Button(visible=False), gr.File(visible=False)
         api_export.click(bind(export_now, api, fmt), None, api_file, api_name=api_name)
 
 

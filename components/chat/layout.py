@@ -84,7 +84,6 @@ class ChatLayout:
     better: dict[str, gr.Button]
     exports: dict[str, gr.DownloadButton]  # by format: "dpo" (the picks), "kto" (the thumbs)
     note: gr.Markdown
-    api_exports: dict[str, tuple[gr.Button, gr.File]]  # by format: hidden, for gradio_client (file outputs)
 
     @property
     def need_a_job(self) -> list:
@@ -175,7 +174,6 @@ def lay_out() -> ChatLayout:
             ),
         }
     parts["note"] = gr.Markdown(elem_id="chat-note")
-    parts["api_exports"] = {fmt: (gr.Button(visible=False), gr.File(visible=False)) for fmt in ("dpo", "kto")}
     return ChatLayout(**parts)
 
 

@@ -135,6 +135,9 @@ def lay_out(api: StudioAPI) -> JobsLayout:
         gr.Accordion("Compare jobs", open=False, elem_id="compare-box"),
     ):
         _lay_out_compare(parts)
+    parts["shown"] = gr.State({})
+    # A cheap read every 2 s while the Jobs tab is open (handlers.follow; the page pauses it on the other tabs).
+    parts["timer"] = gr.Timer(REFRESH_S, active=False)
     with gr.Accordion("Jobs on Hugging Face Jobs", open=False):
         parts["remote_table"] = gr.Dataframe(
             headers=views.REMOTE_COLUMNS, value=[], interactive=False, elem_id="remote-table"
@@ -145,9 +148,6 @@ def lay_out(api: StudioAPI) -> JobsLayout:
             parts["remote_cancel"] = gr.Button("Cancel it", size="sm", scale=1)
         parts["remote_status"] = gr.Markdown()
         parts["remote_log"] = gr.Code(label="Remote log (last lines)", language=None, lines=10)
-    parts["shown"] = gr.State({})
-    # A cheap read every 2 s while the Jobs tab is open (handlers.follow; the page pauses it on the other tabs).
-    parts["timer"] = gr.Timer(REFRESH_S, active=False)
     return JobsLayout(**parts)
 
 

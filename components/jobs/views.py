@@ -1,5 +1,5 @@
 """What the Jobs tab shows, computed from store records: table rows, summaries, which actions a job allows,
-evaluations (plots, log rows and samples are in ``components/job_monitor.py``).
+evaluations (plots, log rows and samples are in ``monitor.py``).
 
 No Gradio here: these are plain functions, tested without a browser.
 """

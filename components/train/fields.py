@@ -1,8 +1,8 @@
 """The Train form as one declaration: each field names its spec path, and its help, default and choices come from the
-spec (through ``backend.api``); form values <-> spec dict by dotted path; spec problems routed to their section.
+spec (through ``backend.api``); the hand-written fields' parsing (rewards, column mapping) and dotted paths.
 
-No Gradio here, so the mapping is tested on its own; ``components/train_tab.py`` lays the fields out. A field whose path
-starts with a method's part (``dpo.beta``) belongs to that method: a new method's spec part appears without form code.
+No Gradio here: ``layout.py`` lays the fields out, ``form.py`` maps them to and from a spec. A field whose path starts
+with a method's part (``dpo.beta``) belongs to that method: a new method's spec part appears without form code.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def recipe_updates(values: dict[str, Any], before: tuple[str, ...], after: tuple
 
 
 # Form field -> the value it starts with: the plain defaults under the starting model's recipe for the starting
-# method. The order is the order of the Gradio inputs (components/train_tab.py).
+# method. The order is the order of the Gradio inputs (components/train/layout.py).
 FIELDS: dict[str, Any] = {**DEFAULTS, **recipe_values(DEFAULTS["base_model"], DEFAULTS["method"])}
 
 # What a "which value now" helper answers for "leave the field as it is".
