@@ -14,7 +14,7 @@ import sys
 import gradio as gr
 
 from backend.api import StorageError, StoreError, StudioAPI, hub_status
-from components import arena_panel, chat_tab, deep_links, header, jobs_tab, train_tab
+from components import chat, deep_links, header, jobs, train
 
 JOBS_TAB_ID = "jobs-tab"
 # Gradio hides an inactive tab with display: none, which zeroes every plot's size: each plot then draws itself anew
@@ -23,10 +23,10 @@ JOBS_TAB_ID = "jobs-tab"
 JOBS_HIDDEN_CSS = f'#{JOBS_TAB_ID}[style*="display: none"] {{ display: flex !important; content-visibility: hidden; }}'
 CSS = (
     ".field-error p { color: #b91c1c; margin: 0; }"
-    + train_tab.FIELD_MARK_CSS
-    + arena_panel.ARENA_CSS
-    + jobs_tab.JOBS_CSS
-    + chat_tab.EXPORT_CSS
+    + train.FIELD_MARK_CSS
+    + chat.ARENA_CSS
+    + jobs.JOBS_CSS
+    + chat.EXPORT_CSS
     + JOBS_HIDDEN_CSS
     # In a group, a short field beside a tall one (Loss on completions only beside Packing) left the group's grey
     # background showing under it as an empty block: its column fills the row, in the fields' own colour.
@@ -60,17 +60,16 @@ def build_app(api: StudioAPI) -> gr.Blocks:
         top = header.build(api)
         with gr.Tabs() as tabs:
             with gr.Tab("Train", id="train") as train_page:
-                train_handles = train_tab.build(api)
+                train_handles = train.build(api)
             # Mounted once, then shown and hidden (an inactive tab is unmounted by default: every opening drew the
             # whole tab afresh), and kept laid out while hidden (JOBS_HIDDEN_CSS), so showing it again redraws nothing.
             with gr.Tab("Jobs", id="jobs", elem_id=JOBS_TAB_ID, render_children=True) as jobs_page:
-                jobs_handles = jobs_tab.build(api, train_handles)
+                jobs_handles = jobs.build(api, train_handles)
             with gr.Tab("Chat", id="chat") as chat_page:
-                chat_handles = chat_tab.build(api)
-                arena_panel.build(api, chat_handles.job)
+                chat.build(api)  # the chat, and the agent arena under it
         # The Jobs tab follows its jobs on a timer only while it is open (it starts the timer itself).
         for page in (train_page, chat_page):
-            page.select(jobs_tab.pause, None, jobs_handles.timer, api_visibility="private", queue=False)
+            page.select(jobs.pause, None, jobs_handles.timer, api_visibility="private", queue=False)
         demo.load(top.refresh, None, top.status, api_name="status")
         deep_links.install(demo, tabs, {"train": train_page, "jobs": jobs_page, "chat": chat_page}, jobs_handles)
     return demo
@@ -109,7 +108,7 @@ def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         theme=gr.themes.Soft(),
         css=CSS,
-        js=f"() => {{ ({train_tab.FREE_TEXT_JS})(); ({chat_tab.EXPORT_HOLD_JS})(); }}",
+        js=f"() => {{ ({train.FREE_TEXT_JS})(); ({chat.EXPORT_HOLD_JS})(); }}",
         i18n=SCREEN_READER_WORDS,
         # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
         # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.

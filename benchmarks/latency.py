@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from backend.environments.launcher import free_port  # noqa: E402 - after the path, so it runs from anywhere
-from components.job_views import TABLE_COLUMNS  # noqa: E402
+from components.jobs.views import TABLE_COLUMNS  # noqa: E402
 
 
 def _wait_up(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # Gradio is imported only where the links are wired: the pars
 
 
 class JobsView(Protocol):
-    """What the links need of the Jobs tab (``components.jobs_tab.JobsHandles`` has it): its job picker, and the handler
+    """What the links need of the Jobs tab (``components.jobs.JobsHandles`` has it): its job picker, and the handler
     that draws the picked job with the outputs it fills. A protocol, so this module never imports the Jobs tab."""
 
     picker: gr.Dropdown

@@ -35,7 +35,7 @@ def store(app) -> JobStore:
 
 
 def _form(**values):
-    from components.train_form import FIELDS
+    from components.train.form import FIELDS
 
     # Plumbing: the random demo model on its own chats, as the form has them without the arith model's recipe.
     merged = {

@@ -26,7 +26,7 @@ from backend.environments.runtime import open_environment
 from backend.jobs.store_errors import JobNotFound
 from backend.models.demo import ARITH_MODEL_DIR
 from backend.workflows.arena import ArenaError, episode_rows
-from components.arena_panel import table_rows
+from components.chat.arena_views import table_rows
 from tests.conftest import tiny_spec
 from tests.openenv_envs import served_catalog_env, start_catalog_env
 from tests.test_chat_tool_calls import build_tool_adapter, finished_job

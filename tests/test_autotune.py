@@ -162,7 +162,7 @@ def test_a_batch_size_is_a_whole_number_or_auto(value, problem):
 
 
 def test_the_forms_empty_batch_field_is_auto_and_round_trips():
-    from components.train_form import FIELDS, form_to_spec, spec_to_form
+    from components.train.form import FIELDS, form_to_spec, spec_to_form
 
     values = {**FIELDS, "batch_size": None}
     spec = parse_spec(form_to_spec(values))
@@ -194,7 +194,7 @@ def test_check_and_the_job_read_one_memory_budget(paths, store, monkeypatch):
     from backend.platform.hardware import detect_device
     from backend.training.memory import memory_budget, read_total_ram
     from backend.worker import tuned_spec
-    from components.job_views import summary_markdown
+    from components.jobs.views import summary_markdown
 
     api = StudioAPI(paths.root, scheduler="none")
     available = {"now": 20 * GB}

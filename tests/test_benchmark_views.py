@@ -3,9 +3,9 @@ side, and the Evaluate panel's action (a queued eval-only job, or a sentence and
 
 from backend.api import StudioAPI, local_user
 from backend.core.benchmarks import build_report, task_info, task_score
-from components.benchmark_panel import evaluate_action
-from components.benchmark_views import bar, benchmarks_compare_markdown, benchmarks_markdown
-from components.job_views import choice, table_rows
+from components.jobs.benchmark_panel import evaluate_action
+from components.jobs.benchmark_views import bar, benchmarks_compare_markdown, benchmarks_markdown
+from components.jobs.views import choice, table_rows
 from tests.conftest import tiny_spec
 
 

@@ -21,7 +21,7 @@ from backend.core.paths import DataPaths
 from backend.hub.model_card import merged_dtype_sentence
 from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
-from components.benchmark_views import bar
+from components.jobs.benchmark_views import bar
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import ARTIFACTS, BROWSER_MARKS, open_page, pick_job
 from tests.conftest import tiny_spec, wait_for, wait_status

@@ -21,7 +21,7 @@ from playwright.sync_api import expect
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.jobs.records import JobStatus
-from components import job_monitor
+from components.jobs import monitor as job_monitor
 from tests.apps import data_dir_with_models, launch_app
 from tests.browser import ARTIFACTS, BROWSER_MARKS, expect_legend, inside, open_page, pick_job
 from tests.conftest import tiny_spec

@@ -249,7 +249,7 @@ def test_generation_settings_refuse_meaningless_values():
 def test_the_chat_tab_says_which_side_is_which():
     import doctest
 
-    import components.chat_tab as chat_tab
+    import components.chat.views as chat_tab
 
     assert doctest.testmod(chat_tab).failed == 0
     staged = chat_tab.sides_text("j2", "builtin:tiny-qwen3-arith", parent_job_id="j1")

@@ -16,7 +16,8 @@ from backend.core.learning import NO_REWARD_WARNING_MARK, standing_warnings
 from backend.core.spec import parse_spec
 from backend.environments.probe import RewardProbe
 from backend.models.mixed_batch import GenerationSettings
-from components import chat_tab, job_views
+from components.chat import views as chat_tab
+from components.jobs import views as job_views
 from tests.conftest import tiny_spec
 
 EARLIER = [{"role": "user", "content": "What is 17 + 25?"}, {"role": "assistant", "content": "42"}]

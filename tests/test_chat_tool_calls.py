@@ -196,7 +196,7 @@ def test_the_chat_reads_the_tuned_sides_tool_call(api, tool_adapter):
 def test_the_judging_buttons_record_the_answer_not_its_display_blocks(tmp_path, tokenizer):
     """What the Chat tab shows of an answer with a call (its text, one block per call, the tool's answer) is not what
     the preference and thumb logs record: they get the answer as it streamed (backend/chat/feedback.py last_turn)."""
-    from components import chat_tab
+    from components.chat import views as chat_tab
 
     answer = ChatAnswer(
         SAID + '\n\n{"name": "submit_answer", ...}\n', SAID, (ToolCall("submit_answer", {"answer": 50}),)

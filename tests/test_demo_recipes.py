@@ -70,7 +70,8 @@ def test_each_recipe_is_its_example(method):
 
 
 def test_each_recipe_is_a_valid_job_the_form_can_show():
-    from components.train_form import FIELDS, form_to_spec, recipe_values
+    from components.train.form import FIELDS, form_to_spec
+    from components.train.recipes import recipe_values
 
     for method in methods():
         values = recipe_values(ARITH_MODEL_ID, method)
@@ -130,7 +131,8 @@ def _spec_value(spec, path: str, rewards: bool = False):
 def test_the_forms_job_for_builtin_arithmetic_is_the_examples():
     """Picking builtin:arithmetic on the form (GRPO on the arith model) makes the example's job: the spec the form
     sends equals the example's, field by field, but for the run's name and checkpoint interval."""
-    from components.train_form import FIELDS, form_to_spec, recipe_updates
+    from components.train.form import FIELDS, form_to_spec
+    from components.train.recipes import recipe_updates
 
     env = "builtin:arithmetic"
     grpo = {

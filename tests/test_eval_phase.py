@@ -98,7 +98,7 @@ def test_progress_says_the_rows_scored_while_evaluating():
 def test_jobs_tab_and_list_say_evaluating(store, paths, capsys):
     from backend.api import StudioAPI
     from backend.cli import main as cli_main
-    from components.job_views import TABLE_COLUMNS, progress_html, table_rows
+    from components.jobs.views import TABLE_COLUMNS, progress_html, table_rows
 
     job = store.add(parse_spec(tiny_spec()))
     store.claim_next()

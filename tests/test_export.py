@@ -23,7 +23,7 @@ from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store_errors import JobNotFound
 from backend.workflows.export import ExportError
-from components.export_panel import use_markdown
+from components.jobs.export_panel import use_markdown
 from tests.conftest import tiny_spec, wait_status
 from tests.faults import tmpfs
 from tests.hub_server import FakeHub

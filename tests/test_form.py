@@ -5,8 +5,9 @@ import pytest
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.jobs.records import JobStatus
-from components import job_monitor, job_views
-from components.train_form import (
+from components.jobs import monitor as job_monitor
+from components.jobs import views as job_views
+from components.train.form import (
     FIELDS,
     FormError,
     bench_table,
@@ -208,7 +209,7 @@ def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described
     import re
 
     from backend.data.builtin import BUILTIN_DATASETS
-    from components.train_form import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
+    from components.train.fields import BASE_MODEL_HELP, FORM_FIELDS, builtin_dataset_help
 
     texts = [BASE_MODEL_HELP, *(f.info for f in FORM_FIELDS.values())]  # every field's help, the spec's or the form's
     texts += [builtin_dataset_help(name) for name in BUILTIN_DATASETS]
@@ -220,7 +221,7 @@ def test_the_forms_help_names_no_spec_path_and_each_builtin_dataset_is_described
 
 
 def test_the_demo_model_notice_says_what_it_can_and_cannot_show():
-    from components.train_form import model_notice, queued_link
+    from components.train.form import model_notice, queued_link
 
     notice = model_notice("builtin:tiny-qwen3")
     assert "random tiny model" in notice and "loss curves" in notice and "cannot give sensible answers" in notice
@@ -289,7 +290,7 @@ def test_the_bench_scores_against_the_datasets_first_row(paths):
 
 
 def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(paths):
-    from components.chat_tab import rows_text
+    from components.chat.views import rows_text
 
     api = StudioAPI(paths.root, scheduler="none")
     log = api.chat.preference_log(None)
@@ -309,7 +310,9 @@ def test_one_preference_per_turn_the_last_pick_wins_and_exports_go_to_downloads(
 # --- issue 14: one declaration bound to spec paths ------------------------------------------------------------------
 def test_the_forms_defaults_are_the_specs_defaults():
     from backend.api import JobSpec
-    from components.train_form import DEFAULTS, FIELDS, FORM_FIELDS, get_path, recipe_values, spec_to_form
+    from components.train.fields import DEFAULTS, FORM_FIELDS, get_path
+    from components.train.form import spec_to_form
+    from components.train.recipes import FIELDS, recipe_values
 
     default = JobSpec()
     # Where the old widgets disagreed with the spec, the spec won.
@@ -336,7 +339,7 @@ def test_the_forms_defaults_are_the_specs_defaults():
 
 def test_labels_help_and_choices_come_from_the_declaration_and_the_spec():
     from backend.api import methods, spec_field
-    from components.train_form import FORM_FIELDS
+    from components.train.form import FORM_FIELDS
 
     assert FORM_FIELDS["max_length"].label == "Max length"
     assert FORM_FIELDS["max_length"].info == spec_field("training.max_length").help
@@ -356,7 +359,7 @@ def test_only_the_picked_methods_settings_are_sent():
 
 
 def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
-    from components.train_form import generated_fields
+    from components.train.fields import generated_fields
 
     generated = {f.name: f for f in generated_fields({"sft", "grpo", None})}  # as if DPO had no declaration
     assert {"dpo_beta", "dpo_loss_type"} <= set(generated) and not any(n.startswith("grpo") for n in generated)
@@ -365,7 +368,7 @@ def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
 
 
 def test_values_are_set_and_read_by_dotted_path():
-    from components.train_form import get_path, set_path
+    from components.train.form import get_path, set_path
 
     spec: dict = {}
     set_path(spec, "training.max_steps", 3)
@@ -387,13 +390,13 @@ ARITH, TINY, QWEN = "builtin:tiny-qwen3-arith", "builtin:tiny-qwen3", "Qwen/Qwen
 
 def _moved(values: dict, before: tuple[str, str], after: tuple[str, str]) -> dict:
     """The form after going from ``before`` to ``after`` by components/train_form.py's rule (the handlers' rule)."""
-    from components.train_form import recipe_updates
+    from components.train.recipes import recipe_updates
 
     return {**values, **recipe_updates(values, before, after)}
 
 
 def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
-    from components.train_form import DEFAULTS
+    from components.train.fields import DEFAULTS
 
     dpo = _moved(FIELDS, (ARITH, "sft"), (ARITH, "dpo"))
     assert (dpo["builtin_dataset"], dpo["max_steps"], dpo["learning_rate"], dpo["batch_size"]) == (
@@ -425,7 +428,7 @@ def test_a_method_change_on_the_arith_model_takes_that_methods_recipe():
 
 @pytest.mark.parametrize("other", [QWEN, TINY])
 def test_another_model_puts_the_recipe_fields_back_to_the_plain_defaults_and_back_again(other):
-    from components.train_form import DEFAULTS
+    from components.train.fields import DEFAULTS
 
     plain = _moved(FIELDS, (ARITH, "sft"), (other, "sft"))
     assert plain == {**DEFAULTS, "base_model": FIELDS["base_model"]}  # (the model is the picker's own value)
@@ -457,7 +460,7 @@ def test_a_value_the_user_typed_is_kept_across_models_and_methods():
 
 def test_the_arith_models_dataset_comes_first_for_each_method():
     from backend.api import builtin_dataset_choices, demo_recipe, methods
-    from components.train_form import dataset_choices, pick_dataset
+    from components.train.recipes import dataset_choices, pick_dataset
 
     for method in methods():
         choices = dataset_choices(ARITH, method)
@@ -477,7 +480,7 @@ def test_every_method_gets_its_own_settings_and_the_parts_it_reads_on_the_form()
     own plain settings appear whether declared or generated."""
     from backend.api import JobSpec, methods, spec_field
     from backend.core.spec import field_docs
-    from components.train_form import FORM_FIELDS
+    from components.train.form import FORM_FIELDS
 
     paths = {path for path, _, _ in field_docs()}
     for method in methods():
@@ -496,7 +499,7 @@ def test_the_forms_defaults_make_a_valid_job_for_every_method_model_and_environm
     """Issue 24: GRPO on a model without a recipe kept the form's batch of 2, which no group of 4 divides, and Queue
     refused the form's own defaults. The batch starts empty (auto: one generation group for an online method)."""
     from backend.api import methods
-    from components.train_form import FIELDS
+    from components.train.form import FIELDS
 
     assert FIELDS["batch_size"] == 16  # the arithmetic model's SFT recipe, as the page opens
     for model in (ARITH, TINY, QWEN):

@@ -203,7 +203,7 @@ def test_a_failure_in_transformers_repo_creation_is_told_apart():
 
 
 def test_the_job_view_says_where_the_checkpoints_are():
-    from components.job_views import hub_checkpoint_lines
+    from components.jobs.views import hub_checkpoint_lines
 
     artifacts = JobArtifacts(
         hub_checkpoint={"repo_id": "you/run", "step": 40, "url": "https://hf.co/you/run/tree/main/last-checkpoint"},
@@ -219,8 +219,8 @@ def test_the_job_view_says_where_the_checkpoints_are():
 
 
 def test_the_train_form_ticks_checkpoint_pushes_next_to_push_to_hub():
-    from components.train_form import form_to_spec, spec_to_form
-    from components.train_tab import SETTINGS_ROWS
+    from components.train.form import form_to_spec, spec_to_form
+    from components.train.layout import SETTINGS_ROWS
 
     spec = parse_spec(form_to_spec({"push_checkpoints": True}))
     assert spec.output.push_checkpoints and not parse_spec(form_to_spec({})).output.push_checkpoints

@@ -3,7 +3,7 @@ a single point, and a compare axis that ends at the longest job's last step."""
 
 from __future__ import annotations
 
-from components import job_monitor
+from components.jobs import monitor as job_monitor
 
 
 def test_legends_name_metrics_in_words_and_only_a_plot_of_one_metric_names_its_raw_line():

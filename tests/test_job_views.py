@@ -15,7 +15,8 @@ from backend.core.spec import parse_spec
 from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.store_errors import JobNotFound
-from components import job_monitor, job_views
+from components.jobs import monitor as job_monitor
+from components.jobs import views as job_views
 from tests.conftest import tiny_spec
 
 

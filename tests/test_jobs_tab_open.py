@@ -10,7 +10,7 @@ import gradio as gr
 
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
-from components import jobs_tab
+from components.jobs import handlers as jobs_tab
 from tests.conftest import tiny_spec
 
 

@@ -276,10 +276,25 @@ def test_processes_start_only_on_the_listed_seams():
 
 
 def test_no_tab_imports_another_tab(graph):
-    """What crosses tabs is wired by the page (app.py) or goes through a Gradio-free module (the job pickers)."""
-    tabs = {m for m in graph if m.startswith("components.") and m.endswith("_tab")}
-    assert len(tabs) == 3
-    assert {(tab, other) for tab in tabs for other in graph[tab] & tabs} == set()
+    """What crosses tabs is wired by the page (app.py) or goes through a Gradio-free module (the job pickers, a tab's
+    views or form): no module of one tab's folder imports another tab's Gradio side (its package, layout, handlers)."""
+    tabs = {m for m in graph if m.startswith("components.") and f"{m}.layout" in graph}
+    assert tabs == {"components.train", "components.jobs", "components.chat"}
+    known = sources(*UI)
+
+    def tab_of(module: str) -> str | None:
+        return next((tab for tab in tabs if module == tab or module.startswith(f"{tab}.")), None)
+
+    gradio_side = {m for m in graph if tab_of(m) and "import gradio" in known[m].read_text(encoding="utf-8")}
+    assert {f"{tab}.{part}" for tab in tabs for part in ("layout", "handlers")} | tabs <= gradio_side
+    crossings = {
+        (module, other)
+        for module in graph
+        if tab_of(module)
+        for other in graph[module] & gradio_side
+        if tab_of(other) != tab_of(module)
+    }
+    assert crossings == set()
 
 
 def test_every_package_says_its_job_in_one_line():
@@ -375,3 +390,35 @@ def test_the_checker_counts_an_import_of_the_own_package(tmp_path):
     assert graph["backend.methods.table"] == {"backend.methods.sft"}  # a module of the package, not its __init__
     assert graph["backend.methods.sft"] == {"backend.methods"}
     assert cycles(graph) == [["backend.methods", "backend.methods.sft", "backend.methods.table"]]
+
+
+# The size of a room: a module a reader holds in their head, a function they read on one screen and a half.
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 120
+
+
+def oversized(paths: dict[str, Path]) -> list[str]:
+    """Every module over ``MAX_MODULE_LINES`` lines and every function over ``MAX_FUNCTION_LINES``, by name."""
+    found = []
+    for name, path in sorted(paths.items()):
+        text = path.read_text()
+        if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
+            found.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (length := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                    found.append(f"{name}.{node.name}: {length} lines")
+    return found
+
+
+def test_no_room_is_too_big():
+    assert oversized(sources("backend", "components")) == []
+
+
+def test_the_size_check_names_a_long_function_and_a_long_module(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def handler():\n{body}\n" + "\n" * MAX_MODULE_LINES)
+    assert oversized({"long": tmp_path / "long.py"}) == [
+        f"long: {MAX_FUNCTION_LINES + 1 + MAX_MODULE_LINES} lines",
+        f"long.handler: {MAX_FUNCTION_LINES + 1} lines",
+    ]

@@ -15,7 +15,7 @@ from backend.api import StudioAPI
 from backend.core.spec import Method, SpecError, load_spec_text, parse_spec
 from backend.core.users import User
 from backend.data.uploads import keep_upload
-from components.train_form import FORM_FIELDS, labelled_warning, queue_place
+from components.train.form import FORM_FIELDS, labelled_warning, queue_place
 from tests.conftest import ROOT, tiny_spec
 
 
@@ -83,7 +83,7 @@ def test_preflight_warnings_speak_in_field_labels_with_the_spec_path_in_brackets
 
 def test_the_jobs_tab_shows_a_stored_warning_in_the_forms_words_as_check_did(api):
     """Issue 37: Check said the warning in field labels, but the job's summary still showed the spec path."""
-    from components.job_views import summary_markdown
+    from components.jobs.views import summary_markdown
 
     job = api.core.store.add(parse_spec(tiny_spec()))
     said = "rollout.max_completion_length (24) is below a typical episode; raise it to at least 96"
@@ -164,7 +164,8 @@ def test_an_episode_the_environment_ended_says_so_whatever_limit_came_after(monk
 def _dpo_form_on_upload(api, tmp_path, rows: int, user: User) -> dict:
     """The Train form as a newcomer leaves it: the arithmetic model, DPO picked (its recipe filled in), and their
     own file of ``rows`` preference rows uploaded."""
-    from components.train_form import ARITH_MODEL_ID, FIELDS, recipe_updates
+    from components.train.fields import ARITH_MODEL_ID
+    from components.train.recipes import FIELDS, recipe_updates
 
     path = tmp_path / "my-chats.jsonl"
     path.write_text(
@@ -181,7 +182,7 @@ def _dpo_form_on_upload(api, tmp_path, rows: int, user: User) -> dict:
 
 
 def test_dpo_on_a_one_row_upload_says_so_at_held_out_rows(api, tmp_path):
-    from components.train_form import field_problems, field_warnings, form_to_spec
+    from components.train.form import field_problems, field_warnings, form_to_spec
 
     user = User("local")
     values = _dpo_form_on_upload(api, tmp_path, 1, user)
@@ -202,7 +203,7 @@ def test_dpo_on_a_one_row_upload_says_so_at_held_out_rows(api, tmp_path):
 
 def test_a_thousand_row_upload_holds_out_a_tenth(api, tmp_path):
     from backend.data.loading import holdout_size
-    from components.train_form import FIELDS, form_to_spec
+    from components.train.form import FIELDS, form_to_spec
 
     user = User("local")
     spec = form_to_spec(_dpo_form_on_upload(api, tmp_path, 1000, user))

@@ -29,7 +29,7 @@ from backend.training.flops import (
 from backend.training.memory import parameter_breakdown
 from backend.training.meter import PerformanceMeter
 from backend.worker import build_trainer
-from components.job_views import summary_markdown
+from components.jobs.views import summary_markdown
 from tests.conftest import tiny_spec
 
 # Qwen3-0.6B's shape (its config.json), built without a download.

@@ -310,7 +310,8 @@ def test_a_space_without_storage_says_so_and_pushes_adapters_by_default(tmp_path
     from huggingface_hub import constants
 
     from backend.core.users import User
-    from components import header, train_tab
+    from components import header
+    from components import train as train_tab
     from tests.hub_server import FakeHub
 
     token = "hf_NO_STORAGE_TOKEN_1a2b3c"

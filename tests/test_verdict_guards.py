@@ -15,7 +15,7 @@ from backend.core.learning import LearningMetric, guard, guarded, status_text, v
 from backend.core.spec import parse_spec
 from backend.models.scoring import PER_ROW
 from backend.training.evaluation import learning_verdict
-from components.job_views import VERDICT_MARKS
+from components.jobs.views import VERDICT_MARKS
 from tests.conftest import tiny_spec
 
 GAP = LearningMetric("gap", "held-out log-prob gap")

@@ -10,6 +10,7 @@ import gradio as gr
 from backend.api import JobNotFound, SpecError, StudioAPI, User, benchmark_choices
 from components.job_pickers import job_choice_id
 from components.session import as_user
+from components.wiring import bind
 
 
 @dataclass
@@ -69,10 +70,5 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> BenchmarkHandles:
         evaluate = gr.Button("Evaluate", elem_id="evaluate-button", size="sm")
         note = gr.Markdown(elem_id="benchmark-note")
 
-    @as_user
-    def run(user: User, selected, typed, picked, items):
-        """Queue an eval-only job on the picked job or the typed model."""
-        return evaluate_action(api, user, selected, typed, picked, items)
-
-    evaluate.click(run, [picker, model, tasks, limit], note, api_name="evaluate")
+    evaluate.click(as_user(bind(evaluate_action, api)), [picker, model, tasks, limit], note, api_name="evaluate")
     return BenchmarkHandles(tasks, limit, model, evaluate, note)

@@ -1,5 +1,5 @@
 """What the Jobs tab shows, computed from store records: table rows, summaries, which actions a job allows,
-evaluations (plots, log rows and samples are in ``components/job_monitor.py``).
+evaluations (plots, log rows and samples are in ``monitor.py``).
 
 No Gradio here: these are plain functions, tested without a browser.
 """
@@ -25,7 +25,7 @@ from backend.api import (
     standing_warnings,
     status_text,
 )
-from components.train_form import labelled_warning
+from components.train.form import labelled_warning
 
 TABLE_COLUMNS = [
     "id",
@@ -385,3 +385,17 @@ def remote_rows(records) -> list[list[Any]]:
         ]
         for r in reversed(records)
     ]
+
+
+def plot_id(key: str) -> str:
+    """The element id of a metric family's plot (the loss plot is the main one).
+
+    >>> plot_id("loss"), plot_id("kl_div")
+    ('plot-main', 'plot-kl-div')
+    """
+    return "plot-main" if key == "loss" else f"plot-{key.replace('_', '-')}"
+
+
+def heavy_state(job: JobRecord | None) -> str:
+    """The job and status a page's plots, samples and logs were drawn for ("" for none)."""
+    return f"{job.id}:{job.status.value}" if job is not None else ""

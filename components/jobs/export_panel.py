@@ -14,6 +14,7 @@ import gradio as gr
 from backend.api import JobNotFound, SpecError, StudioAPI
 from components.job_pickers import job_choice_id
 from components.session import require_user, user_from
+from components.wiring import bind
 
 NO_SNIPPETS = "Snippets appear here once the job has succeeded with an adapter."
 
@@ -39,6 +40,51 @@ def use_markdown(api: StudioAPI, job_id: str | None, user) -> str:
     return snippets_markdown(snippets) if snippets else NO_SNIPPETS
 
 
+def show(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """The picked job's snippets; the last export's note and download gone."""
+    user = user_from(profile)
+    shown = use_markdown(api, job_choice_id(selected), user) if user is not None else ""
+    return shown, "", gr.update(value=None, visible=False)
+
+
+def export(
+    api: StudioAPI,
+    selected,
+    to_hub,
+    repo_id,
+    is_private,
+    profile: gr.OAuthProfile | None,
+    token: gr.OAuthToken | None,
+):
+    """Merge the picked job's adapter into its base model, in the job's folder; pushed too when asked."""
+    from backend.api import ExportError
+
+    user = require_user(profile, token)
+    job_id = job_choice_id(selected) or ""
+    try:
+        result = api.export.export_merged(
+            job_id, user, push=bool(to_hub), push_repo=(repo_id or "").strip() or None, private=bool(is_private)
+        )
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    except (ExportError, SpecError) as exc:  # SpecError: Busy, another export is running
+        raise gr.Error(str(exc)) from None
+    sentence = result.sentence if result.push_error is None else f"⚠️ {result.sentence}"
+    return use_markdown(api, job_id, user), sentence
+
+
+def prepare_zip(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """The picked job's merged model as a zip to download."""
+    user = require_user(profile)
+    try:
+        path = api.export.merged_archive(job_choice_id(selected) or "", user)
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    except ValueError as exc:
+        raise gr.Error(str(exc)) from None
+    return gr.update(value=str(path), visible=True), f"Merged zip ready ({path.stat().st_size / 1e6:.1f} MB)."
+
+
 def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
     """The panel under the job's actions, following ``picker``."""
     with gr.Accordion("Use this model · Export merged", open=False, elem_id="export-panel") as panel:
@@ -53,41 +99,16 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
             download = gr.DownloadButton("Download merged model", visible=False, elem_id="download-merged", size="sm")
         note = gr.Markdown(elem_id="export-note")
 
-    def show(selected, profile: gr.OAuthProfile | None = None):
-        user = user_from(profile)
-        shown = use_markdown(api, job_choice_id(selected), user) if user is not None else ""
-        return shown, "", gr.update(value=None, visible=False)
-
-    def export(selected, to_hub, repo_id, is_private, profile: gr.OAuthProfile | None, token: gr.OAuthToken | None):
-        from backend.api import ExportError
-
-        user = require_user(profile, token)
-        job_id = job_choice_id(selected) or ""
-        try:
-            result = api.export.export_merged(
-                job_id, user, push=bool(to_hub), push_repo=(repo_id or "").strip() or None, private=bool(is_private)
-            )
-        except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
-        except (ExportError, SpecError) as exc:  # SpecError: Busy, another export is running
-            raise gr.Error(str(exc)) from None
-        sentence = result.sentence if result.push_error is None else f"⚠️ {result.sentence}"
-        return use_markdown(api, job_id, user), sentence
-
-    def prepare_zip(selected, profile: gr.OAuthProfile | None = None):
-        user = require_user(profile)
-        try:
-            path = api.export.merged_archive(job_choice_id(selected) or "", user)
-        except JobNotFound:
-            raise gr.Error("Pick one of your jobs first.") from None
-        except ValueError as exc:
-            raise gr.Error(str(exc)) from None
-        return gr.update(value=str(path), visible=True), f"Merged zip ready ({path.stat().st_size / 1e6:.1f} MB)."
-
     for event in (picker.change, panel.expand):  # on open too: a job followed live may have finished since
-        event(show, picker, [use_this_model, note, download], api_visibility="private", show_progress="hidden")
+        event(
+            bind(show, api), picker, [use_this_model, note, download], api_visibility="private", show_progress="hidden"
+        )
     export_button.click(
-        export, [picker, push, repo, private], [use_this_model, note], api_name="export_merged", concurrency_limit=1
+        bind(export, api),
+        [picker, push, repo, private],
+        [use_this_model, note],
+        api_name="export_merged",
+        concurrency_limit=1,
     )
-    zip_button.click(prepare_zip, picker, [download, note], api_name="prepare_merged_download")
+    zip_button.click(bind(prepare_zip, api), picker, [download, note], api_name="prepare_merged_download")
     return ExportHandles(use_this_model, export_button)

@@ -10,6 +10,7 @@ import gradio as gr
 
 from backend.api import SpecError, StudioAPI, User
 from components.session import SIGN_IN_FIRST, as_user
+from components.wiring import bind
 
 
 @dataclass
@@ -52,38 +53,43 @@ def lay_out() -> UploadsHandles:
     return UploadsHandles(accordion, summary, pick, refresh, delete, note)
 
 
+def listing(api: StudioAPI, ui: UploadsHandles, user: User | None, note: str = "") -> dict:
+    """The panel's list, summary and note for ``user`` (a sentence to sign in for a visitor)."""
+    if user is None:
+        return {ui.summary: SIGN_IN_FIRST, ui.pick: gr.update(choices=[], value=None), ui.note: note}
+    shelf = api.datasets.list_uploads(user)
+    choices = upload_choices(shelf)
+    return {ui.summary: shelf.describe(), ui.pick: gr.update(choices=choices, value=None), ui.note: note}
+
+
+def show(api: StudioAPI, ui: UploadsHandles, user: User | None) -> dict:
+    """The user's kept uploads, their sizes and the quota."""
+    return listing(api, ui, user)
+
+
+def delete(
+    api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox, user: User, picked: str | None, current: str | None
+) -> dict:
+    """Delete the picked upload of the user's own (forgotten in the form's ``upload_id`` if it was its dataset)."""
+    if not picked:
+        return {**listing(api, ui, user, "Pick an upload to delete."), upload_id: gr.update()}
+    try:
+        gone = api.datasets.delete_upload(picked, user)
+    except SpecError as exc:
+        return {**listing(api, ui, user, " ".join(exc.problems)), upload_id: gr.update()}
+    return {
+        **listing(api, ui, user, f"Deleted {gone.name} ({gone.size_text})."),
+        upload_id: "" if current == picked else gr.update(),
+    }
+
+
 def wire(api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox) -> None:
     """List on opening, on Refresh and after each upload; Delete removes the picked upload (and forgets it in the
     form if it was the form's dataset)."""
-
-    def listing(user: User | None, note: str = "") -> dict:
-        if user is None:
-            return {ui.summary: SIGN_IN_FIRST, ui.pick: gr.update(choices=[], value=None), ui.note: note}
-        shelf = api.datasets.list_uploads(user)
-        choices = upload_choices(shelf)
-        return {ui.summary: shelf.describe(), ui.pick: gr.update(choices=choices, value=None), ui.note: note}
-
-    @as_user(signed_in=False)
-    def show(user: User | None) -> dict:
-        """The user's kept uploads, their sizes and the quota."""
-        return listing(user)
-
-    @as_user
-    def delete(user: User, picked: str | None, current: str | None) -> dict:
-        """Delete the picked upload of the user's own."""
-        if not picked:
-            return {**listing(user, "Pick an upload to delete."), upload_id: gr.update()}
-        try:
-            gone = api.datasets.delete_upload(picked, user)
-        except SpecError as exc:
-            return {**listing(user, " ".join(exc.problems)), upload_id: gr.update()}
-        return {
-            **listing(user, f"Deleted {gone.name} ({gone.size_text})."),
-            upload_id: "" if current == picked else gr.update(),
-        }
-
     shown = [ui.summary, ui.pick, ui.note]
-    ui.accordion.expand(show, None, shown, api_name=False)
-    ui.refresh.click(show, None, shown, api_name="list_uploads")
-    upload_id.change(show, None, shown, api_name=False)
-    ui.delete.click(delete, [ui.pick, upload_id], [*shown, upload_id], api_name="delete_upload")
+    listed = as_user(bind(show, api, ui), signed_in=False)
+    ui.accordion.expand(listed, None, shown, api_name=False)
+    ui.refresh.click(listed, None, shown, api_name="list_uploads")
+    upload_id.change(listed, None, shown, api_name=False)
+    removed = as_user(bind(delete, api, ui, upload_id))
+    ui.delete.click(removed, [ui.pick, upload_id], [*shown, upload_id], api_name="delete_upload")

@@ -1,0 +1,458 @@
+"""The Jobs tab's behaviour: module-level handlers of ``(api, handles, <what Gradio passes>)``, wired in ``wire``.
+
+Everything is read from the store on a timer, so a closed tab never stops a job and a reloaded page shows the same
+state. The table and the detail come from one read per tick, so they never disagree. The data shaping lives in
+``views.py`` and ``monitor.py`` (no Gradio there).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import gradio as gr
+from gradio.context import Context
+
+from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
+from components.job_pickers import job_choice_id
+from components.jobs import monitor, views
+from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
+from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, UNDRAWN, JobsLayout
+from components.session import SIGN_IN_FIRST, require_user, user_from
+from components.train.form import spec_to_form
+from components.train.recipes import FIELDS
+from components.wiring import bind
+
+__all__ = ["REFRESH_S", "follow", "pause", "wire"]
+
+# A running job's plots, samples and logs are sent at most this often by the tick (its summary and progress at every
+# tick): drawing them is most of a tick's cost in the browser, and a page that redrew them every 2 s was never free
+# (issue 37: a click on the Jobs tab waited behind those draws; benchmarks/jobs_tab.py).
+HEAVY_EVERY_S = 10.0
+HEAVY_AT = "heavy_at"  # the key, in the page's digests, of when its plots, samples and logs were last sent
+HEAVY_OF = "heavy_of"  # and of the job (and its status) they were sent for: a change sends them at once
+HIDDEN_PLOT = gr.update(elem_classes=[UNDRAWN], value=None)
+# Scroll the raw log to its last line when its accordion opens (a few times, while it renders).
+SCROLL_LOG_TO_END = """() => {
+    const scroll = (tries) => {
+        const scroller = document.querySelector("#job-log textarea");
+        if (scroller) scroller.scrollTop = scroller.scrollHeight;
+        if (tries > 0) setTimeout(() => scroll(tries - 1), 100);
+    };
+    scroll(5);
+}"""
+QUIET: dict[str, Any] = {"queue": False, "show_progress": "hidden"}
+
+
+class TrainForm(Protocol):
+    """What Clone needs of the Train tab's form (components/train's ``TrainHandles``; the page hands it over)."""
+
+    inputs: dict[str, Any]  # form field name -> component
+
+    def input_list(self) -> list:
+        """The form's components in field order."""
+        ...
+
+
+def follow():
+    """The Jobs tab's timer on: the tab is open."""
+    return gr.Timer(active=True)
+
+
+def pause():
+    """The Jobs tab's timer off: another tab is open, and nothing there shows the jobs' progress."""
+    return gr.Timer(active=False)
+
+
+def light_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobRecord | None) -> list:
+    """The picked job's summary, progress, actions and evaluation (None: hidden), in the order of ``h.light``: what a
+    user reads first, cheap to send and to draw."""
+    if job is None or user is None:
+        return [gr.update(value=""), "", gr.update(visible=False), *(gr.update(interactive=False),) * 4, ""]
+    actions = views.job_actions(api, job)
+    return [
+        views.summary_markdown(api, job, api.jobs.metrics(job.id, user=user)),
+        views.progress_html(job),
+        gr.update(visible=True),
+        gr.update(interactive=actions.cancel),
+        gr.update(interactive=actions.resume),
+        gr.update(interactive=actions.push),
+        gr.update(interactive=actions.download),
+        "\n\n".join(filter(None, [views.evaluation_markdown(job), benchmarks_markdown(job)])),
+    ]
+
+
+def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobRecord | None) -> list:
+    """The picked job's plots, samples and logs (None: hidden), in the order of ``h.heavy``: sent after the rest, and
+    thinned, since the browser redraws every point of every plot it is sent."""
+    if job is None or user is None:
+        return [
+            *(HIDDEN_PLOT for _ in h.plots),
+            "",
+            gr.update(visible=False, value=None),
+            gr.update(visible=False, value=None),
+            "",
+        ]
+    method = job.spec.method.value
+    metrics = api.jobs.metrics(job.id, user=user)
+    plot_views = monitor.plot_views(method, metrics, (job.progress or {}).get("total_steps"))
+    plot_updates = []
+    for key in h.plots:
+        view = plot_views[key]
+        plot_updates.append(
+            HIDDEN_PLOT
+            if view is None
+            else gr.update(
+                elem_classes=[],
+                value=monitor.thinned(view.frame),
+                color_map=view.color_map,
+                x_lim=view.x_lim,
+                y_title=view.y_title,
+            )
+        )
+    sampled = generates(method)  # an online method keeps its completions and their rewards
+    kept = api.jobs.samples(job.id, user=user) if sampled else []
+    weights = {r.name: r.weight for r in job.spec.rollout.rewards} if sampled else {}
+    rows = monitor.log_rows(method, metrics)
+    return [
+        *plot_updates,
+        monitor.best_and_worst(kept, weights),
+        gr.update(value=monitor.samples_table(kept, weights), visible=bool(kept)),
+        gr.update(value=rows, visible=not rows.empty),
+        "\n".join(api.jobs.log_tail(job.id, RAW_LOG_LINES, user=user)),
+    ]
+
+
+def detail_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobRecord | None) -> list:
+    """Every detail output for ``job`` (None: hidden), in the order of ``h.detail``."""
+    parts = [*h.light, *h.heavy]
+    answers = [*light_updates(api, h, user, job), *heavy_updates(api, h, user, job)]
+    values = {id(c): v for c, v in zip(parts, answers)}
+    return [values[id(c)] for c in h.detail]
+
+
+def listing(api: StudioAPI, user: User | None, selected) -> tuple[list[JobRecord], list, dict, JobRecord | None]:
+    """One read of the user's jobs: (jobs, table rows, picker update, the picked job from that same read).
+
+    The picker's values are job ids (its labels carry the status), so a tick only sends the choices and never
+    overwrites a job the user has just picked; it sets the value only when none of the user's jobs is picked (then
+    the newest) or when it holds a label rather than an id (a deep link may set either).
+    """
+    jobs = api.jobs.list_jobs(user=user) if user else []
+    newest_first = list(reversed(jobs))
+    choices = [(views.choice(j), j.id) for j in newest_first]
+    wanted = job_choice_id(selected)
+    picked = next((j for j in jobs if j.id == wanted), None) or (newest_first[0] if newest_first else None)
+    update = gr.update(choices=choices)
+    if picked is None or picked.id != selected:
+        update = gr.update(choices=choices, value=picked.id if picked else None)
+    return jobs, views.table_rows(api, jobs), update, picked
+
+
+def list_jobs(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """The user's jobs table and picker (the picker keeps the current choice, else picks the newest)."""
+    _, rows, picker_update, _ = listing(api, user_from(profile), selected)
+    return rows, picker_update
+
+
+def listed(api: StudioAPI, user: User | None, selected) -> tuple[list, JobRecord | None]:
+    """The first six of ``everything`` (empty state, list, compare box, table, picker, compare choices) from one read,
+    and the picked job."""
+    jobs, rows, picker_update, picked = listing(api, user, selected)
+    note = SIGN_IN_FIRST if user is None else views.EMPTY_JOBS
+    values = [
+        gr.update(visible=not jobs, value=note),
+        gr.update(visible=bool(jobs)),
+        gr.update(visible=bool(jobs)),
+        rows,
+        picker_update,
+        gr.update(choices=[(views.choice(j), j.id) for j in reversed(jobs)]),
+    ]
+    return values, picked
+
+
+def refresh(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
+    """The whole tab, all of it sent (the page may show anything), and the digests of what it now shows."""
+    user = user_from(profile)
+    values, picked = listed(api, user, selected)
+    values = [*values, *detail_updates(api, h, user, picked)]
+    return [*values, monitor.unchanged(values, None)[1]]
+
+
+def tick(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
+    """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log are
+    not sent (nor redrawn by the browser) every 2 s, and a running job's at most every ``HEAVY_EVERY_S``, or at once
+    when the job's status changed (its last samples and final curves when it ends)."""
+    user = user_from(profile)
+    values, picked = listed(api, user, selected)
+    values = [*values, *detail_updates(api, h, user, picked)]
+    now, state = time.monotonic(), views.heavy_state(picked)
+    if seen and now - seen.get(HEAVY_AT, 0.0) < HEAVY_EVERY_S and seen.get(HEAVY_OF) == state:
+        light_at = [i for i, c in enumerate(h.everything) if id(c) not in h.heavy_ids]
+        *answers, digests = sent(h, [values[i] for i in light_at], seen, [h.everything[i] for i in light_at])
+        out: list = [gr.skip()] * len(h.everything)
+        for i, answer in zip(light_at, answers):
+            out[i] = answer
+        return [*out, digests]
+    *answers, digests = sent(h, values, seen, h.everything)
+    return [*answers, {**digests, HEAVY_AT: now, HEAVY_OF: state}]
+
+
+def sent(h: JobsLayout, values: list, seen: dict | None, outputs: list) -> list:
+    """``values`` for ``outputs`` (some of ``h.everything``), skipping those the page already shows, and the digests
+    of all it shows afterwards (by position in ``h.everything``)."""
+    same, digests = monitor.unchanged(values, seen, (h.position[id(c)] for c in outputs))
+    return [*(gr.skip() if kept else value for value, kept in zip(values, same)), digests]
+
+
+def open_first(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
+    """The tab opened, first part: the list and the picked job's summary, what changed since the page last drew them.
+    The plots, samples and logs follow (``open_rest``): drawing them is most of a refresh's cost."""
+    user = user_from(profile)
+    values, picked = listed(api, user, selected)
+    light = light_updates(api, h, user, picked)
+    return [*sent(h, [*values, *light], seen, [*h.everything[:6], *h.light]), follow()]
+
+
+def open_rest(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
+    """The tab opened, second part: the picked job's plots, samples and logs, what changed since last drawn."""
+    user = user_from(profile)
+    try:
+        job = api.jobs.get_job(job_choice_id(selected) or "", user) if user else None
+    except JobNotFound:
+        job = None
+    *answers, digests = sent(h, heavy_updates(api, h, user, job), seen, h.heavy)
+    return [*answers, {**digests, HEAVY_AT: time.monotonic(), HEAVY_OF: views.heavy_state(job)}]
+
+
+def show_job(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
+    """The picked job's detail at once (not at the next tick)."""
+    user = user_from(profile)
+    job_id = job_choice_id(selected)
+    if not job_id or user is None:
+        return detail_updates(api, h, None, None)
+    try:
+        job = api.jobs.get_job(job_id, user)
+    except JobNotFound:
+        return ["Job not found.", *detail_updates(api, h, None, None)[1:]]
+    return detail_updates(api, h, user, job)
+
+
+def compare(api: StudioAPI, job_ids, metric, profile: gr.OAuthProfile | None = None):
+    """Overlay ``metric`` (smoothed) of the picked jobs in one plot."""
+    user = user_from(profile)
+    if user is None or not job_ids:
+        return gr.update(visible=False, value=None), "Pick two or more jobs to compare."
+    jobs = []
+    for job_id in job_ids:
+        try:
+            jobs.append(api.jobs.get_job(job_id, user))
+        except JobNotFound:
+            continue
+    labels = monitor.compare_labels([(job.id, job.spec.output.run_name) for job in jobs])
+    curves = [(label, api.jobs.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
+    frame = monitor.compare_frame(curves, metric or "loss")
+    if frame is None:
+        return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet.\n\n" + (
+            benchmarks_compare_markdown(jobs)
+        )
+    # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
+    colors = {label: monitor.PALETTE[i % len(monitor.PALETTE)][0] for i, label in enumerate(labels)}
+    x_lim = monitor.compare_axis(curves, metric or "loss")
+    return (
+        gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
+        f"{metric} of {len(curves)} jobs, smoothed (EMA {monitor.SMOOTHING}).\n\n" + benchmarks_compare_markdown(jobs),
+    )
+
+
+def hidden():
+    """A plot hidden (drawn afresh when shown again)."""
+    return gr.update(visible=False)
+
+
+def picked_anew(h: JobsLayout) -> list:
+    """Another job picked: the last one's plots hidden (by class, kept mounted), its action note gone, and the
+    digests emptied so the next tick sends all."""
+    return [*[gr.update(elem_classes=[UNDRAWN])] * len(h.plots), "", {}]
+
+
+def download_hidden():
+    """The last job's download button hidden."""
+    return gr.update(value=None, visible=False)
+
+
+def prepare(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """Zip the picked job's adapter into a fresh downloads path (on click only, never in the refresh)."""
+    user = require_user(profile)
+    try:
+        path = api.jobs.adapter_archive(job_choice_id(selected) or "", user)
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    except ValueError as exc:
+        raise gr.Error(str(exc)) from None
+    size_mb = path.stat().st_size / 1e6
+    return (
+        gr.update(value=str(path), visible=True),
+        f"Adapter zip ready ({size_mb:.1f} MB): click **Download adapter**.",
+    )
+
+
+def cancel(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """Cancel the picked job: a queued one at once, a running one at its next step."""
+    user = require_user(profile)
+    try:
+        status = api.jobs.cancel(job_choice_id(selected) or "", user)
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    except Exception as exc:  # InvalidTransition: already finished
+        raise gr.Error(str(exc)) from None
+    if status is JobStatus.cancelled:
+        return "Cancelled before it started."
+    return "Asked to stop: it ends at its next training step."
+
+
+def resume(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """Queue the picked job again, from its last checkpoint."""
+    user = require_user(profile)
+    try:
+        job = api.jobs.resume(job_choice_id(selected) or "", user)
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    except Exception as exc:  # noqa: BLE001 - InvalidTransition: not resumable; the message says so
+        raise gr.Error(str(exc)) from None
+    return f"Queued again: {job.id} continues from its last checkpoint."
+
+
+def push(
+    api: StudioAPI, selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None
+):
+    """Push the picked job's adapter to the Hub in one commit."""
+    from backend.api import PushError  # loads the model card's drawing code: on first use only
+
+    user = require_user(profile, token)
+    try:
+        result = api.hub.push_to_hub(
+            job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None, private=bool(private)
+        )
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    except PushError as exc:
+        return f"⚠️ Not pushed: {exc}"
+    return f"Pushed to [{result.repo_id}]({result.url}) in one commit ({len(result.files)} files)."
+
+
+def refresh_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+    """The user's Hugging Face Jobs, and the stage and log tail of the one named."""
+    from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
+
+    user = require_user(profile, token)
+    rows = views.remote_rows(api.hub.list_remote_jobs(user))
+    if not (hf_id or "").strip():
+        return rows, "", ""
+    try:
+        stage, sentence, lines = api.hub.remote_job_status(hf_id.strip(), user)
+    except JobNotFound:
+        return rows, "No such job of yours.", ""
+    except RemoteJobError as exc:
+        return rows, f"⚠️ {exc}", ""
+    return views.remote_rows(api.hub.list_remote_jobs(user)), f"**{stage}**: {sentence}", "\n".join(lines)
+
+
+def cancel_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+    """Ask Hugging Face Jobs to cancel the named job."""
+    from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
+
+    user = require_user(profile, token)
+    try:
+        api.hub.cancel_remote_job((hf_id or "").strip(), user)
+    except JobNotFound:
+        raise gr.Error("No such job of yours.") from None
+    except RemoteJobError as exc:
+        raise gr.Error(str(exc)) from None
+    return "Asked Hugging Face Jobs to cancel it; refresh to see the stage."
+
+
+def clone(api: StudioAPI, h: JobsLayout, train: TrainForm, selected, profile: gr.OAuthProfile | None = None):
+    """The picked job's settings copied into the Train tab's form."""
+    user = require_user(profile)
+    try:
+        job = api.jobs.get_job(job_choice_id(selected) or "", user)
+    except JobNotFound:
+        raise gr.Error("Pick one of your jobs first.") from None
+    values = spec_to_form(job.spec)
+    return {
+        **{train.inputs[name]: values[name] for name in FIELDS},
+        h.action_note: f"Settings of {job.id} copied into the Train tab.",
+    }
+
+
+def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
+    """Every event of the Jobs tab."""
+    h.raw_log.expand(None, None, None, js=SCROLL_LOG_TO_END)
+    _wire_compare(api, h)
+    # Answered directly, not through Gradio's queue, whose round trip (and one-at-a-time default per event) was most
+    # of its latency (benchmarks/latency.py). An idle page that ticked on every tab cost its browser a fifth of a core.
+    h.timer.tick(bind(tick, api, h), [h.picker, h.shown], h.refreshed, api_name="refresh_jobs", **QUIET)
+    # The first view without waiting for a tick: when the Jobs tab is opened here, and on page load in
+    # components/deep_links.py, once it has put the job the address links to (if any) in the picker.
+    # Two parts, each only what changed: the summary shows at once, the plots draw after it (issue 24: the whole tab
+    # sent on every open kept the browser busy for seconds, benchmarks/jobs_tab.py).
+    if isinstance(Context.block, gr.Tab):
+        # The timer starts in the same answer as the summary: one request on opening, not two.
+        first = [*h.everything[:6], *h.light, h.shown, h.timer]
+        Context.block.select(
+            bind(open_first, api, h), [h.picker, h.shown], first, api_visibility="private", **QUIET
+        ).then(
+            bind(open_rest, api, h),
+            [h.picker, h.shown],
+            [*h.heavy, h.shown],
+            api_visibility="private",
+            trigger_mode="always_last",
+            **QUIET,
+        )
+    # The last job's plots are hidden (by class, kept mounted: UNDRAWN) until the picked one's detail arrives.
+    h.picker.change(
+        bind(picked_anew, h), None, [*h.plots.values(), h.action_note, h.shown], api_visibility="private", queue=False
+    ).then(
+        bind(show_job, api, h),
+        h.picker,
+        h.detail,
+        api_name="show_job",
+        show_progress="hidden",
+        trigger_mode="always_last",
+    )
+    h.picker.change(download_hidden, None, h.download, api_visibility="private", queue=False)
+    h.picker.focus(bind(list_jobs, api), h.picker, [h.table, h.picker], api_name="list_jobs", queue=False)
+    h.prepare_button.click(bind(prepare, api), h.picker, [h.download, h.action_note], api_name="prepare_download")
+    again = {"api_visibility": "private", "show_progress": "hidden"}
+    h.cancel_button.click(bind(cancel, api), h.picker, h.action_note, api_name="cancel_job").then(
+        bind(refresh, api, h), h.picker, h.refreshed, **again
+    )
+    h.resume_button.click(bind(resume, api), h.picker, h.action_note, api_name="resume_job").then(
+        bind(refresh, api, h), h.picker, h.refreshed, **again
+    )
+    h.push_button.click(bind(push, api), [h.picker, h.push_repo, h.push_private], h.action_note, api_name="push_to_hub")
+    remote_outputs = [h.remote_table, h.remote_status, h.remote_log]
+    h.remote_refresh.click(bind(refresh_remote, api), h.remote_id, remote_outputs, api_name="remote_status")
+    h.remote_cancel.click(bind(cancel_remote, api), h.remote_id, h.remote_status, api_name="cancel_remote")
+    if train is not None:
+        h.clone_button.click(
+            bind(clone, api, h, train), h.picker, [*train.input_list(), h.action_note], api_name="clone_job"
+        )
+
+
+def _wire_compare(api: StudioAPI, h: JobsLayout) -> None:
+    # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot is
+    # drawn afresh, so a changed selection hides it first. Revisit when Gradio redraws legends on new data.
+    inputs, outputs = [h.compare_jobs, h.compare_metric], [h.compare_plot, h.compare_note]
+    for trigger in (h.compare_jobs.change, h.compare_metric.change):
+        trigger(hidden, None, h.compare_plot, api_visibility="private", queue=False).then(
+            bind(compare, api),
+            inputs,
+            outputs,
+            api_visibility="private",
+            trigger_mode="always_last",  # the last selection is drawn, not dropped while the one before draws
+        )
+    h.compare_again.click(hidden, None, h.compare_plot, api_visibility="private", queue=False).then(
+        bind(compare, api), inputs, outputs, api_name="compare_jobs"
+    )
