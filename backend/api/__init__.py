@@ -51,7 +51,8 @@ from backend.platform.hub_status import hub_status
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, gpu_task, on_space, on_zero_gpu
 from backend.platform.storage import StorageError
 
-# The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
+# The UI's vocabulary: components/ import these from here and nothing from other backend modules
+# (tests/unit/api/test_facade.py).
 __all__ = [
     "standing_warnings",
     "verdict_metric_line",

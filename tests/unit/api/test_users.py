@@ -1,0 +1,65 @@
+"""Per-user scoping at the backend facade (not only hidden in the UI) and the per-user queue limit."""
+
+import pytest
+
+from backend.api import StudioAPI
+from backend.core.spec import SpecError
+from backend.core.users import User, hub_user, local_user
+from backend.jobs.store import JobNotFound, JobStatus
+from tests.helpers import tiny_spec
+
+ALICE, BOB = User("alice"), User("bob")
+
+
+@pytest.fixture()
+def api(paths):
+    return StudioAPI(paths.root, scheduler="none")  # nothing runs: jobs stay queued
+
+
+def test_a_user_sees_and_touches_only_their_own_jobs(api):
+    mine = api.submit(tiny_spec(), user=ALICE).job
+    theirs = api.submit(tiny_spec(), user=BOB).job
+    assert mine.owner == "alice" and theirs.owner == "bob"
+    assert [j.id for j in api.list_jobs(user=ALICE)] == [mine.id]
+    assert api.get_job(mine.id, ALICE).id == mine.id
+    for call in (
+        lambda: api.get_job(theirs.id, ALICE),
+        lambda: api.cancel(theirs.id, ALICE),
+        lambda: api.resume(theirs.id, ALICE),
+        lambda: api.metrics(theirs.id, user=ALICE),
+        lambda: api.samples(theirs.id, user=ALICE),
+        lambda: api.log_tail(theirs.id, user=ALICE),
+    ):
+        with pytest.raises(JobNotFound):
+            call()
+    assert api.get_job(theirs.id).status is JobStatus.queued, "bob's job is untouched"
+    # Nor can alice train on top of bob's job.
+    with pytest.raises(SpecError, match="there is no job"):
+        api.submit(tiny_spec(model={"parent_job_id": theirs.id}), user=ALICE)
+
+
+def test_an_admin_sees_everyone_and_the_space_owner_is_an_admin(api, monkeypatch):
+    a = api.submit(tiny_spec(), user=ALICE).job
+    b = api.submit(tiny_spec(), user=BOB).job
+    monkeypatch.setenv("SPACE_AUTHOR_NAME", "owner")
+    admin = hub_user("owner")
+    assert admin.is_admin and not hub_user("alice").is_admin
+    assert {j.id for j in api.list_jobs(user=admin)} == {a.id, b.id}
+    assert api.cancel(b.id, admin) is JobStatus.cancelled
+    assert local_user().is_admin, "on your own machine you own every job"
+
+
+def test_the_queue_limit_is_per_user(api, monkeypatch):
+    monkeypatch.setenv("STUDIO_MAX_QUEUED_PER_USER", "2")
+    api.submit(tiny_spec(), user=ALICE)
+    second = api.submit(tiny_spec(), user=ALICE).job
+    with pytest.raises(SpecError, match="2 job\\(s\\) waiting in the queue and the limit per user is 2"):
+        api.submit(tiny_spec(), user=ALICE)
+    assert len(api.list_jobs(user=ALICE)) == 2, "the refused job was not stored"
+    api.submit(tiny_spec(), user=BOB)  # bob is not held up by alice
+    api.cancel(second.id, ALICE)
+    api.submit(tiny_spec(), user=ALICE)  # a cancelled job frees its place
+
+
+def test_the_token_never_shows_in_a_users_repr():
+    assert "hf_secret" not in repr(User("alice", token="hf_secret"))
