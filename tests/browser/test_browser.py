@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import wait_for
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import (
     ARTIFACTS,
     BROWSER_MARKS,
@@ -41,12 +41,7 @@ STATE: dict[str, str] = {}
 CONSOLE_ERRORS: list[str] = []
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory, models_dir):
-    """The app on a free port with its own data dir (models/ links to the session's demo model)."""
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+running = app_fixture()
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import wait_for
-from tests.helpers.apps import data_dir_with_models, launch_app, session_cookie
+from tests.helpers.apps import app_fixture, session_cookie
 from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, chromium, goto, watch_errors
 
 pytestmark = BROWSER_MARKS
@@ -47,12 +47,8 @@ ARENA_JOB = {
 }
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-arena") / "data", models_dir)
-    # The owner allows the test's own OpenEnv server on 127.0.0.1, as a Space's owner allows a host they trust.
-    with launch_app(root, space=True, extra_env={"STUDIO_ENVIRONMENT_HOSTS": "127.0.0.1"}) as running:
-        yield running
+# The owner allows the test's own OpenEnv server on 127.0.0.1, as a Space's owner allows a host they trust.
+app = app_fixture(space=True, extra_env={"STUDIO_ENVIRONMENT_HOSTS": "127.0.0.1"})
 
 
 @pytest.fixture(scope="module")

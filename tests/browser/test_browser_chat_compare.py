@@ -7,12 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
-from backend.core.paths import DataPaths
-from backend.jobs.store import JobStatus, JobStore
-from tests.helpers import wait_status
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import BROWSER_MARKS, open_page
 
 pytestmark = BROWSER_MARKS
@@ -35,15 +30,7 @@ WATCH_LIVE_REGIONS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-chat-compare") / "data", models_dir)
-    with launch_app(root) as running:
-        job_id = running.client().predict(json.dumps(TINY_SFT), api_name="/submit_spec")
-        job = wait_status(JobStore(DataPaths(root).db), job_id, {JobStatus.succeeded, JobStatus.failed}, timeout=300)
-        assert job.status is JobStatus.succeeded, job.error
-        running.job_id = job_id
-        yield running
+app = app_fixture(finished_job=TINY_SFT)
 
 
 def _ask(page, text: str) -> None:

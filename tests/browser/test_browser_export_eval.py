@@ -22,8 +22,8 @@ from backend.hub.model_card import merged_dtype_sentence
 from backend.jobs.store import JobStatus, JobStore
 from components.benchmark_views import bar
 from tests.helpers import tiny_spec, wait_for, wait_status
-from tests.helpers.apps import data_dir_with_models, launch_app
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, open_page, pick_job
+from tests.helpers.apps import app_fixture
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, page_fixture, pick_job
 
 pytestmark = BROWSER_MARKS
 
@@ -33,11 +33,7 @@ LIMIT = 8
 STATE: dict[str, str] = {}
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-export-eval") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +41,7 @@ def store(app) -> JobStore:
     return JobStore(DataPaths(app.data_dir).db)
 
 
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app.url) as page:
-        yield page
+page = page_fixture()
 
 
 @pytest.fixture(autouse=True)

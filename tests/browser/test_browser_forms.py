@@ -18,8 +18,8 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import wait_status
-from tests.helpers.apps import data_dir_with_models, launch_app
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, open_page
+from tests.helpers.apps import app_fixture
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, page_fixture
 
 pytestmark = BROWSER_MARKS
 
@@ -31,18 +31,10 @@ SPEC_PATH = re.compile(
 )
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-forms") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app.url) as page:
-        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
-        yield page
+page = page_fixture(header=True)
 
 
 @pytest.fixture()

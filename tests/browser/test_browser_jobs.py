@@ -19,13 +19,13 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import tiny_spec, wait_for
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import (
     ARTIFACTS,
     BROWSER_MARKS,
     expect_legend,
     jobs_tab_ticks,
-    open_page,
+    page_fixture,
     pick_job,
     wait_until,
 )
@@ -35,11 +35,7 @@ pytestmark = BROWSER_MARKS
 STATE: dict[str, str] = {}
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-jobs") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +43,7 @@ def store(app) -> JobStore:
     return JobStore(DataPaths(app.data_dir).db)
 
 
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app.url) as page:
-        yield page
+page = page_fixture()
 
 
 @pytest.fixture(autouse=True)

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from playwright.sync_api import expect
 
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, SETTINGS_ACCORDION, open_page
 
 pytestmark = BROWSER_MARKS
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-messages") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
 def test_a_png_upload_is_answered_with_a_sentence(app, tmp_path):

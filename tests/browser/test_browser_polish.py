@@ -24,7 +24,7 @@ from backend.jobs.store import JobStatus
 from components import job_monitor
 from tests.helpers import tiny_spec
 from tests.helpers.apps import data_dir_with_models, launch_app
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, expect_legend, inside, open_page, pick_job
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, expect_legend, inside, page_fixture, pick_job
 from tests.unit.chat.test_chat import _build_adapter
 
 pytestmark = BROWSER_MARKS
@@ -132,11 +132,7 @@ def app(tmp_path_factory, models_dir):
         yield running
 
 
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app.url) as page:  # which fails the module on any error the page logs
-        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
-        yield page
+page = page_fixture(header=True)
 
 
 def _no_errors(page) -> None:

@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import tiny_spec
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, open_page
 
 pytestmark = BROWSER_MARKS
@@ -42,11 +42,7 @@ NOTHING_TO_LEARN = tiny_spec(
 )
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-signal") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
 def _plain(text: str) -> str:

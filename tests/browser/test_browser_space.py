@@ -14,17 +14,13 @@ from playwright.sync_api import expect
 
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStore
-from tests.helpers.apps import data_dir_with_models, launch_app, session_cookie
+from tests.helpers.apps import app_fixture, session_cookie
 from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, chromium, fill_settings, pick_base_model, watch_errors
 
 pytestmark = BROWSER_MARKS
 
 
-@pytest.fixture(scope="module")
-def space(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-space") / "data", models_dir)
-    with launch_app(root, space=True) as app:
-        yield app
+space = app_fixture(space=True)
 
 
 @pytest.fixture(scope="module")

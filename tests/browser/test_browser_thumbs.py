@@ -14,9 +14,8 @@ import pytest
 from playwright.sync_api import expect
 
 from backend.core.paths import DataPaths
-from backend.jobs.store import JobStatus, JobStore
-from tests.helpers import wait_status
-from tests.helpers.apps import data_dir_with_models, launch_app
+from backend.jobs.store import JobStore
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import (
     ARTIFACTS,
     BROWSER_MARKS,
@@ -38,15 +37,7 @@ TINY_SFT = {
 }
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-thumbs") / "data", models_dir)
-    with launch_app(root) as running:
-        job_id = running.client().predict(json.dumps(TINY_SFT), api_name="/submit_spec")
-        job = wait_status(JobStore(DataPaths(root).db), job_id, {JobStatus.succeeded, JobStatus.failed}, timeout=300)
-        assert job.status is JobStatus.succeeded, job.error
-        running.job_id = job_id
-        yield running
+app = app_fixture(finished_job=TINY_SFT)
 
 
 @pytest.fixture(scope="module")

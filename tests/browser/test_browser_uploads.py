@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import re
 
-import pytest
 from playwright.sync_api import expect
 
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture
 from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, open_page
 from tests.unit.api.test_access import CHAT_ROWS, write_jsonl
 
 pytestmark = BROWSER_MARKS
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("browser-uploads") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
 def test_an_upload_is_listed_in_your_uploads_and_delete_removes_it(app, tmp_path):

@@ -24,8 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from backend.core.paths import DataPaths
 from backend.environments.launcher import free_port
-from tests.helpers import ROOT
+from backend.jobs.store import JobStatus, JobStore
+from tests.helpers import ROOT, wait_status
 
 SPACE_OWNER = "space-owner"
 OAUTH_CLIENT_SECRET = "test-oauth-client-secret"  # what the platform injects; here it only keys the cookie signer
@@ -156,3 +160,27 @@ def launch_app(data_dir: Path, space: bool = False, extra_env: dict[str, str] | 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def app_fixture(*, space: bool = False, extra_env: dict[str, str] | None = None, finished_job: dict | None = None):
+    """A module fixture: the app launched once for the module's tests (``launch_app``, with ``space`` and
+    ``extra_env``) on a fresh data dir whose models/ links to the session's demo model. A test module names it by
+    assigning it: ``app = app_fixture()``.
+
+    With ``finished_job`` (a spec dict), the app first runs that job to success through its API, and its id is the
+    app's ``job_id``.
+    """
+
+    @pytest.fixture(scope="module")
+    def fixture(request, tmp_path_factory, models_dir) -> Iterator[RunningApp]:
+        module = request.module.__name__.rpartition(".")[2]
+        root = data_dir_with_models(tmp_path_factory.mktemp(module) / "data", models_dir)
+        with launch_app(root, space=space, extra_env=extra_env) as running:
+            if finished_job is not None:
+                job_id = running.client().predict(json.dumps(finished_job), api_name="/submit_spec")
+                job = wait_status(JobStore(DataPaths(root).db), job_id, {JobStatus.succeeded, JobStatus.failed}, 300)
+                assert job.status is JobStatus.succeeded, job.error
+                running.job_id = job_id
+            yield running
+
+    return fixture

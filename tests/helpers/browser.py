@@ -86,6 +86,23 @@ def open_page(url: str, errors: list[str] | None = None) -> Iterator:
         assert not errors, f"the page logged errors: {errors[:5]}"
 
 
+def page_fixture(*, header: bool = False):
+    """A module fixture: one page (``open_page``, which fails the module on any error the page logs) on the module's
+    ``app`` for all its tests; with ``header``, handed over once the header shows the device. A test module names it
+    by assigning it: ``page = page_fixture()``."""
+
+    @pytest.fixture(scope="module")
+    def fixture(app) -> Iterator:
+        from playwright.sync_api import expect
+
+        with open_page(app.url) as page:
+            if header:
+                expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+            yield page
+
+    return fixture
+
+
 @contextmanager
 def open_chat_tab(url: str) -> Iterator:
     """``open_page`` on the app, its header up, with the Chat tab open."""

@@ -10,16 +10,12 @@ import pytest
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import wait_for, wait_status
-from tests.helpers.apps import data_dir_with_models, launch_app
+from tests.helpers.apps import app_fixture, launch_app
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("app") / "data", models_dir)
-    with launch_app(root) as running:
-        yield running
+app = app_fixture()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from gradio_client.exceptions import AppError
 from backend.core.paths import DataPaths
 from backend.jobs.store import JobStatus, JobStore
 from tests.helpers import wait_status
-from tests.helpers.apps import SPACE_OWNER, data_dir_with_models, launch_app, session_cookie
+from tests.helpers.apps import SPACE_OWNER, app_fixture, session_cookie
 from tests.integration.test_app import _form, _job_id
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,7 @@ TINY_SPEC = (
 )
 
 
-@pytest.fixture(scope="module")
-def space(tmp_path_factory, models_dir):
-    root = data_dir_with_models(tmp_path_factory.mktemp("space") / "data", models_dir)
-    with launch_app(root, space=True) as app:
-        yield app
+space = app_fixture(space=True)
 
 
 @pytest.fixture(scope="module")
