@@ -23,7 +23,7 @@ from backend.jobs.store import JobStatus, JobStore
 from components.benchmark_views import bar
 from tests.helpers import tiny_spec, wait_for, wait_status
 from tests.helpers.apps import app_fixture
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, page_fixture, pick_job
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, page_errors_per_test, page_fixture, pick_job
 
 pytestmark = BROWSER_MARKS
 
@@ -44,14 +44,7 @@ def store(app) -> JobStore:
 page = page_fixture()
 
 
-@pytest.fixture(autouse=True)
-def no_new_page_errors(page):
-    """Each test leaves the page without a new error, said at the test that caused it."""
-    before = len(page.collected_errors)
-    yield
-    new = page.collected_errors[before:]
-    del page.collected_errors[before:]  # reported here, not again when the page closes
-    assert not new, f"the page logged errors: {new[:5]}"
+no_new_page_errors = page_errors_per_test()
 
 
 def _need(*keys: str) -> list[str]:

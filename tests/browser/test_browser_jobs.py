@@ -25,6 +25,7 @@ from tests.helpers.browser import (
     BROWSER_MARKS,
     expect_legend,
     jobs_tab_ticks,
+    page_errors_per_test,
     page_fixture,
     pick_job,
     wait_until,
@@ -46,15 +47,8 @@ def store(app) -> JobStore:
 page = page_fixture()
 
 
-@pytest.fixture(autouse=True)
-def no_new_page_errors(page):
-    """Each test leaves the page without a new error (issue 24: 48 offsetWidth errors while reloading, cancelling,
-    comparing and pushing): said at the test that caused it."""
-    before = len(page.collected_errors)
-    yield
-    new = page.collected_errors[before:]
-    del page.collected_errors[before:]  # reported here, not again when the page closes
-    assert not new, f"the page logged errors: {new[:5]}"
+# Issue 24: 48 offsetWidth errors while reloading, cancelling, comparing and pushing.
+no_new_page_errors = page_errors_per_test()
 
 
 def _submit(app, spec: dict) -> str:

@@ -103,6 +103,22 @@ def page_fixture(*, header: bool = False):
     return fixture
 
 
+def page_errors_per_test():
+    """An autouse fixture for a module with one ``page``: each test leaves the page without a new error, said at the
+    test that caused it (and not again when the page closes). A test module names it by assigning it:
+    ``no_new_page_errors = page_errors_per_test()``."""
+
+    @pytest.fixture(autouse=True)
+    def fixture(page) -> Iterator[None]:
+        before = len(page.collected_errors)
+        yield
+        new = page.collected_errors[before:]
+        del page.collected_errors[before:]
+        assert not new, f"the page logged errors: {new[:5]}"
+
+    return fixture
+
+
 @contextmanager
 def open_chat_tab(url: str) -> Iterator:
     """``open_page`` on the app, its header up, with the Chat tab open."""
