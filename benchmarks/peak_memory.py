@@ -4,8 +4,8 @@
 
 Prints one JSON row in the form of benchmarks/memory_calibration.json: the configuration, the measured peak
 (torch.cuda.max_memory_allocated on a GPU, the process's peak RSS on a CPU) and the estimate for it. Used by
-tests/test_memory_calibration.py on CPU and by benchmarks/gpu.py on a lent GPU. Nothing is downloaded: the model
-is built from its config, and the tokenizer and data are the demo model's and chat-demo.
+tests/unit/training/test_memory_calibration.py on CPU and by benchmarks/gpu.py on a lent GPU. Nothing is downloaded: the
+model is built from its config, and the tokenizer and data are the demo model's and chat-demo.
 """
 
 from __future__ import annotations

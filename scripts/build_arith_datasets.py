@@ -5,7 +5,7 @@
 The preference (DPO) and feedback (KTO) sets reject the shipped builtin:tiny-qwen3-arith's own wrong answers: its
 greedy answer where that is wrong, else the first wrong one of a few samples, else a near miss. Real preference data
 is made this way (a model's own answers, judged), and it is what the model needs to unlearn. Deterministic on one
-machine: the same recipe, seeds and model give the same files (tests/test_arith_model.py checks the others).
+machine: the same recipe, seeds and model give the same files (tests/unit/models/test_arith_model.py checks the others).
 """
 
 from __future__ import annotations

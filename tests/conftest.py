@@ -1,4 +1,6 @@
-"""Shared fixtures: offline mode, one demo model build per session, a fresh data directory per test."""
+"""Shared fixtures and hooks: offline mode, one demo model build per session, a fresh data directory per test.
+
+Plain helpers (waits, a quick spec, the app and browser drivers) are in tests/helpers."""
 
 from __future__ import annotations
 
@@ -14,19 +16,16 @@ os.environ.setdefault("STUDIO_SPACE_RESERVE_MB", "1")  # hundreds of data dirs: 
 # (2026-12-03; the measurement is in docs/benchmarks.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import time
 from pathlib import Path
 
 import pytest
 
 from backend.core.paths import DataPaths
 from backend.jobs.launchers import WORKER_POOL_VAR, PoolLauncher, SubprocessLauncher
-from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store import JobStore
 from backend.models.demo import ensure_demo_model
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import wait_for
 
 # Fixtures that start an app process, a browser or a scheduler with workers, or train a model: every test that uses
 # one is slow, marked here so the fast lane (`pytest -m "not slow"`) never waits on one, whoever writes the test.
@@ -146,40 +145,6 @@ def scheduler_factory(paths):
                 pass
 
 
-def tiny_spec(**overrides) -> dict:
-    """A spec dict for the demo model that trains in a few seconds; nested keys merge into the defaults."""
-    spec = {
-        "method": "sft",
-        "model": {"name_or_path": "builtin:tiny-qwen3"},
-        "dataset": {"source": "builtin", "name": "chat-demo"},
-        "training": {"max_steps": 4, "batch_size": 2, "max_length": 128, "learning_rate": 1e-3, "save_steps": 2},
-    }
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(spec.get(key), dict):
-            spec[key] = {**spec[key], **value}
-        else:
-            spec[key] = value
-    return spec
-
-
-def wait_for(predicate, timeout: float = 120.0, interval: float = 0.1, what: str = "condition", sleep=time.sleep):
-    """``predicate()``'s first truthy value, asked every ``interval`` s until ``timeout``, else fail saying ``what``.
-    ``sleep`` waits between asks (a browser test passes its page's, so the page delivers its events meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def wait_status(store: JobStore, job_id: str, statuses: set[JobStatus], timeout: float = 180.0):
-    return wait_for(
-        lambda: (j := store.get(job_id)).status in statuses and j, timeout, what=f"{job_id} to reach {statuses}"
-    )
-
-
 @pytest.fixture(autouse=True)
 def screenshot_on_failure(request):
     """A failing browser test (one using a ``page`` fixture) leaves tests/artifacts/failed-<test>.png behind, to see
@@ -187,6 +152,6 @@ def screenshot_on_failure(request):
     failed_before = request.session.testsfailed
     yield
     if request.session.testsfailed > failed_before and "page" in request.fixturenames:
-        from tests.browser import ARTIFACTS
+        from tests.helpers.browser import ARTIFACTS
 
         request.getfixturevalue("page").screenshot(path=ARTIFACTS / f"failed-{request.node.name}.png", full_page=True)

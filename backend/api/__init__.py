@@ -4,7 +4,7 @@ else.
 
 ``StudioAPI`` (``studio``) is composed of parts by concern over one core (``core``): ``jobs``, ``datasets``,
 ``environments``, ``chat``, ``arena``, ``hub``, ``benchmarks``, ``export``. Each exported name is written once, in
-the tables below; ``__all__`` is derived from them (tests/test_facade.py)."""
+the tables below; ``__all__`` is derived from them (tests/unit/api/test_facade.py)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ globals().update(
     {name: getattr(importlib.import_module(module), attribute) for name, (module, attribute) in _names(_EAGER).items()}
 )
 
-# The UI's vocabulary: components/ import these from here and nothing from other backend modules (tests/test_facade.py).
+# The UI's vocabulary: components/ import these from here and nothing from other backend modules
+# (tests/unit/api/test_facade.py).
 __all__ = [*_names(_EAGER), *_LAZY_EXPORTS]
 
 

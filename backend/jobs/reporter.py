@@ -2,8 +2,8 @@
 
 A worker, its training callback and auto-tune see the store only through these six methods. The SQLite
 :class:`~backend.jobs.store.JobStore` is the reporter of rank 0; ranks other than 0 (``accelerate launch``) get a
-:class:`NullReporter`, which reads the job like rank 0 and writes nothing. tests/test_reporter_contract.py runs
-the same contract against both.
+:class:`NullReporter`, which reads the job like rank 0 and writes nothing.
+tests/unit/jobs/test_reporter_contract.py runs the same contract against both.
 """
 
 from __future__ import annotations

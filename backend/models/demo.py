@@ -81,8 +81,8 @@ _ONLINE_RECIPE: dict[str, Any] = {
 # Settings measured to make builtin:tiny-qwen3-arith learn, per method: the values of examples/<method>-demo.yaml
 # (benchmarks/learning.py measures those) that the Train form can set, by dotted spec path. The spec's generic
 # defaults (learning rate 2e-4, the form's 30 steps) teach it nothing; values equal to the spec's default (LoRA r 16,
-# DPO and KTO beta 0.1) are left out, as are a run's name and its checkpoint interval. tests/test_demo_recipes.py
-# holds each recipe equal to its example: change them together.
+# DPO and KTO beta 0.1) are left out, as are a run's name and its checkpoint interval.
+# tests/unit/ui/test_demo_recipes.py holds each recipe equal to its example: change them together.
 DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     ARITH_MODEL_ID: {
         "sft": {
@@ -121,7 +121,7 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 # method that plays environments plays that one: the values of examples/grpo-env-demo.yaml that depart from GRPO's
 # recipe (benchmarks/learning.py measures the example). Its reward is the environment's, so no extra reward; the
 # example keeps the spec's LoRA dropout.
-# tests/test_demo_recipes.py holds it equal to the example.
+# tests/unit/ui/test_demo_recipes.py holds it equal to the example.
 ENVIRONMENT_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     ARITH_MODEL_ID: {
         "builtin:arithmetic": {
@@ -169,7 +169,7 @@ _SPECIAL_TOKENS = [
 
 
 # The datasets the tokenizer's merges are learned from, fixed: a dataset added later must not change the tokenizer,
-# which builtin:tiny-qwen3-arith ships pre-trained on (tests/test_arith_model.py holds the two equal).
+# which builtin:tiny-qwen3-arith ships pre-trained on (tests/unit/models/test_arith_model.py holds the two equal).
 TOKENIZER_CORPUS = (
     "arithmetic-demo",
     "chat-demo",

@@ -21,7 +21,7 @@ INT8_BYTES_PER_PARAM = 1.0
 LORA_BYTES_PER_PARAM = 4 + 4 + 8  # PEFT keeps adapters in fp32: weight, gradient and AdamW's two moments
 LOGIT_BYTES = 4  # the loss upcasts logits to fp32
 # Memory no tensor of the job holds, counted apart from the tensors (the calibration table in
-# tests/test_memory_calibration.py checks both: tensors against torch's peak allocated, the total against
+# tests/unit/training/test_memory_calibration.py checks both: tensors against torch's peak allocated, the total against
 # nvidia-smi). On a GPU: the CUDA context with cuBLAS workspaces, plus the caching allocator's reserve beyond the
 # allocated peak; on a CPU: torch, transformers and TRL themselves.
 CUDA_CONTEXT_BYTES = int(0.75 * GB)
@@ -178,7 +178,8 @@ def estimate_memory(
     sequence_tokens: int | None = None,
 ) -> MemoryEstimate:
     """Peak memory of one training process: within +-25% of the measured peaks in the calibration table
-    (tests/test_memory_calibration.py) when the sequence lengths are known, an upper bound when they are not.
+    (tests/unit/training/test_memory_calibration.py) when the sequence lengths are known, an upper bound when they are
+    not.
 
     ``device`` decides the precision (bf16 on a bf16 GPU, else fp32, as the trainer chooses); by default this
     machine's. ``prompt_tokens`` is the GRPO prompt length (e.g. the dataset preview's longest);

@@ -1,0 +1,197 @@
+"""The Jobs tab's two panels under a finished job, in a real browser: its benchmarks and verdict, "Use this model ·
+Export merged" (snippets exact to the adapter folder, then to the merged model it writes into the job's folder, and
+its zip), and "Evaluate" (an eval-only job on that job, queued, finished and shown with its own benchmarks table).
+
+One app process, one page; the tests run in order and pass job ids along in STATE. The job is a real, tiny SFT of
+builtin:tiny-qwen3-arith queued through the app's own API (/submit_spec), with held-out rows (for its verdict) and
+studio_arith benchmarks on 8 items.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from backend.core.paths import DataPaths
+from backend.hub.model_card import merged_dtype_sentence
+from backend.jobs.records import JobStatus
+from backend.jobs.store import JobStore
+from components.jobs.benchmark_views import bar
+from tests.helpers import tiny_spec, wait_for, wait_status
+from tests.helpers.apps import app_fixture
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, page_errors_per_test, page_fixture, pick_job
+
+pytestmark = BROWSER_MARKS
+
+ARITH = "builtin:tiny-qwen3-arith"
+TASK = "studio_arith"
+LIMIT = 8
+STATE: dict[str, str] = {}
+
+
+app = app_fixture()
+
+
+@pytest.fixture(scope="module")
+def store(app) -> JobStore:
+    return JobStore(DataPaths(app.data_dir).db)
+
+
+page = page_fixture()
+
+
+no_new_page_errors = page_errors_per_test()
+
+
+def _need(*keys: str) -> list[str]:
+    if any(k not in STATE for k in keys):
+        pytest.skip("needs the jobs of the earlier tests")
+    return [STATE[k] for k in keys]
+
+
+def _benchmark_rows(page) -> list[list[str]]:
+    """The rows of the picked job's benchmarks table (task, side, score, metric), as the page shows them."""
+    table = page.locator("#job-evaluation table").filter(has_text="side")
+    expect(table).to_be_visible()
+    return [[cell.strip() for cell in row.locator("td").all_inner_texts()] for row in table.locator("tbody tr").all()]
+
+
+def _expect_benchmarks(page, job) -> None:
+    """The job's view shows its stored studio_arith scores: a row per scored side, its bar, and the outcome."""
+    report = job.artifacts.benchmarks
+    assert report is not None and report.error is None, report
+    score = report.tasks[TASK]
+    assert score.n == LIMIT and score.base is not None and score.tuned is not None, score
+    evaluation = page.locator("#job-evaluation")
+    expect(evaluation).to_contain_text("Benchmarks (lm-evaluation-harness", timeout=20_000)
+    rows = _benchmark_rows(page)
+    shown = {(task, side): value for task, side, value, *_ in rows}
+    for side in ("base", "tuned"):
+        value = shown.get((f"{TASK} ({LIMIT} items)", side), "")
+        assert value.startswith(bar(getattr(score, side))), (side, rows)
+    expect(evaluation).to_contain_text(score.sentence)
+
+
+def test_a_finished_arith_job_shows_its_benchmarks_and_its_verdict(page, app, store):
+    spec = tiny_spec(
+        model={"name_or_path": ARITH},
+        dataset={"name": "arith-sft"},
+        output={"run_name": "arith-export"},
+        training={"max_steps": 3, "batch_size": 4, "max_length": 128, "learning_rate": 2e-3, "save_steps": 100},
+        eval={"holdout_rows": 8},
+        benchmarks={"tasks": [TASK], "limit": LIMIT},
+    )
+    job_id = app.client().predict(json.dumps(spec), api_name="/submit_spec")
+    page.get_by_role("tab", name="Jobs").click()
+    job = wait_status(store, job_id, {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}, 900)
+    assert job.status is JobStatus.succeeded, job.error
+    assert job.artifacts.adapter_dir and Path(job.artifacts.adapter_dir).is_dir(), job.artifacts
+    STATE["trained"] = job_id
+
+    pick_job(page, job_id)
+    summary = page.locator("#job-summary")
+    expect(summary).to_contain_text(re.compile(rf"{job_id} · succeeded"), timeout=30_000)
+    learning = job.artifacts.learning
+    assert learning is not None, "8 held-out rows scored before and after make a verdict"
+    assert f"bench:{TASK}" in {g.metric for g in learning.guards}, "the benchmark is a guard of the verdict"
+    expect(summary).to_contain_text(f"{learning.word.capitalize()}: {learning.sentence}")
+    _expect_benchmarks(page, job)
+
+
+def test_export_merged_writes_the_model_into_the_jobs_folder_and_the_snippets_follow(page, app, store):
+    (job_id,) = _need("trained")
+    job = store.get(job_id)
+    adapter = job.artifacts.adapter_dir
+    assert job.artifacts.merged is None
+    snippets = page.locator("#use-this-model")
+    expect(snippets).to_be_hidden()  # the accordion starts closed
+    page.get_by_text("Use this model · Export merged").click()
+    expect(snippets).to_contain_text("Adapter with transformers + peft")
+    expect(snippets).to_contain_text(f'adapter_id = "{adapter}"')
+    expect(snippets).to_contain_text(f"--lora-modules arith-export={adapter}")
+    expect(snippets).not_to_contain_text("Merged model")
+    expect(page.locator("#download-merged")).to_be_hidden()
+
+    page.locator("#export-merged-button").click()
+    note = page.locator("#export-note")
+    expect(note).to_contain_text(f"Merged job {job_id} into ", timeout=600_000)
+    merged = store.get(job_id).artifacts.merged
+    assert merged is not None, "the export is recorded on the job"
+    folder = Path(merged.path)
+    assert folder == DataPaths(app.data_dir).job_dir(job_id) / "merged", folder
+    size_mib = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+    sentence = f"Merged job {job_id} into {folder} ({size_mib:.1f} MiB). " + merged_dtype_sentence(
+        merged.dtype, merged.dequantized, job.spec.quantization.mode
+    )
+    expect(note).to_have_text(sentence)
+    names = {p.name for p in folder.iterdir()}
+    assert "config.json" in names and any(n.endswith(".safetensors") for n in names), names
+    assert "adapter_config.json" not in names and "adapter_model.safetensors" not in names, names
+    assert not list(folder.parent.glob(".partial-merged-*")), "no partial export left behind"
+
+    expect(snippets).to_contain_text("Merged model with transformers")
+    expect(snippets).to_contain_text(f'model_id = "{folder}"')
+    expect(snippets).to_contain_text(f"vllm serve {folder}")
+    expect(snippets).to_contain_text(f'adapter_id = "{adapter}"')  # the adapter's snippets stay
+
+    # And the merged model downloads as a zip.
+    page.locator("#prepare-merged-zip").click()
+    expect(note).to_contain_text("Merged zip ready", timeout=120_000)
+    with page.expect_download(timeout=60_000) as download:
+        page.locator("#download-merged").click()
+    zipped = zipfile.ZipFile(download.value.path()).namelist()
+    assert any(n.endswith("config.json") for n in zipped) and any(n.endswith(".safetensors") for n in zipped), zipped
+    assert not any(n.endswith("adapter_config.json") for n in zipped), zipped
+    assert download.value.suggested_filename == "merged-arith-export.zip"
+
+
+def test_evaluate_queues_an_eval_only_job_on_the_picked_job_and_shows_its_benchmarks(page, store):
+    (job_id,) = _need("trained")
+    trained = store.get(job_id)
+    page.get_by_text("Evaluate: benchmarks (lm-evaluation-harness)").click()
+    tasks = page.locator("#benchmark-tasks")
+    field = tasks.locator("input")
+    field.click()
+    field.fill(TASK)
+    page.get_by_role("option", name=re.compile(rf"^{TASK}:")).click()
+    field.press("Escape")
+    expect(tasks).to_contain_text(TASK)
+    expect(tasks).not_to_contain_text("studio_choice")
+    limit = page.locator("#benchmark-limit input")
+    limit.fill(str(LIMIT))
+    limit.press("Tab")
+    expect(limit).to_have_value(str(LIMIT))
+
+    page.locator("#evaluate-button").click()
+    note = page.locator("#benchmark-note")
+    expect(note).to_contain_text(re.compile(r"Queued evaluation job \S+"), timeout=30_000)
+    eval_id = re.search(r"Queued evaluation job (\S+?)(?: \(|:|$)", note.inner_text()).group(1)
+    assert eval_id != job_id
+    queued = store.get(eval_id)
+    assert queued.spec.evaluate is not None and queued.spec.evaluate.job_id == job_id, queued.spec.evaluate
+    assert queued.spec.benchmarks.tasks == [TASK] and queued.spec.benchmarks.limit == LIMIT, queued.spec.benchmarks
+    STATE["eval"] = eval_id
+
+    done = wait_status(store, eval_id, {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}, 600)
+    assert done.status is JobStatus.succeeded, done.error
+    pick_job(page, eval_id)
+    summary = page.locator("#job-summary")
+    expect(summary).to_contain_text(re.compile(rf"{eval_id} · succeeded"), timeout=30_000)
+    expect(summary).to_contain_text(f"EVAL of {ARITH} on {TASK}")
+    _expect_benchmarks(page, done)
+    # The same items scored on the same sides: the eval-only job agrees with the job's own benchmarks.
+    again, first = done.artifacts.benchmarks.tasks[TASK], trained.artifacts.benchmarks.tasks[TASK]
+    assert (again.base, again.tuned) == (first.base, first.tuned), (again, first)
+
+
+def test_the_app_log_has_no_traceback_and_a_screenshot_is_left(page, app):
+    _need("trained")
+    page.screenshot(path=ARTIFACTS / "jobs-export-eval.png", full_page=True)
+    wait_for(lambda: app.serving(), 5, what="the app to still serve")
+    log = app.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-4000:]

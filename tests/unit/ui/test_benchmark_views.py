@@ -1,0 +1,61 @@
+"""The Jobs tab's benchmarks, without a browser: the table with a bar per side, the skills lost, several jobs side by
+side, and the Evaluate panel's action (a queued eval-only job, or a sentence and nothing queued)."""
+
+from backend.api import StudioAPI, local_user
+from backend.core.benchmarks import build_report, task_info, task_score
+from components.jobs.benchmark_panel import evaluate_action
+from components.jobs.benchmark_views import bar, benchmarks_compare_markdown, benchmarks_markdown
+from components.jobs.views import choice, table_rows
+from tests.helpers import tiny_spec
+
+
+def _report(tuned_right: int):
+    base = {i: 1.0 if i < 30 else 0.0 for i in range(60)}
+    tuned = {i: 1.0 if i < tuned_right else 0.0 for i in range(60)}
+    score = task_score(task_info("studio_arith"), "studio_arith", {"base": base, "tuned": tuned}, {"base": 0.06})
+    return build_report({"studio_arith": score}, 60, "job x")
+
+
+def test_a_job_shows_bars_per_side_and_the_skill_it_lost(paths, store):
+    job = store.add(parse(tiny_spec()))
+    store.merge_artifacts(job.id, benchmarks=_report(tuned_right=2))
+    shown = benchmarks_markdown(store.get(job.id))
+    assert "| studio_arith (60 items) | base | `" + bar(0.5) + "` ±6 |" in shown
+    assert "| tuned |" in shown and "| start |" not in shown
+    assert "**Skills lost:** studio_arith -47 points" in shown and "it lost arithmetic." in shown
+    assert benchmarks_markdown(store.get(store.add(parse(tiny_spec())).id)) == ""
+
+
+def test_compare_puts_jobs_on_the_same_benchmarks_side_by_side(paths, store):
+    jobs = []
+    for right in (2, 31):
+        job = store.add(parse(tiny_spec()))
+        store.merge_artifacts(job.id, benchmarks=_report(right))
+        jobs.append(store.get(job.id))
+    shown = benchmarks_compare_markdown(jobs)
+    assert f"| {jobs[0].id} | studio_arith | 3% | -47 ±" in shown and "| lost |" in shown
+    assert f"| {jobs[1].id} | studio_arith | 52% | +2 ±" in shown and "| kept |" in shown
+
+
+def test_evaluate_queues_an_eval_only_job_or_says_why_not(paths, store):
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    said = evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", ["studio_choice"], 20)
+    assert said.startswith("Queued evaluation job")
+    (job,) = api.jobs.list_jobs()
+    assert job.spec.evaluate is not None and job.spec.evaluate.job_id is None
+    assert job.spec.benchmarks.tasks == ["studio_choice"] and job.spec.benchmarks.limit == 20
+    assert choice(job).split(" · ")[1:3] == ["eval", "benchmarks of builtin:tiny-qwen3-arith"]
+    row = table_rows(api, [job])[0]
+    assert row[4] == "eval" and row[6] == "studio_choice", "the list says what an eval-only job does"
+    for tasks, limit, words in ((["nope"], None, "is not a task"), (["studio_arith"], 0, "limit"), ([], None, "task")):
+        assert words in evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", tasks, limit)
+    # A job that has not finished has no adapter to score.
+    queued = api.jobs.submit(tiny_spec()).job
+    assert "has no adapter" in evaluate_action(api, local_user(), queued.id, "", ["studio_arith"], None)
+    assert len(api.jobs.list_jobs()) == 2, "nothing else was queued"
+
+
+def parse(spec):
+    from backend.core.spec import parse_spec
+
+    return parse_spec(spec)

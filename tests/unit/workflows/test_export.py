@@ -1,0 +1,364 @@
+"""Exporting a finished job as a merged model: loads without peft, answers as base + adapter, pushes as a model repo,
+leaves nothing behind on a full disk, says when a 4-bit job was dequantized; the CLI, ownership and the snippets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from backend.api import StudioAPI
+from backend.core.paths import DataPaths
+from backend.core.spec import parse_spec
+from backend.core.users import User
+from backend.jobs.records import JobStatus
+from backend.jobs.scheduler import Scheduler
+from backend.jobs.store_errors import JobNotFound
+from backend.workflows.export import ExportError
+from components.jobs.export_panel import use_markdown
+from tests.helpers import ROOT, tiny_spec, wait_status
+from tests.helpers.faults import tmpfs
+from tests.helpers.hub_server import FakeHub
+
+TOKEN = "hf_test_token_0123456789"
+# Questions the demo jobs never trained on (chat-demo is small talk), as chat prompts.
+HELD_OUT = ["What is 12 + 9?", "Name a colour.", "Count to five.", "Why is the sky blue?"]
+NEW_TOKENS = 8
+
+
+def _train(root: Path, models_dir: Path, **spec) -> tuple[StudioAPI, str]:
+    """A real tiny job on the demo model, run to the end by a scheduler: (facade, job id)."""
+    root.mkdir(parents=True)
+    (root / "models").symlink_to(models_dir, target_is_directory=True)
+    paths = DataPaths(root).ensure()
+    api = StudioAPI(paths.root, scheduler="none")
+    job = api.jobs.submit(tiny_spec(**spec), user=User("alice")).job
+    scheduler = Scheduler(paths, poll_interval=0.1).start()
+    try:
+        done = wait_status(api.core.store, job.id, {JobStatus.succeeded, JobStatus.failed}, timeout=300)
+    finally:
+        scheduler.stop()
+    assert done.status is JobStatus.succeeded, done.error
+    return api, job.id
+
+
+def _perturb(adapter: Path) -> None:
+    """Push the adapter's B matrices far from their few trained steps, so the tuned model answers unlike base."""
+    from safetensors.torch import load_file, save_file
+
+    file = adapter / "adapter_model.safetensors"
+    tensors = load_file(file)
+    generator = torch.Generator().manual_seed(0)
+    for name, tensor in tensors.items():
+        if "lora_B" in name:
+            tensors[name] = tensor + 0.5 * torch.randn(tensor.shape, generator=generator).to(tensor.dtype)
+    save_file(tensors, file, metadata={"format": "pt"})
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, models_dir):
+    """A real tiny SFT job of alice's, its adapter perturbed: (facade, job id)."""
+    api, job_id = _train(tmp_path_factory.mktemp("export") / "data", models_dir)
+    _perturb(Path(api.jobs.get_job(job_id).artifacts.adapter_dir))
+    return api, job_id
+
+
+@pytest.fixture()
+def online(monkeypatch):
+    """The tests run offline (conftest); the fake Hub is local, so let huggingface_hub talk to it."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in HELD_OUT
+    ]
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def _greedy(model, prompts: list[list[int]]) -> list[list[int]]:
+    answers = []
+    with torch.no_grad():
+        for ids in prompts:
+            inputs = torch.tensor([list(ids)])
+            out = model.generate(inputs, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+            answers.append(out[0, inputs.shape[1] :].tolist())
+    return answers
+
+
+NO_PEFT_SCRIPT = textwrap.dedent(
+    f"""
+    import json, sys
+    import torch
+    from transformers import AutoModelForCausalLM
+    folder, prompts = sys.argv[1], json.loads(sys.argv[2])
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    answers = []
+    with torch.no_grad():
+        for ids in prompts:
+            inputs = torch.tensor([ids])
+            out = model.generate(inputs, max_new_tokens={NEW_TOKENS}, do_sample=False, pad_token_id=0)
+            answers.append(out[0, inputs.shape[1]:].tolist())
+    assert "peft" not in sys.modules, "loading the merged model imported peft"
+    print(json.dumps({{"answers": answers, "dtype": str(model.dtype), "class": type(model).__name__}}))
+    """
+)
+
+
+def _load_without_peft(folder: Path, prompts: list[list[int]], tmp_path: Path) -> dict:
+    """Load and run the folder in a fresh interpreter where ``import peft`` raises."""
+    blocker = tmp_path / "no-peft"
+    (blocker / "peft").mkdir(parents=True)
+    (blocker / "peft" / "__init__.py").write_text(
+        "raise ImportError('peft must not be needed to load a merged model')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), str(ROOT)])}
+    result = subprocess.run(
+        [sys.executable, "-c", NO_PEFT_SCRIPT, str(folder), json.dumps(prompts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_merged_export_loads_without_peft_and_answers_as_base_plus_adapter(job, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    api, job_id = job
+    out = tmp_path / "merged"
+    result = api.export.export_merged(job_id, out=out)
+
+    assert result.path == out and not result.dequantized and result.dtype == "float32"
+    assert "at the base's dtype (float32)" in result.sentence
+    files = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"} <= files
+    assert {"chat_template.jinja", "tokenizer_config.json"} <= files
+    assert not {"adapter_config.json", "adapter_model.safetensors"} & files
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".partial")], "the temporary folder stays"
+    recorded = api.jobs.get_job(job_id).artifacts.merged
+    assert recorded.path == str(out) and recorded.dtype == "float32" and recorded.repo_id is None
+
+    job_record = api.jobs.get_job(job_id)
+    base_dir = api.core.paths.models / "tiny-qwen3"
+    tokenizer = AutoTokenizer.from_pretrained(job_record.artifacts.adapter_dir)
+    prompts = _prompts(tokenizer)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    base_answers = _greedy(base, prompts)
+    tuned = PeftModel.from_pretrained(base, job_record.artifacts.adapter_dir)
+    tuned_answers = _greedy(tuned, prompts)
+    assert tuned_answers != base_answers, "the adapter must change the answers, or this test proves nothing"
+
+    loaded = _load_without_peft(out, prompts, tmp_path)
+    assert loaded["class"] == "Qwen3ForCausalLM" and loaded["dtype"] == "torch.float32"
+    assert loaded["answers"] == tuned_answers
+
+    card = (out / "README.md").read_text()
+    assert "library_name: transformers" in card and "merge_and_unload" in card
+    assert f'model_id = "{out}"' in card and f"vllm serve {out}" in card
+
+
+@pytest.mark.slow
+def test_the_merged_transformers_snippet_runs_against_the_exported_folder(job, tmp_path):
+    api, job_id = job
+    out = tmp_path / "merged"
+    api.export.export_merged(job_id, out=out)
+    snippets = {s.title: s for s in api.export.use_snippets(job_id)}
+    code = snippets["Merged model with transformers"].code
+    assert f'model_id = "{out}"' in code and "peft" not in code
+    namespace: dict = {}
+    exec(compile(code.replace("max_new_tokens=128", "max_new_tokens=4"), "merged-snippet", "exec"), namespace)  # noqa: S102
+    assert type(namespace["model"]).__name__ == "Qwen3ForCausalLM"
+    assert namespace["output"].shape[1] > namespace["inputs"]["input_ids"].shape[1]
+    adapter = api.jobs.get_job(job_id).artifacts.adapter_dir
+    assert f'adapter_id = "{adapter}"' in snippets["Adapter with transformers + peft"].code
+    assert f"--lora-modules sft-{job_id}={adapter}" in snippets["Adapter with vLLM"].code
+    assert snippets["Merged model with vLLM"].code == f"vllm serve {out}"
+
+
+@pytest.mark.slow
+def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
+    from huggingface_hub import ModelCard
+
+    api, job_id = job
+    with FakeHub(TOKEN, user="alice", orgs=("studio-org",)) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = api.export.export_merged(job_id, User("alice", token=TOKEN), push_repo="studio-org/tiny-merged")
+        assert result.push_error is None, result.push_error
+        assert result.repo_id == "studio-org/tiny-merged" and "Pushed to studio-org/tiny-merged." in result.sentence
+        created = hub.requests_to("create")[-1].json
+        assert created["type"] == "model" and created["visibility"] == "private"
+        repo = hub.repos["studio-org/tiny-merged"]
+        files = set(repo.files)
+        assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"} <= files
+        assert "adapter_config.json" not in files and "adapter_model.safetensors" not in files
+        folder = api.export.merged_folder(job_id)  # a user's export goes into the job's own folder
+        assert repo.files["model.safetensors"] == (folder / "model.safetensors").read_bytes()
+        card = ModelCard(repo.files["README.md"].decode())
+        assert card.data.library_name == "transformers" and "merged" in card.data.tags
+        assert 'model_id = "studio-org/tiny-merged"' in card.text and "vllm serve studio-org/tiny-merged" in card.text
+        recorded = api.jobs.get_job(job_id).artifacts.merged
+        assert recorded.repo_id == "studio-org/tiny-merged" and recorded.path == str(folder)
+        snippets = {s.title: s.code for s in api.export.use_snippets(job_id, User("alice"))}
+        assert snippets["Merged model with vLLM"] == "vllm serve studio-org/tiny-merged"
+        shown = use_markdown(api, job_id, User("alice"))  # what the Jobs tab's "Use this model" shows
+        assert 'model_id = "studio-org/tiny-merged"' in shown and "```bash\nvllm serve studio-org/tiny-merged" in shown
+        assert use_markdown(api, job_id, User("bob")) == ""
+        archive = api.export.merged_archive(job_id, User("alice"))
+        with zipfile.ZipFile(archive) as zipped:
+            assert {"model.safetensors", "config.json", "README.md"} <= set(zipped.namelist())
+
+        failed = api.export.export_merged(job_id, User("alice", token=TOKEN), push_repo="someone-else/x")
+        assert failed.push_error and "cannot write to" in failed.push_error and failed.path.is_dir()
+
+
+@pytest.mark.slow
+def test_a_full_disk_gives_a_sentence_and_leaves_nothing(job, tmp_path):
+    api, job_id = job
+    before = api.jobs.get_job(job_id).artifacts.merged
+    with tmpfs(tmp_path / "small", size="256k") as small:  # the merged weights are 548 KiB
+        with pytest.raises(ExportError) as caught:
+            api.export.export_merged(job_id, out=small / "merged")
+        assert list(small.iterdir()) == [], "a half-written model was left behind"
+    message = str(caught.value)
+    assert message.startswith(f"the disk at {small} is full (the merged weights alone are 0.5 MiB)"), message
+    assert "nothing was left behind" in message
+    assert "\n" not in message and "Traceback" not in message
+    assert api.jobs.get_job(job_id).artifacts.merged == before, "a failed export is not recorded"
+
+
+@pytest.mark.slow
+def test_only_the_owner_exports_and_only_locally_to_a_named_folder(job, tmp_path):
+    api, job_id = job
+    with pytest.raises(JobNotFound):
+        api.export.export_merged(job_id, User("bob"))
+    with pytest.raises(JobNotFound):  # a Space admin sees the job, but its model is the owner's to ship
+        api.export.export_merged(job_id, User("boss", is_admin=True))
+    with pytest.raises(ExportError, match="only the person at this machine"):
+        api.export.export_merged(job_id, User("alice"), out=tmp_path / "elsewhere")
+    assert not (tmp_path / "elsewhere").exists()
+    with pytest.raises(JobNotFound):
+        api.export.use_snippets(job_id, User("bob"))
+
+
+@pytest.mark.slow
+def test_cli_export_merged(job, tmp_path):
+    api, job_id = job
+    out = tmp_path / "cli-merged"
+    env = {**os.environ, "STUDIO_DATA_DIR": str(api.core.paths.root)}
+    command = [sys.executable, "-m", "backend", "export", job_id, "--merged", "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().startswith(f"Merged job {job_id} into {out}")
+    assert (out / "model.safetensors").is_file() and (out / "README.md").is_file()
+
+    again = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert again.returncode == 1 and "already exists and is not an empty folder" in again.stderr
+    assert "Traceback" not in again.stderr
+    shown = subprocess.run(
+        [sys.executable, "-m", "backend", "show", job_id], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert ["merged", "model", str(out)] in [line.split() for line in shown.stdout.splitlines()], shown.stdout
+
+
+def test_a_merged_export_a_killed_process_left_half_written_is_swept_at_start(job):
+    api, job_id = job
+    partial = api.core.paths.job_dir(job_id) / ".partial-merged-merged-0000"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    fresh = api.core.paths.job_dir(job_id) / ".partial-merged-merged-1111"  # another process may be writing it now
+    fresh.mkdir()
+    os.utime(partial, (0, 0))
+    StudioAPI(api.core.paths.root, scheduler="none").close()
+    assert not partial.exists() and fresh.is_dir()
+    fresh.rmdir()
+
+
+@pytest.mark.slow
+def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_dir):
+    from safetensors import safe_open
+
+    api, job_id = _train(tmp_path / "data", models_dir, quantization={"mode": "4bit"})
+    out = tmp_path / "merged-4bit"
+    result = api.export.export_merged(job_id, out=out)
+    assert result.dequantized and result.dtype == "bfloat16"
+    assert "4-bit base" in result.sentence and "16-bit dequantized base" in result.sentence
+    assert "16-bit dequantized base" in (out / "README.md").read_text()
+    with safe_open(str(out / "model.safetensors"), "pt") as weights:
+        dtypes = {weights.get_slice(name).get_dtype() for name in weights.keys()}  # noqa: SIM118
+    assert dtypes == {"BF16"}, dtypes
+    config = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert api.jobs.get_job(job_id).artifacts.merged.dequantized
+
+
+def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp_path):
+    api = StudioAPI(data_dir, scheduler="none")
+    queued = api.jobs.submit(tiny_spec()).job
+    with pytest.raises(
+        ExportError, match=f"job {queued.id} is queued: only a job that succeeded has an adapter to merge"
+    ):
+        api.export.export_merged(queued.id, out=tmp_path / "never")
+    full = api.jobs.submit(tiny_spec(lora={"enabled": False})).job
+    adapter = api.core.paths.job_adapter(queued.id)
+    adapter.mkdir(parents=True)  # an empty folder where the adapter should be
+    for job_id in (queued.id, full.id):
+        api.core.store.claim_next()
+        api.core.store.finish(job_id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+    with pytest.raises(ExportError, match="trained all weights"):
+        api.export.export_merged(full.id, out=tmp_path / "never")
+    with pytest.raises(ExportError, match="^the merge failed .*nothing was left behind$") as caught:
+        api.export.export_merged(queued.id, out=tmp_path / "never")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))
+    evaluated = api.core.store.add(parse_spec(tiny_spec(evaluate={}, benchmarks={"tasks": ["studio_arith"]})))
+    api.core.store.claim_next()
+    api.core.store.finish(evaluated.id, JobStatus.succeeded)
+    with pytest.raises(ExportError, match="ended an evaluation, which trains no adapter: there is nothing to merge"):
+        api.export.export_merged(evaluated.id, out=tmp_path / "never")
+
+
+def test_a_merge_past_its_time_limit_is_stopped_and_leaves_nothing(job, tmp_path, monkeypatch):
+    api, job_id = job
+    monkeypatch.setenv("STUDIO_EXPORT_TIMEOUT_S", "1")  # the child cannot even import torch in a second
+    before = api.jobs.get_job(job_id).artifacts.merged
+    with pytest.raises(ExportError, match="took longer than 1 s .STUDIO_EXPORT_TIMEOUT_S. and was stopped"):
+        api.export.export_merged(job_id, out=tmp_path / "late")
+    assert list(tmp_path.iterdir()) == [] and api.jobs.get_job(job_id).artifacts.merged == before
+    monkeypatch.delenv("STUDIO_EXPORT_TIMEOUT_S")
+    assert api.export.export_merged(job_id, out=tmp_path / "late").path == tmp_path / "late"  # the slot was freed
+
+
+def test_the_merged_card_carries_the_verdict_and_how_it_was_merged(job):
+    from backend.core.artifacts import LearningVerdict
+    from backend.hub.model_card import build_merged_card
+
+    api, job_id = job
+    record = api.jobs.get_job(job_id)
+    sentence = "Held-out loss 2.31 -> 1.87 (-0.44, ±0.1) on 12 rows."
+    verdict = LearningVerdict(metric="loss", label="held-out loss", verdict="improved", sentence=sentence)
+    card = build_merged_card(
+        dataclasses.replace(record, artifacts=record.artifacts.model_copy(update={"learning": verdict})),
+        "me/tiny-merged",
+        "float32",
+        False,
+    ).text
+    assert f"**Verdict: improved.** {sentence}" in card
+    assert "merged into the base at the base's dtype (float32) and saved in float32" in card
+    assert "`builtin:tiny-qwen3`" in card and "| method | SFT |" in card
+    assert 'model_id = "me/tiny-merged"' in card and "vllm serve me/tiny-merged" in card
