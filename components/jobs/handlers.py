@@ -182,18 +182,19 @@ def refresh(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | 
 def tick(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
     """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log are
     not sent (nor redrawn by the browser) every 2 s, and a running job's at most every ``HEAVY_EVERY_S``, or at once
-    when the job's status changed (its last samples and final curves when it ends)."""
+    when the job's status changed (its last samples and final curves when it ends). Until they are due they are not
+    even built: reading the metrics and drawing the frames is most of a tick's work."""
     user = user_from(profile)
     values, picked = listed(api, user, selected)
-    values = [*values, *detail_updates(api, h, user, picked)]
     now, state = time.monotonic(), views.heavy_state(picked)
     if seen and now - seen.get(HEAVY_AT, 0.0) < HEAVY_EVERY_S and seen.get(HEAVY_OF) == state:
-        light_at = [i for i, c in enumerate(h.everything) if id(c) not in h.heavy_ids]
-        *answers, digests = sent(h, [values[i] for i in light_at], seen, [h.everything[i] for i in light_at])
+        light = [*h.everything[:6], *h.light]
+        *answers, digests = sent(h, [*values, *light_updates(api, h, user, picked)], seen, light)
         out: list = [gr.skip()] * len(h.everything)
-        for i, answer in zip(light_at, answers):
-            out[i] = answer
+        for component, answer in zip(light, answers):
+            out[h.position[id(component)]] = answer
         return [*out, digests]
+    values = [*values, *detail_updates(api, h, user, picked)]
     *answers, digests = sent(h, values, seen, h.everything)
     return [*answers, {**digests, HEAVY_AT: now, HEAVY_OF: state}]
 

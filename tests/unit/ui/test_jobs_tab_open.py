@@ -42,7 +42,11 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
 
         api.core.store.report(job.id, [(2, time.time(), {"loss": 1.5})], {"step": 2, "total_steps": 100})
         clock[0] += jobs_tab.REFRESH_S
+        heavy_built = []
+        build_heavy = jobs_tab.heavy_updates
+        monkeypatch.setattr(jobs_tab, "heavy_updates", lambda *a: heavy_built.append(a) or build_heavy(*a))
         second = tick(job.id, seen)
+        assert heavy_built == [], "a tick that sends no plots reads no metrics and draws no frames"
         sent = {n for n, v in zip(names, second) if not (isinstance(v, dict) and v == gr.skip())}
         assert "job-progress" in sent, f"the progress follows every tick: {sent}"
         assert not sent & {"plot-main", "job-log-rows", "job-log"}, f"plots and logs resent 2 s later: {sent}"
