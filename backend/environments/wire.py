@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator
 
+from backend.core.spec import shorten
+
 EXCERPT = 60  # characters of a server's own field quoted in a sentence
 NAME_LIMIT = 80
 DESCRIPTION_LIMIT = 4000
@@ -31,10 +33,6 @@ def excerpt(value: Any, limit: int = EXCERPT) -> str:
     return repr(cut)
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
-
-
 class _Answer(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -54,12 +52,12 @@ class Metadata(_Answer):
     @field_validator("name")
     @classmethod
     def _short_name(cls, value: str | None) -> str | None:
-        return None if value is None else _cut(" ".join(value.split()), NAME_LIMIT)
+        return None if value is None else shorten(" ".join(value.split()), NAME_LIMIT)
 
     @field_validator("description")
     @classmethod
     def _short_description(cls, value: str | None) -> str | None:
-        return None if value is None else _cut(value, DESCRIPTION_LIMIT)
+        return None if value is None else shorten(value, DESCRIPTION_LIMIT)
 
 
 class Schema(_Answer):
@@ -87,7 +85,7 @@ class ErrorData(_Answer):
     @field_validator("message")
     @classmethod
     def _short_message(cls, value: str) -> str:
-        return _cut(value, MESSAGE_LIMIT)
+        return shorten(value, MESSAGE_LIMIT)
 
 
 class StepData(_Answer):
