@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from backend.core.spec.base import Method, SpecPart, refuse_control_characters
+from backend.core.spec.base import SpecPart, refuse_control_characters
 from backend.core.spec.environment import EnvironmentSpec
 from backend.core.spec.errors import spec_error
-from backend.core.spec.methods import DPOSpec, GRPOSpec, KTOSpec, OnlinePart, RLOOSpec, RolloutSpec, SFTSpec
+from backend.core.spec.methods import DPOSpec, GRPOSpec, KTOSpec, Method, OnlinePart, RLOOSpec, RolloutSpec, SFTSpec
 from backend.core.spec.parts import (
     BenchmarksSpec,
     DatasetSpec,

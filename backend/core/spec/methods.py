@@ -1,15 +1,26 @@
-"""The methods' own parts: SFT, DPO and KTO settings, and the online methods (GRPO, RLOO) with the rollout and
-rewards they share."""
+"""The methods: their names (``Method``) and their own parts: SFT, DPO and KTO settings, and the online methods
+(GRPO, RLOO) with the rollout and rewards they share. A new method's name and settings go here together."""
 
 from __future__ import annotations
 
 import re
+from enum import Enum
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from backend.core.spec.base import SpecPart, free_form_problem
 from backend.core.spec.errors import quote_input
+
+
+class Method(str, Enum):
+    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO and RLOO (rewards), KTO (labels)."""
+
+    sft = "sft"
+    dpo = "dpo"
+    grpo = "grpo"
+    kto = "kto"
+    rloo = "rloo"
 
 
 class SFTSpec(SpecPart):
