@@ -53,7 +53,13 @@ PREIMPORTS = (
 # TRL and transformers import these lazily, on first attribute access.
 LAZY_ATTRIBUTES = {
     "trl": tuple(name for row in table().values() for name in row.trl_classes),
-    "transformers": ("AutoModelForCausalLM", "AutoTokenizer", "AutoConfig", "Qwen3ForCausalLM", "GenerationConfig"),
+    "transformers": (
+        *dict.fromkeys(row.head.auto_class for row in table().values()),  # each method's model class, once
+        "AutoTokenizer",
+        "AutoConfig",
+        "Qwen3ForCausalLM",
+        "GenerationConfig",
+    ),
     "peft": ("PeftModel", "LoraConfig"),
 }
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-EXAMPLES = ("sft-demo", "dpo-demo", "kto-demo", "grpo-demo", "rloo-demo", "grpo-env-demo")
+EXAMPLES = ("sft-demo", "dpo-demo", "kto-demo", "grpo-demo", "rloo-demo", "grpo-env-demo", "reward-demo")
 
 
 def run_example(name: str, data_dir: Path, seed: int | None = None, overrides: dict | None = None):

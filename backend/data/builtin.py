@@ -7,12 +7,15 @@ from pathlib import Path
 
 from backend.core.paths import BUILTIN_DATASETS_DIR  # re-exported: the built-ins' folder
 from backend.core.spec import Method, methods_reading
+from backend.methods.table import table
 
 # What a dataset may say it suits besides a method's name, by the spec part that reads it: every online method's
 # rollout (prompts with a column a reward reads), or every method that plays an environment (prompts and the columns
-# its reset takes).
+# its reset takes); or by the layout it holds: every method whose row takes preference pairs (prompt, chosen,
+# rejected).
 ROLLOUT = "rollout"
 ENVIRONMENT = "environment"
+PREFERENCE = "preference"
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class BuiltinDataset:
 
     def methods(self) -> tuple[str, ...]:
         """The methods it suits, by name, in the method list's order."""
-        suited = {m for tag in self.suits for m in methods_reading(tag) or ()}
+        suited = {m for tag in self.suits for m in methods_reading(tag) or methods_taking(tag)}
         return tuple(m.value for m in Method if m in suited)
 
     @property
@@ -35,11 +38,20 @@ class BuiltinDataset:
         return BUILTIN_DATASETS_DIR / f"{self.name}.jsonl"
 
 
+def methods_taking(data_format: str) -> tuple[Method, ...]:
+    """The methods whose row in the method table accepts the dataset layout named ``data_format``.
+
+    >>> "dpo" in methods_taking(PREFERENCE), methods_taking("no-such-layout")
+    (True, ())
+    """
+    return tuple(m for m, row in table().items() if any(f.name == data_format for f in row.formats))
+
+
 BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     d.name: d
     for d in (
         BuiltinDataset("chat-demo", "72 short chats (arithmetic, capitals, greetings) in `messages` format.", ("sft",)),
-        BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", ("dpo",)),
+        BuiltinDataset("preferences-demo", "42 conversational prompt/chosen/rejected pairs.", (PREFERENCE,)),
         BuiltinDataset(
             "feedback-demo",
             "48 conversational prompt/completion rows marked good or bad (`label`: true/false), as "
@@ -72,7 +84,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
         BuiltinDataset(
             "arith-preferences",
             "1000 arithmetic prompts with the right answer chosen and a near miss rejected (DPO).",
-            ("dpo",),
+            (PREFERENCE,),
         ),
         BuiltinDataset(
             "arith-feedback",

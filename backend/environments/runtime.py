@@ -113,7 +113,7 @@ def open_environment(
         log.info("environment: %s; %d concurrent sessions available", info.summary(), needed)
         factory = environment_class(
             info,
-            reward_mode=env_spec.reward,
+            reward_mode=spec.environment.reward,  # not env_spec.reward: that reads as the method's part
             timeout_s=env_spec.timeout_s,
             name=reward_name(env_spec, info),
             observation_template=env_spec.observation_template,

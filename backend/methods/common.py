@@ -10,6 +10,7 @@ from typing import Any
 from backend.core.hub_names import run_repo_name
 from backend.core.spec import JobSpec, checkpointing
 from backend.models import loading as models
+from backend.models.loading import LANGUAGE_MODEL_HEAD
 
 AUTO_FIND_BATCH_START = 16
 
@@ -33,24 +34,27 @@ class Policy:
         }
 
 
-def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = None) -> Policy:
-    """A fresh LoRA on the base model (TRL loads it), or the base with ``parent_adapter`` loaded as trainable."""
+def load_policy(
+    spec: JobSpec, models_dir: Path, parent_adapter: Path | None = None, head: models.ModelHead = LANGUAGE_MODEL_HEAD
+) -> Policy:
+    """A fresh LoRA on the base model with ``head`` (TRL loads it), or the base with ``parent_adapter`` loaded as
+    trainable."""
     path = models.resolve_model(spec.model, models_dir)
     tokenizer = models.load_tokenizer(str(parent_adapter or path), spec.model)
     if parent_adapter is None:
-        return Policy(path, tokenizer, models.to_peft_config(spec.lora), models.to_bnb_config(spec.quantization))
+        return Policy(path, tokenizer, models.to_peft_config(spec.lora, head), models.to_bnb_config(spec.quantization))
 
     import torch
+    import transformers
     from peft import PeftModel, prepare_model_for_kbit_training
-    from transformers import AutoModelForCausalLM
 
     kwargs = models.model_init_kwargs(spec.model, spec.quantization, spec.training.attn_implementation)
     if torch.cuda.is_available() and "device_map" not in kwargs:
         # Straight onto this process's GPU (its LOCAL_RANK under accelerate launch), as TRL loads a fresh model,
         # rather than onto the CPU and copied over afterwards.
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
-    base = AutoModelForCausalLM.from_pretrained(
-        path, quantization_config=models.to_bnb_config(spec.quantization), **kwargs
+    base = getattr(transformers, head.auto_class).from_pretrained(
+        path, quantization_config=models.to_bnb_config(spec.quantization), **models.head_init_kwargs(head), **kwargs
     )
     if spec.quantization.mode != "none":
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=checkpointing(spec))
@@ -59,10 +63,10 @@ def load_policy(spec: JobSpec, models_dir: Path, parent_adapter: Path | None = N
     return Policy(model, tokenizer, None, None)
 
 
-def policy_trainer(trainer_cls: type, args: Any, inputs: Any) -> Any:
-    """``trainer_cls`` (a TRL trainer) with ``args`` on the job's policy and rows, for the methods that need nothing
-    else (DPO, KTO); ``inputs`` is the worker's ``methods.TrainerInputs``."""
-    policy = load_policy(inputs.spec, inputs.models_dir, inputs.parent_adapter)
+def policy_trainer(trainer_cls: type, args: Any, inputs: Any, head: models.ModelHead = LANGUAGE_MODEL_HEAD) -> Any:
+    """``trainer_cls`` (a TRL trainer) with ``args`` on the job's policy (the base model with ``head``) and rows, for
+    the methods that need nothing else (DPO, KTO); ``inputs`` is the worker's ``methods.TrainerInputs``."""
+    policy = load_policy(inputs.spec, inputs.models_dir, inputs.parent_adapter, head)
     return trainer_cls(args=args, train_dataset=inputs.dataset, callbacks=inputs.callbacks, **policy.trainer_kwargs())
 
 

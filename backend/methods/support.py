@@ -14,6 +14,7 @@ from typing import Any
 
 from backend.core.learning import LearningMetric
 from backend.core.spec import JobSpec, Method
+from backend.models.loading import LANGUAGE_MODEL_HEAD, ModelHead
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,10 @@ class MethodSupport:
     loss_unit: str = "loss"
     monitored: tuple[str, ...] = ()
     log_columns: tuple[tuple[str, str], ...] = (("loss", "loss"), ("learning_rate", "lr"))
+    # What sits on the base model: the language-model head (every method that generates) or the method's own head
+    # (a reward model's score); the worker pool imports its loader class ahead of any job.
+    head: ModelHead = LANGUAGE_MODEL_HEAD
+    trl_name: str | None = None  # TRL's name for the method where it is not the label (``Reward`` for REWARD)
 
     @property
     def label(self) -> str:
@@ -133,7 +138,8 @@ class MethodSupport:
     def trl_classes(self) -> tuple[str, str]:
         """The names of the method's TRL trainer and config classes (``SFTTrainer``, ``SFTConfig``): TRL names them
         after the method, and the worker pool imports them ahead of any job."""
-        return f"{self.label}Trainer", f"{self.label}Config"
+        name = self.trl_name or self.label
+        return f"{name}Trainer", f"{name}Config"
 
     def smallest_batch(self, spec: JobSpec) -> int:
         """The smallest per-device batch an auto batch starts from: one generation group, or ``min_batch``."""

@@ -113,6 +113,14 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
         },
         "grpo": _ONLINE_RECIPE,
         "rloo": _ONLINE_RECIPE,
+        "reward": {
+            "dataset.name": "arith-preferences",
+            "training.max_steps": 1500,
+            "training.learning_rate": 2e-3,
+            "training.batch_size": 16,
+            "training.max_length": 128,
+            "eval.holdout_rows": 256,
+        },
     },
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,31 @@ from backend.models.demo import ARITH_MODEL_DIR, ARITH_MODEL_ID, DEMO_MODEL_ID, 
 if TYPE_CHECKING:
     from peft import LoraConfig
     from transformers import BitsAndBytesConfig
+
+
+@dataclass(frozen=True)
+class ModelHead:
+    """What a method puts on top of the base model's layers: the language-model head, which generates (SFT, DPO, the
+    online methods), or a head of its own, such as a reward model's one score per sequence. It decides the class the
+    base model is loaded with and what PEFT trains and saves beside the LoRA weights."""
+
+    auto_class: str  # transformers' Auto class that loads the base model with this head
+    peft_task: str  # PEFT's task type (``CAUSAL_LM``, ``SEQ_CLS``)
+    num_labels: int | None = None  # a classification head's outputs; None for the language-model head
+    modules_to_save: tuple[str, ...] = ()  # new layers (a fresh head) trained and saved whole, beside the LoRA
+
+
+LANGUAGE_MODEL_HEAD = ModelHead("AutoModelForCausalLM", "CAUSAL_LM")
+
+
+def head_init_kwargs(head: ModelHead) -> dict[str, Any]:
+    """``from_pretrained`` arguments the head adds (a classification head's number of outputs).
+
+    >>> score = ModelHead("AutoModelForSequenceClassification", "SEQ_CLS", num_labels=1)
+    >>> head_init_kwargs(LANGUAGE_MODEL_HEAD), head_init_kwargs(score)
+    ({}, {'num_labels': 1})
+    """
+    return {} if head.num_labels is None else {"num_labels": head.num_labels}
 
 
 def resolve_model(model: ModelSpec, models_dir: Path) -> str:
@@ -52,8 +78,8 @@ def to_bnb_config(quant: QuantizationSpec) -> BitsAndBytesConfig | None:
     return None
 
 
-def to_peft_config(lora: LoraSpec) -> LoraConfig | None:
-    """The job's LoRA config for PEFT; None when it trains all weights."""
+def to_peft_config(lora: LoraSpec, head: ModelHead = LANGUAGE_MODEL_HEAD) -> LoraConfig | None:
+    """The job's LoRA config for PEFT on a model with ``head``; None when it trains all weights."""
     from peft import LoraConfig
 
     if not lora.enabled:
@@ -63,7 +89,8 @@ def to_peft_config(lora: LoraSpec) -> LoraConfig | None:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=lora.target_modules,
-        task_type="CAUSAL_LM",
+        task_type=head.peft_task,
+        modules_to_save=list(head.modules_to_save) or None,
     )
 
 

@@ -64,8 +64,11 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family("loss", "Loss", "loss", ("loss", "eval_loss"), shared=True),
     Family("reward", "Reward", "mean reward per completion", ("reward",), pattern=("rewards/", "/mean")),
-    Family("margins", "Reward margin (chosen − rejected)", "implicit reward (β·log-ratio)", ("rewards/margins",)),
-    Family("preference_accuracy", "Preference accuracy", "fraction of pairs (0–1)", ("rewards/accuracies",)),
+    # DPO's and KTO's margin is an implicit reward (β·log-ratio); a reward model's (``margin``) is its own score.
+    Family(
+        "margins", "Reward margin (chosen − rejected)", "reward (DPO, KTO: β·log-ratio)", ("rewards/margins", "margin")
+    ),
+    Family("preference_accuracy", "Preference accuracy", "fraction of pairs (0–1)", ("rewards/accuracies", "accuracy")),
     Family(
         "chosen_rejected",
         "Chosen and rejected rewards",
@@ -108,7 +111,9 @@ LABELS = {
     "eval_loss": "eval loss",
     "reward": "reward (mean)",
     "rewards/margins": "margin",
+    "margin": "margin",
     "rewards/accuracies": "accuracy",
+    "accuracy": "accuracy",
     "rewards/chosen": "chosen",
     "rewards/rejected": "rejected",
     "mean_token_accuracy": "train",

@@ -1,18 +1,17 @@
 """The typed job spec: one validated description of a training job, from the form to the worker.
 
-Its modules, bottom-up: ``errors`` (SpecError and its sentences), ``base`` (the part base class and the method
-names), ``parts`` (what every job reads), ``methods`` (each method's own part and the shared rollout),
+Its modules, bottom-up: ``errors`` (SpecError and its sentences), ``base`` (the part base class), ``parts`` (what
+every job reads), ``methods`` (the method names, each method's own part and the shared rollout),
 ``environment`` (the OpenEnv part), ``job`` (``JobSpec``), ``io`` (parse and load) and ``fields`` (field help).
 The names below are the spec's face: ``from backend.core.spec import JobSpec``.
 """
 
-from backend.core.spec.base import Method
 from backend.core.spec.environment import BUILTIN_ENVIRONMENT_NAMES, EnvironmentSpec, remote_environment_problem
 from backend.core.spec.errors import SpecError, quote_input, shorten
 from backend.core.spec.fields import field_docs, field_help, spec_fields_markdown
 from backend.core.spec.io import load_spec_text, parse_spec
 from backend.core.spec.job import JobSpec, checkpointing, environment_methods, methods_reading, online_methods
-from backend.core.spec.methods import REWARD_NAMES, OnlinePart, RewardSpec
+from backend.core.spec.methods import REWARD_NAMES, Method, OnlinePart, RewardSpec
 from backend.core.spec.parts import DatasetSpec, LoraSpec, ModelSpec, QuantizationSpec
 
 __all__ = [

@@ -1,11 +1,10 @@
-"""What every part of the spec is built on: the part base class, the method names, the default model and the checks
-that free-form values share."""
+"""What every part of the spec is built on: the part base class, the default model and the checks that free-form
+values share."""
 
 from __future__ import annotations
 
 import math
 import unicodedata
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -43,16 +42,6 @@ def refuse_control_characters(value: str | None) -> str | None:
 def default_model() -> str:
     """The offline demo model without a network, else a small instruct model from the Hub."""
     return DEMO_MODEL_ID if hub_offline() else ONLINE_DEFAULT_MODEL
-
-
-class Method(str, Enum):
-    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO and RLOO (rewards), KTO (labels)."""
-
-    sft = "sft"
-    dpo = "dpo"
-    grpo = "grpo"
-    kto = "kto"
-    rloo = "rloo"
 
 
 class SpecPart(BaseModel):

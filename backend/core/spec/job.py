@@ -7,10 +7,20 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from backend.core.spec.base import Method, SpecPart, refuse_control_characters
+from backend.core.spec.base import SpecPart, refuse_control_characters
 from backend.core.spec.environment import EnvironmentSpec
 from backend.core.spec.errors import spec_error
-from backend.core.spec.methods import DPOSpec, GRPOSpec, KTOSpec, OnlinePart, RLOOSpec, RolloutSpec, SFTSpec
+from backend.core.spec.methods import (
+    DPOSpec,
+    GRPOSpec,
+    KTOSpec,
+    Method,
+    OnlinePart,
+    RewardModelSpec,
+    RLOOSpec,
+    RolloutSpec,
+    SFTSpec,
+)
 from backend.core.spec.parts import (
     BenchmarksSpec,
     DatasetSpec,
@@ -33,7 +43,7 @@ class JobSpec(SpecPart):
     method: Method = Field(
         Method.sft,
         description="sft (demonstrations), dpo (preference pairs), grpo or rloo (rewards), kto (answers marked good "
-        "or bad).",
+        "or bad), reward (a reward model scoring answers, from preference pairs).",
     )
     model: ModelSpec = Field(default_factory=ModelSpec)
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
@@ -46,6 +56,7 @@ class JobSpec(SpecPart):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     kto: KTOSpec = Field(default_factory=KTOSpec)
     rloo: RLOOSpec = Field(default_factory=RLOOSpec)
+    reward: RewardModelSpec = Field(default_factory=RewardModelSpec)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     benchmarks: BenchmarksSpec = Field(default_factory=BenchmarksSpec)

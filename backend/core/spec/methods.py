@@ -1,15 +1,28 @@
-"""The methods' own parts: SFT, DPO and KTO settings, and the online methods (GRPO, RLOO) with the rollout and
-rewards they share."""
+"""The methods: their names (``Method``) and their own parts: SFT, DPO, KTO and reward-model settings, and the online
+methods (GRPO, RLOO) with the rollout and rewards they share. A new method's name and settings go here together."""
 
 from __future__ import annotations
 
 import re
+from enum import Enum
 from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from backend.core.spec.base import SpecPart, free_form_problem
 from backend.core.spec.errors import quote_input
+
+
+class Method(str, Enum):
+    """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO and RLOO (rewards), KTO (labels),
+    reward modeling (a score head on preference pairs)."""
+
+    sft = "sft"
+    dpo = "dpo"
+    grpo = "grpo"
+    kto = "kto"
+    rloo = "rloo"
+    reward = "reward"
 
 
 class SFTSpec(SpecPart):
@@ -43,6 +56,18 @@ class KTOSpec(SpecPart):
     )
     undesirable_weight: float = Field(
         1.0, gt=0, description="Weight of the loss on undesirable (thumbs-down) rows; raise it when they are fewer."
+    )
+
+
+class RewardModelSpec(SpecPart):
+    """Reward modeling's settings: a score head trained on preference pairs (TRL's RewardTrainer)."""
+
+    center_rewards_coefficient: float | None = Field(
+        None,
+        ge=0,
+        le=10,
+        description="Pull the scores toward a mean of zero, so a reward from different runs reads alike (TRL's "
+        "center_rewards_coefficient; 0.01 is the paper's). Empty: off.",
     )
 
 

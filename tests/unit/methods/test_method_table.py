@@ -46,6 +46,7 @@ NON_DEFAULT = {
     "sft": {"completion_only_loss": False, "packing": True},
     "dpo": {"beta": 0.3, "loss_type": "ipo"},
     "rloo": {"beta": 0.1, "normalize_advantages": True},
+    "reward": {"center_rewards_coefficient": 0.01},
     "grpo": {
         "num_generations": 8,
         "max_completion_length": 64,

@@ -10,7 +10,9 @@ from backend.api import ARITH_MODEL_ID, JobSpec, demo_recipe, methods
 from backend.core.spec import parse_spec
 from tests.helpers import ROOT
 
-EXAMPLES = {method: ROOT / "examples" / f"{method}-demo.yaml" for method in ("sft", "dpo", "kto", "grpo", "rloo")}
+EXAMPLES = {
+    method: ROOT / "examples" / f"{method}-demo.yaml" for method in ("sft", "dpo", "kto", "grpo", "rloo", "reward")
+}
 # Example settings the form does not fill in on purpose: a run's name, and where it saves checkpoints (neither
 # changes what the model learns); the model and the dataset's source are the recipe's own premise.
 NOT_RECIPE = ("output.", "training.save_steps", "model.name_or_path", "dataset.source")
