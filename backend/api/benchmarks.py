@@ -45,6 +45,7 @@ class BenchmarkOperations:
         except JobNotFound:
             job = None
         if job is not None:
+            self.core.require_generating(job, "be scored on lm-eval benchmarks")
             if job.status is not JobStatus.succeeded or not job.artifacts.adapter_dir:
                 raise SpecError([f"evaluate.job_id: job {job.id} has no adapter to evaluate ({job.status.value})"])
             data |= {

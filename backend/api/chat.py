@@ -93,6 +93,7 @@ class ChatOperations:
         from backend.chat.side_by_side import ChatModels
 
         job = self.jobs.get_job(job_id, user)
+        self.core.require_generating(job, "chat")
         with self._lock:
             if self._models is None:
                 self._models = ChatModels(self.core.paths.models)

@@ -16,6 +16,7 @@ from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User, max_queued_per_user
 from backend.jobs.access import authorize_spec
 from backend.jobs.lineage import Lineage, resolve_lineage
+from backend.jobs.records import JobRecord
 from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, spawn_detached
 from backend.jobs.store import JobStore
@@ -74,7 +75,27 @@ class StudioCore:
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
         spec = authorize_spec(spec, user, self.paths)
-        return resolve_lineage(spec, self.store, user)
+        lineage = resolve_lineage(spec, self.store, user)
+        parent = lineage.parent
+        if parent is not None and (spec.evaluate is not None or spec.method != parent.spec.method):
+            # a score head continues only as the same method: another method (or a benchmark) needs a language model
+            self.require_generating(
+                parent, "be scored on lm-eval benchmarks" if spec.evaluate else "be trained further"
+            )
+        return lineage
+
+    def require_generating(self, job: JobRecord, what: str) -> None:
+        """Refuse, with a sentence, to ``what`` (chat with, export, benchmark, continue) a job whose model does not
+        generate text: a reward model puts a score head on its base, which scores answers and writes none."""
+        from backend.methods.table import support
+
+        if support(job.spec.method).head.peft_task != "CAUSAL_LM":
+            raise SpecError(
+                [
+                    f"job {job.id} trained a {job.spec.method.value} model, which scores answers and writes none: "
+                    f"it cannot {what}; pick a job that trained a language model"
+                ]
+            )
 
     def uploads_of(self, spec: JobSpec) -> Path:
         """The uploads folder a spec's ``upload`` datasets resolve in: its owner's."""

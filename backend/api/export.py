@@ -63,6 +63,7 @@ class ExportOperations:
         job = self.jobs.get_job(job_id, user)
         if user is not None and not user.local and job.owner != user.name:
             raise JobNotFound(job_id)  # a Space admin may look at another's job, but its model is its owner's to ship
+        self.core.require_generating(job, "be exported as a merged language model")
         if out is not None and str(out).strip() and not may_name_server_paths(user):
             raise ExportError("only the person at this machine may name a folder on it; export to the job instead")
         own_folder = out is None or not str(out).strip()

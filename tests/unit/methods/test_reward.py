@@ -158,3 +158,31 @@ def test_a_reward_job_from_the_cli_scores_held_out_right_answers_above_mistakes(
     assert len(pairs) == 256
     before, after = _pair_accuracy(untrained, tokenizer, pairs), _pair_accuracy(tuned, tokenizer, pairs)
     assert after >= before + 0.08, (before, after)
+
+
+def test_a_reward_job_is_refused_with_a_sentence_where_a_language_model_is_needed(paths):
+    """A reward model scores answers and writes none: the chat, the merged export, lm-eval and another method's
+    staged job each refuse it with a sentence naming the job, before loading anything."""
+    from backend.api import SpecError, StudioAPI
+    from backend.jobs.records import JobStatus
+
+    api = StudioAPI(paths.root, scheduler="none")
+    try:
+        job = api.core.store.add(parse_spec(tiny_spec(**REWARD)))
+        api.core.store.claim_next()
+        adapter = paths.root / "jobs" / job.id / "adapter"
+        adapter.mkdir(parents=True)
+        assert api.core.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+        refusals = {
+            "chat": lambda: api.chat.for_job(job.id, None),
+            "export": lambda: api.export.export_merged(job.id),
+            "benchmark": lambda: api.benchmarks.evaluate(job.id, ["arith-sums"]),
+            "stage": lambda: api.jobs.submit(tiny_spec(model={"parent_job_id": job.id})),
+        }
+        for what, act in refusals.items():
+            with pytest.raises(SpecError) as refused:
+                act()
+            assert f"job {job.id} trained a reward model, which scores answers" in str(refused.value), what
+        assert [j.id for j in api.jobs.list_jobs()] == [job.id], "nothing was queued"
+    finally:
+        api.close()
