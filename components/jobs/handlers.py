@@ -17,7 +17,7 @@ from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, gene
 from components.job_pickers import job_choice_id
 from components.jobs import monitor, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
-from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, UNDRAWN, JobsLayout
+from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, STALE, UNDRAWN, JobsLayout
 from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train.form import spec_to_form
 from components.train.recipes import FIELDS
@@ -271,10 +271,15 @@ def hidden():
     return gr.update(visible=False)
 
 
-def picked_anew(h: JobsLayout) -> list:
-    """Another job picked: the last one's plots hidden (by class, kept mounted), its action note gone, and the
-    digests emptied so the next tick sends all."""
-    return [*[gr.update(elem_classes=[UNDRAWN])] * len(h.plots), "", {}]
+def picked_anew() -> list:
+    """Another job picked: the last one's plots hidden in place (``STALE``), its action note gone, and the digests
+    emptied so the next tick sends all."""
+    return [gr.update(elem_classes=[STALE]), "", {}]
+
+
+def show_picked(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
+    """``show_job``, and the plots shown again (hidden by ``picked_anew`` until they had the picked job's points)."""
+    return [*show_job(api, h, selected, profile), gr.update(elem_classes=[])]
 
 
 def download_hidden():
@@ -411,13 +416,13 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
             trigger_mode="always_last",
             **QUIET,
         )
-    # The last job's plots are hidden (by class, kept mounted: UNDRAWN) until the picked one's detail arrives.
+    # The last job's plots are hidden (in place: STALE) until the picked one's detail arrives.
     h.picker.change(
-        bind(picked_anew, h), None, [*h.plots.values(), h.action_note, h.shown], api_visibility="private", queue=False
+        picked_anew, None, [h.plots_row, h.action_note, h.shown], api_visibility="private", queue=False
     ).then(
-        bind(show_job, api, h),
+        bind(show_picked, api, h),
         h.picker,
-        h.detail,
+        [*h.detail, h.plots_row],
         api_name="show_job",
         show_progress="hidden",
         trigger_mode="always_last",

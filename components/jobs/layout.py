@@ -16,9 +16,14 @@ STEP_LABEL_ANGLE = -40
 # A plot with nothing to draw is hidden by a class, kept in the page: Gradio's LinePlot, unmounted (visible=False)
 # while it still drew, threw "Cannot read properties of null (reading 'offsetWidth')" (issue 24).
 UNDRAWN = "undrawn"
+# The last job's plots, hidden while the picked one's are on their way: hidden in place (visibility), not taken out of
+# the layout (display), so no plot is resized and none redraws until it has the new job's points. Hiding each plot by
+# class drew every plot three times a pick (hidden, new points, shown again).
+STALE = "stale"
 RAW_LOG_LINES = 400
 JOBS_CSS = """
 #job-plots .undrawn { display: none !important; }
+#job-plots.stale { visibility: hidden; }
 #job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }
 /* The jobs and samples tables fit their frame at 1280 px (the jobs' ETA and created columns, the samples' rewards
    were past the edge): cells wrap (Gradio sizes the columns from hidden sizing rows, which it kept on one line);
@@ -55,6 +60,7 @@ class JobsLayout:
     push_private: gr.Checkbox
     push_button: gr.Button
     action_note: gr.Markdown
+    plots_row: gr.Row
     plots: dict[str, gr.LinePlot]
     evaluation: gr.Markdown
     samples_note: gr.Markdown
@@ -170,7 +176,7 @@ def _lay_out_detail(api: StudioAPI, parts: dict) -> None:
         parts["push_button"] = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1, interactive=False)
     parts["action_note"] = gr.Markdown(elem_id="job-action-note")
     export_panel.build(api, parts["picker"])  # "Use this model" and Export merged
-    with gr.Row(elem_id="job-plots"):
+    with gr.Row(elem_id="job-plots") as parts["plots_row"]:
         parts["plots"] = {
             family.key: gr.LinePlot(
                 x="step",

@@ -318,6 +318,31 @@ def test_switching_tabs_redraws_no_plot_of_the_jobs_tab(page, app):
     _no_errors(page)
 
 
+def test_picking_another_job_draws_each_of_its_plots_once(page, app):
+    """Two jobs with the same plots: picking the second drew each plot three times (hidden one by one, drawn with the
+    new points, drawn again when shown), which kept a busy machine's browser drawing for seconds after each pick."""
+    page.get_by_role("tab", name="Jobs").click()
+    pick_job(page, app.ids["short"])
+    page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
+    drawn: list[str] = []
+
+    def compiled(message) -> None:
+        if "Vega-Lite" in message.text:
+            drawn.append(message.text)
+
+    page.on("console", compiled)
+    try:
+        pick_job(page, app.ids["long"])
+        expect(page.locator("#job-plots")).not_to_have_class(re.compile(r"\bstale\b"))
+        page.wait_for_timeout(3000)  # every drawing done, and a tick has come and gone
+    finally:
+        page.remove_listener("console", compiled)
+    shown = page.locator("#job-plots .block:not(.undrawn) svg")
+    expect(shown.first).to_be_visible()
+    assert 0 < len(drawn) <= shown.count(), f"{len(drawn)} drawings for {shown.count()} plots"
+    _no_errors(page)
+
+
 def _ask(page, text: str) -> None:
     page.locator("#chat-input textarea").fill(text)
     page.locator("#chat-send").click()
