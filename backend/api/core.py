@@ -89,7 +89,7 @@ class StudioCore:
         generate text: a reward model puts a score head on its base, which scores answers and writes none."""
         from backend.methods.table import support
 
-        if support(job.spec.method).head.peft_task != "CAUSAL_LM":
+        if not support(job.spec.method).head.generates:
             raise SpecError(
                 [
                     f"job {job.id} trained a {job.spec.method.value} model, which scores answers and writes none: "

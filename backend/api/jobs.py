@@ -195,12 +195,18 @@ class JobOperations:
         rows = self.metrics(job_id, cursor, user)
         return MetricsPage(rows, rows[-1]["id"] if rows else cursor)
 
-    def finished_jobs(self, user: User | None = None) -> list[JobRecord]:
-        """The user's succeeded jobs that kept an adapter, newest first: what a chat or a next stage can start from."""
+    def finished_jobs(self, user: User | None = None, generates: bool | None = None) -> list[JobRecord]:
+        """The user's succeeded jobs that kept an adapter, newest first: what a chat or a next stage can start from.
+        With ``generates``, only the jobs whose model writes text (True: a chat's) or only those that score (False: a
+        reward model's)."""
+        from backend.methods.table import support
+
         return [
             job
             for job in reversed(self.list_jobs(user=user))
-            if job.status is JobStatus.succeeded and job.artifacts.adapter_dir
+            if job.status is JobStatus.succeeded
+            and job.artifacts.adapter_dir
+            and generates in (None, support(job.spec.method).head.generates)
         ]
 
     def adapter_archive(self, job_id: str, user: User | None = None) -> Path:

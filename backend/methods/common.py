@@ -46,7 +46,7 @@ def load_policy(
 
     import torch
     import transformers
-    from peft import PeftModel, prepare_model_for_kbit_training
+    from peft import PeftModel, get_peft_model, prepare_model_for_kbit_training
 
     kwargs = models.model_init_kwargs(spec.model, spec.quantization, spec.training.attn_implementation)
     if torch.cuda.is_available() and "device_map" not in kwargs:
@@ -58,8 +58,14 @@ def load_policy(
     )
     if spec.quantization.mode != "none":
         base = prepare_model_for_kbit_training(base, use_gradient_checkpointing=checkpointing(spec))
-    # Staged training continues the parent's adapter rather than stacking a new one on top.
-    model = PeftModel.from_pretrained(base, str(parent_adapter), is_trainable=True)
+    # Staged training continues the parent's adapter rather than stacking a new one on top; a head of the job's own
+    # (a reward model's score on a language model's LoRA) is trained and saved beside it.
+    config, new_head = models.adapter_for_head(parent_adapter, head.peft_task, inference=False)
+    if new_head:
+        model = get_peft_model(base, config)
+        models.load_lora_only(model, parent_adapter)
+    else:
+        model = PeftModel.from_pretrained(base, str(parent_adapter), is_trainable=True)
     return Policy(model, tokenizer, None, None)
 
 

@@ -25,6 +25,11 @@ class ModelHead:
     num_labels: int | None = None  # a classification head's outputs; None for the language-model head
     modules_to_save: tuple[str, ...] = ()  # new layers (a fresh head) trained and saved whole, beside the LoRA
 
+    @property
+    def generates(self) -> bool:
+        """Whether a model with this head writes text (chat, export, benchmarks, a next stage of another method)."""
+        return self.auto_class == "AutoModelForCausalLM"
+
 
 LANGUAGE_MODEL_HEAD = ModelHead("AutoModelForCausalLM", "CAUSAL_LM")
 
@@ -119,3 +124,26 @@ def load_tokenizer(path: str, model: ModelSpec):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def adapter_for_head(adapter_dir: Path | str, peft_task: str, inference: bool) -> tuple[Any, bool]:
+    """A saved LoRA's config for a model whose head is PEFT's ``peft_task`` (a ``ModelHead``'s), and whether the
+    adapter was trained on another head (a language model's LoRA under a reward model's score head): then its LoRA is
+    loaded with ``load_lora_only``."""
+    from peft import PeftConfig
+
+    config = PeftConfig.from_pretrained(str(adapter_dir))
+    if config.task_type == peft_task:
+        return config, False
+    config.task_type, config.inference_mode = peft_task, inference
+    return config, True
+
+
+def load_lora_only(model, adapter_dir: Path | str, adapter_name: str = "default") -> None:
+    """Load a saved adapter's LoRA weights into ``adapter_name`` of ``model`` (a PEFT model built with its config by
+    ``adapter_for_head``), whose head the adapter never had: the head keeps ``model``'s own (fresh) weights."""
+    from peft import get_peft_model_state_dict, load_peft_weights, set_peft_model_state_dict
+
+    weights = get_peft_model_state_dict(model, adapter_name=adapter_name)  # the head's, in the saved layout
+    weights.update(load_peft_weights(str(adapter_dir)))
+    set_peft_model_state_dict(model, weights, adapter_name=adapter_name)

@@ -14,6 +14,7 @@ from backend.core.artifacts import BenchmarkReport, GuardCheck, LearningVerdict
 from backend.core.learning import LearningMetric, guard, guard_check, guarded, no_signal_verdict, verdict
 from backend.core.spec import JobSpec
 from backend.methods.table import support
+from backend.models.loading import adapter_for_head, load_lora_only
 from backend.models.mixed_batch import BASE_ADAPTER, adapter_name
 from backend.models.scoring import PER_ROW, reporting_progress
 
@@ -44,7 +45,12 @@ def load_start_adapter(model, parent_adapter) -> bool:
     if parent_adapter is None or not hasattr(model, "load_adapter"):
         return False
     if START_ADAPTER not in model.peft_config:
-        model.load_adapter(str(parent_adapter), adapter_name=START_ADAPTER, is_trainable=False)
+        config, new_head = adapter_for_head(parent_adapter, model.peft_config["default"].task_type, inference=True)
+        if new_head:  # the parent's LoRA under this job's head, as it started (a reward model on an SFT job's LoRA)
+            model.add_adapter(START_ADAPTER, config)
+            load_lora_only(model, parent_adapter, START_ADAPTER)
+        else:
+            model.load_adapter(str(parent_adapter), adapter_name=START_ADAPTER, is_trainable=False)
     return True
 
 

@@ -157,7 +157,7 @@ def open_link(api: StudioAPI, request: gr.Request, profile: gr.OAuthProfile | No
     except (JobNotFound, ValueError):
         said = f"Episode {episode} of job {job_id} is not among your arena episodes (it may be someone else's)."
         return [gr.update(visible=True), gr.skip(), said, *[gr.skip()] * 6]
-    choices = finished_job_choices(api, user)
+    choices = finished_job_choices(api, user, generates=True)
     choice = next((c for c in choices if job_choice_id(c) == job_id), gr.skip())
     return (
         gr.update(visible=True),

@@ -25,12 +25,12 @@ EXPORT_FORMATS = {"dpo": "export_preferences", "kto": "export_thumbs"}  # format
 
 def jobs(api: StudioAPI, profile: gr.OAuthProfile | None = None) -> list[str]:
     """Finished jobs the user can chat with, as ``<id> · <method> · <name>``."""
-    return finished_job_choices(api, user_from(profile))
+    return finished_job_choices(api, user_from(profile), generates=True)
 
 
 def refresh_choices(api: StudioAPI, user):
     """The job picker's choices: the user's finished jobs."""
-    return gr.update(choices=finished_job_choices(api, user))
+    return gr.update(choices=finished_job_choices(api, user, generates=True))
 
 
 def current_export(api: StudioAPI, user, fmt: str) -> str | None:
@@ -43,7 +43,7 @@ def current_export(api: StudioAPI, user, fmt: str) -> str | None:
 
 def on_load(api: StudioAPI, user):
     """An empty tab says what to do; a returning user's export is ready for one click."""
-    has_jobs = len(finished_job_choices(api, user)) > 1
+    has_jobs = len(finished_job_choices(api, user, generates=True)) > 1
     hint = views.PICK_JOB_HINT if has_jobs else views.NO_JOBS_HINT
     dpo, kto = current_export(api, user, "dpo"), current_export(api, user, "kto")
     return (

@@ -98,6 +98,31 @@ def test_reward_trains_the_adapter_and_the_head_only_and_logs_accuracy_and_margi
     assert len(logged) == 3 and all("accuracy" in m and "margin" in m for m in logged)
 
 
+def test_a_reward_model_staged_on_an_sft_job_starts_from_its_adapter_and_keeps_its_head(paths, store, tmp_path):
+    """Staged training: a reward model from a finished SFT job continues the job's LoRA, with the score head trained
+    and saved beside it (loaded as the SFT job's causal-LM adapter, it trained the LoRA and saved no head)."""
+    from peft import PeftConfig
+    from safetensors.torch import load_file
+
+    from tests.unit.chat.test_chat import _build_adapter
+
+    sft_adapter = _build_adapter(paths.models, tmp_path / "sft-adapter", seed=3)
+    spec = parse_spec(tiny_spec(**REWARD))
+    job = store.add(spec)
+    trainer, _ = build_trainer(spec, paths, job.id, [], sft_adapter)
+    parent = load_file(sft_adapter / "adapter_model.safetensors")
+    started = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    assert started and all(torch.equal(w, parent[n.replace(".default", "")]) for n, w in started.items())
+    trainer.train()
+    from backend.training.evaluation import evaluation_sides
+
+    assert len(evaluation_sides(trainer.model, spec, sft_adapter)) == 3  # base, start (the SFT job's) and tuned
+    trainer.save_model(str(tmp_path / "reward-adapter"))
+    saved = PeftConfig.from_pretrained(tmp_path / "reward-adapter")
+    assert saved.task_type == "SEQ_CLS" and "score" in (saved.modules_to_save or [])
+    assert any("score" in k for k in load_file(tmp_path / "reward-adapter" / "adapter_model.safetensors"))
+
+
 def _held_out_pairs(spec) -> list[tuple[list[dict], str, str]]:
     """(prompt, chosen reply, rejected reply) of the rows the job held out: right answers against the arithmetic
     model's own mistakes, none of them trained on. (Against arbitrary near misses the demo's head does little better
@@ -184,5 +209,12 @@ def test_a_reward_job_is_refused_with_a_sentence_where_a_language_model_is_neede
                 act()
             assert f"job {job.id} trained a reward model, which scores answers" in str(refused.value), what
         assert [j.id for j in api.jobs.list_jobs()] == [job.id], "nothing was queued"
+        # The Chat tab's pickers (its chat, its arena) list only models that write answers.
+        from backend.core.users import local_user
+        from components.job_pickers import finished_job_choices, job_choice_id
+
+        assert finished_job_choices(api, local_user(), generates=True) == [""]
+        assert [job_choice_id(c) for c in finished_job_choices(api, local_user())] == [None, job.id]
+        assert [j.id for j in api.jobs.finished_jobs(local_user(), generates=False)] == [job.id]
     finally:
         api.close()
