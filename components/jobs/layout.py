@@ -231,7 +231,7 @@ def _lay_out_compare(parts: dict) -> None:
             scale=3,
         )
         parts["compare_metric"] = gr.Dropdown(
-            list(monitor.COMPARE_METRICS),
+            list(monitor.compare_metrics()),
             value="loss",
             label="Metric",
             allow_custom_value=True,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from backend.api import monitoring
+from backend.api import methods, monitoring
 
 # TensorBoard's default smoothing weight: each point keeps 60 % of the running average.
 SMOOTHING = 0.6
@@ -363,7 +363,11 @@ def best_and_worst(samples: list[dict[str, Any]], weights: dict[str, float] | No
 
 
 # --- comparing jobs --------------------------------------------------------------------------------------------
-COMPARE_METRICS = ("loss", "reward", "eval_loss", "rewards/margins", "rewards/accuracies", "mean_token_accuracy")
+def compare_metrics() -> tuple[str, ...]:
+    """The metrics the compare view offers: the loss, then every metric a method's row monitors (a new method's own
+    with it), each once."""
+    monitored = (metric for method in methods() for metric in monitoring(method).metrics)
+    return tuple(dict.fromkeys(("loss", "eval_loss", *monitored)))
 
 
 def compare_labels(jobs: list[tuple[str, str | None]]) -> list[str]:

@@ -28,3 +28,18 @@ def test_the_compare_axis_ends_at_the_longest_jobs_last_step_not_a_rounder_numbe
     assert job_monitor.compare_axis(curves, "loss") == [0, 130]  # the old axis ran on to 200
     assert job_monitor.compare_axis(curves, "reward") == [0, job_monitor.MIN_X_SPAN]
     assert job_monitor.compare_axis(curves[:1], "loss") == [0, job_monitor.MIN_X_SPAN]  # whole-number ticks
+
+
+def test_the_compare_view_offers_every_metric_each_method_monitors():
+    """A reward model's accuracy and margin (or any new method's metrics) were not among the metrics to compare."""
+    from backend.api import methods, monitoring
+
+    offered = job_monitor.compare_metrics()
+    assert offered[0] == "loss" and len(set(offered)) == len(offered)
+    for method in methods():
+        missing = set(monitoring(method).metrics) - set(offered)
+        assert not missing, f"{method}'s {sorted(missing)} cannot be compared"
+    frame = job_monitor.compare_frame(
+        [("rm-a", [{"step": 1, "accuracy": 0.6}]), ("rm-b", [{"step": 1, "accuracy": 0.7}])], "accuracy"
+    )
+    assert frame is not None and set(frame["job"]) == {"rm-a", "rm-b"}
