@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from backend.api import StorageError, StudioAPI
+from backend.api import StorageError, StudioAPI, methods
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
 from backend.core.spec import SpecError, load_spec_text
@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Post-Training Studio jobs from the command line (data dir: $STUDIO_DATA_DIR or ./data).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("submit", help="queue a job from a YAML or JSON spec file")
+    p = sub.add_parser("submit", help=f"queue a job from a YAML or JSON spec file (method: {', '.join(methods())})")
     p.add_argument("spec_file")
     p.add_argument(
         "--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds"

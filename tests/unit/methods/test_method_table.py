@@ -4,6 +4,7 @@ are the TRL CLI export's (one function feeds both, so they cannot drift)."""
 from __future__ import annotations
 
 import ast
+import re
 
 import pytest
 
@@ -109,6 +110,13 @@ def test_only_the_table_knows_the_methods():
     assert offenders == []
 
 
+def help_text() -> str:
+    """What ``python -m backend --help`` prints."""
+    from backend.cli import build_parser
+
+    return build_parser().format_help()
+
+
 def method_registries() -> dict[str, set[str]]:
     """Everything outside the table keyed by method, as the methods each one covers."""
     import trl
@@ -116,6 +124,7 @@ def method_registries() -> dict[str, set[str]]:
     from backend import worker_pool
     from backend.data.builtin import BUILTIN_DATASETS
     from backend.models.demo import ARITH_MODEL_ID, DEMO_RECIPES
+    from components.jobs.monitor import compare_metrics
 
     exported = set(dir(trl))  # TRL's lazy module lists its exports without importing the trainers
     preimported, lazy = set(worker_pool.PREIMPORTS), set(worker_pool.LAZY_ATTRIBUTES["trl"])
@@ -126,6 +135,10 @@ def method_registries() -> dict[str, set[str]]:
         "demo recipes": set(DEMO_RECIPES[ARITH_MODEL_ID]),
         "built-in datasets": {method for dataset in BUILTIN_DATASETS.values() for method in dataset.methods()},
         "examples": {m.value for m in Method if (ROOT / "examples" / f"{m.value}-demo.yaml").is_file()},
+        "python -m backend --help": {m.value for m in Method if re.search(rf"\b{m.value}\b", help_text())},
+        "the compare view's metrics": {
+            m.value for m, row in table().items() if set(row.monitored) <= set(compare_metrics())
+        },
     }
 
 
