@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from backend.core.hub_names import hub_model_id, slug
 from backend.core.spec import JobSpec
+from backend.methods.table import support
 
 CHAT_LINES = """
 messages = [{"role": "user", "content": "What is 7 + 5?"}]
@@ -56,21 +57,33 @@ def _quant_note(spec: JobSpec) -> str:
     return ""
 
 
+# A reward model scores a conversation (its last answer): one number, higher for the answer it prefers.
+SCORE_LINES = """
+messages = [{"role": "user", "content": "What is 7 + 5?"}, {"role": "assistant", "content": "12"}]
+inputs = tokenizer.apply_chat_template(messages, return_tensors="pt", return_dict=True).to(model.device)
+print(model(**inputs).logits[0, 0].item())  # higher: the answer the reward model prefers"""
+
+
 def usage_snippet(spec: JobSpec, repo_id: str) -> str:
-    """Python that loads the tuned model (base + this adapter, or the full model) and chats through its template."""
+    """Python that loads the tuned model (base + this adapter, or the full model) and chats through its template; a
+    reward model's (a score head, ``num_labels=1``) scores an answer instead."""
     if not spec.lora.enabled:
         return merged_snippet(repo_id)
+    head = support(spec.method).head
+    auto_class, extra, lines = (
+        ("AutoModelForCausalLM", "", CHAT_LINES) if head.generates else (head.auto_class, ", num_labels=1", SCORE_LINES)
+    )
     tokenizer_line = "tokenizer = AutoTokenizer.from_pretrained(adapter_id)"
     return f'''from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import {auto_class}, AutoTokenizer
 
 {_base_line(spec)}
 adapter_id = "{repo_id}"
 
 {tokenizer_line}  # the tokenizer and chat template used in training{_quant_note(spec)}
-model = AutoModelForCausalLM.from_pretrained(base_model_id, dtype="auto", device_map="auto")
+model = {auto_class}.from_pretrained(base_model_id{extra}, dtype="auto", device_map="auto")
 model = PeftModel.from_pretrained(model, adapter_id)
-{CHAT_LINES}'''
+{lines}'''
 
 
 def merged_snippet(model_id: str) -> str:
@@ -113,10 +126,9 @@ def use_snippets(spec: JobSpec, job_id: str, adapter: str | None, merged: str | 
     """
     snippets: list[UseSnippet] = []
     if adapter and spec.lora.enabled:
-        snippets += [
-            UseSnippet("Adapter with transformers + peft", "python", usage_snippet(spec, adapter)),
-            UseSnippet("Adapter with vLLM", "bash", vllm_adapter_command(spec, job_id, adapter)),
-        ]
+        snippets.append(UseSnippet("Adapter with transformers + peft", "python", usage_snippet(spec, adapter)))
+        if support(spec.method).head.generates:  # vLLM serves LoRA adapters of language models
+            snippets.append(UseSnippet("Adapter with vLLM", "bash", vllm_adapter_command(spec, job_id, adapter)))
     if merged:
         snippets += [
             UseSnippet("Merged model with transformers", "python", merged_snippet(merged)),

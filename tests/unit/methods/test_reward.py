@@ -218,3 +218,27 @@ def test_a_reward_job_is_refused_with_a_sentence_where_a_language_model_is_neede
         assert [j.id for j in api.jobs.finished_jobs(local_user(), generates=False)] == [job.id]
     finally:
         api.close()
+
+
+def test_a_reward_models_use_snippet_loads_its_score_head_and_scores_an_answer(paths, store, tmp_path, capsys):
+    """The card's "How to use" loaded a reward model as a language model and generated with it, and offered vLLM's
+    LoRA serving, which takes language models only: it now loads the score head and prints an answer's score."""
+    import re
+
+    from backend.hub.snippets import use_snippets
+
+    spec = parse_spec(tiny_spec(**REWARD))
+    job = store.add(spec)
+    trainer, _ = build_trainer(spec, paths, job.id, [], None)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "adapter"))
+    trainer.processing_class.save_pretrained(tmp_path / "adapter")
+    snippets = use_snippets(spec, job.id, str(tmp_path / "adapter"))
+    assert [s.title for s in snippets] == ["Adapter with transformers + peft"]
+    code = re.sub(
+        r"^base_model_id = .*$", f'base_model_id = "{paths.models / "tiny-qwen3"}"', snippets[0].code, flags=re.M
+    )
+    namespace: dict = {}
+    exec(compile(code, "reward-snippet", "exec"), namespace)  # noqa: S102 - our own card's code
+    assert type(namespace["model"]).__name__ == "PeftModelForSequenceClassification"
+    float(capsys.readouterr().out.strip().splitlines()[-1])  # the answer's score
