@@ -17,6 +17,7 @@ from backend.platform.limits import HeldStream, InFlight, RateLimiter, TimeLimit
 from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, SIDES, ChatToolSessions
 
 if TYPE_CHECKING:
+    from backend.chat.answer_scores import AnswerScorer
     from backend.chat.feedback import FeedbackFormat, PreferenceLog, ThumbLog
     from backend.chat.side_by_side import ChatMode, ChatModels, ComparisonChat, GenerationSettings, PairUpdate
     from backend.chat.tool_calls import ToolCall
@@ -33,6 +34,7 @@ DEFAULT_MAX_TOOL_RUNS = 4
 # Answers streaming at once, per user and on the whole Space (settings STUDIO_MAX_CHAT_STREAMS[_PER_USER]).
 DEFAULT_MAX_CHAT_STREAMS = 8
 DEFAULT_MAX_CHAT_STREAMS_PER_USER = 2
+MAX_SCORED = 8  # conversations a reward model scores in one call (the chat sends its two sides)
 
 
 class ChatToolRuns:
@@ -74,6 +76,7 @@ class ChatOperations:
         self.core = core
         self.jobs = jobs
         self._models: ChatModels | None = None  # loaded on the first chat
+        self._scorer: AnswerScorer | None = None  # a reward job's model, loaded on the first score
         self._lock = threading.Lock()
         self._tools = ChatToolRuns()  # each user's environment for their chat's tool calls, and its limits
         self._streams = InFlight(
@@ -99,6 +102,51 @@ class ChatOperations:
                 self._models = ChatModels(self.core.paths.models)
             models = self._models
         return models.for_job(job)
+
+    def score_answers(self, job_id: str, conversations: Sequence[list[dict]], user: User | None = None) -> list[float]:
+        """A finished reward job's score of each conversation's last answer (the chat's two sides), counted among the
+        user's chat streams while it runs. Sentences (SpecError): not a reward model, not finished, a conversation
+        without an answer; another user's job is JobNotFound."""
+        from backend.chat.answer_scores import AnswerScorer
+        from backend.chat.side_by_side import message_text
+        from backend.jobs.records import JobStatus
+        from backend.methods.table import support
+
+        self.core.require_user(user, "score answers")
+        job = self.jobs.get_job(job_id, user)
+        if support(job.spec.method).head.generates:
+            raise SpecError(
+                [
+                    f"job {job.id} trained a {job.spec.method.value} model, which writes answers and scores "
+                    "none: pick a finished reward job to score them"
+                ]
+            )
+        if job.status is not JobStatus.succeeded or not job.artifacts.adapter_dir:
+            raise SpecError([f"job {job.id} is {job.status.value}: only a finished reward job can score answers"])
+        # Each turn as the reward model read its training rows: a role and its text (tool blocks and files left out).
+        texts = [
+            [
+                {"role": turn["role"], "content": text}
+                for turn in turns
+                if isinstance(turn, dict)
+                and turn.get("role") in ("system", "user", "assistant")
+                and (text := message_text(turn.get("content")))
+            ]
+            for turns in conversations[: MAX_SCORED + 1]
+        ]
+        if len(texts) > MAX_SCORED:
+            raise SpecError([f"at most {MAX_SCORED} conversations are scored at once"])
+        if not texts or any(not turns or turns[-1]["role"] != "assistant" for turns in texts):
+            raise SpecError(["ask something first: each side needs an answer to score"])
+        release = self._streams.hold(user.name) if user is not None else (lambda: None)
+        try:
+            with self._lock:
+                if self._scorer is None:
+                    self._scorer = AnswerScorer(self.core.paths.models)
+                scorer = self._scorer
+            return scorer.score(job, texts)
+        finally:
+            release()
 
     def _held_stream(self, stream: Iterator[U], user: User | None) -> Iterator[U]:
         """``stream``, counted among the user's chat streams until it ends (a trusted caller's is not counted)."""

@@ -12,7 +12,7 @@ import json
 
 import gradio as gr
 
-from backend.api import JobNotFound, StudioAPI, gpu_task
+from backend.api import JobNotFound, SpecError, StudioAPI, gpu_task
 from components.chat import views
 from components.chat.layout import EXPORT_IDS, ChatLayout
 from components.chat.views import SIDES
@@ -294,6 +294,29 @@ def export_now(api: StudioAPI, fmt: str, profile: gr.OAuthProfile | None = None)
         raise gr.Error(str(exc)) from None
 
 
+def reward_jobs(api: StudioAPI, user):
+    """The reward jobs the user can score answers with (finished, a score head)."""
+    return gr.update(choices=finished_job_choices(api, user, generates=False))
+
+
+def score_answers(api: StudioAPI, user, reward_choice, base_hist, tuned_hist, kept) -> str:
+    """The picked reward job's scores of each side's last answer, or the sentence that says why not."""
+    job_id = job_choice_id(reward_choice)
+    if not job_id:
+        return "Pick a finished reward job to score the answers with."
+    kept = kept or {}
+    conversations = [
+        views.judged_history(hist or [], kept.get(side)) for side, hist in zip(SIDES, (base_hist, tuned_hist))
+    ]
+    try:
+        return views.scores_markdown(job_id, api.chat.score_answers(job_id, conversations, user))
+    except JobNotFound:
+        return f"Job {job_id} is not among your jobs."
+    except SpecError as exc:
+        said = str(exc)
+        return said[:1].upper() + said[1:] + ("" if said.endswith(".") else ".")
+
+
 def wire(api: StudioAPI, h: ChatLayout) -> None:
     """Every event of the Chat tab."""
     h.mode.change(views.mode_note, h.mode, h.mode_info, api_name=False, queue=False)
@@ -314,6 +337,15 @@ def wire(api: StudioAPI, h: ChatLayout) -> None:
     _answering(h, h.message.submit, answer, inputs, False)
     _answering(
         h, h.regenerate.click, bind(regenerate_turn, answer), [h.job, *h.histories, *settings], "chat_regenerate"
+    )
+    scorers = as_user(bind(reward_jobs, api), signed_in=False)
+    h.score_job.focus(scorers, None, h.score_job, api_name=False)
+    h.refresh.click(scorers, None, h.score_job, api_name=False)
+    h.score_button.click(
+        as_user(bind(score_answers, api)),
+        [h.score_job, *h.histories, h.kept],
+        h.scores,
+        api_name="chat_score",
     )
     clear = as_user(bind(clear_chat, api), signed_in=False)
     h.clear.click(clear, None, [*h.histories, h.note, h.kept], api_name="chat_clear")

@@ -84,6 +84,9 @@ class ChatLayout:
     better: dict[str, gr.Button]
     exports: dict[str, gr.DownloadButton]  # by format: "dpo" (the picks), "kto" (the thumbs)
     note: gr.Markdown
+    score_job: gr.Dropdown  # a finished reward job, to score the two last answers
+    score_button: gr.Button
+    scores: gr.Markdown
 
     @property
     def need_a_job(self) -> list:
@@ -174,6 +177,19 @@ def lay_out() -> ChatLayout:
             ),
         }
     parts["note"] = gr.Markdown(elem_id="chat-note")
+    with gr.Accordion("Score both answers with a reward model", open=False, elem_id="chat-scoring"):
+        with gr.Row():
+            parts["score_job"] = gr.Dropdown(
+                [""],
+                value="",
+                label="Finished reward job",
+                info="It scores each side's last answer, as it was trained to: higher is the answer it prefers",
+                elem_id="chat-reward-job",
+                allow_custom_value=True,
+                scale=3,
+            )
+            parts["score_button"] = gr.Button("Score both answers", size="sm", elem_id="chat-score", scale=1)
+        parts["scores"] = gr.Markdown(elem_id="chat-scores")
     return ChatLayout(**parts)
 
 

@@ -292,3 +292,17 @@ def job_info_markdown(api: StudioAPI, job_choice: str | None, user) -> str:
     if evaluation:
         parts.append(evaluation)
     return "\n\n".join(parts)
+
+
+def scores_markdown(job_id: str, scores: list[float]) -> str:
+    """A reward job's scores of the two last answers (base, tuned), and which it prefers.
+
+    >>> scores_markdown("j1", [0.25, 1.5])
+    'Reward model of job j1: base **0.25**, tuned **1.5**: it prefers the tuned answer (by 1.25).'
+    """
+    base, tuned = scores
+    verdict = (
+        "it scores both alike" if base == tuned else f"it prefers the {'tuned' if tuned > base else 'base'} answer"
+    )
+    by = "" if base == tuned else f" (by {abs(tuned - base):.3g})"
+    return f"Reward model of job {job_id}: base **{base:.3g}**, tuned **{tuned:.3g}**: {verdict}{by}."

@@ -1,0 +1,104 @@
+"""A finished reward job scores the chat's two answers: each the score its model gives that conversation alone,
+computed here with plain transformers + peft (not the studio's batching), and every wrong pick is a sentence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.api import JobNotFound, SpecError, StudioAPI
+from backend.core.spec import parse_spec
+from backend.core.users import User, local_user
+from backend.jobs.records import JobStatus
+from backend.worker import build_trainer
+from tests.helpers import tiny_spec
+from tests.unit.methods.test_reward import REWARD
+
+QUESTION = {"role": "user", "content": "What is 2 + 3?"}
+ANSWERS = ("2 + 3 = \\boxed{5}", "It is 6, I think, or maybe 7.")
+
+
+@pytest.fixture(scope="module")
+def scored_api(tmp_path_factory, models_dir):
+    """An app's facade holding one finished tiny reward job (trained a few steps) and one finished SFT job."""
+    from tests.helpers.apps import data_dir_with_models
+
+    root = data_dir_with_models(tmp_path_factory.mktemp("scores") / "data", models_dir)
+    api = StudioAPI(root, scheduler="none")
+    ids = {}
+    for name, spec in (("reward", tiny_spec(**REWARD)), ("sft", tiny_spec())):
+        job = api.core.store.add(parse_spec(spec).model_copy(update={"owner": "local"}))
+        api.core.store.claim_next()
+        adapter = api.core.paths.job_dir(job.id) / "adapter"
+        if name == "reward":
+            trainer, _ = build_trainer(job.spec, api.core.paths, job.id, [], None)
+            trainer.train()
+            trainer.save_model(str(adapter))
+            trainer.processing_class.save_pretrained(adapter)
+        else:
+            adapter.mkdir(parents=True)
+        api.core.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+        ids[name] = job.id
+    try:
+        yield api, ids
+    finally:
+        api.close()
+
+
+def _alone(adapter, base_path, turns) -> float:
+    """The reward model's score of one conversation, unbatched: transformers + peft as a model card says."""
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(adapter)
+    model = PeftModel.from_pretrained(
+        AutoModelForSequenceClassification.from_pretrained(base_path, num_labels=1), adapter
+    )
+    inputs = tokenizer.apply_chat_template(turns, return_tensors="pt", return_dict=True)
+    with torch.inference_mode():
+        return float(model.eval()(**inputs).logits[0, 0])
+
+
+def test_a_reward_job_scores_each_sides_last_answer_as_its_model_does_alone(scored_api, models_dir):
+    api, ids = scored_api
+    sides = [[QUESTION, {"role": "assistant", "content": answer}] for answer in ANSWERS]
+    # A longer side pads the shorter one in the batch: the score is still read at each side's own last token.
+    sides[1] = [{"role": "system", "content": "Answer briefly."}, *sides[1]]
+    scores = api.chat.score_answers(ids["reward"], sides, local_user())
+    job = api.jobs.get_job(ids["reward"])
+    expected = [_alone(job.artifacts.adapter_dir, models_dir / "tiny-qwen3", turns) for turns in sides]
+    assert scores == pytest.approx(expected, abs=1e-4)
+    assert scores[0] != scores[1]
+
+
+def test_every_wrong_pick_is_a_sentence_and_loads_nothing(scored_api):
+    api, ids = scored_api
+    answered = [[QUESTION, {"role": "assistant", "content": "5"}]] * 2
+    cases = {
+        "writes answers and scores none": (ids["sft"], answered),
+        "each side needs an answer to score": (ids["reward"], [[QUESTION], [QUESTION]]),
+        "at most 8 conversations": (ids["reward"], answered * 5),
+    }
+    for said, (job_id, conversations) in cases.items():
+        with pytest.raises(SpecError, match=said):
+            api.chat.score_answers(job_id, conversations, local_user())
+    with pytest.raises(JobNotFound):
+        api.chat.score_answers(ids["reward"], answered, User("someone-else"))
+
+
+def test_the_chat_tab_scores_both_answers_with_the_picked_reward_job(scored_api):
+    from components.chat import handlers
+    from components.job_pickers import finished_job_choices
+
+    api, ids = scored_api
+    user = local_user()
+    choices = finished_job_choices(api, user, generates=False)
+    assert [c.split()[0] for c in choices if c] == [ids["reward"]]
+    shown = {
+        side: [QUESTION, {"role": "assistant", "content": answer}] for side, answer in zip(("base", "tuned"), ANSWERS)
+    }
+    said = handlers.score_answers(api, user, choices[1], shown["base"], shown["tuned"], {})
+    assert said.startswith(f"Reward model of job {ids['reward']}: base **") and "it prefers the" in said
+    assert handlers.score_answers(api, user, "", shown["base"], shown["tuned"], {}).startswith("Pick a finished reward")
+    refused = handlers.score_answers(api, user, f"{ids['sft']} · sft · x", shown["base"], shown["tuned"], {})
+    assert refused.startswith(f"Job {ids['sft']} trained a sft model") and refused.endswith(".")
