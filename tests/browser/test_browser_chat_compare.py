@@ -115,3 +115,45 @@ def test_a_short_field_beside_a_tall_one_leaves_no_grey_block(app):
         )
         assert colours["room"] > 20, f"the test needs the row taller than the field: {colours}"
         assert colours["under"] == colours["block"], colours
+
+
+TINY_REWARD = {
+    "method": "reward",
+    "model": {"name_or_path": "builtin:tiny-qwen3"},
+    "dataset": {"source": "builtin", "name": "preferences-demo"},
+    "training": {"max_steps": 2, "batch_size": 2, "max_length": 128},
+}
+
+
+def test_a_finished_reward_job_scores_both_answers_and_is_not_a_chat_job(app):
+    """Issue 39: a reward model scores answers and writes none: it is offered under the scoring, not in the chat's
+    job picker, and scores each side's last answer."""
+    from playwright.sync_api import expect
+
+    from backend.core.paths import DataPaths
+    from backend.jobs.records import JobStatus
+    from backend.jobs.store import JobStore
+    from tests.helpers import wait_status
+
+    reward_id = app.client().predict(json.dumps(TINY_REWARD), api_name="/submit_spec")
+    job = wait_status(JobStore(DataPaths(app.data_dir).db), reward_id, {JobStatus.succeeded, JobStatus.failed}, 300)
+    assert job.status is JobStatus.succeeded, job.error
+    with open_page(app.url) as page:
+        expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
+        page.get_by_role("tab", name="Chat").click()
+        picker = page.locator("#chat-job input")
+        picker.click()
+        expect(page.get_by_role("option", name=re.compile(app.job_id))).to_be_visible()
+        expect(page.get_by_role("option", name=re.compile(reward_id))).to_have_count(0)
+        page.get_by_role("option", name=re.compile(app.job_id)).click()
+        expect(page.locator("#chat-job-info")).to_contain_text(app.job_id)
+        _ask(page, "What is 2 + 3?")
+        page.get_by_text("Score both answers with a reward model").click()
+        scorer = page.locator("#chat-reward-job input")
+        scorer.click()
+        page.get_by_role("option", name=re.compile(reward_id)).click()
+        page.locator("#chat-score").click()
+        expect(page.locator("#chat-scores")).to_contain_text(
+            re.compile(rf"Reward model of job {reward_id}: base \*?\*?-?[\d.e+-]+"), timeout=60_000
+        )
+        expect(page.locator("#chat-scores")).to_contain_text(re.compile("prefers the (base|tuned) answer|alike"))
