@@ -7,7 +7,10 @@ and Space-wide (the facade's limit), so the page and other users' requests stay 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
@@ -73,15 +76,21 @@ def export(
     return use_markdown(api, job_id, user), sentence
 
 
-def prepare_zip(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
-    """The picked job's merged model as a zip to download."""
+def archived(archive: Callable[[str, Any], Path], selected, profile: gr.OAuthProfile | None) -> Path:
+    """``archive(job id, user)`` (a zip of the picked job's adapter or merged model) for the signed-in user, its
+    refusals said as the sentence under the button."""
     user = require_user(profile)
     try:
-        path = api.export.merged_archive(job_choice_id(selected) or "", user)
+        return archive(job_choice_id(selected) or "", user)
     except JobNotFound:
         raise gr.Error("Pick one of your jobs first.") from None
     except ValueError as exc:
         raise gr.Error(str(exc)) from None
+
+
+def prepare_zip(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """The picked job's merged model as a zip to download."""
+    path = archived(api.export.merged_archive, selected, profile)
     return gr.update(value=str(path), visible=True), f"Merged zip ready ({path.stat().st_size / 1e6:.1f} MB)."
 
 

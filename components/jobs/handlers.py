@@ -15,7 +15,7 @@ from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
 from components.job_pickers import job_choice_id
-from components.jobs import monitor, views
+from components.jobs import export_panel, monitor, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
 from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, STALE, UNDRAWN, JobsLayout
 from components.session import SIGN_IN_FIRST, require_user, user_from
@@ -289,13 +289,7 @@ def download_hidden():
 
 def prepare(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
     """Zip the picked job's adapter into a fresh downloads path (on click only, never in the refresh)."""
-    user = require_user(profile)
-    try:
-        path = api.jobs.adapter_archive(job_choice_id(selected) or "", user)
-    except JobNotFound:
-        raise gr.Error("Pick one of your jobs first.") from None
-    except ValueError as exc:
-        raise gr.Error(str(exc)) from None
+    path = export_panel.archived(api.jobs.adapter_archive, selected, profile)
     size_mb = path.stat().st_size / 1e6
     return (
         gr.update(value=str(path), visible=True),
