@@ -13,6 +13,8 @@ import io
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from playwright.sync_api import Error as PlaywrightError
@@ -288,14 +290,10 @@ def test_the_step_axis_labels_do_not_run_into_each_other(page, app):
             assert apart, f"the step labels {a!r} and {b!r} run together: {labels}"
 
 
-def test_switching_tabs_redraws_no_plot_of_the_jobs_tab(page, app):
-    """Issue 37: the Jobs tab took 1-3 s to open. Gradio unmounted it on every other tab, and a hidden plot's size
-    fell to zero, so each opening drew every plot afresh (Vega-Lite compiles a chart for each drawing and says so in
-    the console). Kept mounted and laid out while hidden, the tab shows again without drawing anything."""
-    page.get_by_role("tab", name="Jobs").click()
-    pick_job(page, app.ids["big"])
-    expect(page.locator("#plot-main svg")).to_be_visible()
-    page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
+@contextmanager
+def drawings(page) -> Iterator[list[str]]:
+    """The plots the page draws while the block runs (Vega-Lite compiles a chart for each drawing and says so in the
+    console)."""
     drawn: list[str] = []
 
     def compiled(message) -> None:
@@ -304,13 +302,25 @@ def test_switching_tabs_redraws_no_plot_of_the_jobs_tab(page, app):
 
     page.on("console", compiled)
     try:
+        yield drawn
+    finally:
+        page.remove_listener("console", compiled)
+
+
+def test_switching_tabs_redraws_no_plot_of_the_jobs_tab(page, app):
+    """Issue 37: the Jobs tab took 1-3 s to open. Gradio unmounted it on every other tab, and a hidden plot's size
+    fell to zero, so each opening drew every plot afresh (Vega-Lite compiles a chart for each drawing and says so in
+    the console). Kept mounted and laid out while hidden, the tab shows again without drawing anything."""
+    page.get_by_role("tab", name="Jobs").click()
+    pick_job(page, app.ids["big"])
+    expect(page.locator("#plot-main svg")).to_be_visible()
+    page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
+    with drawings(page) as drawn:
         for tab in ("Train", "Jobs", "Chat", "Jobs"):
             page.get_by_role("tab", name=tab).click()
             page.wait_for_timeout(1000)
         expect(page.locator("#job-summary")).to_contain_text(app.ids["big"])
         expect(page.locator("#plot-main svg")).to_be_visible()
-    finally:
-        page.remove_listener("console", compiled)
     assert not drawn, f"the Jobs tab's plots were drawn {len(drawn)} times over two openings"
     page.get_by_role("tab", name="Train").click()
     expect(page.locator("#job-summary")).to_be_hidden()  # hidden from the user and from screen readers
@@ -324,19 +334,10 @@ def test_picking_another_job_draws_each_of_its_plots_once(page, app):
     page.get_by_role("tab", name="Jobs").click()
     pick_job(page, app.ids["short"])
     page.wait_for_timeout(2500)  # drawn, and a tick has come and gone
-    drawn: list[str] = []
-
-    def compiled(message) -> None:
-        if "Vega-Lite" in message.text:
-            drawn.append(message.text)
-
-    page.on("console", compiled)
-    try:
+    with drawings(page) as drawn:
         pick_job(page, app.ids["long"])
         expect(page.locator("#job-plots")).not_to_have_class(re.compile(r"\bstale\b"))
         page.wait_for_timeout(3000)  # every drawing done, and a tick has come and gone
-    finally:
-        page.remove_listener("console", compiled)
     shown = page.locator("#job-plots .block:not(.undrawn) svg")
     expect(shown.first).to_be_visible()
     assert 0 < len(drawn) <= shown.count(), f"{len(drawn)} drawings for {shown.count()} plots"
