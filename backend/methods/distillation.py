@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.core.hub_names import BUILTIN_MODELS, hub_model_id
 from backend.core.learning import LearningMetric
-from backend.core.spec import JobSpec, Method, ModelSpec
+from backend.core.spec import JobSpec, Method, ModelSpec, quote_input
 from backend.methods.common import base_training_kwargs, load_policy
 from backend.methods.rendering import render_prompt_row
 from backend.methods.support import DataFormat, MethodSupport, TrainerInputs, always
@@ -86,6 +86,50 @@ def tokenizer_problem(student, teacher) -> str | None:
     if student.eos_token != teacher.eos_token:
         return f"it ends answers with {teacher.eos_token!r}, the student with {student.eos_token!r}"
     return None
+
+
+FIELD = "distillation.teacher"
+
+
+def teacher_problems(spec: JobSpec, models_dir: Path) -> list[str]:
+    """Pre-flight's refusals of the teacher, one sentence each naming :data:`FIELD`: none named, a folder that is not
+    there, a model that cannot be loaded, or one whose tokens are not the student's (the base model has been found
+    by then). A job id has become its adapter folder before this (the facade's ``named_jobs``)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    teacher = spec.distillation.teacher.strip()
+    if not teacher:
+        return [
+            f"{FIELD}: name the model to learn from: a finished job of yours (its id), a Hub id or a built-in model, "
+            "with the same tokenizer as model.name_or_path"
+        ]
+    base, adapter = teacher_source(teacher, models_dir)
+    if base == teacher and hub_model_id(teacher) is None and not Path(teacher).expanduser().is_dir():
+        return [
+            f"{FIELD}: {quote_input(teacher)} is neither a job id, a Hub id, a built-in model nor a model folder; "
+            "name the model to learn from"
+        ]
+    load_kwargs = {"trust_remote_code": spec.model.trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(adapter or base, **load_kwargs)
+        vocab_size = AutoConfig.from_pretrained(base, **load_kwargs).get_text_config().vocab_size
+    except Exception as exc:  # transformers raises OSError/ValueError/HTTP errors for the same "cannot load"
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return [f"{FIELD}: {quote_input(teacher)} could not be loaded as a model ({first})"]
+    student_path = models.resolve_model(spec.model, models_dir)
+    student = models.load_tokenizer(student_path, spec.model)
+    why = tokenizer_problem(student, tokenizer)
+    if why is None:
+        theirs = AutoConfig.from_pretrained(student_path, **load_kwargs).get_text_config().vocab_size
+        if theirs != vocab_size:
+            why = f"its output layer scores {vocab_size} tokens, the student's {theirs}"
+    if why is None:
+        return []
+    return [
+        f"{FIELD}: {teacher} cannot teach {spec.model.name_or_path}: {why}; distillation compares the two models' "
+        "next-token distributions token by token, so pick a teacher with the student's tokenizer (the same model "
+        "family)"
+    ]
 
 
 def build_distillation_trainer(inputs: TrainerInputs) -> DistillationTrainer:
@@ -200,5 +244,6 @@ SUPPORT = MethodSupport(
         ("learning_rate", "lr"),
         ("grad_norm", "grad norm"),
     ),
+    preflight=teacher_problems,
     trl_name="Distillation",
 )

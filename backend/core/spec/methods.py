@@ -77,6 +77,9 @@ class DistillationSpec(SpecPart):
     """On-policy distillation's settings (TRL's DistillationTrainer): the student (the job's base model with LoRA)
     writes answers to the prompts, and learns the teacher's next-token distribution over each of them."""
 
+    # Fields that may name one of the user's finished jobs: the facade turns the id into that job's adapter folder.
+    job_fields: ClassVar[tuple[str, ...]] = ("teacher",)
+
     teacher: str = Field(
         "",
         max_length=512,

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 import yaml
 
 from backend.core.spec import DatasetSpec, Method, parse_spec
+from backend.core.users import User
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.data.loading import load_training_dataset
 from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
@@ -114,7 +116,109 @@ def test_a_few_steps_move_the_student_toward_the_teacher_and_train_only_the_adap
 
 def test_the_example_distills_the_arithmetic_model_from_a_job(paths):
     """The example names the teacher by a placeholder the CLI's --set replaces; its recipe is the form's."""
+    from backend.core.spec import SpecError
+    from backend.training.preflight import check_spec
+
     example = yaml.safe_load((ROOT / "examples" / "distillation-demo.yaml").read_text())
     spec = parse_spec(example)
     assert spec.method is Method.distillation and spec.model.name_or_path == ARITH_MODEL_ID
     assert spec.dataset.name == "arith-prompts" and spec.eval.holdout_rows == 256
+    # As it stands (before --set names the teacher job), pre-flight says what to put there.
+    with pytest.raises(SpecError) as refused:
+        check_spec(spec, paths.models)
+    assert str(refused.value).startswith(
+        "distillation.teacher: '<id of your finished sft-demo job>' is neither a job id, a Hub id, a built-in model"
+    )
+
+
+# --- the teacher: a job of yours, or a model with the student's tokens; refused before anything is stored ---------
+ARITH_DISTILL = {**DISTILL, "model": {"name_or_path": ARITH_MODEL_ID}, "distillation": {"max_completion_length": 12}}
+
+
+def _refused(api, spec, user=None) -> str:
+    from backend.api import SpecError
+
+    with pytest.raises(SpecError) as refused:
+        api.jobs.submit(spec, user=user)
+    return str(refused.value)
+
+
+def _save_adapter(folder):
+    """A real LoRA adapter of the arithmetic model with its tokenizer, as a finished job saves them."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR), LoraConfig(r=2, task_type="CAUSAL_LM")
+    )
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(ARITH_MODEL_DIR).save_pretrained(folder)
+    return folder
+
+
+def test_a_teacher_with_other_tokens_or_none_is_refused_naming_the_field_and_nothing_is_stored(paths, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.api import StudioAPI
+
+    other = tmp_path / "other-tokens"  # the arithmetic model with one token more: ids no longer line up
+    tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
+    tokenizer.add_tokens(["<extra_token>"])
+    tokenizer.save_pretrained(other)
+    AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).save_pretrained(other)
+    api = StudioAPI(paths.root, scheduler="none")
+    try:
+        said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": str(other)}}))
+        assert (
+            f"distillation.teacher: {other} cannot teach {ARITH_MODEL_ID}: its vocabulary (1025 tokens) is not " in said
+        )
+        assert "pick a teacher with the student's tokenizer" in said
+        said = _refused(api, tiny_spec(**ARITH_DISTILL))
+        assert "distillation.teacher: name the model to learn from" in said
+        # Someone on a Space may not point the teacher at a folder on the server.
+        said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": str(other)}}), User("ann"))
+        assert f"distillation.teacher: '{other}' is a path on the server" in said
+        assert api.jobs.list_jobs() == [], "nothing was stored"
+    finally:
+        api.close()
+
+
+def test_a_job_id_teacher_must_be_your_own_finished_language_model(paths, tmp_path):
+    """A job id names the job's tuned model (its adapter merged into its base): another user's job is not found, a
+    job that has not succeeded or a reward model's score head cannot teach, each said with a sentence naming the field
+    before anything is stored; your finished SFT job's adapter becomes the stored spec's teacher."""
+    from backend.api import StudioAPI
+    from backend.jobs.records import JobStatus
+
+    api = StudioAPI(paths.root, scheduler="none")
+    store = api.core.store
+    finished = {}
+    try:
+        for name, spec in (
+            ("sft", tiny_spec(owner="ann")),
+            ("reward", tiny_spec(method="reward", owner="ann")),
+            ("bob's", tiny_spec(owner="bob")),
+        ):
+            job = store.add(parse_spec(spec))
+            assert store.claim_next().id == job.id
+            adapter = _save_adapter(paths.job_adapter(job.id))
+            assert store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+            finished[name] = job
+        queued = store.add(parse_spec(tiny_spec(owner="ann")))
+        ann, bobs, reward = User("ann"), finished["bob's"].id, finished["reward"].id
+        refused = {
+            bobs: f"distillation.teacher: there is no job '{bobs}'",
+            queued.id: f"distillation.teacher: job {queued.id} is queued; only a job that succeeded can be named here",
+            reward: f"job {reward} trained a reward model, which scores answers and writes none: it cannot teach "
+            "(distillation.teacher)",
+        }
+        for job_id, sentence in refused.items():
+            said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": job_id}}), ann)
+            assert sentence in said, said
+        assert len(api.jobs.list_jobs()) == 4, "nothing more was stored"
+        # Your own finished SFT job teaches: the stored spec names its adapter, merged into its base at training.
+        sft = finished["sft"]
+        job = api.jobs.submit(tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": sft.id}}), user=ann).job
+        assert store.get(job.id).spec.distillation.teacher == str(paths.job_adapter(sft.id))
+    finally:
+        api.close()
