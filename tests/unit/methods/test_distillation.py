@@ -222,3 +222,18 @@ def test_a_job_id_teacher_must_be_your_own_finished_language_model(paths, tmp_pa
         assert store.get(job.id).spec.distillation.teacher == str(paths.job_adapter(sft.id))
     finally:
         api.close()
+
+
+def test_the_verdict_says_the_teachers_own_score_on_the_same_rows():
+    from backend.training.evaluation import REFERENCES, learning_verdict
+
+    spec = parse_spec(tiny_spec(**DISTILL))
+    before, after = [0.0] * 60 + [1.0] * 40, [0.0] * 45 + [1.0] * 55
+    evaluation = {
+        "rows": 100,
+        "per_row": {"base": {"accuracy": before}, "tuned": {"accuracy": after}},
+        REFERENCES: {"teacher": {"accuracy": 0.59}},
+    }
+    learning = learning_verdict(spec, evaluation, None)
+    assert learning.metric == "accuracy" and learning.verdict == "improved"
+    assert "40% -> 55%" in learning.sentence and "; the teacher scores 59% on the same rows" in learning.sentence
