@@ -170,8 +170,9 @@ def distillation_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None,
         max_new_tokens=spec.distillation.max_completion_length, temperature=0, seed=spec.training.seed
     )
     prompts = [row["prompt"] for row in rows]
-    answers = generate_completions(trainer.model, tokenizer, prompts, sides, settings)
-    teacher = generate_completions(trainer.teacher_model, tokenizer, prompts, [None], settings)[None]
+    # Short answers: many rows per call (batched), every side in the same batches.
+    answers = generate_completions(trainer.model, tokenizer, prompts, sides, settings, batched=True)
+    teacher = generate_completions(trainer.teacher_model, tokenizer, prompts, [None], settings, batched=True)[None]
     solved = "solution" in rows[0]
     result: dict[str | None, dict[str, Any]] = {}
     for side, texts in answers.items():
