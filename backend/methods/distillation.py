@@ -237,7 +237,7 @@ SUPPORT = MethodSupport(
     cli_notes=_cli_notes,
     reference_model=always,  # the teacher: a frozen model's forward pass at every step
     loss_unit="divergence to the teacher",
-    monitored=("completions/mean_length", "completions/clipped_ratio", "entropy"),
+    monitored=("completions/mean_length", "completions/clipped_ratio"),  # entropy: every method's plot
     plots=(("loss", "loss"), ("completions/mean_length", "answer length (tokens)")),
     log_columns=(
         ("loss", "loss"),
