@@ -15,7 +15,7 @@ from typing import Any
 from backend.api import StorageError, StudioAPI, methods
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
-from backend.core.spec import SpecError, load_spec_text
+from backend.core.spec import SpecError, load_spec_text, with_settings
 from backend.core.wording import EVALUATING, progress_text
 from backend.environments.connection import EnvironmentUnavailable
 from backend.environments.launcher import EnvironmentStartError
@@ -190,8 +190,8 @@ def _wait(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
 
 
 def cmd_submit(api: StudioAPI, args) -> int:
-    """``submit``: queue a job from a spec file, and with ``--wait`` follow it to the end."""
-    submitted = api.jobs.submit(_load_spec_file(args.spec_file))
+    """``submit``: queue a job from a spec file (``--set`` settings over it); ``--wait`` follows it to the end."""
+    submitted = api.jobs.submit(with_settings(_load_spec_file(args.spec_file), args.set))
     job = submitted.job
     for warning in submitted.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -395,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait", action="store_true", help="wait for the job, with a progress bar; exit 1 unless it succeeds"
     )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="a setting over the file's")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("dry-run", help="play one episode of a GRPO environment spec and print the transcript")
     p.add_argument("spec_file")

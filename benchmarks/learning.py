@@ -19,7 +19,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-EXAMPLES = ("sft-demo", "dpo-demo", "kto-demo", "grpo-demo", "rloo-demo", "grpo-env-demo", "reward-demo")
+EXAMPLES = (
+    "sft-demo",
+    "dpo-demo",
+    "kto-demo",
+    "grpo-demo",
+    "rloo-demo",
+    "grpo-env-demo",
+    "reward-demo",
+    "distillation-demo",
+)
+# Examples that learn from another example's finished job: (that example, the spec setting its job's id goes in). The
+# teacher runs once per invocation, with its own seed, in the data folder its pupils share; the seeds vary the pupil.
+TEACHERS = {"distillation-demo": ("sft-demo", "distillation.teacher")}
 
 
 def run_example(name: str, data_dir: Path, seed: int | None = None, overrides: dict | None = None):
@@ -55,15 +67,23 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     rows = []
     for name in args.examples:
-        for seed in seeds:
-            with tempfile.TemporaryDirectory() as tmp:
-                job, seconds = run_example(name, Path(tmp), seed)
-            learning = job.artifacts.learning
-            said = learning.verdict + ": " + learning.sentence if learning else "no verdict: " + str(job.error)
-            print(f"{name}: {job.status.value} in {seconds:.0f}s; {said}", flush=True)
-            rows.append(
-                (f"{name} verdict, seed {seed if seed is not None else 'default'}", f"{said} ({seconds:.0f} s)")
-            )
+        with tempfile.TemporaryDirectory() as shared:
+            overrides = None
+            if name in TEACHERS:
+                teacher_example, path = TEACHERS[name]
+                teacher, seconds = run_example(teacher_example, Path(shared))
+                print(f"{name}: teacher {teacher_example} {teacher.status.value} in {seconds:.0f}s", flush=True)
+                part, key = path.split(".")
+                overrides = {part: {key: teacher.id}}
+            for seed in seeds:
+                with tempfile.TemporaryDirectory() as tmp:
+                    job, seconds = run_example(name, Path(shared if overrides else tmp), seed, overrides)
+                learning = job.artifacts.learning
+                said = learning.verdict + ": " + learning.sentence if learning else "no verdict: " + str(job.error)
+                print(f"{name}: {job.status.value} in {seconds:.0f}s; {said}", flush=True)
+                rows.append(
+                    (f"{name} verdict, seed {seed if seed is not None else 'default'}", f"{said} ({seconds:.0f} s)")
+                )
     if args.record:
         from benchmarks.record import record
 

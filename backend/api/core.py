@@ -15,7 +15,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User, max_queued_per_user
 from backend.jobs.access import authorize_spec
-from backend.jobs.lineage import Lineage, resolve_lineage
+from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage
 from backend.jobs.records import JobRecord
 from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, spawn_detached
@@ -82,7 +82,10 @@ class StudioCore:
             self.require_generating(
                 parent, "be scored on lm-eval benchmarks" if spec.evaluate else "be trained further"
             )
-        return lineage
+        resolved, jobs = named_jobs(lineage.spec, self.store, user)
+        for path, job in jobs:  # a teacher must write answers: a reward model's score head cannot teach
+            self.require_generating(job, f"teach ({path})")
+        return Lineage(resolved, lineage.parent)
 
     def require_generating(self, job: JobRecord, what: str) -> None:
         """Refuse, with a sentence, to ``what`` (chat with, export, benchmark, continue) a job whose model does not

@@ -12,10 +12,11 @@ from backend.methods.table import table
 # What a dataset may say it suits besides a method's name, by the spec part that reads it: every online method's
 # rollout (prompts with a column a reward reads), or every method that plays an environment (prompts and the columns
 # its reset takes); or by the layout it holds: every method whose row takes preference pairs (prompt, chosen,
-# rejected).
+# rejected), or prompts alone (a method that writes its own answers to them).
 ROLLOUT = "rollout"
 ENVIRONMENT = "environment"
 PREFERENCE = "preference"
+PROMPT_ONLY = "prompt-only"
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,9 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
             ("kto",),
         ),
         BuiltinDataset(
-            "math-demo", "48 arithmetic prompts with a `solution` column for verifiable rewards.", (ROLLOUT,)
+            "math-demo",
+            "48 arithmetic prompts with a `solution` column for verifiable rewards.",
+            (ROLLOUT, PROMPT_ONLY),
         ),
         BuiltinDataset(
             "echo-tools-sft",
@@ -94,7 +97,7 @@ BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
         BuiltinDataset(
             "arith-prompts",
             "1000 arithmetic prompts with a `solution` column for TRL's accuracy reward.",
-            (ROLLOUT,),
+            (ROLLOUT, PROMPT_ONLY),
         ),
         BuiltinDataset(
             "arith-env",

@@ -9,12 +9,13 @@ reads the parent row once.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from backend.core.spec import JobSpec, SpecError, quote_input
 from backend.core.users import User
-from backend.jobs.access import readable_job
+from backend.jobs.access import hub_name_problem, may_name_server_paths, readable_job
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter
 from backend.jobs.store import JobStore
@@ -114,6 +115,47 @@ def resolve_parent(spec: JobSpec, store: JobStore, user: User | None = None) -> 
 def starting_adapter(store: JobReporter, spec: JobSpec) -> Path | None:
     """The adapter a stored job starts from (the worker's question, on any rank): None for a fresh start."""
     return Lineage(spec, parent_job(store, spec)).adapter()
+
+
+# --- a method's setting that names a finished job (distillation's teacher) -----------------------------------------
+# What backend/jobs/records.py's new_job_id makes: 20261205-154336-934a11.
+JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+def named_jobs(spec: JobSpec, store: JobStore, user: User | None = None) -> tuple[JobSpec, list[tuple[str, JobRecord]]]:
+    """The spec with each of its method part's ``job_fields`` that holds a job id turned into that job's adapter
+    folder (the stored spec says what runs, as a staged job's parent model does), and (spec path, job) for each.
+
+    The job must be one ``user`` may read (another user's is "not found") that succeeded with its adapter saved; a
+    name that is not a job id is a model, and a folder on the server only for those who may name one."""
+    part = spec.method_part
+    found: list[tuple[str, JobRecord]] = []
+    updates = {}
+    for name in getattr(part, "job_fields", ()):
+        path, value = f"{spec.method.value}.{name}", getattr(part, name).strip()
+        if not JOB_ID.fullmatch(value):
+            problem = None
+            if value and not may_name_server_paths(user) and not value.startswith("builtin:"):
+                problem = hub_name_problem(path, value, "model", "name a job of yours, a Hub id or a built-in model")
+            if problem:
+                raise SpecError([problem])
+            continue
+        try:
+            job = readable_job(store, value, user)
+        except (JobNotFound, UnreadableJob):
+            raise SpecError([f"{path}: there is no job {quote_input(value)}"]) from None
+        adapter = saved_adapter(job)
+        if adapter is None:
+            raise SpecError(
+                [f"{path}: job {job.id} is {job.status.value}; only a job that succeeded can be named here"]
+                if job.status is not JobStatus.succeeded
+                else [f"{path}: job {job.id} has no saved adapter"]
+            )
+        updates[name] = str(adapter)
+        found.append((path, job))
+    if not updates:
+        return spec, found
+    return spec.model_copy(update={spec.method.value: part.model_copy(update=updates)}), found
 
 
 # --- a job's own earlier attempt ------------------------------------------------------------------------------------

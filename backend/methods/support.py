@@ -67,6 +67,10 @@ def _no_notes(spec: JobSpec) -> list[str]:
     return []
 
 
+def _no_problems(spec: JobSpec, models_dir: Path) -> list[str]:
+    return []
+
+
 def _no_template_kwargs(spec: JobSpec, dataset_format: str, tokenizer) -> dict[str, Any]:
     return {}
 
@@ -127,6 +131,9 @@ class MethodSupport:
     # What sits on the base model: the language-model head (every method that generates) or the method's own head
     # (a reward model's score); the worker pool imports its loader class ahead of any job.
     head: ModelHead = LANGUAGE_MODEL_HEAD
+    # (spec, models dir) -> what pre-flight refuses the job for beyond the data and the base model, one sentence
+    # each naming its field (a distillation teacher whose tokens are not the student's)
+    preflight: Callable[[JobSpec, Path], list[str]] = _no_problems
     trl_name: str | None = None  # TRL's name for the method where it is not the label (``Reward`` for REWARD)
 
     @property

@@ -13,14 +13,14 @@ modules that read them stay in charge of their own work.
 from __future__ import annotations
 
 from backend.core.spec import JobSpec, Method
-from backend.methods import dpo, grpo, kto, reward, rloo, sft
+from backend.methods import distillation, dpo, grpo, kto, reward, rloo, sft
 from backend.methods.rewards.registry import required_columns
 from backend.methods.support import DataFormat, MethodSupport, TrainerInputs, always, spec_value
 
 __all__ = ["DataFormat", "MethodSupport", "TrainerInputs", "always", "spec_value", "support", "table"]
 
 # The modules whose SUPPORT rows make the table, in the order the UI lists the methods.
-METHOD_MODULES = (sft, dpo, grpo, kto, rloo, reward)
+METHOD_MODULES = (sft, dpo, grpo, kto, rloo, reward, distillation)
 _TABLE: dict[Method, MethodSupport] = {module.SUPPORT.method: module.SUPPORT for module in METHOD_MODULES}
 
 

@@ -121,6 +121,17 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
             "training.max_length": 128,
             "eval.holdout_rows": 256,
         },
+        "distillation": {
+            "dataset.name": "arith-prompts",
+            # No teacher: it is a finished job of the user's own (examples/distillation-demo.yaml: the sft-demo job's).
+            "distillation.max_completion_length": 24,
+            "lora.dropout": 0.0,
+            "training.max_steps": 60,
+            "training.learning_rate": 2e-3,
+            "training.batch_size": 16,
+            "training.max_length": 128,
+            "eval.holdout_rows": 256,
+        },
     },
 }
 

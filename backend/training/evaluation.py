@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from backend.core.artifacts import BenchmarkReport, GuardCheck, LearningVerdict
-from backend.core.learning import LearningMetric, guard, guard_check, guarded, no_signal_verdict, verdict
+from backend.core.learning import LearningMetric, guard, guard_check, guarded, no_signal_verdict, shown, verdict
 from backend.core.spec import JobSpec
 from backend.methods.table import support
 from backend.models.loading import adapter_for_head, load_lora_only
@@ -20,6 +20,8 @@ from backend.models.scoring import PER_ROW, reporting_progress
 
 # The adapter name the parent's adapter is loaded under for the evaluation of a staged job.
 START_ADAPTER = "studio_start"
+# Where the evaluation keeps the scores of models a method scores for reference on the same rows (no per-row values).
+REFERENCES = "references"
 
 
 def _sides(model, compare_base: bool) -> list[str | None]:
@@ -105,7 +107,24 @@ def evaluate_before_after(
         side_scores = dict(scores[side])
         result[PER_ROW][label] = side_scores.pop(PER_ROW, {})
         result[label] = side_scores
+    for name, reference in scores.items():  # a model scored for reference (distillation's teacher), not a side
+        if name not in sides:
+            result.setdefault(REFERENCES, {})[name] = {k: v for k, v in reference.items() if k != PER_ROW}
     return result
+
+
+def reference_scores(evaluation: dict[str, Any], metric: LearningMetric) -> str | None:
+    """What the models the method scored for reference got on the same rows, for the verdict's sentence.
+
+    >>> reference_scores({REFERENCES: {"teacher": {"accuracy": 0.59}}}, LearningMetric("accuracy", "acc", rate=True))
+    'the teacher scores 59% on the same rows'
+    """
+    said = [
+        f"the {name} scores {shown(values[metric.key], metric.rate)}"
+        for name, values in (evaluation.get(REFERENCES) or {}).items()
+        if values.get(metric.key) is not None
+    ]
+    return f"{', '.join(said)} on the same rows" if said else None
 
 
 def learning_verdict(
@@ -140,7 +159,7 @@ def learning_verdict(
             start="parent" if start == "start" else "base",
             no_signal=no_signal,
             guards=[*capability_guards(spec, evaluation, skip=metric.key), *extra_guards],
-            detail=tool_use_change(result, start) if metric is SUCCESS_RATE else None,
+            detail=tool_use_change(result, start) if metric is SUCCESS_RATE else reference_scores(result, metric),
         )
     if no_signal:
         first = SUCCESS_RATE if spec.environment.name else next(iter(method.learning_metrics(spec)), SUCCESS_RATE)

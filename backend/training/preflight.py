@@ -84,6 +84,8 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
     loaded = None
     try:
         check_model(spec.model)
+        # The method's own checks (a distillation teacher's tokenizer against the student's) read the base model.
+        problems.extend(support(spec.method).preflight(spec, models_dir))
     except SpecError as exc:
         problems.extend(exc.problems)
     try:

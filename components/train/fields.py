@@ -226,12 +226,13 @@ DECLARED: list[FormField] = [
     FormField("trackio", "output.trackio", "Track with trackio"),
 ]
 
-_PLAIN_KINDS = ("bool", "int", "float")
+_PLAIN_KINDS = ("bool", "int", "float", "text")
 
 
 def generated_fields(declared: set[str | None]) -> list[FormField]:
     """Fields for each method not in ``declared`` (the methods the declaration lists fields of): its spec part's plain
-    settings (flags, numbers, choices), labelled from their names, so a new method is trainable without form code."""
+    settings (flags, numbers, text, choices), labelled from their names, so a new method is trainable without form
+    code (distillation's teacher is a text box)."""
     generated = []
     for method in methods():
         if method in declared:

@@ -9,7 +9,7 @@ The names below are the spec's face: ``from backend.core.spec import JobSpec``.
 from backend.core.spec.environment import BUILTIN_ENVIRONMENT_NAMES, EnvironmentSpec, remote_environment_problem
 from backend.core.spec.errors import SpecError, quote_input, shorten
 from backend.core.spec.fields import field_docs, field_help, spec_fields_markdown
-from backend.core.spec.io import load_spec_text, parse_spec
+from backend.core.spec.io import load_spec_text, parse_spec, with_settings
 from backend.core.spec.job import JobSpec, checkpointing, environment_methods, methods_reading, online_methods
 from backend.core.spec.methods import REWARD_NAMES, Method, OnlinePart, RewardSpec
 from backend.core.spec.parts import DatasetSpec, LoraSpec, ModelSpec, QuantizationSpec
@@ -39,4 +39,5 @@ __all__ = [
     "remote_environment_problem",
     "shorten",
     "spec_fields_markdown",
+    "with_settings",
 ]

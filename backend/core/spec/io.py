@@ -1,5 +1,6 @@
-"""The spec in and out of text: validated from JSON text or a mapping (``parse_spec``), and read from JSON or YAML
-(``load_spec_text``), with every way it can be unreadable a SpecError."""
+"""The spec in and out of text: validated from JSON text or a mapping (``parse_spec``), read from JSON or YAML
+(``load_spec_text``) with settings laid over it (``with_settings``: the CLI's ``--set``), with every way it can be
+unreadable a SpecError."""
 
 from __future__ import annotations
 
@@ -52,3 +53,32 @@ def _json_or_yaml(text: str, where: str) -> Any:
         except yaml.YAMLError as yaml_error:
             cause = json_error if text.lstrip().startswith("{") else yaml_error
             raise SpecError([f"{where}: not valid JSON or YAML ({str(cause).splitlines()[0][:120]})"]) from None
+
+
+def with_settings(spec: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    """``spec`` (a mapping, as :func:`load_spec_text` reads it) with each ``PATH=VALUE`` of ``settings`` set; the
+    value is read as YAML (3, 0.5, true) and kept as text where it reads as anything else.
+
+    >>> with_settings({"distillation": {"teacher": "<id>"}}, ["distillation.teacher=20261205-154336-934a11"])
+    {'distillation': {'teacher': '20261205-154336-934a11'}}
+    >>> with_settings({}, ["training.max_steps=60", "lora.enabled=false"])
+    {'training': {'max_steps': 60}, 'lora': {'enabled': False}}
+    """
+    import yaml
+
+    for setting in settings:
+        path, sep, value = setting.partition("=")
+        names = path.strip().split(".")
+        if not sep or not all(names):
+            raise SpecError([f"--set {setting}: write it as PATH=VALUE, e.g. training.max_steps=100"])
+        part = spec
+        for name in names[:-1]:
+            part = part.setdefault(name, {})
+            if not isinstance(part, dict):
+                raise SpecError([f"--set {setting}: {name} is a setting, not a part of the spec"])
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            parsed = value
+        part[names[-1]] = parsed if isinstance(parsed, (bool, int, float, str)) else value
+    return spec

@@ -11,6 +11,7 @@ from backend.core.spec.base import SpecPart, refuse_control_characters
 from backend.core.spec.environment import EnvironmentSpec
 from backend.core.spec.errors import spec_error
 from backend.core.spec.methods import (
+    DistillationSpec,
     DPOSpec,
     GRPOSpec,
     KTOSpec,
@@ -43,7 +44,8 @@ class JobSpec(SpecPart):
     method: Method = Field(
         Method.sft,
         description="sft (demonstrations), dpo (preference pairs), grpo or rloo (rewards), kto (answers marked good "
-        "or bad), reward (a reward model scoring answers, from preference pairs).",
+        "or bad), reward (a reward model scoring answers, from preference pairs), distillation (prompts answered by "
+        "the model, scored token by token by a teacher model).",
     )
     model: ModelSpec = Field(default_factory=ModelSpec)
     dataset: DatasetSpec = Field(default_factory=DatasetSpec)
@@ -57,6 +59,7 @@ class JobSpec(SpecPart):
     kto: KTOSpec = Field(default_factory=KTOSpec)
     rloo: RLOOSpec = Field(default_factory=RLOOSpec)
     reward: RewardModelSpec = Field(default_factory=RewardModelSpec)
+    distillation: DistillationSpec = Field(default_factory=DistillationSpec)
     environment: EnvironmentSpec = Field(default_factory=EnvironmentSpec)
     eval: EvalSpec = Field(default_factory=EvalSpec)
     benchmarks: BenchmarksSpec = Field(default_factory=BenchmarksSpec)

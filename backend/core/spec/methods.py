@@ -1,5 +1,6 @@
-"""The methods: their names (``Method``) and their own parts: SFT, DPO, KTO and reward-model settings, and the online
-methods (GRPO, RLOO) with the rollout and rewards they share. A new method's name and settings go here together."""
+"""The methods: their names (``Method``) and their own parts: SFT, DPO, KTO, reward-model and distillation settings,
+and the online methods (GRPO, RLOO) with the rollout and rewards they share. A new method's name and settings go here
+together."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from backend.core.spec.base import SpecPart, free_form_problem
+from backend.core.spec.base import SpecPart, free_form_problem, refuse_control_characters
 from backend.core.spec.errors import quote_input
 
 
 class Method(str, Enum):
     """The training methods: SFT (demonstrations), DPO (preference pairs), GRPO and RLOO (rewards), KTO (labels),
-    reward modeling (a score head on preference pairs)."""
+    reward modeling (a score head on preference pairs), distillation (a teacher's token distributions)."""
 
     sft = "sft"
     dpo = "dpo"
@@ -23,6 +24,7 @@ class Method(str, Enum):
     kto = "kto"
     rloo = "rloo"
     reward = "reward"
+    distillation = "distillation"
 
 
 class SFTSpec(SpecPart):
@@ -69,6 +71,36 @@ class RewardModelSpec(SpecPart):
         description="Pull the scores toward a mean of zero, so a reward from different runs reads alike (TRL's "
         "center_rewards_coefficient; 0.01 is the paper's). Empty: off.",
     )
+
+
+class DistillationSpec(SpecPart):
+    """On-policy distillation's settings (TRL's DistillationTrainer): the student (the job's base model with LoRA)
+    writes answers to the prompts, and learns the teacher's next-token distribution over each of them."""
+
+    # Fields that may name one of the user's finished jobs: the facade turns the id into that job's adapter folder.
+    job_fields: ClassVar[tuple[str, ...]] = ("teacher",)
+
+    teacher: str = Field(
+        "",
+        max_length=512,
+        description="The model to learn from: your finished job's id (its base model with its adapter merged), a Hub "
+        "id or a built-in model. It must share the student's tokenizer.",
+    )
+    beta: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Which divergence to the teacher: 0 forward KL, 0.5 Jensen-Shannon, 1 reverse KL (TRL's "
+        "default: the student settles on the teacher's likeliest answers).",
+    )
+    max_completion_length: int = Field(
+        256, gt=0, le=32768, description="Longest answer the student writes per prompt (and the evaluation too)."
+    )
+    temperature: float = Field(
+        1.0, gt=0, le=2, description="Sampling temperature of the student's answers and of both distributions."
+    )
+
+    _plain_teacher = field_validator("teacher")(refuse_control_characters)
 
 
 RewardName = Literal[

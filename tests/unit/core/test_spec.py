@@ -50,7 +50,7 @@ def test_json_round_trip_is_lossless():
         ({"training": {"epochs": 0}}, "training.epochs: must be greater than 0 (got 0)"),
         ({"lora": {"r": -4}}, "lora.r: must be greater than 0 (got -4)"),
         ({"training": {"learnin_rate": 1e-4}}, "training.learnin_rate: unknown setting"),
-        ({"method": "ppo"}, "method: Input should be 'sft', 'dpo', 'grpo', 'kto', 'rloo' or 'reward'"),
+        ({"method": "ppo"}, "method: Input should be 'sft', 'dpo', 'grpo', 'kto', 'rloo', 'reward' or 'distillation'"),
         ({"quantization": {"mode": "3bit"}}, "quantization.mode: Input should be 'none', '4bit' or '8bit'"),
         ({"schema_version": 99}, "schema_version: this app reads spec versions 1 and 2; got 99"),
         ({"lora": {"target_modules": []}}, "lora.target_modules: name at least one module"),

@@ -48,6 +48,7 @@ NON_DEFAULT = {
     "dpo": {"beta": 0.3, "loss_type": "ipo"},
     "rloo": {"beta": 0.1, "normalize_advantages": True},
     "reward": {"center_rewards_coefficient": 0.01},
+    "distillation": {"teacher": "Qwen/Qwen3-1.7B", "beta": 0.5, "max_completion_length": 64, "temperature": 0.7},
     "grpo": {
         "num_generations": 8,
         "max_completion_length": 64,

@@ -11,11 +11,13 @@ from backend.core.spec import parse_spec
 from tests.helpers import ROOT
 
 EXAMPLES = {
-    method: ROOT / "examples" / f"{method}-demo.yaml" for method in ("sft", "dpo", "kto", "grpo", "rloo", "reward")
+    method: ROOT / "examples" / f"{method}-demo.yaml"
+    for method in ("sft", "dpo", "kto", "grpo", "rloo", "reward", "distillation")
 }
 # Example settings the form does not fill in on purpose: a run's name, and where it saves checkpoints (neither
-# changes what the model learns); the model and the dataset's source are the recipe's own premise.
-NOT_RECIPE = ("output.", "training.save_steps", "model.name_or_path", "dataset.source")
+# changes what the model learns); the model and the dataset's source are the recipe's own premise; a distillation
+# teacher is the user's own finished job, which no recipe can name.
+NOT_RECIPE = ("output.", "training.save_steps", "model.name_or_path", "dataset.source", "distillation.teacher")
 _MISSING = object()
 
 

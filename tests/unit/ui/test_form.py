@@ -366,6 +366,11 @@ def test_a_method_without_declared_fields_gets_them_from_its_spec_part():
     assert {"dpo_beta", "dpo_loss_type"} <= set(generated) and not any(n.startswith("grpo") for n in generated)
     assert generated["dpo_beta"].methods == ("dpo",) and generated["dpo_beta"].label == "Beta"
     assert generated["dpo_loss_type"].spec.choices[0] == "sigmoid"
+    # Text settings too: distillation's teacher (a job id or a model name) is typed in a box.
+    teacher = {f.name: f for f in generated_fields({None})}["distillation_teacher"]
+    assert teacher.methods == ("distillation",) and teacher.spec.kind == "text"
+    sent = form_to_spec({"method": "distillation", "distillation_teacher": " 20261205-154336-934a11 "})
+    assert sent["distillation"]["teacher"] == "20261205-154336-934a11"
 
 
 def test_values_are_set_and_read_by_dotted_path():
