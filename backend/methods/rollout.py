@@ -84,11 +84,12 @@ def generation(spec: JobSpec) -> tuple[int, int]:
     return spec.rollout.num_generations, spec.rollout.max_completion_length
 
 
-def reward_functions(spec: JobSpec) -> tuple[list, list[float]]:
-    """The job's reward callables and their weights, as TRL's trainers take them."""
+def reward_functions(spec: JobSpec, models: dict | None = None) -> tuple[list, list[float]]:
+    """The job's reward callables and their weights, as TRL's trainers take them; ``models``: the loaded reward models
+    its rewards name (``model_reward.load_model_rewards``)."""
     from backend.methods.rewards.registry import build_rewards
 
-    return build_rewards(spec.rollout.rewards)
+    return build_rewards(spec.rollout.rewards, models)
 
 
 def watch_completions(trainer, callbacks: list) -> None:
@@ -216,7 +217,8 @@ def reward_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[
     """Mean reward per reward function and in total per side, over each side's greedy completions of the prompts
     (greedy: the answer the model gives, not one draw of many, so the before/after is not sampling noise)."""
     model, tokenizer = trainer.model, trainer.processing_class
-    funcs, weights = reward_functions(spec)
+    # The trainer's own rewards (a reward model is loaded once, on the trainer's device), else built from the spec.
+    funcs, weights = getattr(trainer, "studio_rewards", None) or reward_functions(spec)
     settings = GenerationSettings(
         max_new_tokens=spec.rollout.max_completion_length, temperature=0, seed=spec.training.seed
     )
@@ -293,7 +295,12 @@ def build_trainer(
     its sampled completions go to the samples table. ``method_kwargs`` are the trainer's own (the dataset, an
     environment)."""
     spec = inputs.spec
-    reward_funcs, weights = reward_functions(spec)
+    models = {}
+    if inputs.reward_models:
+        from backend.methods.rewards.model_reward import load_model_rewards
+
+        models = load_model_rewards(inputs.reward_models, inputs.models_dir)
+    reward_funcs, weights = reward_functions(spec, models)
     vllm_kwargs, notice = vllm_settings(spec)
     log.info(notice)
     policy = load_policy(spec, inputs.models_dir, inputs.parent_adapter)
@@ -309,6 +316,9 @@ def build_trainer(
         **method_kwargs,
         **policy.trainer_kwargs(),
     )
+    for scorer in models.values():  # scored in batches where the policy trains, as TRL places a reward model
+        scorer.to(trainer.accelerator.device)
+    trainer.studio_rewards = (reward_funcs, weights)  # the held-out evaluation scores with the same, loaded once
     if spec.rollout.log_completions:
         watch_completions(trainer, inputs.callbacks)
     return trainer
