@@ -19,7 +19,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-EXAMPLES = ("sft-demo", "dpo-demo", "kto-demo", "grpo-demo", "rloo-demo", "grpo-env-demo", "reward-demo")
+EXAMPLES = (
+    "sft-demo",
+    "dpo-demo",
+    "kto-demo",
+    "grpo-demo",
+    "rloo-demo",
+    "grpo-env-demo",
+    "reward-demo",
+    "grpo-rm-demo",
+)
+# An example scored by another example's job: that one runs first (same data dir and seed), and its job id takes
+# the example's placeholder; the time printed is the second job's alone.
+CHAINED = {
+    "grpo-rm-demo": ("reward-demo", lambda job_id: {"rollout": {"rewards": [{"model": job_id, "weight": 1.0}]}}),
+}
 
 
 def run_example(name: str, data_dir: Path, seed: int | None = None, overrides: dict | None = None):
@@ -57,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.examples:
         for seed in seeds:
             with tempfile.TemporaryDirectory() as tmp:
-                job, seconds = run_example(name, Path(tmp), seed)
+                overrides = None
+                if name in CHAINED:
+                    first, wire = CHAINED[name]
+                    overrides = wire(run_example(first, Path(tmp), seed)[0].id)
+                job, seconds = run_example(name, Path(tmp), seed, overrides)
             learning = job.artifacts.learning
             said = learning.verdict + ": " + learning.sentence if learning else "no verdict: " + str(job.error)
             print(f"{name}: {job.status.value} in {seconds:.0f}s; {said}", flush=True)

@@ -183,15 +183,20 @@ def only_accuracy(spec: JobSpec) -> bool:
     return [r.name for r in spec.rollout.rewards] == ["accuracy"] and spec.rollout.rewards[0].weight == 1
 
 
-def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
-    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check."""
-    label = "held-out accuracy" if only_accuracy(spec) else "held-out reward"
-    return (LearningMetric("reward/total", label, rate=only_accuracy(spec)),)
-
-
 # A reward of format, length or keywords can be gamed: where the rows carry a ``solution``, the greedy answers'
 # accuracy against it guards the verdict (scored by TRL's accuracy check, as GRPO's accuracy reward is).
 ANSWER_ACCURACY_GUARD = LearningMetric("accuracy", "held-out answer accuracy", rate=True)
+
+
+def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
+    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check. When
+    every reward is a reward model, its score is its own yardstick (a policy can learn to please it): the verdict then
+    reads the greedy answers' accuracy where the rows carry a ``solution`` (the first metric the evaluation has)."""
+    label = "held-out accuracy" if only_accuracy(spec) else "held-out reward"
+    reward = LearningMetric("reward/total", label, rate=only_accuracy(spec))
+    if spec.rollout.rewards and all(r.model is not None for r in spec.rollout.rewards):
+        return (ANSWER_ACCURACY_GUARD, reward)
+    return (reward,)
 
 
 def guards(spec: JobSpec) -> tuple[LearningMetric, ...]:

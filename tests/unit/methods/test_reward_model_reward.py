@@ -197,3 +197,18 @@ def test_a_reward_entry_names_a_model_or_a_function_not_both():
     ):
         with pytest.raises(ValueError, match=sentence):
             RewardSpec.model_validate(entry)
+
+
+def test_the_example_is_grpo_of_the_arith_model_scored_by_a_reward_job_and_judged_by_answer_accuracy():
+    import yaml
+
+    from backend.methods.table import support
+    from tests.helpers import ROOT
+
+    text = (ROOT / "examples" / "grpo-rm-demo.yaml").read_text()
+    assert "python -m backend submit examples/reward-demo.yaml --wait" in text
+    spec = parse_spec(yaml.safe_load(text.replace("REWARD_JOB_ID", "20261205-154120-3fa9c2")))
+    assert spec.model.name_or_path == "builtin:tiny-qwen3-arith" and spec.dataset.name == "arith-prompts"
+    assert [(r.name, r.model) for r in spec.rollout.rewards] == [("reward_model", "20261205-154120-3fa9c2")]
+    # The reward model's own score is no yardstick of itself: the verdict reads the answers' accuracy first.
+    assert [m.key for m in support(spec.method).learning_metrics(spec)] == ["accuracy", "reward/total"]
