@@ -113,10 +113,14 @@ def cli_extras(spec: JobSpec) -> dict:
     g = spec.rollout
     section: dict = {}
     known = [TRL_REWARD_NAMES[r.name] for r in g.rewards if r.name in TRL_REWARD_NAMES]
+    models = [r for r in g.rewards if r.model is not None]
     if known:
         section["reward_funcs"] = known
-    if g.rewards and len(known) == len(g.rewards):
-        section["reward_weights"] = [r.weight for r in g.rewards]
+    if len(models) == 1:  # the script takes one reward model, scored before its reward_funcs
+        section["reward_model_name_or_path"] = models[0].model
+    if g.rewards and len(known) + min(len(models), 1) == len(g.rewards):
+        ordered = models + [r for r in g.rewards if r.name in TRL_REWARD_NAMES]
+        section["reward_weights"] = [r.weight for r in ordered]
     if g.use_vllm == "on":
         section.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization)
     return section
@@ -131,7 +135,7 @@ def _reward_description(reward) -> str:
 def cli_notes(spec: JobSpec) -> list[str]:
     """What the TRL CLI cannot say about an online job: the app's own rewards, an environment, vLLM's auto mode."""
     notes = []
-    custom = [r for r in spec.rollout.rewards if r.name not in TRL_REWARD_NAMES]
+    custom = [r for r in spec.rollout.rewards if r.name not in TRL_REWARD_NAMES and r.model is None]
     if spec.rollout.rewards:
         listed = "; ".join(_reward_description(r) for r in spec.rollout.rewards)
         notes.append(f"rewards: the app scored completions with {listed}.")
@@ -141,6 +145,12 @@ def cli_notes(spec: JobSpec) -> list[str]:
             f"rewards: {names}: the app's own rewards (backend/methods/rewards/), not in TRL's registry; TRL's CLI "
             "takes such functions as dotted import paths in reward_funcs (e.g. my_rewards.length_reward), with "
             "reward_weights in the same order."
+        )
+    if any(r.model is not None for r in spec.rollout.rewards):
+        notes.append(
+            "rewards: reward_model: TRL's script takes one reward model (reward_model_name_or_path, a Hub id or a "
+            "folder of a sequence-classification model); a reward job's id names no such folder: give its base "
+            "model with the job's adapter (jobs/<id>/adapter) merged in."
         )
     if spec.environment.name:
         notes.append(

@@ -212,3 +212,14 @@ def test_the_example_is_grpo_of_the_arith_model_scored_by_a_reward_job_and_judge
     assert [(r.name, r.model) for r in spec.rollout.rewards] == [("reward_model", "20261205-154120-3fa9c2")]
     # The reward model's own score is no yardstick of itself: the verdict reads the answers' accuracy first.
     assert [m.key for m in support(spec.method).learning_metrics(spec)] == ["accuracy", "reward/total"]
+
+
+def test_the_trl_cli_export_names_a_hub_reward_model_first_with_its_weight(tmp_path):
+    from backend.hub.trl_cli import trl_cli_yaml
+    from tests.unit.hub.test_trl_cli import parse_like_trl_cli
+
+    rewards = [{"name": "accuracy", "weight": 1.0}, {"model": "owner/rm", "weight": 2.0}]
+    spec = parse_spec(_grpo("owner/rm", rewards=rewards))
+    script_args, args, _, _ = parse_like_trl_cli("grpo", trl_cli_yaml(spec), tmp_path)
+    assert script_args.reward_model_name_or_path == "owner/rm" and script_args.reward_funcs == ["accuracy_reward"]
+    assert args.reward_weights == [2.0, 1.0]  # the script scores its reward model first
