@@ -177,7 +177,8 @@ def card_rows(spec: JobSpec, own: Sequence[tuple[str, object]]) -> list[tuple[st
         *own,
     ]
     if r.rewards:
-        rows.append(("rewards (weight)", ", ".join(f"{x.name} ({x.weight})" for x in r.rewards)))
+        named = [f"{x.name} `{x.model}`" if x.model else x.name for x in r.rewards]  # which reward model scored
+        rows.append(("rewards (weight)", ", ".join(f"{name} ({x.weight})" for name, x in zip(named, r.rewards))))
     if spec.environment.name:
         rows.append(("OpenEnv environment", f"`{spec.environment.name}` (reward: {spec.environment.reward})"))
     return rows
