@@ -200,12 +200,13 @@ ANSWER_ACCURACY_GUARD = LearningMetric("accuracy", "held-out answer accuracy", r
 
 
 def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
-    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check. When
-    every reward is a reward model, its score is its own yardstick (a policy can learn to please it): the verdict then
-    reads the greedy answers' accuracy where the rows carry a ``solution`` (the first metric the evaluation has)."""
+    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check. When a
+    reward model scores, the total is no yardstick of itself (a policy learns to please a reward model: the demo's
+    did, its score up, its answers wrong): the verdict then reads the greedy answers' accuracy where the rows carry a
+    ``solution`` (the first metric the evaluation has), else the held-out reward."""
     label = "held-out accuracy" if only_accuracy(spec) else "held-out reward"
     reward = LearningMetric("reward/total", label, rate=only_accuracy(spec))
-    if spec.rollout.rewards and all(r.model is not None for r in spec.rollout.rewards):
+    if any(r.model is not None for r in spec.rollout.rewards):
         return (ANSWER_ACCURACY_GUARD, reward)
     return (reward,)
 
@@ -345,6 +346,9 @@ def online_support(**row: Any) -> MethodSupport:
     prompt's rendering, the rollout's plots, monitoring, template and TRL CLI keys), with ``row`` its own fields."""
     shared: dict[str, Any] = {
         "formats": (DataFormat("prompt-only", ("prompt",)),),
+        # Kept where the rows have it, whatever the rewards read: the answer-accuracy guard (and the verdict of a job
+        # scored by reward models alone) reads the greedy answers against it.
+        "optional_columns": ("solution",),
         "evaluate": reward_scores,
         "learning_metrics": learning_metrics,
         "guards": guards,

@@ -212,6 +212,8 @@ def test_the_example_is_grpo_of_the_arith_model_scored_by_a_reward_job_and_judge
     assert [(r.name, r.model) for r in spec.rollout.rewards] == [("reward_model", "20261205-154120-3fa9c2")]
     # The reward model's own score is no yardstick of itself: the verdict reads the answers' accuracy first.
     assert [m.key for m in support(spec.method).learning_metrics(spec)] == ["accuracy", "reward/total"]
+    mixed = parse_spec(_grpo("owner/rm", rewards=[{"name": "accuracy"}, {"model": "owner/rm", "weight": 0.1}]))
+    assert [m.key for m in support(mixed.method).learning_metrics(mixed)] == ["accuracy", "reward/total"]
 
 
 def test_the_trl_cli_export_names_a_hub_reward_model_first_with_its_weight(tmp_path):
