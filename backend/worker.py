@@ -29,6 +29,7 @@ from backend.jobs.reporter import JobReporter, NullReporter
 from backend.jobs.store import JobStore
 from backend.methods.table import reward_columns
 from backend.training.job_evaluation import evaluate_trained
+from backend.training.reward_models import reward_model_sources
 
 log = logging.getLogger("studio.worker")
 
@@ -71,8 +72,10 @@ def build_trainer(
     parent_adapter: Path | None,
     environment=None,
     loaded=None,
+    reward_models=None,
 ):
-    """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None)."""
+    """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None);
+    ``reward_models``: where the reward models its rewards name come from (``lineage.reward_model_sources``)."""
     dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     log.info("dataset ready: %d rows to train on, %d held out", len(train), len(held_out) if held_out else 0)
@@ -89,6 +92,7 @@ def build_trainer(
             parent_adapter=parent_adapter,
             held_out=held_out,
             environment=environment,
+            reward_models=reward_models,
         )
     )
     return trainer, held_out
@@ -118,13 +122,14 @@ def build_job_trainer(
         without_checkpoint_push,
     )
 
+    sources = reward_model_sources(store, spec)  # the reward jobs were checked at submit; read again, as stored now
     token = os.environ.get("HF_TOKEN")
     refusal = push_refusal(token) if spec.output.push_checkpoints else None
     if refusal is not None:
         record_push_failure(store, job_id, refusal)
         spec = without_checkpoint_push(spec)
     try:
-        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded)
+        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded, sources)
     except Exception as exc:
         if not (spec.output.push_checkpoints and repo_creation_failed(exc)):
             raise
@@ -135,7 +140,7 @@ def build_job_trainer(
             store, job_id, describe_checkpoint_failure(exc, repo, paths.job_output(job_id), None, token)
         )
         spec = without_checkpoint_push(spec)
-        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded)
+        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded, sources)
     watch = None
     if spec.output.push_checkpoints and trainer.hub_model_id:  # set on rank 0 only: the one that pushes
         from backend.hub.checkpoint_push import CheckpointPushWatch

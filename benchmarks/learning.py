@@ -28,10 +28,15 @@ EXAMPLES = (
     "grpo-env-demo",
     "reward-demo",
     "distillation-demo",
+    "grpo-rm-demo",
 )
-# Examples that learn from another example's finished job: (that example, the spec setting its job's id goes in). The
-# teacher runs once per invocation, with its own seed, in the data folder its pupils share; the seeds vary the pupil.
-TEACHERS = {"distillation-demo": ("sft-demo", "distillation.teacher")}
+# Examples that learn from another example's finished job: (that example, the settings that name its job). It runs
+# once per invocation, with its own seed, in the data folder its pupils share; the seeds vary the pupil, and the time
+# printed is the pupil's alone.
+TEACHERS = {
+    "distillation-demo": ("sft-demo", lambda job_id: {"distillation": {"teacher": job_id}}),
+    "grpo-rm-demo": ("reward-demo", lambda job_id: {"rollout": {"rewards": [{"model": job_id, "weight": 1.0}]}}),
+}
 
 
 def run_example(name: str, data_dir: Path, seed: int | None = None, overrides: dict | None = None):
@@ -70,11 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as shared:
             overrides = None
             if name in TEACHERS:
-                teacher_example, path = TEACHERS[name]
+                teacher_example, naming = TEACHERS[name]
                 teacher, seconds = run_example(teacher_example, Path(shared))
                 print(f"{name}: teacher {teacher_example} {teacher.status.value} in {seconds:.0f}s", flush=True)
-                part, key = path.split(".")
-                overrides = {part: {key: teacher.id}}
+                overrides = naming(teacher.id)
             for seed in seeds:
                 with tempfile.TemporaryDirectory() as tmp:
                     job, seconds = run_example(name, Path(shared if overrides else tmp), seed, overrides)

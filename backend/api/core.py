@@ -23,6 +23,7 @@ from backend.jobs.store import JobStore
 from backend.platform.limits import int_setting
 from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
+from backend.training.reward_models import reward_model_sources
 
 
 class StudioCore:
@@ -76,6 +77,7 @@ class StudioCore:
             spec = spec.model_copy(update={"owner": owner})
         spec = authorize_spec(spec, user, self.paths)
         lineage = resolve_lineage(spec, self.store, user)
+        reward_model_sources(self.store, spec, user)  # a reward job must be the user's own, finished reward job
         parent = lineage.parent
         if parent is not None and (spec.evaluate is not None or spec.method != parent.spec.method):
             # a score head continues only as the same method: another method (or a benchmark) needs a language model

@@ -22,9 +22,11 @@ from backend.data.upload_store import (
     upload_quota,
 )
 from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
+from backend.jobs.access import reward_model_problems
 from backend.jobs.records import JobStatus
 from backend.platform.hardware import memory_room
 from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
+from backend.training.reward_models import model_sources
 
 if TYPE_CHECKING:
     from backend.training.preview import DatasetPreview
@@ -212,6 +214,10 @@ class DatasetOperations:
         if problems:
             raise SpecError(problems)
         specs = [r if isinstance(r, RewardSpec) else RewardSpec.model_validate(r) for r in rewards]
+        problems = reward_model_problems(specs, user)
+        if problems:
+            raise SpecError(problems)
+        sources = model_sources(self.core.store, specs, user)  # a reward job: the user's own, finished
         if user is not None:
             self._bench_calls.check(user.name)
-        return self._bench_time.run(lambda: score_completions(specs, completions, row))
+        return self._bench_time.run(lambda: score_completions(specs, completions, row, sources, self.core.paths.models))

@@ -24,6 +24,7 @@ from backend.platform.hardware import detect_device
 from backend.platform.limits import InFlight, int_setting
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.preflight import check_and_plan, check_spec
+from backend.training.reward_models import reward_model_sources, reward_model_warnings
 
 # Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
 # Gradio's 8 slots of an event, so others always find one free).
@@ -73,6 +74,7 @@ class JobOperations:
             warnings = check_spec(spec, self.core.paths.models, self.core.uploads_of(spec)) + _token_warnings(
                 spec, user
             )
+            warnings += self._reward_model_warnings(spec, user)
         free = self._free_workers()  # counted before adding: the scheduler may start this job at once
         job = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
         if wants_hub_token(spec) and user is not None and user.token:
@@ -81,6 +83,10 @@ class JobOperations:
             self.core.store.merge_artifacts(job.id, preflight_warnings=warnings)
         self.core.kick()
         return Submitted(job, self.core.store.queue_position(job.id), warnings, free)
+
+    def _reward_model_warnings(self, spec: JobSpec, user: User | None) -> list[str]:
+        """Pre-flight's word on each reward model the rewards name whose scores barely vary within a group."""
+        return reward_model_warnings(spec, reward_model_sources(self.core.store, spec, user), self.core.paths.models)
 
     def _free_workers(self) -> int:
         """How many more jobs could start now: the scheduler's slots less the jobs running."""
@@ -93,6 +99,7 @@ class JobOperations:
         spec = self.core.prepare(spec, user=user)
         with self._environment_check(spec, user):
             warnings, tuning = check_and_plan(spec, self.core.paths.models, self.core.uploads_of(spec))
+            warnings += self._reward_model_warnings(spec, user)
         warnings += _token_warnings(spec, user)
         estimate = tuning.estimate
         text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"

@@ -15,7 +15,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_input
 from backend.core.uploads import UPLOAD_INSTEAD, looks_like_file_path, upload_file
 from backend.core.users import User
-from backend.jobs.records import JobRecord
+from backend.jobs.records import JobRecord, is_job_id
 from backend.jobs.reporter import JobReporter
 from backend.jobs.store import JobStore
 from backend.jobs.store_errors import JobNotFound
@@ -48,6 +48,7 @@ def authorize_spec(spec: JobSpec, user: User | None, paths: DataPaths) -> JobSpe
     problems = [
         *dataset_problems(spec.dataset, user, paths.uploads(spec.owner)),
         *model_problems(spec.model, user),
+        *reward_model_problems(spec.rollout.rewards, user),
         *benchmark_problems(spec, user, paths.uploads(spec.owner)),
     ]
     if problems:
@@ -95,6 +96,22 @@ def model_problems(model: ModelSpec, user: User | None) -> list[str]:
             "pick a model transformers supports natively"
         )
     return problems
+
+
+def reward_model_problems(rewards, user: User | None) -> list[str]:
+    """What forbids ``user`` a reward model named by Hub id or folder (a job id is judged by ``lineage``): the same
+    rule as the base model's."""
+    if may_name_server_paths(user):
+        return []
+    named = [(i, r.model) for i, r in enumerate(rewards) if r.model and not is_job_id(r.model)]
+    problems = [
+        hub_name_problem(
+            f"rollout.rewards[{i}].model", name, "model", "push the reward model to the Hub and give its id"
+        )
+        for i, name in named
+        if name not in BUILTIN_MODELS
+    ]
+    return [problem for problem in problems if problem]
 
 
 def hub_name_problem(field: str, name: str, what: str, instead: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 import time
 import uuid
@@ -134,6 +135,15 @@ class JobRecord:
 def new_job_id() -> str:
     """A new job id: the time it was made, then six random hex digits (sorts by creation time)."""
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def is_job_id(name: str) -> bool:
+    """Whether ``name`` reads as an id :func:`new_job_id` writes (a Hub id has a slash, a path its own shape).
+
+    >>> is_job_id("20261205-154120-3fa9c2"), is_job_id("owner/reward-model")
+    (True, False)
+    """
+    return re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", name) is not None
 
 
 @lru_cache(maxsize=4096)

@@ -84,11 +84,12 @@ def generation(spec: JobSpec) -> tuple[int, int]:
     return spec.rollout.num_generations, spec.rollout.max_completion_length
 
 
-def reward_functions(spec: JobSpec) -> tuple[list, list[float]]:
-    """The job's reward callables and their weights, as TRL's trainers take them."""
+def reward_functions(spec: JobSpec, models: dict | None = None) -> tuple[list, list[float]]:
+    """The job's reward callables and their weights, as TRL's trainers take them; ``models``: the loaded reward models
+    its rewards name (``model_reward.load_model_rewards``)."""
     from backend.methods.rewards.registry import build_rewards
 
-    return build_rewards(spec.rollout.rewards)
+    return build_rewards(spec.rollout.rewards, models)
 
 
 def watch_completions(trainer, callbacks: list) -> None:
@@ -112,10 +113,14 @@ def cli_extras(spec: JobSpec) -> dict:
     g = spec.rollout
     section: dict = {}
     known = [TRL_REWARD_NAMES[r.name] for r in g.rewards if r.name in TRL_REWARD_NAMES]
+    models = [r for r in g.rewards if r.model is not None]
     if known:
         section["reward_funcs"] = known
-    if g.rewards and len(known) == len(g.rewards):
-        section["reward_weights"] = [r.weight for r in g.rewards]
+    if len(models) == 1:  # the script takes one reward model, scored before its reward_funcs
+        section["reward_model_name_or_path"] = models[0].model
+    if g.rewards and len(known) + min(len(models), 1) == len(g.rewards):
+        ordered = models + [r for r in g.rewards if r.name in TRL_REWARD_NAMES]
+        section["reward_weights"] = [r.weight for r in ordered]
     if g.use_vllm == "on":
         section.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=g.vllm_gpu_memory_utilization)
     return section
@@ -130,7 +135,7 @@ def _reward_description(reward) -> str:
 def cli_notes(spec: JobSpec) -> list[str]:
     """What the TRL CLI cannot say about an online job: the app's own rewards, an environment, vLLM's auto mode."""
     notes = []
-    custom = [r for r in spec.rollout.rewards if r.name not in TRL_REWARD_NAMES]
+    custom = [r for r in spec.rollout.rewards if r.name not in TRL_REWARD_NAMES and r.model is None]
     if spec.rollout.rewards:
         listed = "; ".join(_reward_description(r) for r in spec.rollout.rewards)
         notes.append(f"rewards: the app scored completions with {listed}.")
@@ -140,6 +145,12 @@ def cli_notes(spec: JobSpec) -> list[str]:
             f"rewards: {names}: the app's own rewards (backend/methods/rewards/), not in TRL's registry; TRL's CLI "
             "takes such functions as dotted import paths in reward_funcs (e.g. my_rewards.length_reward), with "
             "reward_weights in the same order."
+        )
+    if any(r.model is not None for r in spec.rollout.rewards):
+        notes.append(
+            "rewards: reward_model: TRL's script takes one reward model (reward_model_name_or_path, a Hub id or a "
+            "folder of a sequence-classification model); a reward job's id names no such folder: give its base "
+            "model with the job's adapter (jobs/<id>/adapter) merged in."
         )
     if spec.environment.name:
         notes.append(
@@ -166,7 +177,8 @@ def card_rows(spec: JobSpec, own: Sequence[tuple[str, object]]) -> list[tuple[st
         *own,
     ]
     if r.rewards:
-        rows.append(("rewards (weight)", ", ".join(f"{x.name} ({x.weight})" for x in r.rewards)))
+        named = [f"{x.name} `{x.model}`" if x.model else x.name for x in r.rewards]  # which reward model scored
+        rows.append(("rewards (weight)", ", ".join(f"{name} ({x.weight})" for name, x in zip(named, r.rewards))))
     if spec.environment.name:
         rows.append(("OpenEnv environment", f"`{spec.environment.name}` (reward: {spec.environment.reward})"))
     return rows
@@ -182,15 +194,21 @@ def only_accuracy(spec: JobSpec) -> bool:
     return [r.name for r in spec.rollout.rewards] == ["accuracy"] and spec.rollout.rewards[0].weight == 1
 
 
-def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
-    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check."""
-    label = "held-out accuracy" if only_accuracy(spec) else "held-out reward"
-    return (LearningMetric("reward/total", label, rate=only_accuracy(spec)),)
-
-
 # A reward of format, length or keywords can be gamed: where the rows carry a ``solution``, the greedy answers'
 # accuracy against it guards the verdict (scored by TRL's accuracy check, as GRPO's accuracy reward is).
 ANSWER_ACCURACY_GUARD = LearningMetric("accuracy", "held-out answer accuracy", rate=True)
+
+
+def learning_metrics(spec: JobSpec) -> tuple[LearningMetric, ...]:
+    """The held-out reward of greedy answers; called accuracy when the only reward is TRL's accuracy check. When a
+    reward model scores, the total is no yardstick of itself (a policy learns to please a reward model: the demo's
+    did, its score up, its answers wrong): the verdict then reads the greedy answers' accuracy where the rows carry a
+    ``solution`` (the first metric the evaluation has), else the held-out reward."""
+    label = "held-out accuracy" if only_accuracy(spec) else "held-out reward"
+    reward = LearningMetric("reward/total", label, rate=only_accuracy(spec))
+    if any(r.model is not None for r in spec.rollout.rewards):
+        return (ANSWER_ACCURACY_GUARD, reward)
+    return (reward,)
 
 
 def guards(spec: JobSpec) -> tuple[LearningMetric, ...]:
@@ -216,7 +234,8 @@ def reward_scores(trainer, spec: JobSpec, rows, sides) -> dict[str | None, dict[
     """Mean reward per reward function and in total per side, over each side's greedy completions of the prompts
     (greedy: the answer the model gives, not one draw of many, so the before/after is not sampling noise)."""
     model, tokenizer = trainer.model, trainer.processing_class
-    funcs, weights = reward_functions(spec)
+    # The trainer's own rewards (a reward model is loaded once, on the trainer's device), else built from the spec.
+    funcs, weights = getattr(trainer, "studio_rewards", None) or reward_functions(spec)
     settings = GenerationSettings(
         max_new_tokens=spec.rollout.max_completion_length, temperature=0, seed=spec.training.seed
     )
@@ -293,7 +312,12 @@ def build_trainer(
     its sampled completions go to the samples table. ``method_kwargs`` are the trainer's own (the dataset, an
     environment)."""
     spec = inputs.spec
-    reward_funcs, weights = reward_functions(spec)
+    models = {}
+    if inputs.reward_models:
+        from backend.methods.rewards.model_reward import load_model_rewards
+
+        models = load_model_rewards(inputs.reward_models, inputs.models_dir)
+    reward_funcs, weights = reward_functions(spec, models)
     vllm_kwargs, notice = vllm_settings(spec)
     log.info(notice)
     policy = load_policy(spec, inputs.models_dir, inputs.parent_adapter)
@@ -309,6 +333,9 @@ def build_trainer(
         **method_kwargs,
         **policy.trainer_kwargs(),
     )
+    for scorer in models.values():  # scored in batches where the policy trains, as TRL places a reward model
+        scorer.to(trainer.accelerator.device)
+    trainer.studio_rewards = (reward_funcs, weights)  # the held-out evaluation scores with the same, loaded once
     if spec.rollout.log_completions:
         watch_completions(trainer, inputs.callbacks)
     return trainer
@@ -319,6 +346,9 @@ def online_support(**row: Any) -> MethodSupport:
     prompt's rendering, the rollout's plots, monitoring, template and TRL CLI keys), with ``row`` its own fields."""
     shared: dict[str, Any] = {
         "formats": (DataFormat("prompt-only", ("prompt",)),),
+        # Kept where the rows have it, whatever the rewards read: the answer-accuracy guard (and the verdict of a job
+        # scored by reward models alone) reads the greedy answers against it.
+        "optional_columns": ("solution",),
         "evaluate": reward_scores,
         "learning_metrics": learning_metrics,
         "guards": guards,

@@ -104,15 +104,31 @@ class DistillationSpec(SpecPart):
 
 
 RewardName = Literal[
-    "accuracy", "reasoning_accuracy", "think_format", "exact_match", "regex", "valid_json", "length", "keywords"
+    "accuracy",
+    "reasoning_accuracy",
+    "think_format",
+    "exact_match",
+    "regex",
+    "valid_json",
+    "length",
+    "keywords",
+    "reward_model",
 ]
 REWARD_NAMES: tuple[str, ...] = get_args(RewardName)
 
 
 class RewardSpec(SpecPart):
-    """One GRPO reward function by name, its weight, and the settings that function reads."""
+    """One GRPO reward function by name, its weight, and the settings that function reads; or a reward model
+    (``{model: JOB_ID or Hub id, weight}``: its name is then ``reward_model``)."""
 
     name: RewardName = Field(description="Which reward function scores each completion.")
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="A reward model scores each prompt + completion (reward_model): your finished reward job's id, "
+        "or a sequence-classification model's Hub id (one score).",
+    )
     weight: float = Field(1.0, description="Weight of this reward in the total.")
     column: str | None = Field(
         None, description="Dataset column with the expected answer (exact_match; accuracy uses 'solution')."
@@ -136,8 +152,20 @@ class RewardSpec(SpecPart):
             raise ValueError(problem)
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _model_names_the_reward(cls, data: Any) -> Any:
+        """``{model: ..., weight: ...}`` is a reward model: its name needs no saying."""
+        if isinstance(data, dict) and data.get("model") is not None and "name" not in data:
+            return {**data, "name": "reward_model"}
+        return data
+
     @model_validator(mode="after")
     def _params_fit_the_reward(self) -> RewardSpec:
+        if self.name == "reward_model" and not self.model:
+            raise ValueError("reward_model needs model: your reward job's id, or a reward model's Hub id")
+        if self.model is not None and self.name != "reward_model":
+            raise ValueError(f"model is for a reward model; the {self.name} reward reads none (drop name or model)")
         if self.name == "exact_match" and not self.column:
             raise ValueError("exact_match needs column: the dataset column holding the expected answer")
         if self.name == "regex":

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from backend.core.spec import RewardSpec, SpecError
@@ -51,9 +52,17 @@ def bench_input_problems(specs: Sequence[Any], completions: Sequence[Any], row: 
 
 
 def score_completions(
-    specs: Sequence[RewardSpec], completions: Sequence[Any], row: dict[str, Any] | None = None
+    specs: Sequence[RewardSpec],
+    completions: Sequence[Any],
+    row: dict[str, Any] | None = None,
+    model_sources: Mapping[str, Any] | None = None,
+    models_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Score typed completions with every reward, as GRPO would for one dataset row.
+
+    A reward model (``{model: ...}``) scores the row's ``prompt`` and each completion as the trainer does; its
+    source is in ``model_sources`` (``jobs.lineage.model_sources``, by the name given) and it loads under
+    ``models_dir``.
 
     Returns one ``{"completion", "scores", "total", "notes"}`` per completion. ``scores`` maps each reward's
     name to its score, None where the reward does not apply; ``total`` is the weighted sum with None
@@ -67,7 +76,12 @@ def score_completions(
     problems = missing_columns(specs, row)
     if problems:
         raise SpecError(problems)
-    functions, weights = build_rewards(specs)
+    models = {}
+    if model_sources:
+        from backend.methods.rewards.model_reward import load_model_rewards
+
+        models = load_model_rewards(model_sources, models_dir or Path("."))
+    functions, weights = build_rewards(specs, models)
     reward_kwargs = _row_as_batch(row, len(completions))
     scores_by_reward = {fn.__name__: fn(completions=list(completions), **reward_kwargs) for fn in functions}
     notes: dict[int, list[str]] = {}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from backend.core.spec import RewardSpec
 from backend.methods.rewards.accuracy_rewards import ExactMatch, TRLReward
 from backend.methods.rewards.format_rewards import RegexMatch, ValidJSON
+from backend.methods.rewards.model_reward import ModelReward
 from backend.methods.rewards.other_rewards import Keywords, LengthTarget
 from backend.methods.rewards.reading import RewardFunction
 
@@ -31,19 +32,27 @@ BUILDERS: dict[str, Callable[[RewardSpec], RewardFunction]] = {
         _given(spec.target_length, "target_length", spec), tolerance=spec.tolerance, unit=spec.unit
     ),
     "keywords": lambda spec: Keywords(spec.include, spec.exclude, case_sensitive=spec.case_sensitive),
+    # A reward model is loaded, not built: its scorer comes in ``build_rewards``'s ``models`` (model_reward.py).
+    "reward_model": lambda spec: _given(None, "loaded model", spec),
 }
 
 
-def build_reward(spec: RewardSpec) -> RewardFunction:
-    """The reward callable one RewardSpec describes; its weight is applied by TRL (GRPOConfig.reward_weights)."""
+def build_reward(spec: RewardSpec, models: Mapping[str, ModelReward] | None = None) -> RewardFunction:
+    """The reward callable one RewardSpec describes; its weight is applied by TRL (GRPOConfig.reward_weights). A
+    reward model's is its scorer in ``models`` (by the name the spec gives), loaded by the caller."""
     if spec.name not in BUILDERS:
         raise ValueError(f"no reward is built for {spec.name!r}")
+    if spec.model is not None and models and spec.model in models:
+        return models[spec.model].named(spec.name)
     return BUILDERS[spec.name](spec)
 
 
-def build_rewards(specs: Sequence[RewardSpec]) -> tuple[list[RewardFunction], list[float]]:
-    """Reward callables and their weights; repeated names get suffixes (keywords, keywords_2) so metrics stay apart."""
-    functions = [build_reward(spec) for spec in specs]
+def build_rewards(
+    specs: Sequence[RewardSpec], models: Mapping[str, ModelReward] | None = None
+) -> tuple[list[RewardFunction], list[float]]:
+    """Reward callables and their weights; repeated names get suffixes (keywords, keywords_2) so metrics stay apart.
+    ``models``: the loaded reward models the specs name (``model_reward.load_model_rewards``)."""
+    functions = [build_reward(spec, models) for spec in specs]
     for function, name in zip(functions, unique_names([spec.name for spec in specs])):
         function.__name__ = name
     return functions, [spec.weight for spec in specs]

@@ -158,7 +158,8 @@ def test_plain_preference_appends_eos_to_each_side(make_spec, tokenizer):
 def test_prompt_only_ends_with_the_generation_prompt(make_spec, tokenizer, enable_thinking):
     spec = make_spec(PROMPT_ONLY, method="grpo", grpo={"enable_thinking": enable_thinking, "num_generations": 2})
     preview = preview_dataset(spec, tokenizer)
-    assert (preview.format, preview.columns) == ("prompt-only", ["prompt"])
+    # the rows' solution is kept where present: the answer-accuracy guard reads it
+    assert (preview.format, preview.columns) == ("prompt-only", ["prompt", "solution"])
     rendered = preview.rows[0].rendered
     assert rendered.startswith("<|im_start|>user\nWhat is 12 + 3?")
     # Qwen3's template pre-fills an empty think block only when thinking is switched off.

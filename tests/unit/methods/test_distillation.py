@@ -177,7 +177,8 @@ def test_a_teacher_with_other_tokens_or_none_is_refused_naming_the_field_and_not
         assert "distillation.teacher: name the model to learn from" in said
         # Someone on a Space may not point the teacher at a folder on the server.
         said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": str(other)}}), User("ann"))
-        assert f"distillation.teacher: '{other}' is a path on the server" in said
+        # (the path quoted as far as the sentence's limit on echoed input allows)
+        assert said.startswith("distillation.teacher: '/") and "' is a path on the server; name a job of yours" in said
         assert api.jobs.list_jobs() == [], "nothing was stored"
     finally:
         api.close()

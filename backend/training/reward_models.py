@@ -1,0 +1,133 @@
+"""Reward models in an online job's rewards (``rollout.rewards``' ``{model: JOB_ID or Hub id, weight}``): where each
+comes from, the rule for a reward job (the user's own, of method reward, succeeded with its adapter saved), and
+pre-flight's word when one scores a group's completions alike. The facade asks it at submit and on the reward bench,
+the worker when it builds the trainer."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.core.spec import JobSpec, ModelSpec, SpecError, online_methods, quote_input
+from backend.core.users import User
+from backend.core.wording import counted
+from backend.data.loading import load_training_dataset
+from backend.jobs.access import readable_job
+from backend.jobs.lineage import saved_adapter
+from backend.jobs.records import JobStatus, is_job_id
+from backend.jobs.reporter import JobReporter
+from backend.jobs.store import JobStore
+from backend.jobs.store_errors import JobNotFound, UnreadableJob
+from backend.methods.reward import SCORE_HEAD
+from backend.methods.table import reward_columns, support
+
+
+@dataclass(frozen=True)
+class RewardModelSource:
+    """Where a ``rollout.rewards`` entry's reward model comes from: a model to load with one score (a Hub id, a
+    folder), and for a reward job its base model with the job's score-head adapter on top."""
+
+    model: ModelSpec
+    adapter: Path | None = None
+
+
+def reward_model_sources(
+    store: JobStore | JobReporter, spec: JobSpec, user: User | None = None
+) -> dict[str, RewardModelSource]:
+    """:func:`model_sources` of an online job's rewards (none for other methods)."""
+    return model_sources(store, spec.rollout.rewards if spec.method in online_methods() else (), user)
+
+
+def model_sources(store: JobStore | JobReporter, rewards, user: User | None = None) -> dict[str, RewardModelSource]:
+    """Each reward model ``rewards`` name, by the name given: a job id must be ``user``'s own reward job that
+    succeeded with its adapter saved (SpecError, one sentence per entry, naming its field); any other name is a
+    sequence-classification model to load as it is (``access.reward_model_problems`` has judged the name)."""
+    sources: dict[str, RewardModelSource] = {}
+    problems: list[str] = []
+    for index, reward in enumerate(rewards):
+        if reward.model is None or reward.model in sources:
+            continue
+        field = f"rollout.rewards[{index}].model"
+        if not is_job_id(reward.model):
+            sources[reward.model] = RewardModelSource(ModelSpec(name_or_path=reward.model))
+            continue
+        try:
+            job = readable_job(store, reward.model, user)
+        except (JobNotFound, UnreadableJob):
+            problems.append(f"{field}: there is no job {quote_input(reward.model)} of yours")
+            continue
+        if support(job.spec.method).head != SCORE_HEAD:
+            problems.append(
+                f"{field}: job {job.id} trained a {job.spec.method.value} model, not a reward model; "
+                "pick a job of method reward"
+            )
+        elif job.status is not JobStatus.succeeded or saved_adapter(job) is None:
+            problems.append(
+                f"{field}: job {job.id} is {job.status.value}; only a reward job that succeeded (its model saved) can "
+                "score completions"
+            )
+        elif job.spec.lora.enabled:
+            sources[reward.model] = RewardModelSource(job.spec.model, saved_adapter(job))
+        else:  # all weights trained: the saved folder is the whole reward model
+            sources[reward.model] = RewardModelSource(ModelSpec(name_or_path=str(saved_adapter(job))))
+    if problems:
+        raise SpecError(problems)
+    return sources
+
+
+# A reward model whose scores spread less than this within a group gives GRPO and RLOO next to no advantage to learn
+# from (each completion's advantage is its score against its group's).
+FLAT_GROUP_STD = 1e-2
+FLAT_CHECK_PROMPTS = 4  # prompts sampled, one group each, by the starting model
+FLAT_CHECK_TOKENS = 64  # most tokens per sampled completion (the rollout's own length when shorter)
+
+
+def reward_model_warnings(spec: JobSpec, sources: dict, models_dir: Path) -> list[str]:
+    """A warning per reward model (``sources``: ``jobs.lineage.reward_model_sources``) whose scores barely vary within
+    a group: the base model samples a group of completions for each of a few prompts, as the rollout samples them,
+    and the reward model scores them; a within-group standard deviation under ``FLAT_GROUP_STD`` means the job would
+    learn next to nothing from it."""
+    if not sources:
+        return []
+
+    from backend.methods.rewards.model_reward import load_model_rewards
+    from backend.models.inference import load_for_inference
+    from backend.models.mixed_batch import GenerationSettings
+    from backend.models.scoring import as_messages, generate_completions
+
+    rollout = spec.rollout
+    rows, _ = load_training_dataset(spec.dataset, spec.method, reward_columns(spec))
+    prompts = [rows[i]["prompt"] for i in range(min(FLAT_CHECK_PROMPTS, len(rows)))]
+    group = [prompt for prompt in prompts for _ in range(rollout.num_generations)]
+    model, tokenizer = load_for_inference(spec.model, spec.quantization, models_dir)
+    settings = GenerationSettings(
+        max_new_tokens=min(rollout.max_completion_length, FLAT_CHECK_TOKENS),
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        seed=spec.training.seed,
+    )
+    texts = generate_completions(model, tokenizer, group, [None], settings)[None]
+    del model
+    completions = [
+        [{"role": "assistant", "content": text}] if as_messages(prompt) is not None else text
+        for prompt, text in zip(group, texts)
+    ]
+    scorers = load_model_rewards(sources, models_dir)
+    warnings = []
+    for index, reward in enumerate(rollout.rewards):
+        if reward.model not in scorers:
+            continue
+        scores = scorers[reward.model](prompts=group, completions=completions)
+        size = rollout.num_generations
+        spread = statistics.mean(
+            statistics.pstdev(scores[start : start + size]) for start in range(0, len(scores), size)
+        )
+        if spread < FLAT_GROUP_STD:
+            warnings.append(
+                f"rollout.rewards[{index}].model: the reward model scores the completions of a group almost alike "
+                f"(within-group standard deviation {spread:.2g} over {counted(len(prompts), 'prompt')}, "
+                f"{size} completions each, sampled by the base model), so {spec.method.value.upper()} gets next to "
+                "no signal from it; check that it rates these answers differently, or raise rollout.temperature"
+            )
+    return warnings
