@@ -12,22 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from backend.jobs.records import JobRecord
-from backend.methods.reward import SCORE_HEAD, scored_ids, sequence_scores
-from backend.models.loading import head_init_kwargs, load_tokenizer, resolve_model
-
-
-def load_reward_model(job: JobRecord, models_dir: Path) -> tuple[Any, Any]:
-    """A finished reward job's model (its base with the score head, its adapter on, in eval mode) and tokenizer."""
-    import transformers
-    from peft import PeftModel
-
-    adapter = str(job.artifacts.adapter_dir)
-    tokenizer = load_tokenizer(adapter, job.spec.model)
-    base = getattr(transformers, SCORE_HEAD.auto_class).from_pretrained(
-        resolve_model(job.spec.model, models_dir), **head_init_kwargs(SCORE_HEAD)
-    )
-    base.config.pad_token_id = tokenizer.pad_token_id  # the head reads each row's last token that is not padding
-    return PeftModel.from_pretrained(base, adapter).eval(), tokenizer
+from backend.methods.reward import scored_ids, sequence_scores
+from backend.models.inference import load_reward_model
 
 
 class AnswerScorer:
@@ -44,7 +30,8 @@ class AnswerScorer:
         with self._lock:
             if self._held is None or self._held[0] != job.id:
                 self._held = None  # the last one freed before the next loads
-                self._held = (job.id, *load_reward_model(job, self.models_dir))
+                adapter = Path(str(job.artifacts.adapter_dir))
+                self._held = (job.id, *load_reward_model(job.spec.model, self.models_dir, adapter))
             _, model, tokenizer = self._held
             limit = job.spec.training.max_length
             ids = [

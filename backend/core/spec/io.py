@@ -57,12 +57,14 @@ def _json_or_yaml(text: str, where: str) -> Any:
 
 def with_settings(spec: dict[str, Any], settings: list[str]) -> dict[str, Any]:
     """``spec`` (a mapping, as :func:`load_spec_text` reads it) with each ``PATH=VALUE`` of ``settings`` set; the
-    value is read as YAML (3, 0.5, true) and kept as text where it reads as anything else.
+    value is read as YAML (3, 0.5, true, a list or a mapping) and kept as text where it reads as anything else.
 
     >>> with_settings({"distillation": {"teacher": "<id>"}}, ["distillation.teacher=20261205-154336-934a11"])
     {'distillation': {'teacher': '20261205-154336-934a11'}}
     >>> with_settings({}, ["training.max_steps=60", "lora.enabled=false"])
     {'training': {'max_steps': 60}, 'lora': {'enabled': False}}
+    >>> with_settings({}, ["rollout.rewards=[{model: 20261205-154336-934a11, weight: 1.0}]"])
+    {'rollout': {'rewards': [{'model': '20261205-154336-934a11', 'weight': 1.0}]}}
     """
     import yaml
 
@@ -80,5 +82,7 @@ def with_settings(spec: dict[str, Any], settings: list[str]) -> dict[str, Any]:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError:
             parsed = value
-        part[names[-1]] = parsed if isinstance(parsed, (bool, int, float, str)) else value
+        part[names[-1]] = (
+            parsed if isinstance(parsed, (bool, int, float, str, list, dict)) else value
+        )  # a list of rewards
     return spec
