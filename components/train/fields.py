@@ -57,7 +57,7 @@ class FormField:
     derived: bool = False  # mapped by hand in ``_derived_to_spec``/``_derived_from_spec``, not by path
     zero_means_none: bool = False  # 0 (like empty) is the spec's None ("0: all")
     none_as: Any = None  # the form value that stands for the spec's None
-    options: dict[str, Any] = field(default_factory=dict)  # widget only (elem_id, placeholder; closed: choices only)
+    options: dict[str, Any] = field(default_factory=dict)  # widget only (elem_id, placeholder, closed, radio)
 
     @property
     def spec(self) -> SpecField:
@@ -147,7 +147,8 @@ DECLARED: list[FormField] = [
         options={"elem_id": "column-map", "placeholder": "prompt=question, completion=answer"},
     ),
     FormField("max_rows", "dataset.max_rows", "Max rows (0: all)", zero_means_none=True, options={"minimum": 0}),
-    FormField("method", "method", "Method", options={"elem_id": "method"}),
+    # Every method in sight, one click each (a dropdown from the seventh on hid them behind a click).
+    FormField("method", "method", "Method", options={"elem_id": "method", "radio": True}),
     FormField("sft_completion_only", "sft.completion_only_loss", "Loss on completions only"),
     FormField(
         "sft_packing",

@@ -55,6 +55,7 @@ def field_widget(f: FormField) -> Any:
     """The Gradio input of one declared field: its kind and choices from the spec, label and help from the form."""
     options = dict(f.options)
     closed = options.pop("closed", False)
+    radio = options.pop("radio", False)  # a radio however many its choices
     kw = {"label": f.label, "info": f.info or None, "value": FIELDS[f.name], **options}
     described = f.spec
     if described.kind == "bool":
@@ -63,7 +64,7 @@ def field_widget(f: FormField) -> Any:
         return gr.Dropdown(list(f.choices), allow_custom_value=True, elem_classes=[FREE_TEXT_CLASS], **kw)
     choices = list(f.choices if f.choices is not None else described.choices)
     if choices and described.kind not in ("int", "float"):
-        return (gr.Radio if len(choices) <= MAX_RADIO_CHOICES else gr.Dropdown)(choices, **kw)
+        return (gr.Radio if radio or len(choices) <= MAX_RADIO_CHOICES else gr.Dropdown)(choices, **kw)
     if described.kind in ("int", "float"):
         return gr.Number(precision=0 if described.kind == "int" else None, **kw)
     return gr.Textbox(**kw)
