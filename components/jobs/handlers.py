@@ -32,6 +32,7 @@ HEAVY_EVERY_S = 10.0
 HEAVY_AT = "heavy_at"  # the key, in the page's digests, of when its plots, samples and logs were last sent
 HEAVY_OF = "heavy_of"  # and of the job (and its status) they were sent for: a change sends them at once
 HIDDEN_PLOT = gr.update(elem_classes=[UNDRAWN], value=None)
+SHOWN_ROW = gr.update(elem_classes=[])  # the plots' row, hidden while a pick was on its way (picked_anew), shown
 # Scroll the raw log to its last line when its accordion opens (a few times, while it renders).
 SCROLL_LOG_TO_END = """() => {
     const scroll = (tries) => {
@@ -92,6 +93,7 @@ def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
             gr.update(visible=False, value=None),
             gr.update(visible=False, value=None),
             "",
+            SHOWN_ROW,
         ]
     method = job.spec.method.value
     metrics = api.jobs.metrics(job.id, user=user)
@@ -120,6 +122,7 @@ def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
         gr.update(value=monitor.samples_table(kept, weights), visible=bool(kept)),
         gr.update(value=rows, visible=not rows.empty),
         "\n".join(api.jobs.log_tail(job.id, RAW_LOG_LINES, user=user)),
+        SHOWN_ROW,
     ]
 
 
@@ -277,11 +280,6 @@ def picked_anew() -> list:
     return [gr.update(elem_classes=[STALE]), "", {}]
 
 
-def show_picked(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
-    """``show_job``, and the plots shown again (hidden by ``picked_anew`` until they had the picked job's points)."""
-    return [*show_job(api, h, selected, profile), gr.update(elem_classes=[])]
-
-
 def download_hidden():
     """The last job's download button hidden."""
     return gr.update(value=None, visible=False)
@@ -414,9 +412,9 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
     h.picker.change(
         picked_anew, None, [h.plots_row, h.action_note, h.shown], api_visibility="private", queue=False
     ).then(
-        bind(show_picked, api, h),
+        bind(show_job, api, h),
         h.picker,
-        [*h.detail, h.plots_row],
+        h.detail,
         api_name="show_job",
         show_progress="hidden",
         trigger_mode="always_last",

@@ -103,7 +103,8 @@ class JobsLayout:
             self.prepare_button,
             self.evaluation,
         ]
-        self.heavy = [*plots, self.samples_note, self.samples, self.log_rows, self.log]
+        # (the plots' row last: every answer that draws the plots shows it again, should ``picked_anew`` have hidden it)
+        self.heavy = [*plots, self.samples_note, self.samples, self.log_rows, self.log, self.plots_row]
         self.heavy_ids = {id(c) for c in self.heavy}
         self.detail = [self.summary, self.progress, *plots, self.detail_box, *self.light[3:], *self.heavy[len(plots) :]]
         self.everything = [
