@@ -8,7 +8,7 @@ import json
 import re
 
 from tests.helpers.apps import app_fixture
-from tests.helpers.browser import BROWSER_MARKS, open_page
+from tests.helpers.browser import BROWSER_MARKS, open_page, type_job
 
 pytestmark = BROWSER_MARKS
 
@@ -56,10 +56,7 @@ def test_compare_asks_each_question_on_its_own_and_conversation_carries_it_over(
         expect(page.locator("#header-status")).to_contain_text("Device:", timeout=30_000)
         page.get_by_role("tab", name="Chat").click()
         page.evaluate(WATCH_LIVE_REGIONS)
-        picker = page.locator("#chat-job input")
-        picker.click()
-        picker.fill(app.job_id)
-        picker.press("Enter")
+        type_job(page, "#chat-job", app.job_id)
         expect(page.locator("#chat-job-info")).to_contain_text(app.job_id)
         expect(page.locator("#chat-mode input:checked")).to_have_value("compare")
         expect(page.locator("#chat-mode-note")).to_contain_text("each question is asked on its own (no history)")

@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from backend.api import StudioAPI
 from tests.helpers.apps import data_dir_with_models, launch_app
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, open_chat_tab
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, open_chat_tab, type_job
 from tests.unit.chat.test_chat_tool_calls import QUESTION, SAID, build_tool_adapter, environment_spec, finished_job
 
 pytestmark = BROWSER_MARKS
@@ -47,11 +47,8 @@ def test_a_tool_call_shows_as_a_block_runs_in_the_environment_and_a_thumb_record
     temperature.fill("0")
     temperature.press("Tab")
     expect(page.locator("#chat-tools")).to_be_hidden()
-    picker = page.locator("#chat-job input")
-    picker.click()
-    picker.fill(app.job_id)
-    picker.press("Enter")
-    expect(picker).to_have_value(re.compile(rf"^{app.job_id} · grpo"))
+    type_job(page, "#chat-job", app.job_id)
+    expect(page.locator("#chat-job input")).to_have_value(re.compile(rf"^{app.job_id} · grpo"))
     expect(page.locator("#chat-tools")).to_be_visible()
     expect(page.locator("#chat-tools-info")).to_contain_text("builtin:arithmetic")
 

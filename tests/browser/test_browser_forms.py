@@ -20,7 +20,7 @@ from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
 from tests.helpers import wait_status
 from tests.helpers.apps import app_fixture
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, page_fixture
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, fill_settings, page_fixture, type_job
 
 pytestmark = BROWSER_MARKS
 
@@ -237,11 +237,7 @@ def test_chat_shows_the_jobs_loss_and_evaluation_and_keeps_one_preference_per_tu
     max_tokens = page.get_by_label("number input for Max new tokens")
     max_tokens.fill("8")
     max_tokens.press("Tab")
-    picker = page.locator("#chat-job input")
-    picker.click()
-    expect(page.get_by_role("option", name=re.compile(re.escape(job_id)))).to_be_visible()
-    picker.fill(job_id)
-    picker.press("Enter")
+    type_job(page, "#chat-job", job_id)
 
     info = page.locator("#chat-job-info")
     expect(info).to_contain_text("random tiny model")

@@ -26,7 +26,7 @@ from backend.jobs.records import JobStatus
 from components.jobs import monitor as job_monitor
 from tests.helpers import tiny_spec
 from tests.helpers.apps import data_dir_with_models, launch_app
-from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, expect_legend, inside, page_fixture, pick_job
+from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, expect_legend, inside, page_fixture, pick_job, type_job
 from tests.unit.chat.test_chat import _build_adapter
 
 pytestmark = BROWSER_MARKS
@@ -391,10 +391,7 @@ def test_chat_buttons_wait_for_a_job_and_an_export_right_after_a_pick_downloads_
     max_tokens.fill("8")
     max_tokens.press("Tab")
     picker = page.locator("#chat-job input")
-    picker.click()  # (its choices load on focus)
-    expect(page.get_by_role("option", name=re.compile(re.escape(app.ids["one"])))).to_be_visible()
-    picker.fill(app.ids["one"])
-    picker.press("Enter")
+    type_job(page, "#chat-job", app.ids["one"])
     expect(picker).to_have_value(re.compile(rf"^{app.ids['one']} · sft"))
     for button in buttons:
         expect(page.locator(button)).to_be_enabled()

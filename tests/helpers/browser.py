@@ -294,6 +294,19 @@ def pick_option(page, field_selector: str, job_id: str) -> None:
     option.click()
 
 
+def type_job(page, field_selector: str, job_id: str) -> None:
+    """Type ``job_id`` into a job dropdown and press Enter, as a user does, once the dropdown offers it: a chat
+    picker loads its choices when it takes focus, and Enter before they arrive keeps the bare id."""
+    from playwright.sync_api import expect
+
+    field = page.locator(f"{field_selector} input")
+    field.click()
+    expect(page.get_by_role("option", name=re.compile(re.escape(job_id)))).to_be_visible()
+    field.fill(job_id)
+    field.press("Enter")
+    expect(field).to_have_value(re.compile(rf"^{re.escape(job_id)} · "))
+
+
 def pick_job(page, job_id: str) -> None:
     """Pick a job in the Jobs tab's picker as a user does (type its id, Enter) and wait for its summary."""
     from playwright.sync_api import expect
