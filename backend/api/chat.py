@@ -109,20 +109,11 @@ class ChatOperations:
         without an answer; another user's job is JobNotFound."""
         from backend.chat.answer_scores import AnswerScorer
         from backend.chat.side_by_side import message_text
-        from backend.jobs.records import JobStatus
-        from backend.methods.table import support
+        from backend.training.reward_models import reward_job_source
 
         self.core.require_user(user, "score answers")
-        job = self.jobs.get_job(job_id, user)
-        if support(job.spec.method).head.generates:
-            raise SpecError(
-                [
-                    f"job {job.id} trained a {job.spec.method.value} model, which writes answers and scores "
-                    "none: pick a finished reward job to score them"
-                ]
-            )
-        if job.status is not JobStatus.succeeded or not job.artifacts.adapter_dir:
-            raise SpecError([f"job {job.id} is {job.status.value}: only a finished reward job can score answers"])
+        source = reward_job_source(self.core.store, job_id, user)
+        max_length = self.core.store.get(job_id).spec.training.max_length
         # Each turn as the reward model read its training rows: a role and its text (tool blocks and files left out).
         texts = [
             [
@@ -144,7 +135,7 @@ class ChatOperations:
                 if self._scorer is None:
                     self._scorer = AnswerScorer(self.core.paths.models)
                 scorer = self._scorer
-            return scorer.score(job, texts)
+            return scorer.score(job_id, source, max_length, texts)
         finally:
             release()
 

@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from backend.jobs.records import JobRecord
 from backend.methods.reward import scored_ids, sequence_scores
 from backend.models.inference import load_reward_model
 
@@ -22,20 +21,20 @@ class AnswerScorer:
     def __init__(self, models_dir: Path) -> None:
         self.models_dir = models_dir
         self._lock = threading.Lock()
-        self._held: tuple[str, Any, Any] | None = None  # (job id, model, tokenizer)
+        self._held: tuple[str, Any, Any] | None = None  # (key, model, tokenizer)
 
-    def score(self, job: JobRecord, conversations: list[list[dict]]) -> list[float]:
-        """The reward model's score of each conversation's last answer (its prompt: the turns before it); each read
-        within the job's ``max_length``, its start cut off when longer, since the head reads the last token."""
+    def score(self, key: str, source: Any, max_length: int, conversations: list[list[dict]]) -> list[float]:
+        """The score of each conversation's last answer (its prompt: the turns before it) by the reward model
+        ``source`` names (``training.reward_models.RewardModelSource``: a model, and a reward job's adapter on it),
+        held under ``key``; each read within ``max_length`` tokens, its start cut off when longer, since the head
+        reads the last token."""
         with self._lock:
-            if self._held is None or self._held[0] != job.id:
+            if self._held is None or self._held[0] != key:
                 self._held = None  # the last one freed before the next loads
-                adapter = Path(str(job.artifacts.adapter_dir))
-                self._held = (job.id, *load_reward_model(job.spec.model, self.models_dir, adapter))
+                self._held = (key, *load_reward_model(source.model, self.models_dir, source.adapter))
             _, model, tokenizer = self._held
-            limit = job.spec.training.max_length
             ids = [
-                scored_ids(tokenizer, {"prompt": turns[:-1], "chosen": turns[-1:]}, "chosen")[-limit:]
+                scored_ids(tokenizer, {"prompt": turns[:-1], "chosen": turns[-1:]}, "chosen")[-max_length:]
                 for turns in conversations
             ]
             return sequence_scores(model, tokenizer, ids, [None] * len(ids))

@@ -53,27 +53,36 @@ def model_sources(store: JobStore | JobReporter, rewards, user: User | None = No
             sources[reward.model] = RewardModelSource(ModelSpec(name_or_path=reward.model))
             continue
         try:
-            job = readable_job(store, reward.model, user)
+            sources[reward.model] = reward_job_source(store, reward.model, user)
         except (JobNotFound, UnreadableJob):
             problems.append(f"{field}: there is no job {quote_input(reward.model)} of yours")
-            continue
-        if support(job.spec.method).head != SCORE_HEAD:
-            problems.append(
-                f"{field}: job {job.id} trained a {job.spec.method.value} model, not a reward model; "
-                "pick a job of method reward"
-            )
-        elif job.status is not JobStatus.succeeded or saved_adapter(job) is None:
-            problems.append(
-                f"{field}: job {job.id} is {job.status.value}; only a reward job that succeeded (its model saved) can "
-                "score completions"
-            )
-        elif job.spec.lora.enabled:
-            sources[reward.model] = RewardModelSource(job.spec.model, saved_adapter(job))
-        else:  # all weights trained: the saved folder is the whole reward model
-            sources[reward.model] = RewardModelSource(ModelSpec(name_or_path=str(saved_adapter(job))))
+        except SpecError as exc:
+            problems += [f"{field}: {problem}" for problem in exc.problems]
     if problems:
         raise SpecError(problems)
     return sources
+
+
+def reward_job_source(store: JobStore | JobReporter, job_id: str, user: User | None = None) -> RewardModelSource:
+    """Where ``user``'s finished reward job ``job_id`` is loaded from: its base model with the score-head adapter on
+    top, or the saved folder alone when it trained all weights. A job that is no reward model, or did not succeed
+    with its model saved, is a SpecError of one sentence; another user's or a missing job is JobNotFound."""
+    job = readable_job(store, job_id, user)
+    if support(job.spec.method).head != SCORE_HEAD:
+        raise SpecError(
+            [f"job {job.id} trained a {job.spec.method.value} model, not a reward model; pick a job of method reward"]
+        )
+    saved = saved_adapter(job)
+    if job.status is not JobStatus.succeeded or saved is None:
+        raise SpecError(
+            [
+                f"job {job.id} is {job.status.value}; only a reward job that succeeded (its model saved) can score "
+                "completions"
+            ]
+        )
+    if job.spec.lora.enabled:
+        return RewardModelSource(job.spec.model, saved)
+    return RewardModelSource(ModelSpec(name_or_path=str(saved)))  # all weights trained: the folder is the model
 
 
 # A reward model whose scores spread less than this within a group gives GRPO and RLOO next to no advantage to learn

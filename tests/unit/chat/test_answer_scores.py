@@ -20,17 +20,23 @@ ANSWERS = ("2 + 3 = \\boxed{5}", "It is 6, I think, or maybe 7.")
 
 @pytest.fixture(scope="module")
 def scored_api(tmp_path_factory, models_dir):
-    """An app's facade holding one finished tiny reward job (trained a few steps) and one finished SFT job."""
+    """An app's facade holding finished tiny reward jobs (trained a few steps; one with LoRA, one of all weights) and
+    one finished SFT job."""
     from tests.helpers.apps import data_dir_with_models
 
     root = data_dir_with_models(tmp_path_factory.mktemp("scores") / "data", models_dir)
     api = StudioAPI(root, scheduler="none")
     ids = {}
-    for name, spec in (("reward", tiny_spec(**REWARD)), ("sft", tiny_spec())):
+    specs = {
+        "reward": tiny_spec(**REWARD),
+        "full": tiny_spec(**REWARD, lora={"enabled": False}),
+        "sft": tiny_spec(),
+    }
+    for name, spec in specs.items():
         job = api.core.store.add(parse_spec(spec).model_copy(update={"owner": "local"}))
         api.core.store.claim_next()
         adapter = api.core.paths.job_dir(job.id) / "adapter"
-        if name == "reward":
+        if name != "sft":
             trainer, _ = build_trainer(job.spec, api.core.paths, job.id, [], None)
             trainer.train()
             trainer.save_model(str(adapter))
@@ -46,9 +52,17 @@ def scored_api(tmp_path_factory, models_dir):
 
 
 def _alone(adapter, base_path, turns) -> float:
-    """The reward model's score of one conversation, unbatched: transformers + peft as a model card says."""
+    """The reward model's score of one conversation, unbatched: transformers + peft as a model card says (the saved
+    folder alone when ``base_path`` is None: a job that trained all weights)."""
     from peft import PeftModel
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    if base_path is None:
+        tokenizer = AutoTokenizer.from_pretrained(adapter)
+        model = AutoModelForSequenceClassification.from_pretrained(adapter, num_labels=1)
+        inputs = tokenizer.apply_chat_template(turns, return_tensors="pt", return_dict=True)
+        with torch.inference_mode():
+            return float(model.eval()(**inputs).logits[0, 0])
 
     tokenizer = AutoTokenizer.from_pretrained(adapter)
     model = PeftModel.from_pretrained(
@@ -71,11 +85,19 @@ def test_a_reward_job_scores_each_sides_last_answer_as_its_model_does_alone(scor
     assert scores[0] != scores[1]
 
 
+def test_a_reward_job_that_trained_all_weights_scores_with_its_saved_model_alone(scored_api):
+    api, ids = scored_api
+    sides = [[QUESTION, {"role": "assistant", "content": answer}] for answer in ANSWERS]
+    scores = api.chat.score_answers(ids["full"], sides, local_user())
+    folder = api.jobs.get_job(ids["full"]).artifacts.adapter_dir
+    assert scores == pytest.approx([_alone(folder, None, turns) for turns in sides], abs=1e-4)
+
+
 def test_every_wrong_pick_is_a_sentence_and_loads_nothing(scored_api):
     api, ids = scored_api
     answered = [[QUESTION, {"role": "assistant", "content": "5"}]] * 2
     cases = {
-        "writes answers and scores none": (ids["sft"], answered),
+        "not a reward model; pick a job of method reward": (ids["sft"], answered),
         "each side needs an answer to score": (ids["reward"], [[QUESTION], [QUESTION]]),
         "at most 8 conversations": (ids["reward"], answered * 5),
     }
@@ -93,11 +115,11 @@ def test_the_chat_tab_scores_both_answers_with_the_picked_reward_job(scored_api)
     api, ids = scored_api
     user = local_user()
     choices = finished_job_choices(api, user, generates=False)
-    assert [c.split()[0] for c in choices if c] == [ids["reward"]]
+    assert sorted(c.split()[0] for c in choices if c) == sorted([ids["reward"], ids["full"]])
     shown = {
         side: [QUESTION, {"role": "assistant", "content": answer}] for side, answer in zip(("base", "tuned"), ANSWERS)
     }
-    said = handlers.score_answers(api, user, choices[1], shown["base"], shown["tuned"], {})
+    said = handlers.score_answers(api, user, f"{ids['reward']} · reward · x", shown["base"], shown["tuned"], {})
     assert said.startswith(f"Reward model of job {ids['reward']}: base **") and "it prefers the" in said
     assert handlers.score_answers(api, user, "", shown["base"], shown["tuned"], {}).startswith("Pick a finished reward")
     refused = handlers.score_answers(api, user, f"{ids['sft']} · sft · x", shown["base"], shown["tuned"], {})
