@@ -68,8 +68,10 @@ def machine_clause(device: DeviceInfo, free_bytes: float | None = None) -> str:
 
 
 def memory_offer(estimate: MemoryEstimate, device: DeviceInfo, spec: JobSpec) -> str:
-    """The offer added to pre-flight's memory warning (the job's estimate is one process's peak, on each GPU)."""
-    return offer_sentence(estimate.total_bytes, gpus_needed(spec), machine_clause(device))
+    """The offer pre-flight adds after its memory warning, as a sentence of its own (the job's estimate is one
+    process's peak: each GPU holds one)."""
+    sentence = offer_sentence(estimate.total_bytes, gpus_needed(spec), machine_clause(device))
+    return sentence[0].upper() + sentence[1:]
 
 
 def gpu_count_offer(spec: JobSpec) -> str:

@@ -8,6 +8,8 @@ import pytest
 from backend.api import StudioAPI
 from backend.core.users import User
 from backend.jobs.records import JobStatus
+from components.jobs.handlers import listing
+from components.jobs.views import TABLE_COLUMNS
 from tests.helpers import tiny_spec, wait_for
 from tests.helpers.hub_server import FakeHub
 
@@ -61,6 +63,10 @@ def test_a_job_sent_to_hf_jobs_runs_there_pushes_its_adapter_and_is_listed_like_
         assert any("adapter pushed to" in line for line in lines)
         assert TOKEN not in "\n".join(lines)
 
+        from huggingface_hub import HfApi
+
+        (listed_by_hub,) = HfApi(endpoint=hub.url, token=TOKEN).list_jobs(namespace="tester")
+        assert listed_by_hub.id == hf_id and listed_by_hub.status.stage == "COMPLETED"
         repo = hub.repos["tester/remote-flow"]
         assert {"adapter_model.safetensors", "adapter_config.json", "README.md"} <= set(repo.files)
 
@@ -69,6 +75,13 @@ def test_a_job_sent_to_hf_jobs_runs_there_pushes_its_adapter_and_is_listed_like_
         assert listed.hf_job_id == hf_id and listed.status is JobStatus.succeeded and listed.method == "sft"
         assert api.hub.remote_job_url(listed) == f"{hub.url}/jobs/tester/{hf_id}"
         assert api.hub.list_remote_jobs(User("mallory", token="hf_other")) == []
+        row = dict(zip(TABLE_COLUMNS, listing(api, user, None)[1][0]))  # the Jobs tab's table
+        assert (row["id"], row["status"], row["method"], row["queue"]) == (
+            hf_id,
+            "succeeded",
+            "sft",
+            "HF Jobs · t4-small",
+        )
     finally:
         api.close()
 

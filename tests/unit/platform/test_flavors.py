@@ -56,3 +56,12 @@ def test_smallest_fit_takes_fewest_gpus_then_least_memory_then_the_cheapest():
     assert smallest_fit(60 * GIB, gpus=8).name == "a100x8"
     assert smallest_fit(10 * GIB, gpus=16) is None
     assert all(smallest_fit(0, gpus=n).gpus == n for n in (1, 2, 4, 8))
+
+
+def test_the_hub_page_lists_every_flavor_of_the_table():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "hub.md").read_text()
+    for name, row in FLAVORS.items():
+        gpus = f"{row.gpus}x {row.gpu}" if row.gpus else "none"
+        assert f"| `{name}` | {gpus} |" in page, f"docs/hub.md's flavor table lacks {name} as {gpus}"

@@ -35,7 +35,7 @@ def test_memory_offer_reads_the_gpus_the_spec_asks_for_and_the_device():
     assert gpus_needed(spec) == 2
     estimate = memory.MemoryEstimate(total_bytes=int(18 * GIB), breakdown=[("all", int(18 * GIB))], parameters=1)
     offer = memory_offer(estimate, T4, spec)
-    assert offer.startswith("the job needs about 18.0 GiB per GPU on 2 GPUs (36.0 GiB in all); this machine has ")
+    assert offer.startswith("The job needs about 18.0 GiB per GPU on 2 GPUs (36.0 GiB in all); this machine has ")
     assert "14.6 GiB free on Tesla T4" in offer and offer.endswith(
         "as a10g-largex2 (2x A10G, 24 GiB each, 48 GiB in all)"
     )
