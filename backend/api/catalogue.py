@@ -19,6 +19,7 @@ from backend.core.spec import REWARD_NAMES, JobSpec, Method, field_help, methods
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS
 from backend.models.demo import ARITH_MODEL_ID, DEMO_MODEL_ID
+from backend.platform.flavors import FLAVORS, GPU_FLAVORS
 
 CURATED_MODELS: tuple[str, ...] = (
     "Qwen/Qwen2.5-0.5B-Instruct",
@@ -28,18 +29,15 @@ CURATED_MODELS: tuple[str, ...] = (
     ARITH_MODEL_ID,
     DEMO_MODEL_ID,
 )
-# The Hugging Face Jobs hardware the Train tab offers (backend.hub.hf_jobs checks any flavor against the Hub's list).
+# The Hugging Face Jobs hardware the Train tab offers: ``auto`` (the smallest flavor that holds the job's memory
+# estimate, backend/training/remote_fit.py), then the GPU and CPU flavors of the table in backend/platform/flavors.py.
+AUTO_FLAVOR = "auto"
 HF_JOB_FLAVORS: tuple[str, ...] = (
-    "l4x1",
-    "a10g-small",
-    "a10g-large",
-    "l40sx1",
-    "a100-large",
-    "h200",
-    "t4-small",
-    "cpu-upgrade",
+    AUTO_FLAVOR,
+    *GPU_FLAVORS,
+    *(name for name in FLAVORS if name not in GPU_FLAVORS),
 )
-DEFAULT_HF_JOB_FLAVOR = "l4x1"
+DEFAULT_HF_JOB_FLAVOR = AUTO_FLAVOR
 REWARDS: tuple[str, ...] = REWARD_NAMES
 
 

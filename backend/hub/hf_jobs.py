@@ -21,11 +21,12 @@ from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import httpx2  # huggingface_hub's HTTP client: its transport errors are what "the Hub is unreachable" looks like
-from huggingface_hub import HfApi, JobHardware, JobStage
+from huggingface_hub import HfApi, JobStage
 from huggingface_hub.errors import HfHubHTTPError, JobNotFoundError, LocalTokenNotFoundError, OfflineModeIsEnabled
 
 from backend.core.hub_names import DEFAULT_ENDPOINT, hub_endpoint, hub_model_id, is_builtin
 from backend.core.spec import JobSpec, SpecError, parse_spec
+from backend.platform.flavors import DEFAULT_FLAVOR, FLAVORS
 
 # The published Space whose image carries this code (a Gradio Space's image holds the repo in /home/user/app
 # with requirements.txt installed). A Space sends jobs to its *own* image instead (SPACE_ID), so a duplicate runs
@@ -40,9 +41,8 @@ REMOTE_DATA_DIR = "/tmp/studio-data"
 ENTRY_MODULE = "backend.remote_job"
 TOKEN_SECRET = "HF_TOKEN"
 
-# Flavors come from huggingface_hub's JobHardware (kept in sync with the Hub API by the library itself).
-JOB_FLAVORS: tuple[str, ...] = tuple(hardware.value for hardware in JobHardware)
-DEFAULT_FLAVOR = "l4x1"
+# Flavors come from the one table (backend/platform/flavors.py; its test keeps it in step with JobHardware).
+JOB_FLAVORS: tuple[str, ...] = tuple(FLAVORS)
 # HF Jobs stops a job after 30 minutes unless told otherwise; training needs longer. Kept well under the
 # Space's OAuth token lifetime (README front matter) because the token must still push the adapter at the end.
 DEFAULT_TIMEOUT = "6h"

@@ -13,7 +13,18 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
+
+# A Hugging Face Jobs stage as the Jobs tab's status column says it, beside the local jobs' (JobStage values).
+_STATUS_OF_STAGE = {
+    "SCHEDULING": JobStatus.queued,
+    "RUNNING": JobStatus.running,
+    "COMPLETED": JobStatus.succeeded,
+    "ERROR": JobStatus.failed,
+    "CANCELED": JobStatus.cancelled,
+    "DELETED": JobStatus.cancelled,
+}
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,20 @@ class RemoteJob:
     created_at: float
     last_stage: str | None
     last_message: str | None
+
+    @property
+    def status(self) -> JobStatus:
+        """The last stage seen, as a local job's status (queued until a stage was read)."""
+        return _STATUS_OF_STAGE.get(self.last_stage or "SCHEDULING", JobStatus.running)
+
+    @property
+    def method(self) -> str:
+        """The spec's training method."""
+        return str(self.spec.get("method", ""))
+
+    def url(self, endpoint: str) -> str:
+        """The job's page on the Hub (as ``JobInfo.url`` builds it)."""
+        return f"{endpoint.rstrip('/')}/jobs/{self.owner}/{self.hf_job_id}"
 
 
 class RemoteRegistry:

@@ -110,12 +110,13 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
         )
     if spec.training.num_gpus > 1:
         from backend.platform.hardware import gpu_count_without_torch
+        from backend.training.remote_fit import gpu_count_offer
 
         have = gpu_count_without_torch()
         if have < spec.training.num_gpus:
             problems.append(
                 f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
-                f"{have}; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor"
+                f"{have}; lower it, or {gpu_count_offer(spec)}"
             )
     if problems:
         raise SpecError(problems)
@@ -131,6 +132,7 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     from backend.training.autotune import plan
     from backend.training.memory import check_memory
     from backend.training.preview import preview_dataset
+    from backend.training.remote_fit import memory_offer
 
     warnings: list[str] = []
     tokenizer = load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
@@ -149,7 +151,7 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     tuning = plan(spec, models_dir, loaded, tokenizer, device)
     memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
-        warnings.append(memory_warning)
+        warnings += [memory_warning, memory_offer(tuning.estimate, device, spec)]
     # The rows left to train on, counted rather than split a second time (check_and_plan split them once).
     rows = len(loaded[0])
     held_out = holdout_size(rows, spec.eval.holdout_fraction, spec.eval.holdout_rows)

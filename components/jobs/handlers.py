@@ -142,6 +142,7 @@ def listing(api: StudioAPI, user: User | None, selected) -> tuple[list[JobRecord
     the newest) or when it holds a label rather than an id (a deep link may set either).
     """
     jobs = api.jobs.list_jobs(user=user) if user else []
+    remote = api.hub.list_remote_jobs(user) if user else []  # the last stage seen: no Hub call on a tick
     newest_first = list(reversed(jobs))
     choices = [(views.choice(j), j.id) for j in newest_first]
     wanted = job_choice_id(selected)
@@ -149,7 +150,7 @@ def listing(api: StudioAPI, user: User | None, selected) -> tuple[list[JobRecord
     update = gr.update(choices=choices)
     if picked is None or picked.id != selected:
         update = gr.update(choices=choices, value=picked.id if picked else None)
-    return jobs, views.table_rows(api, jobs), update, picked
+    return jobs, views.jobs_table(api, jobs, remote), update, picked
 
 
 def list_jobs(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
@@ -164,8 +165,8 @@ def listed(api: StudioAPI, user: User | None, selected) -> tuple[list, JobRecord
     jobs, rows, picker_update, picked = listing(api, user, selected)
     note = SIGN_IN_FIRST if user is None else views.EMPTY_JOBS
     values = [
-        gr.update(visible=not jobs, value=note),
-        gr.update(visible=bool(jobs)),
+        gr.update(visible=not rows, value=note),
+        gr.update(visible=bool(rows)),
         gr.update(visible=bool(jobs)),
         rows,
         picker_update,
@@ -344,16 +345,18 @@ def refresh_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None
     from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
 
     user = require_user(profile, token)
-    rows = views.remote_rows(api.hub.list_remote_jobs(user))
+    rows = views.remote_rows(api.hub.list_remote_jobs(user, refresh=True))  # the jobs table shows these stages too
     if not (hf_id or "").strip():
         return rows, "", ""
     try:
         stage, sentence, lines = api.hub.remote_job_status(hf_id.strip(), user)
+        page = api.hub.remote_job_url(api.hub.remote_job(hf_id.strip(), user))
     except JobNotFound:
         return rows, "No such job of yours.", ""
     except RemoteJobError as exc:
         return rows, f"⚠️ {exc}", ""
-    return views.remote_rows(api.hub.list_remote_jobs(user)), f"**{stage}**: {sentence}", "\n".join(lines)
+    status = f"**{stage}**: {sentence} [Its page on the Hub]({page})"
+    return views.remote_rows(api.hub.list_remote_jobs(user)), status, "\n".join(lines)
 
 
 def cancel_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):

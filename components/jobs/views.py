@@ -370,6 +370,42 @@ def evaluation_markdown(job: JobRecord) -> str:
 
 
 REMOTE_COLUMNS = ["HF job id", "owner", "method", "model", "flavor", "stage", "sent"]
+REMOTE_QUEUE = "HF Jobs"  # the queue column of a job sent to Hugging Face Jobs: where it runs
+
+
+def remote_table_row(record) -> list[Any]:
+    """A job sent to Hugging Face Jobs as a row of the jobs table: its HF id, its status as a local job's (from the
+    last stage read), its method, and where it runs (``HF Jobs · flavor``) in the queue column.
+
+    >>> from types import SimpleNamespace as R
+    >>> spec = {"method": "sft", "model": {"name_or_path": "Qwen/Qwen3-0.6B"}, "dataset": {"name": "d"},
+    ...         "output": {"run_name": "big"}}
+    >>> row = remote_table_row(R(hf_job_id="68a1", owner="ann", spec=spec, flavor="a100-large",
+    ...                          status=JobStatus.running, method="sft", created_at=0))
+    >>> row[:8]
+    ['68a1', 'big', 'ann', 'running', 'sft', 'Qwen/Qwen3-0.6B', 'd', 'HF Jobs · a100-large']
+    """
+    spec = record.spec
+    return [
+        record.hf_job_id,
+        _short((spec.get("output") or {}).get("run_name") or "", 30),
+        record.owner,
+        record.status.value,
+        record.method,
+        _short((spec.get("model") or {}).get("name_or_path", ""), 40),
+        _short((spec.get("dataset") or {}).get("name", ""), 30),
+        f"{REMOTE_QUEUE} · {record.flavor}",
+        "",
+        "",
+        time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created_at)),
+    ]
+
+
+def jobs_table(api: StudioAPI, jobs: list[JobRecord], remote=()) -> list[list[Any]]:
+    """The jobs table: this machine's jobs and those sent to Hugging Face Jobs together, newest first."""
+    dated = [(job.created_at, row) for job, row in zip(reversed(jobs), table_rows(api, jobs))]
+    dated += [(record.created_at, remote_table_row(record)) for record in remote]
+    return [row for _, row in sorted(dated, key=lambda pair: -pair[0])]
 
 
 def remote_rows(records) -> list[list[Any]]:

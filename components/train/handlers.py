@@ -430,6 +430,7 @@ def on_hf_jobs(api: StudioAPI, ui: TrainLayout, user, *args):
         return {ui.result: refused(ui, "Not sent", boxes), **boxes}
     if hf_id is None:
         return {ui.result: refused(ui, "Not sent", boxes), **boxes}
+    flavor = api.hub.remote_job(hf_id, user).flavor  # "auto" became the smallest flavor that fits
     return {ui.result: f"Sent to Hugging Face Jobs as **{hf_id}** ({flavor}). Follow it in the Jobs tab.", **boxes}
 
 

@@ -174,7 +174,12 @@ def lay_out() -> TrainLayout:
     errors["general"] = box("general")
     with gr.Accordion("…or run it on Hugging Face Jobs (your account, billed to you)", open=False):
         with gr.Row():
-            extra["hf_flavor"] = gr.Dropdown(list(HF_JOB_FLAVORS), value=DEFAULT_HF_JOB_FLAVOR, label="Hardware flavor")
+            extra["hf_flavor"] = gr.Dropdown(
+                list(HF_JOB_FLAVORS),
+                value=DEFAULT_HF_JOB_FLAVOR,
+                label="Hardware flavor",
+                info="auto: the smallest that holds the job's memory estimate",
+            )
             extra["hf_timeout"] = gr.Textbox("6h", label="Timeout", info="e.g. 90m, 6h")
             extra["hf_button"] = gr.Button("Send to Hugging Face Jobs", elem_id="hf-jobs-button")
         gr.Markdown(

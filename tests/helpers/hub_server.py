@@ -7,6 +7,10 @@ request and response shapes of ``huggingface_hub/hf_api.py`` and ``_commit_api.p
 revision: ``main`` or a commit id), as ``file_download.py`` reads them. Every request is recorded
 (method, path, headers, body, parsed JSON or NDJSON); committed files are decoded and kept per repo and commit.
 Tests can make an endpoint answer an error status, or stop the server to play an unreachable Hub.
+
+It also speaks the Jobs API (``run_job``, ``inspect_job``, ``fetch_job_logs``, ``cancel_job``, ``list_jobs``), and
+its jobs really run: each one's command is a process on this machine, in this checkout, that talks back to this
+fake Hub (tests/helpers/hub_jobs.py says how the image is mapped onto the checkout).
 """
 
 from __future__ import annotations
@@ -18,12 +22,29 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-ENDPOINTS = ("whoami", "create", "model_info", "validate_yaml", "preupload", "commit", "tree", "resolve")
+from tests.helpers.hub_jobs import FakeJobs
+
+# Hugging Face Jobs (hub_jobs.py runs them): run_job, list_jobs, inspect_job, fetch_job_logs and cancel_job.
+JOB_ENDPOINTS = ("run_job", "list_jobs", "inspect_job", "job_logs", "cancel_job")
+_JOBS = re.compile(r"^/api/jobs/(?P<ns>[^/]+)(/(?P<job>[^/]+)(/(?P<op>logs|cancel))?)?$")
+
+ENDPOINTS = (
+    "whoami",
+    "create",
+    "model_info",
+    "validate_yaml",
+    "preupload",
+    "commit",
+    "tree",
+    "resolve",
+    *JOB_ENDPOINTS,
+)
 # Endpoints anyone may call on a public repo; a private one answers them only with the token.
 _READS = ("model_info", "tree", "resolve")
 
@@ -112,6 +133,8 @@ class FakeHub:
         orgs: tuple[str, ...] = (),
         role: str = "write",
         models: dict[str, dict[str, Any]] | None = None,
+        jobs_models_dir: Path | None = None,
+        jobs_schedule_delay: float = 0.5,
     ):
         self.token = token
         self.user = user
@@ -125,6 +148,8 @@ class FakeHub:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
+        self._jobs_settings = {"models_dir": jobs_models_dir, "schedule_delay": jobs_schedule_delay}
+        self.jobs: FakeJobs | None = None  # made at start, when the URL the jobs talk back to is known
 
     # --- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> FakeHub:
@@ -136,6 +161,7 @@ class FakeHub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.jobs = FakeJobs(self.url, **self._jobs_settings)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-hub", daemon=True)
         self._thread.start()
         return self
@@ -147,6 +173,8 @@ class FakeHub:
             self._server.server_close()
             self._thread.join(5)
             self._server = None
+        if self.jobs is not None:
+            self.jobs.close()  # a job process never outlives its fake Hub
 
     def __enter__(self) -> FakeHub:
         return self.start()
@@ -195,6 +223,15 @@ def _endpoint_of(method: str, path: str) -> str | None:
         return "tree"
     if method in ("GET", "HEAD") and _RESOLVE.match(path):
         return "resolve"
+    if m := _JOBS.match(path):
+        op = m.group("op") or ("job" if m.group("job") else None)
+        return {
+            ("POST", None): "run_job",
+            ("GET", None): "list_jobs",
+            ("GET", "job"): "inspect_job",
+            ("GET", "logs"): "job_logs",
+            ("POST", "cancel"): "cancel_job",
+        }.get((method, op))
     return None
 
 
@@ -427,3 +464,61 @@ class _Handler(BaseHTTPRequestHandler):
                 "pullRequestUrl": None,
             },
         )
+
+    # --- Hugging Face Jobs (tests/helpers/hub_jobs.py runs them) -------------------------------------------------
+    def _jobs_namespace(self, record: RecordedRequest) -> str | None:
+        """The namespace the path names, if the token may use it; None, the error answered, otherwise."""
+        namespace = _JOBS.match(record.path).group("ns")
+        if namespace not in (self.fake.user, *self.fake.orgs):
+            self._error(403, f"You don't have the rights to run jobs in the namespace {namespace}")
+            return None
+        return namespace
+
+    def _job(self, record: RecordedRequest):
+        """The job the path names, in a namespace the token may use; None, the error answered, otherwise."""
+        namespace = self._jobs_namespace(record)
+        if namespace is None:
+            return None
+        job = self.fake.jobs.jobs.get(_JOBS.match(record.path).group("job"))
+        if job is None or job.namespace != namespace:
+            self._error(404, "Job not found")
+            return None
+        return job
+
+    def _run_job(self, record: RecordedRequest) -> None:
+        namespace = self._jobs_namespace(record)
+        if namespace is None:
+            return
+        body = record.json or {}
+        if not body.get("command") or not body.get("flavor"):
+            return self._error(400, "a job needs a command and a flavor")
+        self._send(200, self.fake.jobs.info(self.fake.jobs.run(namespace, body)))
+
+    def _list_jobs(self, record: RecordedRequest) -> None:
+        namespace = self._jobs_namespace(record)
+        if namespace is not None:
+            jobs = [job for job in self.fake.jobs.jobs.values() if job.namespace == namespace]
+            self._send(200, [self.fake.jobs.info(job) for job in jobs])
+
+    def _inspect_job(self, record: RecordedRequest) -> None:
+        job = self._job(record)
+        if job is not None:
+            self._send(200, self.fake.jobs.info(job))
+
+    def _job_logs(self, record: RecordedRequest) -> None:
+        job = self._job(record)
+        if job is None:
+            return
+        tail = parse_qs(record.query).get("tail", ["0"])[0]
+        stream = self.fake.jobs.log_events(job, int(tail) if tail.isdigit() else None)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(stream)))
+        self.end_headers()
+        self.wfile.write(stream)
+
+    def _cancel_job(self, record: RecordedRequest) -> None:
+        job = self._job(record)
+        if job is not None:
+            self.fake.jobs.cancel(job)
+            self._send(200, {})
