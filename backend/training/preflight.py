@@ -108,19 +108,35 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
             f"training.batch_size: {method.label} needs at least {method.min_batch} examples per device "
             f"(got {spec.training.batch_size}); raise it or use auto"
         )
-    if spec.training.num_gpus > 1:
-        from backend.platform.hardware import gpu_count_without_torch
-
-        have = gpu_count_without_torch()
-        if have < spec.training.num_gpus:
-            problems.append(
-                f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
-                f"{have}; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor"
-            )
+    problems.extend(process_problems(spec))
     if problems:
         raise SpecError(problems)
     warnings, tuning = advisories(spec, models_dir, loaded)
     return warnings + hub_push_warnings(spec), tuning
+
+
+def process_problems(spec: JobSpec) -> list[str]:
+    """Why this machine cannot run ``training.num_processes`` processes with ``training.distributed`` (sentences):
+    more GPUs than it has, FSDP2 / ZeRO without a GPU, or a global batch the processes cannot share evenly."""
+    from backend.platform.hardware import gpu_count_without_torch
+    from backend.training.distributed import batch_split_problem
+
+    t, problems = spec.training, []
+    have = gpu_count_without_torch()
+    if t.distributed != "ddp" and have == 0:
+        problems.append(
+            f"training.distributed: {t.distributed} shards the model over GPUs and this machine has none; use ddp "
+            "(CPU processes over gloo) or send the job to a machine with GPUs"
+        )
+    if t.num_processes > 1 and have and have < t.num_processes:
+        problems.append(
+            f"training.num_processes: the job asks for {t.num_processes} GPU processes and this machine has "
+            f"{have} GPUs; lower it, or send the job to Hugging Face Jobs with a multi-GPU flavor"
+        )
+    split = batch_split_problem(spec)
+    if split:
+        problems.append(split)
+    return problems
 
 
 def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], Tuning]:

@@ -30,14 +30,14 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
     scheduler = Scheduler(paths, max_concurrent=4)
 
     def fake_launch(job):
-        gpus = job.spec.training.num_gpus
+        gpus = job.spec.training.num_processes
         launched.append((job.id, gpus))
         scheduler._running[job.id] = type("R", (), {"gpus": gpus, "slot": len(scheduler._running)})()
 
     monkeypatch.setattr(scheduler, "_launch", fake_launch)
     monkeypatch.setattr(scheduler.reaper, "reap", lambda: None)
     one = store.add(parse_spec(tiny_spec()))
-    big = store.add(parse_spec(tiny_spec(training={"num_gpus": 2})))
+    big = store.add(parse_spec(tiny_spec(training={"num_processes": 2})))
     after = store.add(parse_spec(tiny_spec()))
     scheduler.tick()
     assert launched == [(one.id, 1)], "the 2-GPU job waits while another job runs"
@@ -52,7 +52,7 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
 
 def test_num_gpus_beyond_the_machine_is_refused_at_submit(paths):
     with pytest.raises(SpecError, match="asks for 2 GPUs and this machine has 0"):
-        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_gpus": 2}))
+        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_processes": 2}))
 
 
 def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):
