@@ -145,6 +145,7 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     from backend.models.loading import load_tokenizer, resolve_model
     from backend.platform.hardware import detect_device
     from backend.training.autotune import plan
+    from backend.training.distributed import per_process_spec
     from backend.training.memory import check_memory
     from backend.training.preview import preview_dataset
 
@@ -162,7 +163,8 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
         warnings.extend(environment_advisories(spec, tokenizer))
     device = detect_device()
     loaded = loaded or load_training_dataset(spec.dataset, spec.method)
-    tuning = plan(spec, models_dir, loaded, tokenizer, device)
+    # The job as one of its processes runs it: its share of the batch (each process holds a copy of the model).
+    tuning = plan(per_process_spec(spec, spec.training.num_processes), models_dir, loaded, tokenizer, device)
     memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
         warnings.append(memory_warning)

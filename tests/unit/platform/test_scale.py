@@ -50,9 +50,13 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
     assert launched[-1] == (after.id, 1)
 
 
-def test_num_gpus_beyond_the_machine_is_refused_at_submit(paths):
-    with pytest.raises(SpecError, match="asks for 2 GPUs and this machine has 0"):
-        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_processes": 2}))
+def test_more_gpu_processes_than_gpus_are_refused_at_submit_and_cpu_processes_are_not(paths, monkeypatch):
+    api = StudioAPI(paths.root, scheduler="none")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a machine of one GPU, as the scheduler counts them
+    with pytest.raises(SpecError, match="asks for 2 GPU processes and this machine has 1 GPUs"):
+        api.jobs.submit(tiny_spec(training={"num_processes": 2}))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: two CPU processes (DDP over gloo)
+    assert api.jobs.submit(tiny_spec(training={"num_gpus": 2})).job.spec.training.num_processes == 2
 
 
 def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):
