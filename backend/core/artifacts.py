@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from backend.core.wording import counted
+
 
 class HubPush(BaseModel):
     """Where a push put the job's adapter on the Hub (the ``hub`` artifact)."""
@@ -86,7 +88,7 @@ class DistributedRun(BaseModel):
         """
         line = f"{self.processes} processes, {self.strategy} over {self.backend}"
         if self.per_process_batch is not None:
-            line += f", {self.per_process_batch} examples per process"
+            line += f", {counted(self.per_process_batch, 'example')} per process"
         if self.global_batch is not None:
             line += f", {self.global_batch} per step"
         return line

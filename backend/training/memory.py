@@ -388,7 +388,7 @@ def process_budget_sentence(device: DeviceInfo, budget: int | None, processes: i
     """:func:`budget_sentence` for one of ``processes`` processes (CPU processes share the RAM).
 
     >>> process_budget_sentence(DeviceInfo("cpu", "CPU", 0, None, None, False), 4 * GB, 2)
-    "memory: each of the 2 processes may use 4.3 GB (85% of this machine's RAM, shared)"
+    "memory: each of the 2 processes may use 4.0 GB (85% of this machine's RAM, shared)"
     """
     if processes <= 1 or budget is None:
         return budget_sentence(device, budget)

@@ -97,7 +97,8 @@ class TrainingSpec(SpecPart):
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     batch_size: int | Literal["auto"] = Field(
         2,
-        description="Examples per device per step, 1-1024; auto: auto_tune picks the largest that fits (a power "
+        description="Examples per device per step, 1-1024 (with training.num_processes above 1, per step over all "
+        "processes: each takes its share); auto: auto_tune picks the largest that fits each process (a power "
         "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
     )
     gradient_accumulation_steps: int = Field(1, gt=0, le=1024, description="Steps whose gradients are summed.")
