@@ -28,7 +28,13 @@ from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
 from backend.jobs.store import JobStore
 from backend.methods.table import reward_columns
-from backend.training.distributed import die_with_launcher, launched_as_rank, lost_a_peer, per_process_spec
+from backend.training.distributed import (
+    die_with_launcher,
+    launched_as_rank,
+    lost_a_peer,
+    per_process_spec,
+    whole_spec,
+)
 from backend.training.job_evaluation import evaluate_trained
 from backend.training.reward_models import reward_model_sources
 
@@ -342,7 +348,7 @@ def train_job(
         return False
     main = process_rank() == 0  # rank 0 saves and records the result
     if main:
-        outputs = save_outputs(trainer, spec, paths, job_id)
+        outputs = save_outputs(trainer, whole_spec(spec, spec.training.num_processes), paths, job_id)
         log.info("saved the adapter to %s", outputs["adapter_dir"])
         outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
         store.merge_artifacts(job_id, outputs)

@@ -72,6 +72,15 @@ def per_process_spec(spec: JobSpec, processes: int) -> JobSpec:
     return spec.model_copy(update={"training": t.model_copy(update=update)})
 
 
+def whole_spec(spec: JobSpec, processes: int) -> JobSpec:
+    """A process's spec as a spec for all ``processes`` again (the batch times N), so that submitting it anew (the
+    job folder's spec.json) trains the same: :func:`per_process_spec` of it is ``spec``'s training once more."""
+    t = spec.training
+    if processes <= 1 or t.batch_size == "auto":
+        return spec
+    return spec.model_copy(update={"training": t.model_copy(update={"batch_size": t.batch_size * processes})})
+
+
 def batch_split_problem(spec: JobSpec) -> str | None:
     """Why ``training.num_processes`` cannot share the spec's global batch evenly (a sentence), or None."""
     t = spec.training

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
+from backend.core.spec import JobSpec
 from backend.jobs.records import JobStatus
 from tests.helpers import tiny_spec, wait_for, wait_status
 
@@ -67,6 +68,7 @@ def test_sft_in_two_processes_records_them_saves_one_adapter_and_learns_as_one_p
     adapters = sorted(paths.job_dir(two.id).rglob("adapter_model.safetensors"))
     output = paths.job_output(two.id)
     assert adapters == [paths.job_adapter(two.id) / "adapter_model.safetensors", output / "checkpoint-8" / NAME]
+    assert JobSpec.from_json((paths.job_dir(two.id) / "spec.json").read_text()).training.batch_size == 8
     steps = [row["step"] for row in api.jobs.metrics(two.id) if row.get("loss") is not None]
     assert steps == sorted(set(steps)) and steps[-1] == 8
     # The verdict of the two-process run matches the one-process run's within its interval.

@@ -10,7 +10,7 @@ from backend.hub.model_card import settings_rows
 from backend.hub.trl_cli import trl_cli_yaml
 from backend.jobs.multiprocess import dead_rank_sentence, launch_plan
 from backend.platform.hardware import DeviceInfo
-from backend.training.distributed import batch_split_problem, per_process_spec
+from backend.training.distributed import batch_split_problem, per_process_spec, whole_spec
 from backend.training.memory import check_memory, estimate_memory, load_model_config
 from tests.helpers import tiny_spec
 
@@ -93,6 +93,9 @@ def test_the_same_spec_keeps_its_global_batch_over_processes():
     odd = parse_spec(tiny_spec(training={"num_processes": 2, "batch_size": 3, "gradient_accumulation_steps": 4}))
     assert per_process_spec(odd, 2).training.gradient_accumulation_steps == 2
     assert per_process_spec(spec, 1) is spec and batch_split_problem(spec) is None
+    # The job folder's spec.json (the process's spec made whole) trains the same when submitted again.
+    again = per_process_spec(parse_spec(whole_spec(per_process_spec(spec, 2), 2).model_dump()), 2).training
+    assert (again.batch_size, again.gradient_accumulation_steps) == (4, 3)
     uneven = parse_spec(tiny_spec(training={"num_processes": 2, "batch_size": 3}))
     assert batch_split_problem(uneven).startswith("training.num_processes: 2 processes share each step's batch")
 
