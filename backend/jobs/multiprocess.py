@@ -88,6 +88,12 @@ def trl_config_file(strategy: str, python: str) -> str:
     return str(Path(found.stdout.strip()) / "accelerate_configs" / name)
 
 
+def installed_in(python: str, module: str) -> bool:
+    """Whether ``module`` can be imported by ``python`` (the trainer's interpreter), asked without importing it."""
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
+
+
 # torchrun's failure summary (torch.distributed.elastic): one block per failed rank.
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 

@@ -118,7 +118,9 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
 def process_problems(spec: JobSpec) -> list[str]:
     """Why this machine cannot run ``training.num_processes`` processes with ``training.distributed`` (sentences):
     more GPUs than it has, FSDP2 / ZeRO without a GPU, or a global batch the processes cannot share evenly."""
+    from backend.jobs.multiprocess import installed_in
     from backend.platform.hardware import gpu_count_without_torch
+    from backend.platform.interpreters import trainer_python
     from backend.training.distributed import batch_split_problem
 
     t, problems = spec.training, []
@@ -127,6 +129,11 @@ def process_problems(spec: JobSpec) -> list[str]:
         problems.append(
             f"training.distributed: {t.distributed} shards the model over GPUs and this machine has none; use ddp "
             "(CPU processes over gloo) or send the job to a machine with GPUs"
+        )
+    if t.distributed.startswith("zero") and have and not installed_in(trainer_python(), "deepspeed"):
+        problems.append(
+            f"training.distributed: {t.distributed} is DeepSpeed ZeRO and the trainer's environment has no deepspeed "
+            "package; pip install deepspeed there, or use ddp or fsdp2"
         )
     if t.num_processes > 1 and have and have < t.num_processes:
         problems.append(

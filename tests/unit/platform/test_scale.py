@@ -1,5 +1,7 @@
 """Multi-GPU launch through accelerate, vLLM colocate settings, and the ZeroGPU / Space rules (no GPU needed)."""
 
+import importlib.util
+
 import pytest
 
 from backend.api import StudioAPI
@@ -55,6 +57,9 @@ def test_more_gpu_processes_than_gpus_are_refused_at_submit_and_cpu_processes_ar
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a machine of one GPU, as the scheduler counts them
     with pytest.raises(SpecError, match="asks for 2 GPU processes and this machine has 1 GPUs"):
         api.jobs.submit(tiny_spec(training={"num_processes": 2}))
+    if importlib.util.find_spec("deepspeed") is None:  # ZeRO needs DeepSpeed in the trainer's environment
+        with pytest.raises(SpecError, match="zero2 is DeepSpeed ZeRO and the trainer's environment has no deepspeed"):
+            api.jobs.submit(tiny_spec(training={"distributed": "zero2"}))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: two CPU processes (DDP over gloo)
     assert api.jobs.submit(tiny_spec(training={"num_gpus": 2})).job.spec.training.num_processes == 2
 
