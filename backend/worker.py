@@ -28,6 +28,13 @@ from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
 from backend.jobs.store import JobStore
 from backend.methods.table import reward_columns
+from backend.training.distributed import (
+    die_with_launcher,
+    launched_as_rank,
+    lost_a_peer,
+    per_process_spec,
+    whole_spec,
+)
 from backend.training.job_evaluation import evaluate_trained
 from backend.training.reward_models import reward_model_sources
 
@@ -178,6 +185,19 @@ def save_outputs(trainer, spec: JobSpec, paths: DataPaths, job_id: str) -> dict:
     return {"adapter_dir": str(adapter_dir), "final_metrics": final, "global_step": trainer.state.global_step}
 
 
+def record_distributed(spec: JobSpec, store: JobReporter, job_id: str) -> None:
+    """A job of several processes: record (rank 0) and log how its ranks run, read from torch.distributed once
+    the trainer has set it up."""
+    import torch
+
+    from backend.training.distributed import run_record
+
+    record = run_record(spec, torch.cuda.is_available())
+    if record is not None:
+        store.merge_artifacts(job_id, distributed=record)
+        log.info("rank %d: %s", process_rank(), record.describe())
+
+
 def record_performance(store: JobReporter, job_id: str, summary: dict | None) -> None:
     """Keep the run's speed figures as the ``performance`` artifact (a stopped run's too) and say them in the log."""
     if summary is None:
@@ -217,6 +237,10 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     except BaseException as exc:  # noqa: BLE001 - every way out must leave the job with a final status
         traceback.print_exc()
         sys.stderr.flush()
+        if launched_as_rank() and lost_a_peer(exc):
+            # Another rank died: the launcher's summary names it, and the scheduler records that as the job's end.
+            log.error("rank %d stops: another rank of the job is gone", process_rank())
+            return EXIT_FAILED
         store.finish(job_id, JobStatus.failed, with_log_tail(describe_failure(exc), paths.job_log(job_id)))
         return EXIT_FAILED
     finally:
@@ -284,12 +308,14 @@ def train_job(
         store.merge_artifacts(job_id, parent_job_id=spec.model.parent_job_id, parent_adapter=str(parent_adapter))
     environment = open_job_environment(spec, store, job_id, stack)
     loaded = load_job_dataset(spec, paths, environment)
-    spec = tuned_spec(job, spec, paths, loaded, store)
+    # Several processes share the spec's global batch: auto-tune plans each process's share.
+    spec = tuned_spec(job, per_process_spec(spec, spec.training.num_processes), paths, loaded, store)
     start_from_hub(spec, output_dir, store, job_id)
     trainer, held_out, pushes = build_job_trainer(
         spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
     )
     log.info("trainer ready: model loaded and data prepared")
+    record_distributed(spec, store, job_id)
     # The ETA counts the evaluations after the last step: base and tuned (and a staged job's start) on the
     # held-out rows, and the environment's episodes on as many sides.
     sides = 1 + spec.eval.compare_base + (parent_adapter is not None)
@@ -320,14 +346,17 @@ def train_job(
         store.finish(job_id, JobStatus.cancelled, None, {"cancelled_at_step": step})
         log.info("cancelled by request at step %d", step)
         return False
-    if process_rank() != 0:
-        return False  # rank 0 saves, evaluates and records the result
-    outputs = save_outputs(trainer, spec, paths, job_id)
-    log.info("saved the adapter to %s", outputs["adapter_dir"])
-    outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
-    store.merge_artifacts(job_id, outputs)
+    main = process_rank() == 0  # rank 0 saves and records the result
+    if main:
+        outputs = save_outputs(trainer, whole_spec(spec, spec.training.num_processes), paths, job_id)
+        log.info("saved the adapter to %s", outputs["adapter_dir"])
+        outputs["reporting_overhead_s"] = round(callback.overhead_s, 4)
+        store.merge_artifacts(job_id, outputs)
+    elif spec.training.distributed != "ddp":  # a sharded model is gathered by every rank; rank 0 writes it
+        trainer.save_model(str(paths.job_adapter(job_id)))
+    # Every rank evaluates: the trainer's evaluation gathers over all of them (the other ranks write nothing).
     evaluate_trained(trainer, spec, held_out, environment, paths, job_id, store, parent_adapter, callback)
-    return True
+    return main
 
 
 def open_job_environment(spec: JobSpec, store: JobReporter, job_id: str, stack: ExitStack):
@@ -377,7 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-id", required=True)
     parser.add_argument("--data-dir", required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    die_with_launcher()  # one rank of several: it must not outlive accelerate's launcher
+    rank = f"[rank {process_rank()}] " if launched_as_rank() else ""  # the ranks of a job share its log
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s %(levelname)s {rank}%(name)s: %(message)s"
+    )
     # Which environment trains (STUDIO_TRAINER_PYTHON): the first thing a job log says.
     log.info("worker for job %s running under %s (Python %s)", args.job_id, sys.executable, sys.version.split()[0])
     # trackio (output.trackio) reads its folder when first imported: the data dir's, never ~/.cache/huggingface.

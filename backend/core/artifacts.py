@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from backend.core.wording import counted
+
 
 class HubPush(BaseModel):
     """Where a push put the job's adapter on the Hub (the ``hub`` artifact)."""
@@ -63,6 +65,33 @@ class AutoTuneRecord(BaseModel):
     estimate_bytes: int | None = Field(None, description="the memory estimate for the tuned spec")
     estimate_tensor_bytes: int | None = Field(None, description="the part of the estimate held by tensors")
     budget_bytes: int | None = Field(None, description="the memory the device offered (None: unknown)")
+
+
+class DistributedRun(BaseModel):
+    """How a job of several processes ran (the ``distributed`` artifact), read by rank 0 from torch.distributed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    processes: int = Field(description="ranks that trained (torch.distributed's world size)")
+    backend: str = Field(description="the collective backend: gloo (CPU processes) or nccl (GPUs)")
+    strategy: str = Field("ddp", description="training.distributed: ddp, fsdp2, zero2 or zero3")
+    launch: str = Field("", description="the command that started the ranks (accelerate launch ...)")
+    per_process_batch: int | None = Field(None, description="examples per process per step")
+    gradient_accumulation_steps: int | None = Field(None, description="steps summed per optimizer step")
+    global_batch: int | None = Field(None, description="examples per optimizer step over every process")
+
+    def describe(self) -> str:
+        """One line for the job summary.
+
+        >>> DistributedRun(processes=2, backend="gloo", per_process_batch=8, global_batch=16).describe()
+        '2 processes, ddp over gloo, 8 examples per process, 16 per step'
+        """
+        line = f"{self.processes} processes, {self.strategy} over {self.backend}"
+        if self.per_process_batch is not None:
+            line += f", {counted(self.per_process_batch, 'example')} per process"
+        if self.global_batch is not None:
+            line += f", {self.global_batch} per step"
+        return line
 
 
 # ``regressed``: the method's metric rose or held, but a guard on what the user cares about fell (the model got worse).
@@ -205,6 +234,7 @@ class JobArtifacts(BaseModel):
     environment: str | None = Field(None, description="the environment's one-line summary: name, kind, URL, tools")
     environment_server_pid: int | None = Field(None, description="the built-in environment server's process id")
     auto_tune: AutoTuneRecord | None = Field(None, description="auto-tune's choices for this machine")
+    distributed: DistributedRun | None = Field(None, description="a job of several processes: ranks, backend, batch")
     resumed_from: str | None = Field(None, description="the checkpoint a resumed attempt continued from (None: start)")
     interruptions: list[dict[str, Any]] | None = Field(
         None,

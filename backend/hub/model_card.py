@@ -128,6 +128,14 @@ def _dataset_text(spec: JobSpec) -> str:
     return f"a local file `{dataset_file_name(d)}`"
 
 
+def _batch_text(spec: JobSpec, artifacts: JobArtifacts) -> str:
+    """``per device x accumulation``, a job of several processes' as each process ran it."""
+    d, t = artifacts.distributed, spec.training
+    if d is not None and d.per_process_batch is not None:
+        return f"{d.per_process_batch} x {d.gradient_accumulation_steps} on each of {d.processes} processes"
+    return f"{t.batch_size} x {t.gradient_accumulation_steps}"
+
+
 def settings_rows(spec: JobSpec, artifacts: JobArtifacts) -> list[tuple[str, Any]]:
     """The training settings a reader needs to judge or repeat the run (as run: auto-tune's choices applied)."""
     from backend.training.autotune import as_run
@@ -157,12 +165,15 @@ def settings_rows(spec: JobSpec, artifacts: JobArtifacts) -> list[tuple[str, Any
         rows.append(("optimizer steps done", artifacts.global_step))
     rows += [
         ("learning rate", t.learning_rate),
-        ("batch size per device x gradient accumulation", f"{t.batch_size} x {t.gradient_accumulation_steps}"),
+        ("batch size per device x gradient accumulation", _batch_text(spec, artifacts)),
         ("max length (tokens)", t.max_length),
         ("warmup ratio", t.warmup_ratio),
         ("seed", t.seed),
         ("gradient checkpointing", {True: "on", False: "off", None: "auto"}[t.gradient_checkpointing]),
     ]
+    if artifacts.distributed is not None:  # how the ranks were launched, as rank 0 saw them
+        rows.append(("processes", artifacts.distributed.describe()))
+        rows.append(("launched with", f"`{artifacts.distributed.launch}`"))
     if t.attn_implementation:
         rows.append(("attention", t.attn_implementation))
     if t.use_liger_kernel:

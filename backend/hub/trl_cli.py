@@ -20,6 +20,7 @@ from backend.core.uploads import dataset_file_name
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.methods.common import base_training_kwargs
 from backend.methods.table import support
+from backend.training.distributed import per_process_spec
 
 # Placeholders for what must be uploaded to the Hub before the CLI can use it.
 PLACEHOLDER_NAMESPACE = "YOUR_USERNAME"
@@ -96,7 +97,8 @@ def _training_section(spec: JobSpec, output_dir: str) -> dict[str, Any]:
         section["max_steps"] = t.max_steps
     # The same TrainingArguments the app's trainers get (warmup ratio as warmup_steps, saving, logging, seed),
     # minus what the CLI machine decides for itself (precision, progress bars, run name).
-    shared = base_training_kwargs(spec, Path(output_dir))
+    # Several processes each take their share of the batch (backend/training/distributed.py), as the app ran them.
+    shared = base_training_kwargs(per_process_spec(spec, t.num_processes), Path(output_dir))
     section.update(
         {
             key: shared[key]
@@ -210,12 +212,21 @@ def trl_cli_notes(spec: JobSpec) -> list[str]:
         notes.append(f"evaluation: the app held out {held} rows for a before/after evaluation; the CLI trains on all.")
     notes += support(spec.method).cli_notes(spec)
     notes.append("precision: TRL's configs train in bf16 by default; on a CPU or a GPU without bf16 add --bf16 false.")
-    if spec.training.num_gpus > 1:
-        notes.append(
-            f"launch: the app trained on {spec.training.num_gpus} GPUs; add --num_processes "
-            f"{spec.training.num_gpus} to the trl command."
-        )
+    notes.extend(launch_notes(spec))
     return notes
+
+
+def launch_notes(spec: JobSpec) -> list[str]:
+    """How the app launched a job of several processes, as the trl command's flags (none for one process)."""
+    t = spec.training
+    if t.num_processes <= 1:
+        return []
+    config = "multi_gpu" if t.distributed == "ddp" else t.distributed
+    return [
+        f"launch: the app trained with {t.num_processes} processes ({t.distributed}; on a CPU, DDP over gloo), each "
+        f"taking its share of the batch (per_device_train_batch_size here is one process's); run trl "
+        f"{spec.method.value} --config FILE --accelerate_config {config} --num_processes {t.num_processes}."
+    ]
 
 
 def _comment(text: str, width: int = 100) -> list[str]:

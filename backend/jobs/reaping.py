@@ -25,6 +25,7 @@ from backend.jobs.failures import (
 )
 from backend.jobs.launchers import WorkerProcess, worker_alive
 from backend.jobs.lineage import numbered_checkpoints
+from backend.jobs.multiprocess import dead_rank_sentence
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store import JobStore
 from backend.platform.resource_errors import looks_like_disk_full, looks_like_oom
@@ -49,7 +50,7 @@ class RunningWorker:
     log_path: Path
     term_sent_at: float | None = None
     log_file: IO[bytes] | None = field(default=None, repr=False)
-    gpus: int = 1
+    gpus: int = 1  # training processes (ranks) of the job
     launched_monotonic: float | None = None  # kernel-log timestamps are compared with this
     oom_kills_at_launch: int | None = None  # the cgroup's oom_kill counter when the worker started
     final_seen_at: float | None = None  # when the job row was first seen final while the process lived on
@@ -135,7 +136,12 @@ class Reaper:
         assert job.pid is not None  # reconcile adopts only jobs with a live worker pid
         log.info("adopting worker %d of %s job %s", job.pid, job.status.value, job.id)
         self.running[job.id] = RunningWorker(
-            job.id, job.pid, free_slot(self.running), None, self.paths.job_log(job.id), gpus=job.spec.training.num_gpus
+            job.id,
+            job.pid,
+            free_slot(self.running),
+            None,
+            self.paths.job_log(job.id),
+            gpus=job.spec.training.num_processes,
         )
 
     def _checkpoint_note(self, job_id: str) -> str:
@@ -222,8 +228,11 @@ class Reaper:
         status, reason = describe_exit(code, job.cancel_requested, evidence)
         if status is JobStatus.interrupted:
             reason += self._checkpoint_note(run.job_id)
+        dead_rank = dead_rank_sentence(log_text, run.gpus) if run.gpus > 1 else None
         if status is JobStatus.failed:
-            if self._disk_full(log_text):
+            if dead_rank is not None:
+                reason = dead_rank
+            elif self._disk_full(log_text):
                 reason = disk_full_sentence(self.paths.root)
             elif looks_like_oom(log_text):
                 reason = "Out of memory: " + reason

@@ -23,6 +23,7 @@ from typing import IO
 from backend.core.paths import DataPaths
 from backend.jobs.failures import describe_failure, disk_full_reason, oom_kill_count
 from backend.jobs.launchers import Launcher, default_launcher, spawn_backend_process
+from backend.jobs.multiprocess import GPU_ONLY_STRATEGIES, LaunchPlan, launch_plan, trl_config_file
 from backend.jobs.reaping import Reaper, RunningWorker, free_slot
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store import JobStore
@@ -286,11 +287,12 @@ class Scheduler:
         self.reaper.reap()
         while len(self._running) < self.max_concurrent:
             waiting = self.store.list(statuses=[JobStatus.queued])
-            # A multi-GPU job takes the whole machine: it waits for the others to finish, and others wait for it.
+            # A job of several processes (GPUs, or CPU cores) takes the whole machine: it waits for the others
+            # to finish, and others wait for it.
             if (
                 waiting
                 and self._running
-                and (waiting[0].spec.training.num_gpus > 1 or any(r.gpus > 1 for r in self._running.values()))
+                and (waiting[0].spec.training.num_processes > 1 or any(r.gpus > 1 for r in self._running.values()))
             ):
                 break
             job = self.store.claim_next()
@@ -305,19 +307,22 @@ class Scheduler:
                 raise  # and the loop counts it, so health() shows it
 
     def _launch(self, job: JobRecord) -> None:
-        gpus = job.spec.training.num_gpus
+        processes = job.spec.training.num_processes
         slot = free_slot(self._running)
         log_path = self.paths.job_log(job.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1"}
-        if gpus == 1 and gpu_count_without_torch() > 1:
+        gpus_here = gpu_count_without_torch()
+        if processes == 1 and gpus_here > 1:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
         env.update(self.secret_env(job.id))
         python = trainer_python()
         # The worker may run in the trainer's environment; built-in environment servers need this (the app's) one.
         env[APP_PYTHON_VAR] = app_python()
-        module, args = worker_command(job.id, self.paths, gpus)
+        plan = job_launch_plan(job, self.paths, gpus_here > 0, python)
+        env.update(plan.env)
+        module, args = plan.module, plan.args
         log_file = open(log_path, "ab", buffering=0)  # unbuffered: a failed write must not fail again at close
         popen = None
         try:
@@ -339,7 +344,7 @@ class Scheduler:
             popen,
             log_path,
             log_file=log_file,
-            gpus=gpus,
+            gpus=processes,
             launched_monotonic=time.monotonic(),
             oom_kills_at_launch=oom_kills,
         )
@@ -395,24 +400,18 @@ def memory_limit_bytes() -> int | None:
 
 
 def worker_command(job_id: str, paths: DataPaths, gpus: int = 1) -> tuple[str, list[str]]:
-    """(module, args) that run a job: ``backend.worker`` itself, or through ``accelerate launch`` (DDP, one process
-    per GPU) when the job asks for several GPUs. Either runs under the trainer's interpreter, and accelerate starts
-    its processes with its own ``sys.executable``, so every rank trains in the trainer's environment."""
-    args = ["--job-id", job_id, "--data-dir", str(paths.root)]
-    if gpus <= 1:
-        return "backend.worker", args
-    return "accelerate.commands.launch", [
-        "--multi_gpu",
-        "--num_processes",
-        str(gpus),
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--module",
-        "backend.worker",
-        *args,
-    ]
+    """(module, args) that run a job on ``gpus`` GPUs with DDP (``multiprocess.launch_plan`` has every case)."""
+    plan = launch_plan(job_id, paths, gpus)
+    return plan.module, plan.args
+
+
+def job_launch_plan(job: JobRecord, paths: DataPaths, on_gpu: bool, python: str) -> LaunchPlan:
+    """What starts ``job``: the worker, or ``accelerate launch`` of ``training.num_processes`` ranks with
+    ``training.distributed`` (GPUs where the machine has them, else CPU processes over gloo)."""
+    t = job.spec.training
+    strategy = t.distributed if on_gpu else "ddp"  # pre-flight refuses FSDP2 / ZeRO without a GPU
+    config = trl_config_file(strategy, python) if t.num_processes > 1 and strategy in GPU_ONLY_STRATEGIES else None
+    return launch_plan(job.id, paths, t.num_processes, strategy, on_gpu, config_file=config)
 
 
 def spawn_detached(paths: DataPaths) -> subprocess.Popen:

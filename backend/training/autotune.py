@@ -20,10 +20,10 @@ from backend.platform.hardware import DeviceInfo
 from backend.training.memory import (
     GB,
     MemoryEstimate,
-    budget_sentence,
     estimate_memory,
     format_bytes,
     memory_budget,
+    process_budget_sentence,
     read_total_ram,
 )
 
@@ -93,8 +93,9 @@ def tune(
     """Decide the empty speed settings of ``spec`` for ``device`` (pure: the caller measures lengths and, on a CPU,
     the machine's RAM)."""
     t = spec.training
-    budget = memory_budget(device, total_ram)
-    decisions = _Decisions(choices=[sentence for sentence in [budget_sentence(device, budget)] if sentence])
+    budget = memory_budget(device, total_ram, t.num_processes)
+    said = process_budget_sentence(device, budget, t.num_processes)
+    decisions = _Decisions(choices=[sentence for sentence in [said] if sentence])
     budget = _leave_room_for_vllm(spec, device, budget, is_installed, decisions)
     if not t.auto_tune:
         _take_trl_defaults(spec, decisions)

@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 
 from backend.core.wording import EVALUATING
 from backend.jobs.reporter import JobReporter
+from backend.training.distributed import agree_to_stop
 from backend.training.eta import evaluating_eta, evaluation_seconds, smoothed_step_seconds, training_eta
 from backend.training.meter import PerformanceMeter
 from backend.training.signal import ZERO_STD_KEY, SignalMonitor
@@ -222,7 +223,7 @@ class StoreReportingCallback(TrainerCallback):
         self.performance.step_end()
         t0 = time.perf_counter()
         self._flush(state)
-        if self._should_stop():
+        if agree_to_stop(self._should_stop()):  # every rank leaves at the same step
             self.cancelled = True
             control.should_training_stop = True
             control.should_save = False

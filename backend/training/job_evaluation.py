@@ -13,6 +13,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
 from backend.jobs.failures import describe_failure
 from backend.jobs.reporter import JobReporter
+from backend.training.distributed import main_rank
 
 log = logging.getLogger("studio.worker")  # these lines belong to the worker's part of the job log
 
@@ -25,7 +26,8 @@ def recorded_evaluation(name: str, compute, paths: DataPaths, job_id: str) -> di
         log.exception("%s failed", name)
         result = {"error": describe_failure(exc)}
     path = paths.job_dir(job_id) / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2))
+    if main_rank():  # every rank of a job of several processes evaluates; one writes
+        path.write_text(json.dumps(result, indent=2))
     log.info("%s: %s (per-row scores in %s)", name, evaluation_summary(result), path.name)
     return result
 
@@ -178,8 +180,10 @@ def evaluate_trained(
     parent_adapter: Path | None,
     callback,
 ) -> None:
-    """After training (rank 0): score the held-out rows and play the environment's episodes on every side, run the
-    benchmarks, and record each result and the learning verdict; a failed evaluation is recorded, never a failed job."""
+    """After training: score the held-out rows and play the environment's episodes on every side, run the
+    benchmarks, and record each result and the learning verdict; a failed evaluation is recorded, never a failed job.
+    In a job of several processes every rank evaluates (the trainer's evaluation gathers over them) and rank 0 alone
+    writes and runs the benchmarks."""
     from backend.training.benchmark_jobs import benchmark_trained
 
     evaluation = environment_evaluation = None
@@ -193,5 +197,5 @@ def evaluate_trained(
             trainer, spec, environment, rows, paths, job_id, parent_adapter, callback
         )
         store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
-    benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter)
+    benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter) if main_rank() else None
     record_learning(store, job_id, spec, evaluation, environment_evaluation, benchmarks)

@@ -158,6 +158,12 @@ class MemoryEstimate:
     parameters: int
     advice: list[str] = field(default_factory=list)  # settings that would shrink the estimate, most effective first
     runtime_bytes: int = 0  # the last breakdown items: the CUDA context and allocator reserve, or the CPU runtime
+    processes: int = 1  # training.num_processes: each DDP process holds all of the above (its own copy)
+
+    @property
+    def all_processes_bytes(self) -> int:
+        """The job's peak over all of its processes: each DDP process holds its own copy of the model."""
+        return self.total_bytes * self.processes
 
     @property
     def tensor_bytes(self) -> int:
@@ -167,7 +173,14 @@ class MemoryEstimate:
     def describe(self) -> str:
         """The breakdown and total, one ``item: size`` line each."""
         lines = [f"{label}: {format_bytes(size)}" for label, size in self.breakdown]
-        return "\n".join([*lines, f"total: {format_bytes(self.total_bytes)}"])
+        if self.processes > 1:
+            total = (
+                f"total: {format_bytes(self.total_bytes)} per process, "
+                f"{format_bytes(self.all_processes_bytes)} for the {self.processes} processes"
+            )
+        else:
+            total = f"total: {format_bytes(self.total_bytes)}"
+        return "\n".join([*lines, total])
 
 
 def estimate_memory(
@@ -177,9 +190,10 @@ def estimate_memory(
     prompt_tokens: int | None = None,
     sequence_tokens: int | None = None,
 ) -> MemoryEstimate:
-    """Peak memory of one training process: within +-25% of the measured peaks in the calibration table
-    (tests/unit/training/test_memory_calibration.py) when the sequence lengths are known, an upper bound when they are
-    not.
+    """Peak memory of one training process (one of ``training.num_processes``, each with ``spec``'s batch: pass
+    the spec one process trains, ``distributed.per_process_spec``): within +-25% of the measured peaks in the
+    calibration table (tests/unit/training/test_memory_calibration.py) when the sequence lengths are known, an upper
+    bound when they are not.
 
     ``device`` decides the precision (bf16 on a bf16 GPU, else fp32, as the trainer chooses); by default this
     machine's. ``prompt_tokens`` is the GRPO prompt length (e.g. the dataset preview's longest);
@@ -230,6 +244,7 @@ def estimate_memory(
         parameters=params.total,
         advice=_advice(spec, device),
         runtime_bytes=sum(size for _, size in items[-len(runtime) :]),
+        processes=t.num_processes,
     )
 
 
@@ -323,11 +338,13 @@ def check_memory(estimate: MemoryEstimate, device: DeviceInfo, available_ram_byt
     else:
         free = available_ram_bytes if available_ram_bytes is not None else read_available_ram()
         where = "this machine (system RAM)"
-    if free is None or estimate.total_bytes <= free:
+    # Each GPU process has a GPU of its own; CPU processes share the machine's RAM.
+    needed = estimate.total_bytes if device.kind == "cuda" else estimate.all_processes_bytes
+    if free is None or needed <= free:
         return None
     remedies = [*estimate.advice, "pick a smaller model"]
     remedy = ", ".join(remedies[:-1]) + ", or " + remedies[-1]
-    return f"Estimated {format_bytes(estimate.total_bytes)} needed but {format_bytes(free)} free on {where}: {remedy}."
+    return f"Estimated {format_bytes(needed)} needed but {format_bytes(free)} free on {where}: {remedy}."
 
 
 # A job plans to fill at most this much of its device's memory: fragmentation, the app itself (its chat models) and
@@ -335,7 +352,7 @@ def check_memory(estimate: MemoryEstimate, device: DeviceInfo, available_ram_byt
 HEADROOM = 0.85
 
 
-def memory_budget(device: DeviceInfo, total_ram_bytes: int | None = None) -> int | None:
+def memory_budget(device: DeviceInfo, total_ram_bytes: int | None = None, processes: int = 1) -> int | None:
     """The memory a job may plan to use on ``device`` (bytes): :data:`HEADROOM` of the GPU's memory, or on a CPU of
     the machine's RAM (``total_ram_bytes``, :func:`read_total_ram`); None when that is not known.
 
@@ -348,10 +365,15 @@ def memory_budget(device: DeviceInfo, total_ram_bytes: int | None = None) -> int
     >>> cpu = DeviceInfo("cpu", "CPU", 0, None, None, False)
     >>> format_bytes(memory_budget(cpu, 16 * GB)), memory_budget(cpu)
     ('13.6 GB', None)
+
+    ``processes`` CPU processes share the RAM (each GPU process has a GPU of its own):
+
+    >>> format_bytes(memory_budget(cpu, 16 * GB, processes=2))
+    '6.8 GB'
     """
     if device.kind == "cuda":
         return int(device.total_memory_gb * GB * HEADROOM) if device.total_memory_gb else None
-    return int(total_ram_bytes * HEADROOM) if total_ram_bytes else None
+    return int(total_ram_bytes * HEADROOM / processes) if total_ram_bytes else None
 
 
 def budget_sentence(device: DeviceInfo, budget: int | None) -> str | None:
@@ -360,6 +382,18 @@ def budget_sentence(device: DeviceInfo, budget: int | None) -> str | None:
         return None
     where = f"{device.name}'s memory" if device.kind == "cuda" else "this machine's RAM"
     return f"memory: the job may use {format_bytes(budget)} ({HEADROOM:.0%} of {where})"
+
+
+def process_budget_sentence(device: DeviceInfo, budget: int | None, processes: int) -> str | None:
+    """:func:`budget_sentence` for one of ``processes`` processes (CPU processes share the RAM).
+
+    >>> process_budget_sentence(DeviceInfo("cpu", "CPU", 0, None, None, False), 4 * GB, 2)
+    "memory: each of the 2 processes may use 4.0 GB (85% of this machine's RAM, shared)"
+    """
+    if processes <= 1 or budget is None:
+        return budget_sentence(device, budget)
+    where = f"{device.name}'s memory, one GPU each" if device.kind == "cuda" else "this machine's RAM, shared"
+    return f"memory: each of the {processes} processes may use {format_bytes(budget)} ({HEADROOM:.0%} of {where})"
 
 
 def _meminfo(field: str, meminfo: Path, fallback: str) -> int | None:

@@ -108,20 +108,43 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
             f"training.batch_size: {method.label} needs at least {method.min_batch} examples per device "
             f"(got {spec.training.batch_size}); raise it or use auto"
         )
-    if spec.training.num_gpus > 1:
-        from backend.platform.hardware import gpu_count_without_torch
-        from backend.training.remote_fit import gpu_count_offer
-
-        have = gpu_count_without_torch()
-        if have < spec.training.num_gpus:
-            problems.append(
-                f"training.num_gpus: the job asks for {spec.training.num_gpus} GPUs and this machine has "
-                f"{have}; lower it, or {gpu_count_offer(spec)}"
-            )
+    problems.extend(process_problems(spec))
     if problems:
         raise SpecError(problems)
     warnings, tuning = advisories(spec, models_dir, loaded)
     return warnings + hub_push_warnings(spec), tuning
+
+
+def process_problems(spec: JobSpec) -> list[str]:
+    """Why this machine cannot run ``training.num_processes`` processes with ``training.distributed`` (sentences):
+    more GPUs than it has, FSDP2 / ZeRO without a GPU, or a global batch the processes cannot share evenly."""
+    from backend.jobs.multiprocess import installed_in
+    from backend.platform.hardware import gpu_count_without_torch
+    from backend.platform.interpreters import trainer_python
+    from backend.training.distributed import batch_split_problem
+    from backend.training.remote_fit import gpu_count_offer
+
+    t, problems = spec.training, []
+    have = gpu_count_without_torch()
+    if t.distributed != "ddp" and have == 0:
+        problems.append(
+            f"training.distributed: {t.distributed} shards the model over GPUs and this machine has none; use ddp "
+            "(CPU processes over gloo) or send the job to a machine with GPUs"
+        )
+    if t.distributed.startswith("zero") and have and not installed_in(trainer_python(), "deepspeed"):
+        problems.append(
+            f"training.distributed: {t.distributed} is DeepSpeed ZeRO and the trainer's environment has no deepspeed "
+            "package; pip install deepspeed there, or use ddp or fsdp2"
+        )
+    if t.num_processes > 1 and have and have < t.num_processes:
+        problems.append(
+            f"training.num_processes: the job asks for {t.num_processes} GPU processes and this machine has "
+            f"{have} GPUs; lower it, or {gpu_count_offer(spec)}"
+        )
+    split = batch_split_problem(spec)
+    if split:
+        problems.append(split)
+    return problems
 
 
 def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], Tuning]:
@@ -130,6 +153,7 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     from backend.models.loading import load_tokenizer, resolve_model
     from backend.platform.hardware import detect_device
     from backend.training.autotune import plan
+    from backend.training.distributed import per_process_spec
     from backend.training.memory import check_memory
     from backend.training.preview import preview_dataset
     from backend.training.remote_fit import memory_offer
@@ -148,7 +172,8 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
         warnings.extend(environment_advisories(spec, tokenizer))
     device = detect_device()
     loaded = loaded or load_training_dataset(spec.dataset, spec.method)
-    tuning = plan(spec, models_dir, loaded, tokenizer, device)
+    # The job as one of its processes runs it: its share of the batch (each process holds a copy of the model).
+    tuning = plan(per_process_spec(spec, spec.training.num_processes), models_dir, loaded, tokenizer, device)
     memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
         warnings += [memory_warning, memory_offer(tuning.estimate, device, spec)]

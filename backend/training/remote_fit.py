@@ -22,7 +22,7 @@ _JOBS_GPU = DeviceInfo(
 
 def gpus_needed(spec: JobSpec) -> int:
     """The GPUs (training processes) the job asks for: the one place that reads it from the spec."""
-    return spec.training.num_gpus
+    return spec.training.num_processes
 
 
 def gib(size: float) -> str:
@@ -79,7 +79,7 @@ def gpu_count_offer(spec: JobSpec) -> str:
     memory is not known yet when pre-flight counts GPUs).
 
     >>> from backend.core.spec import parse_spec
-    >>> gpu_count_offer(parse_spec({"training": {"num_gpus": 2}}))
+    >>> gpu_count_offer(parse_spec({"training": {"num_processes": 2}}))
     'send the job to Hugging Face Jobs as a10g-largex2 (2x A10G, 24 GiB each, 48 GiB in all)'
     """
     fit = smallest_fit(0, gpus_needed(spec))

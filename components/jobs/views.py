@@ -205,6 +205,9 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
         lines.append(f"Continues job {job.spec.model.parent_job_id}")
     if job.spec.environment.name:
         lines.append(f"Environment: {environment_text(job)}")
+    if job.artifacts.distributed is not None:
+        run = job.artifacts.distributed
+        lines.append(f"Launched: {html.escape(run.describe())} (`{html.escape(run.launch)}`)")
     figures = performance_line(job.artifacts.performance or live_figures(metrics or []))
     if figures:
         lines.append(f"Performance: {figures}")

@@ -175,7 +175,7 @@ sys.exit(3)
     )
     monkeypatch.setenv(TRAINER_PYTHON_VAR, str(recorder))
     single = store.add(parse_spec(tiny_spec()))
-    multi = store.add(parse_spec(tiny_spec(training={"num_gpus": 2})))
+    multi = store.add(parse_spec(tiny_spec(training={"num_processes": 2})))
     scheduler = Scheduler(paths, poll_interval=0.1, max_concurrent=1).start()
     try:
         for job in (single, multi):

@@ -7,7 +7,7 @@ import math
 import unicodedata
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from backend.core.hub_names import BUILTIN_MODELS, HUB_REPO_ID_RULE, is_builtin, is_namespaced_repo_id
 from backend.core.spec.base import MAX_SEED, SpecPart, default_model, refuse_control_characters
@@ -90,14 +90,15 @@ class QuantizationSpec(SpecPart):
 
 
 class TrainingSpec(SpecPart):
-    """The optimisation loop: epochs or steps, learning rate, batch, sequence length, seed, checkpoints, GPUs."""
+    """The optimisation loop: epochs or steps, learning rate, batch, sequence length, seed, checkpoints, processes."""
 
     epochs: float = Field(1.0, gt=0, description="Passes over the dataset (ignored when max_steps is set).")
     max_steps: int | None = Field(None, gt=0, description="Stop after this many optimizer steps.")
     learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate.")
     batch_size: int | Literal["auto"] = Field(
         2,
-        description="Examples per device per step, 1-1024; auto: auto_tune picks the largest that fits (a power "
+        description="Examples per device per step, 1-1024 (with training.num_processes above 1, per step over all "
+        "processes: each takes its share); auto: auto_tune picks the largest that fits each process (a power "
         "of two up to 64 on a GPU, 4 on a CPU, one generation group for GRPO).",
     )
     gradient_accumulation_steps: int = Field(1, gt=0, le=1024, description="Steps whose gradients are summed.")
@@ -112,11 +113,18 @@ class TrainingSpec(SpecPart):
         "e.g. you/my-adapter; its last-checkpoint/ folder is downloaded and training goes on from that step, with the "
         "same model, method and LoRA settings as the run that pushed it.",
     )
-    num_gpus: int = Field(
+    num_processes: int = Field(
         1,
         ge=1,
         le=64,
-        description="GPUs for this job: more than 1 launches the worker with accelerate (DDP) on the whole machine.",
+        description="Training processes: one per GPU (or CPU processes where there is no GPU), launched with "
+        "accelerate; more than 1 takes the whole machine and splits training.batch_size (else the gradient "
+        "accumulation) between them, so the same spec trains the same global batch. Was num_gpus.",
+    )
+    distributed: Literal["ddp", "fsdp2", "zero2", "zero3"] = Field(
+        "ddp",
+        description="How several processes share the work: ddp (each holds the whole model; over gloo on a CPU), "
+        "fsdp2 or zero2/zero3 (shard the model or optimizer state, GPUs only; TRL's accelerate configs).",
     )
     gradient_checkpointing: bool | None = Field(
         None,
@@ -144,6 +152,16 @@ class TrainingSpec(SpecPart):
         description="Attention kernel. Empty: flash attention when auto_tune finds flash-attn installed on a "
         "bf16 CUDA GPU, else PyTorch's sdpa.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _num_gpus_alias(cls, data: Any) -> Any:
+        """``num_gpus`` (specs stored before num_processes) is read as ``num_processes``; both at once are refused."""
+        if isinstance(data, dict) and "num_gpus" in data:
+            if "num_processes" in data:
+                raise ValueError("num_gpus: give it once, as training.num_processes (num_gpus is its old name)")
+            data = {k: v for k, v in data.items() if k != "num_gpus"} | {"num_processes": data["num_gpus"]}
+        return data
 
     @field_validator("resume_from_hub")
     @classmethod

@@ -1,5 +1,7 @@
 """Multi-GPU launch through accelerate, vLLM colocate settings, and the ZeroGPU / Space rules (no GPU needed)."""
 
+import importlib.util
+
 import pytest
 
 from backend.api import StudioAPI
@@ -30,14 +32,14 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
     scheduler = Scheduler(paths, max_concurrent=4)
 
     def fake_launch(job):
-        gpus = job.spec.training.num_gpus
+        gpus = job.spec.training.num_processes
         launched.append((job.id, gpus))
         scheduler._running[job.id] = type("R", (), {"gpus": gpus, "slot": len(scheduler._running)})()
 
     monkeypatch.setattr(scheduler, "_launch", fake_launch)
     monkeypatch.setattr(scheduler.reaper, "reap", lambda: None)
     one = store.add(parse_spec(tiny_spec()))
-    big = store.add(parse_spec(tiny_spec(training={"num_gpus": 2})))
+    big = store.add(parse_spec(tiny_spec(training={"num_processes": 2})))
     after = store.add(parse_spec(tiny_spec()))
     scheduler.tick()
     assert launched == [(one.id, 1)], "the 2-GPU job waits while another job runs"
@@ -50,9 +52,16 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
     assert launched[-1] == (after.id, 1)
 
 
-def test_num_gpus_beyond_the_machine_is_refused_at_submit(paths):
-    with pytest.raises(SpecError, match="asks for 2 GPUs and this machine has 0"):
-        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_gpus": 2}))
+def test_more_gpu_processes_than_gpus_are_refused_at_submit_and_cpu_processes_are_not(paths, monkeypatch):
+    api = StudioAPI(paths.root, scheduler="none")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a machine of one GPU, as the scheduler counts them
+    with pytest.raises(SpecError, match="asks for 2 GPU processes and this machine has 1 GPUs"):
+        api.jobs.submit(tiny_spec(training={"num_processes": 2}))
+    if importlib.util.find_spec("deepspeed") is None:  # ZeRO needs DeepSpeed in the trainer's environment
+        with pytest.raises(SpecError, match="zero2 is DeepSpeed ZeRO and the trainer's environment has no deepspeed"):
+            api.jobs.submit(tiny_spec(training={"distributed": "zero2"}))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: two CPU processes (DDP over gloo)
+    assert api.jobs.submit(tiny_spec(training={"num_gpus": 2})).job.spec.training.num_processes == 2
 
 
 def test_vllm_colocate_when_available_transformers_otherwise(tmp_path):

@@ -31,7 +31,7 @@ def test_the_offer_names_the_estimate_what_this_machine_has_and_the_flavor():
 
 
 def test_memory_offer_reads_the_gpus_the_spec_asks_for_and_the_device():
-    spec = parse_spec(tiny_spec(training={"num_gpus": 2}))
+    spec = parse_spec(tiny_spec(training={"num_processes": 2}))
     assert gpus_needed(spec) == 2
     estimate = memory.MemoryEstimate(total_bytes=int(18 * GIB), breakdown=[("all", int(18 * GIB))], parameters=1)
     offer = memory_offer(estimate, T4, spec)
@@ -55,15 +55,18 @@ def test_check_offers_a_flavor_when_the_job_does_not_fit_this_machine(paths, mon
     assert not any("Hugging Face Jobs" in w for w in warnings), "a job that fits is offered nothing"
 
 
-def test_more_gpus_than_this_machine_has_is_refused_with_the_flavor_that_has_them(paths):
+def test_more_gpus_than_this_machine_has_is_refused_with_the_flavor_that_has_them(paths, monkeypatch):
+    import backend.platform.hardware
+
+    monkeypatch.setattr(backend.platform.hardware, "gpu_count_without_torch", lambda: 1)  # one GPU, two asked for
     with pytest.raises(SpecError, match=r"lower it, or send the job to Hugging Face Jobs as a10g-largex2 \(2x A10G"):
-        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_gpus": 2}))
+        StudioAPI(paths.root, scheduler="none").jobs.submit(tiny_spec(training={"num_processes": 2}))
 
 
 def test_auto_picks_the_smallest_flavor_for_the_estimate(models_dir):
     flavor, estimate = fitting_flavor(parse_spec(tiny_spec()), models_dir)
     assert flavor == "t4-small" and estimate.total_bytes < 16 * GIB
-    flavor, _ = fitting_flavor(parse_spec(tiny_spec(training={"num_gpus": 4})), models_dir)
+    flavor, _ = fitting_flavor(parse_spec(tiny_spec(training={"num_processes": 4})), models_dir)
     assert flavor == "l4x4"
     # a model whose config cannot be read here is sent on the default flavor, as before
     offline = parse_spec(tiny_spec(model={"name_or_path": "someone/not-downloaded"}))

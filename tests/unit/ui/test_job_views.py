@@ -297,6 +297,15 @@ def test_a_tracked_job_says_how_to_open_its_trackio_dashboard(api):
     assert str(api.core.paths.root / "trackio") in summary
 
 
+def test_a_job_of_several_processes_says_how_it_was_launched(api):
+    job = _job(api, training={"num_processes": 2})
+    assert "Launched:" not in job_views.summary_markdown(api, job)
+    run = {"processes": 2, "backend": "gloo", "launch": "accelerate launch --multi_gpu", "per_process_batch": 1}
+    api.core.store.merge_artifacts(job.id, distributed=run)
+    summary = job_views.summary_markdown(api, api.core.store.get(job.id))
+    assert "Launched: 2 processes, ddp over gloo, 1 example per process (`accelerate launch --multi_gpu`)" in summary
+
+
 def test_metrics_come_incrementally_with_a_cursor(api):
     job = _job(api)
     api.core.store.report(job.id, [(1, 0.0, {"loss": 1.0}), (2, 0.0, {"loss": 0.9})], None, [])
