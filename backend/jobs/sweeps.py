@@ -169,7 +169,7 @@ def _signed(value: float, higher_is_better: bool) -> float:
 
 
 def _more_to_come(sweep: Sweep) -> bool:
-    return sweep.search == "tpe" and not sweep.cancelled and len(sweep.children) < sweep.trials
+    return sweep.search == "tpe" and sweep.active and not sweep.cancelled and len(sweep.children) < sweep.trials
 
 
 def report_of(sweep: Sweep, jobs: dict[str, JobRecord]) -> SweepReport:
@@ -378,7 +378,13 @@ class SweepStore:
             return None
         trial, point = tpe_ask(sweeps_dir, sweep.id, sweep.dimensions, sweep.trials, len(sweep.children))
         position = len(sweep.children)
-        spec = child_spec(sweep.spec, point, position)
+        try:
+            spec = child_spec(sweep.spec, point, position)
+        except SpecError as exc:  # a proposal its field refuses (the bounds were checked at submit): stop, say why
+            tpe_tell(sweeps_dir, sweep.id, trial, None, sweep.trials)
+            with self.store.writing() as con:
+                con.execute("UPDATE sweeps SET active = 0 WHERE id = ?", (sweep.id,))
+            raise SpecError([f"sweep {sweep.id} stopped: {exc.problems[0]}"]) from None
         with self.store.writing() as con:
             row = con.execute("SELECT cancelled FROM sweeps WHERE id = ?", (sweep.id,)).fetchone()
             if row is None or row[0]:

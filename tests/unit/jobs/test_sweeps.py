@@ -220,3 +220,14 @@ def test_a_version_1_store_gains_the_sweeps_tables_and_keeps_its_jobs(paths, api
     with store.reading() as con:
         assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     assert store.get(job.id).status is JobStatus.queued and SweepStore(store).list() == []
+
+
+def test_a_tpe_proposal_its_field_refuses_stops_that_sweep_with_a_sentence(api, store, paths):
+    # lora.r takes whole numbers from 1: a range of floats passes its ends' check yet proposes 2.5 (a float)
+    report = api.sweeps.submit(SPEC, ["lora.r=1.0..64.0"], "tpe", 3).report
+    sweeps = SweepStore(store)
+    with pytest.raises(SpecError, match=f"sweep {report.sweep.id} stopped: --vary lora.r"):
+        sweeps.advance(paths.root / "sweeps")
+    assert sweeps.advance(paths.root / "sweeps") == []  # not asked again on every tick
+    done = api.sweeps.get(report.sweep.id)
+    assert not done.sweep.active and done.children == [] and done.status == "failed"
