@@ -57,6 +57,13 @@ class SweepOperations:
         dimensions = parse_dimensions(vary)
         size = check_size(dimensions, search, trials)
         objective = check_objective(objective)
+        if objective.startswith("benchmark:") and not base.benchmarks.tasks:
+            raise SpecError(
+                [
+                    f"--objective {objective}: the spec scores no benchmarks; add benchmarks.tasks for the "
+                    "children to be ranked by"
+                ]
+            )
         base_data = base.model_dump(mode="json")
         check_dimensions(base_data, dimensions)
         sweep_id = new_sweep_id()

@@ -231,3 +231,17 @@ def test_a_tpe_proposal_its_field_refuses_stops_that_sweep_with_a_sentence(api, 
     assert sweeps.advance(paths.root / "sweeps") == []  # not asked again on every tick
     done = api.sweeps.get(report.sweep.id)
     assert not done.sweep.active and done.children == [] and done.status == "failed"
+
+
+def test_a_benchmark_objective_ranks_by_the_tasks_tuned_score_and_needs_the_spec_to_score_it(api, store):
+    with pytest.raises(SpecError, match="--objective benchmark:studio_arith: the spec scores no benchmarks"):
+        api.sweeps.submit(SPEC, [f"{LR}=1e-4,1e-3"], objective="benchmark:studio_arith")
+    with pytest.raises(SpecError, match="--objective accuracy: choose learning"):
+        api.sweeps.submit(SPEC, [f"{LR}=1e-4,1e-3"], objective="accuracy")
+    spec = {**SPEC, "benchmarks": {"tasks": ["studio_arith"], "limit": 8}}
+    report = api.sweeps.submit(spec, [f"{LR}=1e-4,1e-3"], objective="benchmark:studio_arith").report
+    for child, tuned in zip(report.children, (0.7, 0.5)):
+        bench = {"tasks": {"studio_arith": {"metric": "exact_match", "n": 8, "base": 0.4, "tuned": tuned}}}
+        _finish(store, child.child.job_id, JobStatus.succeeded, {**_learning(0.1), "benchmarks": bench})
+    done = api.sweeps.get(report.sweep.id)
+    assert done.best.child.position == 0 and done.best.value == 0.7  # the benchmark's, not the verdict's
