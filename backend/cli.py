@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.api import StorageError, StudioAPI, methods
+from backend.cli_sweep import add_sweep_commands
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
 from backend.core.spec import SpecError, load_spec_text, with_settings
@@ -23,6 +24,7 @@ from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store_errors import InvalidTransition, JobNotFound, StoreError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+QUEUEING = ("submit", "warm-up", "eval", "sweep")  # the commands whose refusal means nothing was queued
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's number: what a shell reports for a tool whose reader went away
 
 
@@ -459,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="cancel a queued job or stop a running one")
     p.add_argument("job_id")
     p.set_defaults(func=cmd_cancel)
+    add_sweep_commands(sub, lambda args: with_settings(_load_spec_file(args.spec_file), args.set))
     return parser
 
 
@@ -483,7 +486,7 @@ def _run(argv: list[str] | None) -> int:
         api = StudioAPI()
         return args.func(api, args)
     except SpecError as exc:
-        refused = "The job was not queued:" if args.command in ("submit", "warm-up", "eval") else "Cannot do that:"
+        refused = "The job was not queued:" if args.command in QUEUEING else "Cannot do that:"
         print(refused, file=sys.stderr)
         for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)

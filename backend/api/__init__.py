@@ -29,6 +29,7 @@ _EAGER = {
     "backend.jobs.scheduler": "SchedulerHealth",
     "backend.jobs.records": "JobRecord JobStatus",
     "backend.jobs.store_errors": "JobNotFound InvalidTransition StoreError",
+    "backend.jobs.sweeps": "SweepReport",
     "backend.models.demo": "DEMO_MODEL_ID DEMO_MODEL_NOTE is_demo_model ARITH_MODEL_ID demo_model_note demo_recipe",
     "backend.platform.hardware": "detect_device",
     "backend.platform.hub_status": "hub_status",

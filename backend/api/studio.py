@@ -16,6 +16,7 @@ from backend.api.environments import EnvironmentOperations
 from backend.api.export import ExportOperations
 from backend.api.hub import HubOperations
 from backend.api.jobs import JobOperations
+from backend.api.sweeps import SweepOperations
 from backend.core.paths import DataPaths
 from backend.jobs.scheduler import Scheduler, SchedulerHealth
 from backend.platform.mirror import Mirror, MirrorStatus, restore
@@ -24,9 +25,9 @@ from backend.platform.storage import DB_NAME, StoragePlan, storage_plan
 
 
 class StudioAPI:
-    """The facade: its parts by concern (``jobs``, ``datasets``, ``environments``, ``chat``, ``arena``, ``hub``,
-    ``benchmarks``, ``export``), each built on one ``core`` (backend/api/core.py), and the facade's own life and
-    status (closing, where data lives, the scheduler's health).
+    """The facade: its parts by concern (``jobs``, ``sweeps``, ``datasets``, ``environments``, ``chat``, ``arena``,
+    ``hub``, ``benchmarks``, ``export``), each built on one ``core`` (backend/api/core.py), and the facade's own life
+    and status (closing, where data lives, the scheduler's health).
 
     ``scheduler`` says who runs the queue: ``"thread"`` runs one inside this process (the app), ``"detached"``
     starts a background scheduler process when none is running (the CLI and scripts), ``"none"`` leaves it to
@@ -50,6 +51,7 @@ class StudioAPI:
             self.mirror_status.set_aside = set_aside_notes(storage.durable, DB_NAME)
         self.core = core = StudioCore(storage, paths, scheduler)
         self.jobs = JobOperations(core)
+        self.sweeps = SweepOperations(core, self.jobs)
         self.datasets = DatasetOperations(core)
         self.environments = EnvironmentOperations(core, self.jobs)
         self.chat = ChatOperations(core, self.jobs)

@@ -119,12 +119,44 @@ def _adopt(con: sqlite3.Connection, schema: str, db_path: Path) -> None:
             con.execute(statement)
 
 
+# Version 2: sweeps (backend/jobs/sweeps.py): a sweep's row (its base spec, the fields it varies and how it searches)
+# and one row per child job, with the values it tried. The jobs table is unchanged: a child is an ordinary job.
+SCHEMA_V2 = (
+    SCHEMA_V1
+    + """
+CREATE TABLE IF NOT EXISTS sweeps (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    vary TEXT NOT NULL,
+    search TEXT NOT NULL,
+    trials INTEGER NOT NULL,
+    objective TEXT NOT NULL DEFAULT 'learning',
+    created_at REAL NOT NULL,
+    cancelled INTEGER NOT NULL DEFAULT 0,
+    active INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS sweeps_owner ON sweeps(owner, created_at);
+CREATE TABLE IF NOT EXISTS sweep_children (
+    job_id TEXT PRIMARY KEY,
+    sweep_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    trial INTEGER,
+    told INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS sweep_children_sweep ON sweep_children(sweep_id, position);
+"""
+)
+
+
 # STEPS[v] takes a file from version v to v + 1, inside the caller's transaction.
 STEPS: tuple[Callable[[sqlite3.Connection, Path], None], ...] = (
     lambda con, db_path: _adopt(con, SCHEMA_V1, db_path),  # 0 -> 1: any shape that shipped unversioned
+    lambda con, db_path: _adopt(con, SCHEMA_V2, db_path),  # 1 -> 2: the sweeps' tables
 )
 SCHEMA_VERSION = len(STEPS)
-SCHEMA = SCHEMA_V1  # the shape of a file at SCHEMA_VERSION
+SCHEMA = SCHEMA_V2  # the shape of a file at SCHEMA_VERSION
 
 
 def schema_version(con: sqlite3.Connection) -> int:

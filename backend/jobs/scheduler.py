@@ -27,6 +27,7 @@ from backend.jobs.multiprocess import GPU_ONLY_STRATEGIES, LaunchPlan, launch_pl
 from backend.jobs.reaping import Reaper, RunningWorker, free_slot
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store import JobStore
+from backend.jobs.sweeps import SweepStore
 from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
 from backend.platform.limits import int_setting
@@ -285,6 +286,7 @@ class Scheduler:
         self.paths.keep_space_reserve(self.space_reserve_bytes)  # one stat while it is there
         self._record_unrecorded_failures()
         self.reaper.reap()
+        self._advance_sweeps()
         while len(self._running) < self.max_concurrent:
             waiting = self.store.list(statuses=[JobStatus.queued])
             # A job of several processes (GPUs, or CPU cores) takes the whole machine: it waits for the others
@@ -305,6 +307,14 @@ class Scheduler:
             except Exception as exc:
                 self._fail_unlaunched(job.id, exc)
                 raise  # and the loop counts it, so health() shows it
+
+    def _advance_sweeps(self) -> None:
+        """Let TPE sweeps queue their next child (backend/jobs/sweeps.py); a sweep that cannot is logged, and never
+        stops the queue."""
+        try:
+            SweepStore(self.store).advance(self.paths.root / "sweeps")
+        except Exception as exc:  # noqa: BLE001 - a sweep's fault is not the queue's
+            log.warning("a sweep could not queue its next child: %s", describe_failure(exc))
 
     def _launch(self, job: JobRecord) -> None:
         processes = job.spec.training.num_processes

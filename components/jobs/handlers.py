@@ -15,7 +15,7 @@ from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
 from components.job_pickers import job_choice_id
-from components.jobs import export_panel, monitor, views
+from components.jobs import export_panel, monitor, sweep_panel, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
 from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, STALE, UNDRAWN, JobsLayout
 from components.session import SIGN_IN_FIRST, require_user, user_from
@@ -387,6 +387,11 @@ def clone(api: StudioAPI, h: JobsLayout, train: TrainForm, selected, profile: gr
     }
 
 
+def clone_best(api: StudioAPI, h: JobsLayout, train: TrainForm, selected, profile: gr.OAuthProfile | None = None):
+    """The best child of the picked job's sweep cloned into the Train tab's form, as Clone does for one job."""
+    return clone(api, h, train, sweep_panel.best_job_id(api, selected, require_user(profile)), profile)
+
+
 def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
     """Every event of the Jobs tab."""
     h.raw_log.expand(None, None, None, js=SCROLL_LOG_TO_END)
@@ -436,9 +441,13 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
     remote_outputs = [h.remote_table, h.remote_status, h.remote_log]
     h.remote_refresh.click(bind(refresh_remote, api), h.remote_id, remote_outputs, api_name="remote_status")
     h.remote_cancel.click(bind(cancel_remote, api), h.remote_id, h.remote_status, api_name="cancel_remote")
+    sweep_panel.wire(api, h.sweep, h.picker)
     if train is not None:
         h.clone_button.click(
             bind(clone, api, h, train), h.picker, [*train.input_list(), h.action_note], api_name="clone_job"
+        )
+        h.sweep.clone_best.click(
+            bind(clone_best, api, h, train), h.picker, [*train.input_list(), h.action_note], api_name="clone_best"
         )
 
 

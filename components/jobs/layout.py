@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from backend.api import StudioAPI
-from components.jobs import benchmark_panel, export_panel, monitor, views
+from components.jobs import benchmark_panel, export_panel, monitor, sweep_panel, views
 
 REFRESH_S = 2.0
 # The step axis's labels, slanted: level, Vega-Lite set them edge to edge or over each other on a plot a third of the
@@ -21,7 +21,8 @@ UNDRAWN = "undrawn"
 # class drew every plot three times a pick (hidden, new points, shown again).
 STALE = "stale"
 RAW_LOG_LINES = 400
-JOBS_CSS = """
+JOBS_CSS = (
+    """
 #job-plots .undrawn { display: none !important; }
 #job-plots.stale { visibility: hidden; }
 #job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }
@@ -38,6 +39,8 @@ JOBS_CSS = """
     stroke-linecap: round; stroke-width: 6px;
 }
 """
+    + sweep_panel.SWEEP_CSS
+)
 
 
 @dataclass
@@ -84,6 +87,7 @@ class JobsLayout:
     # that draws the tab from scratch records it; one that changes part of it empties it, so the next tick sends all.
     shown: gr.State
     timer: gr.Timer
+    sweep: sweep_panel.SweepHandles  # the picked job's sweep, when it is a child of one
     light: list = field(init=False)  # the picked job's summary, progress, actions and evaluation: cheap to draw
     heavy: list = field(init=False)  # its plots, samples and logs: most of a refresh's cost in the browser
     detail: list = field(init=False)  # the order of /show_job's outputs, as scripts read them
@@ -137,6 +141,7 @@ def lay_out(api: StudioAPI) -> JobsLayout:
     with gr.Column(visible=False, elem_id="job-detail") as parts["detail_box"]:
         _lay_out_detail(api, parts)
     benchmark_panel.build(api, parts["picker"])
+    parts["sweep"] = sweep_panel.lay_out()
     with (
         gr.Column(visible=False) as parts["compare_box"],
         gr.Accordion("Compare jobs", open=False, elem_id="compare-box"),

@@ -1,5 +1,6 @@
 """Train tab: base model, dataset (built-in / Hub / upload, preview, column mapping), method with only its settings,
-rewards with their test bench, an environment with a dry run, LoRA and 4-bit, the pre-flight check, and Queue.
+rewards with their test bench, an environment with a dry run, LoRA and 4-bit, the pre-flight check, Queue, and a
+sweep (the job queued once per value of one field, ``sweep_panel.py``).
 
 ``fields.py`` declares the form once (bound to spec paths), ``recipes.py`` and ``form.py`` map it to and from a spec
 and say its problems in its words (no Gradio there); ``layout.py`` lays it out, ``handlers.py`` wires it, and
@@ -14,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from backend.api import StudioAPI
-from components.train import handlers, layout
+from components.train import handlers, layout, sweep_panel
 from components.train.layout import FIELD_MARK_CSS, FREE_TEXT_JS
 from components.train.views import FIELD_NAMES
 
@@ -40,4 +41,5 @@ def build(api: StudioAPI) -> TrainHandles:
     if api.storage_status()["mode"] == "none":  # nothing survives a restart here: the Hub keeps the adapter
         ui.inputs["push_to_hub"].value = True
     handlers.wire(api, ui)
+    sweep_panel.wire(api, ui, sweep_panel.lay_out())  # under the tab's other parts
     return TrainHandles(inputs=ui.inputs, errors=ui.errors, result=ui.result)

@@ -248,6 +248,7 @@ def test_every_backend_module_belongs_to_a_declared_layer(graph):
     assert entry_points == [
         "backend.__main__",
         "backend.cli",
+        "backend.cli_sweep",
         "backend.remote_job",
         "backend.worker",
         "backend.worker_pool",

@@ -1,0 +1,82 @@
+"""The Train tab's sweep panel and the Jobs tab's sweep view as pure functions: which fields may be varied, a refusal
+in the field's words, the children's table with the best marked, the plot's points and the summary line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from backend.api import StudioAPI
+from backend.jobs.records import JobStatus
+from components.jobs import sweep_views
+from components.train import sweep_views as train_sweep
+from tests.unit.jobs.test_sweeps import LR, SPEC, _finish, _learning
+
+
+@pytest.fixture()
+def api(paths):
+    studio = StudioAPI(paths.root, scheduler="none")
+    yield studio
+    studio.close()
+
+
+def _rated(after: float, verdict: str = "improved") -> dict:
+    artifacts = _learning(after, verdict=verdict)
+    artifacts["learning"]["rate"] = True
+    return artifacts
+
+
+def test_the_train_tab_offers_numbers_and_closed_choices_never_open_catalogues():
+    names = {name for _, name in train_sweep.vary_choices()}
+    assert {"learning_rate", "max_steps", "lora_r", "quant_mode", "dpo_loss_type"} <= names
+    assert not {"base_model", "parent_job", "method", "run_name", "lora_enabled", "hub_repo_id"} & names
+
+
+def test_a_refused_value_is_said_in_the_fields_words():
+    text = train_sweep.refusal_text("learning_rate", [f'--vary {LR}: "abc" does not fit the field (not a number)'])
+    assert text == '⚠️ Not queued: Learning rate: "abc" does not fit the field (not a number)'
+
+
+def test_the_queued_answer_lists_each_child_with_its_value(api):
+    submitted = api.sweeps.submit(SPEC, [train_sweep.vary_setting("learning_rate", "1e-4, 1e-3")])
+    text = train_sweep.sweep_queued_markdown(submitted)
+    assert text.startswith(f"Queued sweep **{submitted.report.sweep.id}**: 2 jobs, one per value.")
+    assert "learning_rate = 0.0001" in text and "learning_rate = 0.001" in text
+    assert all(c.child.job_id in text for c in submitted.report.children)
+
+
+def test_the_table_marks_the_best_and_the_plot_puts_the_score_against_the_log_of_the_value(api, store):
+    report = api.sweeps.submit(SPEC, [f"{LR}=1e-6,1e-3,5e-3"]).report
+    a, b, c = (child.child.job_id for child in report.children)
+    _finish(store, a, JobStatus.succeeded, _rated(0.40, "no_change"))
+    _finish(store, b, JobStatus.succeeded, _rated(0.80))
+    running = api.sweeps.get(report.sweep.id)
+    assert sweep_views.sweep_markdown(running).startswith(f"**Sweep {report.sweep.id}**: running, 2 of 3 children")
+    _finish(store, c, JobStatus.failed, error="diverged")
+    done = api.sweeps.get(report.sweep.id)
+
+    table = sweep_views.sweep_table(done)
+    assert list(table.columns) == ["", "job", "learning_rate", "status", "verdict", "held-out accuracy"]
+    assert table.values.tolist() == [
+        ["", a, "1e-06", "succeeded", "no change", "40.0%"],
+        [sweep_views.BEST_MARK, b, "0.001", "succeeded", "improved", "80.0%"],
+        ["", c, "0.005", "failed", "", ""],
+    ]
+    frame, x_title, y_title = sweep_views.plot_frame(done)
+    assert x_title == "log10(learning_rate)" and y_title == "held-out accuracy (%)"
+    assert frame["x"].tolist() == pytest.approx([-6.0, -3.0])
+    assert frame["score"].tolist() == pytest.approx([40.0, 80.0])
+    assert frame["child"].tolist() == ["other", "best"]
+    summary = sweep_views.sweep_markdown(done)
+    assert "succeeded, 3 of 3 children ended" in summary and f"Best so far: **{b}** (learning_rate = 0.001)" in summary
+    assert sweep_views.digest(done) != sweep_views.digest(running) and sweep_views.digest(None) == ""
+
+
+def test_a_sweep_without_scores_has_no_points_and_a_linear_axis_for_close_values(api):
+    report = api.sweeps.submit(SPEC, ["lora.r=8,16"]).report
+    frame, x_title, _ = sweep_views.plot_frame(report)
+    assert frame is None and x_title == "r"
+    assert "No child has a score yet." in sweep_views.sweep_markdown(report)
+    assert not sweep_views.log_scaled([8, 16]) and sweep_views.log_scaled([1e-5, 1e-2])
+    assert math.isclose(float(sweep_views.score_text(0.5, False)), 0.5)
