@@ -1,6 +1,6 @@
 """A sweep's overhead per child against plain jobs of the same spec.
 
-    python benchmarks/sweep.py [--children 3] [--steps 4] [--repeats 2]
+    python benchmarks/sweep.py [--children 3] [--steps 4] [--repeats 2] [--record]
 
 Four figures, each per child:
   submit       ``api.sweeps.submit`` of N children against N ``api.jobs.submit`` calls (validation, pre-flight, rows)
@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--record", action="store_true", help="append the overheads to docs/benchmarks.md")
     args = parser.parse_args()
     n = args.children
 
@@ -132,12 +133,27 @@ def main() -> None:
                 f"end to end  plain {med(plain, 1) / n:7.2f} s/job    sweep {med(sweep, 1) / n:7.2f} s/child    "
                 f"overhead {(med(sweep, 1) - med(plain, 1)) / n:+.2f} s/child"
             )
-            print(
-                f"scheduler   SweepStore.advance, no TPE sweep active: {tick_cost(api, data_dir) * 1e6:.0f} us a tick"
-            )
+            tick = tick_cost(api, data_dir)
+            print(f"scheduler   SweepStore.advance, no TPE sweep active: {tick * 1e6:.0f} us a tick")
         finally:
             api.close()
-        print(f"tpe         Optuna ask + tell on SQLite: {tpe_cost(Path(tmp) / 'optuna') * 1000:.1f} ms a child")
+        tpe = tpe_cost(Path(tmp) / "optuna")
+        print(f"tpe         Optuna ask + tell on SQLite: {tpe * 1000:.1f} ms a child")
+    if args.record:
+        from benchmarks.record import record
+
+        what = f"sweep overhead per child ({n} children x {args.steps} steps, demo model, median of {args.repeats})"
+        record(
+            [
+                (
+                    what,
+                    f"submit {(med(sweep, 0) - med(plain, 0)) / n * 1000:+.1f} ms, end to end "
+                    f"{(med(sweep, 1) - med(plain, 1)) / n:+.2f} s against a plain job "
+                    f"({med(plain, 1) / n:.2f} s/job); a tick {tick * 1e6:.0f} us; "
+                    f"a TPE ask + tell {tpe * 1000:.1f} ms",
+                )
+            ]
+        )
 
 
 if __name__ == "__main__":

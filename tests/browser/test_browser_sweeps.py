@@ -93,7 +93,10 @@ def test_the_train_forms_sweep_says_a_bad_value_at_the_values_queues_one_job_per
     page.get_by_role("tab", name="Jobs").click()
     pick_job(page, first)
     summary = page.locator("#sweep-summary")
-    expect(summary).to_contain_text(re.compile(rf"Sweep {sweep_id}: (queued|running), 0 of 2 children ended"))
+    # (the panel is read once the pick's answer comes: under load, with the first child training, that takes seconds)
+    expect(summary).to_contain_text(
+        re.compile(rf"Sweep {sweep_id}: (queued|running), 0 of 2 children ended"), timeout=30_000
+    )
     expect(page.locator("#clone-best-button")).to_be_disabled()
     page.locator("#cancel-sweep-button").click()
     expect(page.locator("#sweep-action-note")).to_contain_text(f"Sweep {sweep_id} cancelled")

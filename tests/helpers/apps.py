@@ -160,6 +160,29 @@ def launch_app(data_dir: Path, space: bool = False, extra_env: dict[str, str] | 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+        stop_leftovers(data_dir)
+
+
+def stop_leftovers(data_dir: Path) -> list[int]:
+    """Kill the workers the app started in sessions of their own and left running (a worker outlives its app by
+    design, to be adopted by the next one): every ``backend.worker`` or ``backend.worker_pool`` process whose
+    environment names ``data_dir`` as its data dir. A test that fails with a job training must not leave it training
+    on the cores the next tests share."""
+    marker = f"STUDIO_DATA_DIR={data_dir}".encode()
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if b"backend.worker" not in (entry / "cmdline").read_bytes():
+                continue
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
+        except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            continue
+    return killed
 
 
 def app_fixture(*, space: bool = False, extra_env: dict[str, str] | None = None, finished_job: dict | None = None):
