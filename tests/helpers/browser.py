@@ -317,6 +317,9 @@ def pick_job(page, job_id: str) -> None:
     picker.press("Enter")
     expect(picker).to_have_value(re.compile(rf"^{job_id} · "))
     expect(page.locator("#job-summary")).to_contain_text(job_id, timeout=15_000)
+    # The plots' row stays hidden in place (class "stale") until the pick's detail has come: under load that is
+    # after the summary, and a plot measured before it is blank.
+    expect(page.locator("#job-plots")).not_to_have_class(re.compile(r"\bstale\b"), timeout=30_000)
 
 
 def queue_job(page) -> str:
