@@ -18,6 +18,10 @@ from tests.helpers import ROOT, wait_for
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
 CHROMIUM = "/usr/bin/chromium"
+# How long an ``expect`` waits unless it says otherwise. Playwright's 5 s is an idle machine's: on CI's 2 shared
+# cores, with another test's job training beside the app, an answer that is right comes in 5-10 s (the arena's
+# pick, a sweep's cancel). A test about speed gives its own, shorter timeout.
+EXPECT_TIMEOUT_MS = 20_000
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 BROWSER_MARKS = [
@@ -32,8 +36,9 @@ BROWSER_MARKS = [
 @contextmanager
 def chromium() -> Iterator:
     """A headless Chromium for a module's tests (closed after)."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
