@@ -46,6 +46,7 @@ def _spec(steps: int) -> dict:
             "learning_rate": 1e-3,
             "save_steps": steps,
         },
+        "eval": {"holdout_rows": 8},  # a sweep ranks its children by their verdicts, so each scores held-out rows
     }
 
 

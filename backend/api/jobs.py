@@ -70,7 +70,7 @@ class JobOperations:
         queue_limit, total_limit = self.core.queue_limits(user)
         if queue_limit is not None:
             self.core.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
-        with self._environment_check(spec, user):
+        with self.environment_check(spec, user):
             warnings = check_spec(spec, self.core.paths.models, self.core.uploads_of(spec)) + _token_warnings(
                 spec, user
             )
@@ -97,7 +97,7 @@ class JobOperations:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
         text). Raises SpecError like submit would."""
         spec = self.core.prepare(spec, user=user)
-        with self._environment_check(spec, user):
+        with self.environment_check(spec, user):
             warnings, tuning = check_and_plan(spec, self.core.paths.models, self.core.uploads_of(spec))
             warnings += self._reward_model_warnings(spec, user)
         warnings += _token_warnings(spec, user)
@@ -108,7 +108,7 @@ class JobOperations:
         return warnings, text + "\nAuto-tune on this machine:\n" + tuning.describe()
 
     @contextmanager
-    def _environment_check(self, spec: JobSpec, user: User | None) -> Iterator[None]:
+    def environment_check(self, spec: JobSpec, user: User | None) -> Iterator[None]:
         """Count a remote environment's pre-flight in the per-user and Space-wide limits while it runs (Busy, a
         sentence, when either is reached); a trusted caller or a job without a remote environment counts nothing."""
         name = spec.environment.name or ""

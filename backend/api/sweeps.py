@@ -18,7 +18,7 @@ from backend.jobs.sweep_search import (
     parse_dimensions,
     planned_points,
 )
-from backend.jobs.sweeps import SweepReport, SweepStore, check_objective, new_sweep_id
+from backend.jobs.sweeps import SweepReport, SweepStore, check_objective, new_sweep_id, objective_problems
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.preflight import check_spec
 
@@ -57,20 +57,19 @@ class SweepOperations:
         dimensions = parse_dimensions(vary)
         size = check_size(dimensions, search, trials)
         objective = check_objective(objective)
-        if objective.startswith("benchmark:") and not base.benchmarks.tasks:
-            raise SpecError(
-                [
-                    f"--objective {objective}: the spec scores no benchmarks; add benchmarks.tasks for the "
-                    "children to be ranked by"
-                ]
-            )
+        if problems := objective_problems(base, objective):
+            raise SpecError(problems)
         base_data = base.model_dump(mode="json")
         check_dimensions(base_data, dimensions)
         sweep_id = new_sweep_id()
         points = planned_points(dimensions, search, trials, sweep_id)
         children = [self.core.prepare(child_spec(base_data, point, i), user=user) for i, point in enumerate(points)]
+        for prepared, point in zip(children, points):  # a varied field may take the score away (holdout_rows ...)
+            if problems := objective_problems(prepared, objective):
+                values = ", ".join(f"{path} = {text}" for path, text in point.items())
+                raise SpecError([f"{problem} (the child with {values})" for problem in problems])
         queue_limit, total_limit = self.core.queue_limits(user)
-        with self.jobs._environment_check(base, user):
+        with self.jobs.environment_check(base, user):
             warnings = check_spec(base, self.core.paths.models, self.core.uploads_of(base)) + _token_warnings(
                 base, user
             )

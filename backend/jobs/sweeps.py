@@ -48,6 +48,29 @@ def check_objective(objective: str) -> str:
     raise SpecError([f"--objective {objective}: choose {OBJECTIVES_HELP}"])
 
 
+def objective_problems(spec: JobSpec, objective: str) -> list[str]:
+    """Why a child trained on ``spec`` would have no score to rank by ``objective`` (none: it would), each a sentence
+    that starts with the field to change, so the Train form says it there."""
+    if objective.startswith("benchmark:"):
+        task = objective.partition(":")[2]
+        if task in spec.benchmarks.tasks:
+            return []
+        scored = ", ".join(spec.benchmarks.tasks) or "none"
+        return [
+            f"--objective {objective}: the spec scores {'no benchmarks' if scored == 'none' else scored}, not "
+            f"{task}; add {task} to benchmarks.tasks for the children to be ranked by it"
+        ]
+    ranked = "a sweep ranks its children by their learning verdicts"
+    if spec.environment.name:
+        if spec.environment.eval_episodes == 0:
+            return [f"environment.eval_episodes: {ranked}, and with no evaluation episodes none would have one"]
+    elif spec.eval.holdout_fraction == 0 and spec.eval.holdout_rows is None:
+        return [f"eval.holdout_rows: {ranked}, and with no held-out rows none would have one; hold some out"]
+    if not spec.eval.compare_base and not spec.model.parent_job_id:
+        return [f"eval.compare_base: {ranked}, and a verdict compares with the base model; turn it on"]
+    return []
+
+
 def objective_value(job: JobRecord, objective: str) -> tuple[float, bool] | None:
     """(the child's score, whether higher is better), or None when the job has none (yet)."""
     if objective == "learning":

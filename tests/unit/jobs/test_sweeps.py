@@ -245,3 +245,43 @@ def test_a_benchmark_objective_ranks_by_the_tasks_tuned_score_and_needs_the_spec
         _finish(store, child.child.job_id, JobStatus.succeeded, {**_learning(0.1), "benchmarks": bench})
     done = api.sweeps.get(report.sweep.id)
     assert done.best.child.position == 0 and done.best.value == 0.7  # the benchmark's, not the verdict's
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"eval": {}}, "eval.holdout_rows"),
+        ({"eval": {"holdout_rows": 16, "compare_base": False}}, "eval.compare_base"),
+        (
+            {"benchmarks": {"tasks": ["studio_choice"]}, "objective": "benchmark:studio_arith"},
+            "--objective benchmark:studio_arith",
+        ),
+    ],
+)
+def test_a_sweep_whose_children_would_have_no_score_is_refused_at_the_field_and_stores_nothing(
+    api, store, change, field
+):
+    change = dict(change)
+    objective = change.pop("objective", "learning")
+    with pytest.raises(SpecError) as refused:
+        api.sweeps.submit({**SPEC, **change}, [f"{LR}=1e-4,1e-3"], objective=objective)
+    assert refused.value.problems[0].startswith(f"{field}:"), refused.value.problems
+    assert store.list() == [] and api.sweeps.list_sweeps() == []
+
+
+def test_a_varied_field_that_takes_the_score_away_is_refused_naming_the_child(api, store):
+    with pytest.raises(SpecError, match=r"^eval.compare_base: .*\(the child with eval.compare_base = false\)"):
+        api.sweeps.submit(SPEC, ["eval.compare_base=true,false"])
+    assert store.list() == []
+
+
+def test_an_environment_sweep_needs_evaluation_episodes(api):
+    spec = {
+        **SPEC,
+        "method": "grpo",
+        "dataset": {"source": "builtin", "name": "arith-env"},
+        "environment": {"name": "builtin:arithmetic", "eval_episodes": 0},
+        "eval": {},
+    }
+    with pytest.raises(SpecError, match="^environment.eval_episodes: a sweep ranks its children"):
+        api.sweeps.submit(spec, [f"{LR}=1e-4,1e-3"])
