@@ -23,7 +23,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
 from backend.jobs.failures import describe_failure, with_log_tail
-from backend.jobs.lineage import checkpoint_step, last_checkpoint, starting_adapter
+from backend.jobs.lineage import checkpoint_step, last_checkpoint, runnable_spec, starting_adapter
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
 from backend.jobs.store import JobStore
@@ -130,6 +130,7 @@ def build_job_trainer(
     )
 
     sources = reward_model_sources(store, spec)  # the reward jobs were checked at submit; read again, as stored now
+    spec = runnable_spec(store, spec)  # a distillation teacher named by its job id: that job's adapter folder
     token = os.environ.get("HF_TOKEN")
     refusal = push_refusal(token) if spec.output.push_checkpoints else None
     if refusal is not None:

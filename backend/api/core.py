@@ -8,14 +8,14 @@ import contextlib
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User, max_queued_per_user
 from backend.jobs.access import authorize_spec
-from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage
+from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, runnable_spec
 from backend.jobs.records import JobRecord
 from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, spawn_detached
@@ -23,7 +23,11 @@ from backend.jobs.store import JobStore
 from backend.platform.limits import int_setting
 from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
+from backend.training.preflight import check_and_plan
 from backend.training.reward_models import reward_model_sources
+
+if TYPE_CHECKING:
+    from backend.training.autotune import Tuning
 
 
 class StudioCore:
@@ -84,10 +88,14 @@ class StudioCore:
             self.require_generating(
                 parent, "be scored on lm-eval benchmarks" if spec.evaluate else "be trained further"
             )
-        resolved, jobs = named_jobs(lineage.spec, self.store, user)
-        for path, job in jobs:  # a teacher must write answers: a reward model's score head cannot teach
-            self.require_generating(job, f"teach ({path})")
-        return Lineage(resolved, lineage.parent)
+        for path, job in named_jobs(lineage.spec, self.store, user)[1]:  # the stored spec keeps the job's id
+            self.require_generating(job, f"teach ({path})")  # a reward model's score head cannot teach
+        return lineage
+
+    def preflight(self, spec: JobSpec) -> tuple[list[str], Tuning]:
+        """Pre-flight of a prepared spec as it will run (a job it names read as its adapter folder): SpecError with
+        every problem, or (warnings, what auto-tune would choose here)."""
+        return check_and_plan(runnable_spec(self.store, spec), self.paths.models, self.uploads_of(spec))
 
     def require_generating(self, job: JobRecord, what: str) -> None:
         """Refuse, with a sentence, to ``what`` (chat with, export, benchmark, continue) a job whose model does not

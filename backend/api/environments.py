@@ -18,7 +18,6 @@ from backend.api.jobs import JobOperations
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
 from backend.platform.limits import InFlight, RateLimiter, TimeLimit, held_run, int_setting
-from backend.training.preflight import check_spec
 
 if TYPE_CHECKING:
     from backend.environments.episodes import Episode
@@ -101,7 +100,7 @@ class EnvironmentOperations:
         spec = self.core.prepare(spec, owner, user)
         if not spec.environment.name:  # the spec ties an environment to a method that plays one
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
-        check_spec(spec, self.core.paths.models, self.core.uploads_of(spec))  # refuse before playing anything
+        self.core.preflight(spec)  # refuse before playing anything
         shown = write_demonstrations(spec, self.core.uploads_of(spec), demonstrations_to_play(rows))
         sft = self.jobs.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
         try:

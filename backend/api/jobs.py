@@ -23,7 +23,6 @@ from backend.jobs.store_errors import InvalidTransition
 from backend.platform.hardware import detect_device
 from backend.platform.limits import InFlight, int_setting
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
-from backend.training.preflight import check_and_plan, check_spec
 from backend.training.reward_models import reward_model_sources, reward_model_warnings
 
 # Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
@@ -71,9 +70,7 @@ class JobOperations:
         if queue_limit is not None:
             self.core.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
         with self.environment_check(spec, user):
-            warnings = check_spec(spec, self.core.paths.models, self.core.uploads_of(spec)) + _token_warnings(
-                spec, user
-            )
+            warnings = self.core.preflight(spec)[0] + _token_warnings(spec, user)
             warnings += self._reward_model_warnings(spec, user)
         free = self._free_workers()  # counted before adding: the scheduler may start this job at once
         job = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
@@ -98,7 +95,7 @@ class JobOperations:
         text). Raises SpecError like submit would."""
         spec = self.core.prepare(spec, user=user)
         with self.environment_check(spec, user):
-            warnings, tuning = check_and_plan(spec, self.core.paths.models, self.core.uploads_of(spec))
+            warnings, tuning = self.core.preflight(spec)
             warnings += self._reward_model_warnings(spec, user)
         warnings += _token_warnings(spec, user)
         estimate = tuning.estimate

@@ -20,7 +20,6 @@ from backend.jobs.sweep_search import (
 )
 from backend.jobs.sweeps import SweepReport, SweepStore, check_objective, new_sweep_id, objective_problems
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
-from backend.training.preflight import check_spec
 
 
 @dataclass(frozen=True)
@@ -70,9 +69,7 @@ class SweepOperations:
                 raise SpecError([f"{problem} (the child with {values})" for problem in problems])
         queue_limit, total_limit = self.core.queue_limits(user)
         with self.jobs.environment_check(base, user):
-            warnings = check_spec(base, self.core.paths.models, self.core.uploads_of(base)) + _token_warnings(
-                base, user
-            )
+            warnings = self.core.preflight(base)[0] + _token_warnings(base, user)
         self.store.create(sweep_id, base, dimensions, search, size, objective, children, queue_limit, total_limit)
         report = self.store.report(sweep_id)
         if warnings:

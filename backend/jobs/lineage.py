@@ -122,9 +122,12 @@ def starting_adapter(store: JobReporter, spec: JobSpec) -> Path | None:
 JOB_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 
 
-def named_jobs(spec: JobSpec, store: JobStore, user: User | None = None) -> tuple[JobSpec, list[tuple[str, JobRecord]]]:
+def named_jobs(
+    spec: JobSpec, store: JobStore | JobReporter, user: User | None = None
+) -> tuple[JobSpec, list[tuple[str, JobRecord]]]:
     """The spec with each of its method part's ``job_fields`` that holds a job id turned into that job's adapter
-    folder (the stored spec says what runs, as a staged job's parent model does), and (spec path, job) for each.
+    folder (what the trainer and pre-flight load), and (spec path, job) for each. The stored spec keeps the id: a
+    folder on the server is not the user's to name, so a clone of the job submitted again would be refused.
 
     The job must be one ``user`` may read (another user's is "not found") that succeeded with its adapter saved; a
     name that is not a job id is a model, and a folder on the server only for those who may name one."""
@@ -156,6 +159,12 @@ def named_jobs(spec: JobSpec, store: JobStore, user: User | None = None) -> tupl
     if not updates:
         return spec, found
     return spec.model_copy(update={spec.method.value: part.model_copy(update=updates)}), found
+
+
+def runnable_spec(store: JobStore | JobReporter, spec: JobSpec) -> JobSpec:
+    """The spec as it runs: :func:`named_jobs`' folders in place of the job ids it names, read from the store now
+    (the jobs were checked for their owner at submit)."""
+    return named_jobs(spec, store)[0]
 
 
 # --- a job's own earlier attempt ------------------------------------------------------------------------------------

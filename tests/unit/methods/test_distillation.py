@@ -217,10 +217,43 @@ def test_a_job_id_teacher_must_be_your_own_finished_language_model(paths, tmp_pa
             said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": job_id}}), ann)
             assert sentence in said, said
         assert len(api.jobs.list_jobs()) == 4, "nothing more was stored"
-        # Your own finished SFT job teaches: the stored spec names its adapter, merged into its base at training.
+        # Your own finished SFT job teaches. The stored spec keeps its id (not a folder on the server, which ann may
+        # not name), so the job cloned and submitted again is accepted.
         sft = finished["sft"]
         job = api.jobs.submit(tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": sft.id}}), user=ann).job
-        assert store.get(job.id).spec.distillation.teacher == str(paths.job_adapter(sft.id))
+        stored = store.get(job.id).spec
+        assert stored.distillation.teacher == sft.id
+        again = api.jobs.submit(stored.model_dump(mode="json"), user=ann).job
+        assert store.get(again.id).spec.distillation.teacher == sft.id
+    finally:
+        api.close()
+
+
+def test_a_job_named_as_teacher_is_read_as_its_adapter_when_the_job_trains(paths):
+    """The worker turns the stored job id into that job's adapter folder, merged into its base: the distillation
+    trains and succeeds, and its model card names the teacher job, not a folder on the server."""
+    from backend.api import StudioAPI
+    from backend.hub.model_card import build_model_card
+    from backend.jobs.records import JobStatus
+    from backend.worker import run_job
+
+    api = StudioAPI(paths.root, scheduler="none")
+    store = api.core.store
+    try:
+        teacher = store.add(parse_spec(tiny_spec(owner="ann")))
+        assert store.claim_next().id == teacher.id
+        adapter = _save_adapter(paths.job_adapter(teacher.id))
+        assert store.finish(teacher.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
+        spec = {**ARITH_DISTILL, "distillation": {"teacher": teacher.id, "max_completion_length": 8}}
+        spec["training"] = {**DISTILL["training"], "max_steps": 2, "batch_size": 2}
+        spec["eval"] = {"holdout_rows": 4}
+        job = api.jobs.submit(tiny_spec(**spec), user=User("ann")).job
+        assert store.claim_next().id == job.id
+        assert run_job(job.id, paths, threading.Event()) == 0, store.get(job.id).error
+        done = store.get(job.id)
+        assert done.status is JobStatus.succeeded and done.spec.distillation.teacher == teacher.id
+        card = build_model_card(done, store.metrics(job.id), repo_id="ann/distilled").text
+        assert f"| teacher | {teacher.id} |" in card and str(paths.root) not in card
     finally:
         api.close()
 
