@@ -113,7 +113,6 @@ class ChatOperations:
 
         self.core.require_user(user, "score answers")
         source = reward_job_source(self.core.store, job_id, user)
-        max_length = self.core.store.get(job_id).spec.training.max_length
         # Each turn as the reward model read its training rows: a role and its text (tool blocks and files left out).
         texts = [
             [
@@ -135,7 +134,7 @@ class ChatOperations:
                 if self._scorer is None:
                     self._scorer = AnswerScorer(self.core.paths.models)
                 scorer = self._scorer
-            return scorer.score(job_id, source, max_length, texts)
+            return scorer.score(job_id, source, texts)
         finally:
             release()
 

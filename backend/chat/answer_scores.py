@@ -23,18 +23,19 @@ class AnswerScorer:
         self._lock = threading.Lock()
         self._held: tuple[str, Any, Any] | None = None  # (key, model, tokenizer)
 
-    def score(self, key: str, source: Any, max_length: int, conversations: list[list[dict]]) -> list[float]:
+    def score(self, key: str, source: Any, conversations: list[list[dict]]) -> list[float]:
         """The score of each conversation's last answer (its prompt: the turns before it) by the reward model
         ``source`` names (``training.reward_models.RewardModelSource``: a model, and a reward job's adapter on it),
-        held under ``key``; each read within ``max_length`` tokens, its start cut off when longer, since the head
-        reads the last token."""
+        held under ``key``; each read within the source's ``max_length`` tokens (the reward job's), its start cut
+        off when longer, since the head reads the last token."""
+        cut = -source.max_length if source.max_length else None
         with self._lock:
             if self._held is None or self._held[0] != key:
                 self._held = None  # the last one freed before the next loads
                 self._held = (key, *load_reward_model(source.model, self.models_dir, source.adapter))
             _, model, tokenizer = self._held
             ids = [
-                scored_ids(tokenizer, {"prompt": turns[:-1], "chosen": turns[-1:]}, "chosen")[-max_length:]
+                scored_ids(tokenizer, {"prompt": turns[:-1], "chosen": turns[-1:]}, "chosen")[cut:]
                 for turns in conversations
             ]
             return sequence_scores(model, tokenizer, ids, [None] * len(ids))

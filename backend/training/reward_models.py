@@ -30,6 +30,7 @@ class RewardModelSource:
 
     model: ModelSpec
     adapter: Path | None = None
+    max_length: int | None = None  # a reward job's training.max_length: the longest conversation it read
 
 
 def reward_model_sources(
@@ -80,9 +81,11 @@ def reward_job_source(store: JobStore | JobReporter, job_id: str, user: User | N
                 "completions"
             ]
         )
+    max_length = job.spec.training.max_length
     if job.spec.lora.enabled:
-        return RewardModelSource(job.spec.model, saved)
-    return RewardModelSource(ModelSpec(name_or_path=str(saved)))  # all weights trained: the folder is the model
+        return RewardModelSource(job.spec.model, saved, max_length)
+    # all weights trained: the folder is the model
+    return RewardModelSource(ModelSpec(name_or_path=str(saved)), max_length=max_length)
 
 
 # A reward model whose scores spread less than this within a group gives GRPO and RLOO next to no advantage to learn
