@@ -15,7 +15,7 @@ from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User, max_queued_per_user
 from backend.jobs.access import authorize_spec
-from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, runnable_spec
+from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, saved_adapter
 from backend.jobs.records import JobRecord
 from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, spawn_detached
@@ -94,8 +94,21 @@ class StudioCore:
 
     def preflight(self, spec: JobSpec) -> tuple[list[str], Tuning]:
         """Pre-flight of a prepared spec as it will run (a job it names read as its adapter folder): SpecError with
-        every problem, or (warnings, what auto-tune would choose here)."""
-        return check_and_plan(runnable_spec(self.store, spec), self.paths.models, self.uploads_of(spec))
+        every problem, or (warnings, what auto-tune would choose here). A sentence names such a job by its id, not
+        by its folder on the server."""
+        runnable, named = named_jobs(spec, self.store)
+        folders = {str(saved_adapter(job)): f"job {job.id}" for _, job in named}
+
+        def said(text: str) -> str:
+            for folder, name in folders.items():
+                text = text.replace(folder, name)
+            return text
+
+        try:
+            warnings, tuning = check_and_plan(runnable, self.paths.models, self.uploads_of(spec))
+        except SpecError as exc:
+            raise SpecError([said(problem) for problem in exc.problems]) from None
+        return [said(warning) for warning in warnings], tuning
 
     def require_generating(self, job: JobRecord, what: str) -> None:
         """Refuse, with a sentence, to ``what`` (chat with, export, benchmark, continue) a job whose model does not

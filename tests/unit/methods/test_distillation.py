@@ -143,8 +143,9 @@ def _refused(api, spec, user=None) -> str:
     return str(refused.value)
 
 
-def _save_adapter(folder):
-    """A real LoRA adapter of the arithmetic model with its tokenizer, as a finished job saves them."""
+def _save_adapter(folder, extra_token: bool = False):
+    """A real LoRA adapter of the arithmetic model with its tokenizer, as a finished job saves them (``extra_token``:
+    the tokenizer with a token more, so its ids no longer line up with the model's)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -152,7 +153,10 @@ def _save_adapter(folder):
         AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR), LoraConfig(r=2, task_type="CAUSAL_LM")
     )
     model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(ARITH_MODEL_DIR).save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(ARITH_MODEL_DIR)
+    if extra_token:
+        tokenizer.add_tokens(["<extra_token>"])
+    tokenizer.save_pretrained(folder)
     return folder
 
 
@@ -199,10 +203,11 @@ def test_a_job_id_teacher_must_be_your_own_finished_language_model(paths, tmp_pa
             ("sft", tiny_spec(owner="ann")),
             ("reward", tiny_spec(method="reward", owner="ann")),
             ("bob's", tiny_spec(owner="bob")),
+            ("other tokens", tiny_spec(owner="ann")),
         ):
             job = store.add(parse_spec(spec))
             assert store.claim_next().id == job.id
-            adapter = _save_adapter(paths.job_adapter(job.id))
+            adapter = _save_adapter(paths.job_adapter(job.id), extra_token=name == "other tokens")
             assert store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
             finished[name] = job
         queued = store.add(parse_spec(tiny_spec(owner="ann")))
@@ -216,7 +221,12 @@ def test_a_job_id_teacher_must_be_your_own_finished_language_model(paths, tmp_pa
         for job_id, sentence in refused.items():
             said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": job_id}}), ann)
             assert sentence in said, said
-        assert len(api.jobs.list_jobs()) == 4, "nothing more was stored"
+        assert len(api.jobs.list_jobs()) == 5, "nothing more was stored"
+        # A job of yours whose tokens are not the student's is named by its id, not by its folder on the server.
+        other = finished["other tokens"]
+        said = _refused(api, tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": other.id}}), ann)
+        assert f"distillation.teacher: job {other.id} cannot teach {ARITH_MODEL_ID}: its vocabulary" in said, said
+        assert str(paths.root) not in said
         # Your own finished SFT job teaches. The stored spec keeps its id (not a folder on the server, which ann may
         # not name), so the job cloned and submitted again is accepted.
         sft = finished["sft"]
