@@ -41,6 +41,8 @@ def print_report(report: SweepReport) -> None:
         print(f"{mark} {child.child.job_id}  {values}  {child.status}{verdict}{score}{error}")
     if report.best is not None:
         print(f"best: {report.best.child.job_id} ({report.best.value:.4g})")
+    elif any(child.ranked_out for child in report.children):
+        print("best: none yet (every child with a score got worse, or a guard fell)")
 
 
 def _follow(api: StudioAPI, sweep_id: str, quiet: bool) -> SweepReport:

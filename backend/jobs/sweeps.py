@@ -1,6 +1,7 @@
 """Sweeps: one spec trained several times with some fields varied, each try an ordinary job (a child) in the same
 queue, under the same limits; the best child is picked by the objective (the learning verdict's tuned metric, or a
-benchmark's tuned score).
+benchmark's tuned score) among the children whose verdict is neither worse nor regressed: a score that rose while a
+guard on the model's real capability fell does not make a best.
 
 A sweep is a row of the ``sweeps`` table (its base spec, its dimensions, how it searches, its objective) and one
 row of ``sweep_children`` per child (the job's id and the values it tried). Its status is read off its children's.
@@ -71,6 +72,17 @@ def objective_problems(spec: JobSpec, objective: str) -> list[str]:
     return []
 
 
+# A child whose verdict is one of these is never the best, whatever its score: its own metric fell, or a guard on
+# what the user cares about did (the reference answers grew unlikelier, a benchmark skill was lost).
+RANKED_OUT = frozenset({"worse", "regressed"})
+
+
+def may_be_best(job: JobRecord) -> bool:
+    """Whether a child's verdict lets it be the best (a child with no verdict is judged by its score alone)."""
+    learning = job.artifacts.learning
+    return learning is None or learning.verdict not in RANKED_OUT
+
+
 def objective_value(job: JobRecord, objective: str) -> tuple[float, bool] | None:
     """(the child's score, whether higher is better), or None when the job has none (yet)."""
     if objective == "learning":
@@ -129,6 +141,11 @@ class ChildResult:
     best: bool = False
 
     @property
+    def ranked_out(self) -> bool:
+        """Whether the child has a score but may not be the best (its verdict: worse, or a guard fell)."""
+        return self.value is not None and self.job is not None and not may_be_best(self.job)
+
+    @property
     def status(self) -> str:
         """The child job's status (``missing`` when its row is gone)."""
         return self.job.status.value if self.job is not None else "missing"
@@ -147,6 +164,7 @@ class ChildResult:
             "value": self.value,
             "higher_is_better": self.higher_is_better,
             "error": job.error if job is not None else None,
+            "ranked_out": self.ranked_out,
             "best": self.best,
         }
 
@@ -205,7 +223,7 @@ def report_of(sweep: Sweep, jobs: dict[str, JobRecord]) -> SweepReport:
         )
         value, higher = scored if scored is not None else (None, True)
         results.append(ChildResult(child, job, value, higher))
-    scored_results = [r for r in results if r.value is not None]
+    scored_results = [r for r in results if r.value is not None and not r.ranked_out]
     best = max(scored_results, key=lambda r: _signed(r.value or 0.0, r.higher_is_better), default=None)
     if best is not None:
         results = [ChildResult(r.child, r.job, r.value, r.higher_is_better, r is best) for r in results]
@@ -388,8 +406,9 @@ class SweepStore:
                 continue
             if child.trial is None or child.told:
                 continue
-            scored = objective_value(job, sweep.objective) if job and job.status is JobStatus.succeeded else None
-            signed = None if scored is None else _signed(*scored)
+            ranked = job is not None and job.status is JobStatus.succeeded and may_be_best(job)
+            scored = objective_value(job, sweep.objective) if job is not None and ranked else None
+            signed = None if scored is None else _signed(*scored)  # a worse or regressed child: told as failed
             tpe_tell(sweeps_dir, sweep.id, child.trial, signed, sweep.trials)
             with self.store.writing() as con:
                 con.execute("UPDATE sweep_children SET told = 1 WHERE job_id = ?", (child.job_id,))

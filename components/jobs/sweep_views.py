@@ -115,6 +115,10 @@ def sweep_markdown(report: SweepReport) -> str:
     if best is not None:
         values = ", ".join(f"{_short(p)} = {_value_text(v)}" for p, v in best.child.params.items())
         lines.append(f"Best so far: **{best.child.job_id}** ({values}), {label} {score_text(best.value, rate)}.")
+    elif any(c.ranked_out for c in report.children):
+        lines.append(
+            "No best yet: every child with a score got worse, or lost something a guard checks (see its verdict)."
+        )
     else:
         lines.append("No child has a score yet.")
     return "\n\n".join(lines)

@@ -111,6 +111,41 @@ def test_the_best_child_is_picked_by_its_verdicts_metric_and_a_failed_child_stop
     assert api.sweeps.best_spec(report.sweep.id).training.learning_rate == 5e-3
 
 
+def test_a_child_that_got_worse_or_lost_a_guard_is_never_the_best_however_high_its_score(api, store, paths):
+    """The phase's rule: the best is the best among children whose verdict says nothing the user cares about got
+    worse. A child whose accuracy rose while its reference answers grew unlikelier (regressed) keeps its score in
+    the table but is not picked, cloned, or told to TPE as a success."""
+    report = api.sweeps.submit(SPEC, [f"{LR}=1e-6,1e-3,5e-3"]).report
+    a, b, c = (child.child.job_id for child in report.children)
+    _finish(store, a, JobStatus.succeeded, _learning(0.40, verdict="no_change"))
+    _finish(store, b, JobStatus.succeeded, _learning(0.90, verdict="regressed"))
+    _finish(store, c, JobStatus.succeeded, _learning(0.60))
+    done = api.sweeps.get(report.sweep.id)
+    assert done.best is not None and done.best.child.job_id == c
+    data = done.to_dict()
+    assert [ch["ranked_out"] for ch in data["children"]] == [False, True, False]
+    assert data["children"][1]["value"] == 0.90 and data["children"][1]["verdict"] == "regressed"
+    assert api.sweeps.best_spec(report.sweep.id).training.learning_rate == 5e-3
+
+    report = api.sweeps.submit(SPEC, [f"{LR}=1e-4,1e-3"]).report
+    for child, verdict in zip(report.children, ("worse", "regressed")):
+        _finish(store, child.child.job_id, JobStatus.succeeded, _learning(0.5, verdict=verdict))
+    done = api.sweeps.get(report.sweep.id)
+    assert done.status == "succeeded" and done.best is None
+    with pytest.raises(SpecError, match="no child has succeeded with a score yet"):
+        api.sweeps.best_spec(report.sweep.id)
+
+    report = api.sweeps.submit(SPEC, [f"{LR}=1e-5..1e-2"], "tpe", 2).report
+    sweeps = SweepStore(store)
+    (first,) = sweeps.advance(paths.root / "sweeps")
+    _finish(store, first, JobStatus.succeeded, _learning(0.95, verdict="regressed"))
+    sweeps.advance(paths.root / "sweeps")
+    import optuna
+
+    study = optuna.load_study(study_name=report.sweep.id, storage=f"sqlite:///{paths.root / 'sweeps' / 'optuna.db'}")
+    assert study.trials[0].state.name == "FAIL"
+
+
 def test_lower_is_better_when_the_verdicts_metric_says_so(api, store):
     report = api.sweeps.submit(SPEC, [f"{LR}=1e-4,1e-3"]).report
     a, b = (child.child.job_id for child in report.children)

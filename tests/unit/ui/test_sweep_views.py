@@ -80,3 +80,14 @@ def test_a_sweep_without_scores_has_no_points_and_a_linear_axis_for_close_values
     assert "No child has a score yet." in sweep_views.sweep_markdown(report)
     assert not sweep_views.log_scaled([8, 16]) and sweep_views.log_scaled([1e-5, 1e-2])
     assert math.isclose(float(sweep_views.score_text(0.5, False)), 0.5)
+
+
+def test_a_sweep_whose_scored_children_all_got_worse_says_so_and_has_no_best(api, store):
+    report = api.sweeps.submit(SPEC, [f"{LR}=1e-4,1e-3"]).report
+    for child, verdict in zip(report.children, ("worse", "regressed")):
+        _finish(store, child.child.job_id, JobStatus.succeeded, _rated(0.5, verdict))
+    done = api.sweeps.get(report.sweep.id)
+    summary = sweep_views.sweep_markdown(done)
+    assert "No best yet: every child with a score got worse, or lost something a guard checks" in summary
+    assert "Best so far" not in summary
+    assert list(sweep_views.sweep_table(done).iloc[:, 0]) == ["", ""]  # no child marked best
