@@ -83,8 +83,10 @@ def may_be_best(job: JobRecord) -> bool:
     return learning is None or learning.verdict not in RANKED_OUT
 
 
-def objective_value(job: JobRecord, objective: str) -> tuple[float, bool] | None:
-    """(the child's score, whether higher is better), or None when the job has none (yet)."""
+def objective_value(job: JobRecord | None, objective: str) -> tuple[float, bool] | None:
+    """(the child's score, whether higher is better), or None when the job is gone, has not succeeded, or has none."""
+    if job is None or job.status is not JobStatus.succeeded:
+        return None
     if objective == "learning":
         learning = job.artifacts.learning
         if learning is not None and learning.after is not None:
@@ -218,9 +220,7 @@ def report_of(sweep: Sweep, jobs: dict[str, JobRecord]) -> SweepReport:
     results = []
     for child in sweep.children:
         job = jobs.get(child.job_id)
-        scored = (
-            objective_value(job, sweep.objective) if job is not None and job.status is JobStatus.succeeded else None
-        )
+        scored = objective_value(job, sweep.objective)
         value, higher = scored if scored is not None else (None, True)
         results.append(ChildResult(child, job, value, higher))
     scored_results = [r for r in results if r.value is not None and not r.ranked_out]
@@ -406,9 +406,9 @@ class SweepStore:
                 continue
             if child.trial is None or child.told:
                 continue
-            ranked = job is not None and job.status is JobStatus.succeeded and may_be_best(job)
-            scored = objective_value(job, sweep.objective) if job is not None and ranked else None
-            signed = None if scored is None else _signed(*scored)  # a worse or regressed child: told as failed
+            scored = objective_value(job, sweep.objective)
+            # a worse or regressed child is told as failed
+            signed = _signed(*scored) if scored is not None and job is not None and may_be_best(job) else None
             tpe_tell(sweeps_dir, sweep.id, child.trial, signed, sweep.trials)
             with self.store.writing() as con:
                 con.execute("UPDATE sweep_children SET told = 1 WHERE job_id = ?", (child.job_id,))
