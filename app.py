@@ -58,7 +58,7 @@ class StudioBlocks(gr.Blocks):
 def build_app(api: StudioAPI) -> gr.Blocks:
     with StudioBlocks(title="Post-Training Studio") as demo:
         top = header.build(api)
-        with gr.Tabs() as tabs:
+        with gr.Tabs():
             with gr.Tab("Train", id="train") as train_page:
                 train_handles = train.build(api)
             # Mounted once, then shown and hidden (an inactive tab is unmounted by default: every opening drew the
@@ -71,7 +71,7 @@ def build_app(api: StudioAPI) -> gr.Blocks:
         for page in (train_page, chat_page):
             page.select(jobs.pause, None, jobs_handles.timer, api_visibility="private", queue=False)
         demo.load(top.refresh, None, top.status, api_name="status")
-        deep_links.install(demo, tabs, {"train": train_page, "jobs": jobs_page, "chat": chat_page}, jobs_handles)
+        deep_links.install(demo, {"train": train_page, "jobs": jobs_page, "chat": chat_page}, jobs_handles)
     return demo
 
 

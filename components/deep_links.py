@@ -25,7 +25,7 @@ class JobsView(Protocol):
     timer: gr.Timer
 
 
-TABS = ("train", "jobs", "chat")
+TABS = {"train": "Train", "jobs": "Jobs", "chat": "Chat"}  # a tab's name in links, and the label of its button
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -78,17 +78,14 @@ _SET_PARAM = """
 """
 
 
-def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs: JobsView) -> None:
+def install(demo: gr.Blocks, tab_handles: dict[str, gr.Tab], jobs: JobsView) -> None:
     """Wire the deep links into the assembled app: on load, show the linked job and open the linked tab; then the
     address bar follows the tab and the job picked in the Jobs tab."""
     import gradio as gr
 
     def on_load(request):
         tab, _job = landing(dict(request.query_params) if request is not None else {})
-        if not tab:
-            return gr.update(), gr.skip()
-        # A tab opened by the page, not by a click: the Jobs tab's timer runs only while that tab is open.
-        return gr.Tabs(selected=tab), gr.Timer(active=tab == "jobs")
+        return TABS.get(tab or "", "")
 
     # Gradio hands the request to a parameter annotated gr.Request; this module imports Gradio here only, so the
     # annotation is set as the class itself (a postponed string annotation would not resolve in the module).
@@ -104,13 +101,21 @@ def install(demo: gr.Blocks, tabs: gr.Tabs, tab_handles: dict[str, gr.Tab], jobs
         const job = new URL(window.location.href).searchParams.get("job") || "";
         return /{_JOB_ID.pattern}/.test(job) ? job : null;
     }}"""
+    # The linked tab is opened by a click on its button, as a user opens it (its select event starts what that tab
+    # follows), not by the Tabs as an output: Gradio's page walks every output it ever updated at each later event,
+    # and the Tabs' are the whole page (issue 47).
+    # (A hidden text box, not a gr.State: a State's value stays on the server, and the page's script needs it.)
+    landed_tab = gr.Textbox(visible=False, elem_id="landed-tab")
     demo.load(None, None, jobs.picker, js=linked_job).then(
         jobs.refresh, jobs.picker, jobs.refreshed, api_visibility="private", queue=False, show_progress="hidden"
-    ).then(on_load, None, [tabs, jobs.timer], api_visibility="private", show_progress="hidden").then(
+    ).then(on_load, None, landed_tab, api_visibility="private", queue=False, show_progress="hidden").then(
         None,
+        landed_tab,
         None,
-        None,
-        js=f"""() => {{
+        js=f"""(label) => {{
+            const button = label && [...document.querySelectorAll('button[role="tab"]')]
+                .find((b) => b.textContent.trim() === label);
+            if (button && button.getAttribute("aria-selected") !== "true") button.click();
             const params = new URL(window.location.href).searchParams;
             const linked = /{_JOB_ID.pattern}/.test(params.get("job") || "");
             if (!{list(TABS)!r}.includes(params.get("tab"))) {{
