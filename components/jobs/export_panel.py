@@ -24,10 +24,11 @@ NO_SNIPPETS = "Snippets appear here once the job has succeeded with an adapter."
 
 @dataclass
 class ExportHandles:
-    """The panel's widgets other code may need: the snippets and the export button."""
+    """The panel's widgets other code may need: the snippets and the export button, and what ``show`` answers."""
 
     use_this_model: gr.Markdown
     export_button: gr.Button
+    shown: list  # [use_this_model, note, download]: ``show``'s outputs, which the tab's pick fills in its answer
 
 
 def use_markdown(api: StudioAPI, job_id: str | None, user) -> str:
@@ -108,10 +109,11 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
             download = gr.DownloadButton("Download merged model", visible=False, elem_id="download-merged", size="sm")
         note = gr.Markdown(elem_id="export-note")
 
-    for event in (picker.change, panel.expand):  # on open too: a job followed live may have finished since
-        event(
-            bind(show, api), picker, [use_this_model, note, download], api_visibility="private", show_progress="hidden"
-        )
+    # On open: a job followed live may have finished since. (A pick fills the panel in the tab's own answer: one
+    # event a pick, not one a panel; components/jobs/handlers.py, ``pick``.)
+    panel.expand(
+        bind(show, api), picker, [use_this_model, note, download], api_visibility="private", show_progress="hidden"
+    )
     export_button.click(
         bind(export, api),
         [picker, push, repo, private],
@@ -120,4 +122,4 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
         concurrency_limit=1,
     )
     zip_button.click(bind(prepare_zip, api), picker, [download, note], api_name="prepare_merged_download")
-    return ExportHandles(use_this_model, export_button)
+    return ExportHandles(use_this_model, export_button, [use_this_model, note, download])

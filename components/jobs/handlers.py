@@ -14,10 +14,11 @@ import gradio as gr
 from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
+from components import charts
 from components.job_pickers import job_choice_id
 from components.jobs import export_panel, monitor, sweep_panel, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
-from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, STALE, UNDRAWN, JobsLayout
+from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, JobsLayout
 from components.session import SIGN_IN_FIRST, require_user, user_from
 from components.train.form import spec_to_form
 from components.train.recipes import FIELDS
@@ -31,8 +32,6 @@ __all__ = ["REFRESH_S", "follow", "pause", "wire"]
 HEAVY_EVERY_S = 10.0
 HEAVY_AT = "heavy_at"  # the key, in the page's digests, of when its plots, samples and logs were last sent
 HEAVY_OF = "heavy_of"  # and of the job (and its status) they were sent for: a change sends them at once
-HIDDEN_PLOT = gr.update(elem_classes=[UNDRAWN], value=None)
-SHOWN_ROW = gr.update(elem_classes=[])  # the plots' row, hidden while a pick was on its way (picked_anew), shown
 # Scroll the raw log to its last line when its accordion opens (a few times, while it renders).
 SCROLL_LOG_TO_END = """() => {
     const scroll = (tries) => {
@@ -88,41 +87,24 @@ def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
     thinned, since the browser redraws every point of every plot it is sent."""
     if job is None or user is None:
         return [
-            *(HIDDEN_PLOT for _ in h.plots),
+            "",
             "",
             gr.update(visible=False, value=None),
             gr.update(visible=False, value=None),
             "",
-            SHOWN_ROW,
         ]
     method = job.spec.method.value
     metrics = api.jobs.metrics(job.id, user=user)
-    plot_views = monitor.plot_views(method, metrics, (job.progress or {}).get("total_steps"))
-    plot_updates = []
-    for key in h.plots:
-        view = plot_views[key]
-        plot_updates.append(
-            HIDDEN_PLOT
-            if view is None
-            else gr.update(
-                elem_classes=[],
-                value=monitor.thinned(view.frame),
-                color_map=view.color_map,
-                x_lim=view.x_lim,
-                y_title=view.y_title,
-            )
-        )
     sampled = generates(method)  # an online method keeps its completions and their rewards
     kept = api.jobs.samples(job.id, user=user) if sampled else []
     weights = {r.name: r.weight for r in job.spec.rollout.rewards} if sampled else {}
     rows = monitor.log_rows(method, metrics)
     return [
-        *plot_updates,
+        monitor.plots_html(method, metrics, (job.progress or {}).get("total_steps")),
         monitor.best_and_worst(kept, weights),
         gr.update(value=monitor.samples_table(kept, weights), visible=bool(kept)),
         gr.update(value=rows, visible=not rows.empty),
         "\n".join(api.jobs.log_tail(job.id, RAW_LOG_LINES, user=user)),
-        SHOWN_ROW,
     ]
 
 
@@ -222,32 +204,56 @@ def open_first(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthP
 def open_rest(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
     """The tab opened, second part: the picked job's plots, samples and logs, what changed since last drawn."""
     user = user_from(profile)
-    try:
-        job = api.jobs.get_job(job_choice_id(selected) or "", user) if user else None
-    except JobNotFound:
-        job = None
+    job = _picked(api, selected, user)
     *answers, digests = sent(h, heavy_updates(api, h, user, job), seen, h.heavy)
     return [*answers, {**digests, HEAVY_AT: time.monotonic(), HEAVY_OF: views.heavy_state(job)}]
 
 
 def show_job(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
-    """The picked job's detail at once (not at the next tick)."""
-    user = user_from(profile)
-    job_id = job_choice_id(selected)
-    if not job_id or user is None:
-        return detail_updates(api, h, None, None)
+    """The picked job's detail at once (not at the next tick), in the order of ``h.detail``."""
+    return _detail_of(api, h, selected, user_from(profile))[0]
+
+
+def _detail_of(api: StudioAPI, h: JobsLayout, selected, user: User | None) -> tuple[list, JobRecord | None]:
+    """The detail outputs for the picked job (a sentence when it is not the user's), and the job."""
+    job = _picked(api, selected, user)
+    detail = detail_updates(api, h, user, job)
+    if job is None and user is not None and job_choice_id(selected):
+        detail = ["Job not found.", *detail[1:]]
+    return detail, job
+
+
+def pick(api: StudioAPI, h: JobsLayout, selected, seen, sweep_seen, profile: gr.OAuthProfile | None = None):
+    """Another job picked: everything that follows the pick in one answer (``h.picked``): its detail, the last job's
+    download and action note gone, the digests of what the page now shows (so the next tick sends only what changed
+    since), its sweep and its "Use this model" snippets.
+
+    One event a pick, not one per panel: Gradio's page walks every output it has ever updated at each event's start
+    and end (issue 47: each pick's six events cost seconds of main thread on a page used for a while)."""
+    detail, job = _detail_of(api, h, selected, user_from(profile))
+    _, digests = monitor.unchanged(detail, seen, (h.position[id(c)] for c in h.detail))
+    return [
+        *detail,
+        gr.update(value=None, visible=False),
+        "",
+        {**digests, HEAVY_AT: time.monotonic(), HEAVY_OF: views.heavy_state(job)},
+        *sweep_panel.show(api, selected, sweep_seen, profile),
+        *export_panel.show(api, selected, profile),
+    ]
+
+
+def _picked(api: StudioAPI, selected, user: User | None) -> JobRecord | None:
     try:
-        job = api.jobs.get_job(job_id, user)
+        return api.jobs.get_job(job_choice_id(selected) or "", user) if user else None
     except JobNotFound:
-        return ["Job not found.", *detail_updates(api, h, None, None)[1:]]
-    return detail_updates(api, h, user, job)
+        return None
 
 
 def compare(api: StudioAPI, job_ids, metric, profile: gr.OAuthProfile | None = None):
     """Overlay ``metric`` (smoothed) of the picked jobs in one plot."""
     user = user_from(profile)
     if user is None or not job_ids:
-        return gr.update(visible=False, value=None), "Pick two or more jobs to compare."
+        return gr.update(visible=False, value=""), "Pick two or more jobs to compare."
     jobs = []
     for job_id in job_ids:
         try:
@@ -258,32 +264,17 @@ def compare(api: StudioAPI, job_ids, metric, profile: gr.OAuthProfile | None = N
     curves = [(label, api.jobs.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
     frame = monitor.compare_frame(curves, metric or "loss")
     if frame is None:
-        return gr.update(visible=False, value=None), f"None of these jobs logged `{metric}` yet.\n\n" + (
+        return gr.update(visible=False, value=""), f"None of these jobs logged `{metric}` yet.\n\n" + (
             benchmarks_compare_markdown(jobs)
         )
-    # A colour per job: a new set of jobs changes the colours, which makes the chart redraw its legend.
     colors = {label: monitor.PALETTE[i % len(monitor.PALETTE)][0] for i, label in enumerate(labels)}
     x_lim = monitor.compare_axis(curves, metric or "loss")
+    axes = charts.Axes("step", f"{metric} (smoothed)", (x_lim[0], x_lim[1]))
+    chart = charts.line_chart(monitor.chart_series(frame, colors, "job"), axes)
     return (
-        gr.update(visible=True, value=frame, y_title=f"{metric} (smoothed)", color_map=colors, x_lim=x_lim),
+        gr.update(visible=True, value=chart),
         f"{metric} of {len(curves)} jobs, smoothed (EMA {monitor.SMOOTHING}).\n\n" + benchmarks_compare_markdown(jobs),
     )
-
-
-def hidden():
-    """A plot hidden (drawn afresh when shown again)."""
-    return gr.update(visible=False)
-
-
-def picked_anew() -> list:
-    """Another job picked: the last one's plots hidden in place (``STALE``), its action note gone, and the digests
-    emptied so the next tick sends all."""
-    return [gr.update(elem_classes=[STALE]), "", {}]
-
-
-def download_hidden():
-    """The last job's download button hidden."""
-    return gr.update(value=None, visible=False)
 
 
 def prepare(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
@@ -416,18 +407,14 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
             trigger_mode="always_last",
             **QUIET,
         )
-    # The last job's plots are hidden (in place: STALE) until the picked one's detail arrives.
     h.picker.change(
-        picked_anew, None, [h.plots_row, h.action_note, h.shown], api_visibility="private", queue=False
-    ).then(
-        bind(show_job, api, h),
-        h.picker,
-        h.detail,
+        bind(pick, api, h),
+        [h.picker, h.shown, h.sweep.shown],
+        h.picked,
         api_name="show_job",
-        show_progress="hidden",
         trigger_mode="always_last",
+        **QUIET,
     )
-    h.picker.change(download_hidden, None, h.download, api_visibility="private", queue=False)
     h.picker.focus(bind(list_jobs, api), h.picker, [h.table, h.picker], api_name="list_jobs", queue=False)
     h.prepare_button.click(bind(prepare, api), h.picker, [h.download, h.action_note], api_name="prepare_download")
     again = {"api_visibility": "private", "show_progress": "hidden"}
@@ -452,17 +439,8 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
 
 
 def _wire_compare(api: StudioAPI, h: JobsLayout) -> None:
-    # Gradio 6.31's LinePlot fixes its legend when first drawn: new series (another job) show only after the plot is
-    # drawn afresh, so a changed selection hides it first. Revisit when Gradio redraws legends on new data.
     inputs, outputs = [h.compare_jobs, h.compare_metric], [h.compare_plot, h.compare_note]
     for trigger in (h.compare_jobs.change, h.compare_metric.change):
-        trigger(hidden, None, h.compare_plot, api_visibility="private", queue=False).then(
-            bind(compare, api),
-            inputs,
-            outputs,
-            api_visibility="private",
-            trigger_mode="always_last",  # the last selection is drawn, not dropped while the one before draws
-        )
-    h.compare_again.click(hidden, None, h.compare_plot, api_visibility="private", queue=False).then(
-        bind(compare, api), inputs, outputs, api_name="compare_jobs"
-    )
+        # the last selection is drawn, not dropped while the one before draws
+        trigger(bind(compare, api), inputs, outputs, api_visibility="private", trigger_mode="always_last")
+    h.compare_again.click(bind(compare, api), inputs, outputs, api_name="compare_jobs")

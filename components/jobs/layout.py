@@ -7,24 +7,13 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from backend.api import StudioAPI
+from components import charts
 from components.jobs import benchmark_panel, export_panel, monitor, sweep_panel, views
 
 REFRESH_S = 2.0
-# The step axis's labels, slanted: level, Vega-Lite set them edge to edge or over each other on a plot a third of the
-# page wide ("1,8002,000", "280300" in issue 37's walk).
-STEP_LABEL_ANGLE = -40
-# A plot with nothing to draw is hidden by a class, kept in the page: Gradio's LinePlot, unmounted (visible=False)
-# while it still drew, threw "Cannot read properties of null (reading 'offsetWidth')" (issue 24).
-UNDRAWN = "undrawn"
-# The last job's plots, hidden while the picked one's are on their way: hidden in place (visibility), not taken out of
-# the layout (display), so no plot is resized and none redraws until it has the new job's points. Hiding each plot by
-# class drew every plot three times a pick (hidden, new points, shown again).
-STALE = "stale"
 RAW_LOG_LINES = 400
 JOBS_CSS = (
     """
-#job-plots .undrawn { display: none !important; }
-#job-plots.stale { visibility: hidden; }
 #job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }
 /* The jobs and samples tables fit their frame at 1280 px (the jobs' ETA and created columns, the samples' rewards
    were past the edge): cells wrap (Gradio sizes the columns from hidden sizing rows, which it kept on one line);
@@ -34,12 +23,9 @@ JOBS_CSS = (
     white-space: normal; text-overflow: clip;
 }
 #job-samples th span.header { white-space: nowrap; word-break: normal; overflow-wrap: normal; }
-/* A series of one point is a line of no length, which draws nothing: round caps make it a dot. */
-#job-plots .mark-line path:not([d*="L"]), #compare-plot .mark-line path:not([d*="L"]) {
-    stroke-linecap: round; stroke-width: 6px;
-}
 """
     + sweep_panel.SWEEP_CSS
+    + charts.CHART_CSS
 )
 
 
@@ -63,8 +49,7 @@ class JobsLayout:
     push_private: gr.Checkbox
     push_button: gr.Button
     action_note: gr.Markdown
-    plots_row: gr.Row
-    plots: dict[str, gr.LinePlot]
+    plots: gr.HTML  # every metric family's chart of the picked job (monitor.plots_html)
     evaluation: gr.Markdown
     samples_note: gr.Markdown
     samples: gr.Dataframe
@@ -75,7 +60,7 @@ class JobsLayout:
     compare_jobs: gr.Dropdown
     compare_metric: gr.Dropdown
     compare_note: gr.Markdown
-    compare_plot: gr.LinePlot
+    compare_plot: gr.HTML
     compare_again: gr.Button
     remote_table: gr.Dataframe
     remote_id: gr.Textbox
@@ -88,15 +73,16 @@ class JobsLayout:
     shown: gr.State
     timer: gr.Timer
     sweep: sweep_panel.SweepHandles  # the picked job's sweep, when it is a child of one
+    export: export_panel.ExportHandles  # "Use this model" and Export merged, for the picked job
     light: list = field(init=False)  # the picked job's summary, progress, actions and evaluation: cheap to draw
     heavy: list = field(init=False)  # its plots, samples and logs: most of a refresh's cost in the browser
-    detail: list = field(init=False)  # the order of /show_job's outputs, as scripts read them
+    detail: list = field(init=False)  # the order of /show_job's first outputs, as scripts read them
+    picked: list = field(init=False)  # all that a pick answers: the detail, then the panels, digests and note
     everything: list = field(init=False)  # the whole tab, in the order of the refresh's outputs
     position: dict = field(init=False)  # an output's place in ``everything``
     heavy_ids: set = field(init=False)
 
     def __post_init__(self) -> None:
-        plots = list(self.plots.values())
         self.light = [
             self.summary,
             self.progress,
@@ -107,10 +93,9 @@ class JobsLayout:
             self.prepare_button,
             self.evaluation,
         ]
-        # (the plots' row last: every answer that draws the plots shows it again, should ``picked_anew`` have hidden it)
-        self.heavy = [*plots, self.samples_note, self.samples, self.log_rows, self.log, self.plots_row]
+        self.heavy = [self.plots, self.samples_note, self.samples, self.log_rows, self.log]
         self.heavy_ids = {id(c) for c in self.heavy}
-        self.detail = [self.summary, self.progress, *plots, self.detail_box, *self.light[3:], *self.heavy[len(plots) :]]
+        self.detail = [self.summary, self.progress, self.plots, self.detail_box, *self.light[3:], *self.heavy[1:]]
         self.everything = [
             self.empty_note,
             self.jobs_list,
@@ -121,6 +106,14 @@ class JobsLayout:
             *self.detail,
         ]
         self.position = {id(c): i for i, c in enumerate(self.everything)}
+        self.picked = [
+            *self.detail,
+            self.download,
+            self.action_note,
+            self.shown,
+            *self.sweep.outputs,
+            *self.export.shown,
+        ]
 
     @property
     def refreshed(self) -> list:
@@ -181,24 +174,11 @@ def _lay_out_detail(api: StudioAPI, parts: dict) -> None:
         parts["push_private"] = gr.Checkbox(True, label="Private", scale=1)
         parts["push_button"] = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1, interactive=False)
     parts["action_note"] = gr.Markdown(elem_id="job-action-note")
-    export_panel.build(api, parts["picker"])  # "Use this model" and Export merged
-    with gr.Row(elem_id="job-plots") as parts["plots_row"]:
-        parts["plots"] = {
-            family.key: gr.LinePlot(
-                x="step",
-                y="value",
-                color="series",
-                x_title="step",
-                x_label_angle=STEP_LABEL_ANGLE,
-                y_title=family.unit,
-                label=family.title,
-                color_title="",
-                elem_id=views.plot_id(family.key),
-                elem_classes=[UNDRAWN],
-                min_width=380,
-            )
-            for family in monitor.FAMILIES
-        }
+    parts["export"] = export_panel.build(api, parts["picker"])  # "Use this model" and Export merged
+    with gr.Row(elem_id="job-plots"):
+        # One panel of server-drawn charts (components/charts.py), its whole markup replaced by each update: nothing
+        # a pick draws outlives it (issue 47; Gradio's LinePlot left a ResizeObserver behind at every redraw).
+        parts["plots"] = gr.HTML(elem_id="job-plot-panel")
     parts["evaluation"] = gr.Markdown(elem_id="job-evaluation")
     parts["samples_note"] = gr.Markdown(elem_id="job-samples-best")
     parts["samples"] = gr.Dataframe(
@@ -245,15 +225,5 @@ def _lay_out_compare(parts: dict) -> None:
             scale=1,
         )
     parts["compare_note"] = gr.Markdown(elem_id="compare-note")
-    parts["compare_plot"] = gr.LinePlot(
-        x="step",
-        y="value",
-        color="job",
-        x_title="step",
-        x_label_angle=STEP_LABEL_ANGLE,
-        y_title="smoothed value",
-        color_title="",
-        elem_id="compare-plot",
-        visible=False,
-    )
+    parts["compare_plot"] = gr.HTML(elem_id="compare-plot", visible=False)
     parts["compare_again"] = gr.Button("Compare again (latest steps)", size="sm")

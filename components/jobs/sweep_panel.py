@@ -14,9 +14,8 @@ from components.jobs import sweep_views
 from components.session import require_user, user_from
 from components.wiring import bind
 
-COLORS = {"best": "#e4572e", "other": "#4c78a8"}
-# Hidden by a class, never unmounted (visible=False): a plot unmounted while it draws throws "Cannot read properties
-# of null (reading 'offsetWidth')" (issue 24); for the same reason a sweep without scores draws an empty frame.
+# Hidden by a class, never unmounted (visible=False): a plot unmounted while it draws threw "Cannot read properties
+# of null (reading 'offsetWidth')" (issue 24).
 HIDDEN = "sweep-hidden"
 SWEEP_CSS = f"#sweep-box.{HIDDEN} {{ display: none !important; }}\n"
 FOLLOW_S = 3.0  # how often a running sweep's panel is read again
@@ -29,7 +28,7 @@ class SweepHandles:
     box: gr.Column
     summary: gr.Markdown
     table: gr.Dataframe
-    plot: gr.ScatterPlot
+    plot: gr.HTML  # the scored children against the varied field (sweep_views.plot_html)
     clone_best: gr.Button
     cancel: gr.Button
     note: gr.Markdown
@@ -47,15 +46,7 @@ def lay_out() -> SweepHandles:
     with gr.Column(elem_id="sweep-box", elem_classes=[HIDDEN]) as box:
         summary = gr.Markdown(elem_id="sweep-summary")
         table = gr.Dataframe(value=None, interactive=False, label="The sweep's children", elem_id="sweep-table")
-        plot = gr.ScatterPlot(
-            x="x",
-            y="score",
-            color="child",
-            color_map=COLORS,
-            color_title="",
-            label="Score against the varied field",
-            elem_id="sweep-plot",
-        )
+        plot = gr.HTML(elem_id="sweep-plot")
         with gr.Row():
             clone_best = gr.Button(
                 "Clone the best into Train", elem_id="clone-best-button", size="sm", interactive=False
@@ -91,17 +82,16 @@ def show(api: StudioAPI, selected, seen, profile: gr.OAuthProfile | None = None)
             gr.update(elem_classes=[HIDDEN]),
             "",
             None,
-            gr.update(value=sweep_views.EMPTY_FRAME),
+            "",
             gr.update(interactive=False),
             gr.update(interactive=False),
         ]
         return [*hidden, now, follow]
-    frame, x_title, y_title = sweep_views.plot_frame(report)
     return [
         gr.update(elem_classes=[]),
         sweep_views.sweep_markdown(report),
         sweep_views.sweep_table(report),
-        gr.update(value=sweep_views.EMPTY_FRAME if frame is None else frame, x_title=x_title, y_title=y_title),
+        sweep_views.plot_html(report),
         gr.update(interactive=report.best is not None),
         gr.update(interactive=not report.finished),
         now,
@@ -133,10 +123,9 @@ def cancel(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None) -> 
 
 
 def wire(api: StudioAPI, panel: SweepHandles, picker: gr.Dropdown) -> None:
-    """Shown on a pick and followed on its own timer while it runs; Cancel the sweep. (Clone the best is wired by the
-    tab's handlers, which own Clone.)"""
+    """Followed on its own timer while it runs; Cancel the sweep. (A pick shows it in the tab's own answer, and Clone
+    the best is wired by the tab's handlers, which own Clone.)"""
     quiet = {"api_visibility": "private", "queue": False, "show_progress": "hidden"}
-    picker.change(bind(show, api), [picker, panel.shown], panel.outputs, **quiet)
     panel.timer.tick(bind(show, api), [picker, panel.shown], panel.outputs, **quiet)
     panel.cancel.click(bind(cancel, api), picker, [panel.note, panel.shown], api_name="cancel_sweep").then(
         bind(show, api), [picker, panel.shown], panel.outputs, **quiet

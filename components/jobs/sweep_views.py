@@ -12,9 +12,10 @@ from typing import Any
 import pandas as pd
 
 from backend.api import SweepReport
+from components import charts
 
 BEST_MARK = "★ best"
-EMPTY_FRAME = pd.DataFrame({"x": [], "score": [], "child": [], "job": []})  # a plot with nothing to draw yet
+COLORS = {"best": "#e4572e", "other": "#4c78a8"}
 
 
 def _short(path: str) -> str:
@@ -100,6 +101,21 @@ def plot_frame(report: SweepReport) -> tuple[pd.DataFrame | None, str, str]:
     )
     x_title = f"log10({_short(path)})" if log else _short(path)
     return frame, x_title, f"{label} (%)" if rate else label
+
+
+def plot_html(report: SweepReport) -> str:
+    """The scored children as a scatter chart (``plot_frame``), the best ringed in its own colour, each dot's
+    tooltip naming its job; "" while no child has a score."""
+    frame, x_title, y_title = plot_frame(report)
+    if frame is None:
+        return ""
+    dots = [
+        charts.Dot(float(x), float(y), COLORS[kind], f"{job}: {x_title} {x:.4g}, {y_title} {y:.4g}", kind == "best")
+        for x, y, kind, job in frame[["x", "score", "child", "job"]].itertuples(index=False)
+    ]
+    axes = charts.Axes(x_title, y_title, whole_x=False)
+    kinds = [(kind, color) for kind, color in COLORS.items() if kind in set(frame["child"])]
+    return charts.scatter_chart(dots, axes, kinds, "Score against the varied field", "sweep-plot-chart")
 
 
 def sweep_markdown(report: SweepReport) -> str:

@@ -426,15 +426,6 @@ def remote_rows(records) -> list[list[Any]]:
     ]
 
 
-def plot_id(key: str) -> str:
-    """The element id of a metric family's plot (the loss plot is the main one).
-
-    >>> plot_id("loss"), plot_id("kl_div")
-    ('plot-main', 'plot-kl-div')
-    """
-    return "plot-main" if key == "loss" else f"plot-{key.replace('_', '-')}"
-
-
 def heavy_state(job: JobRecord | None) -> str:
     """The job and status a page's plots, samples and logs were drawn for ("" for none)."""
     return f"{job.id}:{job.status.value}" if job is not None else ""

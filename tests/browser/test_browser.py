@@ -169,22 +169,17 @@ def test_jobs_tab_follows_the_job_to_success_and_plots_its_loss(page, store):
     # The adapter zip is made on request (tests/browser/test_browser_jobs.py downloads it): its button is offered now.
     expect(page.locator("#prepare-download-button")).to_be_enabled()
 
-    # The loss plot: vega-embed draws an SVG with one path per metric line (a canvas if the renderer changes).
-    chart = page.locator("#plot-main .vega-embed")
-    expect(chart.locator("svg .mark-line path, canvas").first).to_be_attached(timeout=20_000)
-    if chart.locator("svg").count():
-        lines = chart.locator("svg .mark-line path")
-        drawn = [
-            d
-            for d in (lines.nth(i).get_attribute("d") or "" for i in range(lines.count()))
-            if len(re.findall(r"[ML]", d)) >= 2
-        ]
-        assert drawn, "the loss plot has no line with at least two points"
-        legend = chart.locator("svg .role-legend-label text").all_text_contents()  # SVG: no innerText
-        assert "loss" in legend, legend
-    else:
-        box = chart.locator("canvas").first.bounding_box()
-        assert box and box["width"] > 50 and box["height"] > 50, box
+    # The loss plot: an SVG (components/charts.py) with one path per metric line.
+    chart = page.locator("#plot-main")
+    expect(chart.locator("svg path.line").first).to_be_attached(timeout=20_000)
+    lines = chart.locator("svg path.line")
+    drawn = [
+        d
+        for d in (lines.nth(i).get_attribute("d") or "" for i in range(lines.count()))
+        if len(re.findall(r"[ML]", d)) >= 2
+    ]
+    assert drawn, "the loss plot has no line with at least two points"
+    assert "loss" in chart.locator(".legend-label").all_text_contents()
     page.get_by_text("Raw log").click()  # the log reads as rows; the raw text is one click away
     expect(page.locator("#job-log textarea")).to_have_value(re.compile("succeeded"))
     page.screenshot(path=ARTIFACTS / "jobs.png", full_page=True)
@@ -285,7 +280,7 @@ def test_compare_overlays_the_sft_and_the_staged_dpo_job(page):
     page.get_by_text("Compare jobs").click()
     for job_id in (sft_id, dpo_id):
         pick_option(page, "#compare-jobs", job_id)
-    legend = page.locator("#compare-plot svg .role-legend-label text")
+    legend = page.locator("#compare-plot .legend-label")
     expect(legend).to_have_count(2, timeout=20_000)
     assert all(text.strip() for text in legend.all_text_contents())
     page.screenshot(path=ARTIFACTS / "walk-jobs.png", full_page=True)

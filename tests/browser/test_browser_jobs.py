@@ -64,7 +64,7 @@ def _need(*keys: str) -> list[str]:
 
 def _whole_steps(page, plot_id: str) -> None:
     """The plot's step axis is labelled in whole steps (not 1.0, 1.5, 2.0)."""
-    x_ticks = page.locator(f"#{plot_id} svg g.role-axis[aria-label^='X-axis'] .role-axis-label text")
+    x_ticks = page.locator(f"#{plot_id} svg .axis-x .tick-label")
     expect(x_ticks.first).to_be_attached()
     ticks = x_ticks.all_text_contents()
     assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), f"{plot_id}: steps not whole: {ticks}"
@@ -134,9 +134,7 @@ def test_an_sft_job_reads_like_a_dashboard_and_its_adapter_downloads(page, app, 
     expect(page.locator("#plot-lr")).to_be_visible()
     expect(page.locator("#plot-token-accuracy")).to_be_visible()
     expect_legend(page, "plot-lr", ["learning rate"])
-    expect(
-        page.locator("#plot-main svg .role-axis-title text").filter(has_text="cross-entropy (nats/token)")
-    ).to_have_count(1)
+    expect(page.locator("#plot-main svg .axis-title").filter(has_text="cross-entropy (nats/token)")).to_have_count(1)
     for plot_id in ("plot-main", "plot-lr", "plot-throughput"):  # the last one alone on its row: full width
         _whole_steps(page, plot_id)
 
@@ -223,7 +221,7 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
     expect(best).to_contain_text("Step 2")
     expect(best).to_contain_text("Best")
     expect(best).to_contain_text("Worst")
-    expect(page.locator("#plot-reward svg .role-legend-label text").first).to_have_text("reward (mean)")
+    expect(page.locator("#plot-reward .legend-label").first).to_have_text("reward (mean)")
     expect(page.locator("#plot-length")).to_be_visible()
     expect(page.locator("#plot-token-accuracy")).to_be_hidden()
     rows = page.locator("#job-log-rows thead")

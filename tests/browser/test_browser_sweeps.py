@@ -61,7 +61,7 @@ def test_a_childs_sweep_shows_its_table_plot_and_best_and_clones_the_best_into_t
     expect(table).to_contain_text(re.compile(rf"★ best\s+{app.best}\s+0.005\s+succeeded\s+improved\s+55.0%"))
     expect(table).to_contain_text(re.compile(r"0.001\s+failed"))
     expect(page.locator("#sweep-plot")).to_contain_text("log10(learning_rate)")
-    expect(page.locator("#sweep-plot svg .mark-symbol.role-mark path")).to_have_count(2)
+    expect(page.locator("#sweep-plot svg circle.point")).to_have_count(2)
     expect(page.locator("#cancel-sweep-button")).to_be_disabled()  # every child has ended
 
     page.locator("#clone-best-button").click()

@@ -219,7 +219,7 @@ def test_the_thumbs_file_uploaded_in_the_train_tab_trains_a_kto_job_on_the_sft_a
     follow_job_link(page, kto_id)
     wait_in_jobs_tab(page, store, kto_id, timeout_ms=300_000)
     expect(page.locator("#job-summary")).to_contain_text(f"Continues job {app.job_id}")
-    expect(page.locator("#plot-main svg .role-axis-title text").filter(has_text="KTO loss (nats)")).to_be_visible(
+    expect(page.locator("#plot-main svg .axis-title").filter(has_text="KTO loss (nats)")).to_be_visible(
         timeout=30_000
     )  # (a margin needs good and bad rows in one batch: with 4 rows, batches may lack one)
     page.screenshot(path=ARTIFACTS / "chat-thumbs-kto-job.png", full_page=True)

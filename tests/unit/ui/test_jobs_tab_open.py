@@ -38,7 +38,7 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
         monkeypatch.setattr(jobs_tab.time, "monotonic", lambda: clock[0])
         first = tick(job.id, {})
         seen = first[-1]
-        assert first[names.index("plot-main")] != gr.skip() and first[names.index("job-summary")] != gr.skip()
+        assert first[names.index("job-plot-panel")] != gr.skip() and first[names.index("job-summary")] != gr.skip()
 
         api.core.store.report(job.id, [(2, time.time(), {"loss": 1.5})], {"step": 2, "total_steps": 100})
         clock[0] += jobs_tab.REFRESH_S
@@ -49,11 +49,11 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
         assert heavy_built == [], "a tick that sends no plots reads no metrics and draws no frames"
         sent = {n for n, v in zip(names, second) if not (isinstance(v, dict) and v == gr.skip())}
         assert "job-progress" in sent, f"the progress follows every tick: {sent}"
-        assert not sent & {"plot-main", "job-log-rows", "job-log"}, f"plots and logs resent 2 s later: {sent}"
+        assert not sent & {"job-plot-panel", "job-log-rows", "job-log"}, f"plots and logs resent 2 s later: {sent}"
 
         clock[0] += jobs_tab.HEAVY_EVERY_S
         third = tick(job.id, second[-1])
         sent = {n for n, v in zip(names, third) if not (isinstance(v, dict) and v == gr.skip())}
-        assert {"plot-main", "job-log-rows"} <= sent, f"the new step's plot and log row are sent 10 s on: {sent}"
+        assert {"job-plot-panel", "job-log-rows"} <= sent, f"the new step's plot and log row are sent 10 s on: {sent}"
     finally:
         api.close()
