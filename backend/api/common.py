@@ -47,12 +47,14 @@ class MetricsPage:
 @dataclass(frozen=True)
 class Submitted:
     """A job just queued: its row, its place in the queue, warnings worth reading before it runs, and how many
-    workers were free when it was queued (None: not known), so that "starting now" is said only when it is."""
+    workers were free when it was queued (None: not known), so that "starting now" is said only when it is.
+    ``repeated``: nothing new was queued, this is the job the same user queued with the same spec a moment ago."""
 
     job: JobRecord
     queue_position: int | None
     warnings: list[str] = field(default_factory=list)
     free_workers: int | None = None
+    repeated: bool = False
 
 
 @dataclass(frozen=True)

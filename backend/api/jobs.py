@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,11 +20,12 @@ from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
 from backend.jobs.access import readable_job
 from backend.jobs.failures import tail_lines
 from backend.jobs.lineage import last_checkpoint
-from backend.jobs.records import RESUMABLE_STATUSES, JobRecord, JobStatus
+from backend.jobs.records import RESUMABLE_STATUSES, JobRecord, JobStatus, storable_spec_json
 from backend.jobs.scheduler import default_max_concurrent
-from backend.jobs.store_errors import InvalidTransition
+from backend.jobs.store_errors import InvalidTransition, JobNotFound
 from backend.platform.hardware import detect_device
 from backend.platform.limits import InFlight, int_setting
+from backend.platform.once import OnceWithin
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.reward_models import reward_model_sources, reward_model_warnings
 
@@ -29,6 +33,16 @@ from backend.training.reward_models import reward_model_sources, reward_model_wa
 # Gradio's 8 slots of an event, so others always find one free).
 ENVIRONMENT_CHECKS_PER_USER = 2
 DEFAULT_MAX_ENVIRONMENT_CHECKS = 4
+# A user's second submit of the same spec within this many seconds of the first's answer (a double click, a retried
+# request) is answered with the first job, and nothing new is queued.
+SUBMIT_ONCE_WINDOW_S = 10.0
+
+
+def submission_key(spec: JobSpec) -> tuple[str, str]:
+    """What makes two submits the same: the owner and the digest of the spec's canonical JSON (sorted keys). Raises
+    SpecError, as the store would, for a spec that cannot be stored."""
+    canonical = json.dumps(json.loads(storable_spec_json(spec)), sort_keys=True, separators=(",", ":"))
+    return spec.owner, hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
@@ -52,6 +66,10 @@ class JobOperations:
             int_setting("STUDIO_MAX_ENVIRONMENT_CHECKS", DEFAULT_MAX_ENVIRONMENT_CHECKS),
             "STUDIO_MAX_ENVIRONMENT_CHECKS",
         )
+        # In memory, not in the store: the window is seconds, one process serves the UI and the API, and a restart
+        # forgets only what would have expired anyway; no column to migrate, and a repeat is answered before any
+        # pre-flight work. An identical submit that arrives while the first is checked waits for the first's answer.
+        self.once: OnceWithin[Submitted] = OnceWithin(SUBMIT_ONCE_WINDOW_S)
 
     def submit(
         self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
@@ -59,13 +77,33 @@ class JobOperations:
         """Validate, pre-flight and queue a job. Raises SpecError (nothing is queued) when it cannot run.
 
         With ``user`` the job is theirs, a parent job must be theirs too, and their queued jobs are capped
-        (QuotaExceeded, unless they are an admin).
+        (QuotaExceeded, unless they are an admin). A user's second submit of the same spec within
+        ``SUBMIT_ONCE_WINDOW_S`` of the first, while that job is still queued or running, queues nothing: the answer
+        is the first job's, ``repeated``. A trusted caller (``user=None``: the CLI, a script) queues what it asks.
         """
         if on_zero_gpu():
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         if user is not None:
             owner = user.name
         spec = self.core.prepare(spec, owner, user)
+        if user is None:
+            return self._queue(spec, user)
+        prepared = spec
+        return self.once.run(submission_key(spec), lambda: self._queue(prepared, user), self._still_queued)[0]
+
+    def _still_queued(self, first: Submitted) -> Submitted | None:
+        """A repeat's answer: the first job as it stands now, or None once it has ended (cancelled, failed, done),
+        when the same spec may be queued again at once."""
+        try:
+            job = self.core.store.get(first.job.id)
+        except JobNotFound:
+            return None
+        if job.status not in (JobStatus.queued, JobStatus.running):
+            return None
+        return dataclasses.replace(first, job=job, queue_position=self.core.store.queue_position(job.id), repeated=True)
+
+    def _queue(self, spec: JobSpec, user: User | None) -> Submitted:
+        """Pre-flight a prepared spec and queue it."""
         queue_limit, total_limit = self.core.queue_limits(user)
         if queue_limit is not None:
             self.core.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight

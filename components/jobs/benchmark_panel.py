@@ -25,12 +25,11 @@ class BenchmarkHandles:
 
 
 def evaluate_action(api: StudioAPI, user: User, selected, model: str, tasks, limit) -> str:
-    """Queue the eval-only job (the typed model when there is one, else the picked job); the outcome as a sentence."""
+    """Queue the eval-only job (the typed model when there is one, else the picked job); the outcome as a sentence.
+    ``limit`` empty or 0 (what the field shows when empty) is each task's default."""
     target = (model or "").strip() or (job_choice_id(selected) or "")
     try:
-        submitted = api.benchmarks.evaluate(
-            target, list(tasks or []), int(limit) if limit is not None else None, user=user
-        )
+        submitted = api.benchmarks.evaluate(target, list(tasks or []), int(limit) if limit else None, user=user)
     except SpecError as exc:
         return " ".join(exc.problems)
     except JobNotFound:
@@ -56,9 +55,9 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> BenchmarkHandles:
             limit = gr.Number(
                 None,
                 precision=0,
-                minimum=1,
+                minimum=0,  # the browser shows an empty field as 0: it must be a value Evaluate accepts
                 label="Items per task",
-                info="Empty: each task's default",
+                info="Empty or 0: each task's default",
                 elem_id="benchmark-limit",
                 scale=1,
             )

@@ -289,6 +289,16 @@ def release(ui: TrainLayout):
     return [gr.update(interactive=True)] * len(waiting(ui))
 
 
+def queuing():
+    """The Queue button while its click is answered: busy, so a double click queues nothing twice."""
+    return gr.update(value="Queuing…", interactive=False)
+
+
+def queue_again():
+    """The Queue button once the answer is in (or the handler failed)."""
+    return gr.update(value="Queue", interactive=True)
+
+
 def _held(ui: TrainLayout, trigger, handler, inputs, outputs, **kwargs) -> None:
     """``trigger(handler)`` with the buttons that read the upload off until it has answered (even by failing).
 
@@ -462,8 +472,15 @@ def _wire_actions(api: StudioAPI, ui: TrainLayout) -> None:
         (ui.check_button, on_check, ui.result, "check_job"),
         (ui.queue_button, on_queue, ui.result, "submit_job"),
     )
+    quiet = {"queue": False, "show_progress": "hidden", "api_name": False}
     for button, handler, output, api_name in actions:
-        button.click(as_user(bind(handler, api, ui)), form, [output, *boxes], api_name=api_name).then(**open_settings)
+        answer = {"fn": as_user(bind(handler, api, ui)), "inputs": form, "outputs": [output, *boxes]}
+        if button is ui.queue_button:  # busy from the click until the answer: a second click cannot queue again
+            event = button.click(queuing, None, button, **quiet).then(**answer, api_name=api_name)
+            event = event.then(queue_again, None, button, **quiet)
+        else:
+            event = button.click(**answer, api_name=api_name)
+        event.then(**open_settings)
         if handler is on_preview:  # the bench's events follow the preview's, as the page lays them out
             bench.wire(api, ui)
     ui.hf_button.click(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backend.api import counted
+from backend.api import JobStatus, counted
 from components.train.fields import FORM_FIELDS, SECTIONS, FormError
 from components.train.form import SECTION_TITLES, field_section, labelled_warning, queue_place, queued_link, short_label
 from components.train.recipes import FIELDS
@@ -101,9 +101,18 @@ def check_markdown(warnings: list[str], memory: str) -> str:
 
 
 def queued_markdown(submitted) -> str:
-    """Queue's answer: the job's link and place in the queue, and its warnings."""
-    where = queue_place(submitted.queue_position, submitted.free_workers)
-    text = f"Queued {queued_link(submitted.job.id)} ({where}). Click the id to follow it in the Jobs tab."
+    """Queue's answer: the job's link and place in the queue, and its warnings; for a repeat of the same spec a
+    moment ago, that it is the job already queued and nothing new was."""
+    link = queued_link(submitted.job.id)
+    if submitted.repeated:
+        where = "running" if submitted.job.status is JobStatus.running else queue_place(submitted.queue_position, 0)
+        text = (
+            f"Already queued {link} a moment ago with these same settings ({where}); nothing new was queued. "
+            "Click the id to follow it in the Jobs tab."
+        )
+    else:
+        where = queue_place(submitted.queue_position, submitted.free_workers)
+        text = f"Queued {link} ({where}). Click the id to follow it in the Jobs tab."
     if submitted.warnings:
         text += "\n" + "\n".join(f"- ⚠️ {labelled_warning(w)}" for w in submitted.warnings)
     return text

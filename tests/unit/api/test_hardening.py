@@ -313,8 +313,8 @@ def test_the_whole_queue_has_a_limit_that_says_which_and_when(data_dir, monkeypa
     monkeypatch.setenv("STUDIO_MAX_QUEUED_TOTAL", "3")
     api = StudioAPI(data_dir, scheduler="none")
     try:
-        for name in ("ann", "ann", "ben"):
-            api.jobs.submit(tiny_spec(), user=User(name))
+        for seed, name in enumerate(("ann", "ann", "ben")):  # ann's two differ: one spec twice is one job
+            api.jobs.submit(tiny_spec(training={"seed": seed}), user=User(name))
         with pytest.raises(QueueFull) as refused:
             api.jobs.submit(tiny_spec(), user=User("cat"))
         assert str(refused.value) == (
@@ -542,7 +542,8 @@ def _refusals(api, job_id: str, alice: User, tmp_path: Path) -> dict[str, str]:
     """What each kind of write says on a read-only data folder (it must raise a sentence)."""
     said = {}
     writes = {
-        "submit": lambda: api.jobs.submit(tiny_spec(), user=alice),
+        # Another spec than the job already queued: the same one again would be answered with that job.
+        "submit": lambda: api.jobs.submit(tiny_spec(training={"seed": 7}), user=alice),
         "cancel": lambda: api.jobs.cancel(job_id, alice),
         "upload": lambda: api.datasets.upload_dataset(
             write_jsonl(tmp_path / "up.jsonl", CHAT_ROWS), "up.jsonl", "sft", alice

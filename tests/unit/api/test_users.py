@@ -52,14 +52,15 @@ def test_an_admin_sees_everyone_and_the_space_owner_is_an_admin(api, monkeypatch
 
 def test_the_queue_limit_is_per_user(api, monkeypatch):
     monkeypatch.setenv("STUDIO_MAX_QUEUED_PER_USER", "2")
-    api.jobs.submit(tiny_spec(), user=ALICE)
-    second = api.jobs.submit(tiny_spec(), user=ALICE).job
+    seeded = [tiny_spec(training={"seed": seed}) for seed in range(4)]  # one spec twice would be one job (queue once)
+    api.jobs.submit(seeded[0], user=ALICE)
+    second = api.jobs.submit(seeded[1], user=ALICE).job
     with pytest.raises(SpecError, match="2 job\\(s\\) waiting in the queue and the limit per user is 2"):
-        api.jobs.submit(tiny_spec(), user=ALICE)
+        api.jobs.submit(seeded[2], user=ALICE)
     assert len(api.jobs.list_jobs(user=ALICE)) == 2, "the refused job was not stored"
-    api.jobs.submit(tiny_spec(), user=BOB)  # bob is not held up by alice
+    api.jobs.submit(seeded[0], user=BOB)  # bob is not held up by alice
     api.jobs.cancel(second.id, ALICE)
-    api.jobs.submit(tiny_spec(), user=ALICE)  # a cancelled job frees its place
+    api.jobs.submit(seeded[3], user=ALICE)  # a cancelled job frees its place
 
 
 def test_the_token_never_shows_in_a_users_repr():

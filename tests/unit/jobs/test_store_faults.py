@@ -204,7 +204,8 @@ def test_concurrent_submits_through_the_facade_respect_the_limit(paths, monkeypa
     def submit(i):
         barrier.wait()
         try:
-            api.jobs.submit(tiny_spec(), user=User(OWNERS[i % len(OWNERS)]))
+            # Each thread its own spec: one spec twice from one user would be one job (queue once).
+            api.jobs.submit(tiny_spec(training={"seed": i}), user=User(OWNERS[i % len(OWNERS)]))
         except SpecError as exc:  # QuotaExceeded is one, and what a user sees either way
             refused.append(exc)
         except BaseException as exc:  # noqa: BLE001

@@ -186,8 +186,8 @@ def test_the_per_user_queue_limit_counts_the_children(api, store, monkeypatch):
     assert len(store.list()) == 1 and SweepStore(store).list() == []
     report = api.sweeps.submit(SPEC, [f"{LR}=1e-4,5e-4"], user=alice).report
     assert {store.get(c.child.job_id).owner for c in report.children} == {"alice"}
-    with pytest.raises(SpecError, match="you already have 3 job"):
-        api.jobs.submit(SPEC, user=alice)
+    with pytest.raises(SpecError, match="you already have 3 job"):  # another spec: SPEC again is the job queued
+        api.jobs.submit({**SPEC, "output": {"run_name": "one more"}}, user=alice)
     with pytest.raises(LookupError):  # another user's sweep is not theirs to see
         api.sweeps.get(report.sweep.id, user=User("bob"))
 

@@ -233,8 +233,10 @@ def test_a_job_id_teacher_must_be_your_own_finished_language_model(paths, tmp_pa
         job = api.jobs.submit(tiny_spec(**{**ARITH_DISTILL, "distillation": {"teacher": sft.id}}), user=ann).job
         stored = store.get(job.id).spec
         assert stored.distillation.teacher == sft.id
-        again = api.jobs.submit(stored.model_dump(mode="json"), user=ann).job
-        assert store.get(again.id).spec.distillation.teacher == sft.id
+        cloned = stored.model_dump(mode="json")
+        cloned["training"]["seed"] += 1  # the very same spec again would be answered with the job queued (issue 47)
+        again = api.jobs.submit(cloned, user=ann).job
+        assert again.id != job.id and store.get(again.id).spec.distillation.teacher == sft.id
     finally:
         api.close()
 

@@ -47,12 +47,21 @@ def test_evaluate_queues_an_eval_only_job_or_says_why_not(paths, store):
     assert choice(job).split(" · ")[1:3] == ["eval", "benchmarks of builtin:tiny-qwen3-arith"]
     row = table_rows(api, [job])[0]
     assert row[4] == "eval" and row[6] == "studio_choice", "the list says what an eval-only job does"
-    for tasks, limit, words in ((["nope"], None, "is not a task"), (["studio_arith"], 0, "limit"), ([], None, "task")):
+    for tasks, limit, words in ((["nope"], None, "is not a task"), (["studio_arith"], -1, "limit"), ([], None, "task")):
         assert words in evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", tasks, limit)
     # A job that has not finished has no adapter to score.
     queued = api.jobs.submit(tiny_spec()).job
     assert "has no adapter" in evaluate_action(api, local_user(), queued.id, "", ["studio_arith"], None)
     assert len(api.jobs.list_jobs()) == 2, "nothing else was queued"
+
+
+def test_evaluate_with_items_per_task_empty_or_0_uses_each_tasks_default(paths):
+    """The field shows 0 when empty (issue 47): Evaluate with what it shows queues the tasks' default item counts."""
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    for limit in (0, None, 0.0):
+        said = evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", ["studio_arith"], limit)
+        assert said.startswith("Queued evaluation job"), (limit, said)
+    assert [job.spec.benchmarks.limit for job in api.jobs.list_jobs()] == [None, None, None]
 
 
 def parse(spec):

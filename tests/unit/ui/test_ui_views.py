@@ -70,7 +70,7 @@ def test_preview_check_queue_and_warm_up_answers():
 
     job = SimpleNamespace(id="20260101-abc")
     queued = train_views.queued_markdown(
-        SimpleNamespace(job=job, queue_position=1, free_workers=1, warnings=["memory is tight"])
+        SimpleNamespace(job=job, queue_position=1, free_workers=1, warnings=["memory is tight"], repeated=False)
     )
     assert "20260101-abc" in queued and "(starting now)" in queued and queued.endswith("- ⚠️ memory is tight")
 
