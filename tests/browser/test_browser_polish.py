@@ -318,7 +318,8 @@ COUNT_PLOT_DRAWINGS = """() => {
             [r.type, r.target.nodeName, r.target.className && String(r.target.className.baseVal ?? r.target.className),
              r.attributeName, r.addedNodes.length, r.removedNodes.length]);
     }).observe(
-        document.querySelector('#job-plot-panel .chart-grid').parentElement, {childList: true, subtree: true, attributes: true, characterData: true}
+        document.querySelector('#job-plot-panel .chart-grid').parentElement,
+        {childList: true, subtree: true, attributes: true, characterData: true},
     );
 }"""
 
