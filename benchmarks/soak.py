@@ -77,7 +77,7 @@ def _p95(values: list[float]) -> float:
 
 
 def _submit(app, user: str, spec: dict) -> str:
-    return app.client(user).predict(json.dumps({**spec}), api_name="/submit_spec")
+    return app.client(user).predict(json.dumps(spec), api_name="/submit_spec")
 
 
 def _wait(store, job_ids: list[str], timeout_s: float = 600) -> None:
@@ -139,7 +139,10 @@ def soak(minutes: float, period: float) -> dict:
     data = data_dir_with_models(root / "data", models)
     with launch_app(data, space=True, extra_env={"STUDIO_MAX_CONCURRENT_JOBS": "2"}) as app:
         store = JobStore(DataPaths(data).db)
-        finished = {user: [_submit(app, user, {**SHORT, "seed": i}) for i in (1, 2)] for user in USERS}
+        finished = {
+            user: [_submit(app, user, {**SHORT, "output": {"run_name": f"{user}-{i}"}}) for i in (1, 2)]
+            for user in USERS
+        }
         _wait(store, [j for jobs in finished.values() for j in jobs])
         training = [_submit(app, user, LONG) for user in USERS[:2]]
         with chromium() as browser:
