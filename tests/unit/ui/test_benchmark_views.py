@@ -59,3 +59,19 @@ def parse(spec):
     from backend.core.spec import parse_spec
 
     return parse_spec(spec)
+
+
+def test_a_sure_rise_reads_improved_not_kept(paths, store):
+    """Issue 47: a benchmark that rose 47% -> 68% read "+21 points ... arithmetic kept"."""
+    base = {i: 1.0 if i < 47 else 0.0 for i in range(100)}
+    tuned = {i: 1.0 if i < 68 else 0.0 for i in range(100)}
+    rose = task_score(task_info("studio_arith"), "studio_arith", {"base": base, "tuned": tuned}, {})
+    assert rose.sentence.startswith("studio_arith +21 points ±") and rose.sentence.endswith(": arithmetic improved.")
+    assert "kept" not in rose.sentence and not rose.dropped
+    job = store.add(parse(tiny_spec()))
+    store.merge_artifacts(job.id, benchmarks=build_report({"studio_arith": rose}, 100, "job x"))
+    shown = benchmarks_compare_markdown([store.get(job.id)])
+    assert "| studio_arith | 68% | +21 ±" in shown and shown.endswith("| improved |"), shown
+    # No sure change is still "kept".
+    same = task_score(task_info("studio_arith"), "studio_arith", {"base": base, "tuned": base}, {})
+    assert same.sentence.endswith(": arithmetic kept.")
