@@ -87,8 +87,8 @@ def status_label(job: JobRecord) -> str:
 
 
 def method_label(job: JobRecord) -> str:
-    """``eval`` for an eval-only job (its spec's method is not used), else the method."""
-    return "eval" if job.spec.evaluate is not None else job.spec.method.value
+    """``eval`` for an eval-only job (its spec's method is not used), else the method: the spec's ``kind``."""
+    return job.spec.kind
 
 
 def data_label(job: JobRecord) -> str:

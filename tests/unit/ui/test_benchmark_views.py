@@ -75,3 +75,23 @@ def test_a_sure_rise_reads_improved_not_kept(paths, store):
     # No sure change is still "kept".
     same = task_score(task_info("studio_arith"), "studio_arith", {"base": base, "tuned": base}, {})
     assert same.sentence.endswith(": arithmetic kept.")
+
+
+def test_the_cli_list_calls_an_eval_only_job_what_the_jobs_table_calls_it(paths, store, capsys):
+    """Issue 47: `list` called an evaluation job `sft` (its unused method); the Jobs table already said `eval`."""
+    import json
+
+    from backend.cli import main as cli_main
+
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    try:
+        evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", ["studio_choice"], 20)
+        (job,) = api.jobs.list_jobs()
+        assert cli_main(["list"]) == 0
+        [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith(job.id)]
+        assert line.split()[2] == table_rows(api, [job])[0][4] == "eval", line
+        assert cli_main(["list", "--json"]) == 0
+        [listed] = json.loads(capsys.readouterr().out)
+        assert listed["kind"] == "eval"
+    finally:
+        api.close()
