@@ -133,3 +133,21 @@ def test_a_job_that_learned_drops_the_no_reward_warning(api):
         job = _grpo_job(api, learning, [REWARD_WARNING])
         assert "gave no reward" in job_views.summary_markdown(api, job)
     assert judge_warnings([REWARD_WARNING], GRPO_VERDICT).standing == []
+
+
+def test_compare_mode_turns_off_the_temperature_and_seed_its_note_says_are_not_used():
+    """Issue 47: in Compare the temperature slider stayed live while its note said it was not used."""
+    import gradio as gr
+
+    from components.chat.handlers import on_mode
+    from components.chat.layout import lay_out
+
+    with gr.Blocks():
+        h = lay_out()
+    assert h.mode.value == "compare" and "not used" in h.mode_info.value
+    assert h.temperature.interactive is False and h.seed.interactive is False
+    assert h.max_tokens.interactive is not False, "Compare keeps the answer's length"
+    conversation = on_mode(h, "conversation")
+    assert conversation[h.temperature]["interactive"] is True and conversation[h.seed]["interactive"] is True
+    compare = on_mode(h, "compare")
+    assert compare[h.temperature]["interactive"] is False and "not used" in compare[h.mode_info]
