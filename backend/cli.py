@@ -256,8 +256,7 @@ def cmd_list(api: StudioAPI, args) -> int:
     print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  {'run':<{run_width}}  model")
     for job, status, run in zip(jobs, statuses, runs):
         p = job.progress
-        progress = progress_text(p, live=job.status is JobStatus.running)
-        progress = progress or "-"
+        progress = progress_text(p, live=job.status is JobStatus.running) or "-"
         print(
             f"{job.id:<24} {status:<{width}} {job.spec.kind:<6} {progress:<12} "
             f"{_ts(job.created_at):<19}  {run:<{run_width}}  {job.spec.model.name_or_path}"
