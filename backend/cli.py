@@ -256,10 +256,9 @@ def cmd_list(api: StudioAPI, args) -> int:
     print(f"{'id':<24} {'status':<{width}} {'method':<6} {'progress':<12} {'created':<19}  {'run':<{run_width}}  model")
     for job, status, run in zip(jobs, statuses, runs):
         p = job.progress
-        progress = progress_text(p, live=job.status is JobStatus.running)
-        progress = progress or "-"
+        progress = progress_text(p, live=job.status is JobStatus.running) or "-"
         print(
-            f"{job.id:<24} {status:<{width}} {job.spec.method.value:<6} {progress:<12} "
+            f"{job.id:<24} {status:<{width}} {job.spec.kind:<6} {progress:<12} "
             f"{_ts(job.created_at):<19}  {run:<{run_width}}  {job.spec.model.name_or_path}"
         )
     return EXIT_OK
@@ -272,6 +271,7 @@ def _summary(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
         "status": job.status.value,
         "status_text": status_text(job.status.value, job.artifacts.learning),
         "method": job.spec.method.value,
+        "kind": job.spec.kind,  # eval for an eval-only job, whose method is unused
         "run_name": job.spec.output.run_name,
         "model": job.spec.model.name_or_path,
         "owner": job.owner,

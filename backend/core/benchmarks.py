@@ -194,6 +194,18 @@ def drop_sentence(task: str, delta: float, ci95: float | None, skill: str) -> st
     return f"{task} {points(delta)} points{interval}: it lost {skill}."
 
 
+def outcome_word(delta: float | None, ci95: float | None, higher_is_better: bool = True) -> str:
+    """What became of a task's skill, in one word, by the verdict's own rule (the paired interval must exclude zero):
+    ``improved`` for a sure rise, ``lost`` for a sure fall, ``kept`` for no sure change; "" with nothing to compare.
+
+    >>> outcome_word(0.21, 0.09), outcome_word(-0.2, 0.05), outcome_word(0.02, 0.09), outcome_word(None, None)
+    ('improved', 'lost', 'kept', '')
+    """
+    if delta is None:
+        return ""
+    return {"improved": "improved", "worse": "lost"}.get(judge(delta, ci95, higher_is_better), "kept")
+
+
 def task_score(
     task: BenchmarkTask, name: str, per_side: Mapping[str, Mapping[int, float]], stderr: Mapping[str, float | None]
 ) -> BenchmarkScore:
@@ -207,12 +219,13 @@ def task_score(
         ci95 = paired_interval([per_side[start][i] for i in items], [per_side["tuned"][i] for i in items])
     # Every catalogued metric is a share of items answered right: a fall is a loss, and a sure one when the
     # paired interval excludes zero (the verdict's own rule, so a skill lost here is a guard that fell there).
-    dropped = judge(delta, ci95, higher_is_better=True) == "worse"
+    word = outcome_word(delta, ci95)
+    dropped = word == "lost"
     if dropped:
         sentence = drop_sentence(name, delta or 0.0, ci95, task.skill)
-    elif delta is not None:
+    elif delta is not None:  # kept, or improved: a sure rise is no mere keeping
         interval = f" ±{round(ci95 * 100)}" if ci95 is not None else ""
-        sentence = f"{name} {points(delta)} points{interval} against the {start}: {task.skill} kept."
+        sentence = f"{name} {points(delta)} points{interval} against the {start}: {task.skill} {word}."
     else:
         shown = ", ".join(f"{side} {round(value * 100)}%" for side, value in means.items())
         sentence = f"{name}: {shown or 'no items scored'}."
@@ -253,7 +266,7 @@ def compare_rows(reports: Sequence[tuple[str, BenchmarkReport]]) -> list[list[st
                     name,
                     f"{value * 100:.0f}%" if value is not None else "",
                     f"{points(score.delta)} ±{round((score.ci95 or 0) * 100)}" if score.delta is not None else "",
-                    "lost" if score.dropped else "kept" if score.delta is not None else "",
+                    outcome_word(score.delta, score.ci95, score.higher_is_better),
                 ]
             )
     return rows

@@ -348,23 +348,3 @@ def verdict_metric_line(learning: LearningVerdict | None) -> str:
     scores = f"{shown(learning.before, learning.rate)} -> {shown(learning.after, learning.rate)}{change}"
     rows = f" on {learning.rows} held-out {'row' if learning.rows == 1 else 'rows'}" if learning.rows else ""
     return f"The verdict's metric: **{learning.label}**, {scores}{rows}."
-
-
-# The pre-flight's warning that a GRPO run may find nothing rewarded (its groups all score the same) says this.
-NO_REWARD_WARNING_MARK = "GRPO learns only from"
-
-
-def standing_warnings(warnings: Sequence[str], learning: LearningVerdict | None) -> list[str]:
-    """The pre-flight warnings that still stand for a job: the one that no group may earn a reward is gone once the
-    verdict says the job improved (it did find rewards to learn from).
-
-    >>> said = ["GRPO learns only from groups where some episodes earn a reward: ...", "Few rows."]
-    >>> standing_warnings(said, None) == said
-    True
-    >>> won = LearningVerdict(metric="success", label="success", verdict="improved", sentence="")
-    >>> standing_warnings(said, won)
-    ['Few rows.']
-    """
-    if learning is None or learning.verdict != "improved":
-        return list(warnings)
-    return [w for w in warnings if NO_REWARD_WARNING_MARK not in w]

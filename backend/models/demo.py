@@ -169,9 +169,26 @@ def demo_recipe(model: str | None, method: str | None, environment: str | None =
     """
     model = (model or "").strip()
     recipe = dict(DEMO_RECIPES.get(model, {}).get(method or "", {}))
-    if recipe and method in {m.value for m in environment_methods()}:
-        recipe.update(ENVIRONMENT_RECIPES.get(model, {}).get((environment or "").strip(), {}))
+    if recipe:
+        recipe.update(environment_recipe(model, method, environment))
     return copy.deepcopy(recipe)  # a caller may change its copy (the rewards list), never the table
+
+
+def environment_recipe(model: str | None, method: str | None, environment: str | None) -> dict[str, Any]:
+    """The settings measured to make ``model`` learn in ``environment`` with ``method`` (its entry of
+    :data:`ENVIRONMENT_RECIPES`), {} where none was measured or the method plays no environment. Such a recipe starts
+    from the base model itself (no parent job): the model learned to call the environment's tools without a warm-up.
+
+    >>> environment_recipe("builtin:tiny-qwen3-arith", "grpo", "builtin:arithmetic")["rollout.max_completion_length"]
+    96
+    >>> environment_recipe("builtin:tiny-qwen3-arith", "sft", "builtin:arithmetic"), environment_recipe(
+    ...     "builtin:tiny-qwen3-arith", "grpo", "builtin:echo")
+    ({}, {})
+    """
+    model = (model or "").strip()
+    if method not in {m.value for m in environment_methods()} or not DEMO_RECIPES.get(model, {}).get(method or ""):
+        return {}
+    return copy.deepcopy(ENVIRONMENT_RECIPES.get(model, {}).get((environment or "").strip(), {}))
 
 
 _SPECIAL_TOKENS = [

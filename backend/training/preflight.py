@@ -10,7 +10,7 @@ from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorte
 from backend.core.wording import counted
 from backend.data.loading import AUTO_HOLDOUT_MIN_DATASET, holdout_size, load_training_dataset, split_holdout
 from backend.methods.table import reward_columns, support
-from backend.models.demo import ARITH_MODEL_ID, BUILTIN_MODELS
+from backend.models.demo import ARITH_MODEL_ID, BUILTIN_MODELS, environment_recipe
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
     from backend.environments.connection import EnvironmentUnavailable, resolve_url, time_budget
     from backend.environments.discovery import check_sessions, describe
     from backend.environments.probe import probe_rewards
-    from backend.environments.runtime import builtin_of, concurrent_episodes, display_name, typical_episode_tokens
+    from backend.environments.runtime import builtin_of, concurrent_episodes, display_name
 
     env = spec.environment
     if not supports_tool_calling(tokenizer):
@@ -268,15 +268,45 @@ def environment_advisories(spec: JobSpec, tokenizer) -> list[str]:
         except EnvironmentUnavailable as exc:
             raise SpecError([f"environment.name: {exc}"]) from None
         warnings += [never_rewards] if never_rewards else []
-    typical = typical_episode_tokens(spec)
-    if spec.rollout.max_completion_length < typical:
+    warnings += episode_budget_warnings(spec)
+    return warnings
+
+
+def episode_budget_warnings(spec: JobSpec) -> list[str]:
+    """Pre-flight's word on an environment job's episode budget and starting point, judged against the measured
+    recipe of its model in its environment where there is one (``backend.models.demo.environment_recipe``): the
+    completion length it measured enough (else the environment's typical episode), and no tool-use warm-up for a
+    model that learned to call the tools without one.
+
+    >>> from backend.core.spec import parse_spec
+    >>> arith = {"method": "grpo", "model": {"name_or_path": "builtin:tiny-qwen3-arith"},
+    ...          "environment": {"name": "builtin:arithmetic"}, "training": {"batch_size": 16}}
+    >>> episode_budget_warnings(parse_spec({**arith, "rollout": {"max_completion_length": 96}}))
+    []
+    >>> said = episode_budget_warnings(parse_spec({**arith, "rollout": {"max_completion_length": 24}}))
+    >>> len(said), said[0].split(" tokens")[0], said[0].split(", so ")[-1]
+    (1, 'rollout.max_completion_length (24) is below the 96', 'raise it to at least 96')
+    """
+    from backend.environments.runtime import display_name, typical_episode_tokens
+
+    env, model = spec.environment, spec.model.name_or_path
+    measured = environment_recipe(model, spec.method.value, env.name)
+    warnings = []
+    needed = measured.get("rollout.max_completion_length")
+    have = spec.rollout.max_completion_length
+    if needed is None and have < (typical := typical_episode_tokens(spec)):
         warnings.append(
-            f"rollout.max_completion_length ({spec.rollout.max_completion_length}) is below a typical "
-            f"{display_name(env)} "
-            f"episode (~{typical} tokens of model turns and tool results together); episodes cut off early "
-            f"score 0, so raise it to at least {typical}"
+            f"rollout.max_completion_length ({have}) is below a typical {display_name(env)} episode (~{typical} "
+            f"tokens of model turns and tool results together); episodes cut off early score 0, so raise it to at "
+            f"least {typical}"
         )
-    if spec.model.parent_job_id is None:
+    elif needed is not None and have < needed:
+        warnings.append(
+            f"rollout.max_completion_length ({have}) is below the {needed} tokens that {model}'s measured recipe "
+            f"for {display_name(env)} gives an episode; episodes cut off early score 0, so raise it to at least "
+            f"{needed}"
+        )
+    if spec.model.parent_job_id is None and not measured:
         warnings.append(
             "GRPO learns only from groups where some episodes earn a reward: if the model does not call the "
             "environment's tools yet, first run SFT on a few tool-call demonstrations and continue from that job "

@@ -317,9 +317,15 @@ def score_answers(api: StudioAPI, user, reward_choice, base_hist, tuned_hist, ke
         return said[:1].upper() + said[1:] + ("" if said.endswith(".") else ".")
 
 
+def on_mode(h: ChatLayout, mode):
+    """The mode's note, and the temperature and seed on only where the mode samples with them."""
+    sampled = gr.update(interactive=views.samples(mode))
+    return {h.mode_info: views.mode_note(mode), h.temperature: sampled, h.seed: sampled}
+
+
 def wire(api: StudioAPI, h: ChatLayout) -> None:
     """Every event of the Chat tab."""
-    h.mode.change(views.mode_note, h.mode, h.mode_info, api_name=False, queue=False)
+    h.mode.change(bind(on_mode, h), h.mode, [h.mode_info, h.temperature, h.seed], api_name=False, queue=False)
     gr.api(bind(jobs, api), api_name="chat_jobs")
     refresh = as_user(bind(refresh_choices, api), signed_in=False)
     h.refresh.click(refresh, None, h.job, api_name=False)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from components.chat.views import MODE_CHOICES, PICK_JOB_HINT, SIDES, mode_note
+from components.chat.views import MODE_CHOICES, PICK_JOB_HINT, SIDES, mode_note, samples
 
 EXPORT_IDS = {"dpo": "export-preferences", "kto": "export-thumbs"}
 # Loaded with the page (app.py): a click on an export button while the pick or thumb that rewrites its file is being
@@ -128,9 +128,12 @@ def lay_out() -> ChatLayout:
     with gr.Accordion("System prompt and sampling (the same for both sides)", open=False):
         parts["system"] = gr.Textbox(label="System prompt", lines=2)
         with gr.Row():
-            parts["temperature"] = gr.Slider(0.0, 1.5, value=0.7, step=0.05, label="Temperature (0: greedy)")
+            sampled = samples("compare")  # off in Compare, which answers greedily: the mode's change turns them on
+            parts["temperature"] = gr.Slider(
+                0.0, 1.5, value=0.7, step=0.05, label="Temperature (0: greedy)", interactive=sampled
+            )
             parts["max_tokens"] = gr.Slider(8, 1024, value=128, step=8, label="Max new tokens")
-            parts["seed"] = gr.Number(0, precision=0, label="Seed")
+            parts["seed"] = gr.Number(0, precision=0, label="Seed", interactive=sampled)
     parts["chats"], parts["ups"], parts["downs"] = {}, {}, {}
     with gr.Row():
         for side in SIDES:

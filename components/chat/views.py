@@ -232,6 +232,16 @@ def mode_note(mode: str | None) -> str:
     return MODE_NOTES.get(mode or "compare", MODE_NOTES["compare"])
 
 
+def samples(mode: str | None) -> bool:
+    """Whether the mode samples answers with the temperature and seed set below (Conversation does); Compare answers
+    greedily, as its note says, so those two controls are off while it is picked.
+
+    >>> samples("compare"), samples(None), samples("conversation")
+    (False, False, True)
+    """
+    return (mode or "compare") == "conversation"
+
+
 def rows_text(count: int) -> str:
     """``1 preference row`` / ``3 preference rows``."""
     return counted(count, "preference row")

@@ -19,10 +19,10 @@ from backend.api import (
     JobRecord,
     JobStatus,
     StudioAPI,
+    judge_warnings,
     live_figures,
     performance_line,
     progress_text,
-    standing_warnings,
     status_text,
 )
 from components.train.form import labelled_warning
@@ -87,8 +87,8 @@ def status_label(job: JobRecord) -> str:
 
 
 def method_label(job: JobRecord) -> str:
-    """``eval`` for an eval-only job (its spec's method is not used), else the method."""
-    return "eval" if job.spec.evaluate is not None else job.spec.method.value
+    """``eval`` for an eval-only job (its spec's method is not used), else the method: the spec's ``kind``."""
+    return job.spec.kind
 
 
 def data_label(job: JobRecord) -> str:
@@ -236,8 +236,16 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
             "push again below)"
         )
     lines.extend(hub_checkpoint_lines(job))
-    for warning in standing_warnings(job.artifacts.preflight_warnings or [], job.artifacts.learning):
+    judged = judge_warnings(
+        job.artifacts.preflight_warnings or [],
+        job.artifacts.learning,
+        metrics or [],
+        one_call_per_episode=job.spec.environment.max_tool_calling_iterations == 1,
+    )
+    for warning in judged.standing:
         lines.append(f"⚠️ {labelled_warning(warning)}")  # in the form's words, as Check said it
+    if judged.settled:
+        lines.append("✔️ Settled by this run: " + "; ".join(judged.settled) + ".")
     return "\n\n".join(lines)
 
 

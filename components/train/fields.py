@@ -157,7 +157,7 @@ DECLARED: list[FormField] = [
         help="Pack several short examples into one Max length sequence (no attention across examples). "
         "auto: on when auto-tune finds the examples short on a GPU.",
     ),
-    FormField("dpo_beta", "dpo.beta", "beta"),
+    FormField("dpo_beta", "dpo.beta", "Beta"),
     FormField("dpo_loss_type", "dpo.loss_type", "Loss"),
     FormField("rollout_num_generations", "rollout.num_generations", "Generations per prompt"),
     FormField("rollout_max_completion_length", "rollout.max_completion_length", "Max completion length"),

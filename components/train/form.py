@@ -285,6 +285,25 @@ def field_warnings(warnings: list[str], shown) -> dict[str, list[str]]:
     return field_problems([w for w in warnings if _PATH_HEAD.match(w)], {}, shown)[0]
 
 
+_SPEC_PATH = re.compile(r"[a-z_]+(?:\.[A-Za-z0-9_]+)*")
+
+
+def section_problem(problem: str) -> str:
+    """A problem no field takes, as its section's box says it: the box sits under that part of the form, so the
+    sentence reads plainly, its spec path in brackets at the end as a field's problem has it (a whole part's name,
+    ``dataset:``, and ``spec:`` just go); a problem about no part of the spec stays as it is.
+
+    >>> section_problem("dataset.name: chats.jsonl could not be read as JSONL: line 7 is not valid JSON")
+    'chats.jsonl could not be read as JSONL: line 7 is not valid JSON (`dataset.name`)'
+    >>> section_problem("dataset: screenshot.png is not a dataset file"), section_problem("Note: memory is tight")
+    ('screenshot.png is not a dataset file', 'Note: memory is tight')
+    """
+    head, sep, body = problem.removeprefix("spec: ").partition(": ")
+    if not sep or not _SPEC_PATH.fullmatch(head) or section_of(head) == "general":
+        return problem
+    return f"{body} (`{head}`)" if "." in head else body
+
+
 def labelled_warning(warning: str, values: dict[str, Any] | None = None) -> str:
     """A pre-flight warning in the form's words, as a field's problem is: the fields' labels for the spec paths it
     names, those paths in brackets at the end; a warning about no field of the form stays as it is.

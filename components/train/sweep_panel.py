@@ -13,7 +13,7 @@ from components.session import as_user
 from components.train import sweep_views
 from components.train.handlers import error_boxes, refused, with_spec, with_warnings
 from components.train.layout import TrainLayout
-from components.train.views import FIELD_NAMES
+from components.train.views import FIELD_NAMES, form_values
 from components.wiring import bind
 
 
@@ -31,9 +31,10 @@ def lay_out() -> SweepPanel:
     """The panel, folded, under the form's Queue."""
     with gr.Accordion("Sweep: queue this job once per value of a field", open=False, elem_id="sweep-panel"):
         with gr.Row():
+            # Every method's fields, so an API call may name any; a page narrows them to its method as it loads.
             field = gr.Dropdown(
                 sweep_views.vary_choices(),
-                value="learning_rate",
+                value=sweep_views.DEFAULT_VARY,
                 label="Field to vary",
                 info="A number or a choice of the form; the others keep the form's values",
                 elem_id="sweep-field",
@@ -57,6 +58,9 @@ def on_sweep(api: StudioAPI, ui: TrainLayout, panel: SweepPanel, user, *args) ->
     *form_args, name, values = args
     if not name:
         return {panel.note: "⚠️ Not queued: pick the field to vary."}
+    off_method = sweep_views.off_method_text(name, form_values(tuple(form_args))["method"])
+    if off_method:
+        return {panel.note: off_method}
     refusal: list[str] = []
 
     def submit(spec: dict[str, Any]):
@@ -80,8 +84,18 @@ def on_sweep(api: StudioAPI, ui: TrainLayout, panel: SweepPanel, user, *args) ->
     }
 
 
+def on_method(method, current):
+    """The fields a sweep may vary for the form's method (its own and the shared ones), the picked one kept while the
+    method has it."""
+    return gr.update(choices=sweep_views.vary_choices(method), value=sweep_views.picked_field(method, current))
+
+
 def wire(api: StudioAPI, ui: TrainLayout, panel: SweepPanel) -> None:
-    """Queue sweep reads the whole form, the field and its values."""
+    """Queue sweep reads the whole form, the field and its values; the field list follows the method (a clone's
+    too), from the page's load on."""
+    method, field = ui.inputs["method"], panel.field
+    gr.on(None, on_method, [method, field], field, api_name=False, queue=False)  # as the page loads
+    method.change(on_method, [method, field], field, api_name=False, queue=False)
     form = [ui.inputs[name] for name in FIELD_NAMES]
     panel.button.click(
         as_user(bind(on_sweep, api, ui, panel)),

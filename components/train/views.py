@@ -10,7 +10,15 @@ from typing import Any
 
 from backend.api import JobStatus, counted
 from components.train.fields import FORM_FIELDS, SECTIONS, FormError
-from components.train.form import SECTION_TITLES, field_section, labelled_warning, queue_place, queued_link, short_label
+from components.train.form import (
+    SECTION_TITLES,
+    field_section,
+    labelled_warning,
+    queue_place,
+    queued_link,
+    section_problem,
+    short_label,
+)
 from components.train.recipes import FIELDS
 
 FIELD_NAMES = list(FIELDS)  # the form's fields in the order of its inputs (and of the API's parameters)
@@ -22,12 +30,12 @@ def form_values(args: tuple) -> dict[str, Any]:
 
 
 def problems_markdown(problems: list[str]) -> str:
-    """Problems as lines under a box, each marked.
+    """Problems as lines under a section's box, each marked and said plainly (:func:`section_problem`).
 
-    >>> problems_markdown(["a", "b"])
-    '⚠️ a\\n⚠️ b'
+    >>> problems_markdown(["a", "dataset.name: b.jsonl could not be read"])
+    '⚠️ a\\n⚠️ b.jsonl could not be read (`dataset.name`)'
     """
-    return "\n".join(f"⚠️ {p}" for p in problems)
+    return "\n".join(f"⚠️ {section_problem(p)}" for p in problems)
 
 
 def field_lines(name: str, problems: list[str]) -> str:

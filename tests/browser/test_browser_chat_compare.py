@@ -63,6 +63,10 @@ def test_compare_asks_each_question_on_its_own_and_conversation_carries_it_over(
         expect(page.locator("#chat-job-info")).to_contain_text(app.job_id)
         expect(page.locator("#chat-mode input:checked")).to_have_value("compare")
         expect(page.locator("#chat-mode-note")).to_contain_text("each question is asked on its own (no history)")
+        # Issue 47: the temperature the note says is not used is off, not live.
+        page.get_by_text("System prompt and sampling (the same for both sides)").click()
+        temperature = page.get_by_label("number input for Temperature (0: greedy)")
+        expect(temperature).to_be_disabled()
 
         _ask(page, "What is 17 + 25?")
         _ask(page, "What is 2 + 3?")
@@ -79,6 +83,7 @@ def test_compare_asks_each_question_on_its_own_and_conversation_carries_it_over(
 
         page.locator("#chat-mode").get_by_text("Conversation").click()
         expect(page.locator("#chat-mode-note")).to_contain_text("the history carries over")
+        expect(temperature).to_be_enabled()
         _ask(page, "And 4 + 4?")
         assert _questions(page, "tuned") == ["What is 2 + 3?", "And 4 + 4?"]
 

@@ -110,3 +110,23 @@ def test_the_train_forms_sweep_says_a_bad_value_at_the_values_queues_one_job_per
         assert [c.status for c in report.children] == ["cancelled", "cancelled"]
     finally:
         api.close()
+
+
+def test_the_sweep_panel_offers_the_picked_methods_fields(page):
+    """Issue 47: the field list offered every method's fields on an SFT form, "beta" beside "Beta"."""
+    page.get_by_role("tab", name="Train").click()
+    field, method = page.locator("#sweep-field input"), page.locator("#method")
+    if not field.is_visible():  # the panel is folded on a fresh page
+        page.get_by_text("Sweep: queue this job once per value of a field").click()
+    method.get_by_label("sft", exact=True).check()
+    field.click()
+    expect(page.get_by_role("option", name="Learning rate (training.learning_rate)")).to_be_visible()
+    expect(page.get_by_role("option", name=re.compile(r"\((dpo|grpo|kto)\.beta\)"))).to_have_count(0)
+    page.keyboard.press("Escape")
+    method.get_by_label("dpo", exact=True).check()
+    field.click()
+    expect(page.get_by_role("option", name="Beta (dpo.beta)")).to_be_visible()
+    page.get_by_role("option", name="Beta (dpo.beta)").click()
+    expect(field).to_have_value("Beta (dpo.beta)")
+    method.get_by_label("sft", exact=True).check()  # a field SFT lacks falls back to the learning rate
+    expect(field).to_have_value("Learning rate (training.learning_rate)")

@@ -110,6 +110,16 @@ class JobSpec(SpecPart):
         return data
 
     @property
+    def kind(self) -> str:
+        """What the job does, in one word for lists and tables: ``eval`` for an eval-only job (its method is unused),
+        else its method (``sft``, ``grpo``, ...).
+
+        >>> JobSpec().kind, JobSpec(evaluate={}, benchmarks={"tasks": ["studio_arith"]}).kind
+        ('sft', 'eval')
+        """
+        return "eval" if self.evaluate is not None else self.method.value
+
+    @property
     def method_part(self) -> SpecPart:
         """The method's own settings (``spec.dpo`` for DPO)."""
         return getattr(self, self.method.value)

@@ -12,7 +12,7 @@ from backend.api import StudioAPI
 from backend.api.chat import ChatOperations
 from backend.chat.side_by_side import PairUpdate, mode_turn
 from backend.core.artifacts import LearningVerdict
-from backend.core.learning import NO_REWARD_WARNING_MARK, standing_warnings
+from backend.core.run_warnings import NO_REWARD_WARNING_MARK, judge_warnings
 from backend.core.spec import parse_spec
 from backend.environments.probe import RewardProbe
 from backend.models.mixed_batch import GenerationSettings
@@ -121,9 +121,9 @@ REWARD_WARNING = RewardProbe(actions=12, episodes=2, rewarded=0).warning("arith-
 
 def test_a_job_that_learned_drops_the_no_reward_warning(api):
     assert REWARD_WARNING and NO_REWARD_WARNING_MARK in REWARD_WARNING
-    from backend.training.preflight import environment_advisories
+    from backend.training.preflight import episode_budget_warnings
 
-    assert NO_REWARD_WARNING_MARK in inspect.getsource(environment_advisories), "the other such warning says it too"
+    assert NO_REWARD_WARNING_MARK in inspect.getsource(episode_budget_warnings), "the other such warning says it too"
     other = "The dataset has 12 rows."
     learned = _grpo_job(api, GRPO_VERDICT, [REWARD_WARNING, other])
     summary = job_views.summary_markdown(api, learned)
@@ -132,4 +132,22 @@ def test_a_job_that_learned_drops_the_no_reward_warning(api):
     for learning in (stuck, None):
         job = _grpo_job(api, learning, [REWARD_WARNING])
         assert "gave no reward" in job_views.summary_markdown(api, job)
-    assert standing_warnings([REWARD_WARNING], GRPO_VERDICT) == []
+    assert judge_warnings([REWARD_WARNING], GRPO_VERDICT).standing == []
+
+
+def test_compare_mode_turns_off_the_temperature_and_seed_its_note_says_are_not_used():
+    """Issue 47: in Compare the temperature slider stayed live while its note said it was not used."""
+    import gradio as gr
+
+    from components.chat.handlers import on_mode
+    from components.chat.layout import lay_out
+
+    with gr.Blocks():
+        h = lay_out()
+    assert h.mode.value == "compare" and "not used" in h.mode_info.value
+    assert h.temperature.interactive is False and h.seed.interactive is False
+    assert h.max_tokens.interactive is not False, "Compare keeps the answer's length"
+    conversation = on_mode(h, "conversation")
+    assert conversation[h.temperature]["interactive"] is True and conversation[h.seed]["interactive"] is True
+    compare = on_mode(h, "compare")
+    assert compare[h.temperature]["interactive"] is False and "not used" in compare[h.mode_info]

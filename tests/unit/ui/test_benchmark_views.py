@@ -68,3 +68,39 @@ def parse(spec):
     from backend.core.spec import parse_spec
 
     return parse_spec(spec)
+
+
+def test_a_sure_rise_reads_improved_not_kept(paths, store):
+    """Issue 47: a benchmark that rose 47% -> 68% read "+21 points ... arithmetic kept"."""
+    base = {i: 1.0 if i < 47 else 0.0 for i in range(100)}
+    tuned = {i: 1.0 if i < 68 else 0.0 for i in range(100)}
+    rose = task_score(task_info("studio_arith"), "studio_arith", {"base": base, "tuned": tuned}, {})
+    assert rose.sentence.startswith("studio_arith +21 points ±") and rose.sentence.endswith(": arithmetic improved.")
+    assert "kept" not in rose.sentence and not rose.dropped
+    job = store.add(parse(tiny_spec()))
+    store.merge_artifacts(job.id, benchmarks=build_report({"studio_arith": rose}, 100, "job x"))
+    shown = benchmarks_compare_markdown([store.get(job.id)])
+    assert "| studio_arith | 68% | +21 ±" in shown and shown.endswith("| improved |"), shown
+    # No sure change is still "kept".
+    same = task_score(task_info("studio_arith"), "studio_arith", {"base": base, "tuned": base}, {})
+    assert same.sentence.endswith(": arithmetic kept.")
+
+
+def test_the_cli_list_calls_an_eval_only_job_what_the_jobs_table_calls_it(paths, store, capsys):
+    """Issue 47: `list` called an evaluation job `sft` (its unused method); the Jobs table already said `eval`."""
+    import json
+
+    from backend.cli import main as cli_main
+
+    api = StudioAPI(data_dir=paths.root, scheduler="none")
+    try:
+        evaluate_action(api, local_user(), None, "builtin:tiny-qwen3-arith", ["studio_choice"], 20)
+        (job,) = api.jobs.list_jobs()
+        assert cli_main(["list"]) == 0
+        [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith(job.id)]
+        assert line.split()[2] == table_rows(api, [job])[0][4] == "eval", line
+        assert cli_main(["list", "--json"]) == 0
+        [listed] = json.loads(capsys.readouterr().out)
+        assert listed["kind"] == "eval"
+    finally:
+        api.close()

@@ -54,6 +54,12 @@ def test_a_broken_jsonl_names_its_first_bad_line(tmp_path):
     [problem] = refused.value.problems
     assert "chats.jsonl could not be read as JSONL: line 7 is not valid JSON: Expecting property name" in problem
     assert "An error occurred" not in problem
+    # Issue 47: the box under the upload says it as a sentence, not as "dataset.name: ..."
+    from components.train.views import problems_markdown
+
+    shown = problems_markdown(refused.value.problems)
+    assert shown.startswith("⚠️ chats.jsonl could not be read as JSONL: line 7"), shown
+    assert shown.endswith("(`dataset.name`)") and "dataset.name:" not in shown, shown
 
 
 @pytest.mark.parametrize("name", ["picture.png", "picture.jsonl", "archive.csv"])

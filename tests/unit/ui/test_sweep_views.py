@@ -91,3 +91,27 @@ def test_a_sweep_whose_scored_children_all_got_worse_says_so_and_has_no_best(api
     assert "No best yet: every child with a score got worse, or lost something a guard checks" in summary
     assert "Best so far" not in summary
     assert list(sweep_views.sweep_table(done).iloc[:, 0]) == ["", ""]  # no child marked best
+
+
+def test_the_train_tab_offers_the_picked_methods_fields_each_by_its_form_label():
+    """Issue 47: the list mixed "beta (dpo.beta)" with "Beta (grpo.beta)" and offered every method's fields on an SFT
+    form."""
+    from components.train.fields import FORM_FIELDS
+    from components.train.form import short_label
+    from components.train.sweep_panel import on_method
+
+    everything = train_sweep.vary_choices()
+    assert all(label == f"{short_label(FORM_FIELDS[name])} ({FORM_FIELDS[name].path})" for label, name in everything)
+    assert all(label[0].isupper() for label, _ in everything), [label for label, _ in everything]
+    sft = {name for _, name in train_sweep.vary_choices("sft")}
+    assert {"learning_rate", "max_steps", "lora_r"} <= sft
+    assert not {n for n in sft if n.startswith(("dpo_", "grpo_", "kto_", "rloo_", "rollout_", "env_", "reward_"))}
+    assert {"dpo_beta", "learning_rate"} <= {name for _, name in train_sweep.vary_choices("dpo")}
+    grpo = {name for _, name in train_sweep.vary_choices("grpo")}
+    assert {"grpo_beta", "rollout_temperature", "env_max_iterations"} <= grpo and "dpo_beta" not in grpo
+    # The list follows the method: a field the new method lacks falls back to the learning rate.
+    update = on_method("sft", "dpo_beta")
+    assert update["value"] == "learning_rate" and update["choices"] == train_sweep.vary_choices("sft")
+    assert on_method("dpo", "dpo_beta")["value"] == "dpo_beta"
+    # A script that names another method's field is told so, and nothing is queued.
+    assert train_sweep.off_method_text("dpo_beta", "sft").startswith("⚠️ Not queued: Beta (dpo.beta) is not a")
