@@ -14,9 +14,8 @@ import gradio as gr
 from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
-from components import charts
 from components.job_pickers import job_choice_id
-from components.jobs import export_panel, monitor, sweep_panel, views
+from components.jobs import export_panel, monitor, plots, sweep_panel, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
 from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, JobsLayout
 from components.session import SIGN_IN_FIRST, require_user, user_from
@@ -100,7 +99,7 @@ def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
     weights = {r.name: r.weight for r in job.spec.rollout.rewards} if sampled else {}
     rows = monitor.log_rows(method, metrics)
     return [
-        monitor.plots_html(method, metrics, (job.progress or {}).get("total_steps")),
+        plots.plots_html(method, metrics, (job.progress or {}).get("total_steps")),
         monitor.best_and_worst(kept, weights),
         gr.update(value=monitor.samples_table(kept, weights), visible=bool(kept)),
         gr.update(value=rows, visible=not rows.empty),
@@ -262,15 +261,11 @@ def compare(api: StudioAPI, job_ids, metric, profile: gr.OAuthProfile | None = N
             continue
     labels = monitor.compare_labels([(job.id, job.spec.output.run_name) for job in jobs])
     curves = [(label, api.jobs.metrics(job.id, user=user)) for label, job in zip(labels, jobs)]
-    frame = monitor.compare_frame(curves, metric or "loss")
-    if frame is None:
+    chart = plots.compare_chart(curves, metric or "loss")
+    if chart is None:
         return gr.update(visible=False, value=""), f"None of these jobs logged `{metric}` yet.\n\n" + (
             benchmarks_compare_markdown(jobs)
         )
-    colors = {label: monitor.PALETTE[i % len(monitor.PALETTE)][0] for i, label in enumerate(labels)}
-    x_lim = monitor.compare_axis(curves, metric or "loss")
-    axes = charts.Axes("step", f"{metric} (smoothed)", (x_lim[0], x_lim[1]))
-    chart = charts.line_chart(monitor.chart_series(frame, colors, "job"), axes)
     return (
         gr.update(visible=True, value=chart),
         f"{metric} of {len(curves)} jobs, smoothed (EMA {monitor.SMOOTHING}).\n\n" + benchmarks_compare_markdown(jobs),

@@ -18,7 +18,6 @@ from typing import Any
 import pandas as pd
 
 from backend.api import methods, monitoring
-from components import charts
 
 # TensorBoard's default smoothing weight: each point keeps 60 % of the running average.
 SMOOTHING = 0.6
@@ -251,39 +250,6 @@ def plot_views(method: str, rows: list[dict[str, Any]], total_steps: int | None 
             else None
         )
     return views
-
-
-def plot_id(key: str) -> str:
-    """The element id of a metric family's chart (the loss chart is the main one).
-
-    >>> plot_id("loss"), plot_id("kl_div")
-    ('plot-main', 'plot-kl-div')
-    """
-    return "plot-main" if key == "loss" else f"plot-{key.replace('_', '-')}"
-
-
-def chart_series(frame: pd.DataFrame, color_map: dict[str, str], label: str = "series") -> list[charts.Series]:
-    """A long frame's (step, value, ``label``) rows as chart series in their first-seen order, each in its colour
-    (a raw series, named "<label> (raw)", faint)."""
-    out = []
-    for name, rows in frame.groupby(label, sort=False):
-        points = list(zip(rows["step"].astype(float), rows["value"].astype(float)))
-        color = color_map.get(str(name), PALETTE[0][0])
-        out.append(charts.Series(str(name), points, color, faint=str(name).endswith(RAW_SUFFIX)))
-    return out
-
-
-def plots_html(method: str, rows: list[dict[str, Any]], total_steps: int | None = None) -> str:
-    """Every family's chart for ``method``'s logged ``rows`` as one panel's markup, the families with nothing to
-    draw left out ("" when nothing is logged yet). Each series is thinned to ``MAX_PLOT_POINTS``."""
-    figures = []
-    for key, view in plot_views(method, rows, total_steps).items():
-        if view is None:
-            continue
-        axes = charts.Axes("step", view.y_title, (view.x_lim[0], view.x_lim[1]))
-        series = chart_series(thinned(view.frame), view.color_map)
-        figures.append(charts.line_chart(series, axes, view.title, plot_id(key)))
-    return charts.grid(figures)
 
 
 # --- the training log as rows ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 from components import charts
 from components.jobs import monitor
+from components.jobs import plots as job_plots
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -20,7 +21,7 @@ def _svg(markup: str) -> ET.Element:
 
 
 def test_the_doctests_hold():
-    for module in (charts, monitor):
+    for module in (charts, monitor, job_plots):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -46,7 +47,7 @@ def test_a_series_of_one_point_is_a_dot_and_nothing_logged_draws_nothing():
     markup = charts.line_chart([charts.Series("kl", [(1, 0.1)], "#000")], charts.Axes("step", "nats"))
     assert _svg(markup).find(f".//{SVG}circle[@class='point']") is not None
     assert charts.line_chart([charts.Series("kl", [], "#000")], charts.Axes("step", "nats")) == ""
-    assert monitor.plots_html("sft", []) == ""
+    assert job_plots.plots_html("sft", []) == ""
 
 
 def test_a_hostile_name_is_text_not_markup():
@@ -67,6 +68,6 @@ def test_no_dot_of_a_scatter_is_cut_off_at_the_edges():
 
 def test_the_jobs_panel_draws_each_family_logged_with_its_id():
     rows = [{"step": i, "loss": 2.0 / i, "learning_rate": 1e-3 * (1 - i / 10), "grad_norm": 1.0} for i in range(1, 9)]
-    markup = monitor.plots_html("sft", rows, 8)
+    markup = job_plots.plots_html("sft", rows, 8)
     assert re.findall(r'<figure class="chart" id="([^"]+)"', markup) == ["plot-main", "plot-lr", "plot-grad-norm"]
     ET.fromstring(markup)

@@ -13,7 +13,7 @@ import pytest
 
 from components.chat import arena_views
 from components.chat import views as chat_views
-from components.jobs import monitor
+from components.jobs import plots as job_plots
 from components.jobs import views as job_views
 from components.train import views as train_views
 from components.train.fields import FORM_FIELDS, FormError
@@ -105,7 +105,7 @@ def test_the_chats_history_helpers():
 
 
 def test_the_jobs_plots_ids_and_the_state_they_were_drawn_for():
-    assert monitor.plot_id("loss") == "plot-main" and monitor.plot_id("kl_div") == "plot-kl-div"
+    assert job_plots.plot_id("loss") == "plot-main" and job_plots.plot_id("kl_div") == "plot-kl-div"
     assert job_views.heavy_state(None) == ""
     job = SimpleNamespace(id="j1", status=SimpleNamespace(value="running"))
     assert job_views.heavy_state(job) == "j1:running"
