@@ -152,6 +152,7 @@ def soak(minutes: float, period: float) -> dict:
             idle = _open_user_page(browser, app, USERS[0], finished[USERS[0]])
             start, before = time.monotonic(), _proc_status(app.proc.pid)
             picks: list[tuple[float, float]] = []
+            by_user: dict[str, list[float]] = {user: [] for user in USERS}
             chats: list[float] = []
             turn = 0
             while time.monotonic() - start < minutes * 60:
@@ -161,6 +162,7 @@ def soak(minutes: float, period: float) -> dict:
                 if (wait := due - time.monotonic()) > 0:
                     page.wait_for_timeout(wait * 1000)
                 picks.append((time.monotonic() - start, timed_pick(page, jobs[(turn // len(USERS)) % 2])))
+                by_user[user].append(picks[-1][1])
                 page.get_by_role("tab", name="Train").click()
                 page.get_by_role("tab", name="Chat").click()
                 chats.append(_ask(page, f"What is {turn % 9} + {turn % 7}?"))
@@ -182,6 +184,10 @@ def soak(minutes: float, period: float) -> dict:
         "pick_last_third_p50_s": round(statistics.median(times[-third:]), 2),
         "pick_slope_ms_per_min": round(_slope_ms_per_min(picks), 1),
         "idle_page_pick_s": round(idle_pick, 2),
+        # each user's own picks, alternating between their two jobs: the first ten's median against the last ten's
+        "picks_per_user": {u: len(t) for u, t in by_user.items()},
+        "user_first_ten_p50_s": {u: round(statistics.median(t[:10]), 2) for u, t in by_user.items() if t},
+        "user_last_ten_p50_s": {u: round(statistics.median(t[-10:]), 2) for u, t in by_user.items() if t},
         "chat_p50_s": round(statistics.median(chats), 2),
         "chat_p95_s": round(_p95(chats), 2),
         "app_rss_mb": [before["rss_mb"], after["rss_mb"]],
@@ -210,7 +216,9 @@ def main() -> None:
                     f"{what}, {args.minutes:.0f} min ({result['turns']} turns): picks",
                     f"p50 {result['pick_p50_s']} s, p95 {result['pick_p95_s']} s, max {result['pick_max_s']} s; "
                     f"first third p50 {result['pick_first_third_p50_s']} s, last third "
-                    f"{result['pick_last_third_p50_s']} s; slope {result['pick_slope_ms_per_min']} ms/min",
+                    f"{result['pick_last_third_p50_s']} s; slope {result['pick_slope_ms_per_min']} ms/min; each user's "
+                    f"first ten / last ten picks p50 {result['user_first_ten_p50_s']} / "
+                    f"{result['user_last_ten_p50_s']}",
                 ),
                 (
                     f"{what}: chats, the app, the pages",
