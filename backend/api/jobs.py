@@ -45,6 +45,18 @@ def submission_key(spec: JobSpec) -> tuple[str, str]:
     return spec.owner, hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _being_queued() -> Submitted:
+    """The answer to a repeat that comes while the first submit of the same spec is still checked: a sentence, at
+    once. (Waiting for the first would hold one of the server's slots, which another user's request needs: issue 47's
+    rule that nothing one user does makes another wait.)"""
+    raise SpecError(
+        [
+            "spec: the same job is being checked and queued from your submit a moment ago; its answer comes there, "
+            "and nothing is queued twice"
+        ]
+    )
+
+
 def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
     """Pre-flight's word on a job that needs the Hub without a token: the signed-in user's, else (no user: the CLI,
     a script) the HF_TOKEN this process hands its workers."""
@@ -68,7 +80,8 @@ class JobOperations:
         )
         # In memory, not in the store: the window is seconds, one process serves the UI and the API, and a restart
         # forgets only what would have expired anyway; no column to migrate, and a repeat is answered before any
-        # pre-flight work. An identical submit that arrives while the first is checked waits for the first's answer.
+        # pre-flight work. An identical submit that arrives while the first is checked is refused at once
+        # (``_being_queued``).
         self.once: OnceWithin[Submitted] = OnceWithin(SUBMIT_ONCE_WINDOW_S)
 
     def submit(
@@ -89,7 +102,8 @@ class JobOperations:
         if user is None:
             return self._queue(spec, user)
         prepared = spec
-        return self.once.run(submission_key(spec), lambda: self._queue(prepared, user), self._still_queued)[0]
+        key = submission_key(spec)
+        return self.once.run(key, lambda: self._queue(prepared, user), self._still_queued, _being_queued)[0]
 
     def _still_queued(self, first: Submitted) -> Submitted | None:
         """A repeat's answer: the first job as it stands now, or None once it has ended (cancelled, failed, done),

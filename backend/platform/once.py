@@ -1,5 +1,6 @@
 """Asked twice, done once: an action repeated with the same key within a short window is answered with the first
-one's answer (a double click, a retried request), and one asked while the same is still under way waits for it."""
+one's answer (a double click, a retried request), and one asked while the same is still under way is answered at once
+by ``busy`` (it never waits: a waiting request holds a server slot that another user's request needs)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class _Entry(Generic[T]):
 
 
 class OnceWithin(Generic[T]):
-    """``run(key, action, recall)``: ``action()``'s answer, unless the same key ran within ``window_s`` seconds of
-    now (counted from its answer) or is running now; then ``recall`` of that first answer, or the first's error.
+    """``run(key, action, recall, busy)``: ``action()``'s answer, unless the same key ran within ``window_s`` seconds
+    of now (counted from its answer): then ``recall`` of that first answer; or unless it is running now: then
+    ``busy()``, at once.
 
     Memory only, and bounded: answers expire after the window, and past ``capacity`` settled keys the oldest go. Two
     threads with the same key never both run ``action``; different keys never wait for each other.
@@ -34,14 +36,19 @@ class OnceWithin(Generic[T]):
         self._entries: dict[Hashable, _Entry[T]] = {}
         self._lock = threading.Lock()
 
-    def run(self, key: Hashable, action: Callable[[], T], recall: Callable[[T], T | None]) -> tuple[T, bool]:
+    def run(
+        self, key: Hashable, action: Callable[[], T], recall: Callable[[T], T | None], busy: Callable[[], T]
+    ) -> tuple[T, bool]:
         """(the answer, whether it is the first one's, recalled). ``recall(first)`` says what to answer a repeat
-        now, or None when the first answer no longer stands (then ``action`` runs again)."""
+        now, or None when the first answer no longer stands (then ``action`` runs again); ``busy()`` answers (or
+        raises) for a repeat that comes while the first is still being worked out."""
         while True:
             entry, mine = self._claim(key)
             if mine:
                 return self._settle(key, entry, action), False
-            recalled = recall(entry.answer.result())  # the first's error is raised here too
+            if not entry.answer.done():
+                return busy(), True
+            recalled = recall(entry.answer.result())
             if recalled is not None:
                 return recalled, True
             with self._lock:

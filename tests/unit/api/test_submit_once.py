@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from backend.api import StudioAPI
+from backend.api import SpecError, StudioAPI
 from backend.api.jobs import SUBMIT_ONCE_WINDOW_S
 from backend.core.users import User
 from backend.jobs.records import JobStatus
@@ -98,27 +98,38 @@ def test_a_trusted_caller_queues_what_it_asks(api):
     assert api.jobs.submit(tiny_spec()).job.id != api.jobs.submit(tiny_spec()).job.id
 
 
-def test_concurrent_identical_submits_queue_one_job(api, monkeypatch):
-    """Eight threads at once (the UI and the API, or two tabs): one job, one id, and the pre-flight ran once."""
+def test_concurrent_identical_submits_queue_one_job_and_wait_for_nothing(api, monkeypatch):
+    """Eight threads at once (a script's retries, two tabs): one job, the pre-flight ran once, and the seven that came
+    while it ran were answered at once with a sentence, not held until it ended (issue 47: seven requests waiting on
+    one user's slow check held the server's slots, and another user's submit waited 14 s)."""
     started = threading.Barrier(8)
     preflight = api.jobs.core.preflight
     calls = []
 
     def slow_preflight(spec):
         calls.append(spec)
-        time.sleep(0.3)  # the slow part of a submit, while the other seven arrive
+        time.sleep(1.0)  # the slow part of a submit, while the other seven arrive
         return preflight(spec)
 
     monkeypatch.setattr(api.jobs.core, "preflight", slow_preflight)
 
     def submit(_):
         started.wait()
-        return api.jobs.submit(tiny_spec(), user=ALICE).job.id
+        begun = time.monotonic()
+        try:
+            return api.jobs.submit(tiny_spec(), user=ALICE).job.id, time.monotonic() - begun
+        except SpecError as exc:
+            return " ".join(exc.problems), time.monotonic() - begun
 
     with ThreadPoolExecutor(8) as pool:
-        ids = list(pool.map(submit, range(8)))
-    assert len(set(ids)) == 1 and len(api.jobs.list_jobs()) == 1
-    assert len(calls) == 1
+        answers = list(pool.map(submit, range(8)))
+    assert len(api.jobs.list_jobs()) == 1 and len(calls) == 1
+    (job_id,) = [job.id for job in api.jobs.list_jobs()]
+    refused = [(text, took) for text, took in answers if text != job_id]
+    assert len(refused) == 7, answers
+    for text, took in refused:
+        assert "is being checked and queued from your submit a moment ago" in text, text
+        assert took < 0.5, f"a repeat waited {took:.2f} s for the first submit's check"
 
 
 def test_the_ui_and_the_api_share_the_window(api):
@@ -150,15 +161,17 @@ def test_once_within_forgets_errors_and_old_answers_and_stays_bounded():
     clock = Clock()
     once: OnceWithin[int] = OnceWithin(10.0, clock=clock, capacity=3)
     keep = lambda first: first  # noqa: E731
-    assert once.run("a", lambda: 1, keep) == (1, False)
-    assert once.run("a", lambda: 2, keep) == (1, True)
+    busy = lambda: -1  # noqa: E731
+    assert once.run("a", lambda: 1, keep, busy) == (1, False)
+    assert once.run("a", lambda: 2, keep, busy) == (1, True)
     with pytest.raises(ValueError):
-        once.run("b", lambda: int("x"), keep)
-    assert once.run("b", lambda: 3, keep) == (3, False), "an error is not remembered"
-    assert once.run("a", lambda: 4, lambda first: None) == (4, False), "recall said the first no longer stands"
+        once.run("b", lambda: int("x"), keep, busy)
+    assert once.run("b", lambda: 3, keep, busy) == (3, False), "an error is not remembered"
+    assert once.run("a", lambda: 4, lambda first: None, busy) == (4, False), "recall said the first no longer stands"
+    assert once.run("g", lambda: once.run("g", lambda: 8, keep, busy)[0], keep, busy) == (-1, False), "in flight: busy"
     for key in "cdef":
-        once.run(key, lambda: 5, keep)
+        once.run(key, lambda: 5, keep, busy)
     assert len(once._entries) <= 3
     clock.now += 10.5
-    assert once.run("f", lambda: 6, keep) == (6, False)
+    assert once.run("f", lambda: 6, keep, busy) == (6, False)
     assert len(once._entries) == 1
