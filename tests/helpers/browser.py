@@ -233,6 +233,17 @@ def fill_settings(page, **values: str) -> None:
         if label not in MAY_BE_EMPTY:
             expect(field).to_have_value(re.compile(r"\S"))
 
+    # A fresh page's recipe may still be landing (the model's recipe sets Max steps and the rest a moment after the
+    # mount; a CI run saw "2" typed, kept 2 s, then set to the recipe's "150"): type only once the fields have held
+    # their values for a while.
+    settled = [field.input_value() for field in fields.values()]
+    steady_since, deadline = time.monotonic(), time.monotonic() + 20
+    while time.monotonic() - steady_since < 1.5 and time.monotonic() < deadline:
+        page.wait_for_timeout(250)
+        now = [field.input_value() for field in fields.values()]
+        if now != settled:
+            settled, steady_since = now, time.monotonic()
+
     def type_in(field, value: str) -> None:
         field.fill(value)
         field.press("Tab")
