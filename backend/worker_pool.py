@@ -13,6 +13,7 @@ in their own process session, named ``launchers.worker_comm(job_id)``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import io
 import json
@@ -26,7 +27,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from backend.jobs.launchers import NVML_CHECK_VAR, worker_comm
+from backend.jobs.launchers import NVML_CHECK_VAR, OWN_POOL_PREFIX, worker_comm
 from backend.methods.table import METHOD_MODULES, table
 
 log = logging.getLogger("studio.worker_pool")
@@ -82,13 +83,15 @@ def preimport() -> None:
 class Pool:
     """The serving loop: forks workers, reaps them, answers for their exit codes."""
 
-    def __init__(self, socket_path: Path):
+    def __init__(self, socket_path: Path, parent: int | None = None):
         self.socket_path = socket_path
         self.children: dict[int, str] = {}  # pid -> job id, while it runs
         self.codes: dict[int, int] = {}  # pid -> exit code (negative: the signal), once reaped
         self.stopping = False
         self.listener: socket.socket | None = None
-        self.parent = os.getppid()  # the pool ends with the scheduler or session that started it
+        # The pool ends with the scheduler or session that started it: the pid it was started by, given on the
+        # command line (read now, after the imports, getppid() would already be init's for an app killed meanwhile).
+        self.parent = os.getppid() if parent is None else parent
 
     def serve(self) -> None:
         """Listen on the socket (created only now, so that it exists means the pool is ready) until SIGTERM or until
@@ -114,6 +117,9 @@ class Pool:
             selector.close()
             listener.close()
             self.socket_path.unlink(missing_ok=True)
+            if self.socket_path.parent.name.startswith(OWN_POOL_PREFIX):  # a launcher's own folder: nothing else
+                with contextlib.suppress(OSError):
+                    self.socket_path.parent.rmdir()
 
     def _reap(self) -> None:
         while self.children:
@@ -221,10 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m backend.worker_pool --socket PATH``: import, then serve until SIGTERM."""
     parser = argparse.ArgumentParser(description="Fork pre-imported Post-Training Studio workers on request.")
     parser.add_argument("--socket", required=True, help="the Unix socket to listen on (created once imports are done)")
+    parser.add_argument("--parent", type=int, help="the pid that started it: the pool ends when that process does")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.parent is not None and os.getppid() != args.parent:
+        log.info("the process that started the pool (%d) has already ended; not starting", args.parent)
+        return 0
     preimport()
-    Pool(Path(args.socket)).serve()
+    if args.parent is not None and os.getppid() != args.parent:  # it died while the pool imported (15 s on a CPU)
+        log.info("the process that started the pool (%d) ended while it imported; not serving", args.parent)
+        return 0
+    Pool(Path(args.socket), args.parent).serve()
     return 0
 
 

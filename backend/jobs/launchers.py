@@ -60,6 +60,8 @@ RUNTIME_ONLY_VARIABLES = frozenset(
 NVML_CHECK_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
 # "1": the scheduler starts its own pool (``start_pool``) and forks workers from it once it is ready.
 PREIMPORT_VAR = "STUDIO_PREIMPORT_WORKERS"
+# The temporary folder of a launcher's own pool socket (the pool removes it when it stops).
+OWN_POOL_PREFIX = "studio-pool-"
 WORKER_MODULE = "backend.worker"
 _POOL_TIMEOUT_S = 10.0
 
@@ -296,7 +298,7 @@ class PoolLauncher:
     def own_pool(cls, log_path: Path) -> PoolLauncher:
         """A launcher with a pool of its own, started now (its socket in a new temporary folder, its log at
         ``log_path``); fresh workers run the jobs queued while it imports. ``close()`` stops it."""
-        socket_path = Path(tempfile.mkdtemp(prefix="studio-pool-")) / "pool.sock"
+        socket_path = Path(tempfile.mkdtemp(prefix=OWN_POOL_PREFIX)) / "pool.sock"
         launcher = cls(socket_path)
         with open(log_path, "ab") as log_file:
             launcher._own = start_pool(socket_path, log_file)
@@ -355,7 +357,8 @@ class PoolLauncher:
 def start_pool(socket_path: str | Path, log_file: IO[bytes]) -> subprocess.Popen:
     """Start ``backend.worker_pool`` on ``socket_path`` with the environment a worker would get; its socket appears
     once it has imported the training stack (about 15 s on a CPU)."""
-    return spawn_backend_process("backend.worker_pool", ["--socket", str(socket_path)], log_file)
+    args = ["--socket", str(socket_path), "--parent", str(os.getpid())]  # it ends with this process, however it ends
+    return spawn_backend_process("backend.worker_pool", args, log_file)
 
 
 def default_launcher(log_dir: Path) -> Launcher:

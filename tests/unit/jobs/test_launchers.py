@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -220,6 +221,14 @@ def test_with_preimported_workers_the_scheduler_runs_its_own_pool_and_stops_it(p
     assert launcher._own is None and not os.path.exists(os.path.dirname(launcher.socket_path))
 
 
+def _importing_torch(pid: int) -> bool:
+    """Whether ``pid`` has mapped torch's library: it is past its start, in the imports."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 @pytest.mark.slow
 def test_a_pool_whose_starter_dies_ends_too(tmp_path):
     starter = subprocess.Popen(
@@ -243,3 +252,59 @@ def test_a_pool_whose_starter_dies_ends_too(tmp_path):
     # Orphaned, it stops serving (its memory is freed) rather than waiting for a scheduler that is gone.
     wait_for(lambda: _gone(pool_pid), 30, what="the orphaned pool to end")
     assert not (tmp_path / "pool.sock").exists()
+
+
+_STARTER = """
+import sys, time
+from pathlib import Path
+from backend.jobs.launchers import start_pool
+with open(sys.argv[2], "ab") as log:
+    pool = start_pool(Path(sys.argv[1]), log)
+print(pool.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie of ours counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _importing_torch(pid: int) -> bool:
+    """Whether ``pid`` has mapped torch's library: it is past its start, in the imports."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.slow
+def test_a_pool_whose_app_is_killed_while_it_imports_ends_too(tmp_path):
+    # Issue 48: an app SIGKILLed while its pool imported the training stack left the pool serving, parented to init,
+    # for good (610 MB found 80 minutes later). The pool now knows which process started it, whenever it looks.
+    from tests.helpers import ROOT
+
+    socket_path = tmp_path / "pool.sock"
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, str(socket_path), str(tmp_path / "pool.log")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pool_pid = int(starter.stdout.readline())
+        wait_for(lambda: _importing_torch(pool_pid), 60, what="the pool to import torch")
+        assert not socket_path.exists(), "the pool should still be importing"
+    finally:
+        starter.kill()  # the app's death: no handler runs, nothing is told
+        starter.wait()
+    try:
+        wait_for(lambda: _gone(pool_pid), 120, what="the orphaned pool to end")
+    finally:
+        if not _gone(pool_pid):
+            os.kill(pool_pid, signal.SIGKILL)
+    assert not socket_path.exists()
