@@ -19,7 +19,7 @@ from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, saved_ada
 from backend.jobs.records import JobRecord
 from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, spawn_detached
-from backend.jobs.store import JobStore
+from backend.jobs.store_open import open_store
 from backend.platform.limits import int_setting
 from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
@@ -39,7 +39,7 @@ class StudioCore:
     def __init__(self, storage: StoragePlan, paths: DataPaths, mode: SchedulerMode) -> None:
         self.storage = storage
         self.paths = paths
-        self.store = JobStore(paths.db)
+        self.store, self.store_notice = open_store(paths.db)  # the notice: a mismatched store set aside
         self.remote = RemoteRegistry(self.store)
         self.mode: SchedulerMode = mode
         self.scheduler: Scheduler | None = None

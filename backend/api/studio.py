@@ -47,9 +47,12 @@ class StudioAPI:
         self.mirror_status = MirrorStatus()
         if storage.mode == "network" and not Scheduler.is_running(paths):  # the owner of the queue restores
             restore(storage, self.mirror_status)
-        if storage.durable is not None:  # damaged snapshots kept aside, until someone deletes them
-            self.mirror_status.set_aside = set_aside_notes(storage.durable, DB_NAME)
-        self.core = core = StudioCore(storage, paths, scheduler)
+        self.core = core = StudioCore(storage, paths, scheduler)  # may set a mismatched store aside first
+        # Damaged snapshots and mismatched stores kept aside, until someone deletes them (each has its note).
+        kept_in = dict.fromkeys(d for d in (storage.durable, paths.root) if d is not None)
+        self.mirror_status.set_aside = [note for d in kept_in for note in set_aside_notes(d, DB_NAME)]
+        if core.store_notice and core.store_notice not in self.mirror_status.set_aside:  # its note not written
+            self.mirror_status.set_aside.append(core.store_notice)
         self.jobs = JobOperations(core)
         self.sweeps = SweepOperations(core, self.jobs)
         self.datasets = DatasetOperations(core)

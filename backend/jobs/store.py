@@ -18,7 +18,7 @@ from typing import Any
 
 from backend.core.artifacts import JobArtifacts, artifact_update
 from backend.core.spec import JobSpec
-from backend.jobs.migrations import migrate, missing_columns, refuse_newer
+from backend.jobs.migrations import migrate, missing_columns, refuse_newer, schema_version
 from backend.jobs.records import (
     ATTEMPT_END_ARTIFACTS,
     RESUMABLE_STATUSES,
@@ -38,6 +38,7 @@ from backend.jobs.store_errors import (
     StoreCorrupt,
     StoreNeedsUpgrade,
     StoreReadOnly,
+    StoreShapeMismatch,
     UnreadableJob,
     is_corruption,
     is_read_only,
@@ -65,6 +66,9 @@ class JobStore:
                 if not self._uri:
                     con.execute("PRAGMA journal_mode=WAL")
                     migrate(con, self.db_path)
+                    if missing := missing_columns(con):  # the number says one shape and the tables another
+                        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the file that is set aside
+                        raise StoreShapeMismatch(self.db_path, schema_version(con), missing)
                 elif missing := missing_columns(con):
                     raise StoreNeedsUpgrade(self.db_path, missing)
         except sqlite3.DatabaseError as exc:

@@ -68,6 +68,19 @@ class StoreNeedsUpgrade(StoreError):
         )
 
 
+class StoreShapeMismatch(StoreError):
+    """A writable store whose tables lack columns its own schema version has (edited by hand, or written by a tool
+    that kept the number and not the shape): every list and submit would fail on it. ``open_store`` sets it aside."""
+
+    def __init__(self, db_path: Path, version: int, missing: list[str]):
+        self.db_path, self.version, self.missing = db_path, version, missing
+        self.problem = f"its schema version {version} has {', '.join(missing[:4])}, and its tables do not"
+        super().__init__(
+            f"The job store {db_path.name} does not match its schema version ({self.problem}); it is set aside and "
+            "its rows are read into a store of the right shape."
+        )
+
+
 class UnreadableJob(StoreError):
     """A job row this version cannot read (written by an older version or edited by hand); lists skip it."""
 

@@ -42,13 +42,15 @@ def set_aside(snapshot: Path) -> Path:
     return target
 
 
-def rescue_snapshot(snapshot: Path, problem: str, live_db: Path | None) -> str:
-    """Set the damaged ``snapshot`` aside, then (when ``live_db`` is given: the live side has no store) recover its
-    rows into ``live_db``. Returns the sentence for the header and the status, also kept in a note beside the file
-    and logged."""
+def rescue_snapshot(
+    snapshot: Path, problem: str, live_db: Path | None, what: str = "The store's snapshot was damaged"
+) -> str:
+    """Set the damaged ``snapshot`` aside, then (when ``live_db`` is given: the live side has no store, or it is the
+    snapshot's own path) recover its rows into ``live_db``. Returns the sentence for the header and the status, also
+    kept in a note beside the file and logged; ``what`` opens it."""
     aside = set_aside(snapshot)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    kept = f"The store's snapshot was damaged ({problem}) when the studio started at {when}: it is kept as {aside}"
+    kept = f"{what} ({problem}) when the studio started at {when}: it is kept as {aside}"
     if live_db is None:
         sentence = f"{kept}, and the studio goes on with the store on local disk, which is older."
     else:

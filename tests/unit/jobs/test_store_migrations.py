@@ -248,3 +248,37 @@ def test_a_read_only_store_lacking_columns_asks_for_a_writable_folder(tmp_path):
             assert not store.writable() and len(store.list()) == 3
         finally:
             store.close()
+
+
+def test_a_store_whose_tables_disagree_with_its_version_is_set_aside_and_its_jobs_kept(tmp_path):
+    # Issue 48: a file at the current version whose jobs table lost columns (edited by hand, or by a tool that kept
+    # the number) opened as it was, and every list and submit then failed with the generic error.
+    from backend.api import StudioAPI
+
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / "studio.sqlite3"
+    jobs = _old_store(path, SHAPES["b8d51ff +remote_jobs (to issue 36)"])
+    JobStore(path).close()  # brought to the current version
+    con = sqlite3.connect(path)
+    for column in ("attempts", "resume"):
+        con.execute(f"ALTER TABLE jobs DROP COLUMN {column}")
+    con.close()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+
+    api = StudioAPI(data, scheduler="none")
+    try:
+        assert [j.id for j in api.jobs.list_jobs()] == [j["id"] for j in jobs], "every job is listed"
+        assert api.core.store.add(_spec("carol", 3)).owner == "carol"
+        notice = api.storage_notice() or ""
+        assert "did not match its schema version" in notice and "jobs.resume, jobs.attempts" in notice, notice
+        assert "3 jobs" in notice and "Delete that file" in notice, notice
+    finally:
+        api.close()
+    kept = [p for p in data.iterdir() if p.name.startswith("studio.sqlite3.damaged-") and p.suffix != ".txt"]
+    assert len(kept) == 1 and hashlib.sha256(kept[0].read_bytes()).hexdigest() == before, "kept byte for byte"
+    again = StudioAPI(data, scheduler="none")  # the next start says it again, until the file is deleted
+    try:
+        assert len(again.jobs.list_jobs()) == 4 and "did not match" in (again.storage_notice() or "")
+    finally:
+        again.close()
