@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from backend.api.core import StudioCore
 from backend.api.jobs import JobOperations
 from backend.core.users import User
-from backend.jobs.access import may_name_server_paths
+from backend.jobs.access import may_name_server_paths, server_paths_hidden
 from backend.jobs.store_errors import JobNotFound
 from backend.platform.limits import InFlight, int_setting
 
@@ -70,7 +70,14 @@ class ExportOperations:
         target = self.merged_folder(job.id) if own_folder else Path(str(out))
         release = self._exports.hold(user.name if user is not None else "")
         try:
-            result = merge_in_child(job.id, self.core.paths, target, replace=own_folder)
+            try:
+                result = merge_in_child(job.id, self.core.paths, target, replace=own_folder)
+            except ExportError as exc:  # a stranger's sentence names the job, never a folder of this machine
+                if may_name_server_paths(user):
+                    raise
+                raise ExportError(
+                    server_paths_hidden(str(exc).replace(str(target), "its own folder"), self.core.paths.root)
+                ) from None
             if push or push_repo:
                 token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
                 try:
@@ -88,9 +95,20 @@ class ExportOperations:
                 else:
                     result = _with(result, repo_id=pushed.repo_id, url=pushed.url)
             self.core.store.merge_artifacts(job.id, merged=result.record())
-            return result
+            return result if may_name_server_paths(user) else self._as_shown(result)
         finally:
             release()
+
+    def _as_shown(self, result: ExportResult) -> ExportResult:
+        """An export's answer as a stranger reads it: the job's own folder named as that, no folder of this
+        machine in its sentence or push error."""
+        from dataclasses import replace
+
+        def shown(text: str) -> str:
+            return server_paths_hidden(text.replace(str(result.path), "its own folder"), self.core.paths.root)
+
+        error = shown(result.push_error) if result.push_error else None
+        return replace(result, sentence=shown(result.sentence), push_error=error)
 
     def merged_archive(self, job_id: str, user: User | None = None) -> Path:
         """Zip the job's merged export into a fresh, unguessable ``downloads/<random>/`` path (whole or not at all);
@@ -114,8 +132,13 @@ class ExportOperations:
 
         job = self.jobs.get_job(job_id, user)
         artifacts = job.artifacts
-        adapter = artifacts.hub.repo_id if artifacts.hub else artifacts.adapter_dir
-        merged = (artifacts.merged.repo_id or artifacts.merged.path) if artifacts.merged else None
+        name = job.spec.output.run_name or job.id
+        adapter: str | None = artifacts.hub.repo_id if artifacts.hub else None
+        if adapter is None and artifacts.adapter_dir:  # not pushed: a folder here, or the download's name elsewhere
+            adapter = artifacts.adapter_dir if may_name_server_paths(user) else f"adapter-{name}"
+        merged = artifacts.merged.repo_id if artifacts.merged else None
+        if merged is None and artifacts.merged:
+            merged = artifacts.merged.path if may_name_server_paths(user) else f"merged-{name}"
         return use_snippets(job.spec, job.id, adapter, merged)
 
 

@@ -17,7 +17,7 @@ from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
 from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
-from backend.jobs.access import readable_job
+from backend.jobs.access import may_name_server_paths, readable_job, server_paths_hidden
 from backend.jobs.failures import tail_lines
 from backend.jobs.lineage import last_checkpoint
 from backend.jobs.records import RESUMABLE_STATUSES, JobRecord, JobStatus, storable_spec_json
@@ -174,7 +174,14 @@ class JobOperations:
         """Jobs, oldest first; a non-admin ``user`` gets only their own."""
         if user is not None and not user.is_admin:
             owner = user.name
-        return self.core.store.list(owner=owner)
+        return [self._as_shown(job, user) for job in self.core.store.list(owner=owner)]
+
+    def _as_shown(self, job: JobRecord, user: User | None) -> JobRecord:
+        """``job`` as ``user`` may read it: its error names jobs by id and no folder of this machine, unless they may
+        name such folders themselves (the person at this machine, a trusted caller)."""
+        if not job.error or may_name_server_paths(user):
+            return job
+        return dataclasses.replace(job, error=server_paths_hidden(job.error, self.core.paths.root))
 
     def unreadable_jobs(self, user: User | None = None) -> list[tuple[str, str]]:
         """(job id, reason) of the rows ``list_jobs`` leaves out because they cannot be read, for a notice."""
@@ -183,7 +190,7 @@ class JobOperations:
 
     def get_job(self, job_id: str, user: User | None = None) -> JobRecord:
         """One job; another user's job is reported as not found (its existence is not theirs to know)."""
-        return readable_job(self.core.store, job_id, user)
+        return self._as_shown(readable_job(self.core.store, job_id, user), user)
 
     def queue_position(self, job_id: str) -> int | None:
         """A job's place in the queue (1: next to start), or None when it is not queued."""
@@ -288,4 +295,5 @@ class JobOperations:
         """The last ``lines`` lines of a job's training log (1 to 10,000)."""
         whole_number(lines, "the number of log lines", 1, 10_000)
         self.get_job(job_id, user)
-        return tail_lines(self.core.paths.job_log(job_id), lines)
+        tail = tail_lines(self.core.paths.job_log(job_id), lines)
+        return tail if may_name_server_paths(user) else [server_paths_hidden(t, self.core.paths.root) for t in tail]

@@ -7,6 +7,8 @@ a Space admin included, reads only the built-in assets, their own uploads (by up
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 from backend.core.benchmarks import task_problem
@@ -24,6 +26,36 @@ from backend.jobs.store_errors import JobNotFound
 def may_name_server_paths(user: User | None) -> bool:
     """Trusted in-process callers and the person at this machine may point the studio at files on it."""
     return user is None or user.local
+
+
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def server_paths_hidden(text: str, data_root: Path) -> str:
+    """``text`` (a job's error, a log line, a sentence) as a stranger may read it: a job's folder named by the job's
+    id, and the data folder, the Python installation and the app's own folder by what they are, never where.
+
+    >>> server_paths_hidden("No such file: /srv/data/jobs/ab12/adapter/x.json", Path("/srv/data"))
+    "No such file: adapter/x.json in job ab12's folder"
+    >>> server_paths_hidden("disk full under /srv/data/uploads", Path("/srv/data"))
+    'disk full under <data folder>/uploads'
+    """
+    root = re.escape(str(data_root).rstrip("/"))
+
+    def job_folder(match: re.Match[str]) -> str:
+        inside = (match.group(2) or "").strip("/")
+        return f"{inside} in job {match.group(1)}'s folder" if inside else f"job {match.group(1)}'s folder"
+
+    text = re.sub(root + r"/jobs/([A-Za-z0-9_.-]+)(/[^\s'\"():,]*)?", job_folder, text)
+    for folder, name in (
+        (str(data_root), "<data folder>"),
+        (sys.prefix, "<python>"),
+        (sys.base_prefix, "<python>"),
+        (str(_PROJECT_ROOT), "<app>"),
+    ):
+        if len(folder) > 1:
+            text = text.replace(folder.rstrip("/"), name)
+    return text
 
 
 # --- jobs --------------------------------------------------------------------------------------------------------
