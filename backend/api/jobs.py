@@ -231,11 +231,14 @@ class JobOperations:
     def resume(self, job_id: str, user: User | None = None) -> JobRecord:
         """Queue an interrupted, cancelled or failed job again; it continues from its last checkpoint.
 
-        Raises InvalidTransition with ``resume_refusal``'s sentence when it cannot.
+        Raises InvalidTransition with ``resume_refusal``'s sentence when it cannot, SpecError when it would start
+        more processes than this machine or Space allows now.
         """
-        refusal = self.resume_refusal(self.get_job(job_id, user))
+        job = self.get_job(job_id, user)
+        refusal = self.resume_refusal(job)
         if refusal is not None:
             raise InvalidTransition(refusal)
+        refuse_processes(job.spec, user)  # a job stored before the ceiling, or under a higher one, starts no more
         job = self.core.store.requeue_for_resume(job_id)
         self.core.kick()
         return job

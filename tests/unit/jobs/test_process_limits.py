@@ -176,3 +176,15 @@ def test_a_sweeps_children_take_a_place_per_process(api, store, two_cores_no_gpu
     with pytest.raises(SpecError, match=r"this sweep queues 3 job.s. taking 6 places \(one per process\) and you"):
         api.sweeps.submit(spec, ["training.learning_rate=1e-4,5e-4,1e-3"], user=User("alice"))
     assert store.list() == [] and SweepStore(store).list() == []
+
+
+def test_a_stored_job_of_64_processes_is_not_resumed(api, store, two_cores_no_gpu):
+    old = store.add(parse_spec(tiny_spec(owner="alice", training=MANY)))  # queued before the ceiling existed
+    store.request_cancel(old.id)  # cancelled while queued: interrupted would resume from the beginning
+    con = sqlite3.connect(store.db_path)
+    con.execute("UPDATE jobs SET status = 'interrupted' WHERE id = ?", (old.id,))
+    con.commit()
+    con.close()
+    with pytest.raises(SpecError, match=r"^training.num_processes: .* 64 processes .* 2 cores here"):
+        api.jobs.resume(old.id, user=ALICE)
+    assert store.get(old.id).status.value == "interrupted"
