@@ -27,6 +27,7 @@ from backend.platform.hardware import detect_device
 from backend.platform.limits import InFlight, int_setting
 from backend.platform.once import OnceWithin
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
+from backend.training.process_limit import process_ceiling_problems
 from backend.training.reward_models import reward_model_sources, reward_model_warnings
 
 # Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
@@ -55,6 +56,13 @@ def _being_queued() -> Submitted:
             "and nothing is queued twice"
         ]
     )
+
+
+def refuse_processes(spec: JobSpec, user: User | None) -> None:
+    """SpecError (a sentence naming training.num_processes) when the job would start more processes than this machine
+    has cores for (no GPU) or this Space lets ``user`` start: asked before anything slow, so nothing starts."""
+    if problems := process_ceiling_problems(spec, user):
+        raise SpecError(problems)
 
 
 def _token_warnings(spec: JobSpec, user: User | None) -> list[str]:
@@ -99,6 +107,7 @@ class JobOperations:
         if user is not None:
             owner = user.name
         spec = self.core.prepare(spec, owner, user)
+        refuse_processes(spec, user)
         if user is None:
             return self._queue(spec, user)
         prepared = spec
@@ -119,8 +128,8 @@ class JobOperations:
     def _queue(self, spec: JobSpec, user: User | None) -> Submitted:
         """Pre-flight a prepared spec and queue it."""
         queue_limit, total_limit = self.core.queue_limits(user)
-        if queue_limit is not None:
-            self.core.store.check_queue_room(spec.owner, queue_limit, total_limit)  # answer before the slow pre-flight
+        if queue_limit is not None:  # answered before the slow pre-flight; a job of N processes takes N places
+            self.core.store.check_queue_room(spec.owner, queue_limit, total_limit, spec.training.num_processes)
         with self.environment_check(spec, user):
             warnings = self.core.preflight(spec)[0] + _token_warnings(spec, user)
             warnings += self._reward_model_warnings(spec, user)
@@ -146,6 +155,7 @@ class JobOperations:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
         text). Raises SpecError like submit would."""
         spec = self.core.prepare(spec, user=user)
+        refuse_processes(spec, user)
         with self.environment_check(spec, user):
             warnings, tuning = self.core.preflight(spec)
             warnings += self._reward_model_warnings(spec, user)
@@ -228,11 +238,14 @@ class JobOperations:
     def resume(self, job_id: str, user: User | None = None) -> JobRecord:
         """Queue an interrupted, cancelled or failed job again; it continues from its last checkpoint.
 
-        Raises InvalidTransition with ``resume_refusal``'s sentence when it cannot.
+        Raises InvalidTransition with ``resume_refusal``'s sentence when it cannot, SpecError when it would start
+        more processes than this machine or Space allows now.
         """
-        refusal = self.resume_refusal(self.get_job(job_id, user))
+        job = self.get_job(job_id, user)
+        refusal = self.resume_refusal(job)
         if refusal is not None:
             raise InvalidTransition(refusal)
+        refuse_processes(job.spec, user)  # a job stored before the ceiling, or under a higher one, starts no more
         job = self.core.store.requeue_for_resume(job_id)
         self.core.kick()
         return job

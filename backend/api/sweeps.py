@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.api.core import StudioCore
-from backend.api.jobs import JobOperations, _token_warnings
+from backend.api.jobs import JobOperations, _token_warnings, refuse_processes
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
 from backend.jobs.store_errors import InvalidTransition, JobNotFound
@@ -20,6 +20,7 @@ from backend.jobs.sweep_search import (
 )
 from backend.jobs.sweeps import SweepReport, SweepStore, check_objective, new_sweep_id, objective_problems
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
+from backend.training.process_limit import process_ceiling_problems
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class SweepOperations:
         if on_zero_gpu():
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         base = self.core.prepare(spec, user=user)
+        refuse_processes(base, user)  # a TPE sweep's children all start from the base
         dimensions = parse_dimensions(vary)
         size = check_size(dimensions, search, trials)
         objective = check_objective(objective)
@@ -64,7 +66,7 @@ class SweepOperations:
         points = planned_points(dimensions, search, trials, sweep_id)
         children = [self.core.prepare(child_spec(base_data, point, i), user=user) for i, point in enumerate(points)]
         for prepared, point in zip(children, points):  # a varied field may take the score away (holdout_rows ...)
-            if problems := objective_problems(prepared, objective):
+            if problems := objective_problems(prepared, objective) + process_ceiling_problems(prepared, user):
                 values = ", ".join(f"{path} = {text}" for path, text in point.items())
                 raise SpecError([f"{problem} (the child with {values})" for problem in problems])
         queue_limit, total_limit = self.core.queue_limits(user)

@@ -146,14 +146,15 @@ class JobStore:
         """Queue a job. The spec is written only if it reads back unchanged (SpecError otherwise); with
         ``max_queued_for_owner`` the owner's waiting jobs (and with ``max_queued_total`` everyone's) are counted in
         the same transaction as the insert, so concurrent submissions cannot overshoot a limit (QuotaExceeded or
-        QueueFull, nothing queued)."""
+        QueueFull, nothing queued). A job takes one place per training process (``queued_places``)."""
         job_id = job_id or new_job_id()
         spec_json = storable_spec_json(spec)
+        processes = spec.training.num_processes
         with self._transaction() as con:
             if max_queued_for_owner is not None:
-                self._refuse_over_quota(con, spec.owner, max_queued_for_owner)
+                self._refuse_over_quota(con, spec.owner, max_queued_for_owner, processes)
             if max_queued_total is not None:
-                self._refuse_when_full(con, max_queued_total)
+                self._refuse_when_full(con, max_queued_total, processes)
             con.execute(
                 "INSERT INTO jobs (id, owner, spec, status, created_at) VALUES (?, ?, ?, ?, ?)",
                 (job_id, spec.owner, spec_json, JobStatus.queued.value, time.time()),
@@ -161,24 +162,25 @@ class JobStore:
         return self.get(job_id)
 
     @staticmethod
-    def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int) -> None:
-        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)).fetchone()[0]
-        if waiting >= limit:
-            raise QuotaExceeded(waiting, limit)
+    def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int, processes: int = 1) -> None:
+        jobs, taken = queued_places(con, owner)
+        if taken + processes > limit:
+            raise QuotaExceeded(taken, limit, jobs, processes)
 
     @staticmethod
-    def _refuse_when_full(con: sqlite3.Connection, limit: int) -> None:
-        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").fetchone()[0]
-        if waiting >= limit:
-            raise QueueFull(waiting, limit)
+    def _refuse_when_full(con: sqlite3.Connection, limit: int, processes: int = 1) -> None:
+        jobs, taken = queued_places(con)
+        if taken + processes > limit:
+            raise QueueFull(taken, limit, jobs, processes)
 
-    def check_queue_room(self, owner: str, limit: int, total: int | None = None) -> None:
-        """QuotaExceeded when ``owner`` already has ``limit`` jobs waiting, QueueFull when everyone has ``total``: an
-        early answer before slow checks (``add`` is what enforces the limits)."""
+    def check_queue_room(self, owner: str, limit: int, total: int | None = None, processes: int = 1) -> None:
+        """QuotaExceeded when ``owner``'s waiting jobs and a new job of ``processes`` would take more than ``limit``
+        places, QueueFull when everyone's would take more than ``total``: an early answer before slow checks (``add``
+        is what enforces the limits)."""
         with self._connect() as con:
-            self._refuse_over_quota(con, owner, limit)
+            self._refuse_over_quota(con, owner, limit, processes)
             if total is not None:
-                self._refuse_when_full(con, total)
+                self._refuse_when_full(con, total, processes)
 
     def get(self, job_id: str) -> JobRecord:
         """One job; JobNotFound, or UnreadableJob (a sentence) for a row this version cannot read."""
@@ -412,6 +414,26 @@ class JobStore:
             for r in rows
             if (data := json_object(r["data"])) is not None
         ]
+
+
+# The places one waiting row takes in the queue limits: its training processes, read from the stored spec (``num_gpus``
+# in a spec stored before the rename), between 1 and 64; 1 for a row whose spec is not JSON (it never blocks a count).
+PLACES_SQL = (
+    "CASE WHEN json_valid(spec) THEN MIN(64, MAX(1, COALESCE("
+    "CAST(json_extract(spec, '$.training.num_processes') AS INTEGER), "
+    "CAST(json_extract(spec, '$.training.num_gpus') AS INTEGER), 1))) ELSE 1 END"
+)
+
+
+def queued_places(con: sqlite3.Connection, owner: str | None = None) -> tuple[int, int]:
+    """(waiting jobs, the places they take) for ``owner``, or everyone: a job of N training processes takes N places
+    in the queue limits, as it takes N processes of the machine once it runs."""
+    query = f"SELECT COUNT(*), COALESCE(SUM({PLACES_SQL}), 0) FROM jobs WHERE status = 'queued'"
+    args: tuple[str, ...] = ()
+    if owner is not None:
+        query, args = query + " AND owner = ?", (owner,)
+    jobs, places = con.execute(query, args).fetchone()
+    return int(jobs), int(places)
 
 
 WAITING = "waiting for its parent job"

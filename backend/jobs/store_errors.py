@@ -111,31 +111,61 @@ def is_read_only(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly database" in str(exc)
 
 
-class QueueFull(SpecError):
-    """The Space's whole queue holds as many waiting jobs as it may; nothing was queued."""
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
 
-    def __init__(self, waiting: int, limit: int):
-        self.waiting, self.limit = waiting, limit
-        super().__init__(
-            [
-                f"the queue is full: {waiting} jobs are waiting, the most this Space holds "
-                f"(STUDIO_MAX_QUEUED_TOTAL = {limit}); try again in a few minutes, once some have started"
-            ]
-        )
+
+class QueueFull(SpecError):
+    """The Space's whole queue holds as many waiting jobs as it may (a job of N training processes counts N); nothing
+    was queued."""
+
+    def __init__(self, waiting: int, limit: int, jobs: int | None = None, processes: int = 1):
+        self.waiting, self.limit, self.processes = waiting, limit, processes
+        jobs = waiting if jobs is None else jobs
+        setting = f"STUDIO_MAX_QUEUED_TOTAL = {limit}"
+        if processes == 1 and jobs == waiting:  # every waiting job is one process: places are jobs
+            said = (
+                f"the queue is full: {waiting} jobs are waiting, the most this Space holds ({setting}); try again "
+                "in a few minutes, once some have started"
+            )
+        elif processes > limit:
+            said = (
+                f"training.num_processes: a job of {_processes(processes)} takes {processes} places in the queue "
+                f"(one per process) and this Space holds {limit} in all ({setting}); lower it to {limit} or fewer"
+            )
+        else:
+            said = (
+                f"the queue is full for this job: a job of {_processes(processes)} takes {processes} of the {limit} "
+                f"places this Space holds ({setting}), and the {jobs} waiting job(s) take {waiting} (one place per "
+                "training process); try again once some have started, or lower training.num_processes"
+            )
+        super().__init__([said])
 
 
 class QuotaExceeded(SpecError):
-    """The owner already has as many jobs waiting as one user may; nothing was queued."""
+    """The owner already has as many jobs waiting as one user may (a job of N training processes counts N); nothing
+    was queued."""
 
-    def __init__(self, waiting: int, limit: int):
-        self.waiting = waiting
-        self.limit = limit
-        super().__init__(
-            [
+    def __init__(self, waiting: int, limit: int, jobs: int | None = None, processes: int = 1):
+        self.waiting, self.limit, self.processes = waiting, limit, processes
+        jobs = waiting if jobs is None else jobs
+        if processes == 1 and jobs == waiting:  # every waiting job is one process: places are jobs
+            said = (
                 f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
                 "wait for one to start, or cancel one"
-            ]
-        )
+            )
+        elif processes > limit:
+            said = (
+                f"training.num_processes: a job of {_processes(processes)} takes {processes} places in the queue "
+                f"(one per process) and the limit per user is {limit}; lower it to {limit} or fewer"
+            )
+        else:
+            said = (
+                f"a job of {_processes(processes)} takes {processes} of your {limit} places in the queue (one per "
+                f"training process), and your {jobs} waiting job(s) already take {waiting}: wait for one to start, "
+                "or cancel one"
+            )
+        super().__init__([said])
 
 
 def is_corruption(exc: sqlite3.DatabaseError) -> bool:

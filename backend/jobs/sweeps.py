@@ -22,7 +22,7 @@ from typing import Any
 
 from backend.core.spec import JobSpec, SpecError
 from backend.jobs.records import JobRecord, JobStatus, json_text, new_job_id, storable_spec_json
-from backend.jobs.store import JobStore
+from backend.jobs.store import JobStore, queued_places
 from backend.jobs.store_errors import JobNotFound
 from backend.jobs.sweep_search import Dimension, child_spec, tpe_ask, tpe_tell, value_at
 
@@ -239,23 +239,30 @@ def report_of(sweep: Sweep, jobs: dict[str, JobRecord]) -> SweepReport:
     return SweepReport(sweep, results, status, best)
 
 
-def _quota(con: sqlite3.Connection, owner: str, count: int, per_owner: int | None, total: int | None) -> None:
-    """Refuse (SpecError, nothing stored) a sweep whose ``count`` queued children the limits cannot take."""
+def _quota(
+    con: sqlite3.Connection, owner: str, count: int, per_owner: int | None, total: int | None, places: int | None = None
+) -> None:
+    """Refuse (SpecError, nothing stored) a sweep whose ``count`` queued children the limits cannot take: they take
+    ``places`` places (one per training process; ``count`` when not given), and so do the jobs already waiting."""
+    places = count if places is None else places
+    takes = f"{count} job(s)" if places == count else f"{count} job(s) taking {places} places (one per process)"
     if per_owner is not None:
-        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)).fetchone()[0]
-        if waiting + count > per_owner:
+        jobs, taken = queued_places(con, owner)
+        if taken + places > per_owner:
+            held = f"{taken} waiting" if taken == jobs else f"{jobs} job(s) waiting that take {taken} places"
             raise SpecError(
                 [
-                    f"this sweep queues {count} job(s) and you already have {waiting} waiting; the limit per user is "
+                    f"this sweep queues {takes} and you already have {held}; the limit per user is "
                     f"{per_owner}: vary fewer values, or wait for some jobs to start"
                 ]
             )
     if total is not None:
-        waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").fetchone()[0]
-        if waiting + count > total:
+        jobs, taken = queued_places(con)
+        if taken + places > total:
+            held = f"{taken} are waiting" if taken == jobs else f"the {jobs} waiting job(s) take {taken} places"
             raise SpecError(
                 [
-                    f"this sweep queues {count} job(s) and {waiting} are waiting, the most this Space holds is "
+                    f"this sweep queues {takes} and {held}, the most this Space holds is "
                     f"{total} (STUDIO_MAX_QUEUED_TOTAL): vary fewer values, or try again once some have started"
                 ]
             )
@@ -302,7 +309,8 @@ class SweepStore:
         varied = [d.path for d in dimensions]
         base_json = storable_spec_json(base)
         with self.store.writing() as con:
-            _quota(con, base.owner, max(1, len(children)), max_queued_for_owner, max_queued_total)
+            places = sum(child.training.num_processes for child in children or [base])
+            _quota(con, base.owner, max(1, len(children)), max_queued_for_owner, max_queued_total, places)
             con.execute(
                 "INSERT INTO sweeps (id, owner, spec, vary, search, trials, objective, created_at, active) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

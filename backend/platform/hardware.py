@@ -72,3 +72,33 @@ def memory_room(meminfo: Path = Path("/proc/meminfo"), cgroup: Path = Path("/sys
     except (OSError, ValueError):
         pass
     return max(room, 0) if room is not None else None
+
+
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on: the CPUs its affinity allows, fewer where the container's CPU quota
+    (cgroup v2 ``cpu.max``, or v1 ``cpu/cpu.cfs_quota_us``) grants less time than that, rounded up; at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call (macOS): every core the OS reports
+        cores = os.cpu_count() or 1
+    quota = _cpu_quota(cgroup)
+    if quota is not None:
+        cores = min(cores, quota)
+    return max(cores, 1)
+
+
+def _cpu_quota(cgroup: Path) -> int | None:
+    """Whole CPUs the cgroup's quota grants per period (rounded up), or None when there is none or it is unreadable."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max": no quota
+        return None
+    return -(-q // p) if q > 0 and p > 0 else None

@@ -117,11 +117,13 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
 
 def process_problems(spec: JobSpec) -> list[str]:
     """Why this machine cannot run ``training.num_processes`` processes with ``training.distributed`` (sentences):
-    more GPUs than it has, FSDP2 / ZeRO without a GPU, or a global batch the processes cannot share evenly."""
+    more GPUs than it has, more CPU processes than its cores without a GPU, FSDP2 / ZeRO without a GPU, or a global
+    batch the processes cannot share evenly."""
     from backend.jobs.multiprocess import installed_in
     from backend.platform.hardware import gpu_count_without_torch
     from backend.platform.interpreters import trainer_python
     from backend.training.distributed import batch_split_problem
+    from backend.training.process_limit import process_ceiling_problems
     from backend.training.remote_fit import gpu_count_offer
 
     t, problems = spec.training, []
@@ -141,6 +143,7 @@ def process_problems(spec: JobSpec) -> list[str]:
             f"training.num_processes: the job asks for {t.num_processes} GPU processes and this machine has "
             f"{have} GPUs; lower it, or {gpu_count_offer(spec)}"
         )
+    problems.extend(process_ceiling_problems(spec))
     split = batch_split_problem(spec)
     if split:
         problems.append(split)

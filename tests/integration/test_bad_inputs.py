@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -316,6 +317,38 @@ def _assert_sentence(text: str, expected: str) -> None:
 @pytest.mark.parametrize("text,expected", [c[1:] for c in SPEC_CASES], ids=[c[0] for c in SPEC_CASES])
 def test_submit_spec_refuses_with_a_sentence(alice, unchanged, text, expected):
     _assert_sentence(_answer(alice, text, api_name="/submit_spec"), expected)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (its children, theirs, ...), read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):  # not a process, or gone meanwhile
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+# Issue 48: one request started 64 training processes on a CPU Space (the old name num_gpus did the same).
+MANY_PROCESSES = {"gradient_accumulation_steps": 64, "batch_size": 1}
+
+
+@pytest.mark.parametrize("field", ["num_processes", "num_gpus"])
+def test_a_job_of_64_processes_is_refused_and_starts_none(space, alice, unchanged, field):
+    before = _descendants(space.proc.pid)
+    text = _answer(alice, spec(training={**MANY_PROCESSES, field: 64}), api_name="/submit_spec")
+    _assert_sentence(text, "training.num_processes: a job on this Space may start at most 1 training process")
+    assert "STUDIO_MAX_PROCESSES_PER_JOB = 1" in text and "asks for 64" in text, text
+    started = set()
+    for _ in range(10):  # the scheduler would have started a queued job's launcher within a tick (0.5 s)
+        started |= _descendants(space.proc.pid) - before
+        time.sleep(0.2)
+    assert started == set(), f"the app started {len(started)} processes"
 
 
 @pytest.mark.parametrize("values,expected", [c[1:] for c in FORM_CASES], ids=[c[0] for c in FORM_CASES])

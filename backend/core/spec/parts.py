@@ -119,7 +119,9 @@ class TrainingSpec(SpecPart):
         le=64,
         description="Training processes: one per GPU (or CPU processes where there is no GPU), launched with "
         "accelerate; more than 1 takes the whole machine and splits training.batch_size (else the gradient "
-        "accumulation) between them, so the same spec trains the same global batch. Was num_gpus.",
+        "accumulation) between them, so the same spec trains the same global batch. Without a GPU at most the cores "
+        "the studio may use; on a Space, for users other than its admins, at most STUDIO_MAX_PROCESSES_PER_JOB "
+        "(default 1). Was num_gpus.",
     )
     distributed: Literal["ddp", "fsdp2", "zero2", "zero3"] = Field(
         "ddp",
