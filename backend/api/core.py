@@ -92,6 +92,11 @@ class StudioCore:
             self.require_generating(job, f"teach ({path})")  # a reward model's score head cannot teach
         return lineage
 
+    def sweep_door(self, spec: JobSpec, user: User | None) -> JobSpec:
+        """The door a TPE sweep's later child passes in the scheduler's tick (backend/jobs/sweep_door.py): the same
+        :meth:`prepare` a submit passes, as the sweep's submitter."""
+        return self.prepare(spec, user=user)
+
     def preflight(self, spec: JobSpec) -> tuple[list[str], Tuning]:
         """Pre-flight of a prepared spec as it will run (a job it names read as its adapter folder): SpecError with
         every problem, or (warnings, what auto-tune would choose here). A sentence names such a job by its id, not

@@ -42,6 +42,7 @@ from backend.jobs.store_errors import (
     is_corruption,
     is_read_only,
 )
+from backend.jobs.sweep_door import reserved_trials
 
 
 class JobStore:
@@ -159,12 +160,14 @@ class JobStore:
     @staticmethod
     def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int) -> None:
         waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE owner = ? AND status = 'queued'", (owner,)).fetchone()[0]
-        if waiting >= limit:
-            raise QuotaExceeded(waiting, limit)
+        reserved = reserved_trials(con, owner)  # a TPE sweep's trials not queued yet wait too
+        if waiting + reserved >= limit:
+            raise QuotaExceeded(waiting + reserved, limit, reserved)
 
     @staticmethod
     def _refuse_when_full(con: sqlite3.Connection, limit: int) -> None:
         waiting = con.execute("SELECT COUNT(*) FROM jobs WHERE status = 'queued'").fetchone()[0]
+        waiting += reserved_trials(con)
         if waiting >= limit:
             raise QueueFull(waiting, limit)
 

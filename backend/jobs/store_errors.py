@@ -114,12 +114,13 @@ class QueueFull(SpecError):
 class QuotaExceeded(SpecError):
     """The owner already has as many jobs waiting as one user may; nothing was queued."""
 
-    def __init__(self, waiting: int, limit: int):
+    def __init__(self, waiting: int, limit: int, reserved: int = 0):
         self.waiting = waiting
         self.limit = limit
+        held = f" ({reserved} of them trials your TPE sweep has yet to queue)" if reserved else ""
         super().__init__(
             [
-                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
+                f"you already have {waiting} job(s) waiting in the queue{held} and the limit per user is {limit}: "
                 "wait for one to start, or cancel one"
             ]
         )
