@@ -12,8 +12,9 @@ import pytest
 
 from backend.api import StudioAPI
 from backend.core.spec import SpecError
-from backend.core.users import User
+from backend.core.users import User, local_user
 from backend.jobs.store import JobStore
+from backend.jobs.sweep_door import rights_of, user_of
 from backend.jobs.sweeps import SweepStore
 from tests.helpers import wait_for
 
@@ -154,3 +155,24 @@ def test_the_queue_limit_answers_a_sweep_before_its_pre_flight(api, store, monke
         "wait for some jobs to start"
     )
     assert preflights == [] and len(store.list()) == 3 and SweepStore(store).list() == []
+
+
+def test_a_later_child_is_judged_with_no_more_than_its_submitters_rights(api, store, paths, monkeypatch):
+    monkeypatch.setenv("STUDIO_ADMINS", "owner")
+    assert [rights_of(u) for u in (None, local_user(), User("owner", is_admin=True), ALICE)] == [
+        "trusted",
+        "local",
+        "admin",
+        "user",
+    ]
+    assert user_of("owner", "admin") == User("owner", is_admin=True)
+    monkeypatch.setenv("STUDIO_ADMINS", "")
+    assert user_of("owner", "admin") == User("owner")  # an admin no longer
+    assert user_of("alice", "user") == user_of("alice", "unknown") == ALICE and user_of("x", "trusted") is None
+    assert user_of("me", "local") == User("me", is_admin=True, local=True)
+    sweep_id = api.sweeps.submit(SPEC, [f"{LR}=1e-5..1e-2"], "tpe", 2, user=ALICE).report.sweep.id
+    sweeps = SweepStore(store)
+    # a scheduler without the facade's door (the CLI's detached one) leaves a signed-in user's sweep to the app's
+    assert sweeps.advance(paths.root / "sweeps") == [] and sweeps.get(sweep_id).active
+    (child,) = sweeps.advance(paths.root / "sweeps", api.core.sweep_door)
+    assert store.get(child).owner == "alice" and sweeps.get(sweep_id).rights == "user"
