@@ -39,6 +39,8 @@ def print_report(report: SweepReport) -> None:
         error = f"  ({child.job.error})" if child.job is not None and child.job.error else ""
         mark = "*" if child.best else " "
         print(f"{mark} {child.child.job_id}  {values}  {child.status}{verdict}{score}{error}")
+    if s.stopped:
+        print(s.stopped)
     if report.best is not None:
         print(f"best: {report.best.child.job_id} ({report.best.value:.4g})")
     elif any(child.ranked_out for child in report.children):

@@ -24,6 +24,7 @@ from backend.platform.limits import int_setting
 from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
 from backend.training.preflight import check_and_plan
+from backend.training.process_limit import process_ceiling_problems
 from backend.training.reward_models import reward_model_sources
 
 if TYPE_CHECKING:
@@ -91,6 +92,14 @@ class StudioCore:
         for path, job in named_jobs(lineage.spec, self.store, user)[1]:  # the stored spec keeps the job's id
             self.require_generating(job, f"teach ({path})")  # a reward model's score head cannot teach
         return lineage
+
+    def sweep_door(self, spec: JobSpec, user: User | None) -> JobSpec:
+        """The door a TPE sweep's later child passes in the scheduler's tick (backend/jobs/sweep_door.py): the same
+        :meth:`prepare` a submit passes, as the sweep's submitter, and the same ceiling on its training processes."""
+        prepared = self.prepare(spec, user=user)
+        if problems := process_ceiling_problems(prepared, user):
+            raise SpecError(problems)
+        return prepared
 
     def preflight(self, spec: JobSpec) -> tuple[list[str], Tuning]:
         """Pre-flight of a prepared spec as it will run (a job it names read as its adapter folder): SpecError with

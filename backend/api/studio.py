@@ -69,7 +69,9 @@ class StudioAPI:
                 self.mirror = Mirror(
                     storage.live, storage.durable, status=self.mirror_status, owns=self._serves_queue
                 ).start()
-            core.scheduler = Scheduler(paths, secret_env=core.secret_env, **scheduler_kwargs).start()
+            core.scheduler = Scheduler(
+                paths, secret_env=core.secret_env, sweep_door=core.sweep_door, **scheduler_kwargs
+            ).start()
 
     def close(self) -> None:
         """Stop the scheduler this API started, and the pools behind the reward bench and dry runs."""

@@ -11,6 +11,7 @@ from backend.api.jobs import JobOperations, _token_warnings, refuse_processes
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
 from backend.jobs.store_errors import InvalidTransition, JobNotFound
+from backend.jobs.sweep_door import rights_of
 from backend.jobs.sweep_search import (
     check_dimensions,
     check_size,
@@ -50,7 +51,9 @@ class SweepOperations:
     ) -> SweepSubmitted:
         """Validate every child, pre-flight the base spec and queue the sweep (a grid's or random sample's children
         at once, a TPE sweep's first child when the scheduler next ticks). SpecError, nothing stored, when a value
-        does not fit its field or the user's queue cannot take the children."""
+        does not fit its field, a field is one no sweep varies, a child fails the door a submit passes, or the
+        user's queue cannot take the children (a TPE sweep's: all its trials), which is said before the pre-flight.
+        """
         if on_zero_gpu():
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         base = self.core.prepare(spec, user=user)
@@ -61,7 +64,8 @@ class SweepOperations:
         if problems := objective_problems(base, objective):
             raise SpecError(problems)
         base_data = base.model_dump(mode="json")
-        check_dimensions(base_data, dimensions)
+        # every listed value through the door now: a TPE sweep may try any of them long after this request
+        check_dimensions(base_data, dimensions, lambda child: self.core.prepare(child, user=user))
         sweep_id = new_sweep_id()
         points = planned_points(dimensions, search, trials, sweep_id)
         children = [self.core.prepare(child_spec(base_data, point, i), user=user) for i, point in enumerate(points)]
@@ -70,9 +74,12 @@ class SweepOperations:
                 values = ", ".join(f"{path} = {text}" for path, text in point.items())
                 raise SpecError([f"{problem} (the child with {values})" for problem in problems])
         queue_limit, total_limit = self.core.queue_limits(user)
+        self.store.check_room(base, search, size, children, queue_limit, total_limit)  # before the slow part
         with self.jobs.environment_check(base, user):
             warnings = self.core.preflight(base)[0] + _token_warnings(base, user)
-        self.store.create(sweep_id, base, dimensions, search, size, objective, children, queue_limit, total_limit)
+        self.store.create(
+            sweep_id, base, dimensions, search, size, objective, children, queue_limit, total_limit, rights_of(user)
+        )
         report = self.store.report(sweep_id)
         if warnings:
             for child in report.children:

@@ -150,13 +150,23 @@ CREATE INDEX IF NOT EXISTS sweep_children_sweep ON sweep_children(sweep_id, posi
 )
 
 
+# Version 3: a sweep records its submitter's rights (trusted, local, admin or user; backend/jobs/sweep_door.py), so
+# a TPE child queued later by the scheduler passes the door as that user (a sweep stored before has the least), and
+# the sentence that stopped it when a child could not be queued.
+SCHEMA_V3 = SCHEMA_V2.replace(
+    "    active INTEGER NOT NULL DEFAULT 1\n);",
+    "    active INTEGER NOT NULL DEFAULT 1,\n    rights TEXT NOT NULL DEFAULT 'user',\n    stopped TEXT\n);",
+)
+
+
 # STEPS[v] takes a file from version v to v + 1, inside the caller's transaction.
 STEPS: tuple[Callable[[sqlite3.Connection, Path], None], ...] = (
     lambda con, db_path: _adopt(con, SCHEMA_V1, db_path),  # 0 -> 1: any shape that shipped unversioned
     lambda con, db_path: _adopt(con, SCHEMA_V2, db_path),  # 1 -> 2: the sweeps' tables
+    lambda con, db_path: _adopt(con, SCHEMA_V3, db_path),  # 2 -> 3: a sweep's submitter's rights, why it stopped
 )
 SCHEMA_VERSION = len(STEPS)
-SCHEMA = SCHEMA_V2  # the shape of a file at SCHEMA_VERSION
+SCHEMA = SCHEMA_V3  # the shape of a file at SCHEMA_VERSION
 
 
 def schema_version(con: sqlite3.Connection) -> int:

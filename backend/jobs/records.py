@@ -183,3 +183,13 @@ def job_record(row: sqlite3.Row) -> JobRecord:
         resume=bool(row["resume"]),
         attempts=row["attempts"],
     )
+
+
+# The places one waiting row takes in the queue limits: its training processes, read from the stored spec (``num_gpus``
+# in a spec stored before the rename), between 1 and 64; 1 for a row whose spec is not JSON (it never blocks a count).
+# A column ``spec`` of spec JSON: the jobs' rows, and a sweep's base spec for the trials it has yet to queue.
+PLACES_SQL = (
+    "CASE WHEN json_valid(spec) THEN MIN(64, MAX(1, COALESCE("
+    "CAST(json_extract(spec, '$.training.num_processes') AS INTEGER), "
+    "CAST(json_extract(spec, '$.training.num_gpus') AS INTEGER), 1))) ELSE 1 END"
+)

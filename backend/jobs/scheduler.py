@@ -27,6 +27,7 @@ from backend.jobs.multiprocess import GPU_ONLY_STRATEGIES, LaunchPlan, launch_pl
 from backend.jobs.reaping import Reaper, RunningWorker, free_slot
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store import JobStore
+from backend.jobs.sweep_door import ChildDoor
 from backend.jobs.sweeps import SweepStore
 from backend.platform.hardware import gpu_count_without_torch
 from backend.platform.interpreters import APP_PYTHON_VAR, InterpreterError, app_python, trainer_python
@@ -84,8 +85,11 @@ class Scheduler:
         backoff_cap_s: float = 30.0,
         launcher: Launcher | None = None,
         resume_interrupted: bool | None = None,
+        sweep_door: ChildDoor | None = None,
     ):
         self.paths = paths.ensure()
+        # What a TPE sweep's next child passes before it is queued: the facade's door, when the app runs this one.
+        self.sweep_door = sweep_door
         # How workers start: a fresh interpreter, or a fork of the pre-imported pool (``jobs.launchers``).
         self.launcher = launcher or default_launcher(self.paths.root)
         self.store = JobStore(paths.db)
@@ -312,7 +316,7 @@ class Scheduler:
         """Let TPE sweeps queue their next child (backend/jobs/sweeps.py); a sweep that cannot is logged, and never
         stops the queue."""
         try:
-            SweepStore(self.store).advance(self.paths.root / "sweeps")
+            SweepStore(self.store).advance(self.paths.root / "sweeps", self.sweep_door)
         except Exception as exc:  # noqa: BLE001 - a sweep's fault is not the queue's
             log.warning("a sweep could not queue its next child: %s", describe_failure(exc))
 

@@ -19,6 +19,7 @@ from typing import Any
 from backend.core.artifacts import JobArtifacts, artifact_update
 from backend.core.spec import JobSpec
 from backend.jobs.migrations import migrate, missing_columns, refuse_newer, schema_version
+from backend.jobs.queue_places import queued_places, reserved_trials
 from backend.jobs.records import (
     ATTEMPT_END_ARTIFACTS,
     RESUMABLE_STATUSES,
@@ -165,7 +166,7 @@ class JobStore:
     def _refuse_over_quota(con: sqlite3.Connection, owner: str, limit: int, processes: int = 1) -> None:
         jobs, taken = queued_places(con, owner)
         if taken + processes > limit:
-            raise QuotaExceeded(taken, limit, jobs, processes)
+            raise QuotaExceeded(taken, limit, jobs, processes, reserved_trials(con, owner)[0])
 
     @staticmethod
     def _refuse_when_full(con: sqlite3.Connection, limit: int, processes: int = 1) -> None:
@@ -414,26 +415,6 @@ class JobStore:
             for r in rows
             if (data := json_object(r["data"])) is not None
         ]
-
-
-# The places one waiting row takes in the queue limits: its training processes, read from the stored spec (``num_gpus``
-# in a spec stored before the rename), between 1 and 64; 1 for a row whose spec is not JSON (it never blocks a count).
-PLACES_SQL = (
-    "CASE WHEN json_valid(spec) THEN MIN(64, MAX(1, COALESCE("
-    "CAST(json_extract(spec, '$.training.num_processes') AS INTEGER), "
-    "CAST(json_extract(spec, '$.training.num_gpus') AS INTEGER), 1))) ELSE 1 END"
-)
-
-
-def queued_places(con: sqlite3.Connection, owner: str | None = None) -> tuple[int, int]:
-    """(waiting jobs, the places they take) for ``owner``, or everyone: a job of N training processes takes N places
-    in the queue limits, as it takes N processes of the machine once it runs."""
-    query = f"SELECT COUNT(*), COALESCE(SUM({PLACES_SQL}), 0) FROM jobs WHERE status = 'queued'"
-    args: tuple[str, ...] = ()
-    if owner is not None:
-        query, args = query + " AND owner = ?", (owner,)
-    jobs, places = con.execute(query, args).fetchone()
-    return int(jobs), int(places)
 
 
 WAITING = "waiting for its parent job"

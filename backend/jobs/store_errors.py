@@ -146,12 +146,13 @@ class QuotaExceeded(SpecError):
     """The owner already has as many jobs waiting as one user may (a job of N training processes counts N); nothing
     was queued."""
 
-    def __init__(self, waiting: int, limit: int, jobs: int | None = None, processes: int = 1):
+    def __init__(self, waiting: int, limit: int, jobs: int | None = None, processes: int = 1, reserved: int = 0):
         self.waiting, self.limit, self.processes = waiting, limit, processes
         jobs = waiting if jobs is None else jobs
+        held = f" ({reserved} of them trials your TPE sweep has yet to queue)" if reserved else ""
         if processes == 1 and jobs == waiting:  # every waiting job is one process: places are jobs
             said = (
-                f"you already have {waiting} job(s) waiting in the queue and the limit per user is {limit}: "
+                f"you already have {waiting} job(s) waiting in the queue{held} and the limit per user is {limit}: "
                 "wait for one to start, or cancel one"
             )
         elif processes > limit:
@@ -162,8 +163,8 @@ class QuotaExceeded(SpecError):
         else:
             said = (
                 f"a job of {_processes(processes)} takes {processes} of your {limit} places in the queue (one per "
-                f"training process), and your {jobs} waiting job(s) already take {waiting}: wait for one to start, "
-                "or cancel one"
+                f"training process), and your {jobs} waiting job(s){held} already take {waiting}: wait for one to "
+                "start, or cancel one"
             )
         super().__init__([said])
 

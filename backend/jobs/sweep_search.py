@@ -9,20 +9,49 @@ named by the sweep's id, so a TPE sweep carries on after a restart.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel
 
 from backend.core.spec import JobSpec, SpecError, parse_spec, with_settings
 
 Search = Literal["grid", "random", "tpe"]
 SEARCHES: tuple[str, ...] = ("grid", "random", "tpe")
 MAX_CHILDREN = 64  # a sweep's children at most: each is a whole training job
+
+# The fields no sweep varies, and what each names: who a child belongs to, code the app would trust, a job, a place on
+# the server, where the user's Hub token reads or writes, a server the studio connects to. The one rule every sweep
+# meets (grid, random or TPE; the CLI, the form or any later door): ``parse_vary`` says it at once, and ``child_spec``,
+# which builds every child, holds to it. A child's other fields still pass the door a submit passes.
+NOT_VARIED: dict[str, str] = {
+    "owner": "who the children belong to: whoever submits the sweep",
+    "model.trust_remote_code": "whether a model repository's own code runs",
+    "model.parent_job_id": "a job to continue",
+    "evaluate.job_id": "a job to score",
+    "training.resume_from_hub": "a Hub repository read with your token",
+    "output.hub_repo_id": "where your Hub token writes",
+    "output.push_to_hub": "whether your Hub token writes",
+    "output.push_checkpoints": "whether your Hub token writes",
+    "output.private": "who may read what your Hub token writes",
+    "dataset.source": "where the data is read from (a file on the server among them)",
+    "distillation.teacher": "a model or a job to learn from",
+    "rollout.rewards": "the rewards (a reward model's job, path or Hub id among them)",
+    "environment.name": "a server the studio connects to",
+}
+# A field whose name ends so names a path, a folder, a file, an id, an address, a token or code: not varied either,
+# a field added later included. The base model's name is the exception: a sweep may compare Hub models, and the door
+# judges each child's as it judges a submit's.
+_NAMING_ENDS = ("_path", "_dir", "_file", "_id", "_url", "token", "_code")
+_VARIED_ANYWAY = frozenset({"model.name_or_path"})
 
 
 @dataclass(frozen=True)
@@ -87,6 +116,8 @@ def parse_vary(setting: str) -> Dimension:
     path = path.strip()
     if not sep or not path or not all(path.split(".")) or not text.strip():
         raise SpecError([f"--vary {setting}: write it as PATH=V1,V2,... or PATH=LOW..HIGH"])
+    if problem := unvaried_problem(path):
+        raise SpecError([problem])
     if ".." in text:
         low_text, _, high_text = (part.strip() for part in text.partition(".."))
         low, high = _number(low_text, path), _number(high_text, path)
@@ -100,6 +131,43 @@ def parse_vary(setting: str) -> Dimension:
     if len(set(values)) != len(values):
         raise SpecError([f"--vary {path}: a value is listed twice in {json.dumps(text)}"])
     return Dimension(path, values=values)
+
+
+def _field_paths(model: type[BaseModel] = JobSpec, prefix: str = "") -> list[str]:
+    """Every field's dotted path in the spec (a part's fields, a list of parts' fields, under the part's name)."""
+    paths = []
+    for name, info in model.model_fields.items():
+        parts = [a for a in (info.annotation, *get_args(info.annotation)) if isinstance(a, type)]
+        nested = next((a for a in parts if issubclass(a, BaseModel)), None)
+        paths += _field_paths(nested, f"{prefix}{name}.") if nested is not None else [f"{prefix}{name}"]
+    return paths
+
+
+@functools.cache
+def _not_varied() -> dict[str, str]:
+    named = {
+        path: "a job, a file or a place on the server or the Hub"
+        for path in _field_paths()
+        if path.rsplit(".", 1)[-1].endswith(_NAMING_ENDS) and path not in _VARIED_ANYWAY
+    }
+    return {**named, **NOT_VARIED}
+
+
+def unvaried_problem(path: str) -> str | None:
+    """Why a sweep may not vary ``path`` (it is, holds or lies within a field of ``NOT_VARIED`` or one whose name says
+    it names a path, an id or code), or None.
+
+    >>> unvaried_problem("training.learning_rate") is None
+    True
+    >>> print(unvaried_problem("owner"))
+    --vary owner: a sweep cannot vary owner (who the children belong to: whoever submits the sweep); set it once in the spec and vary another field
+    """  # noqa: E501
+    for name, what in _not_varied().items():
+        if path == name or path.startswith(f"{name}."):
+            return f"--vary {path}: a sweep cannot vary {name} ({what}); set it once in the spec and vary another field"
+        if name.startswith(f"{path}."):
+            return f"--vary {path}: a sweep cannot vary {path}, which holds {name} ({what}); vary its other fields"
+    return None
 
 
 def parse_dimensions(settings: list[str]) -> list[Dimension]:
@@ -123,7 +191,10 @@ def value_at(spec: JobSpec, path: str) -> Any:
 
 def child_spec(base: dict[str, Any], point: dict[str, str], position: int) -> JobSpec:
     """The spec of one child: ``base`` (a spec mapping) with each varied field set to its value (text, as ``--set``
-    reads it) and a run name of its own. SpecError naming the field when a value does not fit it."""
+    reads it) and a run name of its own. SpecError naming the field when a value does not fit it, or when the field
+    is one no sweep varies (a sweep stored by an older version included)."""
+    if problems := [problem for path in point if (problem := unvaried_problem(path))]:
+        raise SpecError(problems)
     data = with_settings(copy.deepcopy(base), [f"{path}={text}" for path, text in point.items()])
     output = data.get("output")
     if isinstance(output, dict) and output.get("run_name"):
@@ -147,11 +218,20 @@ def _range_ends(dimension: Dimension) -> list[str]:
     return [str(int(v)) if dimension.integer else repr(float(v)) for v in ends]  # type: ignore[arg-type]
 
 
-def check_dimensions(base: dict[str, Any], dimensions: list[Dimension]) -> None:
-    """Every listed value, and both ends of every range, must fit its field (each alone over the base spec)."""
+def check_dimensions(
+    base: dict[str, Any], dimensions: list[Dimension], admit: Callable[[JobSpec], JobSpec] | None = None
+) -> None:
+    """Every listed value, and both ends of every range, must fit its field (each alone over the base spec) and, with
+    ``admit`` (the door a submit passes), be one the user may run: a TPE sweep may try any listed value later."""
     for dimension in dimensions:
         for text in dimension.values or _range_ends(dimension):
-            child_spec(base, {dimension.path: text}, 0)
+            child = child_spec(base, {dimension.path: text}, 0)
+            if admit is None:
+                continue
+            try:
+                admit(child)
+            except SpecError as exc:
+                raise SpecError([f"--vary {dimension.path}={text}: {problem}" for problem in exc.problems]) from None
 
 
 def _seed(sweep_id: str, salt: int = 0) -> int:

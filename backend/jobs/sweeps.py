@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from backend.core.spec import JobSpec, SpecError
+from backend.jobs.queue_places import refuse_sweep_over_limits
 from backend.jobs.records import JobRecord, JobStatus, json_text, new_job_id, storable_spec_json
-from backend.jobs.store import JobStore, queued_places
+from backend.jobs.store import JobStore
 from backend.jobs.store_errors import JobNotFound
+from backend.jobs.sweep_door import ChildDoor, Rights, user_of
 from backend.jobs.sweep_search import Dimension, child_spec, tpe_ask, tpe_tell, value_at
 
 SWEEP_PREFIX = "sweep-"
@@ -125,6 +127,8 @@ class Sweep:
     cancelled: bool
     active: bool
     children: list[SweepChild] = field(default_factory=list)
+    rights: str = "user"  # its submitter's (backend/jobs/sweep_door.py)
+    stopped: str | None = None  # why a TPE sweep stopped before its trials were spent (a sentence), if it did
 
     @property
     def varied(self) -> list[str]:
@@ -199,6 +203,7 @@ class SweepReport:
                 "objective": s.objective,
                 "created_at": s.created_at,
                 "cancelled": s.cancelled,
+                "stopped": s.stopped,
                 "spec": s.spec,
             },
             "children": [c.to_dict() for c in self.children],
@@ -239,35 +244,6 @@ def report_of(sweep: Sweep, jobs: dict[str, JobRecord]) -> SweepReport:
     return SweepReport(sweep, results, status, best)
 
 
-def _quota(
-    con: sqlite3.Connection, owner: str, count: int, per_owner: int | None, total: int | None, places: int | None = None
-) -> None:
-    """Refuse (SpecError, nothing stored) a sweep whose ``count`` queued children the limits cannot take: they take
-    ``places`` places (one per training process; ``count`` when not given), and so do the jobs already waiting."""
-    places = count if places is None else places
-    takes = f"{count} job(s)" if places == count else f"{count} job(s) taking {places} places (one per process)"
-    if per_owner is not None:
-        jobs, taken = queued_places(con, owner)
-        if taken + places > per_owner:
-            held = f"{taken} waiting" if taken == jobs else f"{jobs} job(s) waiting that take {taken} places"
-            raise SpecError(
-                [
-                    f"this sweep queues {takes} and you already have {held}; the limit per user is "
-                    f"{per_owner}: vary fewer values, or wait for some jobs to start"
-                ]
-            )
-    if total is not None:
-        jobs, taken = queued_places(con)
-        if taken + places > total:
-            held = f"{taken} are waiting" if taken == jobs else f"the {jobs} waiting job(s) take {taken} places"
-            raise SpecError(
-                [
-                    f"this sweep queues {takes} and {held}, the most this Space holds is "
-                    f"{total} (STUDIO_MAX_QUEUED_TOTAL): vary fewer values, or try again once some have started"
-                ]
-            )
-
-
 def _insert_child(
     con: sqlite3.Connection, sweep_id: str, spec: JobSpec, position: int, varied: list[str], trial: int | None
 ) -> str:
@@ -303,17 +279,18 @@ class SweepStore:
         children: list[JobSpec],
         max_queued_for_owner: int | None = None,
         max_queued_total: int | None = None,
+        rights: Rights = "user",
     ) -> Sweep:
         """Store a sweep and queue its first children in one transaction; SpecError (nothing stored) when the queue
-        limits cannot take them all."""
+        limits cannot take them all (a TPE sweep: all its trials). ``rights``: its submitter's, which a TPE child
+        queued later is judged by (backend/jobs/sweep_door.py)."""
         varied = [d.path for d in dimensions]
         base_json = storable_spec_json(base)
         with self.store.writing() as con:
-            places = sum(child.training.num_processes for child in children or [base])
-            _quota(con, base.owner, max(1, len(children)), max_queued_for_owner, max_queued_total, places)
+            self.check_room(base, search, trials, children, max_queued_for_owner, max_queued_total, con)
             con.execute(
-                "INSERT INTO sweeps (id, owner, spec, vary, search, trials, objective, created_at, active) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO sweeps (id, owner, spec, vary, search, trials, objective, created_at, active, rights) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     sweep_id,
                     base.owner,
@@ -324,11 +301,39 @@ class SweepStore:
                     objective,
                     time.time(),
                     int(search == "tpe"),
+                    rights,
                 ),
             )
             for position, spec in enumerate(children):
                 _insert_child(con, sweep_id, spec, position, varied, None)
         return self.get(sweep_id)
+
+    def check_room(
+        self,
+        base: JobSpec,
+        search: str,
+        trials: int,
+        children: builtins.list[JobSpec],
+        max_queued_for_owner: int | None,
+        max_queued_total: int | None,
+        con: sqlite3.Connection | None = None,
+    ) -> None:
+        """SpecError when the queue limits cannot take the sweep: asked before the slow pre-flight (the same sentence
+        ``create`` gives, which asks again in its transaction)."""
+        if max_queued_for_owner is None and max_queued_total is None:
+            return
+        tpe = search == "tpe"
+        count = trials if tpe else max(1, len(children))
+        # a place per training process: each trial its base's, each planned child its own
+        places = (
+            count * base.training.num_processes if tpe else sum(c.training.num_processes for c in children or [base])
+        )
+        limits = (max_queued_for_owner, max_queued_total, tpe, places)
+        if con is not None:
+            refuse_sweep_over_limits(con, base.owner, count, *limits)
+            return
+        with self.store.reading() as reading:
+            refuse_sweep_over_limits(reading, base.owner, count, *limits)
 
     def get(self, sweep_id: str) -> Sweep:
         """One sweep with its children; JobNotFound when there is none."""
@@ -355,6 +360,8 @@ class SweepStore:
                 SweepChild(k["job_id"], k["position"], json.loads(k["params"]), k["trial"], bool(k["told"]))
                 for k in kids
             ],
+            rights=row["rights"],
+            stopped=row["stopped"],
         )
 
     def list(self, owner: str | None = None) -> builtins.list[Sweep]:
@@ -390,19 +397,32 @@ class SweepStore:
         return self.get(sweep_id)
 
     # --- TPE: one child at a time ------------------------------------------------------------------------------
-    def advance(self, sweeps_dir: Path) -> builtins.list[str]:
+    def advance(self, sweeps_dir: Path, door: ChildDoor | None = None) -> builtins.list[str]:
         """Drive every active TPE sweep one step: tell Optuna each ended child's result, and queue the next child
-        when none is waiting or running. Returns the ids of the jobs queued (the scheduler's tick calls this)."""
+        when none is waiting or running. Returns the ids of the jobs queued (the scheduler's tick calls this).
+
+        Each child passes ``door`` (the facade's, a submit's) as the sweep's submitter, with the rights recorded at
+        submit, before it is stored; one it refuses stops its sweep with a sentence (SpecError), and stores no job.
+        Without a door (a scheduler started apart from the app), only a trusted caller's sweep (the CLI's) moves on:
+        a signed-in user's waits for a scheduler that has the door."""
         with self.store.reading() as con:
             ids = [r[0] for r in con.execute("SELECT id FROM sweeps WHERE active = 1 AND search = 'tpe'")]
         queued: builtins.list[str] = []
         for sweep_id in ids:
-            job_id = self._advance_one(sweeps_dir, self.get(sweep_id))
+            job_id = self._advance_one(sweeps_dir, self.get(sweep_id), door)
             if job_id is not None:
                 queued.append(job_id)
         return queued
 
-    def _advance_one(self, sweeps_dir: Path, sweep: Sweep) -> str | None:
+    def _stop(self, sweeps_dir: Path, sweep: Sweep, trial: int, problem: str) -> SpecError:
+        """Stop a sweep whose next child cannot be queued: its trial told as failed, the sweep no longer active."""
+        sentence = f"sweep {sweep.id} stopped: {problem}"
+        tpe_tell(sweeps_dir, sweep.id, trial, None, sweep.trials)
+        with self.store.writing() as con:
+            con.execute("UPDATE sweeps SET active = 0, stopped = ? WHERE id = ?", (sentence, sweep.id))
+        return SpecError([sentence])
+
+    def _advance_one(self, sweeps_dir: Path, sweep: Sweep, door: ChildDoor | None = None) -> str | None:
         pending = False
         for child in sweep.children:
             try:
@@ -426,15 +446,17 @@ class SweepStore:
             with self.store.writing() as con:
                 con.execute("UPDATE sweeps SET active = 0 WHERE id = ?", (sweep.id,))
             return None
+        user = user_of(sweep.owner, sweep.rights)
+        if door is None and user is not None:
+            return None  # judged only by the facade's door: left for a scheduler that has it
         trial, point = tpe_ask(sweeps_dir, sweep.id, sweep.dimensions, sweep.trials, len(sweep.children))
         position = len(sweep.children)
         try:
             spec = child_spec(sweep.spec, point, position)
-        except SpecError as exc:  # a proposal its field refuses (the bounds were checked at submit): stop, say why
-            tpe_tell(sweeps_dir, sweep.id, trial, None, sweep.trials)
-            with self.store.writing() as con:
-                con.execute("UPDATE sweeps SET active = 0 WHERE id = ?", (sweep.id,))
-            raise SpecError([f"sweep {sweep.id} stopped: {exc.problems[0]}"]) from None
+            if door is not None:  # as a submit by the sweep's owner would be: authorized, lineage read
+                spec = door(spec, user)
+        except SpecError as exc:  # a proposal its field refuses, or the door (an upload gone since): stop, say why
+            raise self._stop(sweeps_dir, sweep, trial, exc.problems[0]) from None
         with self.store.writing() as con:
             row = con.execute("SELECT cancelled FROM sweeps WHERE id = ?", (sweep.id,)).fetchone()
             if row is None or row[0]:

@@ -187,7 +187,7 @@ def test_a_store_of_each_shape_that_shipped_opens_whole_and_takes_new_jobs(tmp_p
         assert [r.hf_job_id for r in registry.list()] == expected_remote
         registry.add("hf-2", "carol", "{}", "cpu-basic")
         with store.reading() as con:
-            assert schema_version(con) == SCHEMA_VERSION == 2
+            assert schema_version(con) == SCHEMA_VERSION == 3
     finally:
         store.close()
     again = JobStore(path)  # a second open finds the current version and changes nothing

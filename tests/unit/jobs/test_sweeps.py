@@ -253,7 +253,7 @@ def test_a_version_1_store_gains_the_sweeps_tables_and_keeps_its_jobs(paths, api
         con.execute("PRAGMA user_version = 1")
     store = JobStore(paths.db)
     with store.reading() as con:
-        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert store.get(job.id).status is JobStatus.queued and SweepStore(store).list() == []
 
 
