@@ -176,3 +176,16 @@ def test_a_later_child_is_judged_with_no_more_than_its_submitters_rights(api, st
     assert sweeps.advance(paths.root / "sweeps") == [] and sweeps.get(sweep_id).active
     (child,) = sweeps.advance(paths.root / "sweeps", api.core.sweep_door)
     assert store.get(child).owner == "alice" and sweeps.get(sweep_id).rights == "user"
+
+
+def test_a_tpe_sweeps_trials_hold_a_place_per_training_process(api, store, monkeypatch):
+    # Issues 48.1 and 48.4 together: a trial of a 2-process spec holds 2 places, as its job would once queued.
+    monkeypatch.setenv("STUDIO_MAX_QUEUED_PER_USER", "5")
+    monkeypatch.setenv("STUDIO_MAX_QUEUED_TOTAL", "50")
+    two = {**SPEC, "training": {**SPEC["training"], "num_processes": 2, "batch_size": 4}}
+    assert "holds places for its 3 trials (6: one per training process)" in refused(
+        lambda: api.sweeps.submit(two, [f"{LR}=1e-5..1e-2"], "tpe", 3, user=ALICE)
+    )
+    assert nothing_stored(store)
+    api.sweeps.submit(two, [f"{LR}=1e-5..1e-2"], "tpe", 2, user=ALICE)  # 4 places of 5
+    assert "trials your TPE sweep has yet to queue" in refused(lambda: api.jobs.submit(two, user=ALICE))
