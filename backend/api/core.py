@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
 from backend.core.paths import DataPaths
-from backend.core.spec import JobSpec, SpecError, parse_spec
+from backend.core.spec import JobSpec, SpecError, online_methods, parse_spec
 from backend.core.users import User, max_queued_per_user
 from backend.jobs.access import authorize_spec
 from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, saved_adapter
@@ -25,6 +26,7 @@ from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
 from backend.training.preflight import check_and_plan
 from backend.training.process_limit import process_ceiling_problems
+from backend.training.reward_checks import job_memory_budget, model_check_slots, reward_model_hub_problems
 from backend.training.reward_models import reward_model_sources
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ class StudioCore:
         self.scheduler: Scheduler | None = None
         # job id -> the submitting user's Hub token, for jobs that push when they finish: memory only.
         self.tokens: dict[str, str] = {}
+        # Checks that load the models a user named (a child each): a few at once, so users together cannot take the
+        # Space's memory.
+        self.model_checks = model_check_slots()
         with contextlib.suppress(OSError):  # tried again at the next start
             paths.move_user_folders(self.store.owners())
             self._sweep_half_files()
@@ -101,10 +106,15 @@ class StudioCore:
             raise SpecError(problems)
         return prepared
 
-    def preflight(self, spec: JobSpec) -> tuple[list[str], Tuning]:
+    def preflight(self, spec: JobSpec, token: str | bool | None = None) -> tuple[list[str], Tuning]:
         """Pre-flight of a prepared spec as it will run (a job it names read as its adapter folder): SpecError with
         every problem, or (warnings, what auto-tune would choose here). A sentence names such a job by its id, not
-        by its folder on the server."""
+        by its folder on the server. The Hub reward models come first, from the Hub's metadata (read with ``token``:
+        :func:`hub_token`), before anything is downloaded."""
+        if spec.method in online_methods():
+            problems = reward_model_hub_problems(spec.rollout.rewards, token, job_memory_budget(spec))
+            if problems:
+                raise SpecError(problems)
         runnable, named = named_jobs(spec, self.store)
         folders = {str(saved_adapter(job)): f"job {job.id}" for _, job in named}
 
@@ -118,6 +128,19 @@ class StudioCore:
         except SpecError as exc:
             raise SpecError([said(problem) for problem in exc.problems]) from None
         return [said(warning) for warning in warnings], tuning
+
+    @contextlib.contextmanager
+    def model_check(self, user: User | None) -> Iterator[None]:
+        """Count a check that loads a user's models in the per-user and Space-wide limits while it runs (Busy, a
+        sentence, when either is reached); a trusted caller counts nothing."""
+        if user is None:
+            yield
+            return
+        release = self.model_checks.hold(user.name)
+        try:
+            yield
+        finally:
+            release()
 
     def require_generating(self, job: JobRecord, what: str) -> None:
         """Refuse, with a sentence, to ``what`` (chat with, export, benchmark, continue) a job whose model does not
@@ -159,3 +182,11 @@ class StudioCore:
             self.scheduler.notify()
         elif self.mode == "detached" and not Scheduler.is_running(self.paths):
             spawn_detached(self.paths)
+
+
+def hub_token(user: User | None) -> str | bool | None:
+    """The token a Hub lookup for ``user`` reads with: their own, or none (False) for a signed-in user without one;
+    None, this machine's own, for a trusted caller (the CLI, a script)."""
+    if user is None:
+        return None
+    return user.token or False

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.api.common import name_of, whole_number
-from backend.api.core import StudioCore
+from backend.api.core import StudioCore, hub_token
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError
 from backend.core.uploads import upload_display_name
 from backend.core.users import User
@@ -26,6 +26,7 @@ from backend.jobs.access import reward_model_problems
 from backend.jobs.records import JobStatus
 from backend.platform.hardware import memory_room
 from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
+from backend.training.reward_checks import bench_scores, machine_memory_budget, reward_model_hub_problems
 from backend.training.reward_models import model_sources
 
 if TYPE_CHECKING:
@@ -220,4 +221,13 @@ class DatasetOperations:
         sources = model_sources(self.core.store, specs, user)  # a reward job: the user's own, finished
         if user is not None:
             self._bench_calls.check(user.name)
-        return self._bench_time.run(lambda: score_completions(specs, completions, row, sources, self.core.paths.models))
+        if not sources:
+            return self._bench_time.run(
+                lambda: score_completions(specs, completions, row, None, self.core.paths.models)
+            )
+        # A reward model is loaded in a child with limits, never here: sized from the Hub's metadata first.
+        problems = reward_model_hub_problems(specs, hub_token(user), machine_memory_budget())
+        if problems:
+            raise SpecError(problems)
+        with self.core.model_check(user):
+            return bench_scores(specs, completions, row, sources, self.core.paths.models, hub_token(user))

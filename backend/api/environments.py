@@ -13,7 +13,7 @@ from backend.api.common import (
     WarmUp,
     whole_number,
 )
-from backend.api.core import StudioCore
+from backend.api.core import StudioCore, hub_token
 from backend.api.jobs import JobOperations
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
@@ -100,7 +100,7 @@ class EnvironmentOperations:
         spec = self.core.prepare(spec, owner, user)
         if not spec.environment.name:  # the spec ties an environment to a method that plays one
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
-        self.core.preflight(spec)  # refuse before playing anything
+        self.core.preflight(spec, hub_token(user))  # refuse before playing anything
         shown = write_demonstrations(spec, self.core.uploads_of(spec), demonstrations_to_play(rows))
         sft = self.jobs.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.api.common import SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
-from backend.api.core import StudioCore
+from backend.api.core import StudioCore, hub_token
 from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
@@ -28,7 +28,8 @@ from backend.platform.limits import InFlight, int_setting
 from backend.platform.once import OnceWithin
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.process_limit import process_ceiling_problems
-from backend.training.reward_models import reward_model_sources, reward_model_warnings
+from backend.training.reward_checks import flat_group_warnings
+from backend.training.reward_models import reward_model_sources
 
 # Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
 # Gradio's 8 slots of an event, so others always find one free).
@@ -131,7 +132,7 @@ class JobOperations:
         if queue_limit is not None:  # answered before the slow pre-flight; a job of N processes takes N places
             self.core.store.check_queue_room(spec.owner, queue_limit, total_limit, spec.training.num_processes)
         with self.environment_check(spec, user):
-            warnings = self.core.preflight(spec)[0] + _token_warnings(spec, user)
+            warnings = self.core.preflight(spec, hub_token(user))[0] + _token_warnings(spec, user)
             warnings += self._reward_model_warnings(spec, user)
         free = self._free_workers()  # counted before adding: the scheduler may start this job at once
         job = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
@@ -143,8 +144,15 @@ class JobOperations:
         return Submitted(job, self.core.store.queue_position(job.id), warnings, free)
 
     def _reward_model_warnings(self, spec: JobSpec, user: User | None) -> list[str]:
-        """Pre-flight's word on each reward model the rewards name whose scores barely vary within a group."""
-        return reward_model_warnings(spec, reward_model_sources(self.core.store, spec, user), self.core.paths.models)
+        """Pre-flight's word on each reward model the rewards name whose scores barely vary within a group: in a
+        child with limits (``training.reward_checks``), counted in the limits on such checks while it runs."""
+        sources = reward_model_sources(self.core.store, spec, user)
+        if not sources:
+            return []
+        with self.core.model_check(user):
+            return flat_group_warnings(
+                spec, sources, self.core.paths.models, self.core.uploads_of(spec), hub_token(user)
+            )
 
     def _free_workers(self) -> int:
         """How many more jobs could start now: the scheduler's slots less the jobs running."""
@@ -157,7 +165,7 @@ class JobOperations:
         spec = self.core.prepare(spec, user=user)
         refuse_processes(spec, user)
         with self.environment_check(spec, user):
-            warnings, tuning = self.core.preflight(spec)
+            warnings, tuning = self.core.preflight(spec, hub_token(user))
             warnings += self._reward_model_warnings(spec, user)
         warnings += _token_warnings(spec, user)
         estimate = tuning.estimate

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.api.core import StudioCore
+from backend.api.core import StudioCore, hub_token
 from backend.api.jobs import JobOperations, _token_warnings, refuse_processes
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
@@ -76,7 +76,7 @@ class SweepOperations:
         queue_limit, total_limit = self.core.queue_limits(user)
         self.store.check_room(base, search, size, children, queue_limit, total_limit)  # before the slow part
         with self.jobs.environment_check(base, user):
-            warnings = self.core.preflight(base)[0] + _token_warnings(base, user)
+            warnings = self.core.preflight(base, hub_token(user))[0] + _token_warnings(base, user)
         self.store.create(
             sweep_id, base, dimensions, search, size, objective, children, queue_limit, total_limit, rights_of(user)
         )

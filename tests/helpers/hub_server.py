@@ -1,12 +1,12 @@
 """A local stand-in for the Hugging Face Hub API, enough for the real ``huggingface_hub`` client to push a model.
 
-It speaks whoami-v2, repo creation, model info (for a base model's license and ``repo_info``), README metadata
-validation, preupload (every file ``regular``, so no LFS or Xet) and the NDJSON commit endpoint, with the
-request and response shapes of ``huggingface_hub/hf_api.py`` and ``_commit_api.py``; and for downloads
-(``snapshot_download``), the recursive tree listing and the file resolve endpoint (HEAD and GET, files as of a
-revision: ``main`` or a commit id), as ``file_download.py`` reads them. Every request is recorded
-(method, path, headers, body, parsed JSON or NDJSON); committed files are decoded and kept per repo and commit.
-Tests can make an endpoint answer an error status, or stop the server to play an unreachable Hub.
+It speaks whoami-v2, repo creation, model info (for a base model's license and ``repo_info``; with ``blobs`` each
+file's size, as ``files_metadata=True`` asks), README metadata validation, preupload (every file ``regular``, so no
+LFS or Xet) and the NDJSON commit endpoint, with the request and response shapes of ``huggingface_hub/hf_api.py`` and
+``_commit_api.py``; and for downloads (``snapshot_download``), the recursive tree listing and the file resolve
+endpoint (HEAD and GET, files as of a revision: ``main`` or a commit id), as ``file_download.py`` reads them. Every
+request is recorded (method, path, headers, body, parsed JSON or NDJSON); committed files are decoded and kept per
+repo and commit. Tests can make an endpoint answer an error status, or stop the server to play an unreachable Hub.
 
 It also speaks the Jobs API (``run_job``, ``inspect_job``, ``fetch_job_logs``, ``cancel_job``, ``list_jobs``), and
 its jobs really run: each one's command is a process on this machine, in this checkout, that talks back to this
@@ -353,6 +353,12 @@ class _Handler(BaseHTTPRequestHandler):
             if repo.private and not self._authorized(record):
                 return self._error(401, "Repository not found", "RepoNotFound")
             siblings = [{"rfilename": name} for name in sorted(repo.files)]
+            if parse_qs(record.query).get("blobs", [""])[0].lower() == "true":  # files_metadata: sizes and blob ids
+                files = repo.files
+                siblings = [
+                    {**s, "size": len(files[s["rfilename"]]), "blobId": git_blob_id(files[s["rfilename"]])}
+                    for s in siblings
+                ]
             return self._send(200, {"id": repo_id, "private": repo.private, "sha": repo.sha, "siblings": siblings})
         if repo_id in self.fake.models:
             return self._send(200, {"id": repo_id, "private": False, **self.fake.models[repo_id]})

@@ -196,6 +196,31 @@ def _default_rewards() -> list[RewardSpec]:
     return [RewardSpec(name="accuracy")]
 
 
+# Each reward model a job names is loaded beside the model it trains (and by pre-flight, to see that it scores a
+# group of completions differently): a few at most. The functions are cheap, but each entry is computed per completion.
+MAX_REWARD_MODELS = 4
+MAX_REWARDS = 32
+
+
+def rewards_problem(rewards: list[RewardSpec]) -> str | None:
+    """Why a list of rewards is too long (one sentence, without its field's name), or None.
+
+    >>> rewards_problem([RewardSpec(model=f"owner/rm-{i}") for i in range(5)])[:58]
+    'at most 4 different reward models per job (you named 5): e'
+    >>> rewards_problem([RewardSpec(model="owner/rm")] * 5) is None
+    True
+    """
+    if len(rewards) > MAX_REWARDS:
+        return f"at most {MAX_REWARDS} rewards per job (you gave {len(rewards)}); keep the ones that matter"
+    models = {reward.model for reward in rewards if reward.model is not None}
+    if len(models) > MAX_REWARD_MODELS:
+        return (
+            f"at most {MAX_REWARD_MODELS} different reward models per job (you named {len(models)}): each is loaded "
+            "beside the model being trained; keep the ones that matter, or give one model a larger weight"
+        )
+    return None
+
+
 class RolloutSpec(SpecPart):
     """How an online method samples and scores: the group of completions per prompt, sampling, the generation
     engine and the rewards. Shared by every method that generates while it trains (GRPO, RLOO)."""
@@ -221,8 +246,17 @@ class RolloutSpec(SpecPart):
     )
     rewards: list[RewardSpec] = Field(
         default_factory=_default_rewards,
-        description="Reward functions and their weights (with an environment: extra rewards; default none).",
+        description="Reward functions and their weights (with an environment: extra rewards; default none); at most "
+        "32, naming at most 4 different reward models.",
     )
+
+    @field_validator("rewards")
+    @classmethod
+    def _few_rewards(cls, value: list[RewardSpec]) -> list[RewardSpec]:
+        problem = rewards_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class OnlinePart(SpecPart):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.core.spec import RewardSpec, SpecError
+from backend.core.spec.methods import MAX_REWARD_MODELS
 from backend.methods.rewards.reading import (
     NON_REWARD_COLUMNS,
     TRAINER_KWARGS,
@@ -29,6 +30,13 @@ def bench_input_problems(specs: Sequence[Any], completions: Sequence[Any], row: 
     if len(specs) > BENCH_MAX_REWARDS:
         problems.append(
             f"rewards: the bench scores at most {BENCH_MAX_REWARDS} rewards at once; you gave {len(specs)}, remove some"
+        )
+    named = (spec.get("model") if isinstance(spec, dict) else getattr(spec, "model", None) for spec in specs)
+    models = {model for model in named if isinstance(model, str)}
+    if len(models) > MAX_REWARD_MODELS:
+        problems.append(
+            f"rewards: the bench loads at most {MAX_REWARD_MODELS} different reward models at once; you named "
+            f"{len(models)}, remove some"
         )
     if len(completions) > BENCH_MAX_COMPLETIONS:
         problems.append(

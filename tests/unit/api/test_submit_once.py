@@ -106,10 +106,10 @@ def test_concurrent_identical_submits_queue_one_job_and_wait_for_nothing(api, mo
     preflight = api.jobs.core.preflight
     calls = []
 
-    def slow_preflight(spec):
+    def slow_preflight(spec, token=None):
         calls.append(spec)
         time.sleep(1.0)  # the slow part of a submit, while the other seven arrive
-        return preflight(spec)
+        return preflight(spec, token)
 
     monkeypatch.setattr(api.jobs.core, "preflight", slow_preflight)
 

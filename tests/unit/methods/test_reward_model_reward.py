@@ -145,6 +145,7 @@ def test_only_the_users_own_finished_reward_job_is_taken(paths, store):
         api.close()
 
 
+@pytest.mark.slow  # the reward model is loaded in a child of its own (training.reward_checks): an interpreter's start
 def test_the_bench_shows_the_reward_model_beside_the_code_rewards(paths, store):
     from backend.api import StudioAPI
 
