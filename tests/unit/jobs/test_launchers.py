@@ -221,14 +221,6 @@ def test_with_preimported_workers_the_scheduler_runs_its_own_pool_and_stops_it(p
     assert launcher._own is None and not os.path.exists(os.path.dirname(launcher.socket_path))
 
 
-def _importing_torch(pid: int) -> bool:
-    """Whether ``pid`` has mapped torch's library: it is past its start, in the imports."""
-    try:
-        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-
-
 @pytest.mark.slow
 def test_a_pool_whose_starter_dies_ends_too(tmp_path):
     starter = subprocess.Popen(
@@ -263,15 +255,6 @@ with open(sys.argv[2], "ab") as log:
 print(pool.pid, flush=True)
 time.sleep(600)
 """
-
-
-def _gone(pid: int) -> bool:
-    """Whether ``pid`` has exited (a zombie of ours counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _importing_torch(pid: int) -> bool:
