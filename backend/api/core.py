@@ -50,11 +50,13 @@ class StudioCore:
             self._sweep_half_files()
 
     def _sweep_half_files(self) -> None:
-        """What a killed process left half-written: staged uploads, partial adapter zips and merged exports (never
-        handed out)."""
+        """What a killed process left half-written: staged uploads, copies of files being read, partial adapter zips and
+        merged exports (never handed out)."""
         from backend.data.uploads import LEFTOVER_AGE_S, sweep_staging
+        from backend.data.user_cache import sweep_all_reads
 
         sweep_staging(self.paths.root / "uploads")
+        sweep_all_reads(self.paths.root / "uploads")  # datasets' copies of files a killed process was reading
         from backend.workflows.archive import PARTIAL_MERGED, PARTIAL_ZIP
 
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):

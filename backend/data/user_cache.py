@@ -1,0 +1,120 @@
+"""Where ``datasets`` writes its Arrow copy of a user's file while reading it: a temporary folder inside that user's own
+uploads folder, in the data folder, so the bytes count in their upload quota while they exist; the rows are then held
+in memory and the folder is removed before the read returns. Nothing of a user's file reaches the shared datasets
+cache (``HF_DATASETS_CACHE``), which no quota counts and nothing ever empties.
+
+Held in memory rather than memory-mapped from a cache kept for the job's life: a read leaves nothing to clean up, even
+when the process is killed after it, and no later owner (a job's end, an upload's deletion) must find and remove it.
+The price is the rows' decoded size in the reading process's memory, which the upload limits cap
+(backend/data/upload_limits.py: 768 MB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+DATASETS_CACHE = ".datasets-cache"  # inside a user's uploads folder; a dot, so it is never an upload id
+STAGING = ".staging"  # inside a user's uploads folder: uploads being checked (backend/data/uploads.py)
+READ_PREFIX = "read-"
+LIVE_MARK = ".reading"  # in a read's folder, locked by its process while it reads
+# A read's folder without its mark and older than this was left by a process killed at its start.
+LEFTOVER_AGE_S = 3600
+
+
+def cache_root(uploads_dir: Path) -> Path:
+    """The datasets cache of the user whose uploads folder (or its staging folder) is ``uploads_dir``.
+
+    >>> cache_root(Path("/d/uploads/ann")), cache_root(Path("/d/uploads/ann/.staging"))
+    (PosixPath('/d/uploads/ann/.datasets-cache'), PosixPath('/d/uploads/ann/.datasets-cache'))
+    """
+    owner_folder = uploads_dir.parent if uploads_dir.name == STAGING else uploads_dir
+    return owner_folder / DATASETS_CACHE
+
+
+@contextlib.contextmanager
+def read_folder(root: Path | None) -> Iterator[Path]:
+    """A fresh folder for one read's Arrow files inside ``root`` (a user's ``cache_root``, or a folder made by this
+    function in another process; the system's temporary folder when None), removed afterwards with ``root`` itself
+    once nothing else reads there. While it lasts, this process holds a lock on it that the kernel lets go of when
+    the process dies, so ``sweep_reads`` can tell a killed read's leftover from a read in progress."""
+    if root is None:
+        with tempfile.TemporaryDirectory(prefix=READ_PREFIX) as folder:
+            yield Path(folder)
+        return
+    for attempt in range(3):  # another read of this user's may remove the empty root just after mkdir
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=READ_PREFIX, dir=root))
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    try:
+        with _held_mark(folder):
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+@contextlib.contextmanager
+def _held_mark(folder: Path) -> Iterator[None]:
+    """``folder``'s LIVE_MARK, locked by this process until the block ends; it appears under its name already locked,
+    so a sweep never finds it unlocked while its read is alive."""
+    staged = folder / f"{LIVE_MARK}.new"
+    with open(staged, "wb") as mark:
+        fcntl.flock(mark, fcntl.LOCK_EX)
+        os.replace(staged, folder / LIVE_MARK)
+        yield
+
+
+def _abandoned(folder: Path, older_than_s: float) -> bool:
+    """Whether no process reads in ``folder`` any more: its mark is there and unlocked (its process died), or it has
+    none (killed before it was made) and is older than any read starting now could be."""
+    try:
+        with open(folder / LIVE_MARK, "rb") as mark:
+            try:
+                fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+    except FileNotFoundError:
+        return time.time() - folder.stat().st_mtime > older_than_s
+
+
+def cached_bytes(uploads_dir: Path) -> int:
+    """The bytes of reads in progress (or left by a killed process) in the user's datasets cache."""
+    total = 0
+    for folder, _, files in os.walk(cache_root(uploads_dir)):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+def sweep_reads(root: Path, older_than_s: float = LEFTOVER_AGE_S) -> int:
+    """Remove what killed reads left in a datasets cache (``root``), never a read in progress; how many folders were
+    removed."""
+    removed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for leftover in root.glob(f"{READ_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                if _abandoned(leftover, older_than_s):
+                    shutil.rmtree(leftover)
+                    removed += 1
+    with contextlib.suppress(OSError):
+        root.rmdir()
+    return removed
+
+
+def sweep_all_reads(uploads_root: Path, older_than_s: float = LEFTOVER_AGE_S) -> int:
+    """``sweep_reads`` in every user's datasets cache (at start-up); how many folders were removed."""
+    return sum(sweep_reads(root, older_than_s) for root in uploads_root.glob(f"*/{DATASETS_CACHE}"))
