@@ -22,7 +22,9 @@ EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
 FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache: Path | None = None) -> Dataset:
+def _load_raw(
+    spec: DatasetSpec, uploads_dir: Path | None = None, cache: Path | None = None, kept_in: Path | None = None
+) -> Dataset:
     from datasets import load_dataset
 
     if spec.source == "builtin":
@@ -31,17 +33,20 @@ def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache: Path | 
             raise SpecError(
                 [f"dataset.name: no built-in dataset {spec.name!r}; choose one of {', '.join(BUILTIN_DATASETS)}"]
             )
-        return load_dataset("json", data_files=str(builtin.path), split="train")
+        # In a job's own folder when it holds one (its trainer's copies go beside it); else the shared cache, as shipped
+        # files of a few KB can.
+        return load_dataset("json", data_files=str(builtin.path), split="train", cache_dir=_text(kept_in))
     if spec.source == "upload":
         if uploads_dir is None:  # a caller that forgot whose uploads these are must not guess
             raise SpecError([f"dataset.name: upload {quote_input(spec.name)} has no owner here; {UPLOAD_AGAIN}"])
         path = upload_file(uploads_dir, spec.name)
-        return load_file(path, upload_display_name(spec.name), cache or cache_root(uploads_dir))
+        return load_file(path, upload_display_name(spec.name), cache or cache_root(uploads_dir), kept_in=kept_in)
     if spec.source == "file":
         path = Path(spec.name).expanduser()
         if not path.is_file():
             raise SpecError([f"dataset.name: file {spec.name} does not exist"])
-        return load_file(path, path.name, cache or (cache_root(uploads_dir) if uploads_dir is not None else None))
+        cache = cache or (cache_root(uploads_dir) if uploads_dir is not None else None)
+        return load_file(path, path.name, cache, kept_in=kept_in)
     try:
         return load_dataset(spec.name, spec.config, split=spec.split)
     except Exception as exc:
@@ -49,13 +54,23 @@ def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache: Path | 
         raise SpecError([f"dataset.name: Hub dataset {spec.name!r} could not be loaded ({cause})"]) from None
 
 
-def load_file(path: Path, display_name: str, cache: Path | None = None, field: str = "dataset.name") -> Dataset:
+def load_file(
+    path: Path,
+    display_name: str,
+    cache: Path | None = None,
+    field: str = "dataset.name",
+    kept_in: Path | None = None,
+) -> Dataset:
     """A .jsonl/.json/.csv/.parquet file as a Dataset held in memory; errors name the file as its owner knows it, at
     ``field`` (the setting that named the file).
 
     The Arrow copy datasets makes is written in a folder of its own inside ``cache`` (a user's datasets cache in the
     data folder, ``backend/data/user_cache.py``; the system's temporary folder when None) and removed before this
     returns: nothing stays on disk, and nothing reaches the shared datasets cache.
+
+    With ``kept_in``, a folder the caller holds for as long as it uses the rows and then removes (a training job,
+    whose trainer writes what it makes of the rows beside them), the rows are memory-mapped from their copy there
+    instead of held in memory.
     """
     from datasets import load_dataset
 
@@ -63,6 +78,8 @@ def load_file(path: Path, display_name: str, cache: Path | None = None, field: s
     if loader is None:
         raise SpecError([f"{field}: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"])
     try:
+        if kept_in is not None:
+            return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(kept_in))
         with read_folder(cache) as folder:
             return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(folder), keep_in_memory=True)
     except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
@@ -139,6 +156,10 @@ def first_bad_json_line(path: Path) -> str | None:
     return None
 
 
+def _text(folder: Path | None) -> str | None:
+    return str(folder) if folder is not None else None
+
+
 class ColumnsMismatch(SpecError):
     """The data loads but its columns do not fit the method: a column mapping fixes it (the file itself is fine)."""
 
@@ -205,6 +226,7 @@ def load_training_dataset(
     keep_all: bool = False,
     uploads_dir: Path | None = None,
     cache: Path | None = None,
+    kept_in: Path | None = None,
     check_raw: Callable[[Dataset], None] | None = None,
 ) -> tuple[Dataset, str]:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
@@ -213,10 +235,11 @@ def load_training_dataset(
     ``keep_all`` keeps every column (an environment's ``reset`` receives them all).
     ``uploads_dir`` is the job owner's uploads folder, where a ``source: upload`` id is looked up.
     A user's file is read into memory, its Arrow copy made in ``cache`` (by default the owner's datasets cache,
-    backend/data/user_cache.py) and removed (``load_file``).
+    backend/data/user_cache.py) and removed; or memory-mapped from ``kept_in``, a folder the caller holds and removes
+    (``load_file``).
     ``check_raw`` sees the rows as loaded, before anything else (the upload limits raise SpecError there).
     """
-    ds = _load_raw(spec, uploads_dir, cache)
+    ds = _load_raw(spec, uploads_dir, cache, kept_in)
     if check_raw is not None:
         check_raw(ds)
     ds = apply_column_mapping(ds, spec.columns)
