@@ -1,12 +1,13 @@
-"""Where ``datasets`` writes its Arrow copy of a user's file while reading it: a temporary folder inside that user's own
-uploads folder, in the data folder, so the bytes count in their upload quota while they exist; the rows are then held
-in memory and the folder is removed before the read returns. Nothing of a user's file reaches the shared datasets
-cache (``HF_DATASETS_CACHE``), which no quota counts and nothing ever empties.
+"""Where ``datasets`` writes its Arrow copies of a user's file: folders inside that user's own uploads folder, in the
+data folder, so the bytes count in their upload quota while they exist. Nothing of a user's file reaches the shared
+datasets cache (``HF_DATASETS_CACHE``), which no quota counts and nothing ever empties.
 
-Held in memory rather than memory-mapped from a cache kept for the job's life: a read leaves nothing to clean up, even
-when the process is killed after it, and no later owner (a job's end, an upload's deletion) must find and remove it.
-The price is the rows' decoded size in the reading process's memory, which the upload limits cap
-(backend/data/upload_limits.py: 768 MB).
+A glance at the rows (Check, submit's pre-flight, the upload check, Evaluate, a preview) reads them into memory and
+removes its folder before it returns: nothing stays, even if the process is killed just after. A training job holds
+its folder until it ends instead and memory-maps its rows from there, where the trainer writes its tokenized copies
+beside them (many times the file's size, which memory would otherwise hold). Each folder is locked by the process
+that made it, and the kernel lets go of a killed process's lock, so a sweep (when the user deletes an upload, and at
+start-up) removes exactly what killed processes left.
 """
 
 from __future__ import annotations
