@@ -14,6 +14,7 @@ from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User, max_queued_per_user
+from backend.data.user_cache import held_folder
 from backend.jobs.access import authorize_spec
 from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, saved_adapter
 from backend.jobs.records import JobRecord
@@ -107,7 +108,9 @@ class StudioCore:
             return text
 
         try:
-            warnings, tuning = check_and_plan(runnable, self.paths.models, self.uploads_of(spec))
+            # The rows memory-mapped from a folder of the owner's, not held in the app's memory (user_cache.py).
+            with held_folder(spec.dataset.source, self.uploads_of(spec)) as kept_in:
+                warnings, tuning = check_and_plan(runnable, self.paths.models, self.uploads_of(spec), kept_in)
         except SpecError as exc:
             raise SpecError([said(problem) for problem in exc.problems]) from None
         return [said(warning) for warning in warnings], tuning

@@ -91,6 +91,13 @@ def _abandoned(folder: Path, older_than_s: float) -> bool:
         return time.time() - folder.stat().st_mtime > older_than_s
 
 
+def held_folder(source: str, uploads_dir: Path) -> contextlib.AbstractContextManager[Path | None]:
+    """The folder a training job or a pre-flight holds while it uses a dataset's rows (``load_training_dataset``'s
+    ``kept_in``): in the owner's datasets cache, removed when the block ends. None for a Hub dataset, whose copy the
+    shared cache keeps for everyone."""
+    return contextlib.nullcontext() if source == "hub" else read_folder(cache_root(uploads_dir))
+
+
 def cached_bytes(uploads_dir: Path) -> int:
     """The bytes of reads in progress (or left by a killed process) in the user's datasets cache."""
     total = 0
