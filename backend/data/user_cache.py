@@ -2,10 +2,11 @@
 data folder, so the bytes count in their upload quota while they exist. Nothing of a user's file reaches the shared
 datasets cache (``HF_DATASETS_CACHE``), which no quota counts and nothing ever empties.
 
-A glance at the rows (Check, submit's pre-flight, the upload check, Evaluate, a preview) reads them into memory and
-removes its folder before it returns: nothing stays, even if the process is killed just after. A training job holds
-its folder until it ends instead and memory-maps its rows from there, where the trainer writes its tokenized copies
-beside them (many times the file's size, which memory would otherwise hold). Each folder is locked by the process
+A glance at the rows (the upload check, Evaluate, a preview, a dry run) reads them into memory and removes its folder
+before it returns: nothing stays, even if the process is killed just after. A training job, and Check's and submit's
+pre-flight in the app, hold a folder while they use the rows instead (``held_folder``) and memory-map them from
+there, where the trainer writes its tokenized copies beside them (many times the file's size, which memory would
+otherwise hold). Each folder is locked by the process
 that made it, and the kernel lets go of a killed process's lock, so a sweep (when the user deletes an upload, and at
 start-up) removes exactly what killed processes left.
 """
