@@ -33,9 +33,8 @@ def _load_raw(
             raise SpecError(
                 [f"dataset.name: no built-in dataset {spec.name!r}; choose one of {', '.join(BUILTIN_DATASETS)}"]
             )
-        # In a job's own folder when it holds one (its trainer's copies go beside it); else the shared cache, as shipped
-        # files of a few KB can.
-        return load_dataset("json", data_files=str(builtin.path), split="train", cache_dir=_text(kept_in))
+        # Shipped files of a few KB, read as a user's are (no copy left in the shared cache)
+        return load_file(builtin.path, builtin.path.name, cache, kept_in=kept_in)
     if spec.source == "upload":
         if uploads_dir is None:  # a caller that forgot whose uploads these are must not guess
             raise SpecError([f"dataset.name: upload {quote_input(spec.name)} has no owner here; {UPLOAD_AGAIN}"])
@@ -45,8 +44,7 @@ def _load_raw(
         path = Path(spec.name).expanduser()
         if not path.is_file():
             raise SpecError([f"dataset.name: file {spec.name} does not exist"])
-        cache = cache or (cache_root(uploads_dir) if uploads_dir is not None else None)
-        return load_file(path, path.name, cache, kept_in=kept_in)
+        return load_file(path, path.name, _owners(cache, uploads_dir), kept_in=kept_in)
     try:
         return load_dataset(spec.name, spec.config, split=spec.split)
     except Exception as exc:
@@ -156,8 +154,9 @@ def first_bad_json_line(path: Path) -> str | None:
     return None
 
 
-def _text(folder: Path | None) -> str | None:
-    return str(folder) if folder is not None else None
+def _owners(cache: Path | None, uploads_dir: Path | None) -> Path | None:
+    """Where a read's copy goes: ``cache``, else the owner's datasets cache when the caller says whose read it is."""
+    return cache or (cache_root(uploads_dir) if uploads_dir is not None else None)
 
 
 class ColumnsMismatch(SpecError):
