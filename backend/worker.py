@@ -22,6 +22,7 @@ from typing import NoReturn
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
 from backend.data.loading import load_training_dataset, split_holdout
+from backend.data.user_cache import held_folder
 from backend.jobs.failures import describe_failure, with_log_tail
 from backend.jobs.lineage import checkpoint_step, last_checkpoint, runnable_spec, starting_adapter
 from backend.jobs.records import JobRecord, JobStatus
@@ -44,8 +45,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 
 
-def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
-    """(dataset, format) as the job's trainer reads it."""
+def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None, kept_in: Path | None = None):
+    """(dataset, format) as the job's trainer reads it; memory-mapped from ``kept_in`` when the job holds a folder in
+    its owner's datasets cache (``held_folder``), else held in memory."""
     # An environment's reset receives the dataset's columns, so an environment job keeps them all.
     return load_training_dataset(
         spec.dataset,
@@ -53,6 +55,7 @@ def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None):
         reward_columns(spec),
         keep_all=environment is not None,
         uploads_dir=paths.uploads(spec.owner),  # the owner the job was stored under: whose upload the id names
+        kept_in=kept_in,
     )
 
 
@@ -308,7 +311,9 @@ def train_job(
     if parent_adapter is not None:
         store.merge_artifacts(job_id, parent_job_id=spec.model.parent_job_id, parent_adapter=str(parent_adapter))
     environment = open_job_environment(spec, store, job_id, stack)
-    loaded = load_job_dataset(spec, paths, environment)
+    # The job's copies of its rows (and the trainer's) lie in its owner's folder until it ends (user_cache.py).
+    kept_in = stack.enter_context(held_folder(spec.dataset.source, paths.uploads(spec.owner)))
+    loaded = load_job_dataset(spec, paths, environment, kept_in)
     # Several processes share the spec's global batch: auto-tune plans each process's share.
     spec = tuned_spec(job, per_process_spec(spec, spec.training.num_processes), paths, loaded, store)
     start_from_hub(spec, output_dir, store, job_id)

@@ -15,6 +15,7 @@ from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, online_methods, parse_spec
 from backend.core.users import User, max_queued_per_user
+from backend.data.user_cache import held_folder
 from backend.jobs.access import authorize_spec
 from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, saved_adapter
 from backend.jobs.records import JobRecord
@@ -56,11 +57,13 @@ class StudioCore:
             self._sweep_half_files()
 
     def _sweep_half_files(self) -> None:
-        """What a killed process left half-written: staged uploads, partial adapter zips and merged exports (never
-        handed out)."""
+        """What a killed process left half-written: staged uploads, copies of files being read, partial adapter zips and
+        merged exports (never handed out)."""
         from backend.data.uploads import LEFTOVER_AGE_S, sweep_staging
+        from backend.data.user_cache import sweep_all_reads
 
         sweep_staging(self.paths.root / "uploads")
+        sweep_all_reads(self.paths.root / "uploads")  # datasets' copies of files a killed process was reading
         from backend.workflows.archive import PARTIAL_MERGED, PARTIAL_ZIP
 
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
@@ -124,7 +127,9 @@ class StudioCore:
             return text
 
         try:
-            warnings, tuning = check_and_plan(runnable, self.paths.models, self.uploads_of(spec))
+            # The rows memory-mapped from a folder of the owner's, not held in the app's memory (user_cache.py).
+            with held_folder(spec.dataset.source, self.uploads_of(spec)) as kept_in:
+                warnings, tuning = check_and_plan(runnable, self.paths.models, self.uploads_of(spec), kept_in)
         except SpecError as exc:
             raise SpecError([said(problem) for problem in exc.problems]) from None
         return [said(warning) for warning in warnings], tuning

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from backend.data.upload_store import (
     upload_quota,
 )
 from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
+from backend.data.user_cache import cached_bytes
 from backend.jobs.access import reward_model_problems
 from backend.jobs.records import JobStatus
 from backend.platform.hardware import memory_room
@@ -128,9 +128,11 @@ class DatasetOperations:
         self._upload_sources.hold(Path(source))()
 
     def list_uploads(self, user: User | None = None) -> UploadShelf:
-        """The caller's own kept uploads (newest first), with the bytes they take and the quota."""
+        """The caller's own kept uploads (newest first), with the bytes they take (and their copies being read now)
+        and the quota."""
         self.core.require_user(user, "dataset upload")
-        return UploadShelf(stored_uploads(self.core.paths.uploads(name_of(user))), upload_quota())
+        uploads_dir = self.core.paths.uploads(name_of(user))
+        return UploadShelf(stored_uploads(uploads_dir), upload_quota(), cached_bytes(uploads_dir))
 
     def delete_upload(self, upload_id: str, user: User | None = None) -> StoredUpload:
         """Delete one of the caller's own uploads (the id resolves only in their folder), unless a queued or running
@@ -174,15 +176,10 @@ class DatasetOperations:
         from backend.data.loading import load_training_dataset
 
         spec = self.core.prepare(spec, user=user)
-        with tempfile.TemporaryDirectory(prefix="studio-row-") as cache_dir:
-            dataset, _ = load_training_dataset(
-                spec.dataset,
-                spec.method,
-                keep_all=True,
-                uploads_dir=self.core.uploads_of(spec),
-                cache_dir=Path(cache_dir),
-            )
-            return dict(dataset[0])
+        dataset, _ = load_training_dataset(
+            spec.dataset, spec.method, keep_all=True, uploads_dir=self.core.uploads_of(spec)
+        )
+        return dict(dataset[0])
 
     def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3, user: User | None = None) -> DatasetPreview:
         """The first rows of the job's data rendered exactly as its trainer will see them, with token counts."""

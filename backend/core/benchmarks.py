@@ -153,8 +153,10 @@ def task_problem(name: str, uploads_dir: Path | None, may_read_files: bool) -> s
     kind = task_kind(name)
     if kind is None:
         known = ", ".join([*PRESETS, *BUILTIN_TASKS])
-        return f"benchmarks.tasks: {name[:80]!r} is not a task; pick one of {known}, or a .jsonl of prompts with a "
-        "solution column"
+        return (
+            f"benchmarks.tasks: {name[:80]!r} is not a task; pick one of {known}, or a .jsonl of prompts with a "
+            "solution column"
+        )
     if kind == "file":
         if not may_read_files:
             return f"benchmarks.tasks: {name[:80]!r}: only the local user may name files on this machine; upload it"

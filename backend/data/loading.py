@@ -12,6 +12,7 @@ from backend.core.spec import DatasetSpec, Method, SpecError, quote_input
 from backend.core.uploads import UPLOAD_AGAIN, upload_display_name, upload_file
 from backend.core.wording import counted
 from backend.data.builtin import BUILTIN_DATASETS
+from backend.data.user_cache import cache_root, read_folder
 from backend.methods.table import DataFormat, support
 
 if TYPE_CHECKING:
@@ -21,7 +22,9 @@ EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
 FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Path | None = None) -> Dataset:
+def _load_raw(
+    spec: DatasetSpec, uploads_dir: Path | None = None, cache: Path | None = None, kept_in: Path | None = None
+) -> Dataset:
     from datasets import load_dataset
 
     if spec.source == "builtin":
@@ -30,56 +33,66 @@ def _load_raw(spec: DatasetSpec, uploads_dir: Path | None = None, cache_dir: Pat
             raise SpecError(
                 [f"dataset.name: no built-in dataset {spec.name!r}; choose one of {', '.join(BUILTIN_DATASETS)}"]
             )
-        return load_dataset("json", data_files=str(builtin.path), split="train", cache_dir=_cache(cache_dir))
+        # Shipped files of a few KB, read as a user's are (no copy left in the shared cache)
+        return load_file(builtin.path, builtin.path.name, cache, kept_in=kept_in)
     if spec.source == "upload":
         if uploads_dir is None:  # a caller that forgot whose uploads these are must not guess
             raise SpecError([f"dataset.name: upload {quote_input(spec.name)} has no owner here; {UPLOAD_AGAIN}"])
         path = upload_file(uploads_dir, spec.name)
-        return load_file(path, upload_display_name(spec.name), cache_dir)
+        return load_file(path, upload_display_name(spec.name), cache or cache_root(uploads_dir), kept_in=kept_in)
     if spec.source == "file":
         path = Path(spec.name).expanduser()
         if not path.is_file():
             raise SpecError([f"dataset.name: file {spec.name} does not exist"])
-        return load_file(path, path.name, cache_dir)
+        return load_file(path, path.name, _owners(cache, uploads_dir), kept_in=kept_in)
     try:
-        return load_dataset(spec.name, spec.config, split=spec.split, cache_dir=_cache(cache_dir))
+        return load_dataset(spec.name, spec.config, split=spec.split)
     except Exception as exc:
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SpecError([f"dataset.name: Hub dataset {spec.name!r} could not be loaded ({cause})"]) from None
 
 
-def load_file(path: Path, display_name: str, cache_dir: Path | None = None) -> Dataset:
-    """A .jsonl/.json/.csv/.parquet file as a Dataset; errors name the file as its owner knows it.
+def load_file(
+    path: Path,
+    display_name: str,
+    cache: Path | None = None,
+    field: str = "dataset.name",
+    kept_in: Path | None = None,
+) -> Dataset:
+    """A .jsonl/.json/.csv/.parquet file as a Dataset held in memory; errors name the file as its owner knows it, at
+    ``field`` (the setting that named the file).
 
-    With ``cache_dir`` the Arrow copy datasets makes goes there (and the rows are held in memory), so a caller that
-    removes the folder afterwards leaves nothing in the shared datasets cache.
+    The Arrow copy datasets makes is written in a folder of its own inside ``cache`` (a user's datasets cache in the
+    data folder, ``backend/data/user_cache.py``; the system's temporary folder when None) and removed before this
+    returns: nothing stays on disk, and nothing reaches the shared datasets cache.
+
+    With ``kept_in``, a folder the caller holds for as long as it uses the rows and then removes (a training job,
+    whose trainer writes what it makes of the rows beside them), the rows are memory-mapped from their copy there
+    instead of held in memory.
     """
     from datasets import load_dataset
 
     loader = FILE_LOADERS.get(path.suffix.lower())
     if loader is None:
-        raise SpecError(
-            [f"dataset.name: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"]
-        )
+        raise SpecError([f"{field}: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"])
     try:
-        return load_dataset(
-            loader,
-            data_files=str(path),
-            split="train",
-            cache_dir=_cache(cache_dir),
-            keep_in_memory=cache_dir is not None,
-        )
+        if kept_in is not None:
+            return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(kept_in))
+        with read_folder(cache) as folder:
+            return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(folder), keep_in_memory=True)
     except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
         if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
-            raise SpecError([EMPTY_DATASET]) from None
+            raise SpecError(
+                [EMPTY_DATASET if field == "dataset.name" else f"{field}: {display_name} has no rows"]
+            ) from None
         kind = path.suffix.lstrip(".").upper()
         # datasets says only "An error occurred while generating the dataset": say what is wrong where it can be
         found = not_of_kind(path) or (first_bad_json_line(path) if path.suffix.lower() == ".jsonl" else None)
         if found is not None:
-            raise SpecError([f"dataset.name: {display_name} could not be read as {kind}: {found}"]) from None
+            raise SpecError([f"{field}: {display_name} could not be read as {kind}: {found}"]) from None
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         cause = cause.replace(path.name, display_name)
-        raise SpecError([f"dataset.name: {display_name} could not be read as {kind} ({cause})"]) from None
+        raise SpecError([f"{field}: {display_name} could not be read as {kind} ({cause})"]) from None
 
 
 _SNIFF_BYTES = 1 << 16
@@ -141,8 +154,9 @@ def first_bad_json_line(path: Path) -> str | None:
     return None
 
 
-def _cache(cache_dir: Path | None) -> str | None:
-    return str(cache_dir) if cache_dir is not None else None
+def _owners(cache: Path | None, uploads_dir: Path | None) -> Path | None:
+    """Where a read's copy goes: ``cache``, else the owner's datasets cache when the caller says whose read it is."""
+    return cache or (cache_root(uploads_dir) if uploads_dir is not None else None)
 
 
 class ColumnsMismatch(SpecError):
@@ -210,7 +224,8 @@ def load_training_dataset(
     keep_columns: set[str] = frozenset(),
     keep_all: bool = False,
     uploads_dir: Path | None = None,
-    cache_dir: Path | None = None,
+    cache: Path | None = None,
+    kept_in: Path | None = None,
     check_raw: Callable[[Dataset], None] | None = None,
 ) -> tuple[Dataset, str]:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
@@ -218,10 +233,12 @@ def load_training_dataset(
     ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
     ``keep_all`` keeps every column (an environment's ``reset`` receives them all).
     ``uploads_dir`` is the job owner's uploads folder, where a ``source: upload`` id is looked up.
-    ``cache_dir`` keeps datasets' Arrow copy out of the shared cache (see ``load_file``).
+    A user's file is read into memory, its Arrow copy made in ``cache`` (by default the owner's datasets cache,
+    backend/data/user_cache.py) and removed; or memory-mapped from ``kept_in``, a folder the caller holds and removes
+    (``load_file``).
     ``check_raw`` sees the rows as loaded, before anything else (the upload limits raise SpecError there).
     """
-    ds = _load_raw(spec, uploads_dir, cache_dir)
+    ds = _load_raw(spec, uploads_dir, cache, kept_in)
     if check_raw is not None:
         check_raw(ds)
     ds = apply_column_mapping(ds, spec.columns)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend.core.spec import SpecError
 from backend.core.uploads import is_upload_id, upload_display_name, upload_file
+from backend.data.user_cache import cache_root, cached_bytes, sweep_reads
 from backend.platform.limits import count_out, once_under
 from backend.platform.space_runtime import on_space
 
@@ -71,30 +72,40 @@ def stored_uploads(uploads_dir: Path) -> list[StoredUpload]:
 
 @dataclass(frozen=True)
 class UploadShelf:
-    """A user's kept uploads with the bytes they take and the quota (None: no limit)."""
+    """A user's kept uploads with the bytes they take, the quota (None: no limit) and the bytes of their files being
+    read now (datasets' Arrow copies in their datasets cache, backend/data/user_cache.py), which count in it too."""
 
     uploads: list[StoredUpload]
     quota: int | None
+    reading: int = 0
 
     @property
     def used(self) -> int:
-        """Bytes the kept uploads take."""
-        return sum(u.size for u in self.uploads)
+        """Bytes counted in the quota: the kept uploads and the copies being read."""
+        return sum(u.size for u in self.uploads) + self.reading
 
     def describe(self) -> str:
         """The shelf in one line for the UI.
 
         >>> UploadShelf([StoredUpload("0123456789ab-a.jsonl", "a.jsonl", 3 * 2**20, 0.0)], 2048 * 2**20).describe()
         '1 upload, 3.0 MB of your 2,048 MB quota'
-        >>> UploadShelf([], None).describe()
-        'No uploads kept'
+        >>> UploadShelf([], None).describe(), UploadShelf([], 2**30, 5 * 2**20).describe()
+        ('No uploads kept', 'No uploads kept, 5.0 MB of your 1,024 MB quota (a copy being read now)')
         """
-        if not self.uploads:
+        if not self.uploads and not self.reading:
             return "No uploads kept"
-        count = f"{len(self.uploads)} upload{'s' if len(self.uploads) != 1 else ''}"
-        if self.quota is None:
-            return f"{count}, {size_text(self.used)}"
-        return f"{count}, {size_text(self.used)} of your {megabytes(self.quota)} quota"
+        count = (
+            f"{len(self.uploads)} upload{'s' if len(self.uploads) != 1 else ''}" if self.uploads else "No uploads kept"
+        )
+        of_quota = f" of your {megabytes(self.quota)} quota" if self.quota is not None else ""
+        reading = ""
+        if self.reading:
+            reading = (
+                f" ({size_text(self.reading)} of it a copy being read now)"
+                if self.uploads
+                else " (a copy being read now)"
+            )
+        return f"{count}, {size_text(self.used)}{of_quota}{reading}"
 
 
 def delete_stored_upload(uploads_dir: Path, upload_id: str) -> StoredUpload:
@@ -103,6 +114,7 @@ def delete_stored_upload(uploads_dir: Path, upload_id: str) -> StoredUpload:
     size = path.stat().st_size
     kept = StoredUpload(upload_id, upload_display_name(upload_id), size, path.stat().st_mtime)
     path.unlink(missing_ok=True)
+    sweep_reads(cache_root(uploads_dir))  # and what killed reads of theirs left
     return kept
 
 
@@ -131,7 +143,8 @@ class UploadQuota:
         with self._lock:
             quota = upload_quota()
             if quota is not None:
-                used = sum(u.size for u in stored_uploads(uploads_dir)) + self._checking.get(key, 0)
+                used = UploadShelf(stored_uploads(uploads_dir), quota, cached_bytes(uploads_dir)).used
+                used += self._checking.get(key, 0)
                 if used + size > quota:
                     raise SpecError(
                         [

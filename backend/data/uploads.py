@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +23,7 @@ from backend.core.uploads import upload_display_name, upload_file
 from backend.core.wording import counted
 from backend.data import upload_limits
 from backend.data.loading import FILE_LOADERS, ColumnsMismatch, load_training_dataset
+from backend.data.user_cache import LEFTOVER_AGE_S, STAGING, cache_root, read_folder
 from backend.platform.child_env import child_environment
 from backend.platform.interpreters import PROJECT_ROOT
 from backend.platform.resource_errors import looks_like_oom
@@ -33,9 +33,6 @@ CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its inte
 CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
 # What one check may hold in all: its interpreter with datasets imported (about 300 MB) plus CHECK_MEMORY_BYTES.
 CHECK_FOOTPRINT_BYTES = CHECK_MEMORY_BYTES + 384 * 2**20
-STAGING = ".staging"  # inside a user's uploads folder; a dot, so it is never an upload id
-# A half-written file older than this is a crash's leftover, not one another process is still writing.
-LEFTOVER_AGE_S = 3600
 
 
 class UnmappedUpload(SpecError):
@@ -47,23 +44,25 @@ class UnmappedUpload(SpecError):
 
 
 def _checked_here(
-    upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None
+    upload_id: str,
+    display: str,
+    method: Method,
+    uploads_dir: Path,
+    columns: dict[str, str] | None,
+    cache: Path | None = None,
 ) -> str:
     """Load a kept upload as the trainer would (with ``columns``) within the limits on what it decodes to; its
-    one-line summary, or SpecError (ColumnsMismatch when only the mapping is missing)."""
+    one-line summary, or SpecError (ColumnsMismatch when only the mapping is missing). The rows are read into memory:
+    datasets' Arrow copy is made in ``cache`` (by default the owner's datasets cache) and removed."""
     upload_limits.before_decoding(upload_file(uploads_dir, upload_id), display)
-    # The check's Arrow copy would otherwise stay in the shared datasets cache, as large as the file.
-    with tempfile.TemporaryDirectory(prefix="studio-upload-check-") as cache_dir:
-        dataset, fmt = load_training_dataset(
-            DatasetSpec(source="upload", name=upload_id, columns=columns or {}),
-            method,
-            uploads_dir=uploads_dir,
-            cache_dir=Path(cache_dir),
-            check_raw=lambda rows: upload_limits.after_decoding(rows, display),
-        )
-        summary = f"{display}: {counted(len(dataset), 'row')}, {fmt} format, columns {', '.join(dataset.column_names)}"
-        del dataset
-    return summary
+    dataset, fmt = load_training_dataset(
+        DatasetSpec(source="upload", name=upload_id, columns=columns or {}),
+        method,
+        uploads_dir=uploads_dir,
+        cache=cache,
+        check_raw=lambda rows: upload_limits.after_decoding(rows, display),
+    )
+    return f"{display}: {counted(len(dataset), 'row')}, {fmt} format, columns {', '.join(dataset.column_names)}"
 
 
 def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, columns: dict[str, str] | None) -> str:
@@ -83,16 +82,18 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
     }
     unsafe = f"dataset: {display} could not be read safely"
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "backend.data.uploads"],
-            input=json.dumps(request),
-            text=True,
-            capture_output=True,
-            timeout=CHECK_SECONDS,
-            cwd=PROJECT_ROOT,
-            env=child_environment(),  # an allow-list: the owner's HF_TOKEN and OAuth secret stay in the app
-            start_new_session=True,
-        )  # its own session: no terminal signal of the app's reaches it
+        # The child's Arrow copy goes in a folder of the owner's that this process removes, however the child ends.
+        with read_folder(cache_root(uploads_dir)) as cache:
+            done = subprocess.run(
+                [sys.executable, "-m", "backend.data.uploads"],
+                input=json.dumps({**request, "cache": str(cache)}),
+                text=True,
+                capture_output=True,
+                timeout=CHECK_SECONDS,
+                cwd=PROJECT_ROOT,
+                env=child_environment(),  # an allow-list: the owner's HF_TOKEN and OAuth secret stay in the app
+                start_new_session=True,
+            )  # its own session: no terminal signal of the app's reaches it
     except subprocess.TimeoutExpired:  # run() killed it
         raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s"]) from None
     except OSError as exc:  # no process could start (out of processes or memory): the app's trouble, said so
@@ -161,6 +162,7 @@ def _child() -> None:
                 Method(request["method"]),
                 Path(request["uploads_dir"]),
                 request["columns"],
+                Path(request["cache"]),
             ),
         )
     except ColumnsMismatch as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from backend.core.artifacts import BenchmarkReport
 from backend.core.paths import DataPaths
-from backend.core.spec import JobSpec
+from backend.core.spec import JobSpec, SpecError
 from backend.jobs.failures import describe_failure
 from backend.jobs.reporter import JobReporter
 from backend.models.mixed_batch import BASE_ADAPTER, adapter_name
@@ -108,8 +108,8 @@ def benchmark_trained(
 
 def run_eval_only(spec: JobSpec, paths: DataPaths, job_id: str, store: JobReporter, stop_event=None) -> BenchmarkReport:
     """An eval-only job: load the finished job's base and adapter (and its parent's adapter, for a staged job), or the
-    named base model alone, and score the benchmarks; ValueError with a sentence when the job has nothing to load,
-    EvaluationCancelled when asked to stop."""
+    named base model alone, and score the benchmarks; ValueError with a sentence when the job has nothing to load or
+    the benchmarks failed, EvaluationCancelled when asked to stop."""
     from backend.models.inference import load_for_inference
 
     assert spec.evaluate is not None
@@ -130,6 +130,6 @@ def run_eval_only(spec: JobSpec, paths: DataPaths, job_id: str, store: JobReport
     with_start = load_start_adapter(model, Path(parent) if parent else None)
     report = scored_benchmarks(model, tokenizer, spec, sides_of(model, with_start), paths, job_id, progress, scored)
     store.merge_artifacts(job_id, benchmarks=report)
-    if report.error:
-        raise RuntimeError(report.error)
+    if report.error:  # a sentence already (describe_failure): the job's error says it as it is
+        raise SpecError([report.error])
     return report

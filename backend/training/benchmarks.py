@@ -3,10 +3,11 @@ parent adapter (start) and the base (adapters off), every side on the same items
 interval (backend/core/benchmarks.py builds the report).
 
 lm-eval's HFLM wraps the model already in memory, so no second copy is loaded and the adapter is switched between
-sides. Local tasks (the demo models' files, a user's JSONL) are lm-eval task configs built here with their data from
-local files, never the Hub; a JSONL of prompts with a ``solution`` column is a generate_until task, greedy, scored by
-the same checker as GRPO's accuracy reward. lm-eval's vLLM backend is not used: it would load a second copy of the
-model beside the trainer's, and no vLLM machine was available to test it.
+sides. Local tasks (the demo models' files, a user's JSONL) are lm-eval task configs built here, their rows read into
+memory here from local files, never from the Hub nor into the shared datasets cache; a JSONL of prompts with a
+``solution`` column is a generate_until task, greedy, scored by the same checker as GRPO's accuracy reward. lm-eval's
+vLLM backend is not used: it would load a second copy of the model beside the trainer's, and no vLLM machine was
+available to test it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from backend.core.benchmarks import (
     task_kind,
     task_score,
 )
+from backend.core.uploads import upload_display_name
+from backend.data.loading import load_file
+from backend.data.user_cache import cache_root
 from backend.methods.rewards.accuracy_rewards import TRLReward
 from backend.models.mixed_batch import BASE_ADAPTER
 
@@ -59,12 +63,25 @@ def check_answer(doc: Mapping[str, Any], results: list[str]) -> dict[str, float]
     return {"accuracy": float(score or 0.0)}
 
 
-def solution_task(name: str, path: Path, max_tokens: int) -> dict[str, Any]:
+Rows = Callable[..., Any]  # lm-eval's ``custom_dataset``: the task's rows, whatever keywords it is called with
+
+
+def local_rows(path: Path, display: str, cache: Path | None) -> Rows:
+    """A local JSONL's rows for lm-eval, read into memory once for every side (``load_file``: datasets' Arrow copy
+    made in ``cache``, the owner's datasets cache, and removed, never in the shared cache; a malformed file is a
+    sentence at ``benchmarks.tasks`` that names its first bad line)."""
+    from datasets import DatasetDict
+
+    rows = DatasetDict({"test": load_file(path, display, cache, field="benchmarks.tasks")})
+    return lambda **_: rows
+
+
+def solution_task(name: str, rows: Rows, max_tokens: int) -> dict[str, Any]:
     """An lm-eval generate_until task over a JSONL of prompts with a ``solution`` column, greedy."""
     return {
         "task": name,
-        "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(path)}},
+        "dataset_path": "json",  # lm-eval wants one; ``custom_dataset`` gives the rows
+        "custom_dataset": rows,
         "test_split": "test",
         "output_type": "generate_until",
         "doc_to_text": _prompt_text,
@@ -75,12 +92,12 @@ def solution_task(name: str, path: Path, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def choice_task(name: str, path: Path) -> dict[str, Any]:
+def choice_task(name: str, rows: Rows) -> dict[str, Any]:
     """An lm-eval multiple-choice task over a JSONL of ``question``, ``choices`` and ``label``."""
     return {
         "task": name,
         "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(path)}},
+        "custom_dataset": rows,
         "test_split": "test",
         "output_type": "multiple_choice",
         "doc_to_text": "{{question}}",
@@ -92,13 +109,17 @@ def choice_task(name: str, path: Path) -> dict[str, Any]:
 
 def local_task(name: str, index: int, uploads_dir: Path | None) -> tuple[str, dict[str, Any]]:
     """(lm-eval's name for it, its config) for a built-in task or a user's JSONL (a path or an upload id)."""
-    if name == "studio_choice":
-        return name, choice_task(name, BENCHMARK_ASSETS / "studio_choice.jsonl")
-    if name == "studio_arith":
-        return name, solution_task(name, BENCHMARK_ASSETS / "studio_arith.jsonl", ARITH_TOKENS)
-    path = (uploads_dir / name) if task_kind(name) == "upload" and uploads_dir else Path(name).expanduser()
+    if name in ("studio_choice", "studio_arith"):
+        shipped = BENCHMARK_ASSETS / f"{name}.jsonl"
+        rows = local_rows(shipped, shipped.name, None)
+        return name, choice_task(name, rows) if name == "studio_choice" else solution_task(name, rows, ARITH_TOKENS)
+    upload = task_kind(name) == "upload" and uploads_dir is not None
+    path = (uploads_dir / name) if upload else Path(name).expanduser()
+    cache = cache_root(uploads_dir) if uploads_dir is not None else None
     internal = f"studio_own_rows_{index}"
-    return internal, solution_task(internal, path.resolve(), OWN_ROWS_TOKENS)
+    return internal, solution_task(
+        internal, local_rows(path.resolve(), upload_display_name(name), cache), OWN_ROWS_TOKENS
+    )
 
 
 @contextmanager
@@ -163,6 +184,17 @@ def _import_lm_eval() -> None:
                 os.environ[name] = value
 
 
+class _NoCustomDatasetNote(logging.Filter):
+    """lm-eval tells how to pass keywords to a task's ``custom_dataset`` each time it reads one: no news to a job's
+    log, where every local task is read that way (``local_rows``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Custom kwargs can be passed" not in record.getMessage()
+
+
+_QUIET_CUSTOM_DATASET = _NoCustomDatasetNote()
+
+
 def _evaluate(lm, configs: list[Any], limit: int | None, chat: bool, manager) -> dict[str, Any]:
     from lm_eval import simple_evaluate
 
@@ -206,6 +238,7 @@ def run_benchmarks(
 
     started = time.monotonic()
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    logging.getLogger("lm_eval.api.task").addFilter(_QUIET_CUSTOM_DATASET)  # added once, however often called
     local = {name: local_task(name, i, uploads_dir) for i, name in enumerate(tasks) if name not in PRESETS}
     presets = [name for name in tasks if name in PRESETS]
     # Indexing lm-eval's own task folder takes seconds: only when a preset is asked for.

@@ -78,8 +78,12 @@ def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None)
     return check_and_plan(spec, models_dir, uploads_dir)[0]
 
 
-def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> tuple[list[str], Tuning]:
-    """:func:`check_spec`, and what auto-tune would choose for the job on this machine (with its estimate)."""
+def check_and_plan(
+    spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None, kept_in: Path | None = None
+) -> tuple[list[str], Tuning]:
+    """:func:`check_spec`, and what auto-tune would choose for the job on this machine (with its estimate). With
+    ``kept_in`` (a folder the caller holds, ``backend/data/user_cache.py``) the rows are memory-mapped from there, not
+    held in memory."""
     problems: list[str] = []
     loaded = None
     try:
@@ -96,6 +100,7 @@ def check_and_plan(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = N
             reward_columns(spec),
             keep_all=bool(spec.environment.name),
             uploads_dir=uploads_dir,
+            kept_in=kept_in,
         )
         # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
         split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)

@@ -21,8 +21,11 @@ from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
 from backend.core.paths import DataPaths
+from backend.core.uploads import is_upload_id
+from backend.data.upload_store import size_text
+from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_status
 from tests.helpers.apps import data_dir_with_models, launch_app
 from tests.helpers.faults import timed_all_through
 from tests.integration.test_app import _form
@@ -423,3 +426,98 @@ def test_the_cli_answers_user_errors_with_a_sentence_and_exit_2(data_dir, tmp_pa
 @pytest.mark.parametrize("api_name,inputs,expected", [c[1:] for c in ARENA_CASES], ids=[c[0] for c in ARENA_CASES])
 def test_the_arena_refuses_with_a_sentence(alice, unchanged, api_name, inputs, expected):
     _assert_sentence(_answer(alice, *inputs, api_name=api_name), expected)
+
+
+# --- a user's files read by Evaluate, Check and the upload check: no copy outside their folder (issue 48) ------------
+EVAL_MODEL = "builtin:tiny-qwen3"
+ENDED = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}
+
+
+def _prompt_rows(path: Path, rows: int = 4000, bad_line: int | None = None) -> Path:
+    """A JSONL of prompts with a solution column (about 1 MB: datasets' Arrow copy of it is plain to see), with line
+    ``bad_line`` cut short when given."""
+    lines = [json.dumps({"prompt": f"What is {i} + 1? " + "x" * 200, "solution": str(i + 1)}) for i in range(rows)]
+    if bad_line is not None:
+        lines[bad_line - 1] = lines[bad_line - 1][:20]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _tree_bytes(folder: Path) -> int:
+    """The bytes of every file under ``folder`` (their apparent sizes, as the quota counts them)."""
+    return sum(p.lstat().st_size for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+
+
+def _evaluated(space, client, task: str):
+    """Evaluate ``task`` on the demo model through the Jobs tab's API; the job once it has ended."""
+    said = client.predict("", EVAL_MODEL, [task], 2, api_name="/evaluate")
+    assert said.startswith("Queued evaluation job "), said
+    return wait_status(JobStore(DataPaths(space.data_dir).db), said.split()[3].rstrip(":"), ENDED, 300)
+
+
+def test_an_upload_evaluated_checked_and_deleted_leaves_no_copy_anywhere(space, alice, tmp_path):
+    """Three rounds of upload, Evaluate, Check, delete: the shared datasets cache gains nothing (it held three Arrow
+    copies, one per Evaluate, each as large as the file: 112 MB for 40 MB uploads), and alice's folder goes back to
+    what it was."""
+    shared, uploads = space.watched[2], DataPaths(space.data_dir).uploads("alice")
+    rows = _prompt_rows(tmp_path / "sums.jsonl")
+    shared_before, uploads_before = _files([shared]), _tree_bytes(uploads)
+    for _ in range(3):
+        upload_id, *_ = alice.predict(handle_file(str(rows)), "sft", "completion=solution", api_name="/upload_dataset")
+        assert is_upload_id(upload_id), upload_id
+        job = _evaluated(space, alice, upload_id)
+        assert job.status is JobStatus.succeeded, job.error
+        assert job.artifacts.benchmarks.tasks[upload_id].n == 2
+        form = _form(dataset_source="upload", upload_id=upload_id, column_map="completion=solution")
+        checked, *boxes = alice.predict(*form, api_name="/check_job")
+        assert "did not pass" not in checked and not any(boxes), (checked, boxes)
+        listed = alice.predict(api_name="/list_uploads")[0]
+        assert listed == f"1 upload, {size_text(rows.stat().st_size)} of your 2,048 MB quota", listed
+        assert _files([shared]) == shared_before, "a copy of alice's file went to the shared datasets cache"
+        assert alice.predict(upload_id, upload_id, api_name="/delete_upload")[0] == "No uploads kept"
+        assert _tree_bytes(uploads) == uploads_before
+
+
+def test_a_copy_a_killed_read_left_counts_in_the_quota_until_an_upload_is_deleted(space, alice, tmp_path):
+    """What datasets wrote for a read whose process was killed stays in alice's own folder: counted in her quota
+    (here all of it that her upload leaves, as a sparse file), and removed when she deletes an upload."""
+    rows = _prompt_rows(tmp_path / "sums.jsonl", rows=50)
+    upload_id, *_ = alice.predict(handle_file(str(rows)), "sft", "completion=solution", api_name="/upload_dataset")
+    leftover = DataPaths(space.data_dir).uploads("alice") / ".datasets-cache" / "read-killed"
+    arrow = leftover / "json" / "default" / "data-train.arrow"
+    arrow.parent.mkdir(parents=True)
+    with open(arrow, "wb") as fh:  # with the upload, all of the quota
+        fh.truncate(2048 * 2**20 - rows.stat().st_size)
+    (leftover / ".reading").touch()  # its mark, which no live process holds locked: the read was killed
+    listed = alice.predict(api_name="/list_uploads")[0]
+    assert listed == "1 upload, 2,048 MB of your 2,048 MB quota (2,048 MB of it a copy being read now)", listed
+    refused = _answer(alice, handle_file(str(rows)), "sft", "completion=solution", api_name="/upload_dataset")
+    _assert_sentence(refused, "does not fit in your upload quota")
+    assert alice.predict(upload_id, upload_id, api_name="/delete_upload")[0] == "No uploads kept"
+    assert not leftover.exists()
+
+
+def test_evaluating_a_malformed_jsonl_names_its_first_bad_line(space, alice, tmp_path):
+    """An upload kept before uploads were checked (planted here: a checked upload cannot be malformed) whose third
+    line is cut short: the job says so, at the setting that named it, rather than datasets' generic error."""
+    uploads = DataPaths(space.data_dir).uploads("alice")
+    uploads.mkdir(parents=True, exist_ok=True)
+    upload_id = "0123456789ab-cut.jsonl"
+    _prompt_rows(uploads / upload_id, rows=10, bad_line=3)
+    shared_before = _files([space.watched[2]])
+    try:
+        job = _evaluated(space, alice, upload_id)
+    finally:
+        alice.predict(api_name="/list_uploads")
+        alice.predict(upload_id, upload_id, api_name="/delete_upload")
+    assert job.status is JobStatus.failed
+    assert job.error.startswith("benchmarks.tasks: cut.jsonl could not be read as JSONL: line 3 is not valid JSON: "), (
+        job.error[:600]
+    )
+    assert _files([space.watched[2]]) == shared_before
+
+
+def test_evaluate_refuses_an_unknown_task_in_a_whole_sentence(alice, unchanged):
+    said = _answer(alice, "", EVAL_MODEL, ["no_such_task"], 2, api_name="/evaluate")
+    _assert_sentence(said, "benchmarks.tasks: 'no_such_task' is not a task; pick one of ")
+    assert said.endswith(", or a .jsonl of prompts with a solution column"), said

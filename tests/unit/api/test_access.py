@@ -147,10 +147,17 @@ def test_an_upload_id_is_readable_by_its_uploader_only(api, paths, tmp_path):
         )
 
 
-def test_the_worker_trains_on_the_owners_upload(api, paths, tmp_path):
+def test_the_worker_trains_on_the_owners_upload_and_leaves_no_copy_of_it(api, paths, tmp_path, monkeypatch):
+    """The job's copies of her rows (datasets' Arrow files, the trainer's tokenized rows) lie in alice's own folder
+    while it runs and go with it: before issue 48 they stayed in the shared datasets cache (208 MB for a 9.6 MB
+    file)."""
+    import datasets.config
+
     from backend.jobs.records import JobStatus
     from backend.worker import run_job
 
+    shared = tmp_path / "hf-datasets-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(shared))
     upload_id = uploaded(api, ALICE, tmp_path)
     job = api.jobs.submit(
         tiny_spec(dataset={"source": "upload", "name": upload_id}, training={"max_steps": 1}), user=ALICE
@@ -160,6 +167,8 @@ def test_the_worker_trains_on_the_owners_upload(api, paths, tmp_path):
     done = api.jobs.get_job(job.id)
     assert done.status is JobStatus.succeeded, done.error
     assert (paths.job_adapter(job.id) / "adapter_config.json").is_file()
+    assert files_under(shared) == set(), "a copy of alice's rows went to the shared datasets cache"
+    assert files_under(paths.uploads("alice")) == {paths.uploads("alice") / upload_id}
 
 
 def test_a_refused_upload_leaves_nothing_anywhere(api, paths, tmp_path, monkeypatch):
