@@ -117,7 +117,7 @@ def reward_model_warnings(
 
     rollout = spec.rollout
     rows, _ = load_training_dataset(
-        spec.dataset, spec.method, reward_columns(spec), uploads_dir=uploads_dir, cache_dir=cache_dir
+        spec.dataset, spec.method, reward_columns(spec), uploads_dir=uploads_dir, cache=cache_dir
     )
     prompts = [rows[i]["prompt"] for i in range(min(FLAT_CHECK_PROMPTS, len(rows)))]
     group = [prompt for prompt in prompts for _ in range(rollout.num_generations)]
