@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -75,11 +76,23 @@ def load_file(
     loader = FILE_LOADERS.get(path.suffix.lower())
     if loader is None:
         raise SpecError([f"{field}: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"])
+
+    def load(into: Path, in_memory: bool) -> Dataset:
+        return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(into), keep_in_memory=in_memory)
+
     try:
-        if kept_in is not None:
-            return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(kept_in))
-        with read_folder(cache) as folder:
-            return load_dataset(loader, data_files=str(path), split="train", cache_dir=str(folder), keep_in_memory=True)
+        try:
+            if kept_in is not None:
+                return load(kept_in, False)
+            with read_folder(cache) as folder:
+                return load(folder, True)
+        except OSError as exc:
+            if not _no_room(exc):
+                raise
+            # The data folder takes no copy now (full, read-only): the rows are still read, through the system's
+            # temporary folder, into memory; nothing stays there either.
+            with read_folder(None) as folder:
+                return load(folder, True)
     except Exception as exc:  # datasets raises many types for a malformed file; the cause is what matters
         if "corresponds to no data" in str(exc):  # how datasets reports a file with a header and no rows
             raise SpecError(
@@ -93,6 +106,16 @@ def load_file(
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         cause = cause.replace(path.name, display_name)
         raise SpecError([f"{field}: {display_name} could not be read as {kind} ({cause})"]) from None
+
+
+def _no_room(exc: OSError) -> bool:
+    """Whether writing a copy failed for want of room: a full disk, a quota, a read-only mount (or datasets' own
+    free-space check, which says so before it writes).
+
+    >>> _no_room(OSError(28, "No space left on device")), _no_room(OSError("Not enough disk space. Needed: 1 MB"))
+    (True, True)
+    """
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) or "Not enough disk space" in str(exc)
 
 
 _SNIFF_BYTES = 1 << 16

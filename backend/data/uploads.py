@@ -24,13 +24,13 @@ from backend.core.wording import counted
 from backend.data import upload_limits
 from backend.data.loading import FILE_LOADERS, ColumnsMismatch, load_training_dataset
 from backend.data.user_cache import LEFTOVER_AGE_S, STAGING, cache_root, read_folder
-from backend.platform.child_env import child_environment
-from backend.platform.interpreters import PROJECT_ROOT
+from backend.platform.child_env import child_environment, run_json_child
 from backend.platform.resource_errors import looks_like_oom
 
 MAX_UPLOAD_BYTES = 512 * 2**20
 CHECK_MEMORY_BYTES = 2 * 2**30  # address space a check may add to what its interpreter starts with
 CHECK_SECONDS = 120  # CPU seconds, and seconds of wall time, a check may take
+ANSWERS = ("ok", "columns", "refused", "failed")  # what the check child answers (``_child``)
 # What one check may hold in all: its interpreter with datasets imported (about 300 MB) plus CHECK_MEMORY_BYTES.
 CHECK_FOOTPRINT_BYTES = CHECK_MEMORY_BYTES + 384 * 2**20
 
@@ -84,23 +84,17 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
     try:
         # The child's Arrow copy goes in a folder of the owner's that this process removes, however the child ends.
         with read_folder(cache_root(uploads_dir)) as cache:
-            done = subprocess.run(
-                [sys.executable, "-m", "backend.data.uploads"],
-                input=json.dumps({**request, "cache": str(cache)}),
-                text=True,
-                capture_output=True,
-                timeout=CHECK_SECONDS,
-                cwd=PROJECT_ROOT,
-                env=child_environment(),  # an allow-list: the owner's HF_TOKEN and OAuth secret stay in the app
-                start_new_session=True,
-            )  # its own session: no terminal signal of the app's reaches it
+            # an allow-listed environment: the owner's HF_TOKEN and OAuth secret stay in the app
+            done = run_json_child(
+                "backend.data.uploads", {**request, "cache": str(cache)}, ANSWERS, CHECK_SECONDS, child_environment()
+            )
     except subprocess.TimeoutExpired:  # run() killed it
         raise SpecError([f"{unsafe}: reading it took more than {CHECK_SECONDS} s"]) from None
     except OSError as exc:  # no process could start (out of processes or memory): the app's trouble, said so
         raise SpecError(
             [f"dataset: {display} could not be checked just now ({exc.strerror or exc}); try again"]
         ) from None
-    kind, value = _answer(done.stdout) if done.returncode == 0 else ("died", None)
+    kind, value = done.kind, done.value
     if kind == "ok":
         return value
     if kind == "columns":
@@ -118,24 +112,12 @@ def _checked(upload_id: str, display: str, method: Method, uploads_dir: Path, co
         or done.returncode == -signal.SIGKILL
     ):
         raise SpecError([f"{unsafe}: it needs more than {CHECK_MEMORY_BYTES // 2**20} MB of memory to read"])
-    how = f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0 else f"exit code {done.returncode}"
-    raise SpecError([f"{unsafe}: the reader crashed on it ({how}); check that it is well-formed and not nested deeply"])
-
-
-def _answer(stdout: str) -> tuple[str, object]:
-    """The child's answer: its last line that reads as one (a library may print around it), else ("died", None).
-
-    >>> _answer('noise\\n["ok", "a.jsonl: 2 rows"]\\nmore noise'), _answer("")
-    (('ok', 'a.jsonl: 2 rows'), ('died', None))
-    """
-    for line in reversed(stdout.splitlines()):
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(answer, list) and len(answer) == 2 and answer[0] in ("ok", "columns", "refused", "failed"):
-            return answer[0], answer[1]
-    return "died", None
+    raise SpecError(
+        [
+            f"{unsafe}: the reader crashed on it ({done.how_it_stopped()}); check that it is well-formed and not "
+            "nested deeply"
+        ]
+    )
 
 
 def _child() -> None:

@@ -14,6 +14,7 @@ start-up) removes exactly what killed processes left.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -44,20 +45,16 @@ def cache_root(uploads_dir: Path) -> Path:
 def read_folder(root: Path | None) -> Iterator[Path]:
     """A fresh folder for one read's Arrow files inside ``root`` (a user's ``cache_root``, or a folder made by this
     function in another process; the system's temporary folder when None), removed afterwards with ``root`` itself
-    once nothing else reads there. While it lasts, this process holds a lock on it that the kernel lets go of when
-    the process dies, so ``sweep_reads`` can tell a killed read's leftover from a read in progress."""
-    if root is None:
-        with tempfile.TemporaryDirectory(prefix=READ_PREFIX) as folder:
-            yield Path(folder)
+    once nothing else reads there (and the user's folder above it when this read made it). While it lasts, this
+    process holds a lock on it that the kernel lets go of when the process dies, so ``sweep_reads`` can tell a killed
+    read's leftover from a read in progress. A data folder that takes no new folder now (full, read-only) does not
+    stop a read: it goes to the system's temporary folder, removed the same way."""
+    made_owner = root is not None and not root.parent.exists()
+    folder = _new_read_folder(root) if root is not None else None
+    if folder is None or root is None:
+        with tempfile.TemporaryDirectory(prefix=READ_PREFIX) as temporary:
+            yield Path(temporary)
         return
-    for attempt in range(3):  # another read of this user's may remove the empty root just after mkdir
-        root.mkdir(parents=True, exist_ok=True)
-        try:
-            folder = Path(tempfile.mkdtemp(prefix=READ_PREFIX, dir=root))
-            break
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
     try:
         with _held_mark(folder):
             yield folder
@@ -65,6 +62,24 @@ def read_folder(root: Path | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
         with contextlib.suppress(OSError):
             root.rmdir()
+            if made_owner:  # an empty user folder this read made (a builtin dataset's, say) goes with it
+                root.parent.rmdir()
+
+
+def _new_read_folder(root: Path) -> Path | None:
+    """A new read folder in ``root``, or None when the disk takes none (full, read-only, over a quota)."""
+    for attempt in range(3):  # another read of this user's may remove the empty root just after mkdir
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            return Path(tempfile.mkdtemp(prefix=READ_PREFIX, dir=root))
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES):
+                return None
+            raise
+    return None
 
 
 @contextlib.contextmanager

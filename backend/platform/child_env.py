@@ -1,11 +1,19 @@
 """The environment a child process of the app starts with: an allow-list of what it needs, so the Space owner's
 secrets (``HF_TOKEN``, ``OAUTH_CLIENT_SECRET``, whatever else the platform injects) never reach a process that reads
-a user's file or serves a user's environment."""
+a user's file or serves a user's environment; and the one way such a child is run for one JSON answer
+(``run_json_child``: the upload check, the reward model checks)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from backend.platform.interpreters import PROJECT_ROOT
 
@@ -71,3 +79,58 @@ def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.update(extra or {})
     return env
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What a ``python -m`` child asked for one JSON answer did: its answer's kind and value, or ``died`` (no answer:
+    a crash, a kill by a limit, a non-zero exit), with its exit code and what it wrote on stderr."""
+
+    kind: str
+    value: Any
+    returncode: int
+    stderr: str
+
+    def how_it_stopped(self) -> str:
+        """``signal SIGSEGV`` or ``exit code 3``: for a sentence about a child that died."""
+        if self.returncode < 0:
+            return f"signal {signal.Signals(-self.returncode).name}"
+        return f"exit code {self.returncode}"
+
+
+def answer_of(stdout: str, kinds: Iterable[str]) -> tuple[str, Any]:
+    """A child's answer: its last line that reads as ``[kind, value]`` with a kind of ``kinds`` (a library may print
+    around it), else ("died", None).
+
+    >>> answer_of('noise\\n["ok", "a.jsonl: 2 rows"]\\nmore noise', ("ok",)), answer_of("", ("ok",))
+    (('ok', 'a.jsonl: 2 rows'), ('died', None))
+    """
+    kinds = tuple(kinds)
+    for line in reversed(stdout.splitlines()):
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(answer, list) and len(answer) == 2 and answer[0] in kinds:
+            return answer[0], answer[1]
+    return "died", None
+
+
+def run_json_child(
+    module: str, request: dict[str, Any], kinds: Iterable[str], timeout_s: float, env: dict[str, str]
+) -> ChildRun:
+    """``python -m module`` with ``request`` as JSON on stdin, in its own session (no terminal signal of the app's
+    reaches it), from the project root, with ``env`` (``child_environment``'s); its answer read off stdout. The
+    child sets its own limits. Raises subprocess.TimeoutExpired (it was killed) or OSError (none could start)."""
+    done = subprocess.run(
+        [sys.executable, "-m", module],
+        input=json.dumps(request),
+        text=True,
+        capture_output=True,
+        timeout=timeout_s,
+        cwd=PROJECT_ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    kind, value = answer_of(done.stdout, kinds) if done.returncode == 0 else ("died", None)
+    return ChildRun(kind, value, done.returncode, done.stderr)

@@ -23,11 +23,10 @@ from typing import Any
 from backend.core.hub_names import BUILTIN_MODELS, hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, online_methods, quote_input
 from backend.jobs.records import is_job_id
-from backend.platform.child_env import child_environment
+from backend.platform.child_env import child_environment, run_json_child
 from backend.platform.hardware import memory_room
 from backend.platform.hub_models import HubUnanswered, ModelNotOnHub, weights_bytes
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
-from backend.platform.interpreters import PROJECT_ROOT
 from backend.platform.limits import InFlight, int_setting
 from backend.platform.resource_errors import looks_like_oom
 from backend.training.memory import format_bytes
@@ -202,21 +201,12 @@ def in_child(request: dict[str, Any], token: str | bool | None = None) -> tuple[
     memory, seconds = check_memory_bytes(), check_seconds()
     request = {**request, "memory": memory, "cpu": seconds * CHECK_THREADS + 5, "threads": CHECK_THREADS}
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "backend.training.reward_checks"],
-            input=json.dumps(request),
-            text=True,
-            capture_output=True,
-            timeout=seconds,
-            cwd=PROJECT_ROOT,
-            env=_child_env(token),
-            start_new_session=True,  # no terminal signal of the app's reaches it
-        )
+        done = run_json_child("backend.training.reward_checks", request, ANSWERS, seconds, _child_env(token))
     except subprocess.TimeoutExpired:  # run() killed it
         return "gave_up", f"it took more than {seconds} s"
     except OSError as exc:  # no process could start: the app's trouble, said so
         return "gave_up", f"it could not be started just now ({exc.strerror or exc})"
-    kind, value = _answer(done.stdout) if done.returncode == 0 else ("died", None)
+    kind, value = done.kind, done.value
     if kind in ("ok", "refused"):
         return kind, value
     if kind == "skipped":
@@ -228,8 +218,7 @@ def in_child(request: dict[str, Any], token: str | bool | None = None) -> tuple[
         return "gave_up", out_of_memory
     if done.returncode == -signal.SIGXCPU:
         return "gave_up", f"it took more than {request['cpu']} s of CPU"
-    how = f"signal {signal.Signals(-done.returncode).name}" if done.returncode < 0 else f"exit code {done.returncode}"
-    return "gave_up", f"it stopped ({how})"
+    return "gave_up", f"it stopped ({done.how_it_stopped()})"
 
 
 def _out_of_memory(text: str) -> bool:
@@ -239,22 +228,6 @@ def _out_of_memory(text: str) -> bool:
     (True, False)
     """
     return looks_like_oom(text) or "MemoryError" in text or "failed to map segment" in text
-
-
-def _answer(stdout: str) -> tuple[str, Any]:
-    """The child's answer: its last line that reads as one (a library may print around it), else ("died", None).
-
-    >>> _answer('noise\\n["ok", []]\\n'), _answer("")
-    (('ok', []), ('died', None))
-    """
-    for line in reversed(stdout.splitlines()):
-        try:
-            answer = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(answer, list) and len(answer) == 2 and answer[0] in ANSWERS:
-            return answer[0], answer[1]
-    return "died", None
 
 
 def flat_group_warnings(
