@@ -54,6 +54,9 @@ RUNTIME_ONLY_VARIABLES = frozenset(
         "HF_HUB_DISABLE_TELEMETRY",
         "DISABLE_TELEMETRY",
         "DO_NOT_TRACK",
+        # datasets sets it around each download (mock.patch.dict of os.environ, which concurrent loads in threads can
+        # leave behind); it only stacks progress bars, read at call time
+        "HF_DATASETS_STACK_MULTIPROCESSING_DOWNLOAD_PROGRESS_BARS",
     }
 )
 # Set in the pool before it imports torch (see ``backend.worker_pool.preimport``).
