@@ -234,7 +234,10 @@ def report_of(sweep: Sweep, jobs: dict[str, JobRecord]) -> SweepReport:
         results = [ChildResult(r.child, r.job, r.value, r.higher_is_better, r is best) for r in results]
         best = next(r for r in results if r.best)
     statuses = [r.job.status for r in results if r.job is not None]
-    if _more_to_come(sweep) or any(s in (JobStatus.queued, JobStatus.running) for s in statuses):
+    # A TPE sweep goes on until the tick has told its last child's result and set it inactive: until then its best
+    # may still change and its study is not whole.
+    untold = sweep.search == "tpe" and sweep.active and not sweep.cancelled
+    if untold or any(s in (JobStatus.queued, JobStatus.running) for s in statuses):
         started = any(s is not JobStatus.queued for s in statuses)
         status = "running" if started else "queued"
     elif sweep.cancelled:

@@ -234,6 +234,20 @@ def test_a_tpe_sweep_queues_one_child_at_a_time_inside_its_bounds_until_its_tria
     assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE"]
 
 
+def test_a_tpe_sweep_is_not_done_until_its_last_result_is_told(api, store, paths):
+    # CI caught it: the sweep read succeeded as soon as its last child ended, a tick before that child's result was
+    # told to the study (and the sweep set inactive), so a reader in between saw a finished sweep, untold.
+    report = api.sweeps.submit(SPEC, [f"{LR}=1e-5..1e-2"], "tpe", 1).report
+    sweeps = SweepStore(store)
+    (only,) = sweeps.advance(paths.root / "sweeps")
+    _finish(store, only, JobStatus.succeeded, _learning(0.6))
+    between = api.sweeps.get(report.sweep.id)
+    assert between.status == "running" and not between.finished and not between.children[0].child.told
+    assert sweeps.advance(paths.root / "sweeps") == []
+    done = api.sweeps.get(report.sweep.id)
+    assert done.status == "succeeded" and done.finished and done.children[0].child.told and done.best is not None
+
+
 def test_a_cancelled_tpe_sweep_queues_nothing_more(api, store, paths):
     report = api.sweeps.submit(SPEC, [f"{LR}=1e-5..1e-2"], "tpe", 4).report
     sweeps = SweepStore(store)
