@@ -17,16 +17,8 @@ from backend.jobs.store import JobStore
 from backend.jobs.sweep_door import rights_of, user_of
 from backend.jobs.sweeps import SweepStore
 from tests.helpers import wait_for
+from tests.unit.jobs.test_sweeps import LR, SPEC
 
-SPEC = {
-    "method": "sft",
-    "model": {"name_or_path": "builtin:tiny-qwen3-arith"},
-    "dataset": {"source": "builtin", "name": "arith-sft"},
-    "training": {"max_steps": 4, "batch_size": 4, "max_length": 128, "learning_rate": 1e-3, "save_steps": 4},
-    "eval": {"holdout_rows": 16},
-    "output": {"run_name": "lr"},
-}
-LR = "training.learning_rate"
 ALICE, BOB = User("alice"), User("bob")
 
 
