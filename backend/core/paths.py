@@ -16,6 +16,10 @@ SPACE_DATA_DIR = Path("/data/studio")  # on a Space with a /data volume (backend
 # What ships with the code: built-in datasets, the arithmetic model, word lists.
 ASSETS_DIR = Path(__file__).resolve().parents[1] / "assets"
 BUILTIN_DATASETS_DIR = ASSETS_DIR / "datasets"
+# Inside a user's uploads folder, both transient (a dot: never an upload id; never mirrored to durable storage):
+DATASETS_CACHE = ".datasets-cache"  # datasets' copies of the user's rows while a read or a job uses them
+STAGING = ".staging"  # uploads being checked (backend/data/uploads.py)
+TRANSIENT_FOLDERS = frozenset({DATASETS_CACHE, STAGING})
 
 
 def on_space() -> bool:

@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-DATASETS_CACHE = ".datasets-cache"  # inside a user's uploads folder; a dot, so it is never an upload id
-STAGING = ".staging"  # inside a user's uploads folder: uploads being checked (backend/data/uploads.py)
+from backend.core.paths import DATASETS_CACHE, STAGING
+
 READ_PREFIX = "read-"
 LIVE_MARK = ".reading"  # in a read's folder, locked by its process while it reads
 # A read's folder without its mark and older than this was left by a process killed at its start.

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.core.paths import storage_problem
+from backend.core.paths import TRANSIENT_FOLDERS, storage_problem
 from backend.platform.snapshot_rescue import is_set_aside, rescue_snapshot
 from backend.platform.storage import DB_NAME, StorageError, StoragePlan
 
@@ -149,7 +149,7 @@ def _scan(root: Path) -> tuple[dict[str, tuple[int, int]], dict[str, Path]]:
                 entry.name in SKIPPED_TOP or entry.name in STORE_FILES or is_set_aside(entry.name, DB_NAME)
             ):
                 continue
-            if entry.name.startswith(".snapshot-"):
+            if entry.name.startswith(".snapshot-") or entry.name in TRANSIENT_FOLDERS:  # copies gone at the next read
                 continue
             try:
                 if entry.is_dir():
