@@ -345,3 +345,16 @@ def test_a_space_without_storage_says_so_and_pushes_adapters_by_default(tmp_path
             assert repo.private and "adapter_model.safetensors" in repo.files
         finally:
             api.close()
+
+
+def test_the_mirror_leaves_a_users_transient_copies_out(tmp_path):
+    # Issue 48: a job's copies of its rows (uploads/<user>/.datasets-cache) and uploads being checked (.staging) go
+    # when the read ends; the mirror must not carry them to durable storage each cycle.
+    from backend.platform.mirror import _scan
+
+    user = tmp_path / "uploads" / "alice"
+    for rel in ("rows.jsonl", ".datasets-cache/read-1/data.arrow", ".staging/abc-rows.jsonl"):
+        (user / rel).parent.mkdir(parents=True, exist_ok=True)
+        (user / rel).write_text("x")
+    files, _ = _scan(tmp_path)
+    assert sorted(files) == ["uploads/alice/rows.jsonl"]
