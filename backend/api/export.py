@@ -75,9 +75,7 @@ class ExportOperations:
             except ExportError as exc:  # a stranger's sentence names the job, never a folder of this machine
                 if may_name_server_paths(user):
                     raise
-                raise ExportError(
-                    server_paths_hidden(str(exc).replace(str(target), "its own folder"), self.core.paths.root)
-                ) from None
+                raise ExportError(self._said(str(exc), target)) from None
             if push or push_repo:
                 token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
                 try:
@@ -99,16 +97,16 @@ class ExportOperations:
         finally:
             release()
 
+    def _said(self, text: str, folder: Path) -> str:
+        """``text`` as a stranger reads it: the export's ``folder`` named "its own folder", no server folder."""
+        return server_paths_hidden(text.replace(str(folder), "its own folder"), self.core.paths.root)
+
     def _as_shown(self, result: ExportResult) -> ExportResult:
-        """An export's answer as a stranger reads it: the job's own folder named as that, no folder of this
-        machine in its sentence or push error."""
+        """An export's answer as a stranger reads it, in its sentence and push error (``_said``)."""
         from dataclasses import replace
 
-        def shown(text: str) -> str:
-            return server_paths_hidden(text.replace(str(result.path), "its own folder"), self.core.paths.root)
-
-        error = shown(result.push_error) if result.push_error else None
-        return replace(result, sentence=shown(result.sentence), push_error=error)
+        error = self._said(result.push_error, result.path) if result.push_error else None
+        return replace(result, sentence=self._said(result.sentence, result.path), push_error=error)
 
     def merged_archive(self, job_id: str, user: User | None = None) -> Path:
         """Zip the job's merged export into a fresh, unguessable ``downloads/<random>/`` path (whole or not at all);
