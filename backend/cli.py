@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.api import StorageError, StudioAPI, methods
+from backend.cli_export import add_export_command
 from backend.cli_sweep import add_sweep_commands
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
@@ -357,33 +358,6 @@ def cmd_warm_up(api: StudioAPI, args) -> int:
     return EXIT_OK if all(job.status is JobStatus.succeeded for job in done) else EXIT_JOB_FAILED
 
 
-def cmd_export(api: StudioAPI, args) -> int:
-    """``export``: merge a succeeded job's adapter into its base as a whole model in a folder, optionally pushed;
-    exit 1 when the push failed (the folder is kept)."""
-    if not args.merged:
-        print("error: say what to export: --merged (the adapter merged into its base)", file=sys.stderr)
-        return EXIT_USAGE
-    from backend.workflows.export import ExportError
-
-    try:
-        result = api.export.export_merged(
-            args.job_id,
-            out=args.out,
-            push=args.push is not None,
-            push_repo=args.push or None,
-            private=not args.public,
-        )
-    except ExportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_JOB_FAILED
-    if args.json:
-        record = result.record().model_dump(mode="json")
-        print(json.dumps({**record, "sentence": result.sentence, "push_error": result.push_error}, indent=2))
-    else:
-        print(result.sentence)
-    return EXIT_JOB_FAILED if result.push_error else EXIT_OK
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m backend`` argument parser: one subcommand per job operation."""
     parser = argparse.ArgumentParser(
@@ -443,21 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="where the data lives and how its durable copy is doing")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("export", help="export a succeeded job's model: --merged folds its adapter into the base")
-    p.add_argument("job_id")
-    p.add_argument("--merged", action="store_true", help="the adapter merged into its base, as a whole model")
-    p.add_argument("--out", default=None, help="the folder to write (default: the job's folder, jobs/<id>/merged)")
-    p.add_argument(
-        "--push",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="REPO_ID",
-        help="also push it as a model repository (default repo: <you>/<run name>-merged; token: HF_TOKEN)",
-    )
-    p.add_argument("--public", action="store_true", help="make the pushed repository public (default: private)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_export)
+    add_export_command(sub)
     p = sub.add_parser("cancel", help="cancel a queued job or stop a running one")
     p.add_argument("job_id")
     p.set_defaults(func=cmd_cancel)

@@ -235,6 +235,8 @@ def run_job(job_id: str, paths: DataPaths, stop_event: threading.Event) -> int:
     try:
         if job.spec.evaluate is not None:
             return run_eval_only_job(job.spec, paths, job_id, store, stop_event)
+        if job.spec.export is not None:
+            return run_export(job, paths, store, stop_event)
         callback = StoreReportingCallback(store, job_id, stop_event)
         if not train_job(job, paths, store, callback, stop_event, stack):
             return EXIT_OK  # cancelled (recorded as such), or a rank other than 0, which records nothing
@@ -264,6 +266,11 @@ def announce_job(job: JobRecord, paths: DataPaths, store: JobReporter) -> None:
     store.merge_artifacts(
         job_id, job_dir=str(paths.job_dir(job_id)), log_file=str(paths.job_log(job_id)), output_dir=str(output_dir)
     )
+    if spec.export is not None:
+        log.info(
+            "job %s: EXPORT of job %s as %s (attempt %d)", job_id, spec.export.job_id, spec.export.format, job.attempts
+        )
+        return
     log.info(
         "job %s: %s of %s on %s (attempt %d)",
         job_id,
@@ -289,6 +296,27 @@ def run_eval_only_job(
         return EXIT_OK
     store.finish(job_id, JobStatus.succeeded)
     log.info("job %s succeeded", job_id)
+    return EXIT_OK
+
+
+def run_export(job: JobRecord, paths: DataPaths, store: JobReporter, stop_event: threading.Event) -> int:
+    """An export job (backend/workflows/export_job.py): records its end (succeeded with its outcome, or cancelled
+    with a note) and returns EXIT_OK. Raises on a failure, which the caller records."""
+    from backend.workflows.export import ExportError
+    from backend.workflows.export_job import ExportCancelled, run_export_job
+
+    try:
+        outcome = run_export_job(job, paths, store, stop_event)
+    except ExportError as exc:  # its own sentence, nothing left behind: no traceback or log tail to add
+        store.finish(job.id, JobStatus.failed, str(exc))
+        log.error("%s", exc)
+        return EXIT_FAILED
+    except ExportCancelled as stopped:
+        store.finish(job.id, JobStatus.cancelled, None, {"cancel_note": str(stopped)})
+        log.info("cancelled: %s", stopped)
+        return EXIT_OK
+    store.finish(job.id, JobStatus.succeeded, None, {"export": outcome})
+    log.info("%s", outcome.sentence)
     return EXIT_OK
 
 

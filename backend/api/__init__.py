@@ -23,13 +23,13 @@ _EAGER = {
     "backend.core.benchmarks": "benchmark_compare_rows=compare_rows",
     "backend.core.learning": "verdict_metric_line status_text",
     "backend.core.run_warnings": "judge_warnings",
-    "backend.core.spec": "JobSpec Method RewardSpec SpecError load_spec_text",
+    "backend.core.spec": "JobSpec Method RewardSpec SpecError load_spec_text GGUF_TYPES EXPORT_FORMATS",
     "backend.core.users": "User hub_user local_user",
     "backend.core.wording": "progress_text EVALUATING counted",
     "backend.data.upload_store": "StoredUpload UploadShelf",
     "backend.jobs.scheduler": "SchedulerHealth",
     "backend.jobs.records": "JobRecord JobStatus",
-    "backend.jobs.store_errors": "JobNotFound InvalidTransition StoreError",
+    "backend.jobs.store_errors": "JobNotFound InvalidTransition StoreError ExportBusy",
     "backend.jobs.sweeps": "SweepReport",
     "backend.models.demo": "DEMO_MODEL_ID DEMO_MODEL_NOTE is_demo_model ARITH_MODEL_ID demo_model_note demo_recipe",
     "backend.platform.hardware": "detect_device",
@@ -50,7 +50,6 @@ _LAZY = {
     "backend.models.mixed_batch": "GenerationSettings",
     "backend.training.flops": "live_figures performance_line",
     "backend.workflows.chat_tools": "ToolResult ToolRun",
-    "backend.workflows.export": "ExportError",
 }
 
 

@@ -69,6 +69,7 @@ class StudioCore:
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
             if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
                 shutil.rmtree(partial.parent, ignore_errors=True)
+        self.paths.sweep_downloads()  # a day old: its browser has long fetched it (an export keeps its own copy)
         for partial in (self.paths.root / "jobs").glob(f"*/{PARTIAL_MERGED}*"):
             if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:
                 shutil.rmtree(partial, ignore_errors=True)
@@ -86,6 +87,8 @@ class StudioCore:
         """:meth:`prepare`, with the parent job read on the way (backend/jobs/lineage.py)."""
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
+        if spec.export is not None:  # its own door: api.export.submit checks what an export may name
+            raise SpecError(["export: queue an export with the Export panel or `python -m backend export JOB_ID`"])
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
         spec = authorize_spec(spec, user, self.paths)

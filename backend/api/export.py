@@ -1,126 +1,182 @@
-"""The facade's exports: a finished job's merged model, into a folder and optionally to the Hub, and its snippets."""
+"""The facade's exports: a finished job's model queued as an export job (merged, GGUF, or its adapter zip), the
+export's state for the Export panel, and the "Use this model" snippets."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backend.api.common import Submitted
 from backend.api.core import StudioCore
 from backend.api.jobs import JobOperations
+from backend.core.artifacts import ExportOutcome
+from backend.core.hub_names import HUB_REPO_ID_RULE, is_namespaced_repo_id
+from backend.core.spec import JobSpec, SpecError, quote_input
 from backend.core.users import User
 from backend.jobs.access import may_name_server_paths, server_paths_hidden
+from backend.jobs.lineage import saved_adapter
+from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store_errors import JobNotFound
-from backend.platform.limits import InFlight, int_setting
 
 if TYPE_CHECKING:
     from backend.hub.snippets import UseSnippet
-    from backend.workflows.export import ExportResult
 
 MERGED_FOLDER = "merged"  # the UI's export goes into the job's own folder: jobs/<id>/merged
-DEFAULT_MAX_EXPORTS = 1  # a merge holds a whole model in memory: one at a time on a Space
 
 
-def export_slots() -> InFlight:
-    """The in-flight limit of merged exports (one per user, ``STUDIO_MAX_EXPORTS`` at once), one per facade."""
-    return InFlight("merged export", 1, int_setting("STUDIO_MAX_EXPORTS", DEFAULT_MAX_EXPORTS), "STUDIO_MAX_EXPORTS")
+@dataclass(frozen=True)
+class ExportView:
+    """A job's last export as the Export panel shows it: the export job, its state, its phase, its sentence (or
+    error) and its download (None until it succeeded with one)."""
+
+    export_id: str
+    status: JobStatus
+    format: str
+    phase: str | None
+    sentence: str
+    download: Path | None
+
+    @property
+    def active(self) -> bool:
+        """Whether the export still waits or runs (the panel keeps following it)."""
+        return self.status in (JobStatus.queued, JobStatus.running)
 
 
 class ExportOperations:
-    """Exports (``api.export``), over the facade's core and its jobs, with their own limit (export_slots())."""
+    """Exports (``api.export``), over the facade's core and its jobs: each is a job of its own kind in the queue."""
 
     def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
         self.core = core
         self.jobs = jobs
-        self._exports = export_slots()  # merged exports: each holds a whole model in memory
 
     def merged_folder(self, job_id: str) -> Path:
-        """Where the UI puts a job's merged export: a folder of its own under the data dir."""
+        """Where a job's merged export goes: a folder of its own under the data dir."""
         return self.core.paths.job_dir(job_id) / MERGED_FOLDER
 
-    def export_merged(
-        self,
-        job_id: str,
-        user: User | None = None,
-        out: Path | str | None = None,
-        push_repo: str | None = None,
-        private: bool = True,
-        token: str | None = None,
-        push: bool = False,
-    ) -> ExportResult:
-        """Merge a succeeded job's adapter into its base as a whole model, saved with its tokenizer, chat template,
-        generation config and card; with ``push`` (or a ``push_repo``) also push it as a model repository.
-
-        Only the job's owner may export it (another user's job is not found). ``out`` (a folder on this machine) is
-        for the CLI and the local admin; everyone else exports into the job's own folder. One export at a time per
-        user and ``STUDIO_MAX_EXPORTS`` Space-wide (Busy otherwise), since a merge holds a whole model in memory.
-        The merge runs in a child process with a time limit (``merge_in_child``); a failed push keeps the export
-        and says why in ``push_error``.
-        """
-        from backend.hub.publish import PushError, push_merged
-        from backend.workflows.export import ExportError, merge_in_child
-
-        job = self.jobs.get_job(job_id, user)
-        if user is not None and not user.local and job.owner != user.name:
-            raise JobNotFound(job_id)  # a Space admin may look at another's job, but its model is its owner's to ship
-        self.core.require_generating(job, "be exported as a merged language model")
-        if out is not None and str(out).strip() and not may_name_server_paths(user):
-            raise ExportError("only the person at this machine may name a folder on it; export to the job instead")
-        own_folder = out is None or not str(out).strip()
-        target = self.merged_folder(job.id) if own_folder else Path(str(out))
-        release = self._exports.hold(user.name if user is not None else "")
-        try:
-            try:
-                result = merge_in_child(job.id, self.core.paths, target, replace=own_folder)
-            except ExportError as exc:  # a stranger's sentence names the job, never a folder of this machine
-                if may_name_server_paths(user):
-                    raise
-                raise ExportError(self._said(str(exc), target)) from None
-            if push or push_repo:
-                token = token or (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
-                try:
-                    pushed = push_merged(
-                        job,
-                        result.path,
-                        token,
-                        dtype=result.dtype,
-                        dequantized=result.dequantized,
-                        repo_id=push_repo or None,
-                        private=private,
-                    )
-                except PushError as exc:
-                    result = _with(result, push_error=str(exc))
-                else:
-                    result = _with(result, repo_id=pushed.repo_id, url=pushed.url)
-            self.core.store.merge_artifacts(job.id, merged=result.record())
-            return result if may_name_server_paths(user) else self._as_shown(result)
-        finally:
-            release()
-
-    def _said(self, text: str, folder: Path) -> str:
-        """``text`` as a stranger reads it: the export's ``folder`` named "its own folder", no server folder."""
-        return server_paths_hidden(text.replace(str(folder), "its own folder"), self.core.paths.root)
-
-    def _as_shown(self, result: ExportResult) -> ExportResult:
-        """An export's answer as a stranger reads it, in its sentence and push error (``_said``)."""
-        from dataclasses import replace
-
-        error = self._said(result.push_error, result.path) if result.push_error else None
-        return replace(result, sentence=self._said(result.sentence, result.path), push_error=error)
-
-    def merged_archive(self, job_id: str, user: User | None = None) -> Path:
-        """Zip the job's merged export into a fresh, unguessable ``downloads/<random>/`` path (whole or not at all);
-        ValueError with a sentence when it has none."""
-        from backend.workflows.archive import zip_adapter
-
+    def _own_job(self, job_id: str, user: User | None) -> JobRecord:
+        """The job, if ``user`` may export it: only its owner (a Space admin may look at another's job, but its model
+        is its owner's to ship); JobNotFound otherwise."""
         job = self.jobs.get_job(job_id, user)
         if user is not None and not user.local and job.owner != user.name:
             raise JobNotFound(job_id)
-        merged = job.artifacts.merged
-        if merged is None or not Path(merged.path).is_dir():
-            raise ValueError(f"job {job.id} has no merged export yet: click Export merged model first")
-        return zip_adapter(
-            self.core.paths, Path(merged.path), f"merged-{job.spec.output.run_name or job.id}.zip", "merged model"
+        return job
+
+    def submit(
+        self,
+        job_id: str,
+        user: User | None = None,
+        format: str = "merged",
+        gguf_type: str = "q8_0",
+        push: bool = False,
+        repo_id: str | None = None,
+        private: bool = True,
+        out: str | None = None,
+        download: bool = True,
+    ) -> Submitted:
+        """Queue an export of a succeeded job's model: ``merged`` (its adapter folded into the base), ``gguf`` (that,
+        as one GGUF file of ``gguf_type`` with a Modelfile and its quant check) or ``adapter`` (a zip); with
+        ``download`` one file to download, with ``push`` (or a ``repo_id``) pushed to the Hub inside the job.
+
+        Refused at once with a sentence (SpecError; nothing queued) when the job is not the user's or has nothing to
+        export, when a field is bad, and when the user already has an export queued or running (ExportBusy: one at a
+        time per user). The queue limits count it like any job. ``out`` (a folder here) is for the CLI and the
+        person at this machine only.
+        """
+        job = self._own_job(job_id, user)
+        push = bool(push or (repo_id or "").strip())
+        spec = self._export_spec(job, user, format, gguf_type, push, (repo_id or "").strip() or None, private, out)
+        spec = spec.model_copy(update={"export": spec.export.model_copy(update={"download": bool(download)})})  # type: ignore[union-attr]
+        token = (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
+        if push and not (token or "").strip():
+            raise SpecError(
+                ["export.push: no Hugging Face token: sign in, or set HF_TOKEN to a token with write access"]
+            )
+        queue_limit, total_limit = self.core.queue_limits(user)
+        record = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
+        if push and token:
+            self.core.tokens[record.id] = token
+        self.core.kick()
+        return Submitted(record, self.core.store.queue_position(record.id))
+
+    def _export_spec(
+        self,
+        job: JobRecord,
+        user: User | None,
+        format: str,
+        gguf_type: str,
+        push: bool,
+        repo_id: str | None,
+        private: bool,
+        out: str | None,
+    ) -> JobSpec:
+        """The export job's spec, every field checked: a sentence per problem, nothing queued."""
+        from backend.core.spec import EXPORT_FORMATS, GGUF_TYPES
+
+        if format not in EXPORT_FORMATS:
+            raise SpecError([f"export.format: {quote_input(format)} is not one of {', '.join(EXPORT_FORMATS)}"])
+        if format == "gguf" and gguf_type not in GGUF_TYPES:
+            raise SpecError([f"export.gguf_type: {quote_input(gguf_type)} is not one of {', '.join(GGUF_TYPES)}"])
+        if job.spec.export is not None or job.spec.evaluate is not None:
+            raise SpecError([f"export.job_id: job {job.id} is an {job.spec.kind} job, which has no model to export"])
+        if saved_adapter(job) is None:
+            raise SpecError(
+                [f"export.job_id: job {job.id} is {job.status.value}: only a job that succeeded has a model to export"]
+            )
+        if format != "adapter":
+            self.core.require_generating(job, "be exported as a merged language model")
+            if not job.spec.lora.enabled:
+                raise SpecError(
+                    [f"export.format: job {job.id} trained all weights, its saved model is whole: export the adapter"]
+                )
+        if format == "gguf":
+            from backend.workflows.gguf import converter_problem
+
+            if problem := converter_problem():
+                raise SpecError([f"export.format: {problem}"])
+        if repo_id and not is_namespaced_repo_id(repo_id):
+            raise SpecError([f"export.repo_id: {quote_input(repo_id)} must look like {HUB_REPO_ID_RULE}"])
+        out = (out or "").strip() or None
+        if out is not None and not may_name_server_paths(user):
+            raise SpecError(["export.out: only the person at this machine may name a folder on it"])
+        name = job.spec.output.run_name or job.id
+        return JobSpec.from_dict(
+            {
+                "owner": job.owner,
+                "model": {"name_or_path": job.spec.model.name_or_path},
+                "export": {
+                    "job_id": job.id, "format": format, "gguf_type": gguf_type, "push": push, "repo_id": repo_id,
+                    "private": bool(private), "out": str(Path(out).expanduser().absolute()) if out else None,
+                },
+                "output": {"run_name": f"{format} export of {name}"[:96]},
+            }
+        )  # fmt: skip
+
+    def latest(self, job_id: str, user: User | None = None) -> ExportView | None:
+        """The job's last export, as the Export panel shows it (None: never exported); a stranger's sentence names
+        no folder of this machine. JobNotFound for a job that is not the user's."""
+        job = self._own_job(job_id, user)
+        export = self.core.store.latest_export(job.id)
+        if export is None or export.spec.export is None:
+            return None
+        outcome: ExportOutcome | None = export.artifacts.export
+        if export.status is JobStatus.succeeded and outcome is not None:
+            sentence = outcome.sentence if outcome.push_error is None else f"⚠️ {outcome.sentence}"
+        elif export.status in (JobStatus.queued, JobStatus.running):
+            sentence = f"Export {export.id}: {(export.progress or {}).get('phase') or export.status.value}…"
+        else:
+            sentence = f"Export {export.id} {export.status.value}: {export.error or export.artifacts.cancel_note or ''}"
+        if not may_name_server_paths(user):
+            sentence = server_paths_hidden(sentence, self.core.paths.root)
+        download = Path(outcome.download) if outcome is not None and outcome.download else None
+        return ExportView(
+            export_id=export.id,
+            status=export.status,
+            format=export.spec.export.format,
+            phase=(export.progress or {}).get("phase"),
+            sentence=sentence.strip(),
+            download=download if download is not None and download.is_file() else None,
         )
 
     def use_snippets(self, job_id: str, user: User | None = None) -> list[UseSnippet]:
@@ -138,17 +194,3 @@ class ExportOperations:
         if merged is None and artifacts.merged:
             merged = artifacts.merged.path if may_name_server_paths(user) else f"merged-{name}"
         return use_snippets(job.spec, job.id, adapter, merged)
-
-
-def _with(
-    result: ExportResult, repo_id: str | None = None, url: str | None = None, push_error: str | None = None
-) -> ExportResult:
-    """``result`` with a push's outcome (where it went, or why it did not), its sentence extended to say it."""
-    from dataclasses import replace
-
-    sentence = result.sentence
-    if repo_id:
-        sentence = f"{result.sentence} Pushed to {repo_id}."
-    elif push_error:
-        sentence = f"{result.sentence} Not pushed: {push_error}."
-    return replace(result, repo_id=repo_id, url=url, push_error=push_error, sentence=sentence)

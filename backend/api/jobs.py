@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -294,8 +295,9 @@ class JobOperations:
         ]
 
     def adapter_archive(self, job_id: str, user: User | None = None) -> Path:
-        """Zip a succeeded job's adapter into a fresh, unguessable ``downloads/<random>/`` path (the only folder the
-        web server may serve) and return it; the file appears whole or not at all (written beside it, renamed).
+        """A succeeded job's adapter as a zip in an unguessable ``downloads/<random>/`` path (the only folder the web
+        server may serve); the file appears whole or not at all (written beside it, renamed). The job keeps one
+        adapter download: a click again hands out the same zip while it is there and newer than the adapter.
 
         Raises JobNotFound for a job that is not the user's, ValueError with a sentence when it has no adapter.
         """
@@ -303,9 +305,17 @@ class JobOperations:
         adapter = job.artifacts.adapter_dir if job.status is JobStatus.succeeded else None
         if not adapter or not Path(adapter).is_dir():
             raise ValueError(f"job {job.id} has no saved adapter to download (only a succeeded job has one)")
-        from backend.workflows.archive import zip_adapter
+        from backend.workflows.archive import kept_download, zip_adapter
 
-        return zip_adapter(self.core.paths, Path(adapter), f"adapter-{job.spec.output.run_name or job.id}.zip")
+        if (kept := kept_download(job, "adapter", Path(adapter))) is not None:
+            return kept
+        zipped = zip_adapter(self.core.paths, Path(adapter), f"adapter-{job.spec.output.run_name or job.id}.zip")
+        old = (self.core.store.get(job.id).artifacts.downloads or {}).get("adapter")
+        downloads = {**(self.core.store.get(job.id).artifacts.downloads or {}), "adapter": str(zipped)}
+        self.core.store.merge_artifacts(job.id, downloads=downloads)
+        if old and Path(old).parent.parent == self.core.paths.downloads and Path(old).parent != zipped.parent:
+            shutil.rmtree(Path(old).parent, ignore_errors=True)  # one adapter download per job
+        return zipped
 
     def samples(self, job_id: str, user: User | None = None) -> list[dict[str, Any]]:
         """GRPO's kept completions with their rewards."""

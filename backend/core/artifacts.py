@@ -55,6 +55,24 @@ class MergedExport(BaseModel):
     exported_at: float | None = Field(None, description="when the export finished (Unix time)")
 
 
+class ExportOutcome(BaseModel):
+    """What an export job made (the export job's ``export`` artifact): of which job, in what format, where it lies,
+    its download, where it was pushed or why not, and the sentence that says so."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str = Field(description="the job whose model was exported")
+    format: str = Field(description="merged, gguf or adapter")
+    path: str = Field(description="the folder (merged, adapter) or file (gguf) the export wrote")
+    bytes: int | None = Field(None, description="its size on disk")
+    download: str | None = Field(None, description="the file offered for download (None: none asked)")
+    repo_id: str | None = Field(None, description="the Hub repository it was pushed to (None: not pushed)")
+    url: str | None = Field(None, description="the pushed repository's page")
+    push_error: str | None = Field(None, description="why the push failed (the export itself is kept)")
+    seconds: dict[str, float] = Field(default_factory=dict, description="seconds per phase: merging, converting, ...")
+    sentence: str = Field("", description="what the export did, in one or two sentences")
+
+
 class AutoTuneRecord(BaseModel):
     """What auto-tune decided for the job's first attempt (the ``auto_tune`` artifact; a resume replays it)."""
 
@@ -276,6 +294,10 @@ class JobArtifacts(BaseModel):
     )
     # Exports.
     merged: MergedExport | None = Field(None, description="the last merged-model export: folder, dtype, Hub repo")
+    downloads: dict[str, str] | None = Field(
+        None, description="the one download of each export format (merged, gguf, adapter): a new export replaces it"
+    )
+    export: ExportOutcome | None = Field(None, description="an export job's result (the job it exported, its files)")
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, Any]) -> JobArtifacts:

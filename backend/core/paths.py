@@ -37,6 +37,21 @@ def default_data_dir() -> Path:
     return Path("data").resolve()
 
 
+DOWNLOAD_MAX_AGE_S = 24 * 3600  # a download folder older than a day is swept (exports keep their own copy)
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under ``folder`` (0 when it is gone); links are not followed."""
+    total = 0
+    for path in folder.rglob("*") if folder.is_dir() else ():
+        try:
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
 class DataPaths:
     """The layout of one data directory."""
 
@@ -123,6 +138,22 @@ class DataPaths:
         folder = self.downloads / secrets.token_hex(16)
         folder.mkdir(parents=True, exist_ok=True)
         return folder / safe_name(name)
+
+    def sweep_downloads(self, older_than_s: float = DOWNLOAD_MAX_AGE_S, now: float | None = None) -> int:
+        """Remove the download folders made more than ``older_than_s`` ago (a day: a browser has long fetched its
+        file); the bytes freed."""
+        import time
+
+        freed, cutoff = 0, (time.time() if now is None else now) - older_than_s
+        for folder in self.downloads.glob("*") if self.downloads.is_dir() else ():
+            try:
+                if not folder.is_dir() or folder.stat().st_mtime > cutoff:
+                    continue
+                freed += folder_bytes(folder)
+            except OSError:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+        return freed
 
     @property
     def space_reserve(self) -> Path:

@@ -55,6 +55,7 @@ class RunningWorker:
     oom_kills_at_launch: int | None = None  # the cgroup's oom_kill counter when the worker started
     final_seen_at: float | None = None  # when the job row was first seen final while the process lived on
     lingering_term_sent: bool = False
+    export: bool = False  # an export job: its own lane, on the CPU, no slot number (backend/jobs/scheduler.py)
 
     def exit_code(self) -> tuple[bool, int | None]:
         """(whether the worker has exited, its exit code when known)."""
@@ -64,8 +65,8 @@ class RunningWorker:
 
 
 def free_slot(running: Mapping[str, RunningWorker]) -> int:
-    """The lowest slot number no running worker holds (a slot is a GPU index when each job has one)."""
-    used = {r.slot for r in running.values()}
+    """The lowest slot number no running training worker holds (a slot is a GPU index when each job has one)."""
+    used = {r.slot for r in running.values() if not r.export}
     return next(i for i in itertools.count() if i not in used)
 
 
@@ -142,6 +143,7 @@ class Reaper:
             None,
             self.paths.job_log(job.id),
             gpus=job.spec.training.num_processes,
+            export=job.spec.export is not None,
         )
 
     def _checkpoint_note(self, job_id: str) -> str:

@@ -193,3 +193,6 @@ PLACES_SQL = (
     "CAST(json_extract(spec, '$.training.num_processes') AS INTEGER), "
     "CAST(json_extract(spec, '$.training.num_gpus') AS INTEGER), 1))) ELSE 1 END"
 )
+
+# Whether a row is an export job (``export`` in its stored spec): exports have their own lane in the scheduler.
+EXPORT_SQL = "(json_valid(spec) AND json_extract(spec, '$.export') IS NOT NULL)"

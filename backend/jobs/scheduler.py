@@ -62,6 +62,11 @@ class SchedulerHealth:
     last_tick_at: float | None
 
 
+def default_max_exports() -> int:
+    """How many export jobs run at once beside the training ones: ``STUDIO_MAX_EXPORTS`` (default 2; one per user)."""
+    return int_setting("STUDIO_MAX_EXPORTS", 2, low=1, high=64)
+
+
 def default_max_concurrent() -> int:
     """How many jobs run at once: ``STUDIO_MAX_CONCURRENT_JOBS``, else one per GPU (at least one)."""
     configured = os.environ.get("STUDIO_MAX_CONCURRENT_JOBS")
@@ -94,6 +99,8 @@ class Scheduler:
         self.launcher = launcher or default_launcher(self.paths.root)
         self.store = JobStore(paths.db)
         self.max_concurrent = max_concurrent or default_max_concurrent()
+        self._next_download_sweep = 0.0
+        self.max_exports = default_max_exports()  # exports have their own lane: they never wait behind training
         self.poll_interval = poll_interval
         self.backoff_cap_s = backoff_cap_s
         # Freed to record a job's end when the data disk is full (STUDIO_SPACE_RESERVE_MB, 0 for none).
@@ -291,26 +298,40 @@ class Scheduler:
         self._record_unrecorded_failures()
         self.reaper.reap()
         self._advance_sweeps()
-        while len(self._running) < self.max_concurrent:
-            waiting = self.store.list(statuses=[JobStatus.queued])
+        if time.monotonic() >= self._next_download_sweep:  # downloads a day old go (hourly; DataPaths)
+            self._next_download_sweep = time.monotonic() + 3600
+            self.paths.sweep_downloads()
+        training = {k: r for k, r in self._running.items() if not r.export}
+        while len(training) < self.max_concurrent:
+            waiting = [job for job in self.store.list(statuses=[JobStatus.queued]) if job.spec.export is None]
             # A job of several processes (GPUs, or CPU cores) takes the whole machine: it waits for the others
             # to finish, and others wait for it.
             if (
                 waiting
-                and self._running
-                and (waiting[0].spec.training.num_processes > 1 or any(r.gpus > 1 for r in self._running.values()))
+                and training
+                and (waiting[0].spec.training.num_processes > 1 or any(r.gpus > 1 for r in training.values()))
             ):
                 break
-            job = self.store.claim_next()
-            if job is None:
+            if not self._claim_and_launch(exports=False):
                 break
-            try:
-                self._launch(job)
-            except InterpreterError as exc:  # a setting, not a fault of this tick: the job fails, the queue moves on
-                self._refuse_interpreter(job.id, exc)
-            except Exception as exc:
-                self._fail_unlaunched(job.id, exc)
-                raise  # and the loop counts it, so health() shows it
+            training = {k: r for k, r in self._running.items() if not r.export}
+        while sum(r.export for r in self._running.values()) < self.max_exports:
+            if not self._claim_and_launch(exports=True):
+                break
+
+    def _claim_and_launch(self, exports: bool) -> bool:
+        """Claim the next queued job of one lane and start its worker; False when none waits."""
+        job = self.store.claim_next(exports=exports)
+        if job is None:
+            return False
+        try:
+            self._launch(job)
+        except InterpreterError as exc:  # a setting, not a fault of this tick: the job fails, the queue moves on
+            self._refuse_interpreter(job.id, exc)
+        except Exception as exc:
+            self._fail_unlaunched(job.id, exc)
+            raise  # and the loop counts it, so health() shows it
+        return True
 
     def _advance_sweeps(self) -> None:
         """Let TPE sweeps queue their next child (backend/jobs/sweeps.py); a sweep that cannot is logged, and never
@@ -322,7 +343,8 @@ class Scheduler:
 
     def _launch(self, job: JobRecord) -> None:
         processes = job.spec.training.num_processes
-        slot = free_slot(self._running)
+        export = job.spec.export is not None
+        slot = -1 if export else free_slot(self._running)
         log_path = self.paths.job_log(job.id)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1"}
@@ -330,6 +352,8 @@ class Scheduler:
         if processes == 1 and gpus_here > 1:
             # One GPU per concurrent job; the slot number is the device index.
             env["CUDA_VISIBLE_DEVICES"] = str(slot)
+        if export:  # an export merges and checks on the CPU: a training job's GPU memory is never at stake
+            env["CUDA_VISIBLE_DEVICES"] = ""
         env.update(self.secret_env(job.id))
         python = trainer_python()
         # The worker may run in the trainer's environment; built-in environment servers need this (the app's) one.
@@ -361,6 +385,7 @@ class Scheduler:
             gpus=processes,
             launched_monotonic=time.monotonic(),
             oom_kills_at_launch=oom_kills,
+            export=export,
         )
         log.info("job %s started in worker %d (slot %d)", job.id, popen.pid, slot)
 

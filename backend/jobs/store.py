@@ -22,6 +22,7 @@ from backend.jobs.migrations import migrate, missing_columns, refuse_newer, sche
 from backend.jobs.queue_places import queued_places, reserved_trials
 from backend.jobs.records import (
     ATTEMPT_END_ARTIFACTS,
+    EXPORT_SQL,
     RESUMABLE_STATUSES,
     JobRecord,
     JobStatus,
@@ -32,6 +33,7 @@ from backend.jobs.records import (
     storable_spec_json,
 )
 from backend.jobs.store_errors import (
+    ExportBusy,
     InvalidTransition,
     JobNotFound,
     QueueFull,
@@ -147,11 +149,14 @@ class JobStore:
         """Queue a job. The spec is written only if it reads back unchanged (SpecError otherwise); with
         ``max_queued_for_owner`` the owner's waiting jobs (and with ``max_queued_total`` everyone's) are counted in
         the same transaction as the insert, so concurrent submissions cannot overshoot a limit (QuotaExceeded or
-        QueueFull, nothing queued). A job takes one place per training process (``queued_places``)."""
+        QueueFull, nothing queued). A job takes one place per training process (``queued_places``). An export job
+        is refused (ExportBusy) while its owner has another export queued or running."""
         job_id = job_id or new_job_id()
         spec_json = storable_spec_json(spec)
         processes = spec.training.num_processes
         with self._transaction() as con:
+            if spec.export is not None:
+                self._refuse_second_export(con, spec.owner)
             if max_queued_for_owner is not None:
                 self._refuse_over_quota(con, spec.owner, max_queued_for_owner, processes)
             if max_queued_total is not None:
@@ -167,6 +172,15 @@ class JobStore:
         jobs, taken = queued_places(con, owner)
         if taken + processes > limit:
             raise QuotaExceeded(taken, limit, jobs, processes, reserved_trials(con, owner)[0])
+
+    @staticmethod
+    def _refuse_second_export(con: sqlite3.Connection, owner: str) -> None:
+        row = con.execute(
+            f"SELECT id FROM jobs WHERE owner = ? AND status IN ('queued', 'running') AND {EXPORT_SQL} LIMIT 1",
+            (owner,),
+        ).fetchone()
+        if row is not None:
+            raise ExportBusy(row["id"])
 
     @staticmethod
     def _refuse_when_full(con: sqlite3.Connection, limit: int, processes: int = 1) -> None:
@@ -213,6 +227,16 @@ class JobStore:
         """The readable jobs, oldest first; a row that cannot be read is skipped (see ``unreadable_rows``)."""
         return [r for r in self._read_rows(owner, statuses) if isinstance(r, JobRecord)]
 
+    def latest_export(self, job_id: str) -> JobRecord | None:
+        """The newest export job of ``job_id`` (its spec's ``export.job_id``), or None."""
+        with self._connect() as con:
+            row = con.execute(
+                f"SELECT * FROM jobs WHERE {EXPORT_SQL} AND json_extract(spec, '$.export.job_id') = ? "
+                "ORDER BY seq DESC LIMIT 1",
+                (job_id,),
+            ).fetchone()
+        return job_record(row) if row is not None else None
+
     def owners(self) -> builtins.list[str]:
         """Everyone who ever submitted a job here."""
         with self._connect() as con:
@@ -235,8 +259,9 @@ class JobStore:
         return row["pos"] if row else None
 
     # --- scheduling -------------------------------------------------------------------------------
-    def claim_next(self) -> JobRecord | None:
-        """Atomically move the oldest queued job that can start to running and return it.
+    def claim_next(self, exports: bool | None = None) -> JobRecord | None:
+        """Atomically move the oldest queued job that can start to running and return it (with ``exports`` True only
+        an export job, False only another: exports have their own lane).
 
         A staged job waits while the job it continues is queued or running (others pass it); it fails with the reason
         when that job ended without an adapter. A queued row that cannot be read is marked failed with the reason on
@@ -246,7 +271,8 @@ class JobStore:
             if con.execute("SELECT 1 FROM jobs WHERE status = 'queued' LIMIT 1").fetchone() is None:
                 return None
         with self._transaction() as con:
-            for row in con.execute("SELECT * FROM jobs WHERE status = 'queued' ORDER BY seq").fetchall():
+            lane = "" if exports is None else f" AND {'' if exports else 'NOT '}{EXPORT_SQL}"
+            for row in con.execute(f"SELECT * FROM jobs WHERE status = 'queued'{lane} ORDER BY seq").fetchall():
                 try:
                     problem = _parent_problem(con, job_record(row))
                 except UnreadableJob as exc:

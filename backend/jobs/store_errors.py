@@ -169,6 +169,16 @@ class QuotaExceeded(SpecError):
         super().__init__([said])
 
 
+class ExportBusy(SpecError):
+    """The owner already has an export queued or running: one at a time per user, refused at once (it would wait
+    behind that one anyway); nothing was queued."""
+
+    def __init__(self, job_id: str):
+        self.job_id = job_id
+        said = f"your export {job_id} is still queued or running: wait for it to end (or cancel it), then export again"
+        super().__init__([said])
+
+
 def is_corruption(exc: sqlite3.DatabaseError) -> bool:
     """Whether SQLite's error says the file is damaged or is not a database at all."""
     code = getattr(exc, "sqlite_errorcode", None)

@@ -37,6 +37,7 @@ NOT_VARIED: dict[str, str] = {
     "model.trust_remote_code": "whether a model repository's own code runs",
     "model.parent_job_id": "a job to continue",
     "evaluate.job_id": "a job to score",
+    "export": "an export of a job (its id, a folder, where your Hub token writes)",
     "training.resume_from_hub": "a Hub repository read with your token",
     "output.hub_repo_id": "where your Hub token writes",
     "output.push_to_hub": "whether your Hub token writes",

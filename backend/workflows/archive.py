@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from backend.core.paths import DataPaths, storage_problem
+from backend.jobs.records import JobRecord
 
 PARTIAL_ZIP = ".partial"  # an adapter zip being written, beside where it will be renamed to
 PARTIAL_MERGED = ".partial-merged-"  # a merged export being written (backend/workflows/export.py), likewise
@@ -26,3 +27,13 @@ def zip_adapter(paths: DataPaths, adapter: Path, name: str, what: str = "adapter
         shutil.rmtree(target.parent, ignore_errors=True)  # nothing half-written stays in downloads/
         raise ValueError(f"the {what} could not be zipped: {storage_problem(exc)}") from None
     return target
+
+
+def kept_download(job: JobRecord, format: str, source: Path) -> Path | None:
+    """The job's download of ``format`` when it is still on disk and newer than what it packs (``source``), else
+    None: a click again hands out the same file rather than another copy."""
+    kept = (job.artifacts.downloads or {}).get(format)
+    if not kept or not Path(kept).is_file():
+        return None
+    newest = max((p.stat().st_mtime for p in source.rglob("*") if p.is_file()), default=0.0)
+    return Path(kept) if Path(kept).stat().st_mtime >= newest else None

@@ -5,21 +5,16 @@ or 8-bit base is merged into the same base loaded unquantized at 16 bit (bitsand
 plain model), and the result says so. Everything is written to a hidden sibling folder first and renamed into place
 at the end, so a failure (a full disk, a crash) leaves no half-written model behind.
 
-The facade runs it in a child process (``merge_in_child``: ``python -m backend.workflows.export``, the trainer's
-interpreter) with a time limit, so a merge's memory is never the app's and a killed or stuck merge costs only itself.
+An export job runs it in its worker (backend/workflows/export_job.py), so a merge's memory is never the app's and a
+killed or stuck merge costs only itself (cancel it like any job).
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
-import json
 import logging
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +24,7 @@ from backend.core.paths import DataPaths
 from backend.hub.model_card import build_merged_card, merged_dtype_sentence
 from backend.jobs.lineage import saved_adapter
 from backend.jobs.records import JobRecord, JobStatus
-from backend.jobs.store import JobStore
 from backend.models.loading import resolve_model
-from backend.platform.interpreters import backend_env, trainer_python
-from backend.platform.limits import int_setting
 from backend.platform.resource_errors import looks_like_disk_full
 from backend.workflows.archive import PARTIAL_MERGED
 
@@ -40,8 +32,6 @@ log = logging.getLogger("studio.export")
 
 PARTIAL_PREFIX = PARTIAL_MERGED  # a merged model being written, beside the folder it will be renamed to
 SIXTEEN_BIT = ("bfloat16", "float16")
-TIMEOUT_VAR = "STUDIO_EXPORT_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 3600  # a 7-8B model loads, merges and writes 16 GB well within an hour on a Space's disk
 
 
 class ExportError(ValueError):
@@ -183,63 +173,3 @@ def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False
     )
     log.info("%s", sentence)
     return ExportResult(path=out, dtype=dtype, dequantized=dequantized, sentence=sentence)
-
-
-def _sweep_partials(out: Path) -> None:
-    """Remove what a stopped child left of its export to ``out`` (its temporary folder; never the previous export)."""
-    for partial in out.parent.glob(f"{PARTIAL_PREFIX}{out.name}-*"):
-        shutil.rmtree(partial, ignore_errors=True)
-
-
-def merge_in_child(job_id: str, paths: DataPaths, out: Path, replace: bool = False) -> ExportResult:
-    """:func:`merge_job` in a fresh trainer interpreter, stopped after ``STUDIO_EXPORT_TIMEOUT_S`` (default an
-    hour); ExportError with a sentence when it fails, is killed (memory) or runs out of time, leaving nothing."""
-    out = Path(out).expanduser().absolute()
-    timeout = int_setting(TIMEOUT_VAR, DEFAULT_TIMEOUT_S)
-    command = [trainer_python(), "-m", "backend.workflows.export", "--job-id", job_id, "--data-dir", str(paths.root)]
-    command += ["--out", str(out)] + (["--replace"] if replace else [])
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=backend_env())
-    except subprocess.TimeoutExpired:
-        _sweep_partials(out)
-        raise ExportError(
-            f"the merge took longer than {timeout} s ({TIMEOUT_VAR}) and was stopped; nothing was left behind"
-        ) from None
-    answer = next((line for line in reversed(done.stdout.splitlines()) if line.startswith("{")), None)
-    if answer is None:
-        _sweep_partials(out)
-        log.warning("the merge of job %s ended with %s: %s", job_id, done.returncode, done.stderr[-2000:])
-        if done.returncode == -signal.SIGKILL:
-            raise ExportError("the merge was killed (SIGKILL), most likely out of memory; nothing was left behind")
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise ExportError(f"the merge failed (exit {done.returncode}: {last}); nothing was left behind")
-    result = json.loads(answer)
-    if "error" in result:
-        raise ExportError(result["error"])
-    return ExportResult(
-        path=Path(result["path"]), dtype=result["dtype"], dequantized=result["dequantized"], sentence=result["sentence"]
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m backend.workflows.export``: merge one job, print one JSON line (the result, or its error)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--job-id", required=True)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--replace", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    paths = DataPaths(args.data_dir)
-    try:
-        result = merge_job(JobStore(paths.db).get(args.job_id), paths, Path(args.out), replace=args.replace)
-    except ExportError as exc:
-        print(json.dumps({"error": str(exc)}), flush=True)
-        return 1
-    answer = {"path": str(result.path), "dtype": result.dtype, "dequantized": result.dequantized}
-    print(json.dumps({**answer, "sentence": result.sentence}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

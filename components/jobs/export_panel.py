@@ -1,8 +1,9 @@
-"""The Jobs tab's export panel: "Use this model" snippets for the picked job, and Export merged (a download, a push).
+"""The Jobs tab's export panel: "Use this model" snippets for the picked job, and Export (merged, GGUF, adapter) as an
+export job of the queue, followed until its download is ready.
 
-A user's merged export goes into the job's own folder under the data dir (never a path they name), then is offered
-as a zip download or pushed as a model repository. The merge runs in Gradio's worker thread, one at a time per user
-and Space-wide (the facade's limit), so the page and other users' requests stay answered meanwhile.
+What the panel shows is read from the picked job's last export each time (``api.export.latest``), never kept in the
+page: a live refresh or a pick that redraws the panel shows the same progress, sentence and download. The export
+runs in its own job (one per user at once, refused at once otherwise), so a request never waits for a merge.
 """
 
 from __future__ import annotations
@@ -14,12 +15,19 @@ from typing import Any
 
 import gradio as gr
 
-from backend.api import JobNotFound, SpecError, StudioAPI
+from backend.api import GGUF_TYPES, JobNotFound, JobStatus, SpecError, StudioAPI
 from components.job_pickers import job_choice_id
 from components.session import require_user, user_from
 from components.wiring import bind
 
 NO_SNIPPETS = "Snippets appear here once the job has succeeded with an adapter."
+FOLLOW_S = 1.0  # how often the panel reads a running export
+# The panel's choices of format: label -> (export format, GGUF type).
+FORMATS: dict[str, tuple[str, str]] = {
+    "Merged model (safetensors)": ("merged", "q8_0"),
+    **{f"GGUF {kind} (llama.cpp, LM Studio, Ollama)": ("gguf", kind) for kind in reversed(GGUF_TYPES)},
+    "Adapter (zip)": ("adapter", "q8_0"),
+}
 
 
 @dataclass
@@ -28,7 +36,7 @@ class ExportHandles:
 
     use_this_model: gr.Markdown
     export_button: gr.Button
-    shown: list  # [use_this_model, note, download]: ``show``'s outputs, which the tab's pick fills in its answer
+    shown: list  # ``show``'s outputs: snippets, note, download, button, timer (the tab's pick fills them)
 
 
 def use_markdown(api: StudioAPI, job_id: str | None, user) -> str:
@@ -44,42 +52,76 @@ def use_markdown(api: StudioAPI, job_id: str | None, user) -> str:
     return snippets_markdown(snippets) if snippets else NO_SNIPPETS
 
 
+def _state(api: StudioAPI, job_id: str | None, user) -> list[Any]:
+    """[note, download, export button, timer] for the picked job's last export, read from the backend."""
+    job = None
+    try:
+        job = api.jobs.get_job(job_id, user) if job_id and user is not None else None
+        last = api.export.latest(job_id, user) if job is not None and job_id else None
+    except JobNotFound:
+        job, last = None, None
+    exportable = job is not None and job.status is JobStatus.succeeded and bool(job.artifacts.adapter_dir)
+    if last is None:
+        note, download, active = "", gr.update(value=None, visible=False), False
+    else:
+        note, active = last.sentence, last.active
+        shown = last.download is not None and last.status is JobStatus.succeeded
+        download = gr.update(
+            value=str(last.download) if shown else None,
+            visible=shown,
+            label=f"Download {last.download.name}" if shown and last.download else "Download",
+        )
+    button = gr.update(interactive=exportable and not active, value="Exporting…" if active else "Export")
+    return [note, download, button, gr.Timer(active=active)]
+
+
 def show(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
-    """The picked job's snippets; the last export's note and download gone."""
+    """The picked job's snippets and its last export (progress, sentence, download), as the backend has them."""
     user = user_from(profile)
-    shown = use_markdown(api, job_choice_id(selected), user) if user is not None else ""
-    return shown, "", gr.update(value=None, visible=False)
+    job_id = job_choice_id(selected)
+    shown = use_markdown(api, job_id, user) if user is not None else ""
+    return [shown, *_state(api, job_id, user)]
+
+
+def follow(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+    """The timer's tick while an export runs: its progress, then its result and download; the snippets at its end."""
+    return show(api, selected, profile)
 
 
 def export(
     api: StudioAPI,
     selected,
+    chosen,
     to_hub,
     repo_id,
     is_private,
     profile: gr.OAuthProfile | None,
     token: gr.OAuthToken | None,
 ):
-    """Merge the picked job's adapter into its base model, in the job's folder; pushed too when asked."""
-    from backend.api import ExportError
-
+    """Queue an export of the picked job in the chosen format (pushed too when asked); the panel follows it."""
     user = require_user(profile, token)
     job_id = job_choice_id(selected) or ""
+    format, gguf_type = FORMATS.get(chosen, ("merged", "q8_0"))
     try:
-        result = api.export.export_merged(
-            job_id, user, push=bool(to_hub), push_repo=(repo_id or "").strip() or None, private=bool(is_private)
+        api.export.submit(
+            job_id,
+            user,
+            format=format,
+            gguf_type=gguf_type,
+            push=bool(to_hub),
+            repo_id=(repo_id or "").strip() or None,
+            private=bool(is_private),
         )
     except JobNotFound:
         raise gr.Error("Pick one of your jobs first.") from None
-    except (ExportError, SpecError) as exc:  # SpecError: Busy, another export is running
-        raise gr.Error(str(exc)) from None
-    sentence = result.sentence if result.push_error is None else f"⚠️ {result.sentence}"
-    return use_markdown(api, job_id, user), sentence
+    except SpecError as exc:  # a bad field, or ExportBusy: another export of yours is running
+        raise gr.Error(" ".join(exc.problems)) from None
+    return show(api, selected, profile)
 
 
 def archived(archive: Callable[[str, Any], Path], selected, profile: gr.OAuthProfile | None) -> Path:
-    """``archive(job id, user)`` (a zip of the picked job's adapter or merged model) for the signed-in user, its
-    refusals said as the sentence under the button."""
+    """``archive(job id, user)`` (a zip of the picked job's adapter) for the signed-in user, its refusals said as the
+    sentence under the button."""
     user = require_user(profile)
     try:
         return archive(job_choice_id(selected) or "", user)
@@ -89,37 +131,32 @@ def archived(archive: Callable[[str, Any], Path], selected, profile: gr.OAuthPro
         raise gr.Error(str(exc)) from None
 
 
-def prepare_zip(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
-    """The picked job's merged model as a zip to download."""
-    path = archived(api.export.merged_archive, selected, profile)
-    return gr.update(value=str(path), visible=True), f"Merged zip ready ({path.stat().st_size / 1e6:.1f} MB)."
-
-
 def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
     """The panel under the job's actions, following ``picker``."""
-    with gr.Accordion("Use this model · Export merged", open=False, elem_id="export-panel") as panel:
+    with gr.Accordion("Use this model · Export", open=False, elem_id="export-panel") as panel:
         use_this_model = gr.Markdown(elem_id="use-this-model")
         with gr.Row():
+            chosen = gr.Radio(list(FORMATS), value=next(iter(FORMATS)), label="Format", elem_id="export-format")
             push = gr.Checkbox(False, label="Also push to the Hub", scale=1)
-            repo = gr.Textbox(label="Merged repo (empty: you/<run name>-merged)", scale=3)
+        with gr.Row():
+            repo = gr.Textbox(label="Repo (empty: you/<run name>-merged or -GGUF)", scale=3)
             private = gr.Checkbox(True, label="Private", scale=1)
         with gr.Row():
-            export_button = gr.Button("Export merged model", elem_id="export-merged-button", size="sm")
-            zip_button = gr.Button("Prepare merged zip", elem_id="prepare-merged-zip", size="sm")
-            download = gr.DownloadButton("Download merged model", visible=False, elem_id="download-merged", size="sm")
+            export_button = gr.Button("Export", elem_id="export-button", size="sm", interactive=False)
+            download = gr.DownloadButton("Download", visible=False, elem_id="download-export", size="sm")
         note = gr.Markdown(elem_id="export-note")
+        timer = gr.Timer(FOLLOW_S, active=False)
 
+    outputs = [use_this_model, note, download, export_button, timer]
     # On open: a job followed live may have finished since. (A pick fills the panel in the tab's own answer: one
     # event a pick, not one a panel; components/jobs/handlers.py, ``pick``.)
-    panel.expand(
-        bind(show, api), picker, [use_this_model, note, download], api_visibility="private", show_progress="hidden"
-    )
+    panel.expand(bind(show, api), picker, outputs, api_visibility="private", show_progress="hidden")
+    timer.tick(bind(follow, api), picker, outputs, api_visibility="private", show_progress="hidden")
     export_button.click(
         bind(export, api),
-        [picker, push, repo, private],
-        [use_this_model, note],
-        api_name="export_merged",
-        concurrency_limit=1,
+        [picker, chosen, push, repo, private],
+        outputs,
+        api_name="export",
+        concurrency_limit=None,  # it only queues: the export job does the work, one per user at once
     )
-    zip_button.click(bind(prepare_zip, api), picker, [download, note], api_name="prepare_merged_download")
-    return ExportHandles(use_this_model, export_button, [use_this_model, note, download])
+    return ExportHandles(use_this_model, export_button, outputs)

@@ -12,13 +12,24 @@ from backend.core.spec.fields import field_docs, field_help, spec_fields_markdow
 from backend.core.spec.io import load_spec_text, parse_spec, with_settings
 from backend.core.spec.job import JobSpec, checkpointing, environment_methods, methods_reading, online_methods
 from backend.core.spec.methods import REWARD_NAMES, Method, OnlinePart, RewardSpec
-from backend.core.spec.parts import DatasetSpec, LoraSpec, ModelSpec, QuantizationSpec
+from backend.core.spec.parts import (
+    EXPORT_FORMATS,
+    GGUF_TYPES,
+    DatasetSpec,
+    ExportSpec,
+    LoraSpec,
+    ModelSpec,
+    QuantizationSpec,
+)
 
 __all__ = [
     "BUILTIN_ENVIRONMENT_NAMES",
+    "EXPORT_FORMATS",
+    "GGUF_TYPES",
     "REWARD_NAMES",
     "DatasetSpec",
     "EnvironmentSpec",
+    "ExportSpec",
     "JobSpec",
     "LoraSpec",
     "Method",

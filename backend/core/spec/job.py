@@ -27,6 +27,7 @@ from backend.core.spec.parts import (
     DatasetSpec,
     EvalSpec,
     EvaluateSpec,
+    ExportSpec,
     LoraSpec,
     ModelSpec,
     OutputSpec,
@@ -65,6 +66,9 @@ class JobSpec(SpecPart):
     benchmarks: BenchmarksSpec = Field(default_factory=BenchmarksSpec)
     evaluate: EvaluateSpec | None = Field(
         None, description="Set for an eval-only job: score the benchmarks, train nothing (method is then unused)."
+    )
+    export: ExportSpec | None = Field(
+        None, description="Set for an export job: write out a finished job's model, train nothing (method unused)."
     )
     output: OutputSpec = Field(default_factory=OutputSpec)
     owner: str = Field("local", min_length=1, max_length=96, description="Who submitted the job.")
@@ -111,12 +115,16 @@ class JobSpec(SpecPart):
 
     @property
     def kind(self) -> str:
-        """What the job does, in one word for lists and tables: ``eval`` for an eval-only job (its method is unused),
-        else its method (``sft``, ``grpo``, ...).
+        """What the job does, in one word for lists and tables: ``eval`` for an eval-only job, ``export`` for an export
+        job (their method is unused), else its method (``sft``, ``grpo``, ...).
 
         >>> JobSpec().kind, JobSpec(evaluate={}, benchmarks={"tasks": ["studio_arith"]}).kind
         ('sft', 'eval')
+        >>> JobSpec(export={"job_id": "j1"}).kind
+        'export'
         """
+        if self.export is not None:
+            return "export"
         return "eval" if self.evaluate is not None else self.method.value
 
     @property
@@ -126,6 +134,8 @@ class JobSpec(SpecPart):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.export is not None and self.evaluate is not None:
+            raise ValueError("export: an export job scores nothing; remove evaluate")
         if self.evaluate is not None and not self.benchmarks.tasks:
             raise ValueError("benchmarks.tasks: an eval-only job needs at least one task")
         if self.quantization.mode != "none" and not self.lora.enabled:

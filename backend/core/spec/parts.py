@@ -253,6 +253,36 @@ class EvaluateSpec(SpecPart):
     )
 
 
+# The GGUF types an export writes with llama.cpp's own converter, no compiled llama.cpp needed (docs/hub.md says
+# what q4_k_m needs). The export part and the converter (backend/workflows/gguf.py) read this one list.
+GGUF_TYPES: tuple[str, ...] = ("f16", "q8_0")
+# What an export job makes of a finished job: its adapter merged into the base (safetensors), that merged model as
+# one GGUF file for llama.cpp, LM Studio and Ollama, or the adapter itself as a zip.
+EXPORT_FORMATS: tuple[str, ...] = ("merged", "gguf", "adapter")
+
+
+class ExportSpec(SpecPart):
+    """An export job: a finished job's model written out (merged, GGUF or its adapter), offered as one download
+    (a new export replaces the last one of its format) and optionally pushed to the Hub, all inside the job."""
+
+    job_id: str = Field(..., min_length=1, max_length=64, description="The finished job whose model is exported.")
+    format: Literal["merged", "gguf", "adapter"] = Field(
+        "merged",
+        description="merged (the adapter folded into its base, safetensors), gguf (that merged model as one GGUF file "
+        "for llama.cpp, LM Studio and Ollama, with a Modelfile) or adapter (the adapter folder as a zip).",
+    )
+    gguf_type: Literal["f16", "q8_0"] = Field("q8_0", description="The GGUF file's type, for format gguf.")
+    download: bool = Field(True, description="Offer the result as one file to download.")
+    push: bool = Field(False, description="Also push the result to the Hub (a model repository), in the job.")
+    repo_id: str | None = Field(None, max_length=96, description="The repository to push to (default from the run).")
+    private: bool = Field(True, description="Create the pushed repository as private.")
+    out: str | None = Field(
+        None, max_length=4096, description="A folder on this machine to write to (the person at this machine only)."
+    )
+
+    _plain = field_validator("job_id", "repo_id", "out")(refuse_control_characters)
+
+
 class OutputSpec(SpecPart):
     """What a job is called and where its adapter and checkpoints go: the Hub repo, its privacy, trackio."""
 

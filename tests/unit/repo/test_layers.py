@@ -41,7 +41,6 @@ PROCESS_SEAMS: dict[str, str] = {
     "backend.worker_pool": "the pool that forks pre-imported workers",
     "backend.jobs.scheduler": "the detached scheduler that serves the queue when no app does",
     "backend.remote_job": "a job on Hugging Face Jobs (which re-executes itself under the job's interpreter)",
-    "backend.workflows.export": "an adapter merge, in the trainer's interpreter with a time limit",
     "backend.data.uploads": "an uploaded dataset read under memory and time limits",
     "backend.training.reward_checks": "a reward model loaded for a check or the bench, under memory and time limits",
     "backend.environments.builtin.echo": "a built-in OpenEnv server",
@@ -249,6 +248,7 @@ def test_every_backend_module_belongs_to_a_declared_layer(graph):
     assert entry_points == [
         "backend.__main__",
         "backend.cli",
+        "backend.cli_export",
         "backend.cli_sweep",
         "backend.remote_job",
         "backend.worker",

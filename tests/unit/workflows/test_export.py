@@ -1,14 +1,17 @@
-"""Exporting a finished job as a merged model: loads without peft, answers as base + adapter, pushes as a model repo,
-leaves nothing behind on a full disk, says when a 4-bit job was dequantized; the CLI, ownership and the snippets."""
+"""Exporting a finished job as a merged model, in an export job of the queue: loads without peft, answers as base +
+adapter, pushes as a model repo inside the job, leaves nothing behind on a full disk or a kill, says when a 4-bit job
+was dequantized; one export at a time per user, one download per format; the CLI, ownership and the snippets."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 
@@ -17,14 +20,13 @@ import torch
 
 from backend.api import StudioAPI
 from backend.core.paths import DataPaths
-from backend.core.spec import parse_spec
+from backend.core.spec import SpecError, parse_spec
 from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
-from backend.jobs.store_errors import JobNotFound
-from backend.workflows.export import ExportError
+from backend.jobs.store_errors import ExportBusy, JobNotFound
 from components.jobs.export_panel import use_markdown
-from tests.helpers import ROOT, tiny_spec, wait_status
+from tests.helpers import ROOT, tiny_spec, wait_for, wait_status
 from tests.helpers.faults import tmpfs
 from tests.helpers.hub_server import FakeHub
 
@@ -65,10 +67,28 @@ def _perturb(adapter: Path) -> None:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory, models_dir):
-    """A real tiny SFT job of alice's, its adapter perturbed: (facade, job id)."""
+    """A real tiny SFT job of alice's, its adapter perturbed, and a scheduler serving exports: (facade, job id)."""
     api, job_id = _train(tmp_path_factory.mktemp("export") / "data", models_dir)
     _perturb(Path(api.jobs.get_job(job_id).artifacts.adapter_dir))
-    return api, job_id
+    scheduler = Scheduler(api.core.paths, poll_interval=0.1).start()
+    try:
+        yield api, job_id
+    finally:
+        scheduler.stop()
+
+
+def _export(api: StudioAPI, job_id: str, user: User | None = None, timeout: float = 300, **asked):
+    """Queue an export of ``job_id`` and wait for its end: the export job's record."""
+    export = api.export.submit(job_id, user, **asked).job
+    assert export.spec.kind == "export"
+    return wait_status(api.core.store, export.id, {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}, timeout)
+
+
+def _exported(api: StudioAPI, job_id: str, user: User | None = None, **asked):
+    """An export that must succeed: its outcome."""
+    done = _export(api, job_id, user, **asked)
+    assert done.status is JobStatus.succeeded, done.error
+    return done.artifacts.export
 
 
 @pytest.fixture()
@@ -142,10 +162,10 @@ def test_merged_export_loads_without_peft_and_answers_as_base_plus_adapter(job, 
 
     api, job_id = job
     out = tmp_path / "merged"
-    result = api.export.export_merged(job_id, out=out)
+    result = _exported(api, job_id, out=str(out), download=False)
 
-    assert result.path == out and not result.dequantized and result.dtype == "float32"
-    assert "at the base's dtype (float32)" in result.sentence
+    assert result.path == str(out) and result.format == "merged" and result.download is None
+    assert "at the base's dtype (float32)" in result.sentence and set(result.seconds) == {"merging"}
     files = {p.name for p in out.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md"} <= files
     assert {"chat_template.jinja", "tokenizer_config.json"} <= files
@@ -177,7 +197,7 @@ def test_merged_export_loads_without_peft_and_answers_as_base_plus_adapter(job, 
 def test_the_merged_transformers_snippet_runs_against_the_exported_folder(job, tmp_path):
     api, job_id = job
     out = tmp_path / "merged"
-    api.export.export_merged(job_id, out=out)
+    _exported(api, job_id, out=str(out), download=False)
     snippets = {s.title: s for s in api.export.use_snippets(job_id)}
     code = snippets["Merged model with transformers"].code
     assert f'model_id = "{out}"' in code and "peft" not in code
@@ -198,8 +218,9 @@ def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
     api, job_id = job
     with FakeHub(TOKEN, user="alice", orgs=("studio-org",)) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        result = api.export.export_merged(job_id, User("alice", token=TOKEN), push_repo="studio-org/tiny-merged")
+        result = _exported(api, job_id, User("alice", token=TOKEN), repo_id="studio-org/tiny-merged")
         assert result.push_error is None, result.push_error
+        assert list(result.seconds) == ["merging", "packing", "uploading"]
         assert result.repo_id == "studio-org/tiny-merged" and "Pushed to studio-org/tiny-merged." in result.sentence
         created = hub.requests_to("create")[-1].json
         assert created["type"] == "model" and created["visibility"] == "private"
@@ -219,12 +240,16 @@ def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
         shown = use_markdown(api, job_id, User("alice"))  # what the Jobs tab's "Use this model" shows
         assert 'model_id = "studio-org/tiny-merged"' in shown and "```bash\nvllm serve studio-org/tiny-merged" in shown
         assert use_markdown(api, job_id, User("bob")) == ""
-        archive = api.export.merged_archive(job_id, User("alice"))
-        with zipfile.ZipFile(archive) as zipped:
+        with zipfile.ZipFile(result.download) as zipped:  # the download, made in the same job
             assert {"model.safetensors", "config.json", "README.md"} <= set(zipped.namelist())
+        shown = api.export.latest(job_id, User("alice"))
+        assert shown.download == Path(result.download) and str(api.core.paths.root) not in shown.sentence
 
-        failed = api.export.export_merged(job_id, User("alice", token=TOKEN), push_repo="someone-else/x")
-        assert failed.push_error and "cannot write to" in failed.push_error and failed.path.is_dir()
+        failed = _exported(api, job_id, User("alice", token=TOKEN), repo_id="someone-else/x")
+        assert failed.push_error and "cannot write to" in failed.push_error and Path(failed.path).is_dir()
+        assert not Path(result.download).exists(), "a new export replaces the job's last download of its format"
+        assert Path(failed.download).is_file()
+        assert api.export.latest(job_id, User("alice")).sentence.startswith("⚠️")
 
 
 @pytest.mark.slow
@@ -232,10 +257,10 @@ def test_a_full_disk_gives_a_sentence_and_leaves_nothing(job, tmp_path):
     api, job_id = job
     before = api.jobs.get_job(job_id).artifacts.merged
     with tmpfs(tmp_path / "small", size="256k") as small:  # the merged weights are 548 KiB
-        with pytest.raises(ExportError) as caught:
-            api.export.export_merged(job_id, out=small / "merged")
+        failed = _export(api, job_id, out=str(small / "merged"), download=False)
+        assert failed.status is JobStatus.failed
         assert list(small.iterdir()) == [], "a half-written model was left behind"
-    message = str(caught.value)
+    message = failed.error
     assert message.startswith(f"the disk at {small} is full (the merged weights alone are 0.5 MiB)"), message
     assert "nothing was left behind" in message
     assert "\n" not in message and "Traceback" not in message
@@ -245,15 +270,26 @@ def test_a_full_disk_gives_a_sentence_and_leaves_nothing(job, tmp_path):
 @pytest.mark.slow
 def test_only_the_owner_exports_and_only_locally_to_a_named_folder(job, tmp_path):
     api, job_id = job
+    rows = len(api.core.store.list())
     with pytest.raises(JobNotFound):
-        api.export.export_merged(job_id, User("bob"))
+        api.export.submit(job_id, User("bob"))
     with pytest.raises(JobNotFound):  # a Space admin sees the job, but its model is the owner's to ship
-        api.export.export_merged(job_id, User("boss", is_admin=True))
-    with pytest.raises(ExportError, match="only the person at this machine"):
-        api.export.export_merged(job_id, User("alice"), out=tmp_path / "elsewhere")
-    assert not (tmp_path / "elsewhere").exists()
+        api.export.submit(job_id, User("boss", is_admin=True))
+    with pytest.raises(SpecError, match="export.out: only the person at this machine"):
+        api.export.submit(job_id, User("alice"), out=str(tmp_path / "elsewhere"))
+    with pytest.raises(SpecError, match="export.push: no Hugging Face token"):
+        api.export.submit(job_id, User("alice"), push=True)
+    with pytest.raises(SpecError, match="export.repo_id: "):
+        api.export.submit(job_id, User("alice", token=TOKEN), repo_id="../../etc")
+    with pytest.raises(SpecError, match="export.format: "):
+        api.export.submit(job_id, User("alice"), format="exe")
+    with pytest.raises(SpecError, match="^export: queue an export with the Export panel"):  # not as a spec
+        api.jobs.submit({"export": {"job_id": job_id, "out": "/etc"}}, user=User("alice"))
+    assert not (tmp_path / "elsewhere").exists() and len(api.core.store.list()) == rows, "a refusal stored a job"
     with pytest.raises(JobNotFound):
         api.export.use_snippets(job_id, User("bob"))
+    with pytest.raises(JobNotFound):
+        api.export.latest(job_id, User("bob"))
 
 
 @pytest.mark.slow
@@ -295,8 +331,13 @@ def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_d
 
     api, job_id = _train(tmp_path / "data", models_dir, quantization={"mode": "4bit"})
     out = tmp_path / "merged-4bit"
-    result = api.export.export_merged(job_id, out=out)
-    assert result.dequantized and result.dtype == "bfloat16"
+    scheduler = Scheduler(api.core.paths, poll_interval=0.1).start()
+    try:
+        result = _exported(api, job_id, out=str(out), download=False)
+    finally:
+        scheduler.stop()
+    merged = api.jobs.get_job(job_id).artifacts.merged
+    assert merged.dequantized and merged.dtype == "bfloat16"
     assert "4-bit base" in result.sentence and "16-bit dequantized base" in result.sentence
     assert "16-bit dequantized base" in (out / "README.md").read_text()
     with safe_open(str(out / "model.safetensors"), "pt") as weights:
@@ -304,44 +345,83 @@ def test_a_4bit_job_is_merged_into_the_16bit_dequantized_base(tmp_path, models_d
     assert dtypes == {"BF16"}, dtypes
     config = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in config
-    assert api.jobs.get_job(job_id).artifacts.merged.dequantized
 
 
 def test_a_job_without_a_usable_adapter_is_refused_with_a_sentence(data_dir, tmp_path):
     api = StudioAPI(data_dir, scheduler="none")
     queued = api.jobs.submit(tiny_spec()).job
-    with pytest.raises(
-        ExportError, match=f"job {queued.id} is queued: only a job that succeeded has an adapter to merge"
-    ):
-        api.export.export_merged(queued.id, out=tmp_path / "never")
+    with pytest.raises(SpecError, match=f"export.job_id: job {queued.id} is queued: only a job that succeeded"):
+        api.export.submit(queued.id, out=str(tmp_path / "never"))
     full = api.jobs.submit(tiny_spec(lora={"enabled": False})).job
     adapter = api.core.paths.job_adapter(queued.id)
     adapter.mkdir(parents=True)  # an empty folder where the adapter should be
     for job_id in (queued.id, full.id):
         api.core.store.claim_next()
         api.core.store.finish(job_id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
-    with pytest.raises(ExportError, match="trained all weights"):
-        api.export.export_merged(full.id, out=tmp_path / "never")
-    with pytest.raises(ExportError, match="^the merge failed .*nothing was left behind$") as caught:
-        api.export.export_merged(queued.id, out=tmp_path / "never")
-    assert "\n" not in str(caught.value)
-    assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))
+    with pytest.raises(SpecError, match="trained all weights"):
+        api.export.submit(full.id, out=str(tmp_path / "never"))
     evaluated = api.core.store.add(parse_spec(tiny_spec(evaluate={}, benchmarks={"tasks": ["studio_arith"]})))
     api.core.store.claim_next()
     api.core.store.finish(evaluated.id, JobStatus.succeeded)
-    with pytest.raises(ExportError, match="ended an evaluation, which trains no adapter: there is nothing to merge"):
-        api.export.export_merged(evaluated.id, out=tmp_path / "never")
+    with pytest.raises(SpecError, match="is an eval job, which has no model to export"):
+        api.export.submit(evaluated.id, out=str(tmp_path / "never"))
+    # An adapter that cannot be merged: the job fails with one sentence, nothing is left behind.
+    broken = api.export.submit(queued.id, out=str(tmp_path / "never")).job
+    with pytest.raises(ExportBusy, match=f"your export {broken.id} is still queued or running"):
+        api.export.submit(queued.id, format="adapter")
+    scheduler = Scheduler(api.core.paths, poll_interval=0.1).start()
+    try:
+        failed = wait_status(api.core.store, broken.id, {JobStatus.failed, JobStatus.succeeded}, timeout=120)
+    finally:
+        scheduler.stop()
+    assert failed.status is JobStatus.failed and failed.error.startswith("the merge failed ("), failed.error
+    assert failed.error.endswith("nothing was left behind") and "\n" not in failed.error
+    assert not (tmp_path / "never").exists() and not list(tmp_path.glob(".partial*"))
 
 
-def test_a_merge_past_its_time_limit_is_stopped_and_leaves_nothing(job, tmp_path, monkeypatch):
+def test_a_killed_export_leaves_the_last_one_in_place_and_nothing_half_written(job):
     api, job_id = job
-    monkeypatch.setenv("STUDIO_EXPORT_TIMEOUT_S", "1")  # the child cannot even import torch in a second
-    before = api.jobs.get_job(job_id).artifacts.merged
-    with pytest.raises(ExportError, match="took longer than 1 s .STUDIO_EXPORT_TIMEOUT_S. and was stopped"):
-        api.export.export_merged(job_id, out=tmp_path / "late")
-    assert list(tmp_path.iterdir()) == [] and api.jobs.get_job(job_id).artifacts.merged == before
-    monkeypatch.delenv("STUDIO_EXPORT_TIMEOUT_S")
-    assert api.export.export_merged(job_id, out=tmp_path / "late").path == tmp_path / "late"  # the slot was freed
+    first = _exported(api, job_id, download=False)
+    folder = Path(first.path)
+    weights = (folder / "model.safetensors").read_bytes()
+    export = api.export.submit(job_id, download=False).job
+    store = api.core.store
+    wait_for(lambda: store.get(export.id).progress.get("phase") == "merging" and store.get(export.id).pid, 120)
+    partials = lambda: list(folder.parent.glob(".partial-merged-*"))  # noqa: E731
+    wait_for(lambda: partials(), 60, what="the merge to start writing")  # killed mid-write, not before it
+    os.killpg(store.get(export.id).pid, signal.SIGKILL)
+    killed = wait_status(store, export.id, {JobStatus.failed, JobStatus.interrupted}, timeout=60)
+    assert killed.status is JobStatus.failed
+    assert (folder / "model.safetensors").read_bytes() == weights, "the previous export was touched"
+    again = _exported(api, job_id, download=False)  # the next export sweeps what the killed one left
+    assert Path(again.path) == folder and not partials()
+
+
+def test_one_export_at_a_time_per_user_and_one_download_per_format(job):
+    api, job_id = job
+    alice = User("alice")
+    downloads, refused, started = api.core.paths.downloads, [], time.monotonic()
+    exports = lambda: [j for j in api.core.store.list() if j.spec.export and j.spec.export.format == "adapter"]  # noqa: E731
+    before = len(exports())
+    for _ in range(20):  # twenty clicks on "zip the adapter", a quarter second apart
+        asked = time.monotonic()
+        try:
+            api.export.submit(job_id, alice, format="adapter")
+        except ExportBusy as exc:
+            refused.append(time.monotonic() - asked)
+            assert "is still queued or running: wait for it to end" in str(exc)
+        time.sleep(0.25)
+    wait_for(lambda: not api.export.latest(job_id, alice).active, 120, what="the last export to end")
+    assert refused and max(refused) < 1.0, refused
+    made = len(exports()) - before
+    assert made == 20 - len(refused) and made >= 2, (
+        "the clicks never let a second export through, so nothing was replaced"
+    )
+    zips = [p for p in downloads.rglob("adapter-*.zip")]
+    assert len(zips) == 1, zips
+    assert api.jobs.get_job(job_id).artifacts.downloads["adapter"] == str(zips[0])
+    assert api.export.latest(job_id, alice).download == zips[0]
+    assert time.monotonic() - started < 120
 
 
 def test_the_merged_card_carries_the_verdict_and_how_it_was_merged(job):
