@@ -295,6 +295,8 @@ def cmd_status(api: StudioAPI, args) -> int:
     if status["durable"]:
         when = _ts(status["last_snapshot_at"]) if status["last_snapshot_at"] else "none yet"
         print(f"Last snapshot of the store in {status['durable']}: {when}")
+    mib = 2**20
+    print(f"Exports: {status['export_bytes'] / mib:.1f} MiB; downloads: {status['download_bytes'] / mib:.1f} MiB")
     for line in [status["warning"], status["last_error"], *status["restore_notes"], *status["set_aside"]]:
         if line:
             print(line)

@@ -136,7 +136,16 @@ class StudioAPI:
             "restore_notes": list(self.mirror_status.notes),
             "set_aside": list(self.mirror_status.set_aside),
             "warning": storage.warning(),
+            **self.export_bytes(),
         }
+
+    def export_bytes(self) -> dict[str, int]:
+        """The bytes exports take on disk (every job's merged and GGUF folders) and downloads (``downloads/``)."""
+        from backend.core.paths import folder_bytes
+
+        jobs = self.core.paths.root / "jobs"
+        exports = sum(folder_bytes(folder) for kind in ("merged", "gguf") for folder in jobs.glob(f"*/{kind}"))
+        return {"export_bytes": exports, "download_bytes": folder_bytes(self.core.paths.downloads)}
 
     def scheduler_health(self) -> SchedulerHealth | None:
         """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);

@@ -181,7 +181,7 @@ def _packed(outcome: ExportOutcome, source: JobRecord, paths: DataPaths, store: 
 
 def _pushed(outcome: ExportOutcome, source: JobRecord, spec: ExportSpec, paths: DataPaths) -> ExportOutcome:
     """The export pushed with the token the scheduler handed this worker; a failed push is said, the export kept."""
-    from backend.hub.publish import PushError, push_gguf, push_job, push_merged
+    from backend.hub.publish import PushError, push_job, push_merged
     from backend.jobs.store import JobStore
 
     token = os.environ.get("HF_TOKEN")
@@ -197,6 +197,8 @@ def _pushed(outcome: ExportOutcome, source: JobRecord, spec: ExportSpec, paths: 
                 private=spec.private,
             )  # fmt: skip
         else:
+            from backend.hub.publish import push_gguf  # type: ignore[attr-defined]
+
             pushed = push_gguf(source, Path(outcome.path).parent, token, repo_id=repo, private=spec.private)
     except PushError as exc:
         return outcome.model_copy(update={"push_error": str(exc), "sentence": f"{outcome.sentence} Not pushed: {exc}."})

@@ -1,6 +1,7 @@
 """The Jobs tab's two panels under a finished job, in a real browser: its benchmarks and verdict, "Use this model ·
-Export merged" (snippets exact to the adapter folder, then to the merged model it writes into the job's folder, and
-its zip), and "Evaluate" (an eval-only job on that job, queued, finished and shown with its own benchmarks table).
+Export" (snippets exact to the adapter folder; a GGUF export queued while another job trains, its phases followed,
+its download kept through the live refreshes), and "Evaluate" (an eval-only job on that job, queued, finished and
+shown with its own benchmarks table).
 
 One app process, one page; the tests run in order and pass job ids along in STATE. The job is a real, tiny SFT of
 builtin:tiny-qwen3-arith queued through the app's own API (/submit_spec), with held-out rows (for its verdict) and
@@ -18,7 +19,6 @@ import pytest
 from playwright.sync_api import expect
 
 from backend.core.paths import DataPaths
-from backend.hub.model_card import merged_dtype_sentence
 from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
 from components.jobs.benchmark_views import bar
@@ -32,6 +32,7 @@ ARITH = "builtin:tiny-qwen3-arith"
 TASK = "studio_arith"
 LIMIT = 8
 STATE: dict[str, str] = {}
+FORMAT_LABEL = "GGUF q8_0 (llama.cpp, LM Studio, Ollama)"  # the Export panel's choice this test makes
 
 
 app = app_fixture()
@@ -103,51 +104,75 @@ def test_a_finished_arith_job_shows_its_benchmarks_and_its_verdict(page, app, st
     _expect_benchmarks(page, job)
 
 
-def test_export_merged_writes_the_model_into_the_jobs_folder_and_the_snippets_follow(page, app, store):
+def _export(page, store, job_id: str, label: str) -> tuple:
+    """Pick ``label`` in the Export panel, click Export, watch its phases, and wait for its download: (export job,
+    the phases the note showed)."""
+    page.locator("#export-format").get_by_label(label).check()
+    page.locator("#export-button").click()
+    note = page.locator("#export-note")
+    expect(note).to_contain_text(re.compile(r"Export \S+: "), timeout=30_000)
+    seen: list[str] = []
+
+    def done():
+        text = note.inner_text()
+        phase = re.search(r"Export \S+: (\w+)…", text)
+        if phase and phase.group(1) not in seen:
+            seen.append(phase.group(1))
+        export = store.latest_export(job_id)
+        return export.status.finished and export
+
+    export = wait_for(done, 600, 0.2, "the export to end", sleep=page.wait_for_timeout)
+    assert export.status is JobStatus.succeeded, export.error
+    return export, seen
+
+
+def test_export_while_another_job_trains_shows_its_progress_and_keeps_its_download(page, app, store):
+    """Issue 49: the export is a job of its own lane (it never waits behind training), the panel follows its phases,
+    and its sentence and download stay through the live refreshes of the training job beside it."""
     (job_id,) = _need("trained")
     job = store.get(job_id)
     adapter = job.artifacts.adapter_dir
     assert job.artifacts.merged is None
     snippets = page.locator("#use-this-model")
     expect(snippets).to_be_hidden()  # the accordion starts closed
-    page.get_by_text("Use this model · Export merged").click()
+    page.get_by_text("Use this model · Export").click()
     expect(snippets).to_contain_text("Adapter with transformers + peft")
     expect(snippets).to_contain_text(f'adapter_id = "{adapter}"')
-    expect(snippets).to_contain_text(f"--lora-modules arith-export={adapter}")
     expect(snippets).not_to_contain_text("Merged model")
-    expect(page.locator("#download-merged")).to_be_hidden()
+    expect(page.locator("#download-export")).to_be_hidden()
+    expect(page.locator("#export-button")).to_be_enabled()
 
-    page.locator("#export-merged-button").click()
+    long = tiny_spec(output={"run_name": "trains-beside"}, training={"max_steps": 2000, "save_steps": 10_000})
+    training = app.client().predict(json.dumps(long), api_name="/submit_spec")
+    wait_for(lambda: store.get(training).status is JobStatus.running, 120, what="the other job to train")
+    label = FORMAT_LABEL
+    export, phases = _export(page, store, job_id, label)
+    assert store.get(training).status is JobStatus.running, "the export waited for the training job"
+    assert phases, "the note never showed the export's phase"
+    outcome = export.artifacts.export
+    download_button = page.locator("#download-export")
+    expect(download_button).to_be_visible(timeout=30_000)
     note = page.locator("#export-note")
-    expect(note).to_contain_text(f"Merged job {job_id} into ", timeout=600_000)
+    expect(note).to_contain_text(outcome.sentence.split(" (")[0])
+    page.wait_for_timeout(4_000)  # live refreshes of the training job: the panel must keep its result
+    expect(download_button).to_be_visible()
+    expect(note).to_contain_text(outcome.sentence.split(" (")[0])
+    with page.expect_download(timeout=60_000) as download:
+        download_button.click()
+    assert download.value.suggested_filename == Path(outcome.download).name
+    if outcome.format == "gguf":
+        assert download.value.suggested_filename.endswith(".gguf")
+        assert Path(download.value.path()).read_bytes()[:4] == b"GGUF"
+    else:
+        zipped = zipfile.ZipFile(download.value.path()).namelist()
+        assert any(n.endswith(".safetensors") for n in zipped) and "adapter_config.json" not in zipped, zipped
     merged = store.get(job_id).artifacts.merged
-    assert merged is not None, "the export is recorded on the job"
-    folder = Path(merged.path)
-    assert folder == DataPaths(app.data_dir).job_dir(job_id) / "merged", folder
-    size_mib = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
-    sentence = f"Merged job {job_id} into {folder} ({size_mib:.1f} MiB). " + merged_dtype_sentence(
-        merged.dtype, merged.dequantized, job.spec.quantization.mode
-    )
-    expect(note).to_have_text(sentence)
-    names = {p.name for p in folder.iterdir()}
-    assert "config.json" in names and any(n.endswith(".safetensors") for n in names), names
-    assert "adapter_config.json" not in names and "adapter_model.safetensors" not in names, names
-    assert not list(folder.parent.glob(".partial-merged-*")), "no partial export left behind"
-
+    folder = DataPaths(app.data_dir).job_dir(job_id) / "merged"
+    assert merged is not None and Path(merged.path) == folder, merged
+    assert not list(folder.parent.glob(".partial-*")), "no partial export left behind"
     expect(snippets).to_contain_text("Merged model with transformers")
     expect(snippets).to_contain_text(f'model_id = "{folder}"')
-    expect(snippets).to_contain_text(f"vllm serve {folder}")
-    expect(snippets).to_contain_text(f'adapter_id = "{adapter}"')  # the adapter's snippets stay
-
-    # And the merged model downloads as a zip.
-    page.locator("#prepare-merged-zip").click()
-    expect(note).to_contain_text("Merged zip ready", timeout=120_000)
-    with page.expect_download(timeout=60_000) as download:
-        page.locator("#download-merged").click()
-    zipped = zipfile.ZipFile(download.value.path()).namelist()
-    assert any(n.endswith("config.json") for n in zipped) and any(n.endswith(".safetensors") for n in zipped), zipped
-    assert not any(n.endswith("adapter_config.json") for n in zipped), zipped
-    assert download.value.suggested_filename == "merged-arith-export.zip"
+    app.client().predict(training, api_name="/cancel_job")
 
 
 def test_evaluate_queues_an_eval_only_job_on_the_picked_job_and_shows_its_benchmarks(page, store):

@@ -7,6 +7,8 @@ gradio_client carrying a session cookie signed exactly as Gradio checks it.
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from gradio_client.exceptions import AppError
@@ -26,6 +28,8 @@ TINY_SPEC = (
     '"training": {"max_steps": 2, "batch_size": 2, "max_length": 128}}'
 )
 
+
+MERGED = "Merged model (safetensors)"  # the Export panel's first format
 
 space = app_fixture(space=True)
 
@@ -64,7 +68,7 @@ def test_a_visitor_can_look_but_not_queue_check_preview_bench_or_dry_run(space, 
         _refused(caller, TINY_SPEC, api_name="/submit_spec")
         _refused(caller, "- name: length\n  target_length: 3\n", "a b c", "", api_name="/score_rewards")
         _refused(caller, "x", api_name="/cancel_job")
-        _refused(caller, "x", False, "", True, api_name="/export_merged")
+        _refused(caller, "x", MERGED, False, "", True, api_name="/export")
         _refused(caller, "x", "", ["studio_arith"], 8, api_name="/evaluate")
         _refused(caller, "x", "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send")
     assert store.list() == []
@@ -109,8 +113,7 @@ def test_another_user_can_see_or_touch_none_of_it(space, store, alices_job):
     for api_name in ("/cancel_job", "/resume_job", "/clone_job"):
         _refused(bob, alices_job, api_name=api_name, expect="Pick one of your jobs")
     _refused(bob, alices_job, "bob/stolen", True, api_name="/push_to_hub", expect="Pick one of your jobs")
-    _refused(bob, alices_job, True, "bob/stolen", True, api_name="/export_merged", expect="Pick one of your jobs")
-    _refused(bob, alices_job, api_name="/prepare_merged_download", expect="Pick one of your jobs")
+    _refused(bob, alices_job, MERGED, True, "bob/stolen", True, api_name="/export", expect="Pick one of your jobs")
     _refused(bob, alices_job, "Hi", [], [], "", 0.0, 8, 0, api_name="/chat_send", expect="not yours")
     assert all(not c.startswith(alices_job) for c in bob.predict(api_name="/chat_jobs"))
     # Continuing from her adapter, through the form's picker or a spec, is refused as if the job did not exist.
@@ -171,16 +174,49 @@ def test_thumbs_are_each_signed_in_users_own_and_a_visitor_records_none(space, a
     assert len(_rows(alice.predict(api_name="/export_thumbs"))) == 2, "bob's thumb is not in alice's export"
 
 
-def test_a_user_exports_her_job_merged_into_its_own_folder_and_downloads_it(space, alices_job):
+def _exported(store: JobStore, owner: str, job_id: str):
+    """The newest export job of ``job_id`` once it has ended."""
+    export = store.latest_export(job_id)
+    assert export is not None and export.owner == owner
+    return wait_status(store, export.id, {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled}, timeout=300)
+
+
+def test_a_user_exports_her_job_merged_into_its_own_folder_and_downloads_it(space, store, alices_job):
     alice = space.client("alice")
-    snippets, note = alice.predict(alices_job, False, "", True, api_name="/export_merged")
+    _, note, *_ = alice.predict(alices_job, MERGED, False, "", True, api_name="/export")
+    assert note.startswith("Export ") and str(space.data_dir) not in note, note
+    done = _exported(store, "alice", alices_job)
+    assert done.status is JobStatus.succeeded, done.error
     folder = DataPaths(space.data_dir).job_dir(alices_job) / "merged"
-    assert note.startswith(f"Merged job {alices_job} into its own folder ("), note
     assert (folder / "model.safetensors").is_file() and not (folder / "adapter_config.json").exists()
-    # Issue 48: a stranger's answers name the job, never a folder of the server; the snippets name the downloads.
-    assert str(space.data_dir) not in note + snippets, (note, snippets)
-    assert 'model_id = "merged-' in snippets and "vllm serve merged-" in snippets, snippets
-    assert 'adapter_id = "adapter-' in snippets, snippets
-    download, ready = alice.predict(alices_job, api_name="/prepare_merged_download")
-    assert ready.startswith("Merged zip ready") and download["visible"] and download["value"].endswith(".zip")
+    outcome = done.artifacts.export
+    assert outcome.sentence.startswith(f"Merged job {alices_job} into ") and outcome.download.endswith(".zip")
+    assert list(outcome.seconds) == ["merging", "packing"]
+    assert space.serving()
+
+
+def test_two_users_export_side_by_side_and_a_second_export_of_one_is_refused_at_once(space, store, alices_job):
+    """Issue 49: exports are jobs with their own lane; one per user at once, refused within a second."""
+    alice, bob = space.client("alice"), space.client("bob")
+    bobs_job = bob.predict(TINY_SPEC, api_name="/submit_spec")
+    assert wait_status(store, bobs_job, {JobStatus.succeeded, JobStatus.failed}).status is JobStatus.succeeded
+    with ThreadPoolExecutor(2) as both:  # the two clicks at once
+        list(
+            both.map(
+                lambda c: c[0].predict(c[1], MERGED, False, "", True, api_name="/export"),
+                [(alice, alices_job), (bob, bobs_job)],
+            )
+        )
+    asked = time.monotonic()
+    refused = _refused(
+        alice, alices_job, "Adapter (zip)", False, "", True, api_name="/export", expect="is still queued"
+    )
+    assert time.monotonic() - asked < 1.0 and "wait for it to end" in refused
+    ends = [_exported(store, owner, job_id) for owner, job_id in (("alice", alices_job), ("bob", bobs_job))]
+    assert all(e.status is JobStatus.succeeded for e in ends), [e.error for e in ends]
+    # Side by side: each started before the other ended (one Space-wide export at a time would run them in turn).
+    assert max(e.started_at for e in ends) < min(e.finished_at for e in ends), [
+        (e.started_at, e.finished_at) for e in ends
+    ]
+    assert [j.spec.export.format for j in store.list(owner="alice") if j.spec.export].count("adapter") == 0
     assert space.serving()

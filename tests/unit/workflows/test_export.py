@@ -421,6 +421,7 @@ def test_one_export_at_a_time_per_user_and_one_download_per_format(job):
     assert len(zips) == 1, zips
     assert api.jobs.get_job(job_id).artifacts.downloads["adapter"] == str(zips[0])
     assert api.export.latest(job_id, alice).download == zips[0]
+    assert api.storage_status()["download_bytes"] >= zips[0].stat().st_size  # what `backend status` says
     assert time.monotonic() - started < 120
 
 
