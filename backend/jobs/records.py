@@ -196,3 +196,8 @@ PLACES_SQL = (
 
 # Whether a row is an export job (``export`` in its stored spec): exports have their own lane in the scheduler.
 EXPORT_SQL = "(json_valid(spec) AND json_extract(spec, '$.export') IS NOT NULL)"
+
+
+def export_sql(column: str) -> str:
+    """``EXPORT_SQL`` over another column name (``q.spec`` in a self-join)."""
+    return EXPORT_SQL.replace("spec", column)

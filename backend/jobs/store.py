@@ -26,6 +26,7 @@ from backend.jobs.records import (
     RESUMABLE_STATUSES,
     JobRecord,
     JobStatus,
+    export_sql,
     job_record,
     json_object,
     json_text,
@@ -249,10 +250,11 @@ class JobStore:
         return [(r.job_id, r.reason) for r in self._read_rows(owner, statuses) if isinstance(r, UnreadableJob)]
 
     def queue_position(self, job_id: str) -> int | None:
-        """1 for the next job to start; None when the job is not queued."""
+        """1 for the next job to start in its lane (exports have their own); None when the job is not queued."""
+        lane = f"{export_sql('q.spec')} = {export_sql('j.spec')}"
         with self._connect() as con:
             row = con.execute(
-                "SELECT (SELECT COUNT(*) FROM jobs q WHERE q.status = 'queued' AND q.seq <= j.seq) AS pos "
+                f"SELECT (SELECT COUNT(*) FROM jobs q WHERE q.status = 'queued' AND q.seq <= j.seq AND {lane}) AS pos "
                 "FROM jobs j WHERE j.id = ? AND j.status = 'queued'",
                 (job_id,),
             ).fetchone()

@@ -73,7 +73,7 @@ class JobsLayout:
     shown: gr.State
     timer: gr.Timer
     sweep: sweep_panel.SweepHandles  # the picked job's sweep, when it is a child of one
-    export: export_panel.ExportHandles  # "Use this model" and Export merged, for the picked job
+    export: export_panel.ExportHandles  # "Use this model" and Export, for the picked job
     light: list = field(init=False)  # the picked job's summary, progress, actions and evaluation: cheap to draw
     heavy: list = field(init=False)  # its plots, samples and logs: most of a refresh's cost in the browser
     detail: list = field(init=False)  # the order of /show_job's first outputs, as scripts read them
@@ -174,7 +174,7 @@ def _lay_out_detail(api: StudioAPI, parts: dict) -> None:
         parts["push_private"] = gr.Checkbox(True, label="Private", scale=1)
         parts["push_button"] = gr.Button("Push adapter to the Hub", elem_id="push-button", scale=1, interactive=False)
     parts["action_note"] = gr.Markdown(elem_id="job-action-note")
-    parts["export"] = export_panel.build(api, parts["picker"])  # "Use this model" and Export merged
+    parts["export"] = export_panel.build(api, parts["picker"])  # "Use this model" and Export
     with gr.Row(elem_id="job-plots"):
         # One panel of server-drawn charts (components/charts.py), its whole markup replaced by each update: nothing
         # a pick draws outlives it (issue 47; Gradio's LinePlot left a ResizeObserver behind at every redraw).

@@ -42,6 +42,7 @@ def test_a_second_export_of_one_user_is_refused_at_once_and_another_users_is_not
 def test_exports_and_training_are_claimed_in_their_own_lanes(store):
     training = store.add(JobSpec(owner="alice"))
     export = store.add(_export("bob"))
+    assert store.queue_position(export.id) == 1, "an export's place counts only the exports ahead of it"
     assert store.claim_next(exports=True).id == export.id, "an export waits behind no training job"
     assert store.claim_next(exports=True) is None
     assert store.claim_next(exports=False).id == training.id

@@ -200,7 +200,7 @@ def test_a_reward_job_is_refused_with_a_sentence_where_a_language_model_is_neede
         assert api.core.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
         refusals = {
             "chat": lambda: api.chat.for_job(job.id, None),
-            "export": lambda: api.export.export_merged(job.id),
+            "export": lambda: api.export.submit(job.id),
             "benchmark": lambda: api.benchmarks.evaluate(job.id, ["arith-sums"]),
             "stage": lambda: api.jobs.submit(tiny_spec(model={"parent_job_id": job.id})),
         }
