@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+import os
+import time
 import zipfile
 
 import pytest
@@ -266,7 +268,7 @@ def test_a_finished_jobs_builtin_environment_shows_no_dead_localhost_link(api):
     assert "127.0.0.1" not in job_views.summary_markdown(api, dataclasses.replace(job, status=JobStatus.failed))
 
 
-def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
+def test_the_adapter_zip_is_built_on_request_once_per_job_in_a_downloads_path(api):
     job = _job(api)
     with pytest.raises(ValueError, match="no saved adapter"):
         api.jobs.adapter_archive(job.id)
@@ -276,8 +278,12 @@ def test_the_adapter_zip_is_built_on_request_in_a_fresh_downloads_path(api):
     assert api.core.store.claim_next().id == job.id
     api.core.store.finish(job.id, JobStatus.succeeded, artifacts={"adapter_dir": str(adapter)})
     first, second = api.jobs.adapter_archive(job.id), api.jobs.adapter_archive(job.id)
-    assert first != second  # two clicks (or two users) never share, or race on, one file
-    for path in (first, second):
+    assert first == second, "a click again hands out the job's one adapter zip (issue 49), not another copy"
+    os.utime(adapter / "adapter_config.json", (time.time() + 5, time.time() + 5))  # the adapter changed since
+    third = api.jobs.adapter_archive(job.id)
+    assert third.parent != first.parent and not first.parent.exists(), "the stale zip is replaced, not kept"
+    assert [p.parent for p in api.core.paths.downloads.rglob("*.zip")] == [third.parent]
+    for path in (third,):
         assert path.parent.parent == api.core.paths.downloads and path.name == f"adapter-{job.id}.zip"
         assert "adapter_config.json" in zipfile.ZipFile(path).namelist()
         assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left beside it
