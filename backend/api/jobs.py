@@ -198,9 +198,17 @@ class JobOperations:
     def _as_shown(self, job: JobRecord, user: User | None) -> JobRecord:
         """``job`` as ``user`` may read it: its error names jobs by id and no folder of this machine, unless they may
         name such folders themselves (the person at this machine, a trusted caller)."""
-        if not job.error or may_name_server_paths(user):
+        outcome = job.artifacts.export
+        if (not job.error and outcome is None) or may_name_server_paths(user):
             return job
-        return dataclasses.replace(job, error=server_paths_hidden(job.error, self.core.paths.root))
+        root = self.core.paths.root
+        if outcome is not None:  # an export's sentence names where it wrote
+            said = {"sentence": server_paths_hidden(outcome.sentence, root)}
+            if outcome.push_error:
+                said["push_error"] = server_paths_hidden(outcome.push_error, root)
+            artifacts = job.artifacts.model_copy(update={"export": outcome.model_copy(update=said)})
+            job = dataclasses.replace(job, artifacts=artifacts)
+        return dataclasses.replace(job, error=server_paths_hidden(job.error, root) if job.error else job.error)
 
     def unreadable_jobs(self, user: User | None = None) -> list[tuple[str, str]]:
         """(job id, reason) of the rows ``list_jobs`` leaves out because they cannot be read, for a notice."""

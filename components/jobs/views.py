@@ -92,7 +92,10 @@ def method_label(job: JobRecord) -> str:
 
 
 def data_label(job: JobRecord) -> str:
-    """What a job reads: an eval-only job's benchmark tasks, else its dataset."""
+    """What a job reads: an eval-only job's benchmark tasks, an export job's job and format, else its dataset."""
+    if job.spec.export is not None:
+        export = job.spec.export
+        return f"job {export.job_id} as {export.format}" + (f" {export.gguf_type}" if export.format == "gguf" else "")
     return ", ".join(job.spec.benchmarks.tasks) if job.spec.evaluate is not None else job.spec.dataset.name
 
 
@@ -199,6 +202,8 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     if job.spec.output.run_name:
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
     lines += [line for line in (verdict_line(job), signal_line(job)) if line]
+    if job.artifacts.export is not None:  # an export job: what it made (api.jobs hides a stranger's folders)
+        lines.append(html.escape(job.artifacts.export.sentence))
     if job.status is JobStatus.queued:
         lines.append(f"Place in the queue: {api.jobs.queue_position(job.id)}")
     if job.spec.model.parent_job_id:

@@ -25,6 +25,7 @@ from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
 from backend.jobs.store_errors import ExportBusy, JobNotFound
+from components.jobs import views as job_views
 from components.jobs.export_panel import use_markdown
 from tests.helpers import ROOT, tiny_spec, wait_for, wait_status
 from tests.helpers.faults import tmpfs
@@ -222,6 +223,10 @@ def test_push_sends_a_model_repository_to_the_hub(job, online, monkeypatch):
         result = _exported(api, job_id, User("alice", token=TOKEN), repo_id="studio-org/tiny-merged")
         assert result.push_error is None, result.push_error
         assert list(result.seconds) == ["merging", "packing", "uploading"]
+        export = api.jobs.get_job(api.core.store.latest_export(job_id).id, User("alice"))  # as her Jobs tab reads it
+        assert str(api.core.paths.root) not in export.artifacts.export.sentence
+        summary = job_views.summary_markdown(api, export)
+        assert "Pushed to studio-org/tiny-merged." in summary and f"job {job_id} as merged" in summary
         assert result.repo_id == "studio-org/tiny-merged" and "Pushed to studio-org/tiny-merged." in result.sentence
         created = hub.requests_to("create")[-1].json
         assert created["type"] == "model" and created["visibility"] == "private"
