@@ -89,6 +89,7 @@ def _exported(api: StudioAPI, job_id: str, user: User | None = None, **asked):
     """An export that must succeed: its outcome."""
     done = _export(api, job_id, user, **asked)
     assert done.status is JobStatus.succeeded, done.error
+    assert done.progress["step"] == done.progress["total_steps"], done.progress  # n of n phases, not n-1
     return done.artifacts.export
 
 
