@@ -1,5 +1,5 @@
-"""The Ollama Modelfile: its TEMPLATE renders conversations exactly as the tokenizer's chat template does (checked with a
-Go-template renderer of the subset it emits), with the stop tokens and the system prompt, and never an ADAPTER line."""
+"""The Ollama Modelfile: its TEMPLATE renders conversations exactly as the tokenizer's chat template does (checked with
+a Go-template renderer of the subset it emits), with its stop tokens and system prompt, and never an ADAPTER line."""
 
 from __future__ import annotations
 
@@ -85,7 +85,9 @@ def _with_template(tokenizer, template: str, tokens: list[str] = (), bos: str | 
 def _tokenizers(demo):
     return {
         "demo (qwen3)": demo,
-        "llama-3 style": _with_template(demo, LLAMA3_TEMPLATE, LLAMA3_TOKENS, bos="<|begin_of_text|>", eos="<|eot_id|>"),
+        "llama-3 style": _with_template(
+            demo, LLAMA3_TEMPLATE, LLAMA3_TOKENS, bos="<|begin_of_text|>", eos="<|eot_id|>"
+        ),
         "default system prompt": _with_template(demo, DEFAULT_SYSTEM_TEMPLATE),
     }
 
@@ -136,7 +138,7 @@ def test_a_template_of_another_shape_is_refused_and_the_modelfile_leaves_the_tem
         chat_shape(folded)
     text, note = build_modelfile(folded, "x.gguf", system="Be kind.")
     assert note.startswith("the chat template folds the system message into the first user turn")
-    assert "TEMPLATE \"\"\"" not in text and f"# TEMPLATE: {note}." in text
+    assert 'TEMPLATE """' not in text and f"# TEMPLATE: {note}." in text
     assert 'PARAMETER stop "<end_of_turn>"' in text and 'SYSTEM """Be kind."""' in text
     no_template = _with_template(demo_tokenizer, "")
     no_template.chat_template = None
@@ -144,7 +146,8 @@ def test_a_template_of_another_shape_is_refused_and_the_modelfile_leaves_the_tem
 
 
 def test_the_go_renderer_follows_go_trim_markers_and_branches():
-    template = '{{- if .A }}a{{ else if .B }}b{{ else }}c{{ end }} \n  {{- range $i, $_ := .L }}[{{ $i }}{{ .X }}]{{ end }}'
+    template = "{{- if .A }}a{{ else if .B }}b{{ else }}c{{ end }} \n  {{- range $i, $_ := .L }}"
+    template += "[{{ $i }}{{ .X }}]{{ end }}"
     assert render(template, {"A": "", "B": "y", "L": [{"X": "p"}, {"X": "q"}]}) == "b[0p][1q]"
     assert render("{{ `x\n` -}}\n  y", {}) == "x\ny"
     with pytest.raises(ValueError):
