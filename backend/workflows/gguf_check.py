@@ -111,7 +111,9 @@ def check_rows(job: JobRecord, paths: DataPaths, max_rows: int = MAX_ROWS) -> Ch
     )
 
 
-def _answer_tokens(tokenizer: Any, rows: CheckRows, generated_tokens: int | None) -> int:
+def answer_tokens(tokenizer: Any, rows: CheckRows, generated_tokens: int | None = None) -> int:
+    """The longest answer generated: the longest reference and some slack, else ``generated_tokens`` (the rollout's
+    completion length), else :data:`AGREEMENT_TOKENS`."""
     references = [r for r in rows.references if r is not None]
     if references:
         longest = max(len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in references)
@@ -137,14 +139,16 @@ def _right(answers: list[str], rows: CheckRows) -> list[float | None]:
     return scores
 
 
-def _greedy(load: Callable[[], tuple[Any, Any]], rows: CheckRows, new_tokens: int | None, seed: int) -> list[str]:
+def greedy_answers(
+    load: Callable[[], tuple[Any, Any]], rows: CheckRows, new_tokens: int | None, seed: int
+) -> list[str]:
     """Greedy answers of the model ``load`` gives (model, tokenizer), which is let go after."""
     import torch
 
     model, tokenizer = load()
     try:
         settings = GenerationSettings(
-            max_new_tokens=_answer_tokens(tokenizer, rows, new_tokens), temperature=0, seed=seed
+            max_new_tokens=answer_tokens(tokenizer, rows, new_tokens), temperature=0, seed=seed
         )
         with torch.no_grad():
             return generate_completions(model, tokenizer, rows.prompts, [None], settings, rows.tools, batched=True)[
@@ -174,7 +178,7 @@ def gguf_config(gguf_file: Path) -> Any:
     return config
 
 
-def _loaders(merged_dir: Path, gguf_file: Path) -> tuple[Callable[[], tuple[Any, Any]], Callable[[], tuple[Any, Any]]]:
+def loaders(merged_dir: Path, gguf_file: Path) -> tuple[Callable[[], tuple[Any, Any]], Callable[[], tuple[Any, Any]]]:
     """Loaders of the merged model and of the GGUF, both at the merged model's dtype, on the GPU where there is one."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -216,7 +220,8 @@ def _sentence(check: QuantCheck, gguf_type: str) -> str:
         )
     change = change_text(check.difference, check.ci95, rate=True)
     verdict = "within" if check.passed else "beyond"
-    differ = f"{check.differing} of the {check.rows} greedy answers differ" if check.differing else "no answer differs"
+    verb = "differs" if check.differing == 1 else "differ"
+    differ = f"{check.differing} of the {check.rows} greedy answers {verb}" if check.differing else "no answer differs"
     return (
         f"Accuracy on {rows}: merged {shown(check.merged_accuracy, True)}, {gguf_type} GGUF "
         f"{shown(check.gguf_accuracy, True)} ({change}), {verdict} the {(check.tolerance or 0) * 100:g}-point "
@@ -284,10 +289,10 @@ def quant_check(
         return QuantCheck(error="the job's dataset has no rows a model can answer")
     spec = job.spec
     new_tokens = spec.rollout.max_completion_length if rows.solutions and any(rows.solutions) else None
-    merged, gguf = _loaders(Path(merged_dir), Path(gguf_file))
-    merged_answers = _greedy(merged, rows, new_tokens, spec.training.seed)
+    merged, gguf = loaders(Path(merged_dir), Path(gguf_file))
+    merged_answers = greedy_answers(merged, rows, new_tokens, spec.training.seed)
     try:
-        gguf_answers = _greedy(gguf, rows, new_tokens, spec.training.seed)
+        gguf_answers = greedy_answers(gguf, rows, new_tokens, spec.training.seed)
     except Exception as exc:  # noqa: BLE001 - transformers cannot read this architecture's GGUF: the check says so
         return QuantCheck(error=f"transformers could not load the GGUF back ({type(exc).__name__}: {_first_line(exc)})")
     return compare(rows, merged_answers, gguf_answers, gguf_type, round(time.monotonic() - started, 1))
