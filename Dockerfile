@@ -40,6 +40,7 @@ ENV HOME=/home/user \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     STUDIO_DATA_DIR=/home/user/data \
     STUDIO_TRAINER_PYTHON=/opt/trainer/bin/python \
+    STUDIO_GGUF_CONVERTER=/opt/venv/share/studio-llama-converter \
     GRADIO_SERVER_NAME=0.0.0.0 \
     GRADIO_SERVER_PORT=7860
 # /home/user/app is also where a Gradio Space's image keeps the code, so HF Jobs runs either image the same way.
@@ -50,6 +51,13 @@ WORKDIR /home/user/app
 COPY --chown=1000:1000 requirements.txt requirements-gpu.txt requirements-trainer.txt requirements-trainer-gpu.txt ./
 RUN pip install --no-cache-dir -r requirements-gpu.txt \
     && /opt/trainer/bin/pip install --no-cache-dir -r requirements-trainer-gpu.txt
+
+# llama.cpp's GGUF converter (GGUF export), unpacked from the pinned llama-cpp-python sdist: Python files only, nothing
+# compiled. One folder for both environments (STUDIO_GGUF_CONVERTER); before the code, so a code change keeps the layer.
+COPY --chown=1000:1000 scripts/install_gguf_converter.py scripts/
+COPY --chown=1000:1000 backend/__init__.py backend/
+COPY --chown=1000:1000 backend/platform/__init__.py backend/platform/gguf_converter.py backend/platform/
+RUN python scripts/install_gguf_converter.py
 
 COPY --chown=1000:1000 . .
 RUN mkdir -p /home/user/data

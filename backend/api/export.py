@@ -131,7 +131,7 @@ class ExportOperations:
                     [f"export.format: job {job.id} trained all weights, its saved model is whole: export the adapter"]
                 )
         if format == "gguf":
-            from backend.workflows.gguf import converter_problem
+            from backend.platform.gguf_converter import converter_problem
 
             if problem := converter_problem():
                 raise SpecError([f"export.format: {problem}"])

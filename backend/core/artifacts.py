@@ -73,6 +73,62 @@ class ExportOutcome(BaseModel):
     sentence: str = Field("", description="what the export did, in one or two sentences")
 
 
+class QuantExample(BaseModel):
+    """One held-out row whose greedy answer the GGUF gave differently from the merged model."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str = Field(description="the row's last user message (or its prompt text), shortened")
+    merged: str = Field(description="the merged model's greedy answer")
+    gguf: str = Field(description="the GGUF's greedy answer")
+    reference: str | None = Field(None, description="the row's reference answer, where it has one")
+
+
+class QuantCheck(BaseModel):
+    """A GGUF checked against the merged model it was converted from: the same rows, greedy answers on both."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rows: int = Field(0, description="the rows answered by both (the job's held-out rows, at most 256)")
+    rows_from: str = Field("held-out", description="held-out, or training when the job held no rows out")
+    scored: Literal["accuracy", "agreement"] = Field(
+        "accuracy", description="accuracy against reference answers, or agreement with the merged model without them"
+    )
+    merged_accuracy: float | None = Field(None, description="the merged model's share of right answers")
+    gguf_accuracy: float | None = Field(None, description="the GGUF's share of right answers on the same rows")
+    difference: float | None = Field(None, description="gguf minus merged accuracy")
+    ci95: float | None = Field(None, description="half-width of the difference's paired-bootstrap 95% interval")
+    tolerance: float | None = Field(None, description="the most the GGUF may lose and still pass (a share)")
+    passed: bool | None = Field(None, description="whether the GGUF lost no more than the tolerance (None: no check)")
+    agreement: float | None = Field(None, description="the share of rows whose greedy answers are the same text")
+    differing: int = Field(0, description="rows whose greedy answers differ")
+    examples: list[QuantExample] = Field(default_factory=list, description="a few of the answers that differ")
+    seconds: float | None = Field(None, description="wall time of the check")
+    error: str | None = Field(None, description="why the check could not run (the GGUF is still exported)")
+    sentence: str = Field("", description="the check in one sentence, as the card and the CLI say it")
+
+
+class GgufExport(BaseModel):
+    """A GGUF file exported from the job's merged model, with its Ollama Modelfile (the ``gguf`` artifact)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    path: str = Field(description="the .gguf file")
+    gguf_type: str = Field(description="the tensor type: f16 or q8_0")
+    bytes: int = Field(0, description="the file's size")
+    modelfile: str | None = Field(None, description="the Ollama Modelfile beside it")
+    modelfile_note: str | None = Field(
+        None, description="why the Modelfile has no TEMPLATE (a chat template it cannot translate); None when it has"
+    )
+    repo_id: str | None = Field(None, description="the Hub model repository it was pushed to (None: not pushed)")
+    url: str | None = Field(None, description="the pushed repository's page on the Hub endpoint used")
+    exported_at: float | None = Field(None, description="when the export finished (Unix time)")
+    quant_check: QuantCheck | None = Field(None, description="held-out answers of the GGUF against the merged model")
+    seconds: dict[str, float] = Field(
+        default_factory=dict, description="wall time per phase: converting, checking (and merging, uploading)"
+    )
+
+
 class AutoTuneRecord(BaseModel):
     """What auto-tune decided for the job's first attempt (the ``auto_tune`` artifact; a resume replays it)."""
 
@@ -298,6 +354,8 @@ class JobArtifacts(BaseModel):
         None, description="the one download of each export format (merged, gguf, adapter): a new export replaces it"
     )
     export: ExportOutcome | None = Field(None, description="an export job's result (the job it exported, its files)")
+
+    gguf: GgufExport | None = Field(None, description="the last GGUF export: file, type, Modelfile, quant check")
 
     @classmethod
     def from_stored(cls, stored: Mapping[str, Any]) -> JobArtifacts:

@@ -11,11 +11,12 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from backend.core.artifacts import HubPush
+from backend.core.artifacts import GgufExport, HubPush
 from backend.core.hub_names import (
     HUB_REPO_ID_RULE,
     client_offline,
@@ -27,6 +28,7 @@ from backend.core.hub_names import (
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, quote_input
 from backend.core.uploads import dataset_file_name
+from backend.hub.gguf_card import build_gguf_card
 from backend.hub.model_card import PLOT_FILENAME, build_merged_card, build_model_card, draw_training_curves
 from backend.hub.trl_cli import trl_cli_yaml
 from backend.jobs.records import JobRecord, JobStatus
@@ -34,7 +36,7 @@ from backend.jobs.store import JobStore
 from backend.jobs.store_errors import JobNotFound
 
 if TYPE_CHECKING:
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi, ModelCard
 
 log = logging.getLogger("studio.publish")
 
@@ -280,6 +282,68 @@ def push_job(
     return PushResult(repo_id=target, url=url, commit_url=commit.commit_url, files=uploaded)
 
 
+def _push_export(
+    job: JobRecord,
+    folder: Path,
+    token: str | None,
+    *,
+    what: str,
+    default_name: str,
+    card: Callable[[HfApi, str], ModelCard | None],
+    commit_message: str,
+    commit_description: str,
+    repo_id: str | None,
+    private: bool,
+    endpoint: str | None,
+) -> PushResult:
+    """Push an export folder as a model repository in one commit, its README.md the card ``card(api, repo)`` builds
+    (the folder's own when None); PushError with a sentence if not."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    endpoint = (endpoint or hub_endpoint()).rstrip("/")
+    kept = f"the {what} is kept at {folder}; retry later"
+    namespace = repo_id.split("/")[0] if repo_id and "/" in repo_id else "your account"
+    if not token or not token.strip():
+        raise PushError("no Hugging Face token: sign in, or set HF_TOKEN to a token with write access")
+    if repo_id and not is_namespaced_repo_id(repo_id):
+        raise PushError(f"the hub repo id {quote_input(repo_id)} must look like {HUB_REPO_ID_RULE}")
+    if client_offline():
+        raise PushError(f"the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); {kept}")
+    api = HfApi(endpoint=endpoint, token=token, library_name="post-training-studio")
+    target = repo_id
+    try:
+        target = writable_target(api, repo_id, default_name)
+        namespace = target.split("/")[0]
+        api.create_repo(target, private=private, exist_ok=True, repo_type="model")
+        readme = card(api, target)
+        operations = [
+            CommitOperationAdd(path_in_repo=child.name, path_or_fileobj=str(child))
+            for child in sorted(folder.iterdir())
+            if child.is_file() and not (readme is not None and child.name == "README.md")
+        ]
+        if readme is not None:
+            operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(readme).encode()))
+        commit = api.create_commit(
+            target,
+            operations,
+            repo_type="model",
+            commit_message=commit_message,
+            commit_description=commit_description,
+        )
+    except PushError as exc:
+        raise PushError(_scrub(str(exc), token)) from None
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one sentence
+        message = describe_push_failure(exc, target or "?", namespace, folder, endpoint, kept=kept)
+        raise PushError(_scrub(message, token)) from exc
+    log.info("pushed the %s of job %s to %s", what, job.id, target)
+    return PushResult(
+        repo_id=target,
+        url=f"{endpoint}/{target}",
+        commit_url=commit.commit_url,
+        files=sorted(op.path_in_repo for op in operations),
+    )
+
+
 def push_merged(
     job: JobRecord,
     folder: Path,
@@ -293,46 +357,48 @@ def push_merged(
 ) -> PushResult:
     """Push a merged export (``folder``) as a model repository in one commit, its card naming the repo; PushError
     with a sentence if not. ``repo_id`` defaults to ``<your user>/<run name or method-job id>-merged``."""
-    from huggingface_hub import CommitOperationAdd, HfApi
+    return _push_export(
+        job,
+        folder,
+        token,
+        what="merged model",
+        default_name=f"{default_repo_name(job)}-merged",
+        card=lambda api, target: build_merged_card(job, target, dtype, dequantized, _base_license(api, job)),
+        commit_message=f"Merged model from Post-Training Studio job {job.id}",
+        commit_description=f"Base model: {job.spec.model.name_or_path}, merged in {dtype}.",
+        repo_id=repo_id,
+        private=private,
+        endpoint=endpoint,
+    )
 
-    endpoint = (endpoint or hub_endpoint()).rstrip("/")
-    kept = f"the merged model is kept at {folder}; retry later"
-    namespace = repo_id.split("/")[0] if repo_id and "/" in repo_id else "your account"
-    if not token or not token.strip():
-        raise PushError("no Hugging Face token: sign in, or set HF_TOKEN to a token with write access")
-    if repo_id and not is_namespaced_repo_id(repo_id):
-        raise PushError(f"the hub repo id {quote_input(repo_id)} must look like {HUB_REPO_ID_RULE}")
-    if client_offline():
-        raise PushError(f"the Hub is not reachable: offline mode is on (HF_HUB_OFFLINE); {kept}")
-    api = HfApi(endpoint=endpoint, token=token, library_name="post-training-studio")
-    target = repo_id
-    try:
-        target = writable_target(api, repo_id, f"{default_repo_name(job)}-merged")
-        namespace = target.split("/")[0]
-        api.create_repo(target, private=private, exist_ok=True, repo_type="model")
-        card = build_merged_card(job, target, dtype, dequantized, _base_license(api, job))
-        operations = [
-            CommitOperationAdd(path_in_repo=child.name, path_or_fileobj=str(child))
-            for child in sorted(folder.iterdir())
-            if child.is_file() and child.name != "README.md"
-        ]
-        operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode()))
-        commit = api.create_commit(
-            target,
-            operations,
-            repo_type="model",
-            commit_message=f"Merged model from Post-Training Studio job {job.id}",
-            commit_description=f"Base model: {job.spec.model.name_or_path}, merged in {dtype}.",
-        )
-    except PushError as exc:
-        raise PushError(_scrub(str(exc), token)) from None
-    except Exception as exc:  # noqa: BLE001 - every failure becomes one sentence
-        message = describe_push_failure(exc, target or "?", namespace, folder, endpoint, kept=kept)
-        raise PushError(_scrub(message, token)) from exc
-    log.info("pushed the merged model of job %s to %s", job.id, target)
-    return PushResult(
-        repo_id=target,
-        url=f"{endpoint}/{target}",
-        commit_url=commit.commit_url,
-        files=sorted(op.path_in_repo for op in operations),
+
+def push_gguf(
+    job: JobRecord,
+    folder: Path,
+    token: str | None,
+    repo_id: str | None = None,
+    private: bool = True,
+    *,
+    export: GgufExport | None = None,
+    endpoint: str | None = None,
+) -> PushResult:
+    """Push a GGUF export (``folder``: the .gguf file, its Modelfile and card) as a model repository in one commit,
+    the card rebuilt to name the repo (from ``export``, else the job's ``gguf`` artifact); PushError with a sentence
+    if not. ``repo_id`` defaults to ``<your user>/<run name or method-job id>-GGUF``."""
+    record = export or job.artifacts.gguf
+    return _push_export(
+        job,
+        folder,
+        token,
+        what="GGUF export",
+        default_name=f"{default_repo_name(job)}-GGUF",
+        card=lambda api, target: (
+            build_gguf_card(job, record, target, _base_license(api, job)) if record is not None else None
+        ),
+        commit_message=f"GGUF from Post-Training Studio job {job.id}",
+        commit_description=f"Base model: {job.spec.model.name_or_path}"
+        + (f", {record.gguf_type}." if record is not None else "."),
+        repo_id=repo_id,
+        private=private,
+        endpoint=endpoint,
     )

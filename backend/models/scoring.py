@@ -111,6 +111,16 @@ def _answer_key(text: str) -> str:
     return boxed[-1].strip() if boxed else " ".join((text or "").split())
 
 
+def same_answer(answer: str, reference: str) -> bool:
+    """Whether an answer matches a reference answer as held-out accuracy counts it: the last ``\\boxed{}`` if the
+    text has one, else the whole text, whitespace folded.
+
+    >>> same_answer(r"so 3 + 4 = \\boxed{7}", r"3 + 4 = \\boxed{7}"), same_answer("seven", " seven  ")
+    (True, True)
+    """
+    return _answer_key(answer) == _answer_key(reference)
+
+
 def answer_scores(
     model, tokenizer, prompts: list, references: list[str], sides, tools: list[list[dict] | None] | None = None
 ) -> dict[str | None, dict]:
@@ -124,7 +134,7 @@ def answer_scores(
     boxed = all(_BOXED.search(ref) for ref in references)
     result = {}
     for side, texts in answers.items():
-        exact = [float(_answer_key(t) == _answer_key(r)) for t, r in zip(texts, references)]
+        exact = [float(same_answer(t, r)) for t, r in zip(texts, references)]
         scores: dict[str, Any] = {"exact_match": mean(exact), PER_ROW: {"exact_match": exact}}
         if boxed:
             shaped = [float(bool(_BOXED.search(t))) for t in texts]

@@ -10,6 +10,7 @@ from backend.jobs.records import JobRecord
 
 PARTIAL_ZIP = ".partial"  # an adapter zip being written, beside where it will be renamed to
 PARTIAL_MERGED = ".partial-merged-"  # a merged export being written (backend/workflows/export.py), likewise
+PARTIAL_GGUF = ".partial-gguf-"  # a GGUF export being written (backend/workflows/gguf.py), likewise
 
 
 def zip_adapter(paths: DataPaths, adapter: Path, name: str, what: str = "adapter") -> Path:

@@ -32,6 +32,9 @@ log = logging.getLogger("studio.export")
 
 PARTIAL_PREFIX = PARTIAL_MERGED  # a merged model being written, beside the folder it will be renamed to
 SIXTEEN_BIT = ("bfloat16", "float16")
+# The time limit of an export's child processes (the GGUF converter): a 7-8B model converts well within an hour.
+TIMEOUT_VAR = "STUDIO_EXPORT_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 3600
 
 
 class ExportError(ValueError):

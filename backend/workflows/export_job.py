@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.core.artifacts import ExportOutcome
+from backend.core.artifacts import ExportOutcome, GgufExport
 from backend.core.paths import DataPaths, folder_bytes
 from backend.core.spec import ExportSpec
 from backend.jobs.lineage import saved_adapter
@@ -110,6 +110,10 @@ def run_export_job(job: JobRecord, paths: DataPaths, store: JobReporter, stop_ev
     if spec.push:
         progress("uploading")
         outcome = _pushed(outcome, source, spec, paths)
+        pushed_to = {"repo_id": outcome.repo_id, "url": outcome.url}
+        gguf = store.get(source.id).artifacts.gguf
+        if outcome.repo_id and spec.format == "gguf" and gguf is not None:
+            store.merge_artifacts(source.id, gguf=gguf.model_copy(update=pushed_to))
         merged = store.get(source.id).artifacts.merged
         if outcome.repo_id and spec.format == "merged" and merged is not None:  # the snippets name the repo
             store.merge_artifacts(
@@ -134,9 +138,10 @@ def _merged_or_gguf(
             job_id=source.id, format="merged", path=str(merged.path), bytes=folder_bytes(merged.path),
             sentence=merged.sentence,
         )  # fmt: skip
-    from backend.workflows.gguf import export_gguf
+    from backend.workflows.gguf import export_gguf, sweep_partials
 
     folder = Path(spec.out) if spec.out else paths.job_dir(source.id) / GGUF_FOLDER
+    sweep_partials(folder)  # what a killed export of this job left
     record = export_gguf(store.get(source.id), paths, merged.path, folder, spec.gguf_type, progress)
     store.merge_artifacts(source.id, gguf=record)
     return ExportOutcome(
@@ -144,11 +149,11 @@ def _merged_or_gguf(
     )
 
 
-def gguf_sentence(source: JobRecord, record) -> str:
+def gguf_sentence(source: JobRecord, record: GgufExport) -> str:
     """What a GGUF export says: the file, its type and size, and the quant check's figures."""
     said = f"Wrote {Path(record.path).name} ({record.gguf_type}, {record.bytes / 2**20:.1f} MiB) from job {source.id}."
     check = record.quant_check
-    if check is not None and getattr(check, "sentence", None):
+    if check is not None and check.sentence:
         said += f" {check.sentence}"
     return said
 
@@ -201,9 +206,10 @@ def _pushed(outcome: ExportOutcome, source: JobRecord, spec: ExportSpec, paths: 
                 private=spec.private,
             )  # fmt: skip
         else:
-            from backend.hub.publish import push_gguf  # type: ignore[attr-defined]
+            from backend.hub.publish import push_gguf
 
-            pushed = push_gguf(source, Path(outcome.path).parent, token, repo_id=repo, private=spec.private)
+            fresh = JobStore(paths.db).get(source.id)  # its ``gguf`` record, written by this export
+            pushed = push_gguf(fresh, Path(outcome.path).parent, token, repo_id=repo, private=spec.private)
     except PushError as exc:
         return outcome.model_copy(update={"push_error": str(exc), "sentence": f"{outcome.sentence} Not pushed: {exc}."})
     return outcome.model_copy(
@@ -228,6 +234,4 @@ def sweep_partials(folder: Path) -> None:
     from backend.workflows.archive import PARTIAL_MERGED
 
     for partial in folder.glob(f"{PARTIAL_MERGED}*") if folder.is_dir() else ():
-        shutil.rmtree(partial, ignore_errors=True)
-    for partial in folder.glob(".partial-gguf-*") if folder.is_dir() else ():
         shutil.rmtree(partial, ignore_errors=True)

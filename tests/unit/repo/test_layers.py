@@ -41,6 +41,7 @@ PROCESS_SEAMS: dict[str, str] = {
     "backend.worker_pool": "the pool that forks pre-imported workers",
     "backend.jobs.scheduler": "the detached scheduler that serves the queue when no app does",
     "backend.remote_job": "a job on Hugging Face Jobs (which re-executes itself under the job's interpreter)",
+    "backend.workflows.gguf_child": "llama.cpp's GGUF converter, in the trainer's interpreter with a time limit",
     "backend.data.uploads": "an uploaded dataset read under memory and time limits",
     "backend.training.reward_checks": "a reward model loaded for a check or the bench, under memory and time limits",
     "backend.environments.builtin.echo": "a built-in OpenEnv server",

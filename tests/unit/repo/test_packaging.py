@@ -222,7 +222,10 @@ def test_hadolint_passes():
 
 def test_ci_checks_that_the_trainer_gpu_requirements_resolve_before_the_readmes_test_command():
     script = (ROOT / ".ci" / "run").read_text()
-    readme_command = "pip install -r requirements-cpu.txt -r requirements-dev.txt && python -m pytest"
+    readme_command = (
+        "pip install -r requirements-cpu.txt -r requirements-dev.txt && python scripts/install_gguf_converter.py "
+        "&& python -m pytest"
+    )
     assert readme_command in (ROOT / "README.md").read_text() and readme_command in script
     check = re.search(
         r"pip\" install [^\n]*--dry-run --ignore-installed \\\n[^\n]*-r requirements-trainer-gpu.txt", script
