@@ -37,6 +37,7 @@ class ExportView:
     phase: str | None
     sentence: str
     download: Path | None
+    modelfile: str | None = None  # a GGUF export's Ollama Modelfile, to copy beside the downloaded file
 
     @property
     def active(self) -> bool:
@@ -170,7 +171,15 @@ class ExportOperations:
         if not may_name_server_paths(user):
             sentence = server_paths_hidden(sentence, self.core.paths.root)
         download = Path(outcome.download) if outcome is not None and outcome.download else None
+        modelfile = None
+        gguf = job.artifacts.gguf
+        if outcome is not None and outcome.format == "gguf" and gguf is not None and gguf.modelfile:
+            try:
+                modelfile = Path(gguf.modelfile).read_text(encoding="utf-8")[:20_000]
+            except OSError:
+                modelfile = None
         return ExportView(
+            modelfile=modelfile,
             export_id=export.id,
             status=export.status,
             format=export.spec.export.format,

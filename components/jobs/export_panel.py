@@ -65,6 +65,11 @@ def _state(api: StudioAPI, job_id: str | None, user) -> list[Any]:
         note, download, active = "", gr.update(value=None, visible=False), False
     else:
         note, active = last.sentence, last.active
+        if last.modelfile and not active:  # Ollama: the Modelfile, to save beside the downloaded .gguf
+            note += (
+                "\n\nFor Ollama, save this as `Modelfile` beside the file, then `ollama create NAME -f Modelfile`:"
+                f"\n\n```\n{last.modelfile.strip()}\n```"
+            )
         shown = last.download is not None and last.status is JobStatus.succeeded
         download = gr.update(
             value=str(last.download) if shown else None,

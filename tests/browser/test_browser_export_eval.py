@@ -162,6 +162,9 @@ def test_export_while_another_job_trains_shows_its_progress_and_keeps_its_downlo
     assert download.value.suggested_filename == Path(outcome.download).name
     if outcome.format == "gguf":
         assert download.value.suggested_filename.endswith(".gguf")
+        expect(note).to_contain_text(f"FROM ./{download.value.suggested_filename}")  # its Modelfile, to copy
+        expect(note).to_contain_text("ollama create NAME -f Modelfile")
+        assert "ADAPTER" not in note.inner_text()
         assert Path(download.value.path()).read_bytes()[:4] == b"GGUF"
     else:
         zipped = zipfile.ZipFile(download.value.path()).namelist()
