@@ -34,7 +34,7 @@ def test_a_multi_gpu_job_waits_for_the_machine_and_holds_it(paths, store, monkey
     def fake_launch(job):
         gpus = job.spec.training.num_processes
         launched.append((job.id, gpus))
-        scheduler._running[job.id] = type("R", (), {"gpus": gpus, "slot": len(scheduler._running)})()
+        scheduler._running[job.id] = type("R", (), {"gpus": gpus, "slot": len(scheduler._running), "export": False})()
 
     monkeypatch.setattr(scheduler, "_launch", fake_launch)
     monkeypatch.setattr(scheduler.reaper, "reap", lambda: None)
