@@ -7,8 +7,9 @@ built llama-cpp-python, llama.cpp's own answers, tokens per second and tokenizat
     python benchmarks/gguf_export.py ... --record           # also appends dated rows to docs/benchmarks.md
 
 The jobs are made here, not trained: an SFT job of ``builtin:tiny-qwen3-arith`` on arith-sft (256 held-out rows) and
-one of a Qwen3-0.6B-shaped model (its real sizes and 151,936-row embedding, random bf16 weights built locally, the
-demo tokenizer; 64 held-out rows), each with a LoRA r=16 adapter on every linear layer whose B matrices are random, so
+one of a Qwen3-0.6B-shaped model (its real sizes and 151,936-row tied embedding, random bf16 weights built locally,
+the demo tokenizer, the embedding rows past its 1,024 ids zeroed so greedy answers stay within them; 64 held-out
+rows), each with a LoRA r=16 adapter on every linear layer whose B matrices are random, so
 the merge has work to do. Timed as the export job runs them: ``merge_job``, then ``export_gguf`` per type (its
 converting and checking phases). The build runs ``pip install --no-deps --target DIR`` on the pinned sdist with
 ``nice -n 19``, CPU only, two compile jobs, stopped after 25 minutes; the main environment is left as it was.
@@ -37,7 +38,8 @@ SPEED_PROMPTS, SPEED_TOKENS, LLAMA_ROWS = 8, 32, 64
 
 
 def build_llama_cpp(target: Path) -> tuple[bool, float, str]:
-    """(built, seconds, the last line of pip) for llama-cpp-python built from the sdist into ``target``."""
+    """(built, seconds, pip's last error line when it failed) for llama-cpp-python built from the sdist into
+    ``target``."""
     from backend.platform.gguf_converter import CONVERTER_PACKAGE, CONVERTER_VERSION
 
     env = {**os.environ, "CMAKE_ARGS": BUILD_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": "2"}
@@ -53,8 +55,8 @@ def build_llama_cpp(target: Path) -> tuple[bool, float, str]:
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), "diskcache"]
         )
-    last = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
-    return done.returncode == 0, seconds, last[0][:200]
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
+    return done.returncode == 0, seconds, "" if done.returncode == 0 else (errors[-1:] or ["no output"])[0][:200]
 
 
 def make_job(paths, base: str, holdout: int):
@@ -90,6 +92,7 @@ def make_job(paths, base: str, holdout: int):
 
 def qwen3_06b_base(models: Path) -> Path:
     """benchmarks/merge.py's Qwen3-0.6B-shaped model with the demo tokenizer, saved under ``models``."""
+    import torch
     from transformers import AutoTokenizer
 
     from backend.models.demo import ensure_demo_model
@@ -98,6 +101,8 @@ def qwen3_06b_base(models: Path) -> Path:
     folder = models / "qwen3-0.6b-shape"
     model = qwen3_06b_shape()
     tokenizer = AutoTokenizer.from_pretrained(ensure_demo_model(models))
+    with torch.no_grad():  # rows past the demo tokenizer's ids: zero, so greedy answers stay within its vocabulary
+        model.get_input_embeddings().weight[len(tokenizer) :] = 0
     model.config.eos_token_id, model.config.pad_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)
@@ -288,7 +293,7 @@ def main() -> int:
         rows.append(
             (
                 "llama-cpp-python 0.3.36 built from its sdist (CPU, GGML_NATIVE, 2 compile jobs, nice 19)",
-                f"{'built' if built else 'FAILED'} in {seconds:.0f} s ({last})",
+                f"built in {seconds:.0f} s" if built else f"FAILED after {seconds:.0f} s ({last})",
             )
         )
         print(rows[-1], flush=True)

@@ -24,6 +24,7 @@ The demo models' tokenizer is not in the converter's table of pre-tokenizers; ``
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -119,7 +120,8 @@ def convert_model(model_dir: Path, out_file: Path, gguf_type: str) -> float:
             timed_out = timeout
         finally:
             if child.poll() is None:  # timed out, or this process was interrupted: the child goes too
-                os.killpg(child.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
         output.seek(0)
         log_text = output.read()[-20000:]

@@ -178,15 +178,30 @@ def gguf_config(gguf_file: Path) -> Any:
     return config
 
 
+def check_dtype(merged_dir: Path, saved: Any, cuda: bool) -> Any:
+    """The dtype both models answer in: the merged model's own on a GPU; on a CPU float32 where a float32 copy fits in
+    half the memory left (CPU kernels run 16-bit matrix products several times slower), else the model's own."""
+    import torch
+
+    if cuda or saved == torch.float32:
+        return saved
+    from backend.platform.hardware import memory_room
+
+    weights = sum(f.stat().st_size for f in Path(merged_dir).glob("*.safetensors"))
+    room = memory_room()
+    return torch.float32 if room is not None and weights * 2 * 2 < room / 2 else saved
+
+
 def loaders(merged_dir: Path, gguf_file: Path) -> tuple[Callable[[], tuple[Any, Any]], Callable[[], tuple[Any, Any]]]:
-    """Loaders of the merged model and of the GGUF, both at the merged model's dtype, on the GPU where there is one."""
+    """Loaders of the merged model and of the GGUF, both at :func:`check_dtype`, on the GPU where there is one."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(merged_dir)
-    dtype = getattr(config, "dtype", None) or torch.float32
-    dtype = getattr(torch, dtype.removeprefix("torch.")) if isinstance(dtype, str) else dtype
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    saved = getattr(config, "dtype", None) or torch.float32
+    saved = getattr(torch, saved.removeprefix("torch.")) if isinstance(saved, str) else saved
+    cuda = torch.cuda.is_available()
+    dtype, device = check_dtype(merged_dir, saved, cuda), "cuda" if cuda else "cpu"
 
     def merged() -> tuple[Any, Any]:
         model = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=dtype).to(device).eval()

@@ -11,12 +11,14 @@ installed converter (``scripts/install_gguf_converter.py``: the converter, its `
   llama.cpp splits ``smollm`` text (and ``starcoder``'s, ``refact``'s) with two expressions in turn, every digit on
   its own and then GPT-2's expression, which is exactly the demo's ``Digits(individual_digits=True)`` followed by
   ``ByteLevel``'s GPT-2 expression; ``smollm`` also keeps spaces as they are on decoding, as the demo tokenizer does.
-  Measured on the 11,121 distinct texts of the shipped datasets (every string and every rendered chat,
-  scripts/bench_gguf.py): ``smollm`` splits all of them as the demo tokenizer does; ``qwen2`` splits 58% of them
-  the same way, ``gpt-2`` 3% and ``llama-bpe`` 4% (the token ids still agree, because the demo's 1,024-token vocabulary
-  has no merge across the places where they split differently, but a fine-tuned vocabulary could). Declaring a
-  pre-tokenizer the converter knows cannot work for this tokenizer: the hash is taken over its own token ids, which no
-  table entry shares, and the demo tokenizer cannot change (``builtin:tiny-qwen3-arith`` ships trained on it).
+  Measured 2026-12-06 on the 11,121 distinct texts of the shipped datasets (every string, every rendered chat):
+  llama.cpp itself (``benchmarks/gguf_export.py``) gives the demo tokenizer's ids for all of them under ``smollm``,
+  and under ``qwen2``, ``gpt-2`` and ``llama-bpe`` too, because the demo's 1,024-token vocabulary has no merge across
+  the places where those split differently; split by split (the tokenizers library running llama.cpp's expressions,
+  once), ``smollm`` cuts all of them as the demo tokenizer does, ``qwen2`` 58%, ``llama-bpe`` 4% and ``gpt-2`` 3%.
+  So ``smollm`` is the one that stays right for any text, and for any other vocabulary learned with this splitting.
+  Declaring a pre-tokenizer the converter knows cannot work for this tokenizer: the hash is taken over its own ids, no
+  table entry shares them, and the demo tokenizer cannot change (``builtin:tiny-qwen3-arith`` ships trained on it).
 - **No sentencepiece for a byte-level model.** For Qwen models the converter first tries a SentencePiece vocabulary,
   and imports ``sentencepiece`` before it looks for ``tokenizer.model``; a byte-level BPE folder has no such file, so
   the child answers that first (the ``FileNotFoundError`` the converter itself raises after the import, which makes it
@@ -27,8 +29,11 @@ Only the standard library is imported at module level: the converter brings torc
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
 import runpy
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,6 +107,19 @@ def run_converter(converter: Path, arguments: list[str], pre_tokenizer: str | No
     runpy.run_path(str(converter / CONVERTER_SCRIPT), run_name="__main__")
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child when the process that started it dies: it runs in a session of its own (so a
+    time limit can stop its whole group), out of reach of a signal to the export job's group, and a killed export
+    job must not leave a converter writing on."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's time limit still stops it
+        return
+    if os.getppid() != parent:  # the parent died before the request took: nobody would signal us
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m backend.workflows.gguf_child --converter DIR [--pre NAME] -- ARGS...``: the converter's exit status.
 
@@ -118,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    die_with_parent()
     try:
         run_converter(Path(options["--converter"]), arguments, options.get("--pre"))
     except SystemExit as exc:  # the converter's main ends with sys.exit on a bad argument
