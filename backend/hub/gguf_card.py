@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from backend.core.artifacts import GgufExport, QuantCheck
-from backend.core.hub_names import hub_model_id
 from backend.core.learning import change_text, shown
-from backend.hub.model_card import card_tags, learning_lines
+from backend.hub.model_card import learning_lines, whole_model_card_data
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCard
@@ -98,23 +97,13 @@ def build_gguf_card(
     job: JobRecord, export: GgufExport, repo_id: str | None = None, base_card_license: str | None = None
 ) -> ModelCard:
     """The card of a GGUF export of ``job`` (``repo_id``: the Hub repo it is pushed to, else a local folder)."""
-    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     spec = job.spec
-    base = hub_model_id(spec.model.name_or_path)
     file_name = Path(export.path).name
     place = repo_id or Path(export.path).stem
-    tags = [t for t in card_tags(spec) if t not in ("lora", "peft") and not t.startswith("base_model:")]
-    tags += ["gguf", "llama.cpp", "ollama", export.gguf_type] + ([f"base_model:quantized:{base}"] if base else [])
-    data = ModelCardData(
-        base_model=base,
-        datasets=[spec.dataset.name] if spec.dataset.source == "hub" else None,
-        library_name="gguf",
-        license=base_card_license or None,
-        model_name=place.rstrip("/").split("/")[-1],
-        pipeline_tag="text-generation",
-        tags=tags,
-    )
+    kind = ["gguf", "llama.cpp", "ollama", export.gguf_type]
+    data = whole_model_card_data(spec, place, "gguf", kind, "quantized", base_card_license)
     lines = [f"# {place.rstrip('/').split('/')[-1]}", ""]
     lines += [
         f"A GGUF of Post-Training Studio job `{job.id}`: its LoRA adapter ({spec.method.value.upper()} with "

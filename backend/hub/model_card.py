@@ -439,6 +439,27 @@ def merged_dtype_sentence(dtype: str, dequantized: bool, quant_mode: str) -> str
     return f"The adapter was merged into the base at the base's dtype ({dtype}) and saved in {dtype}."
 
 
+def whole_model_card_data(
+    spec: JobSpec, place: str, library: str, kind_tags: list[str], relation: str, base_card_license: str | None
+):
+    """The card metadata of a whole model made from a job (a merged model, a GGUF): the job's tags less the adapter's,
+    ``kind_tags``, and the base as ``base_model:<relation>:<base>`` (finetune, quantized)."""
+    from huggingface_hub import ModelCardData
+
+    base = hub_model_id(spec.model.name_or_path)
+    tags = [t for t in card_tags(spec) if t not in ("lora", "peft") and not t.startswith("base_model:")]
+    tags += kind_tags + ([f"base_model:{relation}:{base}"] if base else [])
+    return ModelCardData(
+        base_model=base,
+        datasets=[spec.dataset.name] if spec.dataset.source == "hub" else None,
+        library_name=library,
+        license=base_card_license or None,
+        model_name=place.rstrip("/").split("/")[-1],
+        pipeline_tag="text-generation",
+        tags=tags,
+    )
+
+
 def build_merged_card(
     job: JobRecord, place: str, dtype: str, dequantized: bool, base_card_license: str | None = None
 ) -> ModelCard:
@@ -446,21 +467,10 @@ def build_merged_card(
 
     ``place`` is where the model will be (the repo id when pushed, else its folder), which the snippets name.
     """
-    from huggingface_hub import ModelCard, ModelCardData
+    from huggingface_hub import ModelCard
 
     spec = job.spec
-    base = hub_model_id(spec.model.name_or_path)
-    tags = [t for t in card_tags(spec) if t not in ("lora", "peft") and not t.startswith("base_model:")]
-    tags += ["merged"] + ([f"base_model:finetune:{base}"] if base else [])
-    data = ModelCardData(
-        base_model=base,
-        datasets=[spec.dataset.name] if spec.dataset.source == "hub" else None,
-        library_name="transformers",
-        license=base_card_license or None,
-        model_name=place.rstrip("/").split("/")[-1],
-        pipeline_tag="text-generation",
-        tags=tags,
-    )
+    data = whole_model_card_data(spec, place, "transformers", ["merged"], "finetune", base_card_license)
     lines = [f"# {place.rstrip('/').split('/')[-1]}", ""]
     lines += [
         f"A merged model: the LoRA adapter of Post-Training Studio job `{job.id}` ({spec.method.value.upper()} with "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from pathlib import Path
 
@@ -38,3 +39,15 @@ def kept_download(job: JobRecord, format: str, source: Path) -> Path | None:
         return None
     newest = max((p.stat().st_mtime for p in source.rglob("*") if p.is_file()), default=0.0)
     return Path(kept) if Path(kept).stat().st_mtime >= newest else None
+
+
+def swap_into(partial: Path, out: Path, prefix: str) -> None:
+    """Rename the finished ``partial`` folder to ``out``; the previous export there (moved aside under ``prefix``,
+    which a later sweep knows) goes only after that, so a crash never leaves ``out`` missing or half-written."""
+    old = None
+    if out.exists():
+        old = out.parent / f"{prefix}old-{out.name}-{secrets.token_hex(4)}"
+        out.rename(old)
+    partial.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -26,7 +26,7 @@ from backend.jobs.lineage import saved_adapter
 from backend.jobs.records import JobRecord, JobStatus
 from backend.models.loading import resolve_model
 from backend.platform.resource_errors import looks_like_disk_full
-from backend.workflows.archive import PARTIAL_MERGED
+from backend.workflows.archive import PARTIAL_MERGED, swap_into
 
 log = logging.getLogger("studio.export")
 
@@ -149,13 +149,7 @@ def merge_job(job: JobRecord, paths: DataPaths, out: Path, replace: bool = False
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         _write_merged(job, base, adapter, partial, dtype, dequantized, out, sized)
-        old = None
-        if out.exists():
-            old = out.parent / f"{PARTIAL_PREFIX}old-{out.name}-{secrets.token_hex(4)}"
-            out.rename(old)
-        partial.rename(out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_into(partial, out, PARTIAL_PREFIX)
     except Exception as exc:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-written stays
         text = f"{type(exc).__name__}: {exc}"

@@ -49,7 +49,7 @@ from backend.platform.gguf_converter import converter_problem as converter_probl
 from backend.platform.interpreters import backend_env, trainer_python
 from backend.platform.limits import int_setting
 from backend.platform.resource_errors import looks_like_disk_full
-from backend.workflows.archive import PARTIAL_GGUF
+from backend.workflows.archive import PARTIAL_GGUF, swap_into
 from backend.workflows.export import DEFAULT_TIMEOUT_S, TIMEOUT_VAR, ExportError
 from backend.workflows.gguf_check import check_rows, quant_check
 
@@ -142,17 +142,6 @@ def _eos_ids(model_dir: Path) -> list[int]:
     return [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)]
 
 
-def _swap_into(partial: Path, out_folder: Path) -> None:
-    """Rename the finished ``partial`` folder to ``out_folder``; the previous export goes only after that."""
-    old = None
-    if out_folder.exists():
-        old = out_folder.parent / f"{PARTIAL_GGUF}old-{out_folder.name}-{secrets.token_hex(4)}"
-        out_folder.rename(old)
-    partial.rename(out_folder)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def sweep_partials(out_folder: Path) -> None:
     """Remove what a stopped export to ``out_folder`` left (its temporary folders; never the export itself)."""
     for partial in Path(out_folder).parent.glob(f"{PARTIAL_GGUF}*{Path(out_folder).name}-*"):
@@ -192,7 +181,7 @@ def export_gguf(
         seconds["checking"] = round(time.monotonic() - started, 1)
         record = record.model_copy(update={"seconds": seconds, "exported_at": time.time()})
         build_gguf_card(job, record).save(partial / CARD)
-        _swap_into(partial, out_folder)
+        swap_into(partial, out_folder, PARTIAL_GGUF)
     except ExportError:
         shutil.rmtree(partial, ignore_errors=True)
         raise
