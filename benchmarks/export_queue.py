@@ -113,12 +113,9 @@ def main() -> int:
             f"{status['download_bytes'] / 1e6:.2f} MB, exports {status['export_bytes'] / 1e6:.2f} MB",
         ),
     ]
-    for what, figure in rows:
-        print(f"{what}: {figure}")
-    if args.record:
-        from benchmarks.record import record
+    from benchmarks.record import report
 
-        record(rows)
+    report(rows, args.record)
     return 0
 
 

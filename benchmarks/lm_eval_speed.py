@@ -58,12 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"{text.removeprefix('benchmarks: ')}, per 100 items{first}", f"{(ended - begun):.1f} s"))
     for name, score in report.tasks.items():
         print(f"{name}: base {score.base:.2f}, tuned {score.tuned:.2f} on {score.n} items")
-    for what, figure in rows:
-        print(f"{what}: {figure}")
-    if args.record:
-        from benchmarks.record import record
+    from benchmarks.record import report
 
-        record(rows)
+    report(rows, args.record)
     return 0
 
 

@@ -39,3 +39,11 @@ def record(rows: list[tuple[str, str]]) -> None:
     where, today = machine(), date.today().isoformat()
     RESULTS.write_text(text + "".join(f"| {today} | {where} | {what} | {figure} |\n" for what, figure in rows))
     print(f"recorded {len(rows)} rows in {RESULTS.relative_to(RESULTS.parents[1])}")
+
+
+def report(rows: list[tuple[str, str]], keep: bool) -> None:
+    """Print (what, figure) rows, and with ``keep`` (a script's ``--record``) append them to docs/benchmarks.md."""
+    for what, figure in rows:
+        print(f"{what}: {figure}")
+    if keep:
+        record(rows)
