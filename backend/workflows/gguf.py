@@ -51,7 +51,7 @@ from backend.platform.limits import int_setting
 from backend.platform.resource_errors import looks_like_disk_full
 from backend.workflows.archive import PARTIAL_GGUF, swap_into
 from backend.workflows.export import DEFAULT_TIMEOUT_S, TIMEOUT_VAR, ExportError
-from backend.workflows.gguf_check import check_rows, quant_check
+from backend.workflows.gguf_check import check_rows, quant_check, row_cap
 
 log = logging.getLogger("studio.export")
 
@@ -207,7 +207,7 @@ def _check_and_describe(
     from transformers import AutoTokenizer
 
     try:
-        rows = check_rows(job, paths)
+        rows = check_rows(job, paths, max_rows=row_cap(merged_dir))
         system = rows.system
     except Exception as exc:  # noqa: BLE001 - the check says why; the Modelfile goes without a system prompt
         log.warning("the rows of job %s could not be loaded for the GGUF check: %s", job.id, exc)

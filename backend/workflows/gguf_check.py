@@ -38,7 +38,11 @@ from backend.models.scoring import (
     split_answer,
 )
 
-MAX_ROWS = 256  # the most held-out rows checked: a CPU answers them on both models in a minute or two
+MAX_ROWS = 256  # the most held-out rows checked: the demo models answer them on both sides in seconds on a CPU
+# On a CPU, a model whose weights pass CPU_LARGE_BYTES is checked on at most CPU_LARGE_ROWS rows: a Qwen3-0.6B-shaped
+# one answered 64 rows in 139-191 s per type on 2 cores (docs/benchmarks.md), so 256 would take about 10 minutes.
+CPU_LARGE_BYTES = 256 * 2**20
+CPU_LARGE_ROWS = 64
 TRAINING_ROWS = 64  # rows checked when the job held none out
 AGREEMENT_TOKENS = 64  # the longest answer compared when the rows carry no reference
 EXAMPLES = 5  # differing answers kept for the card and show --json
@@ -87,6 +91,14 @@ def _common_system(prompts: list[Any]) -> str | None:
             return None
         systems.add(messages[0]["content"])
     return systems.pop() if len(systems) == 1 else None
+
+
+def row_cap(merged_dir: Path) -> int:
+    """The most rows the check answers for this model here: :data:`MAX_ROWS`, fewer for a large model on a CPU."""
+    import torch
+
+    weights = sum(f.stat().st_size for f in Path(merged_dir).glob("*.safetensors"))
+    return CPU_LARGE_ROWS if not torch.cuda.is_available() and weights > CPU_LARGE_BYTES else MAX_ROWS
 
 
 def check_rows(job: JobRecord, paths: DataPaths, max_rows: int = MAX_ROWS) -> CheckRows:
