@@ -126,6 +126,9 @@ def _print_record(data: dict[str, Any]) -> None:
         ("log file", artifacts.log_file),
         ("parent job id", artifacts.parent_job_id),
         ("merged model", artifacts.merged and (artifacts.merged.repo_id or artifacts.merged.path)),
+        ("gguf", artifacts.gguf and (artifacts.gguf.repo_id or artifacts.gguf.path)),
+        ("quant check", artifacts.gguf and artifacts.gguf.quant_check and artifacts.gguf.quant_check.sentence),
+        ("export", artifacts.export and artifacts.export.sentence),
     ):
         if value:
             rows.append((label, value))

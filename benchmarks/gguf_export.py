@@ -311,12 +311,9 @@ def main() -> int:
         if not args.skip_large:
             base = str(qwen3_06b_base(paths.models))
             rows += bench_model("Qwen3-0.6B shape (random bf16), 64 held-out rows", paths, base, 64, llama_cpp)
-    for what, figure in rows:
-        print(f"{what}: {figure}")
-    if args.record:
-        from benchmarks.record import record
+    from benchmarks.record import report
 
-        record(rows)
+    report(rows, args.record)
     return 0
 
 

@@ -64,13 +64,14 @@ class StudioCore:
 
         sweep_staging(self.paths.root / "uploads")
         sweep_all_reads(self.paths.root / "uploads")  # datasets' copies of files a killed process was reading
-        from backend.workflows.archive import PARTIAL_MERGED, PARTIAL_ZIP
+        from backend.workflows.archive import PARTIAL_GGUF, PARTIAL_MERGED, PARTIAL_ZIP
 
         for partial in self.paths.downloads.glob(f"*/{PARTIAL_ZIP}*"):
             if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:  # not one another process is writing now
                 shutil.rmtree(partial.parent, ignore_errors=True)
         self.paths.sweep_downloads()  # a day old: its browser has long fetched it (an export keeps its own copy)
-        for partial in (self.paths.root / "jobs").glob(f"*/{PARTIAL_MERGED}*"):
+        partials = [*(self.paths.root / "jobs").glob(f"*/{PARTIAL_MERGED}*")]
+        for partial in partials + [*(self.paths.root / "jobs").glob(f"*/{PARTIAL_GGUF}*")]:
             if time.time() - partial.stat().st_mtime > LEFTOVER_AGE_S:
                 shutil.rmtree(partial, ignore_errors=True)
 

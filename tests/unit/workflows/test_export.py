@@ -300,7 +300,7 @@ def test_only_the_owner_exports_and_only_locally_to_a_named_folder(job, tmp_path
 
 
 @pytest.mark.slow
-def test_cli_export_merged(job, tmp_path):
+def test_cli_export_merged_and_gguf(job, tmp_path):
     api, job_id = job
     out = tmp_path / "cli-merged"
     env = {**os.environ, "STUDIO_DATA_DIR": str(api.core.paths.root)}
@@ -317,6 +317,18 @@ def test_cli_export_merged(job, tmp_path):
         [sys.executable, "-m", "backend", "show", job_id], capture_output=True, text=True, env=env, cwd=ROOT
     )
     assert ["merged", "model", str(out)] in [line.split() for line in shown.stdout.splitlines()], shown.stdout
+
+    gguf = [sys.executable, "-m", "backend", "export", job_id, "--gguf", "q8_0", "--json"]
+    result = subprocess.run(gguf, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    made = json.loads(result.stdout)
+    assert made["format"] == "gguf" and made["path"].endswith("-q8_0.gguf") and "q8_0" in made["sentence"]
+    assert {"merging", "converting", "checking"} <= set(made["seconds"]), made["seconds"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "backend", "show", job_id, "--json"], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    check = json.loads(shown.stdout)["artifacts"]["gguf"]["quant_check"]
+    assert check["rows"] > 0 and check["sentence"], check
 
 
 def test_a_merged_export_a_killed_process_left_half_written_is_swept_at_start(job):
