@@ -42,7 +42,7 @@ class ExportView:
     @property
     def active(self) -> bool:
         """Whether the export still waits or runs (the panel keeps following it)."""
-        return self.status in (JobStatus.queued, JobStatus.running)
+        return not self.status.finished
 
 
 class ExportOperations:
@@ -87,8 +87,8 @@ class ExportOperations:
         """
         job = self._own_job(job_id, user)
         push = bool(push or (repo_id or "").strip())
-        spec = self._export_spec(job, user, format, gguf_type, push, (repo_id or "").strip() or None, private, out)
-        spec = spec.model_copy(update={"export": spec.export.model_copy(update={"download": bool(download)})})  # type: ignore[union-attr]
+        repo_id = (repo_id or "").strip() or None
+        spec = self._export_spec(job, user, format, gguf_type, push, repo_id, private, out, download)
         token = (user.token if user is not None else None) or os.environ.get("HF_TOKEN")
         if push and not (token or "").strip():
             raise SpecError(
@@ -111,6 +111,7 @@ class ExportOperations:
         repo_id: str | None,
         private: bool,
         out: str | None,
+        download: bool,
     ) -> JobSpec:
         """The export job's spec, every field checked: a sentence per problem, nothing queued."""
         from backend.core.spec import EXPORT_FORMATS, GGUF_TYPES
@@ -149,6 +150,7 @@ class ExportOperations:
                 "export": {
                     "job_id": job.id, "format": format, "gguf_type": gguf_type, "push": push, "repo_id": repo_id,
                     "private": bool(private), "out": str(Path(out).expanduser().absolute()) if out else None,
+                    "download": bool(download),
                 },
                 "output": {"run_name": f"{format} export of {name}"[:96]},
             }
@@ -164,7 +166,7 @@ class ExportOperations:
         outcome: ExportOutcome | None = export.artifacts.export
         if export.status is JobStatus.succeeded and outcome is not None:
             sentence = outcome.sentence if outcome.push_error is None else f"⚠️ {outcome.sentence}"
-        elif export.status in (JobStatus.queued, JobStatus.running):
+        elif not export.status.finished:
             sentence = f"Export {export.id}: {(export.progress or {}).get('phase') or export.status.value}…"
         else:
             sentence = f"Export {export.id} {export.status.value}: {export.error or export.artifacts.cancel_note or ''}"

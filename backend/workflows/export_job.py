@@ -109,16 +109,7 @@ def run_export_job(job: JobRecord, paths: DataPaths, store: JobReporter, stop_ev
         outcome = _packed(outcome, source, paths, store)
     if spec.push:
         progress("uploading")
-        outcome = _pushed(outcome, source, spec, paths)
-        pushed_to = {"repo_id": outcome.repo_id, "url": outcome.url}
-        gguf = store.get(source.id).artifacts.gguf
-        if outcome.repo_id and spec.format == "gguf" and gguf is not None:
-            store.merge_artifacts(source.id, gguf=gguf.model_copy(update=pushed_to))
-        merged = store.get(source.id).artifacts.merged
-        if outcome.repo_id and spec.format == "merged" and merged is not None:  # the snippets name the repo
-            store.merge_artifacts(
-                source.id, merged=merged.model_copy(update={"repo_id": outcome.repo_id, "url": outcome.url})
-            )
+        outcome = _pushed(outcome, source, spec, paths, store)
     outcome.seconds = progress.finished()
     return outcome
 
@@ -188,45 +179,37 @@ def _packed(outcome: ExportOutcome, source: JobRecord, paths: DataPaths, store: 
     )
 
 
-def _pushed(outcome: ExportOutcome, source: JobRecord, spec: ExportSpec, paths: DataPaths) -> ExportOutcome:
-    """The export pushed with the token the scheduler handed this worker; a failed push is said, the export kept."""
-    from backend.hub.publish import PushError, push_job, push_merged
+def _pushed(
+    outcome: ExportOutcome, source: JobRecord, spec: ExportSpec, paths: DataPaths, store: JobReporter
+) -> ExportOutcome:
+    """The export pushed with the token the scheduler handed this worker, and the repo recorded on the job's merged
+    or GGUF export (the snippets and cards name it); a failed push is said, the export kept."""
+    from backend.hub.publish import PushError, push_gguf, push_job, push_merged
     from backend.jobs.store import JobStore
 
     token = os.environ.get("HF_TOKEN")
     repo = spec.repo_id or None
+    fresh = store.get(source.id)  # with the merged or GGUF record this export wrote
+    merged, gguf = fresh.artifacts.merged, fresh.artifacts.gguf
     try:
-        if spec.format == "adapter":
-            store = JobStore(paths.db)
-            pushed = push_job(source, paths, store, token, repo_id=repo, private=spec.private)
+        if spec.format == "adapter":  # an adapter push reads the job's metrics too: the whole store
+            pushed = push_job(fresh, paths, JobStore(paths.db), token, repo_id=repo, private=spec.private)
         elif spec.format == "merged":
-            merged = store_merged(paths, source.id)
+            dtype, dequantized = (merged.dtype, merged.dequantized) if merged is not None else ("float32", False)
             pushed = push_merged(
-                source, Path(outcome.path), token, dtype=merged[0], dequantized=merged[1], repo_id=repo,
+                fresh, Path(outcome.path), token, dtype=dtype, dequantized=dequantized, repo_id=repo,
                 private=spec.private,
             )  # fmt: skip
         else:
-            from backend.hub.publish import push_gguf
-
-            fresh = JobStore(paths.db).get(source.id)  # its ``gguf`` record, written by this export
             pushed = push_gguf(fresh, Path(outcome.path).parent, token, repo_id=repo, private=spec.private)
     except PushError as exc:
         return outcome.model_copy(update={"push_error": str(exc), "sentence": f"{outcome.sentence} Not pushed: {exc}."})
-    return outcome.model_copy(
-        update={
-            "repo_id": pushed.repo_id,
-            "url": pushed.url,
-            "sentence": f"{outcome.sentence} Pushed to {pushed.repo_id}.",
-        }
-    )
-
-
-def store_merged(paths: DataPaths, job_id: str) -> tuple[str, bool]:
-    """The dtype and dequantized flag of the job's recorded merged export."""
-    from backend.jobs.store import JobStore
-
-    merged = JobStore(paths.db).get(job_id).artifacts.merged
-    return (merged.dtype, merged.dequantized) if merged is not None else ("float32", False)
+    pushed_to = {"repo_id": pushed.repo_id, "url": pushed.url}
+    if spec.format == "gguf" and gguf is not None:
+        store.merge_artifacts(source.id, gguf=gguf.model_copy(update=pushed_to))
+    if spec.format == "merged" and merged is not None:
+        store.merge_artifacts(source.id, merged=merged.model_copy(update=pushed_to))
+    return outcome.model_copy(update={**pushed_to, "sentence": f"{outcome.sentence} Pushed to {pushed.repo_id}."})
 
 
 def sweep_partials(folder: Path) -> None:
