@@ -14,6 +14,7 @@ from typing import Any
 
 from backend.api import StorageError, StudioAPI, methods
 from backend.cli_export import add_export_command
+from backend.cli_forecast import add_forecast_command
 from backend.cli_sweep import add_sweep_commands
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
 from backend.core.learning import status_text
@@ -84,6 +85,7 @@ def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
     data["status_text"] = status_text(job.status.value, job.artifacts.learning)
     data["learning"] = data["artifacts"].get("learning")  # as stored (None until recorded), beside the others
     data["signal"] = data["artifacts"].get("signal")
+    data["forecast"] = data["artifacts"].get("forecast")
     data["queue_position"] = api.jobs.queue_position(job.id)
     metrics = api.jobs.metrics(job.id)
     data["last_metrics"] = next((m for m in reversed(metrics) if "loss" in m), metrics[-1] if metrics else None)
@@ -97,7 +99,12 @@ def _print_record(data: dict[str, Any]) -> None:
         ("id", data["id"]),
         ("status", status + (f" (#{data['queue_position']} in queue)" if data.get("queue_position") else "")),
     ]
-    for label, text in (("learning", learning_text(artifacts.learning)), ("signal", signal_text(artifacts.signal))):
+    forecast = artifacts.forecast and artifacts.forecast.sentence()
+    for label, text in (
+        ("learning", learning_text(artifacts.learning)),
+        ("signal", signal_text(artifacts.signal)),
+        ("forecast", forecast),
+    ):
         if text:
             rows.append((label, text))
     rows += [
@@ -423,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
     add_export_command(sub)
+    add_forecast_command(sub, _load_spec_file, _wait)
     p = sub.add_parser("cancel", help="cancel a queued job or stop a running one")
     p.add_argument("job_id")
     p.set_defaults(func=cmd_cancel)

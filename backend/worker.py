@@ -349,6 +349,10 @@ def train_job(
         spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
     )
     log.info("trainer ready: model loaded and data prepared")
+    from backend.training.forecast import forecast_first
+
+    if forecast_first(job, spec, trainer, store, stop_event):
+        return False  # a forecast-only job, a forecast of no signal or a cancel: recorded
     record_distributed(spec, store, job_id)
     # The ETA counts the evaluations after the last step: base and tuned (and a staged job's start) on the
     # held-out rows, and the environment's episodes on as many sides.

@@ -15,7 +15,7 @@ from typing import Any
 from backend.api.common import SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
 from backend.api.core import StudioCore, hub_token
 from backend.core.hub_names import BUILTIN_PREFIX
-from backend.core.spec import JobSpec, SpecError
+from backend.core.spec import JobSpec, SpecError, load_spec_text
 from backend.core.users import User
 from backend.hub.checkpoints import hub_token_warnings, wants_hub_token
 from backend.jobs.access import may_name_server_paths, readable_job, server_paths_hidden
@@ -39,6 +39,7 @@ DEFAULT_MAX_ENVIRONMENT_CHECKS = 4
 # A user's second submit of the same spec within this many seconds of the first's answer (a double click, a retried
 # request) is answered with the first job, and nothing new is queued.
 SUBMIT_ONCE_WINDOW_S = 10.0
+MAX_FORECAST_PROMPTS = 256  # forecast.prompts' own bound
 
 
 def submission_key(spec: JobSpec) -> tuple[str, str]:
@@ -115,6 +116,57 @@ class JobOperations:
         prepared = spec
         key = submission_key(spec)
         return self.once.run(key, lambda: self._queue(prepared, user), self._still_queued, _being_queued)[0]
+
+    def forecast(
+        self, spec: JobSpec | dict[str, Any] | str, prompts: int | None = None, user: User | None = None
+    ) -> Submitted:
+        """Queue the job's learnability forecast alone (a forecast-only job: the starting model plays ``prompts``
+        prompts, ``forecast.prompts`` by default, through the job's own rollout in a worker, and nothing is
+        trained); its ``forecast`` artifact is the answer. Raises SpecError, as submit does, for a job that cannot
+        run or is not a rollout job (GRPO, RLOO)."""
+        if isinstance(spec, JobSpec):
+            data = spec.model_dump(mode="json")
+        else:
+            data = dict(load_spec_text(spec) if isinstance(spec, str) else spec)
+        count = whole_number(prompts, "forecast.prompts", 1, MAX_FORECAST_PROMPTS, optional=True)
+        given = data.get("forecast")
+        data["forecast"] = {
+            **(given if isinstance(given, dict) else {}),
+            "only": True,
+            "train_anyway": False,
+            **({"prompts": count} if count is not None else {}),
+        }
+        return self.submit(data, user=user)
+
+    def train_anyway(self, job_id: str, user: User | None = None) -> Submitted:
+        """Queue again a job its forecast stopped (or forecast alone), to train this time whatever the forecast
+        says (``forecast.train_anyway``). Raises JobNotFound for a job that is not ``user``'s, SpecError for a job
+        with no forecast to override."""
+        job = readable_job(self.core.store, job_id, user)
+        if job.artifacts.forecast is None:
+            raise SpecError([f"forecast: job {job_id} made no forecast, so there is nothing to train anyway"])
+        data = job.spec.model_dump(mode="json")
+        data["forecast"] = {**data["forecast"], "only": False, "train_anyway": True}
+        return self.submit(data, user=user)
+
+    def suggested_spec(self, job_id: str, user: User | None = None) -> tuple[JobSpec, str]:
+        """The job's spec with its forecast's suggested change made (a forecast-only job's: the job it forecast),
+        and the change in words; a change that is a step (warm up first) changes no field and says so. Raises
+        JobNotFound for a job that is not ``user``'s, SpecError for a job whose forecast suggests nothing."""
+        job = readable_job(self.core.store, job_id, user)
+        forecast = job.artifacts.forecast
+        if forecast is None or forecast.change is None:
+            raise SpecError([f"forecast: job {job_id} has no suggested change"])
+        data = job.spec.model_dump(mode="json")
+        data["forecast"] = {**data["forecast"], "only": False, "train_anyway": False}
+        change = forecast.change
+        if change.path is not None and change.value is not None:
+            head, _, leaf = change.path.rpartition(".")
+            part = data
+            for key in head.split(".") if head else []:
+                part = part[key]
+            part[leaf] = change.value
+        return JobSpec.from_dict(data), change.says()
 
     def _still_queued(self, first: Submitted) -> Submitted | None:
         """A repeat's answer: the first job as it stands now, or None once it has ended (cancelled, failed, done),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from backend.core.forecasts import Forecast
 from backend.core.wording import counted
 
 
@@ -332,6 +333,9 @@ class JobArtifacts(BaseModel):
         "after on held-out rows, with its interval and verdict",
     )
     signal: SignalWatch | None = Field(None, description="GRPO: whether the run had anything to learn from")
+    forecast: Forecast | None = Field(
+        None, description="rollout jobs: the learnability forecast made before training (backend/core/forecasts.py)"
+    )
     benchmarks: BenchmarkReport | None = Field(None, description="lm-eval benchmarks on base, start and tuned")
     # How the attempt ended (a resume clears these: ATTEMPT_END_ARTIFACTS).
     cancelled_at_step: int | None = Field(None, description="the step a cancelled attempt stopped at")

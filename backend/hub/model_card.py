@@ -212,6 +212,8 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
         if signal.warning:
             text += f" {signal.warning}"
         lines += [text, ""]
+    if artifacts.forecast is not None:  # what a few rollouts of the starting model foretold, beside the verdict
+        lines += [f"> {artifacts.forecast.sentence()}", ""]
     return lines
 
 

@@ -13,6 +13,7 @@ from backend.core.spec.errors import spec_error
 from backend.core.spec.methods import (
     DistillationSpec,
     DPOSpec,
+    ForecastSpec,
     GRPOSpec,
     KTOSpec,
     Method,
@@ -57,6 +58,7 @@ class JobSpec(SpecPart):
     dpo: DPOSpec = Field(default_factory=DPOSpec)
     grpo: GRPOSpec = Field(default_factory=GRPOSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    forecast: ForecastSpec = Field(default_factory=ForecastSpec)
     kto: KTOSpec = Field(default_factory=KTOSpec)
     rloo: RLOOSpec = Field(default_factory=RLOOSpec)
     reward: RewardModelSpec = Field(default_factory=RewardModelSpec)
@@ -125,6 +127,8 @@ class JobSpec(SpecPart):
         """
         if self.export is not None:
             return "export"
+        if self.forecast.only and self.evaluate is None:
+            return "forecast"
         return "eval" if self.evaluate is not None else self.method.value
 
     @property
@@ -151,6 +155,9 @@ class JobSpec(SpecPart):
             raise ValueError(
                 f"environment.name is only used by {takers}: set method to {takers.lower()} or remove the environment"
             )
+        if self.forecast.only and not online:
+            takers = ", ".join(m.value.upper() for m in online_methods())
+            raise ValueError(f"forecast.only: only a job that samples and scores ({takers}) can be forecast")
         if online and not self.environment.name and not self.rollout.rewards:
             also = ", or an environment to reward it" if takes_environment else ""
             raise ValueError(f"rollout.rewards: {self.method.value.upper()} needs at least one reward function{also}")

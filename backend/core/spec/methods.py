@@ -259,6 +259,21 @@ class RolloutSpec(SpecPart):
         return value
 
 
+class ForecastSpec(SpecPart):
+    """The learnability forecast an online job runs first (backend/core/forecasts.py): a few prompts of the
+    starting model through the job's own rollout, and whether its rewards give GRPO or RLOO anything to learn."""
+
+    prompts: int = Field(
+        16,
+        ge=0,
+        le=256,
+        description="Prompts the forecast plays before training (each rollout.num_generations times; at most a tenth "
+        "of the job's prompts; 0: no forecast).",
+    )
+    train_anyway: bool = Field(False, description="Train even when the forecast finds no signal.")
+    only: bool = Field(False, description="Forecast only, train nothing (what the Train tab's Check queues).")
+
+
 class OnlinePart(SpecPart):
     """The spec part of a method that generates while it trains: it reads ``rollout`` (samples, rewards), and says
     whether the method can also play an environment (TRL's ``environment_factory``)."""

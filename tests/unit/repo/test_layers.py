@@ -250,6 +250,7 @@ def test_every_backend_module_belongs_to_a_declared_layer(graph):
         "backend.__main__",
         "backend.cli",
         "backend.cli_export",
+        "backend.cli_forecast",
         "backend.cli_sweep",
         "backend.remote_job",
         "backend.worker",
