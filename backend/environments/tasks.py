@@ -160,3 +160,27 @@ def evaluation_episodes(
         played = [task_row(get_task(url, catalog, split.name, i, timeout_s=timeout_s), split.name, i) for i in indexes]
         return EpisodeSource(played, FROM_TEST_SPLIT, split.name, indexes)
     return EpisodeSource(rows, FROM_HELD_OUT_ROWS if rows_held_out else FROM_TRAINING_ROWS)
+
+
+def builtin_catalog(name: str) -> TaskCatalog:
+    """The splits of the built-in environment ``name``, read here without starting its server."""
+    from backend.environments.builtin.splits import SPLITS, builtin_splits
+
+    splits = builtin_splits(name)
+    return TaskCatalog(name, tuple(TaskSplit(split, split, len(splits.tasks(split))) for split in SPLITS))
+
+
+def environment_catalog(reference: str, *, budget_s: float = 10.0) -> TaskCatalog | None:
+    """The splits of the environment a spec names (``builtin:<name>``, a Space id or a URL), or None when it offers
+    none. ValueError or EnvironmentUnavailable sentences for a name that is no environment or refused."""
+    from backend.core.hub_names import BUILTIN_PREFIX
+    from backend.environments.builtin.registry import builtin_environment
+    from backend.environments.connection import resolve_url, time_budget
+
+    if reference.startswith(BUILTIN_PREFIX):
+        name = reference.removeprefix(BUILTIN_PREFIX)
+        builtin_environment(name)  # KeyError naming the known ones
+        return builtin_catalog(name)
+    url = resolve_url(reference)
+    with time_budget(budget_s):
+        return task_catalog(url, timeout_s=budget_s)

@@ -202,7 +202,15 @@ def evaluate_trained(
         rows = held_out if held_out is not None else trainer.train_dataset
         rows = [rows[i] for i in range(len(rows))]
         environment_evaluation = run_environment_evaluation(
-            trainer, spec, environment, rows, paths, job_id, parent_adapter, callback, rows_held_out=held_out is not None
+            trainer,
+            spec,
+            environment,
+            rows,
+            paths,
+            job_id,
+            parent_adapter,
+            callback,
+            rows_held_out=held_out is not None,
         )
         store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
     benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter) if main_rank() else None

@@ -125,6 +125,12 @@ def shipped_values(datasets: Sequence[str], read: Callable[[dict[str, Any]], Has
     return found
 
 
+def _parted(tasks: Iterable[dict[str, Any]], train: int) -> TaskSplits:
+    """The tasks, the first ``train`` of them the train split and the rest the test split."""
+    listed = tuple(tasks)
+    return TaskSplits(listed[:train], listed[train:])
+
+
 def _user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
@@ -138,7 +144,12 @@ def arithmetic_splits() -> TaskSplits:
 
     def task(i: int, problem: Any) -> dict[str, Any]:
         a, op, b = problem
-        return {"prompt": _user(ARITH_PHRASINGS[i % len(ARITH_PHRASINGS)].format(a=a, op=op, b=b)), "a": a, "op": op, "b": b}
+        return {
+            "prompt": _user(ARITH_PHRASINGS[i % len(ARITH_PHRASINGS)].format(a=a, op=op, b=b)),
+            "a": a,
+            "op": op,
+            "b": b,
+        }
 
     return TaskSplits(tuple(task(i, p) for i, p in enumerate(train)), tuple(task(i, p) for i, p in enumerate(test)))
 
@@ -147,14 +158,16 @@ def arithmetic_splits() -> TaskSplits:
 def echo_splits() -> TaskSplits:
     """8 test texts echo-demo never asks for; the other texts to train on."""
     train, test = split_pool(TARGETS + MORE_TARGETS, shipped_values(("echo-demo",), lambda row: row.get("target")), 8)
-    return TaskSplits(*(tuple({"prompt": _user(ECHO_PROMPT.format(target=t)), "target": t} for t in part) for part in (train, test)))
+    return TaskSplits(
+        *(tuple({"prompt": _user(ECHO_PROMPT.format(target=t)), "target": t} for t in part) for part in (train, test))
+    )
 
 
 @cache
 def wordle_splits() -> TaskSplits:
     """40 test words wordle-demo never hides; the other words of the list to train on."""
     train, test = split_pool(word_list(), shipped_values(("wordle-demo",), lambda row: row.get("word")), 40)
-    return TaskSplits(*(tuple({"prompt": _user(WORDLE_PROMPT), "word": w} for w in part) for part in (train, test)))
+    return _parted(({"prompt": _user(WORDLE_PROMPT), "word": w} for w in train + test), len(train))
 
 
 BUILTIN_SPLITS: dict[str, Callable[[], TaskSplits]] = {
