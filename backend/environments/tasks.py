@@ -21,7 +21,7 @@ log = logging.getLogger("studio.environments")
 TEST = "test"
 # The prompt of a test task that brings none: the reset observation, appended to it, poses the task.
 TASK_PROMPT = "Solve this task with the tools you are given."
-# How an evaluation's episodes were drawn (the environment evaluation's ``episodes``).
+# How an evaluation's episodes were drawn (the environment evaluation's ``episodes_from``).
 FROM_TEST_SPLIT = "test split"
 FROM_HELD_OUT_ROWS = "held-out rows"
 FROM_TRAINING_ROWS = "training rows"
@@ -141,7 +141,7 @@ class EpisodeSource:
 
     def record(self) -> dict[str, Any]:
         """What the environment evaluation keeps of it: the split played, the task indexes, whether held out."""
-        kept: dict[str, Any] = {"episodes": self.episodes, "held_out": self.held_out, "split": self.split}
+        kept: dict[str, Any] = {"episodes_from": self.episodes, "held_out": self.held_out, "split": self.split}
         if self.indexes:
             kept["task_indexes"] = self.indexes
         return kept

@@ -201,14 +201,14 @@ def episodes_note(environment: dict[str, Any]) -> str | None:
     """Whether the environment's evaluation episodes were held out, as the verdict says it: the environment's test
     split, or (it has none) the dataset's rows, which the environment does not hold out.
 
-    >>> episodes_note({"episodes": "test split", "held_out": True, "split": "test"})
+    >>> episodes_note({"episodes_from": "test split", "held_out": True, "split": "test"})
     "the episodes were the environment's held-out 'test' split"
-    >>> episodes_note({"episodes": "training rows", "held_out": False})
+    >>> episodes_note({"episodes_from": "training rows", "held_out": False})
     'the episodes were not held out: the environment has no test split and they replayed the training rows'
     >>> episodes_note({}) is None
     True
     """
-    episodes = environment.get("episodes")
+    episodes = environment.get("episodes_from")
     if environment.get("held_out"):
         return f"the episodes were the environment's held-out {environment.get('split') or 'test'!r} split"
     if episodes == "training rows":

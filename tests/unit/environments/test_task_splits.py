@@ -89,9 +89,9 @@ def _environment_evaluation(**source) -> dict:
 @pytest.mark.parametrize(
     ("source", "said"),
     [
-        ({"episodes": FROM_TEST_SPLIT, "held_out": True, "split": "test"}, "held-out 'test' split"),
-        ({"episodes": "training rows", "held_out": False, "split": None}, "were not held out: the environment has"),
-        ({"episodes": "held-out rows", "held_out": False, "split": None}, "were not held out by the environment"),
+        ({"episodes_from": FROM_TEST_SPLIT, "held_out": True, "split": "test"}, "held-out 'test' split"),
+        ({"episodes_from": "training rows", "held_out": False, "split": None}, "were not held out: the environment has"),
+        ({"episodes_from": "held-out rows", "held_out": False, "split": None}, "were not held out by the environment"),
     ],
 )
 def test_the_verdict_says_whether_the_episodes_were_held_out(source, said):
