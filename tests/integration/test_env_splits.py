@@ -17,8 +17,8 @@ from backend.core.spec import parse_spec
 from backend.core.users import local_user
 from backend.environments.launcher import start_server_process
 from backend.jobs.records import JobStatus
-from backend.workflows.arena import ArenaError
 from backend.worker import run_job
+from backend.workflows.arena import ArenaError
 from tests.helpers import ROOT, tiny_spec
 
 pytestmark = pytest.mark.slow
@@ -88,9 +88,7 @@ def test_a_url_environment_with_a_test_split_is_evaluated_on_it(paths, store, tm
     assert learning is not None and "held-out 'test' split" in learning.sentence, learning
 
 
-def test_a_url_environment_without_splits_gets_a_verdict_saying_its_episodes_were_not_held_out(
-    paths, store, tmp_path
-):
+def test_a_url_environment_without_splits_gets_a_verdict_saying_its_episodes_were_not_held_out(paths, store, tmp_path):
     server, resets = counter(tmp_path)
     try:
         done = train(paths, store, counter_spec(server.url, tmp_path))
@@ -109,9 +107,8 @@ def test_the_arena_plays_test_task_i(data_dir, tmp_path):
     server, resets = counter(tmp_path, "--splits")
     api = StudioAPI(data_dir, scheduler="none")
     try:
-        spec = parse_spec(
-            counter_spec(server.url, tmp_path, eval_episodes=0) | {"model": {"name_or_path": "builtin:tiny-qwen3-arith"}}
-        )
+        arith_model = {"model": {"name_or_path": "builtin:tiny-qwen3-arith"}}
+        spec = parse_spec(counter_spec(server.url, tmp_path, eval_episodes=0) | arith_model)
         job_id = finished_job(api, spec, build_tool_adapter(tmp_path / "adapter", steps=5))
         user = local_user()
         *_, last = api.arena.play(job_id, user, split="test", row=5, episodes=1)

@@ -90,7 +90,7 @@ def _environment_evaluation(**source) -> dict:
     ("source", "said"),
     [
         ({"episodes_from": FROM_TEST_SPLIT, "held_out": True, "split": "test"}, "held-out 'test' split"),
-        ({"episodes_from": "training rows", "held_out": False, "split": None}, "were not held out: the environment has"),
+        ({"episodes_from": "training rows", "held_out": False, "split": None}, "were not held out: the environment"),
         ({"episodes_from": "held-out rows", "held_out": False, "split": None}, "were not held out by the environment"),
     ],
 )
