@@ -183,4 +183,5 @@ def environment_catalog(reference: str, *, budget_s: float = 10.0) -> TaskCatalo
         return builtin_catalog(name)
     url = resolve_url(reference)
     with time_budget(budget_s):
+        get_json(url, "/health", budget_s)  # a server that cannot be reached is a sentence, not "no splits"
         return task_catalog(url, timeout_s=budget_s)

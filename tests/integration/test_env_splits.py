@@ -111,6 +111,8 @@ def test_the_arena_plays_test_task_i(data_dir, tmp_path):
         spec = parse_spec(counter_spec(server.url, tmp_path, eval_episodes=0) | arith_model)
         job_id = finished_job(api, spec, build_tool_adapter(tmp_path / "adapter", steps=5))
         user = local_user()
+        listed = api.environments.splits(server.url, user)  # what the Train form shows beside the field
+        assert listed is not None and listed.summary() == "train (15 tasks), test (8 tasks)"
         *_, last = api.arena.play(job_id, user, split="test", row=5, episodes=1)
         assert last.over and not last.note, last.note
         (pair,) = last.pairs

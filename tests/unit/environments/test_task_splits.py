@@ -105,3 +105,14 @@ def test_the_verdict_says_whether_the_episodes_were_held_out(source, said):
     )
     learning = learning_verdict(spec, None, _environment_evaluation(**source))
     assert learning is not None and said in learning.sentence and said in learning.method_sentence
+
+
+def test_an_environment_that_cannot_be_reached_is_a_sentence_not_no_splits(tmp_path):
+    api = StudioAPI(tmp_path, scheduler="none")
+    try:
+        with pytest.raises(SpecError, match="not reachable"):
+            api.environments.splits("http://127.0.0.1:9")
+        with pytest.raises(SpecError, match="environment.name"):
+            api.environments.splits("not an environment")
+    finally:
+        api.close()
