@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,6 +24,7 @@ ARENA_BASES = ("base", "parent")
 ARENA_SAMPLING = ("greedy", "training")
 FIRST_MESSAGE_MAX_CHARS = 4000
 _MAX_ANCESTORS = 16
+SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 
 
 class ArenaOperations:
@@ -71,12 +73,21 @@ class ArenaOperations:
         sampling: str = "greedy",
         seed: int | None = None,
         first_message: str | None = None,
+        split: str | None = None,
     ) -> Iterator[ArenaPlay]:
         """Play ``episodes`` episodes per side (``row`` first; episode i plays row i of the job's evaluation rows with
-        seed training.seed + i unless ``seed`` is given), streamed as the play stands after each round of model
-        turns; the last one is over, its pairs kept and numbered (``pair``). Raises a SpecError, ArenaError or
-        ValueError sentence before anything plays."""
-        from backend.workflows.arena import ARENA_MAX_EPISODES, ArenaError, episode_rows, keep_pairs, play
+        seed training.seed + i unless ``seed`` is given, or with ``split`` task i of the environment's split, e.g.
+        its held-out ``test`` tasks), streamed as the play stands after each round of model turns; the last one is
+        over, its pairs kept and numbered (``pair``). Raises a SpecError, ArenaError or ValueError sentence before
+        anything plays."""
+        from backend.workflows.arena import (
+            ARENA_MAX_EPISODES,
+            ArenaError,
+            episode_rows,
+            keep_pairs,
+            play,
+            split_tasks,
+        )
 
         self.core.require_user(user, "the arena")
         whole_number(episodes, "the number of episodes", 1, ARENA_MAX_EPISODES)
@@ -96,14 +107,23 @@ class ArenaOperations:
             raise ArenaError(
                 f"job {job_id} does not continue another job's adapter, so its left side can only be the base model"
             )
+        if split is not None and (not isinstance(split, str) or not SPLIT_NAME.match(split)):
+            raise SpecError([f"a split is named with letters, digits, '_', '-' or '.', not {str(split)[:40]!r}"])
         chat = self.chat.for_job(job_id, user)  # ValueError sentences: not succeeded, no adapter
-        rows = episode_rows(setup.spec, self.core.paths.uploads(setup.spec.owner))
-        if not rows:
-            raise ArenaError(f"job {setup.environment_job_id}'s dataset has no rows to start an episode from")
-        if row >= len(rows):
-            raise ArenaError(
-                f"row {row} is past the {len(rows)} rows the job's evaluation plays (0 to {len(rows) - 1})"
-            )
+        if split is not None:
+            rows, tasks = [], split_tasks(setup.spec, split)
+            if row + episodes > tasks:
+                raise ArenaError(
+                    f"the {split!r} split holds tasks 0 to {tasks - 1}: task {row + episodes - 1} is past its end"
+                )
+        else:
+            rows = episode_rows(setup.spec, self.core.paths.uploads(setup.spec.owner))
+            if not rows:
+                raise ArenaError(f"job {setup.environment_job_id}'s dataset has no rows to start an episode from")
+            if row >= len(rows):
+                raise ArenaError(
+                    f"row {row} is past the {len(rows)} rows the job's evaluation plays (0 to {len(rows) - 1})"
+                )
         if user is not None:
             self._calls.check(user.name)
         owner = name_of(user)
@@ -130,6 +150,7 @@ class ArenaOperations:
                 seed=seed,
                 first_message=first_message,
                 before_generate=prepare,
+                split=split,
             ):
                 if state.over:
                     keep_pairs(self.core.paths, owner, state)

@@ -21,8 +21,10 @@ from backend.platform.limits import InFlight, RateLimiter, TimeLimit, held_run, 
 
 if TYPE_CHECKING:
     from backend.environments.episodes import Episode
+    from backend.environments.tasks import TaskCatalog
 
 T = TypeVar("T")
+SPLIT_LISTINGS_PER_MINUTE = 30  # the Train form asks each time the environment field changes
 
 
 class EnvironmentOperations:
@@ -33,6 +35,7 @@ class EnvironmentOperations:
         self.core = core
         self.jobs = jobs
         self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
+        self._split_calls = RateLimiter("task split listing", SPLIT_LISTINGS_PER_MINUTE)
         # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
         self._dry_runs = InFlight(
             "dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
@@ -71,6 +74,25 @@ class EnvironmentOperations:
             return play()
         self._dry_run_calls.check(user.name)
         return self._held_run(self._dry_runs, user, play)
+
+    def splits(self, name: str, user: User | None = None) -> TaskCatalog | None:
+        """The task splits the environment ``name`` offers through OpenEnv's Task API (``builtin:<name>``, a Space id
+        or a URL), e.g. a ``test`` split a job's evaluation then plays; None when it offers none. A name that is no
+        environment, or a server that cannot be reached, is a SpecError sentence."""
+        from backend.environments.connection import EnvironmentUnavailable
+        from backend.environments.runtime import INTERACTIVE_BUDGET_S
+        from backend.environments.tasks import environment_catalog
+
+        if not isinstance(name, str) or not name.strip():
+            return None
+        if user is not None:
+            self._split_calls.check(user.name)
+        try:
+            return environment_catalog(name.strip(), budget_s=INTERACTIVE_BUDGET_S)
+        except KeyError as exc:
+            raise SpecError([f"environment.name: {exc.args[0]}"]) from None
+        except (ValueError, EnvironmentUnavailable) as exc:
+            raise SpecError([f"environment.name: {exc}"]) from None
 
     def _held_run(self, limit: InFlight, user: User, action: Callable[[], T]) -> T:
         """``action()`` off the request thread within the dry-run time limit, counted in ``limit`` (``held_run``)."""

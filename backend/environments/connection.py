@@ -146,13 +146,14 @@ def _pin(url: str, deadline: float, *, trusted_ok: bool = True) -> Pinned:
         raise EnvironmentRefused(str(exc)) from None
 
 
-def _http_get(url: str, path: str, deadline: float) -> bytes:
-    """The body of ``GET url/path``, following a few redirects (each checked like the first; the token goes only
-    where it may), capped in size and ended at ``deadline`` however slowly the server sends."""
+def _http_get(url: str, path: str, deadline: float, payload: bytes | None = None) -> bytes:
+    """The body of ``GET url/path`` (``POST`` of the JSON ``payload`` when given), following a few redirects (each
+    checked like the first; the token goes only where it may), capped in size and ended at ``deadline`` however
+    slowly the server sends."""
     target, trusted_ok = url, True
     for _ in range(MAX_REDIRECTS + 1):
         pinned = _pin(target, deadline, trusted_ok=trusted_ok)
-        status, location, body = _get_once(pinned, path, auth_headers(target), deadline)
+        status, location, body = _get_once(pinned, path, auth_headers(target), deadline, payload)
         if status in _REDIRECTS and location:
             from urllib.parse import urljoin
 
@@ -165,8 +166,10 @@ def _http_get(url: str, path: str, deadline: float) -> bytes:
     raise EnvironmentUnavailable(f"{url}{path} redirected more than {MAX_REDIRECTS} times")
 
 
-def _get_once(pinned: Pinned, path: str, headers: dict[str, str], deadline: float) -> tuple[int, str | None, bytes]:
-    """One GET to the address that was checked, speaking to the host the user named."""
+def _get_once(
+    pinned: Pinned, path: str, headers: dict[str, str], deadline: float, payload: bytes | None = None
+) -> tuple[int, str | None, bytes]:
+    """One GET (a POST of ``payload``) to the address that was checked, speaking to the host the user named."""
     if pinned.tls:
         import ssl
 
@@ -192,9 +195,11 @@ def _get_once(pinned: Pinned, path: str, headers: dict[str, str], deadline: floa
     watchdog.start()
     try:
         conn.request(
-            "GET",
+            "GET" if payload is None else "POST",
             join_path(pinned.base_path, path) if path else pinned.base_path or "/",
-            headers={"Accept": "application/json", **headers},
+            body=payload,
+            headers={"Accept": "application/json", **headers}
+            | ({} if payload is None else {"Content-Type": "application/json"}),
         )
         response = conn.getresponse()
         if response.status in _REDIRECTS:
@@ -223,13 +228,14 @@ def _get_once(pinned: Pinned, path: str, headers: dict[str, str], deadline: floa
         conn.close()
 
 
-def get_json(url: str, path: str, timeout_s: float = 10.0) -> Any:
-    """GET ``url`` + ``path`` (joined as URL paths) as JSON: at most MAX_ANSWER_BYTES, within ``timeout_s`` in all
-    (and within the caller's :func:`time_budget`). Every failure is an EnvironmentUnavailable sentence."""
+def get_json(url: str, path: str, timeout_s: float = 10.0, payload: dict[str, Any] | None = None) -> Any:
+    """GET ``url`` + ``path`` (joined as URL paths) as JSON, or POST ``payload`` there (the Task API's queries): at
+    most MAX_ANSWER_BYTES, within ``timeout_s`` in all (and within the caller's :func:`time_budget`). Every failure
+    is an EnvironmentUnavailable sentence."""
     deadline = _deadline(timeout_s)
     allowed_s = deadline - time.monotonic()  # the call's own timeout, or what is left of the caller's budget
     try:
-        body = _http_get(url, path, deadline)
+        body = _http_get(url, path, deadline, None if payload is None else json.dumps(payload).encode())
     except _Late:
         raise EnvironmentUnavailable(
             f"the environment at {url} did not answer {path} within {max(allowed_s, 1):.0f} s"

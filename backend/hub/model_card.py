@@ -241,7 +241,14 @@ def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, 
         else:
             tuned, base = environment.get("tuned", {}), environment.get("base", {})
             lines += [
-                f"Environment episodes played by each model (same seeds): {environment.get('episodes', '?')}.",
+                f"Environment episodes played by each model (same seeds): {environment.get('episodes', '?')}"
+                + (
+                    f", tasks of the environment's held-out {environment.get('split')!r} split."
+                    if environment.get("held_out")
+                    else f", from the {environment['episodes_from']} (not held out by the environment)."
+                    if environment.get("episodes_from")
+                    else "."
+                ),
                 "",
             ]
             header = ("metric", "base", "tuned") if base else ("metric", "tuned")

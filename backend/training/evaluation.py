@@ -159,7 +159,7 @@ def learning_verdict(
             start="parent" if start == "start" else "base",
             no_signal=no_signal,
             guards=[*capability_guards(spec, evaluation, skip=metric.key), *extra_guards],
-            detail=tool_use_change(result, start) if metric is SUCCESS_RATE else reference_scores(result, metric),
+            detail=environment_detail(result, start) if metric is SUCCESS_RATE else reference_scores(result, metric),
         )
     if no_signal:
         first = SUCCESS_RATE if spec.environment.name else next(iter(method.learning_metrics(spec)), SUCCESS_RATE)
@@ -188,6 +188,37 @@ def tool_use_change(environment: dict[str, Any], start: str = "base") -> str | N
     if before is None or after is None:
         return None
     return f"tool calls per episode {before:.3g} -> {after:.3g}"
+
+
+def environment_detail(environment: dict[str, Any], start: str = "base") -> str | None:
+    """What the environment verdict's sentence adds after its success rate: the change in tool use, and where the
+    episodes came from (``episodes_note``)."""
+    said = [text for text in (tool_use_change(environment, start), episodes_note(environment)) if text]
+    return "; ".join(said) or None
+
+
+def episodes_note(environment: dict[str, Any]) -> str | None:
+    """Whether the environment's evaluation episodes were held out, as the verdict says it: the environment's test
+    split, or (it has none) the dataset's rows, which the environment does not hold out.
+
+    >>> episodes_note({"episodes_from": "test split", "held_out": True, "split": "test"})
+    "the episodes were the environment's held-out 'test' split"
+    >>> episodes_note({"episodes_from": "training rows", "held_out": False})
+    'the episodes were not held out: the environment has no test split and they replayed the training rows'
+    >>> episodes_note({}) is None
+    True
+    """
+    episodes = environment.get("episodes_from")
+    if environment.get("held_out"):
+        return f"the episodes were the environment's held-out {environment.get('split') or 'test'!r} split"
+    if episodes == "training rows":
+        return "the episodes were not held out: the environment has no test split and they replayed the training rows"
+    if episodes == "held-out rows":
+        return (
+            "the episodes were not held out by the environment (it has no test split): they started from the "
+            "dataset's held-out rows"
+        )
+    return None
 
 
 def capability_guards(spec: JobSpec, evaluation: dict[str, Any] | None, skip: str | None = None) -> list[GuardCheck]:

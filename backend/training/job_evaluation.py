@@ -95,11 +95,15 @@ def run_environment_evaluation(
     job_id: str,
     parent_adapter: Path | None = None,
     callback=None,
+    rows_held_out: bool = False,
 ) -> dict:
     """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
-    episodes; the job's progress says the episodes played so far (through ``callback``)."""
+    episodes: the environment's test split where it has one (``reset(split="test", index=i)``), else ``rows``
+    (held out from training or not, as ``rows_held_out`` says); the result says which, and which tasks. The job's
+    progress says the episodes played so far (through ``callback``)."""
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import concurrent_episodes
+    from backend.environments.tasks import evaluation_episodes
     from backend.training.evaluation import START_ADAPTER, load_start_adapter
 
     log.info(
@@ -113,24 +117,28 @@ def run_environment_evaluation(
         if callback is not None:
             callback.evaluation_progress(trainer.state, done, total, sides, unit="episodes")
 
-    return recorded_evaluation(
-        "environment_evaluation",
-        lambda: success_rates(
+    def compute() -> dict:
+        episodes = spec.environment.eval_episodes
+        source = evaluation_episodes(
+            environment.url, rows, episodes, rows_held_out, timeout_s=min(spec.environment.timeout_s, 30.0)
+        )
+        log.info("the evaluation episodes are the %s (split %s)", source.episodes, source.split or "none")
+        result = success_rates(
             trainer.model,
             trainer.processing_class,
             environment.factory,
-            rows,
+            source.rows,
             EpisodeSettings.from_spec(spec),
-            spec.environment.eval_episodes,
+            episodes,
             spec.training.seed,
             compare_base=spec.eval.compare_base,
             start_adapter=start,
             sessions=concurrent_episodes(spec),
             on_episodes=on_episodes,
-        ),
-        paths,
-        job_id,
-    )
+        )
+        return {**source.record(), **result}
+
+    return recorded_evaluation("environment_evaluation", compute, paths, job_id)
 
 
 def without_rows(evaluation: dict) -> dict:
@@ -194,7 +202,15 @@ def evaluate_trained(
         rows = held_out if held_out is not None else trainer.train_dataset
         rows = [rows[i] for i in range(len(rows))]
         environment_evaluation = run_environment_evaluation(
-            trainer, spec, environment, rows, paths, job_id, parent_adapter, callback
+            trainer,
+            spec,
+            environment,
+            rows,
+            paths,
+            job_id,
+            parent_adapter,
+            callback,
+            rows_held_out=held_out is not None,
         )
         store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
     benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter) if main_rank() else None

@@ -7,8 +7,10 @@ mixed-adapter batches, so a round of model turns of every episode on both sides 
 
 Episode ``i`` plays row ``i % len(rows)`` of the rows the job's evaluation played (its held-out rows, else its
 training rows) with seed ``training.seed + i``, as ``success_rates`` does; greedy episodes therefore repeat the job's
-stored success rate. Played pairs are kept per user and job (``arena/<user>/<job id>/<n>.json``), each written whole
-under a temporary name and linked into place, so a link ``?job=<id>&episode=<n>`` opens the same pair again.
+stored success rate. With a ``split`` (an environment's ``test`` split, OpenEnv's Task API) episode ``i`` plays task
+``i`` of that split instead (``reset(split=..., index=i)``), as the evaluation of an environment with a test split
+does. Played pairs are kept per user and job (``arena/<user>/<job id>/<n>.json``), each written whole under a
+temporary name and linked into place, so a link ``?job=<id>&episode=<n>`` opens the same pair again.
 """
 
 from __future__ import annotations
@@ -72,12 +74,13 @@ class ArenaSetup:
 class ArenaPair:
     """One episode played by both sides: same row, same seed."""
 
-    index: int  # episode i: row i % len(rows), seed training.seed + i
+    index: int  # episode i: row i % len(rows) (task i of ``split``), seed training.seed + i
     row: int
     seed: int
     base: Episode
     tuned: Episode
     episode: int | None = None  # its number in the user's arena for this job, once kept
+    split: str | None = None  # the environment's split whose task ``row`` is, or None for a dataset row
 
     @property
     def over(self) -> bool:
@@ -93,6 +96,7 @@ class ArenaPair:
             "episode": self.episode,
             "base": self.base.to_dict(),
             "tuned": self.tuned.to_dict(),
+            "split": self.split,
         }
 
 
@@ -141,6 +145,31 @@ def episode_rows(spec: JobSpec, uploads_dir: Path | None) -> list[dict[str, Any]
     return [rows[i] for i in range(len(rows))]
 
 
+def split_tasks(spec: JobSpec, split: str) -> int:
+    """How many tasks the job's environment holds in ``split`` (OpenEnv's Task API); ArenaError when it has no such
+    split. A built-in environment's splits are read here, a remote one's from its server."""
+    from backend.environments.builtin.splits import SPLITS, builtin_splits
+    from backend.environments.connection import resolve_url, time_budget
+    from backend.environments.runtime import builtin_of
+    from backend.environments.tasks import task_catalog
+
+    builtin = builtin_of(spec.environment)
+    if builtin is not None:
+        if split not in SPLITS:
+            raise ArenaError(f"the {builtin.name} environment's splits are {', '.join(SPLITS)}, not {split!r}")
+        return len(builtin_splits(builtin.name).tasks(split))
+    try:
+        with time_budget(INTERACTIVE_BUDGET_S):
+            catalog = task_catalog(resolve_url(spec.environment.name or ""))
+    except EnvironmentUnavailable as exc:
+        raise ArenaError(f"the environment could not be asked for its splits: {str(exc).rstrip('.')}") from None
+    found = next((s for s in catalog.splits if s.name == split), None) if catalog is not None else None
+    if found is None or not found.tasks:
+        offered = f"its splits are {catalog.summary()}" if catalog is not None else "it offers no task splits"
+        raise ArenaError(f"the environment has no {split!r} split with tasks to play: {offered}")
+    return found.tasks
+
+
 def episode_settings(spec: JobSpec, sampling: Sampling) -> EpisodeSettings:
     """The job's episode settings; greedy (as the evaluation plays) or sampled as in training."""
     settings = EpisodeSettings.from_spec(spec)
@@ -170,11 +199,13 @@ def play(
     first_message: str | None = None,
     time_limit_s: float = ARENA_TIME_LIMIT_S,
     before_generate: Callable[[], None] | None = None,
+    split: str | None = None,
 ) -> Iterator[ArenaPlay]:
-    """Play episodes ``indices`` on both sides, yielding the play after the opening and after every round of model
-    turns; the last yield is over. Sessions are closed and a built-in server stopped however it ends (a closed
-    iterator included). ``model`` is a PeftModel with the tuned adapter (and, for ``base="parent"``, the parent's
-    loaded as ``START_ADAPTER``); ``lock`` is held around each round (the model is shared with the chat)."""
+    """Play episodes ``indices`` on both sides (with ``split``, episode i is that split's task i, not a row of
+    ``rows``), yielding the play after the opening and after every round of model turns; the last yield is over.
+    Sessions are closed and a built-in server stopped however it ends (a closed iterator included). ``model`` is a
+    PeftModel with the tuned adapter (and, for ``base="parent"``, the parent's loaded as ``START_ADAPTER``); ``lock``
+    is held around each round (the model is shared with the chat)."""
     spec = setup.spec
     settings = episode_settings(spec, sampling)
     left = START_ADAPTER if base == "parent" else BASE_ADAPTER
@@ -190,6 +221,7 @@ def play(
     group = min(len(indices), ARENA_GROUP)
     try:
         with open_environment(spec, sessions=2 * group, budget_s=INTERACTIVE_BUDGET_S) as environment:
+            start_row = _split_rows(environment.url, split, spec.training.seed) if split else None
             for first in range(0, len(indices), group):
                 chunk = indices[first : first + group]
                 sessions = [environment.factory() for _ in range(2 * len(chunk))]
@@ -198,10 +230,13 @@ def play(
                         state.tools = tool_schemas(sessions[0])
                     chunk_rows, seeds, row_numbers = [], [], []
                     for i in chunk:
-                        number, episode_seed = episode_start(len(rows), spec.training.seed, i)
+                        if start_row is not None:
+                            row, number, episode_seed = start_row(i)
+                        else:
+                            number, episode_seed = episode_start(len(rows), spec.training.seed, i)
+                            row = dict(rows[number])
                         if seed is not None:  # the user's seed for the first episode, counted on from it
                             episode_seed = seed + (i - indices[0])
-                        row = dict(rows[number])
                         if first_message:
                             row["prompt"] = [{"role": "user", "content": first_message}]
                         chunk_rows += [row, row]
@@ -226,7 +261,7 @@ def play(
                         if played is None:
                             break
                         state.pairs = done + [
-                            ArenaPair(i, row_numbers[k], seeds[2 * k], played[2 * k], played[2 * k + 1])
+                            ArenaPair(i, row_numbers[k], seeds[2 * k], played[2 * k], played[2 * k + 1], split=split)
                             for k, i in enumerate(chunk)
                         ]
                         if time.monotonic() > deadline:
@@ -253,6 +288,16 @@ def play(
         )
     state.over = True
     yield state
+
+
+def _split_rows(url: str, split: str, seed: int) -> Callable[[int], tuple[dict[str, Any], int, int]]:
+    """Episode i of a split's play: (the row that plays task i of ``split``, i, its seed ``seed + i``)."""
+    from backend.environments.tasks import get_task, task_catalog, task_row
+
+    catalog = task_catalog(url)
+    if catalog is None:
+        raise EnvironmentUnavailable(f"the environment no longer offers its {split!r} split")
+    return lambda i: (task_row(get_task(url, catalog, split, i), split, i), i, seed + i)
 
 
 # --- kept pairs ----------------------------------------------------------------------------------------------------

@@ -49,8 +49,11 @@ def on_job(api: StudioAPI, user, job_choice):
     return gr.update(visible=True), text, gr.update(interactive=setup.parent_adapter is not None)
 
 
-def play(api: StudioAPI, job_choice, base, sampling_mode, first_row, first_message, episodes, request_profile):
-    """Both sides play ``episodes`` episodes, streamed: what ``ArenaLayout.played`` shows after each turn."""
+def play(
+    api: StudioAPI, job_choice, base, sampling_mode, first_row, first_message, episodes, request_profile, source=None
+):
+    """Both sides play ``episodes`` episodes, streamed: what ``ArenaLayout.played`` shows after each turn; from the
+    job's evaluation rows, or (``source`` "test") from the environment's held-out test tasks."""
     user = require_user(request_profile)
     job_id = job_choice_id(job_choice)
     if not job_id:
@@ -64,6 +67,7 @@ def play(api: StudioAPI, job_choice, base, sampling_mode, first_row, first_messa
             base=base or "base",
             sampling=sampling_mode or "greedy",
             first_message=first_message if episodes == 1 else None,
+            split="test" if source == "test" else None,
         )
         for state in stream:
             played = [pair.to_dict() for pair in state.pairs]
@@ -87,10 +91,17 @@ def play(api: StudioAPI, job_choice, base, sampling_mode, first_row, first_messa
 
 
 def play_single(
-    api: StudioAPI, job_choice, base, sampling_mode, first_row, first_message, profile: gr.OAuthProfile | None = None
+    api: StudioAPI,
+    job_choice,
+    base,
+    sampling_mode,
+    first_row,
+    first_message,
+    source="rows",
+    profile: gr.OAuthProfile | None = None,
 ):
     """One episode per side (the first message, if given, replaces the row's prompt)."""
-    yield from play(api, job_choice, base, sampling_mode, first_row, first_message, 1, profile)
+    yield from play(api, job_choice, base, sampling_mode, first_row, first_message, 1, profile, source)
 
 
 def play_n(
@@ -101,10 +112,11 @@ def play_n(
     first_row,
     first_message,
     episodes,
+    source="rows",
     profile: gr.OAuthProfile | None = None,
 ):
     """``episodes`` seeded episodes per side, into the table."""
-    yield from play(api, job_choice, base, sampling_mode, first_row, first_message, episodes, profile)
+    yield from play(api, job_choice, base, sampling_mode, first_row, first_message, episodes, profile, source)
 
 
 def open_row(played, job_choice, event: gr.SelectData):
@@ -179,8 +191,10 @@ def wire(api: StudioAPI, h: ArenaLayout, job: gr.Dropdown) -> None:
     play_inputs = [job, h.base_choice, h.sampling, h.row, h.first]
     # Bound, then wrapped: on ZeroGPU a play borrows a GPU (the facade stays in this process).
     one, many = gpu_task(duration=300)(bind(play_single, api)), gpu_task(duration=600)(bind(play_n, api))
-    h.play_one.click(one, play_inputs, h.played, api_name="arena_play", concurrency_limit=None)
-    h.play_many.click(many, [*play_inputs, h.count], h.played, api_name="arena_play_n", concurrency_limit=None)
+    h.play_one.click(one, [*play_inputs, h.source], h.played, api_name="arena_play", concurrency_limit=None)
+    h.play_many.click(
+        many, [*play_inputs, h.count, h.source], h.played, api_name="arena_play_n", concurrency_limit=None
+    )
     h.table.select(open_row, [h.pairs, job], [*h.panes.values(), h.shown, h.current], api_name=False)
     for side in SIDES:
         h.better[side].click(

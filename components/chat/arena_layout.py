@@ -12,6 +12,8 @@ from components.chat.views import SIDES
 
 BASE_CHOICES = [("Base model (adapter off)", "base"), ("Parent job's adapter (where this job started)", "parent")]
 SAMPLING_CHOICES = [("Greedy, as the job's evaluation", "greedy"), ("Sampled, as in training", "training")]
+# Where episode i starts: row i of the job's evaluation rows, or task i of the environment's held-out test split.
+SOURCE_CHOICES = [("The job's evaluation rows", "rows"), ("The environment's test split (task i)", "test")]
 TABLE_HEADERS = ["episode", "seed", "row", "base", "tuned", "turns (base/tuned)", "tool calls (base/tuned)"]
 # The transcripts' look (app.py adds it to the page's CSS): a tool call and a tool's answer read as blocks of their own.
 ARENA_CSS = """
@@ -41,6 +43,7 @@ class ArenaLayout:
     sampling: gr.Radio
     row: gr.Number
     first: gr.Textbox
+    source: gr.Radio
     play_one: gr.Button
     count: gr.Number
     play_many: gr.Button
@@ -71,7 +74,10 @@ def lay_out() -> ArenaLayout:
             parts["base_choice"] = gr.Radio(BASE_CHOICES, value="base", label="Left side", elem_id="arena-base-choice")
             parts["sampling"] = gr.Radio(SAMPLING_CHOICES, value="greedy", label="Sampling", elem_id="arena-sampling")
         with gr.Row():
-            parts["row"] = gr.Number(0, precision=0, label="Row (episode i plays row i)", elem_id="arena-row")
+            parts["source"] = gr.Radio(SOURCE_CHOICES, value="rows", label="Episodes from", elem_id="arena-source")
+            parts["row"] = gr.Number(
+                0, precision=0, label="Row or test task (episode i plays row or task i)", elem_id="arena-row"
+            )
             parts["first"] = gr.Textbox(
                 label="First message (optional: replaces the row's prompt; the environment resets on the row)",
                 elem_id="arena-first-message",

@@ -133,5 +133,6 @@ def pair_note(pair: dict[str, Any], job_id: str) -> str:
     """Which pair is shown, and its link."""
     link = pair_link(job_id, pair.get("episode"))
     head = f"Episode {pair['episode']}" if pair.get("episode") else "This episode"
-    said = f"{head}: row {pair['row']}, seed {pair['seed']}."
+    start = f"{pair['split']} task" if pair.get("split") else "row"
+    said = f"{head}: {start} {pair['row']}, seed {pair['seed']}."
     return f"{said} Link: [{link}]({link})" if link else said

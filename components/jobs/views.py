@@ -366,6 +366,17 @@ def _table(title: str, result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _drawn(env_eval: dict[str, Any]) -> str:
+    """Where an environment evaluation's episodes came from, after its title's "same seeds".
+
+    >>> _drawn({"held_out": True, "split": "test"}), _drawn({"episodes_from": "training rows"}), _drawn({})
+    ("; the held-out 'test' split's tasks", '; training rows, not held out', '')
+    """
+    if env_eval.get("held_out"):
+        return f"; the held-out {env_eval.get('split')!r} split's tasks"
+    return f"; {env_eval['episodes_from']}, not held out" if env_eval.get("episodes_from") else ""
+
+
 def evaluation_markdown(job: JobRecord) -> str:
     parts = []
     evaluation = job.artifacts.evaluation
@@ -380,7 +391,9 @@ def evaluation_markdown(job: JobRecord) -> str:
         parts.append(
             f"Environment evaluation failed: {env_eval['error']}"
             if "error" in env_eval
-            else _table(f"Environment success over {env_eval.get('episodes')} episodes (same seeds)", env_eval)
+            else _table(
+                f"Environment success over {env_eval.get('episodes')} episodes (same seeds{_drawn(env_eval)})", env_eval
+            )
         )
     return "\n\n".join(parts)
 

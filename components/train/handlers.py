@@ -23,7 +23,7 @@ from backend.api import (
 )
 from components.job_pickers import finished_job_choices, job_choice_id
 from components.session import as_user, require_user
-from components.train import bench, uploads_panel, views
+from components.train import bench, splits_note, uploads_panel, views
 from components.train.fields import BASE_MODEL_HELP, SECTIONS, FormError, parse_column_map
 from components.train.form import (
     field_problems,
@@ -51,6 +51,7 @@ HOLDOUT_OF = ("dataset_source", "builtin_dataset", "base_model", "method", "env_
 def wire(api: StudioAPI, ui: TrainLayout) -> None:
     """Every event of the Train tab."""
     _wire_form(api, ui)
+    splits_note.wire(api, ui.inputs["env_name"], ui.splits_note)
     _wire_upload(api, ui)
     uploads_panel.wire(api, ui.uploads_panel, ui.inputs["upload_id"])
     _wire_actions(api, ui)

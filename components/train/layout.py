@@ -218,6 +218,7 @@ def _lay_out_environment(inputs: dict[str, Any], errors: dict, extra: dict, box)
     """The environment with its dry run and warm-up, for the methods that can play one."""
     gr.Markdown("**Environment** (multi-turn agent training with OpenEnv)")
     _row(inputs, ENVIRONMENT_ROW, extra["marks"], extra["columns"])
+    extra["splits_note"] = gr.Markdown(elem_id="environment-splits")  # its task splits (OpenEnv's Task API)
     errors["environment"] = box("environment")
     with gr.Row():
         extra["dry_run_button"] = gr.Button("Dry run: play one episode", size="sm")

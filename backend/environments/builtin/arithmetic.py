@@ -74,9 +74,13 @@ class ArithmeticEnvironment(ServedEnvironment, Environment[ArithmeticAction, Ari
         a: int | None = None,
         b: int | None = None,
         op: str | None = None,
+        split: str | None = None,
+        index: int | None = None,
         **kwargs: Any,
     ) -> ArithmeticObservation:
-        """Pose ``a op b``; operands or operator left out are drawn with ``seed``."""
+        """Pose ``a op b`` (or task ``index`` of ``split``); operands or operator left out are drawn with ``seed``."""
+        task = self.task_arguments(split, index)
+        a, b, op = task.get("a", a), task.get("b", b), task.get("op", op)
         rng = episode_rng(seed)
         if op is None:
             op = rng.choice(sorted(OPERATIONS))

@@ -10,23 +10,10 @@ from openenv.core.env_server import CallToolAction, CallToolObservation, MCPEnvi
 from pydantic import Field
 
 from backend.environments.builtin.serving import EnvironmentServer, ServedEnvironment, seeded_choice
+from backend.environments.builtin.splits import TARGETS
 
 MAX_ATTEMPTS = 3
 TOOL_NAME = "echo_message"
-TARGETS = (
-    "hello world",
-    "blue sky",
-    "open the door",
-    "seven green apples",
-    "rain in the morning",
-    "a cup of tea",
-    "the quick brown fox",
-    "good night",
-    "paper boat",
-    "fast trains",
-    "silver moon",
-    "count to ten",
-)
 
 
 class EchoObservation(Observation):
@@ -73,9 +60,17 @@ class EchoEnvironment(ServedEnvironment, MCPEnvironment):
         self._last_reward = 0.0
 
     def reset(
-        self, seed: int | None = None, episode_id: str | None = None, target: str | None = None, **kwargs: Any
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        target: str | None = None,
+        split: str | None = None,
+        index: int | None = None,
+        **kwargs: Any,
     ) -> EchoObservation:
-        """Start an episode echoing ``target`` (or a built-in text picked with ``seed``); other kwargs are ignored."""
+        """Start an episode echoing ``target`` (or task ``index`` of ``split``, or a built-in text picked with
+        ``seed``); other kwargs are ignored."""
+        target = self.task_arguments(split, index).get("target", target)
         if target is None:
             target = seeded_choice(TARGETS, seed)
         elif not isinstance(target, str) or not target:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from backend.environments.builtin.registry import DEFAULT_MAX_SESSIONS
+from backend.environments.builtin.splits import SPLITS, builtin_splits, reset_arguments
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -83,6 +84,38 @@ class ServedEnvironment:
         from openenv.core.env_server.types import EnvironmentMetadata
 
         return EnvironmentMetadata(name=self.NAME, description=self.DESCRIPTION, version="1.0.0")
+
+    # OpenEnv's Task API (its server serves these as /<name>/splits, /tasks, /num_tasks, /task and /task_range).
+
+    def list_splits(self) -> list[str]:
+        """The environment's splits: ``train`` and ``test``."""
+        return list(SPLITS)
+
+    def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        """Every task of ``split``."""
+        return list(builtin_splits(self.NAME).tasks(split))
+
+    def num_tasks(self, split: str) -> int:
+        """How many tasks ``split`` holds."""
+        return len(builtin_splits(self.NAME).tasks(split))
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        """Task ``index`` of ``split``: its reset arguments and the prompt that poses it."""
+        return builtin_splits(self.NAME).task(split, index)
+
+    def get_task_range(self, split: str, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
+        """The tasks ``start:stop`` of ``split``."""
+        return list(builtin_splits(self.NAME).tasks(split)[start:stop])
+
+    def task_arguments(self, split: str | None, index: int | None) -> dict[str, Any]:
+        """What ``reset(split=..., index=...)`` poses: the task's reset arguments; nothing when no split is named."""
+        if split is None:
+            if index is not None:
+                raise ValueError("index names a task of a split: give split='train' or split='test' with it")
+            return {}
+        if index is None:
+            raise ValueError(f"split={split!r} needs the index of one of its tasks")
+        return reset_arguments(builtin_splits(self.NAME).task(split, index))
 
 
 @dataclass(frozen=True)

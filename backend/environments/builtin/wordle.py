@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from openenv.core.env_server import Action, Environment, Observation, State
 from pydantic import ConfigDict, Field
 
-from backend.core.paths import ASSETS_DIR
 from backend.environments.builtin.serving import EnvironmentServer, ServedEnvironment, seeded_choice
+from backend.environments.builtin.splits import word_list
 
-WORDS_PATH = ASSETS_DIR / "wordle_words.txt"
 WORD_LENGTH = 5
 MAX_GUESSES = 6
 TOOL_NAME = "guess"
@@ -20,15 +18,6 @@ RULES = (
     "G = right letter in the right place, Y = the letter is in the word but elsewhere, X = not in the word "
     "(a repeated letter counts only as often as it occurs in the word)."
 )
-
-
-@cache
-def word_list() -> tuple[str, ...]:
-    """The secret words (lowercase, five letters) shipped in ``backend/assets/wordle_words.txt``."""
-    words = tuple(line.strip() for line in WORDS_PATH.read_text(encoding="utf-8").splitlines() if line.strip())
-    if not words:
-        raise RuntimeError(f"the Wordle word list {WORDS_PATH} is empty")
-    return words
 
 
 def normalize_word(text: str, what: str = "guess") -> str:
@@ -108,9 +97,17 @@ class WordleEnvironment(ServedEnvironment, Environment[WordleAction, WordleObser
         self._state = WordleState()
 
     def reset(
-        self, seed: int | None = None, episode_id: str | None = None, word: str | None = None, **kwargs: Any
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        word: str | None = None,
+        split: str | None = None,
+        index: int | None = None,
+        **kwargs: Any,
     ) -> WordleObservation:
-        """Start a game with ``word`` as the secret (or one picked from the word list with ``seed``)."""
+        """Start a game with ``word`` as the secret (or task ``index`` of ``split``'s, or one picked from the word list
+        with ``seed``)."""
+        word = self.task_arguments(split, index).get("word", word)
         secret = seeded_choice(word_list(), seed) if word is None else normalize_word(word, "secret word")
         self._state = WordleState(episode_id=episode_id, word=secret)
         return WordleObservation(feedback="", guesses_left=MAX_GUESSES, message=RULES, reward=None, done=False)

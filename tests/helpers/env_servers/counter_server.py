@@ -3,11 +3,15 @@
 Run it as ``python tests/helpers/env_servers/counter_server.py --port N [--max-sessions N]``; clients reach it by URL
 only.
 Its action has two fields (one an enum) and no ``x-tool-name``, so clients must name the tool themselves.
+With ``--splits`` it serves OpenEnv's Task API: a ``train`` split (targets 5..19) and a ``test`` split (targets
+20..27), played with ``reset(split=..., index=...)``; ``--record-resets FILE`` appends every reset's arguments to FILE
+(one JSON line each), so a test can see which tasks a client played.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import time
 from typing import Any, Literal
@@ -20,6 +24,8 @@ from pydantic import Field
 MAX_MOVES = 5
 STRICT_STATE = False  # --strict-state
 NO_REWARD = False  # --no-reward
+RECORD_RESETS: str | None = None  # --record-resets FILE
+TASKS = {"train": [{"target": t} for t in range(5, 20)], "test": [{"target": t} for t in range(20, 28)]}
 
 
 class CounterAction(Action):
@@ -65,10 +71,18 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
         target: int | None = None,
         start: int = 0,
         slow_s: float = 0.0,
+        split: str | None = None,
+        index: int | None = None,
         **kwargs: Any,
     ) -> CounterObservation:
-        """Start counting from ``start`` towards ``target`` (random 5..30 when not given); every move of the episode
-        then takes ``slow_s`` seconds (a slow but healthy server, as a code environment running slow code)."""
+        """Start counting from ``start`` towards ``target`` (task ``index`` of ``split``'s, or random 5..30 when not
+        given); every move of the episode then takes ``slow_s`` seconds (a slow but healthy server, as a code
+        environment running slow code)."""
+        if split is not None:
+            target = TASKS[split][int(index or 0)]["target"]
+        if RECORD_RESETS:
+            with open(RECORD_RESETS, "a") as record:
+                record.write(json.dumps({"split": split, "index": index, "target": target, "seed": seed}) + "\n")
         goal = random.Random(seed).randint(5, 30) if target is None else int(target)
         self._state = CounterState(
             episode_id=episode_id, count=int(start), target=goal, started=True, slow_s=float(slow_s)
@@ -115,6 +129,24 @@ class CounterEnvironment(Environment[CounterAction, CounterObservation, CounterS
         )
 
 
+class SplitCounterEnvironment(CounterEnvironment):
+    """The counter with OpenEnv's Task API: a train and a test split of targets."""
+
+    def list_splits(self) -> list[str]:
+        return list(TASKS)
+
+    def list_tasks(self, split: str) -> list[dict[str, int]]:
+        return TASKS[split]
+
+    def num_tasks(self, split: str) -> int:
+        return len(TASKS[split])
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        if not 0 <= index < len(TASKS[split]):
+            raise IndexError(index)
+        return {"prompt": f"Reach {TASKS[split][index]['target']} with the counter tool.", **TASKS[split][index]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
@@ -122,11 +154,13 @@ def main() -> None:
     parser.add_argument("--max-sessions", type=int, default=8)
     parser.add_argument("--strict-state", action="store_true", help="refuse to report the state before a reset")
     parser.add_argument("--no-reward", action="store_true", help="never give a reward (as some environments do)")
+    parser.add_argument("--splits", action="store_true", help="serve the Task API with a train and a test split")
+    parser.add_argument("--record-resets", help="append every reset's arguments to this file, one JSON line each")
     args = parser.parse_args()
-    global STRICT_STATE, NO_REWARD
-    STRICT_STATE, NO_REWARD = args.strict_state, args.no_reward
+    global STRICT_STATE, NO_REWARD, RECORD_RESETS
+    STRICT_STATE, NO_REWARD, RECORD_RESETS = args.strict_state, args.no_reward, args.record_resets
     app = create_app(
-        CounterEnvironment,
+        SplitCounterEnvironment if args.splits else CounterEnvironment,
         CounterAction,
         CounterObservation,
         env_name="counter",

@@ -252,6 +252,31 @@ def test_arithmetic_hints_then_reward(servers):
         assert "episode is over" in error_of(call("step", {"answer": 42}))["message"]
 
 
+@pytest.mark.parametrize("name", ["echo", "wordle", "arithmetic"])
+def test_builtins_serve_the_task_api_and_reset_poses_a_split_task(servers, name):
+    """OpenEnv's Task API over HTTP: a train and a test split, their counts and tasks; reset(split, index) over the
+    WebSocket poses exactly that task, and a task past the split's end is an error frame, not a random task."""
+    url = servers[name].url
+    assert _get(url, "/list_environments") == [name]
+    assert _get(url, f"/{name}/splits") == [{"name": "train", "type": "train"}, {"name": "test", "type": "test"}]
+    count = _post(url, f"/{name}/num_tasks", {"split": "test"})["num_tasks"]
+    task = _post(url, f"/{name}/task", {"split": "test", "index": count - 1})["task"]
+    assert task["prompt"][0]["role"] == "user"
+    with ws_session(url) as call:
+        observed(call("reset", {"split": "test", "index": count - 1}))
+        state = call("state")["data"]
+        assert {key: state[key] for key in task if key != "prompt"} == {k: v for k, v in task.items() if k != "prompt"}
+        assert "tasks 0 to" in error_of(call("reset", {"split": "test", "index": count}))["message"]
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
 def test_arithmetic_three_wrong_answers_lose(servers):
     with ws_session(servers["arithmetic"].url) as call:
         observed(call("reset", {"a": 6, "b": 7, "op": "*"}))
