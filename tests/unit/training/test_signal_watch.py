@@ -144,6 +144,8 @@ def test_grpo_on_a_constant_reward_stops_early_and_still_succeeds(paths, store):
                 "save_steps": 100,
                 "stop_when_no_signal": True,
             },
+            # The forecast would stop it before the first step: trained anyway, the live watch is what is tested.
+            forecast={"train_anyway": True},
         )
     )
     job = store.add(spec)
@@ -159,6 +161,8 @@ def test_grpo_on_a_constant_reward_stops_early_and_still_succeeds(paths, store):
     assert GROUPS_SCORED_SAME in signal.conditions
     assert (signal.since_step, signal.consecutive, signal.steps_logged, signal.steps_with_signal) == (1, 3, 3, 0)
     assert no_signal_reason(signal) is not None
+    forecast = done.artifacts.forecast
+    assert forecast.forecast == "no_signal" and forecast.overridden and "cut at 8 tokens" in forecast.cause
     # The verdict says it too, whether or not held-out rows were scored (it once ended with none: "succeeded").
     learning = done.artifacts.learning
     assert learning is not None and learning.verdict == "no_signal", learning
