@@ -169,7 +169,9 @@ def _lay_out_detail(api: StudioAPI, parts: dict) -> None:
             "Resume from checkpoint", elem_id="resume-button", size="sm", interactive=False
         )
         parts["clone_button"] = gr.Button("Clone settings into Train", elem_id="clone-button", size="sm")
-        parts["train_anyway_button"] = gr.Button("Train anyway", elem_id="train-anyway-button", size="sm", visible=False)
+        parts["train_anyway_button"] = gr.Button(
+            "Train anyway", elem_id="train-anyway-button", size="sm", visible=False
+        )
         parts["clone_suggested_button"] = gr.Button(
             "Clone with the suggested change", elem_id="clone-suggested-button", size="sm", visible=False
         )

@@ -93,19 +93,21 @@ def start(api: StudioAPI, user, checked, *args):
     if not (checked or "").startswith(CHECK_PASSED) or not forecast_views.forecasts(values.get("method")):
         return drawn("", None)
     if values.get("forecast_prompts") == 0:
-        return [
-            "",
-            "Forecast prompts is 0: no forecast. Give it a few (e.g. 16) for Check to forecast whether this job "
-            "can learn.",
-            gr.update(value=None, visible=False),
-            gr.Timer(active=False),
-        ]
+        return saying(
+            "Forecast prompts is 0: no forecast. Give it a few (e.g. 16) for Check to forecast whether this "
+            "job can learn."
+        )
     try:
         submitted = api.jobs.forecast(form_to_spec(values), user=user)
     except (SpecError, FormError) as exc:
         said = "; ".join(exc.problems) if isinstance(exc, SpecError) else str(exc)
-        return ["", f"⚠️ The forecast was not queued: {said}", gr.update(value=None, visible=False), gr.Timer(active=False)]
+        return saying(f"⚠️ The forecast was not queued: {said}")
     return drawn(submitted.job.id, submitted.job, submitted.queue_position)
+
+
+def saying(note: str) -> list:
+    """The panel with no forecast job, saying ``note``."""
+    return ["", note, gr.update(value=None, visible=False), gr.Timer(active=False)]
 
 
 def wire(api: StudioAPI, panel: ForecastHandles, checked_event, result: gr.Markdown, form: list) -> None:

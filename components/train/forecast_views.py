@@ -54,7 +54,8 @@ def advice(forecast) -> str:
 
 def headline(forecast) -> str:
     """The forecast's word with its mark, its cause and change: "🔴 **Forecast: no signal**: ...; raise ..."."""
-    return f"{MARKS.get(forecast.forecast, '')} **Forecast: {forecast.word}**: {html.escape(advice(forecast), quote=False)}".strip()
+    mark = MARKS.get(forecast.forecast, "")
+    return f"{mark} **Forecast: {forecast.word}**: {html.escape(advice(forecast), quote=False)}".strip()
 
 
 def figures_line(forecast) -> str:
