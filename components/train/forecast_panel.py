@@ -113,7 +113,7 @@ def saying(note: str) -> list:
 def wire(api: StudioAPI, panel: ForecastHandles, checked_event, result: gr.Markdown, form: list) -> None:
     """Check's answer is followed by the forecast (``checked_event``: Check's event; ``result``: its answer), and the
     panel's timer follows the forecast job while it runs."""
-    checked_event.then(
+    checked_event.success(  # not after a refusal (a visitor's Check): that said all there was to say
         as_user(bind(start, api)),
         [result, *form],
         panel.outputs,
