@@ -82,13 +82,16 @@ def method_part(path: str) -> str | None:
 
 def field_methods(path: str) -> tuple[str, ...] | None:
     """The methods a spec field is used by (the form shows and sends it for them alone), None for every method: a
-    method's own part for that method, ``rollout`` for the methods that generate, ``environment`` for those that can
-    play one.
+    method's own part for that method, ``rollout`` and ``forecast`` (the learnability forecast of a rollout) for the
+    methods that generate, ``environment`` for those that can play one.
 
     >>> field_methods("dpo.beta"), "grpo" in field_methods("rollout.temperature"), field_methods("training.max_steps")
     (('dpo',), True, None)
+    >>> field_methods("forecast.prompts") == field_methods("rollout.temperature")
+    True
     """
-    readers = methods_reading(path.split(".", 1)[0])
+    part = path.split(".", 1)[0]
+    readers = methods_reading("rollout" if part == "forecast" else part)
     return None if readers is None else tuple(m.value for m in readers)
 
 

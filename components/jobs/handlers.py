@@ -15,7 +15,7 @@ from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
 from components.job_pickers import job_choice_id
-from components.jobs import export_panel, monitor, plots, sweep_panel, views
+from components.jobs import export_panel, forecast_actions, monitor, plots, sweep_panel, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
 from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, JobsLayout
 from components.session import SIGN_IN_FIRST, require_user, user_from
@@ -67,7 +67,14 @@ def light_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
     """The picked job's summary, progress, actions and evaluation (None: hidden), in the order of ``h.light``: what a
     user reads first, cheap to send and to draw."""
     if job is None or user is None:
-        return [gr.update(value=""), "", gr.update(visible=False), *(gr.update(interactive=False),) * 4, ""]
+        return [
+            gr.update(value=""),
+            "",
+            gr.update(visible=False),
+            *(gr.update(interactive=False),) * 4,
+            "",
+            *forecast_actions.button_updates(None),
+        ]
     actions = views.job_actions(api, job)
     return [
         views.summary_markdown(api, job, api.jobs.metrics(job.id, user=user)),
@@ -78,6 +85,7 @@ def light_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
         gr.update(interactive=actions.push),
         gr.update(interactive=actions.download),
         "\n\n".join(filter(None, [views.evaluation_markdown(job), benchmarks_markdown(job)])),
+        *forecast_actions.button_updates(job),
     ]
 
 
@@ -419,6 +427,9 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
     h.resume_button.click(bind(resume, api), h.picker, h.action_note, api_name="resume_job").then(
         bind(refresh, api, h), h.picker, h.refreshed, **again
     )
+    h.train_anyway_button.click(
+        bind(forecast_actions.train_anyway, api), h.picker, h.action_note, api_name="train_anyway"
+    ).then(bind(refresh, api, h), h.picker, h.refreshed, **again)
     h.push_button.click(bind(push, api), [h.picker, h.push_repo, h.push_private], h.action_note, api_name="push_to_hub")
     remote_outputs = [h.remote_table, h.remote_status, h.remote_log]
     h.remote_refresh.click(bind(refresh_remote, api), h.remote_id, remote_outputs, api_name="remote_status")
@@ -430,6 +441,12 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
         )
         h.sweep.clone_best.click(
             bind(clone_best, api, h, train), h.picker, [*train.input_list(), h.action_note], api_name="clone_best"
+        )
+        h.clone_suggested_button.click(
+            bind(forecast_actions.clone_suggested, api, h.action_note, train),
+            h.picker,
+            [*train.input_list(), h.action_note],
+            api_name="clone_suggested",
         )
 
 

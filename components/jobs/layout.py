@@ -43,6 +43,8 @@ class JobsLayout:
     cancel_button: gr.Button
     resume_button: gr.Button
     clone_button: gr.Button
+    train_anyway_button: gr.Button  # a job its forecast stopped, or a forecast alone: train whatever it says
+    clone_suggested_button: gr.Button  # ... or clone it with the forecast's suggested change
     prepare_button: gr.Button
     download: gr.DownloadButton
     push_repo: gr.Textbox
@@ -92,6 +94,8 @@ class JobsLayout:
             self.push_button,
             self.prepare_button,
             self.evaluation,
+            self.train_anyway_button,
+            self.clone_suggested_button,
         ]
         self.heavy = [self.plots, self.samples_note, self.samples, self.log_rows, self.log]
         self.heavy_ids = {id(c) for c in self.heavy}
@@ -165,6 +169,12 @@ def _lay_out_detail(api: StudioAPI, parts: dict) -> None:
             "Resume from checkpoint", elem_id="resume-button", size="sm", interactive=False
         )
         parts["clone_button"] = gr.Button("Clone settings into Train", elem_id="clone-button", size="sm")
+        parts["train_anyway_button"] = gr.Button(
+            "Train anyway", elem_id="train-anyway-button", size="sm", visible=False
+        )
+        parts["clone_suggested_button"] = gr.Button(
+            "Clone with the suggested change", elem_id="clone-suggested-button", size="sm", visible=False
+        )
         parts["prepare_button"] = gr.Button(
             "Prepare adapter zip", elem_id="prepare-download-button", size="sm", interactive=False
         )

@@ -25,6 +25,7 @@ from backend.api import (
     progress_text,
     status_text,
 )
+from components.train.forecast_views import forecast_line
 from components.train.form import labelled_warning
 
 TABLE_COLUMNS = [
@@ -192,8 +193,9 @@ def progress_html(job: JobRecord) -> str:
 def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any]] | None = None) -> str:
     """The detail's heading lines; ``metrics`` (the job's logged rows) give a running job's latest speed figures.
 
-    Under the job's line come the news that matter most: the learning verdict once the job has one, and GRPO's
-    no-signal warning while it holds (or as the run ended with it).
+    Under the job's line come the news that matter most: the learning verdict once the job has one, its
+    learnability forecast (a rollout job's, in the Train form's words), and GRPO's no-signal warning while it holds
+    (or as the run ended with it).
     """
     lines = [
         f"**{job.id}** · {status_label(job)} · {method_label(job).upper()} of "
@@ -201,7 +203,7 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     ]
     if job.spec.output.run_name:
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
-    lines += [line for line in (verdict_line(job), signal_line(job)) if line]
+    lines += [line for line in (verdict_line(job), forecast_line(job), signal_line(job)) if line]
     if job.artifacts.export is not None:  # an export job: what it made (api.jobs hides a stranger's folders)
         lines.append(html.escape(job.artifacts.export.sentence))
     if job.status is JobStatus.queued:

@@ -163,6 +163,22 @@ DECLARED: list[FormField] = [
     FormField("rollout_max_completion_length", "rollout.max_completion_length", "Max completion length"),
     FormField("rollout_temperature", "rollout.temperature", "Temperature"),
     FormField(
+        "forecast_prompts",
+        "forecast.prompts",
+        "Forecast prompts",
+        help="Before training, the starting model plays this many prompts (each Generations per prompt times) to "
+        "forecast whether the job can learn; Check plays them too. At most a tenth of the job's prompts; 0: no "
+        "forecast.",
+        options={"minimum": 0, "elem_id": "forecast-prompts"},
+    ),
+    FormField(
+        "forecast_train_anyway",
+        "forecast.train_anyway",
+        "Train even with no signal",
+        help="Train even when the forecast finds no signal (otherwise the job stops before training, its forecast "
+        "its verdict).",
+    ),
+    FormField(
         "rollout_rewards",
         "rollout.rewards",
         f"Rewards (YAML list; names: {', '.join(REWARDS)})",
@@ -253,6 +269,7 @@ _PREFIXES = {
     "columns": "dataset",
     "environment": "environment",
     "rollout": "method",
+    "forecast": "method",
     "training": "settings",
     "lora": "settings",
     "quantization": "settings",

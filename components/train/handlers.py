@@ -23,7 +23,7 @@ from backend.api import (
 )
 from components.job_pickers import finished_job_choices, job_choice_id
 from components.session import as_user, require_user
-from components.train import bench, splits_note, uploads_panel, views
+from components.train import bench, forecast_panel, splits_note, uploads_panel, views
 from components.train.fields import BASE_MODEL_HELP, SECTIONS, FormError, parse_column_map
 from components.train.form import (
     field_problems,
@@ -482,6 +482,8 @@ def _wire_actions(api: StudioAPI, ui: TrainLayout) -> None:
         else:
             event = button.click(**answer, api_name=api_name)
         event.then(**open_settings)
+        if button is ui.check_button:  # a rollout job's forecast, queued once the pre-flight passed
+            forecast_panel.wire(api, ui.forecast, event, ui.result, form)
         if handler is on_preview:  # the bench's events follow the preview's, as the page lays them out
             bench.wire(api, ui)
     ui.hf_button.click(

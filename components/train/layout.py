@@ -12,7 +12,7 @@ import gradio as gr
 from gradio.utils import NamedString
 
 from backend.api import DEFAULT_HF_JOB_FLAVOR, HF_JOB_FLAVORS, field_methods, method_part, methods
-from components.train import uploads_panel
+from components.train import forecast_panel, uploads_panel
 from components.train.fields import FORM_FIELDS, TRI_STATE, FormField
 from components.train.form import model_notice
 from components.train.recipes import FIELDS
@@ -171,6 +171,8 @@ def lay_out() -> TrainLayout:
         extra["queue_button"] = gr.Button("Queue", variant="primary", elem_id="queue-button")
     # Check's and Queue's answer right under their buttons, and what no field shows (issue 24: it was a screen away).
     extra["result"] = gr.Markdown(elem_id="queue-result")
+    # Check's forecast of a rollout job under its answer: followed from the forecast job's id (forecast_panel.py).
+    extra["forecast"] = forecast_panel.lay_out()
     errors["general"] = box("general")
     with gr.Accordion("…or run it on Hugging Face Jobs (your account, billed to you)", open=False):
         with gr.Row():
@@ -195,13 +197,14 @@ def _box(section: str) -> gr.Markdown:
 
 
 def _lay_out_rollout(inputs: dict[str, Any], errors: dict, extra: dict, box) -> None:
-    """An online method's sampling, and its rewards editor with the test bench."""
-    _row(
-        inputs,
-        [name for name, f in FORM_FIELDS.items() if f.path.startswith("rollout.") and not f.derived],
-        extra["marks"],
-        extra["columns"],
-    )
+    """An online method's sampling and its forecast's settings, and its rewards editor with the test bench."""
+    for part in ("rollout.", "forecast."):
+        _row(
+            inputs,
+            [name for name, f in FORM_FIELDS.items() if f.path.startswith(part) and not f.derived],
+            extra["marks"],
+            extra["columns"],
+        )
     rewards = FORM_FIELDS["rollout_rewards"]
     inputs["rollout_rewards"] = gr.Code(FIELDS["rollout_rewards"], language="yaml", label=rewards.label)
     with gr.Accordion("Reward test bench: score completions before training", open=False):
