@@ -195,3 +195,59 @@ def test_the_cli_prints_the_forecast_and_exits_3_on_no_signal(data_dir, tmp_path
     said = json.loads(capsys.readouterr().out)
     assert said["status"] == "succeeded" and said["forecast"]["forecast"] == NO_SIGNAL
     assert said["forecast"]["prompts"] == 2
+
+
+def _env(**overrides):
+    spec = _grpo(dataset={"source": "builtin", "name": "arith-env"}, rollout={"max_completion_length": 96})
+    spec["rollout"]["rewards"] = []
+    spec["environment"] = {"name": "builtin:arithmetic", "reward": "success", "max_tool_calling_iterations": 1}
+    spec["forecast"] = {"only": True, "prompts": 2}
+    for part, values in overrides.items():
+        spec[part] = {**spec.get(part, {}), **values}
+    return spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "cause", "change"),
+    [
+        # the arithmetic model works its sum out in text and is cut before it can call submit_answer
+        ({"rollout": {"max_completion_length": 24}}, "never called a tool within 24 tokens", "raise"),
+        # the random demo model never calls a tool, even given a whole episode's tokens: warm it up first
+        (
+            {"model": {"name_or_path": "builtin:tiny-qwen3"}, "rollout": {"max_completion_length": 256}},
+            "the model never called a tool",
+            "warm up first",
+        ),
+    ],
+)
+def test_an_environment_the_model_never_calls_is_no_signal_with_its_cause(module_api, overrides, cause, change):
+    job = _run(module_api, _env(**overrides))
+    forecast = job.artifacts.forecast
+    assert forecast.forecast == NO_SIGNAL and cause in forecast.cause, forecast.sentence()
+    assert forecast.tool_calls_per_episode == 0 and forecast.completions == 16
+    assert forecast.change.action == change
+
+
+@pytest.mark.slow
+def test_a_reward_models_favourite_is_weighed_against_a_random_pick(module_api):
+    """A reward job with a random score head on arithmetic answers: the forecast counts how often its best-scored
+    answer is right, against the group's share of right answers, and judges by the rule."""
+    from backend.core.forecasts import RM_MARGIN
+    from tests.unit.methods.test_reward_model_reward import _save_score_adapter
+
+    paths, store = module_api.core.paths, module_api.core.store
+    reward = store.add(module_api.core.prepare(tiny_spec(method="reward", dataset={"name": "preferences-demo"})))
+    assert store.claim_next().id == reward.id
+    _save_score_adapter(paths, paths.job_adapter(reward.id))
+    store.merge_artifacts(reward.id, {"adapter_dir": str(paths.job_adapter(reward.id))})
+    store.finish(reward.id, JobStatus.succeeded)
+    spec = _grpo(forecast={"only": True, "prompts": 8})
+    spec["rollout"]["rewards"] = [{"model": reward.id, "weight": 1.0}]
+    forecast = _run(module_api, spec).artifacts.forecast
+    best, pick = forecast.reward_model_best_right, forecast.random_pick_right
+    assert best is not None and 0 < pick < 1, forecast.sentence()
+    assert (forecast.forecast == WEAK and "no more often than a random answer" in forecast.cause) == (
+        best <= pick + RM_MARGIN
+    )
+    assert "the reward model's best answer right in" in forecast.figures()
