@@ -86,6 +86,7 @@ def test_grpo_in_two_processes(paths, store, scheduler_factory):
         rollout={"num_generations": 4, "max_completion_length": 16, "rewards": [{"name": "accuracy"}]},
         training={"num_processes": 2, "max_steps": 2, "batch_size": 8, "max_length": 128, "save_steps": 100},
         eval={"holdout_rows": 8},
+        forecast={"train_anyway": True},  # answers cut at 16 tokens: no signal, trained anyway
     )
     job = StudioAPI(paths.root, scheduler="none").jobs.submit(spec).job
     scheduler_factory()
@@ -95,6 +96,9 @@ def test_grpo_in_two_processes(paths, store, scheduler_factory):
     assert (run.processes, run.backend, run.per_process_batch, run.global_batch) == (2, "gloo", 4, 8)
     assert (paths.job_adapter(job.id) / "adapter_model.safetensors").is_file()
     assert done.artifacts.learning is not None and done.artifacts.learning.rows == 8
+    # The forecast ran on both ranks, each its share of the prompts, gathered: 2 prompts x 4 completions.
+    forecast = done.artifacts.forecast
+    assert forecast is not None and (forecast.prompts, forecast.completions) == (2, 8), forecast
 
 
 def test_cancel_stops_every_rank(paths, store, scheduler_factory):

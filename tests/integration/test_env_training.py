@@ -128,7 +128,10 @@ def test_the_example_warms_up_then_learns_from_the_environment(warmed):
     assert result["episodes"] == 8 and set(result) >= {"base", "tuned"}
     for side in ("base", "tuned"):
         assert 0.0 <= result[side]["success_rate"] <= 1.0 and "mean_reward" in result[side]
-    assert result["tuned"]["tool_calls_per_episode"] > result["base"]["tool_calls_per_episode"]
+        assert "tool_calls_per_episode" in result[side]
+    # The evaluation plays echo's held-out test texts, which the warm-up never showed it: the tool calls above are
+    # the training episodes' (on held-out texts the tiny warmed model may not call at all, and the verdict says so).
+    assert result["episodes_from"] == "test split" and result["held_out"]
 
     # The built-in server the job started is gone with it.
     assert not _alive(done.artifacts.environment_server_pid)
@@ -284,6 +287,7 @@ def test_a_dead_environment_server_fails_the_job_with_a_clear_error(
             training={"max_steps": 400},
             grpo={"max_completion_length": 24},
             environment={"eval_episodes": 0},
+            forecast={"prompts": 0},  # the server dies under training, not under the forecast
         )
     ).job
     scheduler_factory()
