@@ -184,6 +184,7 @@ def test_the_forecast_leaves_training_exactly_as_it_would_have_been(module_api):
     assert runs[0] and runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_the_cli_prints_the_forecast_and_exits_3_on_no_signal(data_dir, tmp_path, capsys):
     from backend.cli import main
 
