@@ -36,9 +36,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.core.artifacts import GuardCheck, LearningVerdict, Verdict
+from backend.core.artifacts import DriftCheck, GuardCheck, LearningVerdict, Verdict
 
 BOOTSTRAP_SAMPLES = 2000
+# The drift (mean per-token KL from the start on the tuned model's own held-out answers, nats) beyond which a
+# verdict adds a caution. Set above the largest figure the healthy examples reach, with a margin: see
+# benchmarks/drift.py and its rows in docs/benchmarks.md.
+HEALTHY_DRIFT = 1.0
 BOOTSTRAP_SEED = 0
 NO_SIGNAL = "no_signal"
 
@@ -299,6 +303,7 @@ def guarded(learning: LearningVerdict, guards: Sequence[GuardCheck]) -> Learning
         text += f" But {joined}: the model got worse." if outcome == "regressed" else f" Also {joined}."
     elif checks and outcome != NO_SIGNAL:
         text += " Nothing it was checked on got worse: " + "; ".join(g.sentence for g in checks) + "."
+    text += drift_caution(learning.drift)
     return learning.model_copy(update={"guards": checks, "verdict": outcome, "sentence": text})
 
 
@@ -348,3 +353,48 @@ def verdict_metric_line(learning: LearningVerdict | None) -> str:
     scores = f"{shown(learning.before, learning.rate)} -> {shown(learning.after, learning.rate)}{change}"
     rows = f" on {learning.rows} held-out {'row' if learning.rows == 1 else 'rows'}" if learning.rows else ""
     return f"The verdict's metric: **{learning.label}**, {scores}{rows}."
+
+
+def drift_text(drift: DriftCheck | None) -> str | None:
+    """The drift as the surfaces say it (None before there is one).
+
+    >>> drift_text(DriftCheck(mean=0.0312, ci95=0.004, rows=64, threshold=0.5))
+    "KL from the base 0.0312 nats/token (±0.004) on the tuned model's answers to 64 held-out prompts (healthy: ≤ 0.5)"
+    >>> drift_text(DriftCheck(skipped="a reward model writes no answers"))
+    'not measured: a reward model writes no answers'
+    """
+    if drift is None:
+        return None
+    if drift.mean is None:
+        return f"not measured: {drift.skipped or 'no figure'}"
+    interval = f" (±{drift.ci95:.2g})" if drift.ci95 is not None else ""
+    healthy = f" (healthy: ≤ {drift.threshold:.3g})" if drift.threshold is not None else ""
+    return (
+        f"KL from the {drift.reference} {drift.mean:.3g} nats/token{interval} on the tuned model's answers to "
+        f"{drift.rows} held-out prompts{healthy}"
+    )
+
+
+def drift_caution(drift: DriftCheck | None) -> str:
+    """The verdict's one sentence when the drift is beyond what healthy runs show ("" else): a caution, not a guard.
+
+    >>> drift_caution(DriftCheck(mean=4.2, ci95=0.3, rows=64, threshold=0.5, exceeds=True))
+    ' Caution: it drifted far from the base (KL 4.2 nats/token, healthy runs stay under 0.5): check what else it forgot.'
+    """
+    if drift is None or not drift.exceeds or drift.mean is None:
+        return ""
+    return (
+        f" Caution: it drifted far from the {drift.reference} (KL {drift.mean:.3g} nats/token, healthy runs stay under "
+        f"{drift.threshold:.3g}): check what else it forgot."
+    )
+
+
+def with_drift(learning: LearningVerdict, drift: DriftCheck | None) -> LearningVerdict:
+    """The verdict with its drift recorded, and the caution sentence where the drift is beyond healthy; the verdict
+    itself is unchanged (only a guard changes it)."""
+    if drift is None:
+        return learning
+    recorded = learning.model_copy(update={"drift": drift})
+    if recorded.guards:
+        return guarded(recorded, [])
+    return recorded.model_copy(update={"sentence": (learning.method_sentence or learning.sentence) + drift_caution(drift)})
