@@ -16,7 +16,7 @@ from backend.api import StorageError, StudioAPI, methods
 from backend.cli_export import add_export_command
 from backend.cli_sweep import add_sweep_commands
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
-from backend.core.learning import status_text
+from backend.core.learning import drift_text, status_text
 from backend.core.spec import SpecError, load_spec_text, with_settings
 from backend.core.wording import EVALUATING, progress_text
 from backend.environments.connection import EnvironmentUnavailable
@@ -83,6 +83,7 @@ def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
     data = job.to_dict()
     data["status_text"] = status_text(job.status.value, job.artifacts.learning)
     data["learning"] = data["artifacts"].get("learning")  # as stored (None until recorded), beside the others
+    data["drift"] = (data["learning"] or {}).get("drift")  # the verdict's drift from the start, beside it
     data["signal"] = data["artifacts"].get("signal")
     data["queue_position"] = api.jobs.queue_position(job.id)
     metrics = api.jobs.metrics(job.id)
@@ -97,7 +98,12 @@ def _print_record(data: dict[str, Any]) -> None:
         ("id", data["id"]),
         ("status", status + (f" (#{data['queue_position']} in queue)" if data.get("queue_position") else "")),
     ]
-    for label, text in (("learning", learning_text(artifacts.learning)), ("signal", signal_text(artifacts.signal))):
+    drift = drift_text(artifacts.learning.drift) if artifacts.learning is not None else None
+    for label, text in (
+        ("learning", learning_text(artifacts.learning)),
+        ("drift", drift),
+        ("signal", signal_text(artifacts.signal)),
+    ):
         if text:
             rows.append((label, text))
     rows += [

@@ -378,8 +378,8 @@ def drift_text(drift: DriftCheck | None) -> str | None:
 def drift_caution(drift: DriftCheck | None) -> str:
     """The verdict's one sentence when the drift is beyond what healthy runs show ("" else): a caution, not a guard.
 
-    >>> drift_caution(DriftCheck(mean=4.2, ci95=0.3, rows=64, threshold=0.5, exceeds=True))
-    ' Caution: it drifted far from the base (KL 4.2 nats/token, healthy runs stay under 0.5): check what else it forgot.'
+    >>> drift_caution(DriftCheck(mean=4.2, ci95=0.3, rows=64, threshold=0.5, exceeds=True))  # doctest: +ELLIPSIS
+    ' Caution: it drifted far from the base (KL 4.2 nats/token, healthy runs stay under 0.5): check what else...'
     """
     if drift is None or not drift.exceeds or drift.mean is None:
         return ""
@@ -397,4 +397,20 @@ def with_drift(learning: LearningVerdict, drift: DriftCheck | None) -> LearningV
     recorded = learning.model_copy(update={"drift": drift})
     if recorded.guards:
         return guarded(recorded, [])
-    return recorded.model_copy(update={"sentence": (learning.method_sentence or learning.sentence) + drift_caution(drift)})
+    return recorded.model_copy(
+        update={"sentence": (learning.method_sentence or learning.sentence) + drift_caution(drift)}
+    )
+
+
+def drift_table_row(drift: DriftCheck) -> str:
+    """The drift as a row of the verdict's table: KL from the start, 0 there by definition.
+
+    >>> drift_table_row(DriftCheck(mean=0.031, ci95=0.004, rows=64, threshold=1.0))
+    '| drift from the base (KL, nats/token, on 64 of its answers) | 0 | 0.031 | +0.031, ±0.004 | healthy |'
+    """
+    change = change_text(drift.mean, drift.ci95, rate=False)
+    state = "beyond healthy" if drift.exceeds else "healthy"
+    return (
+        f"| drift from the {drift.reference} (KL, nats/token, on {drift.rows} of its answers) | 0 | "
+        f"{shown(drift.mean, rate=False)} | {change} | {state} |"
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
-from backend.core.learning import change_text, shown
+from backend.core.learning import change_text, drift_table_row, shown
 from backend.core.spec import JobSpec, Method
 from backend.core.uploads import dataset_file_name
 from backend.hub.benchmark_card import benchmark_eval_results, benchmark_lines
@@ -188,7 +188,8 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
     learning = artifacts.learning
     if learning is not None:
         lines += [f"**Verdict: {learning.word}.** {learning.sentence}", ""]
-        if learning.guards:
+        drift = learning.drift if learning.drift is not None and learning.drift.mean is not None else None
+        if learning.guards or drift is not None:
             lines += [
                 "| what the verdict checked | start | tuned | change (95% interval) | |",
                 "| --- | --- | --- | --- | --- |",
@@ -197,6 +198,8 @@ def learning_lines(artifacts: JobArtifacts) -> list[str]:
                 before, after = shown(check.before, check.rate), shown(check.after, check.rate)
                 change = change_text(check.delta, check.ci95, check.rate)
                 lines.append(f"| {check.label} | {before} | {after} | {change} | {'fell' if check.fell else 'kept'} |")
+            if drift is not None:
+                lines.append(drift_table_row(drift))
             lines.append("")
     signal = artifacts.signal
     if signal is not None and signal.shown:
