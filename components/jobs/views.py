@@ -127,7 +127,7 @@ def drift_line(job: JobRecord) -> str:
     """The verdict's drift from the start, under it: a figure with its healthy bound, or why there is none ("")."""
     learning = job.artifacts.learning
     text = drift_text(learning.drift) if learning is not None else None
-    return f"Drift from the start: {html.escape(text)}" if text else ""
+    return f"Drift from the start: {html.escape(text, quote=False)}" if text else ""
 
 
 def signal_line(job: JobRecord) -> str:
