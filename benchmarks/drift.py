@@ -56,16 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, each example run once per seed")
     parser.add_argument("--record", action="store_true", help="append the rows to docs/benchmarks.md")
     args = parser.parse_args(argv)
-    rows = []
+    from benchmarks.record import record
+
     for name in args.examples:
         for seed in (int(s) for s in args.seeds.split(",")):
             row = drift_row(name, seed)
             print(f"{row[0]}: {row[1]}", flush=True)
-            rows.append(row)
-    if args.record:
-        from benchmarks.record import record
-
-        record(rows)
+            if args.record:  # row by row: a long run cut short keeps what it measured
+                record([row])
     return 0
 
 

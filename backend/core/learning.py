@@ -40,9 +40,10 @@ from backend.core.artifacts import DriftCheck, GuardCheck, LearningVerdict, Verd
 
 BOOTSTRAP_SAMPLES = 2000
 # The drift (mean per-token KL from the start on the tuned model's own held-out answers, nats) beyond which a
-# verdict adds a caution. Set above the largest figure the healthy examples reach, with a margin: see
-# benchmarks/drift.py and its rows in docs/benchmarks.md.
-HEALTHY_DRIFT = 1.0
+# verdict adds a caution. Set above the largest figure the healthy examples reach, with a margin (benchmarks/drift.py,
+# docs/benchmarks.md, 2026-12-06): sft-demo 0.028, dpo-demo 0.009, kto-demo 0.039 (±0.009), PENDING; the KTO recipe
+# that games its gap (beta 0.1, lr 2e-3, 300 steps) drifted 0.88 (±0.25).
+HEALTHY_DRIFT = 0.2
 BOOTSTRAP_SEED = 0
 NO_SIGNAL = "no_signal"
 
