@@ -92,6 +92,7 @@ def greedy_answers(model, tokenizer, prompt_ids: list[list[int]], adapter: str, 
             max_new_tokens=max_new_tokens,
             do_sample=False,
             pad_token_id=pad,
+            use_cache=True,  # online trainers turn the model's cache off for training; decoding without it is slow
         )
     eos = eos_ids(model, tokenizer)
     answers = []
