@@ -43,7 +43,8 @@ BOOTSTRAP_SAMPLES = 2000
 # verdict adds a caution. Set above the largest figure the healthy examples reach, with a margin (benchmarks/drift.py,
 # docs/benchmarks.md, 2026-12-06, seed 0): sft-demo 0.028, dpo-demo 0.009, grpo-demo 0.020, kto-demo 0.039 (±0.009,
 # the largest), about 4 times that interval's top; the KTO recipe that games its gap (beta 0.1, lr 2e-3, 300 steps)
-# drifted 0.88 (±0.25), over 3 times it. rloo-demo and grpo-env-demo were not measured (the shared machine's load).
+# drifted 0.56 (±0.12) with seed 0 and 0.88 (±0.25) with the example's seed, 3 to 4 times it. rloo-demo and
+# grpo-env-demo were not measured (the shared machine's load).
 HEALTHY_DRIFT = 0.2
 BOOTSTRAP_SEED = 0
 NO_SIGNAL = "no_signal"
