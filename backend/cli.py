@@ -17,7 +17,7 @@ from backend.cli_export import add_export_command
 from backend.cli_forecast import add_forecast_command
 from backend.cli_sweep import add_sweep_commands
 from backend.core.artifacts import JobArtifacts, LearningVerdict, SignalWatch
-from backend.core.learning import status_text
+from backend.core.learning import drift_text, status_text
 from backend.core.spec import SpecError, load_spec_text, with_settings
 from backend.core.wording import EVALUATING, progress_text
 from backend.environments.connection import EnvironmentUnavailable
@@ -84,6 +84,7 @@ def _record_json(api: StudioAPI, job: JobRecord) -> dict[str, Any]:
     data = job.to_dict()
     data["status_text"] = status_text(job.status.value, job.artifacts.learning)
     data["learning"] = data["artifacts"].get("learning")  # as stored (None until recorded), beside the others
+    data["drift"] = (data["learning"] or {}).get("drift")  # the verdict's drift from the start, beside it
     data["signal"] = data["artifacts"].get("signal")
     data["forecast"] = data["artifacts"].get("forecast")
     data["queue_position"] = api.jobs.queue_position(job.id)
@@ -100,8 +101,10 @@ def _print_record(data: dict[str, Any]) -> None:
         ("status", status + (f" (#{data['queue_position']} in queue)" if data.get("queue_position") else "")),
     ]
     forecast = artifacts.forecast and artifacts.forecast.sentence()
+    drift = drift_text(artifacts.learning.drift) if artifacts.learning is not None else None
     for label, text in (
         ("learning", learning_text(artifacts.learning)),
+        ("drift", drift),
         ("signal", signal_text(artifacts.signal)),
         ("forecast", forecast),
     ):

@@ -21,7 +21,7 @@ _EAGER = {
     "monitoring",
     "backend.core.artifacts": "LearningVerdict SignalWatch BenchmarkReport",
     "backend.core.benchmarks": "benchmark_compare_rows=compare_rows",
-    "backend.core.learning": "verdict_metric_line status_text",
+    "backend.core.learning": "verdict_metric_line status_text drift_text",
     "backend.core.run_warnings": "judge_warnings",
     "backend.core.spec": "JobSpec Method RewardSpec SpecError load_spec_text GGUF_TYPES EXPORT_FORMATS",
     "backend.core.users": "User hub_user local_user",

@@ -201,6 +201,24 @@ class GuardCheck(BaseModel):
     sentence: str = Field("", description="the guard in words: held-out accuracy 41% -> 3% (-38 points, ±6)")
 
 
+class DriftCheck(BaseModel):
+    """How far training moved the model from where it started: the mean per-token KL(tuned || start) on the tuned
+    model's own greedy answers to held-out prompts (backend/training/drift.py). A caution beside the verdict, never a
+    guard of it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    mean: float | None = Field(None, description="KL per answer token (nats), averaged per answer, then over answers")
+    ci95: float | None = Field(None, description="half-width of the mean's bootstrap 95% interval over the answers")
+    rows: int = Field(0, description="held-out prompts answered")
+    tokens: int = Field(0, description="answer tokens scored in all")
+    reference: Literal["base", "parent"] = Field("base", description="what the KL is from: the base or the parent")
+    threshold: float | None = Field(None, description="the most a healthy example run drifted, with a margin")
+    exceeds: bool = Field(False, description="whether the drift is beyond the threshold (the verdict then says so)")
+    seconds: float | None = Field(None, description="wall time of the measurement")
+    skipped: str | None = Field(None, description="why there is no figure (a reward model writes no answers)")
+
+
 class LearningVerdict(BaseModel):
     """Did training make the model better? The job's own metric before and after, on held-out rows (``learning``)."""
 
@@ -223,6 +241,7 @@ class LearningVerdict(BaseModel):
     guards: list[GuardCheck] = Field(
         default_factory=list, description="the capability guards scored with it; one that fell makes it 'regressed'"
     )
+    drift: DriftCheck | None = Field(None, description="KL from the start on its own answers: a caution, not a guard")
 
     @property
     def word(self) -> str:

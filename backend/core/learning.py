@@ -36,9 +36,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend.core.artifacts import GuardCheck, LearningVerdict, Verdict
+from backend.core.artifacts import DriftCheck, GuardCheck, LearningVerdict, Verdict
 
 BOOTSTRAP_SAMPLES = 2000
+# The drift (mean per-token KL from the start on the tuned model's own held-out answers, nats) beyond which a
+# verdict adds a caution. Set above the largest figure the healthy examples reach, with a margin (benchmarks/drift.py,
+# docs/benchmarks.md, 2026-12-06, seed 0): sft-demo 0.028, dpo-demo 0.009, grpo-demo 0.020, kto-demo 0.039 (±0.009,
+# the largest), about 4 times that interval's top; the KTO recipe that games its gap (beta 0.1, lr 2e-3, 300 steps)
+# drifted 0.56 (±0.12) with seed 0 and 0.88 (±0.25) with the example's seed, 3 to 4 times it. rloo-demo and
+# grpo-env-demo were not measured (the shared machine's load).
+HEALTHY_DRIFT = 0.2
 BOOTSTRAP_SEED = 0
 NO_SIGNAL = "no_signal"
 
@@ -299,6 +306,7 @@ def guarded(learning: LearningVerdict, guards: Sequence[GuardCheck]) -> Learning
         text += f" But {joined}: the model got worse." if outcome == "regressed" else f" Also {joined}."
     elif checks and outcome != NO_SIGNAL:
         text += " Nothing it was checked on got worse: " + "; ".join(g.sentence for g in checks) + "."
+    text += drift_caution(learning.drift)
     return learning.model_copy(update={"guards": checks, "verdict": outcome, "sentence": text})
 
 
@@ -348,3 +356,64 @@ def verdict_metric_line(learning: LearningVerdict | None) -> str:
     scores = f"{shown(learning.before, learning.rate)} -> {shown(learning.after, learning.rate)}{change}"
     rows = f" on {learning.rows} held-out {'row' if learning.rows == 1 else 'rows'}" if learning.rows else ""
     return f"The verdict's metric: **{learning.label}**, {scores}{rows}."
+
+
+def drift_text(drift: DriftCheck | None) -> str | None:
+    """The drift as the surfaces say it (None before there is one).
+
+    >>> drift_text(DriftCheck(mean=0.0312, ci95=0.004, rows=64, threshold=0.5))
+    "KL from the base 0.0312 nats/token (±0.004) on the tuned model's answers to 64 held-out prompts (healthy: ≤ 0.5)"
+    >>> drift_text(DriftCheck(skipped="a reward model writes no answers"))
+    'not measured: a reward model writes no answers'
+    """
+    if drift is None:
+        return None
+    if drift.mean is None:
+        return f"not measured: {drift.skipped or 'no figure'}"
+    interval = f" (±{drift.ci95:.2g})" if drift.ci95 is not None else ""
+    healthy = f" (healthy: ≤ {drift.threshold:.3g})" if drift.threshold is not None else ""
+    return (
+        f"KL from the {drift.reference} {drift.mean:.3g} nats/token{interval} on the tuned model's answers to "
+        f"{drift.rows} held-out prompts{healthy}"
+    )
+
+
+def drift_caution(drift: DriftCheck | None) -> str:
+    """The verdict's one sentence when the drift is beyond what healthy runs show ("" else): a caution, not a guard.
+
+    >>> drift_caution(DriftCheck(mean=4.2, ci95=0.3, rows=64, threshold=0.5, exceeds=True))  # doctest: +ELLIPSIS
+    ' Caution: it drifted far from the base (KL 4.2 nats/token, healthy runs stay under 0.5): check what else...'
+    """
+    if drift is None or not drift.exceeds or drift.mean is None:
+        return ""
+    return (
+        f" Caution: it drifted far from the {drift.reference} (KL {drift.mean:.3g} nats/token, healthy runs stay under "
+        f"{drift.threshold:.3g}): check what else it forgot."
+    )
+
+
+def with_drift(learning: LearningVerdict, drift: DriftCheck | None) -> LearningVerdict:
+    """The verdict with its drift recorded, and the caution sentence where the drift is beyond healthy; the verdict
+    itself is unchanged (only a guard changes it)."""
+    if drift is None:
+        return learning
+    recorded = learning.model_copy(update={"drift": drift})
+    if recorded.guards:
+        return guarded(recorded, [])
+    return recorded.model_copy(
+        update={"sentence": (learning.method_sentence or learning.sentence) + drift_caution(drift)}
+    )
+
+
+def drift_table_row(drift: DriftCheck) -> str:
+    """The drift as a row of the verdict's table: KL from the start, 0 there by definition.
+
+    >>> drift_table_row(DriftCheck(mean=0.031, ci95=0.004, rows=64, threshold=1.0))
+    '| drift from the base (KL, nats/token, on 64 of its answers) | 0 | 0.031 | +0.031, ±0.004 | healthy |'
+    """
+    change = change_text(drift.mean, drift.ci95, rate=False)
+    state = "beyond healthy" if drift.exceeds else "healthy"
+    return (
+        f"| drift from the {drift.reference} (KL, nats/token, on {drift.rows} of its answers) | 0 | "
+        f"{shown(drift.mean, rate=False)} | {change} | {state} |"
+    )

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from backend.core.artifacts import GgufExport, QuantCheck
 from backend.core.learning import change_text, shown
-from backend.hub.model_card import learning_lines, whole_model_card_data
+from backend.hub.model_card import whole_model_card_data
+from backend.hub.verdict_card import learning_lines
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCard

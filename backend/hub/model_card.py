@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.core.hub_names import BUILTIN_PREFIX, hub_model_id, is_builtin, slug
-from backend.core.learning import change_text, shown
 from backend.core.spec import JobSpec, Method
 from backend.core.uploads import dataset_file_name
 from backend.hub.benchmark_card import benchmark_eval_results, benchmark_lines
 from backend.hub.snippets import UseSnippet, usage_snippet, use_snippets
 from backend.hub.trl_cli import PLACEHOLDER_NAMESPACE, trl_cli_yaml
+from backend.hub.verdict_card import learning_lines
 from backend.methods.table import plots_for, support
 from backend.training.flops import TOKENS_COUNTED, performance_line
 
@@ -179,42 +179,6 @@ def settings_rows(spec: JobSpec, artifacts: JobArtifacts) -> list[tuple[str, Any
     if t.use_liger_kernel:
         rows.append(("Liger kernels", "on"))
     return rows + support(spec.method).card_rows(spec)
-
-
-def learning_lines(artifacts: JobArtifacts) -> list[str]:
-    """The top of the card's results: the learning verdict (its word and sentence) and, for a GRPO run that had
-    nothing to learn from on its last logged steps or was stopped for it, a sentence saying so."""
-    lines: list[str] = []
-    learning = artifacts.learning
-    if learning is not None:
-        lines += [f"**Verdict: {learning.word}.** {learning.sentence}", ""]
-        if learning.guards:
-            lines += [
-                "| what the verdict checked | start | tuned | change (95% interval) | |",
-                "| --- | --- | --- | --- | --- |",
-            ]
-            for check in learning.guards:
-                before, after = shown(check.before, check.rate), shown(check.after, check.rate)
-                change = change_text(check.delta, check.ci95, check.rate)
-                lines.append(f"| {check.label} | {before} | {after} | {change} | {'fell' if check.fell else 'kept'} |")
-            lines.append("")
-    signal = artifacts.signal
-    if signal is not None and signal.shown:
-        details = [f"none since step {signal.since_step}"] if signal.since_step is not None else []
-        if signal.steps_logged:
-            details.append(f"a learning signal on {signal.steps_with_signal} of {signal.steps_logged} logged steps")
-        text = (
-            "> **Training stopped early: no learning signal**"
-            if signal.stopped_early
-            else "> **No learning signal as training ended**"
-        )
-        text += f" ({'; '.join(details)})." if details else "."
-        if signal.warning:
-            text += f" {signal.warning}"
-        lines += [text, ""]
-    if artifacts.forecast is not None:  # what a few rollouts of the starting model foretold, beside the verdict
-        lines += [f"> {artifacts.forecast.sentence()}", ""]
-    return lines
 
 
 def _evaluation_lines(evaluation: dict[str, Any] | None, environment: dict[str, Any] | None) -> list[str]:

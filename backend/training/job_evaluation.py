@@ -8,7 +8,8 @@ import json
 import logging
 from pathlib import Path
 
-from backend.core.artifacts import BenchmarkReport
+from backend.core.artifacts import BenchmarkReport, DriftCheck
+from backend.core.learning import drift_text
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
 from backend.jobs.failures import describe_failure
@@ -153,9 +154,12 @@ def record_learning(
     evaluation: dict | None,
     environment_evaluation: dict | None,
     benchmarks: BenchmarkReport | None = None,
+    drift: DriftCheck | None = None,
 ) -> None:
     """Judge whether training helped (the ``learning`` artifact), say it in the log; never fails the job. The
-    benchmarks' report (lm-eval, tuned against start) is stored beside it, and a skill it lost is a guard that fell."""
+    benchmarks' report (lm-eval, tuned against start) is stored beside it, and a skill it lost is a guard that fell;
+    the drift from the start goes into the verdict as a caution where it is beyond healthy."""
+    from backend.core.learning import with_drift
     from backend.training.evaluation import benchmark_guards, learning_verdict
     from backend.training.signal import no_signal_reason
 
@@ -173,6 +177,7 @@ def record_learning(
     if learning is None:
         log.info("learning verdict: none (no held-out rows were scored on two sides)")
         return
+    learning = with_drift(learning, drift)
     store.merge_artifacts(job_id, learning=learning.model_dump())
     log.info("learning verdict: %s: %s", learning.verdict, learning.sentence)
 
@@ -213,5 +218,24 @@ def evaluate_trained(
             rows_held_out=held_out is not None,
         )
         store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
+    drift = run_drift(trainer, spec, held_out, environment, parent_adapter)
     benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter) if main_rank() else None
-    record_learning(store, job_id, spec, evaluation, environment_evaluation, benchmarks)
+    record_learning(store, job_id, spec, evaluation, environment_evaluation, benchmarks, drift)
+
+
+def run_drift(trainer, spec: JobSpec, held_out, environment, parent_adapter: Path | None) -> DriftCheck | None:
+    """The tuned model's drift from where it started on the held-out prompts (an environment job's shown its tools);
+    a drift that cannot be measured is logged, never a failed job (None)."""
+    from backend.training.drift import drift_check, environment_tool_schemas
+    from backend.training.evaluation import START_ADAPTER, load_start_adapter
+
+    try:
+        start = START_ADAPTER if load_start_adapter(trainer.model, parent_adapter) else None
+        rows = [held_out[i] for i in range(len(held_out))] if held_out is not None else []
+        tools = environment_tool_schemas(environment.info) if environment is not None else None
+        drift = drift_check(spec, trainer.model, trainer.processing_class, rows, tools, start)
+    except Exception:  # noqa: BLE001 - the adapter is saved; a drift that cannot be measured is only logged
+        log.exception("the drift from the start could not be measured")
+        return None
+    log.info("drift: %s (%s s)", drift_text(drift), drift.seconds)
+    return drift

@@ -19,6 +19,7 @@ from backend.api import (
     JobRecord,
     JobStatus,
     StudioAPI,
+    drift_text,
     judge_warnings,
     live_figures,
     performance_line,
@@ -123,6 +124,13 @@ def verdict_line(job: JobRecord) -> str:
     return f"{mark} **{learning.word.capitalize()}**: {learning.sentence}".strip()
 
 
+def drift_line(job: JobRecord) -> str:
+    """The verdict's drift from the start, under it: a figure with its healthy bound, or why there is none ("")."""
+    learning = job.artifacts.learning
+    text = drift_text(learning.drift) if learning is not None else None
+    return f"Drift from the start: {html.escape(text, quote=False)}" if text else ""
+
+
 def signal_line(job: JobRecord) -> str:
     """GRPO's no-signal warning as a quoted line that stands out, while it holds (or as the run ended with it):
     how long it has held, the warning (what to try), and whether it stopped the run ("" when there is none).
@@ -203,7 +211,8 @@ def summary_markdown(api: StudioAPI, job: JobRecord, metrics: list[dict[str, Any
     ]
     if job.spec.output.run_name:
         lines[0] += f" · run **{html.escape(job.spec.output.run_name)}**"
-    lines += [line for line in (verdict_line(job), forecast_line(job), signal_line(job)) if line]
+    shown = (verdict_line(job), drift_line(job), forecast_line(job), signal_line(job))
+    lines += [line for line in shown if line]
     if job.artifacts.export is not None:  # an export job: what it made (api.jobs hides a stranger's folders)
         lines.append(html.escape(job.artifacts.export.sentence))
     if job.status is JobStatus.queued:

@@ -166,7 +166,7 @@ def test_every_verdict_has_a_word_a_mark_and_survives_a_store_round_trip():
 
 
 def test_the_model_card_lists_what_the_verdict_checked():
-    from backend.hub.model_card import learning_lines
+    from backend.hub.verdict_card import learning_lines
 
     learning = learning_verdict(_kto_spec(), _kto_evaluation(-14.6, [0.0] * 64), None)
     lines = learning_lines(JobArtifacts(learning=learning))

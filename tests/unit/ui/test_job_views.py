@@ -407,6 +407,17 @@ def test_the_verdict_leads_the_summary_with_its_mark_and_the_status_says_the_sam
     assert "learned nothing" not in job_views.summary_markdown(api, done)
 
 
+def test_the_drift_from_the_start_sits_under_the_verdict(api):
+    drift = {"mean": 0.031, "ci95": 0.004, "rows": 64, "threshold": 0.5}
+    learning = {"verdict": "improved", "metric": "m", "label": "m", "sentence": "S.", "rows": 8, "drift": drift}
+    done = dataclasses.replace(_job(api), status=JobStatus.succeeded, artifacts=JobArtifacts(learning=learning))
+    lines = job_views.summary_markdown(api, done).split("\n\n")
+    assert lines[2] == (
+        "Drift from the start: KL from the base 0.031 nats/token (±0.004) on the tuned model's answers to 64 "
+        "held-out prompts (healthy: ≤ 0.5)"
+    )
+
+
 def test_a_running_grpo_jobs_no_signal_warning_shows_prominently_and_says_when_it_stopped_the_run(api):
     job = dataclasses.replace(_grpo_job(api), status=JobStatus.running)
     assert job_views.signal_line(job) == "" and "No learning signal" not in job_views.summary_markdown(api, job)
