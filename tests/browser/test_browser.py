@@ -352,9 +352,12 @@ def test_grpo_scores_rewards_on_the_bench_dry_runs_the_environment_and_trains(pa
     completion.fill("32")
     completion.press("Tab")
     fill_settings(page, **{"Max steps": "2"})  # the batch left empty: GRPO queues with the form's defaults
+    # The random model never calls the tool (its forecast: no signal): trained anyway, as the box says.
+    page.get_by_label("Train even with no signal", exact=True).check()
     grpo_id = queue_job(page)
     assert store.get(grpo_id).spec.environment.name == "builtin:echo"
     assert store.get(grpo_id).spec.training.batch_size == "auto"
+    assert store.get(grpo_id).spec.forecast.train_anyway
     page.screenshot(path=ARTIFACTS / "walk-train.png", full_page=True)
     follow_job_link(page, grpo_id)
     wait_in_jobs_tab(page, store, grpo_id, timeout_ms=300_000)

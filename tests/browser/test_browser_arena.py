@@ -97,6 +97,8 @@ def test_both_sides_play_live_and_play_8_repeats_the_stored_success_rate(app, jo
             expect(pane).to_contain_text("Prompt, with the environment's first observation")
         assert "<tool_call>" not in base.inner_text() + tuned.inner_text()
 
+        if stored.get("episodes_from") == "test split":  # the evaluation played the environment's held-out tasks
+            page.locator("#arena-source").get_by_label("The environment's test split (task i)").check()
         page.locator("#arena-count input").fill(str(EPISODES))
         page.locator("#arena-play-n").click()
         expect(summary).to_contain_text(f"{EPISODES} episode(s) per side: base", timeout=120_000)
@@ -141,7 +143,8 @@ def test_both_sides_play_live_and_play_8_repeats_the_stored_success_rate(app, jo
         # The link opens the same pair again, read-only, for alice.
         goto(page, f"{app.url}{link.group(0)}")
         expect(page.locator("#arena-summary")).to_contain_text("Opened from its link")
-        expect(page.locator("#arena-shown")).to_contain_text(f"Episode {episode}: row")
+        drawn = "test task" if stored.get("episodes_from") == "test split" else "row"
+        expect(page.locator("#arena-shown")).to_contain_text(f"Episode {episode}: {drawn}")
 
         # bob, with the same link: not his.
         bob = _page(browser, app.url, "bob", errors)

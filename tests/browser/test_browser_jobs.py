@@ -200,6 +200,7 @@ def test_a_grpo_job_shows_its_samples_per_reward_and_no_dead_environment_link(pa
                 "rewards": [{"name": "length", "target_length": 4, "unit": "chars"}],
             },
             training={"max_steps": 2, "batch_size": 2, "max_length": 256, "save_steps": 100},
+            forecast={"train_anyway": True},  # the random model never calls the tool: no signal, trained anyway
         ),
     )
     pick_job(page, grpo)

@@ -54,6 +54,7 @@ def counter_spec(url: str, tmp_path: Path, **environment) -> dict:
         environment={"name": url, "eval_episodes": 3, "max_tool_calling_iterations": 2, **environment},
         rollout={"num_generations": 2, "max_completion_length": 24, "temperature": 0.7},
         training={"max_steps": 1, "batch_size": 2, "max_length": 256, "save_steps": 1000},
+        forecast={"prompts": 0},  # the random model's forecast would stop it; the evaluation's episodes are tested
     )
 
 
