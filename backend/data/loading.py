@@ -5,7 +5,9 @@ from __future__ import annotations
 import codecs
 import errno
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,13 +23,32 @@ if TYPE_CHECKING:
 
 EMPTY_DATASET = "dataset: it has no rows; add examples or pick another split"
 FILE_LOADERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+# datasets (4.x) wraps every download, a local file's included, in ``unittest.mock.patch.dict(os.environ, {...})``,
+# whose exit empties os.environ key by key and refills it. For that instant every other thread of the process reads
+# no ``SPACE_ID``, no ``STUDIO_ENVIRONMENT_HOSTS``, no token: one user's submit made another user's environment
+# refused (or, read the other way round, unguarded). The flag it sets is set once instead, and never taken away.
+_STACKED_BARS = "HF_DATASETS_STACK_MULTIPROCESSING_DOWNLOAD_PROGRESS_BARS"
+
+
+@contextmanager
+def _environment_left_whole() -> Iterator[None]:
+    os.environ.setdefault(_STACKED_BARS, "1")
+    yield
+
+
+def _load_dataset() -> Callable[..., Dataset]:
+    """datasets' ``load_dataset``, its downloads made to leave os.environ whole (see ``_STACKED_BARS``)."""
+    from datasets import load_dataset
+    from datasets.download import download_manager
+
+    download_manager.stack_multiprocessing_download_progress_bars = _environment_left_whole
+    return load_dataset
 
 
 def _load_raw(
     spec: DatasetSpec, uploads_dir: Path | None = None, cache: Path | None = None, kept_in: Path | None = None
 ) -> Dataset:
-    from datasets import load_dataset
-
+    load_dataset = _load_dataset()
     if spec.source == "builtin":
         builtin = BUILTIN_DATASETS.get(spec.name)
         if builtin is None:
@@ -71,8 +92,7 @@ def load_file(
     whose trainer writes what it makes of the rows beside them), the rows are memory-mapped from their copy there
     instead of held in memory.
     """
-    from datasets import load_dataset
-
+    load_dataset = _load_dataset()
     loader = FILE_LOADERS.get(path.suffix.lower())
     if loader is None:
         raise SpecError([f"{field}: {display_name} is not a supported file type; use one of {', '.join(FILE_LOADERS)}"])
