@@ -17,6 +17,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from backend.core.forecasts import (
@@ -113,10 +114,8 @@ class _Kept:
 
 def clear_logs(trainer) -> None:
     """Empty the trainer's logs of completions (what the samples table and TRL's printing read)."""
-    for key, value in trainer._logs.items():
+    for value in trainer._logs.values():  # deques, and dicts of deques (rewards, extra) that make them on demand
         if hasattr(value, "clear"):
-            value.clear()
-        if key in ("rewards", "extra"):
             value.clear()
 
 
@@ -155,14 +154,7 @@ def run_forecast(
     world = trainer.accelerator.num_processes
     mine = rows[trainer.accelerator.process_index :: world]
     per_call = max(1, trainer.args.generation_batch_size // group // world)
-    kept = _Kept(trainer)
-    totals: list[float | None] = []
-    completions: list[Any] = []
-    played: list[Any] = []
-    solutions: list[Any] = []
-    clipped: list[float] = []
-    calls: list[float] = []
-    failures: list[float] = []
+    kept, played = _Kept(trainer), _Played()
     weights = [float(w) for w in trainer.reward_weights.tolist()]
     mode = "train"
     try:
@@ -180,33 +172,20 @@ def run_forecast(
             for k in range(len(logs["completion"])):
                 values = [f[k] for f in per_func]
                 scored = [(w, v) for w, v in zip(weights, values) if v is not None and not math.isnan(v)]
-                totals.append(sum(w * v for w, v in scored) if scored else None)
-            completions += list(logs["completion"])
-            played += list(logs["prompt"])
+                played.totals.append(sum(w * v for w, v in scored) if scored else None)
+            played.completions += list(logs["completion"])
+            played.prompts += list(logs["prompt"])
             metrics = trainer._metrics[mode]
-            clipped += metrics.get("completions/clipped_ratio", [])[-1:]
-            calls += metrics.get("tools/call_frequency", [])[-1:]
-            failures += metrics.get("tools/failure_frequency", [])[-1:]
-            solutions += [dataset[i].get("solution") for i in _gathered(trainer, batch) for _ in range(group)]
+            played.clipped += metrics.get("completions/clipped_ratio", [])[-1:]
+            played.calls += metrics.get("tools/call_frequency", [])[-1:]
+            played.failures += metrics.get("tools/failure_frequency", [])[-1:]
+            played.solutions += [dataset[i].get("solution") for i in _gathered(trainer, batch) for _ in range(group)]
             clear_logs(trainer)
             if progress is not None:
                 progress(min(len(rows), (call + 1) * per_call * world), len(rows))
     finally:
         kept.restore()
-    return _forecast(
-        spec,
-        trainer,
-        rows,
-        group,
-        totals,
-        completions,
-        played,
-        solutions,
-        clipped,
-        calls,
-        failures,
-        time.monotonic() - started,
-    )
+    return _forecast(spec, group, played, time.monotonic() - started)
 
 
 def _gathered(trainer, batch: list[int]) -> list[int]:
@@ -218,20 +197,21 @@ def _gathered(trainer, batch: list[int]) -> list[int]:
     return list(gather_object(list(batch)))
 
 
-def _forecast(
-    spec: JobSpec,
-    trainer,
-    rows: list[int],
-    group: int,
-    totals: list[float | None],
-    completions: list[Any],
-    played: list[Any],
-    solutions: list[Any],
-    clipped: list[float],
-    calls: list[float],
-    failures: list[float],
-    seconds: float,
-) -> Forecast:
+@dataclass
+class _Played:
+    """What the rollouts gave, a completion (or a batch, for the trainer's metrics) at a time."""
+
+    totals: list[float | None] = field(default_factory=list)  # each completion's weighted reward (None: unscored)
+    completions: list[Any] = field(default_factory=list)
+    prompts: list[Any] = field(default_factory=list)
+    solutions: list[Any] = field(default_factory=list)  # each completion's row's ``solution``, where rows have one
+    clipped: list[float] = field(default_factory=list)  # per batch: share cut at max_completion_length
+    calls: list[float] = field(default_factory=list)  # per batch: tool calls per episode
+    failures: list[float] = field(default_factory=list)  # per batch: share of tool calls that failed
+
+
+def _forecast(spec: JobSpec, group: int, played: _Played, seconds: float) -> Forecast:
+    totals, calls, failures = played.totals, played.calls, played.failures
     groups, with_spread = group_spread(totals, group)
     scored = [t for t in totals if t is not None]
     environment = bool(spec.environment.name)
@@ -240,8 +220,8 @@ def _forecast(
     if environment and per_episode:
         accepted = 1 - sum(c * f for c, f in zip(calls, failures)) / max(sum(calls), 1e-9)
     best = pick = None
-    if any(r.model is not None for r in spec.rollout.rewards) and any(s not in (None, "") for s in solutions):
-        best, pick = reward_model_picks(totals, _right(completions, solutions), group)
+    if any(r.model is not None for r in spec.rollout.rewards) and any(s not in (None, "") for s in played.solutions):
+        best, pick = reward_model_picks(totals, _right(played.completions, played.solutions), group)
     stats: dict[str, Any] = {
         "prompts": groups,
         "completions": len(totals),
@@ -250,7 +230,7 @@ def _forecast(
         "reward_floor": min(scored) if scored else None,
         "reward_ceiling": max(scored) if scored else None,
         "reward_mean": _mean(scored),
-        "clipped": _mean(clipped) or 0.0,
+        "clipped": _mean(played.clipped) or 0.0,
         "max_completion_length": spec.rollout.max_completion_length,
         "tool_calls_per_episode": per_episode,
         "tool_calls_accepted": accepted,
@@ -263,15 +243,14 @@ def _forecast(
     step = max(1, len(totals) // SAMPLES)
     samples = [
         ForecastSample(
-            prompt=_last_message(played[i])[:SAMPLE_CHARS],
-            completion=_text(completions[i])[:SAMPLE_CHARS],
+            prompt=_last_message(played.prompts[i])[:SAMPLE_CHARS],
+            completion=_text(played.completions[i])[:SAMPLE_CHARS],
             reward=totals[i],
         )
         for i in range(0, len(totals), step)
     ][:SAMPLES]
     forecast = Forecast(**stats, **verdict, samples=samples, seconds=round(seconds, 2))
     log.info("%s", forecast.sentence())
-    del rows, trainer
     return forecast
 
 
