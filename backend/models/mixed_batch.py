@@ -122,6 +122,7 @@ def mixed_generate(
     adapter_names: Sequence[str | None],
     settings: GenerationSettings,
     row_seeds: Sequence[int] | None = None,
+    keep_end: bool = False,
     **generate_kwargs: Any,
 ) -> list[list[int]]:
     """Generate for every prompt with its row's adapter, in one left-padded batch; the new token ids of each row.
@@ -129,7 +130,8 @@ def mixed_generate(
     Sampling follows ``settings``: greedy at temperature 0; otherwise seeded by ``settings.seed`` for the whole batch,
     or, with ``row_seeds``, one seed per row (a row's answer then does not depend on the batch it is in). Extra
     keyword arguments (a streamer, stopping criteria, eos ids) go to ``generate``. Rows stop at their end-of-sequence
-    token; what follows it (padding) is cut off.
+    token; what follows it (padding) is cut off, and the token itself too unless ``keep_end`` (a scorer of the answer's
+    distribution counts the end as part of it).
     """
     import torch
 
@@ -158,7 +160,7 @@ def mixed_generate(
     eos = eos_ids(model, tokenizer, generate_kwargs.get("eos_token_id"))
     rows = []
     for ids in out[:, enc["input_ids"].shape[1] :].tolist():
-        cut = next((i for i, token in enumerate(ids) if token in eos), len(ids))
+        cut = next((i + keep_end for i, token in enumerate(ids) if token in eos), len(ids))
         rows.append(ids[:cut])
     return rows
 

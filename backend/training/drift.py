@@ -22,7 +22,14 @@ from backend.core.learning import HEALTHY_DRIFT, paired_interval
 from backend.core.spec import JobSpec
 from backend.methods.table import support
 from backend.models.loading import LANGUAGE_MODEL_HEAD
-from backend.models.mixed_batch import BASE_ADAPTER, adapter_name, eos_ids, model_device, side_kwargs
+from backend.models.mixed_batch import (
+    BASE_ADAPTER,
+    GenerationSettings,
+    adapter_name,
+    mixed_generate,
+    model_device,
+    side_kwargs,
+)
 from backend.models.scoring import render_texts, row_tools, split_answer
 
 # Held-out prompts the drift is measured on (the first ones, distinct): enough for an interval of a few percent of
@@ -74,34 +81,6 @@ def environment_tool_schemas(info) -> list[dict[str, Any]]:
     ]
 
 
-def greedy_answers(model, tokenizer, prompt_ids: list[list[int]], adapter: str, max_new_tokens: int) -> list[list[int]]:
-    """The ``adapter``'s greedy answer to each prompt, its end-of-sequence token kept (the end is part of the
-    answer's distribution), in one left-padded batch."""
-    import torch
-
-    device = model_device(model)
-    longest = max(len(ids) for ids in prompt_ids)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.tensor([[pad] * (longest - len(ids)) + ids for ids in prompt_ids], device=device)
-    mask = torch.tensor([[0] * (longest - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=device)
-    with torch.inference_mode():
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=mask,
-            **side_kwargs([adapter] * len(prompt_ids)),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad,
-            use_cache=True,  # online trainers turn the model's cache off for training; decoding without it is slow
-        )
-    eos = eos_ids(model, tokenizer)
-    answers = []
-    for ids in out[:, longest:].tolist():
-        end = next((i for i, token in enumerate(ids) if token in eos), None)
-        answers.append(ids[: end + 1] if end is not None else ids)
-    return answers
-
-
 def answer_kl(
     model, prompt_ids: list[list[int]], answers: list[list[int]], tuned: str, start: str, pad: int
 ) -> list[float]:
@@ -148,6 +127,7 @@ def measure_drift(
     if tuned is None:
         raise ValueError("the model has no adapter: there is no base in it to measure the drift from")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    greedy = GenerationSettings(max_new_tokens=max_new_tokens, temperature=0)
     was_training = model.training
     model.eval()
     values: list[float] = []
@@ -157,7 +137,10 @@ def measure_drift(
             chunk = prompts[first : first + DRIFT_BATCH_PROMPTS]
             texts = [render_texts(tokenizer, prompt, tools=tools)[0] for prompt, tools in chunk]
             ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-            answers = greedy_answers(model, tokenizer, ids, tuned, max_new_tokens)
+            # online trainers turn the model's cache off for training; decoding without it is slow
+            answers = mixed_generate(
+                model, tokenizer, texts, [tuned] * len(texts), greedy, keep_end=True, use_cache=True
+            )
             answers = [a or [pad] for a in answers]  # a zero-token budget cannot happen; never an empty window
             tokens += sum(len(a) for a in answers)
             values += answer_kl(model, ids, answers, tuned, start, pad)
