@@ -6,8 +6,8 @@ Every recipe is an example of examples/ (or a broken variant of one) run in-proc
 ``forecast.train_anyway: true``: the worker forecasts first, as every rollout job does, then trains whatever the
 forecast said, and evaluates. The rule checked (issue 50): every ``no_signal`` forecast ends in a verdict that is not
 ``improved``, and every ``learnable`` one in ``improved`` (``weak`` promises neither). A recipe it gets wrong is
-printed and recorded as a row like the others, marked WRONG. ``--record`` appends one row per recipe and seed (the
-forecast, its cause, its time; the verdict) and a summary to docs/benchmarks.md.
+printed and recorded as a row like the others, marked WRONG. ``--record`` appends one row per recipe and seed as
+soon as it ends (the forecast, its cause, its time; the verdict and its drift) and a summary to docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -88,6 +88,14 @@ def judged(forecast: str | None, verdict: str | None) -> str:
     return "free"
 
 
+def drift_said(learning) -> str:
+    """The verdict's drift, for the row (the drift threshold is set from these figures)."""
+    drift = getattr(learning, "drift", None)
+    if drift is None or drift.mean is None:
+        return "drift: none"
+    return f"drift {drift.mean:.3f} ±{drift.ci95 or 0:.3f} nats/token from the {drift.reference}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipes", nargs="*", default=list(RECIPES))
@@ -95,18 +103,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="append the rows to docs/benchmarks.md")
     args = parser.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-    rows, tally = [], {"right": 0, "WRONG": 0, "free": 0}
+    tally = {"right": 0, "WRONG": 0, "free": 0}
+
+    def keep(what: str, figure: str) -> None:  # each row as soon as it is known: a long run stopped keeps its rows
+        if args.record:
+            from benchmarks.record import record
+
+            record([(what, figure)])
+
     with tempfile.TemporaryDirectory() as shared:
         reward_job = None
-        for name in args.recipes:
-            example, overrides = RECIPES[name]
-            overrides = _merged(overrides, TRAIN_ANYWAY)
-            if example == "grpo-rm-demo":
-                if reward_job is None:
-                    reward_job, seconds = run_example(REWARD_JOB, Path(shared))
-                    print(f"reward model: {REWARD_JOB} {reward_job.status.value} in {seconds:.0f}s", flush=True)
-                overrides = _merged(overrides, {"rollout": {"rewards": [{"model": reward_job.id, "weight": 1.0}]}})
-            for seed in seeds:
+        for seed in seeds:  # every recipe once before any twice: an interrupted run still covers the table
+            for name in args.recipes:
+                example, overrides = RECIPES[name]
+                overrides = _merged(overrides, TRAIN_ANYWAY)
+                if example == "grpo-rm-demo":
+                    if reward_job is None:
+                        reward_job, seconds = run_example(REWARD_JOB, Path(shared))
+                        print(f"reward model: {REWARD_JOB} {reward_job.status.value} in {seconds:.0f}s", flush=True)
+                    overrides = _merged(overrides, {"rollout": {"rewards": [{"model": reward_job.id, "weight": 1.0}]}})
                 with tempfile.TemporaryDirectory() as tmp:
                     where = Path(shared if example == "grpo-rm-demo" else tmp)
                     if example == "warm-up-demo":
@@ -119,16 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                 tally[mark] += 1
                 said = forecast.sentence() if forecast else "no forecast"
                 outcome = f"{verdict}: {learning.sentence}" if learning else f"{job.status.value}: {job.error}"
-                line = f"{mark}: {said} Verdict {outcome} (job {seconds:.0f} s)"
+                line = f"{mark}: {said} Verdict {outcome} ({drift_said(learning)}; job {seconds:.0f} s)"
                 print(f"{name}, seed {seed}: {line}", flush=True)
-                rows.append((f"forecast vs verdict: {name}, seed {seed}", line.replace("|", "/")))
+                keep(f"forecast vs verdict: {name}, seed {seed}", line.replace("|", "/"))
     summary = f"{tally['right']} right, {tally['WRONG']} wrong, {tally['free']} weak (no promise)"
     print(summary)
-    rows.append((f"forecast vs verdict: {len(args.recipes)} recipes x seeds {args.seeds}", summary))
-    if args.record:
-        from benchmarks.record import record
-
-        record(rows)
+    keep(f"forecast vs verdict: {len(args.recipes)} recipes x seeds {args.seeds}", summary)
     return 1 if tally["WRONG"] else 0
 
 
