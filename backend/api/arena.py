@@ -60,7 +60,9 @@ class ArenaOperations:
             )
         parent_id = job.spec.model.parent_job_id
         parent_adapter = saved_adapter(self.jobs.get_job(parent_id, user)) if parent_id else None
-        return ArenaSetup(job.id, with_environment.spec, with_environment.id, parent_adapter, parent_id)
+        played = job.artifacts.environment_evaluation or {}
+        split = played.get("split") if played.get("held_out") else None
+        return ArenaSetup(job.id, with_environment.spec, with_environment.id, parent_adapter, parent_id, split)
 
     def play(
         self,

@@ -57,6 +57,7 @@ class ArenaSetup:
     environment_job_id: str  # the job that named the environment (the picked job or an ancestor)
     parent_adapter: Path | None = None
     parent_job_id: str | None = None
+    evaluation_split: str | None = None  # the split the job's own evaluation played (None: it played rows)
 
     @property
     def environment(self) -> str:

@@ -26,10 +26,10 @@ TUNED_TITLE = "Tuned: this job's adapter"
 
 
 def on_job(api: StudioAPI, user, job_choice):
-    """Show the arena for a job that played an environment: what it plays, and the parent's adapter as the left side
-    for a staged job; hide it for any other pick."""
+    """Show the arena for a job that played an environment: what it plays, the parent's adapter as the left side for a
+    staged job, and the episodes its evaluation played (the test split where it did); hide it for any other pick."""
     job_id = job_choice_id(job_choice)
-    hidden = (gr.update(visible=False), ARENA_HINT, gr.update(value="base", interactive=False))
+    hidden = (gr.update(visible=False), ARENA_HINT, gr.update(value="base", interactive=False), gr.update(value="rows"))
     if not job_id or user is None:
         return hidden
     try:
@@ -41,12 +41,14 @@ def on_job(api: StudioAPI, user, job_choice):
         if setup.environment_job_id == setup.job_id
         else f" (from job {setup.environment_job_id}, which this job continues)"
     )
+    played = f"the {setup.evaluation_split} split's tasks" if setup.evaluation_split else "the rows"
     text = (
-        f"**Environment:** `{setup.environment}`{where}. Both sides play the same rows and seeds as the job's "
+        f"**Environment:** `{setup.environment}`{where}. Both sides play {played} and seeds of the job's "
         f"evaluation, with its chat template, tools, token budget ({setup.spec.rollout.max_completion_length} "
         f"tokens) and up to {setup.spec.environment.max_tool_calling_iterations} tool round(s)."
     )
-    return gr.update(visible=True), text, gr.update(interactive=setup.parent_adapter is not None)
+    source = gr.update(value="test" if setup.evaluation_split else "rows")
+    return gr.update(visible=True), text, gr.update(interactive=setup.parent_adapter is not None), source
 
 
 def play(
@@ -187,7 +189,9 @@ def open_link(api: StudioAPI, request: gr.Request, profile: gr.OAuthProfile | No
 
 def wire(api: StudioAPI, h: ArenaLayout, job: gr.Dropdown) -> None:
     """Every event of the arena; ``job`` is the Chat tab's job picker."""
-    job.change(as_user(bind(on_job, api), signed_in=False), job, [h.panel, h.info, h.base_choice], api_name=False)
+    job.change(
+        as_user(bind(on_job, api), signed_in=False), job, [h.panel, h.info, h.base_choice, h.source], api_name=False
+    )
     play_inputs = [job, h.base_choice, h.sampling, h.row, h.first]
     # Bound, then wrapped: on ZeroGPU a play borrows a GPU (the facade stays in this process).
     one, many = gpu_task(duration=300)(bind(play_single, api)), gpu_task(duration=600)(bind(play_n, api))

@@ -12,8 +12,9 @@ from components.chat.views import SIDES
 
 BASE_CHOICES = [("Base model (adapter off)", "base"), ("Parent job's adapter (where this job started)", "parent")]
 SAMPLING_CHOICES = [("Greedy, as the job's evaluation", "greedy"), ("Sampled, as in training", "training")]
-# Where episode i starts: row i of the job's evaluation rows, or task i of the environment's held-out test split.
-SOURCE_CHOICES = [("The job's evaluation rows", "rows"), ("The environment's test split (task i)", "test")]
+# Where episode i starts: row i of the job's dataset rows (its evaluation's, held out or not), or task i of the
+# environment's held-out test split. The pick follows what the job's own evaluation played (arena_handlers.on_job).
+SOURCE_CHOICES = [("The job's dataset rows (row i)", "rows"), ("The environment's test split (task i)", "test")]
 TABLE_HEADERS = ["episode", "seed", "row", "base", "tuned", "turns (base/tuned)", "tool calls (base/tuned)"]
 # The transcripts' look (app.py adds it to the page's CSS): a tool call and a tool's answer read as blocks of their own.
 ARENA_CSS = """

@@ -97,8 +97,9 @@ def test_both_sides_play_live_and_play_8_repeats_the_stored_success_rate(app, jo
             expect(pane).to_contain_text("Prompt, with the environment's first observation")
         assert "<tool_call>" not in base.inner_text() + tuned.inner_text()
 
-        if stored.get("episodes_from") == "test split":  # the evaluation played the environment's held-out tasks
-            page.locator("#arena-source").get_by_label("The environment's test split (task i)").check()
+        # The arena opens on the episodes the job's evaluation played: its held-out test tasks, where it had them.
+        played = "The environment's test split (task i)" if stored.get("held_out") else "The job's dataset rows (row i)"
+        expect(page.locator("#arena-source").get_by_label(played)).to_be_checked()
         page.locator("#arena-count input").fill(str(EPISODES))
         page.locator("#arena-play-n").click()
         expect(summary).to_contain_text(f"{EPISODES} episode(s) per side: base", timeout=120_000)
