@@ -19,18 +19,18 @@ from backend.environments.launcher import start_server_process
 from backend.jobs.records import JobStatus
 from backend.worker import run_job
 from backend.workflows.arena import ArenaError
-from tests.helpers import ROOT, tiny_spec
+from tests.helpers import tiny_spec
+from tests.helpers.env_servers import COUNTER_SERVER, write_counter_rows
 
 pytestmark = pytest.mark.slow
 
-COUNTER = ROOT / "tests" / "helpers" / "env_servers" / "counter_server.py"
 TEST_TARGETS = range(20, 28)  # the counter's test split (counter_server.TASKS)
 
 
 def counter(tmp_path: Path, *flags: str):
     resets = tmp_path / "resets.jsonl"
     server = start_server_process(
-        [sys.executable, str(COUNTER), "--record-resets", str(resets), *flags], name="counter", log_dir=tmp_path
+        [sys.executable, str(COUNTER_SERVER), "--record-resets", str(resets), *flags], name="counter", log_dir=tmp_path
     )
     return server, resets
 
@@ -40,14 +40,7 @@ def recorded(resets: Path) -> list[dict]:
 
 
 def counter_spec(url: str, tmp_path: Path, **environment) -> dict:
-    data = tmp_path / "counter.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"prompt": [{"role": "user", "content": f"Reach {t} with the counter tool."}], "target": t})
-            + "\n"
-            for t in range(3, 11)
-        )
-    )
+    data = write_counter_rows(tmp_path / "counter.jsonl")
     return tiny_spec(
         method="grpo",
         dataset={"source": "file", "name": str(data)},

@@ -17,6 +17,7 @@ from backend.core.spec import SpecError, load_spec_text, parse_spec
 from backend.environments.launcher import start_server_process
 from backend.jobs.records import JobStatus
 from tests.helpers import ROOT, tiny_spec, wait_for, wait_status
+from tests.helpers.env_servers import COUNTER_SERVER, write_counter_rows
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 
@@ -260,7 +261,7 @@ def test_the_builtin_server_dies_with_a_killed_worker(paths, store, scheduler_fa
 @pytest.fixture()
 def counter_server(tmp_path):
     server = start_server_process(
-        [sys.executable, str(ROOT / "tests" / "helpers" / "env_servers" / "counter_server.py"), "--max-sessions", "16"],
+        [sys.executable, str(COUNTER_SERVER), "--max-sessions", "16"],
         name="counter",
         log_dir=tmp_path,
     )
@@ -271,14 +272,7 @@ def counter_server(tmp_path):
 def test_a_dead_environment_server_fails_the_job_with_a_clear_error(
     paths, store, scheduler_factory, counter_server, tmp_path
 ):
-    data = tmp_path / "counter.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps({"prompt": [{"role": "user", "content": f"Reach {t} with the counter tool."}], "target": t})
-            + "\n"
-            for t in range(3, 11)
-        )
-    )
+    data = write_counter_rows(tmp_path / "counter.jsonl")
     api = StudioAPI(paths.root, scheduler="none")
     job = api.jobs.submit(
         grpo_env(
