@@ -26,6 +26,39 @@ class TimedOut(SpecError):
     """An action ran past its time limit; the caller stopped waiting for it."""
 
 
+# What a refused caller reads, one function per refusal: the limiters say them, and the guards' table
+# (backend/api/guards.py) shows them as a refusal at each limit would read.
+def rate_refusal(what: str, calls: int, per_s: float, wait: float) -> str:
+    """A call past ``calls`` within ``per_s`` seconds, ``wait`` seconds before the oldest one leaves the window.
+
+    >>> rate_refusal("dry run", 5, 60.0, 12)
+    'dry run: you used it 5 times in the last 60 s, the most allowed; try again in 12 s'
+    """
+    return (
+        f"{what}: you used it {calls} times in the last {per_s:.0f} s, the most allowed; "
+        f"try again in {max(math.ceil(wait), 1)} s"
+    )
+
+
+def time_refusal(what: str, timeout_s: float, advice: str) -> str:
+    """An action that ran past ``timeout_s``, and what to do."""
+    return f"{what}: it did not finish within {timeout_s:g} s; {advice}"
+
+
+def user_refusal(what: str, mine: int) -> str:
+    """One person already holding ``mine``, the most one person may."""
+    return f"{what}: you already have {mine} running, the most one person may; wait for one to finish, then try again"
+
+
+def space_refusal(what: str, everyone: int, setting: str, total: int, waited_s: float = 0.0) -> str:
+    """The whole Space holding ``everyone`` at once, the most ``setting`` allows (after ``waited_s`` of waiting)."""
+    waited = f" after {waited_s:g} s of waiting" if waited_s else ""
+    return (
+        f"{what}: this Space is running {everyone} at once{waited}, the most it allows ({setting} = {total}); "
+        "try again in a few seconds"
+    )
+
+
 class RateLimiter:
     """At most ``calls`` per user within any ``per_s`` seconds (a sliding window kept in memory)."""
 
@@ -43,12 +76,7 @@ class RateLimiter:
                 recent.popleft()
             if len(recent) >= self.calls:
                 wait = math.ceil(recent[0] + self.per_s - now)
-                raise RateLimited(
-                    [
-                        f"{self.what}: you used it {self.calls} times in the last {self.per_s:.0f} s, the most "
-                        f"allowed; try again in {max(wait, 1)} s"
-                    ]
-                )
+                raise RateLimited([rate_refusal(self.what, self.calls, self.per_s, wait)])
             recent.append(now)
             # Users who stopped calling would otherwise keep an entry forever.
             for name in [n for n, q in self._recent.items() if not q or q[-1] <= now - self.per_s]:
@@ -74,7 +102,7 @@ class TimeLimit:
             return future.result(timeout=self.timeout_s)
         except FutureTimeout:
             future.cancel()  # still queued: it never starts
-            raise TimedOut([f"{self.what}: it did not finish within {self.timeout_s:g} s; {self.advice}"]) from None
+            raise TimedOut([time_refusal(self.what, self.timeout_s, self.advice)]) from None
 
     def close(self) -> None:
         """Stop the pool without waiting; a call still running is abandoned."""
@@ -155,19 +183,8 @@ class InFlight:
                         f"may have {self.per_user} at once; try again when one has finished"
                     ]
                 )
-            return Busy(
-                [
-                    f"{self.what}: you already have {mine} running, the most one person may; wait for one "
-                    "to finish, then try again"
-                ]
-            )
-        waited = f" after {waited_s:g} s of waiting" if waited_s else ""
-        return Busy(
-            [
-                f"{self.what}: this Space is running {everyone} at once{waited}, the most it allows "
-                f"({self.setting} = {self.total}); try again in a few seconds"
-            ]
-        )
+            return Busy([user_refusal(self.what, mine)])
+        return Busy([space_refusal(self.what, everyone, self.setting, self.total, waited_s)])
 
     def waiting_sentence(self, over: str) -> str:
         """What a caller that waits its turn is told while it waits."""
