@@ -8,13 +8,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from backend.api.chat import ChatOperations
-from backend.api.common import DEFAULT_MAX_DRY_RUNS, DRY_RUNS_PER_MINUTE, SQLITE_MAX_INT, name_of, whole_number
+from backend.api.common import SQLITE_MAX_INT, name_of, whole_number
 from backend.api.core import StudioCore
+from backend.api.guards import ARENA_CALLS, ARENA_PLAYS, build
 from backend.api.jobs import JobOperations
 from backend.core.spec import SpecError
 from backend.core.users import User
 from backend.jobs.lineage import saved_adapter
-from backend.platform.limits import HeldStream, InFlight, RateLimiter, int_setting
+from backend.platform.limits import HeldStream
 
 if TYPE_CHECKING:
     from backend.jobs.records import JobRecord
@@ -29,17 +30,15 @@ SPLIT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
 
 class ArenaOperations:
     """The arena (``api.arena``): over the facade's core, its jobs and its chat (whose loaded models it plays), with
-    its own limits (a dry run's, under its own name)."""
+    its own limits (like a dry run's, under its own name and setting)."""
 
     def __init__(self, core: StudioCore, jobs: JobOperations, chat: ChatOperations) -> None:
         self.core = core
         self.jobs = jobs
         self.chat = chat
-        # The arena plays an environment with a model, as a dry run does: the same limits, under its own name.
-        self._calls = RateLimiter("arena play", DRY_RUNS_PER_MINUTE)
-        self._plays = InFlight(
-            "arena play", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
-        )
+        # The arena plays an environment with a model, as a dry run does: limits like a dry run's, in its own pool.
+        self._calls = build(ARENA_CALLS)
+        self._plays = build(ARENA_PLAYS)
 
     def setup(self, job_id: str, user: User | None = None) -> ArenaSetup:
         """What the arena plays for a job: the environment of the job or of the nearest job it continues, and the

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from backend.api.common import name_of
 from backend.api.core import StudioCore
+from backend.api.guards import CHAT_STREAMS, TOOL_CALLS, TOOL_RUNS, TOOL_TIME, build
 from backend.api.jobs import JobOperations
 from backend.core.spec import SpecError
 from backend.core.users import User
-from backend.platform.limits import HeldStream, InFlight, RateLimiter, TimeLimit, held_run, int_setting
+from backend.platform.limits import HeldStream, held_run, int_setting
 from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, SIDES, ChatToolSessions
 
 if TYPE_CHECKING:
@@ -26,14 +27,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 U = TypeVar("U")
 
-# Running an answer's tool calls plays the job's environment (a built-in one is a server process): signed-in users
-# only on a Space, a few runs a minute each, one at a time per person, off the request thread with a time limit.
-TOOL_RUNS_PER_MINUTE = 20
-TOOL_RUN_TIME_LIMIT_S = 90.0
-DEFAULT_MAX_TOOL_RUNS = 4
-# Answers streaming at once, per user and on the whole Space (settings STUDIO_MAX_CHAT_STREAMS[_PER_USER]).
-DEFAULT_MAX_CHAT_STREAMS = 8
-DEFAULT_MAX_CHAT_STREAMS_PER_USER = 2
 MAX_SCORED = 8  # conversations a reward model scores in one call (the chat sends its two sides)
 
 
@@ -46,17 +39,14 @@ class ChatToolRuns:
             idle_s=float(int_setting("STUDIO_CHAT_TOOLS_IDLE_S", int(DEFAULT_IDLE_S), 5)),
             max_sessions=int_setting("STUDIO_MAX_CHAT_TOOL_ENVIRONMENTS", DEFAULT_MAX_SESSIONS),
         )
-        self.calls = RateLimiter("tool calls", TOOL_RUNS_PER_MINUTE)
-        self.in_flight = InFlight(
-            "tool calls", 1, int_setting("STUDIO_MAX_TOOL_RUNS", DEFAULT_MAX_TOOL_RUNS), "STUDIO_MAX_TOOL_RUNS"
-        )
-        # Its threads live as long as the app: a built-in server dies with the thread that started it.
-        self.time = TimeLimit(
-            "tool calls",
-            TOOL_RUN_TIME_LIMIT_S,
-            workers=self.in_flight.total,  # every run let in has its own thread: a slow server holds only its own
-            advice="the environment is slow or gone; clear the chat and try again",
-        )
+        # Running an answer's tool calls plays the job's environment (a built-in one is a server process): signed-in
+        # users only on a Space, a few runs a minute each, one at a time per person, off the request thread with a
+        # time limit.
+        self.calls = build(TOOL_CALLS)
+        self.in_flight = build(TOOL_RUNS)
+        # Its threads live as long as the app: a built-in server dies with the thread that started it. Every run let
+        # in has its own thread: a slow server holds only its own.
+        self.time = build(TOOL_TIME)
 
     def run_held(self, user: User, action: Callable[[], T]) -> T:
         """``action()`` off the request thread within the time limit, counted in flight until it really ends."""
@@ -79,12 +69,7 @@ class ChatOperations:
         self._scorer: AnswerScorer | None = None  # a reward job's model, loaded on the first score
         self._lock = threading.Lock()
         self._tools = ChatToolRuns()  # each user's environment for their chat's tool calls, and its limits
-        self._streams = InFlight(
-            "chat",
-            int_setting("STUDIO_MAX_CHAT_STREAMS_PER_USER", DEFAULT_MAX_CHAT_STREAMS_PER_USER),
-            int_setting("STUDIO_MAX_CHAT_STREAMS", DEFAULT_MAX_CHAT_STREAMS),
-            "STUDIO_MAX_CHAT_STREAMS",
-        )
+        self._streams = build(CHAT_STREAMS)  # answers streaming at once, per user and on the whole Space
 
     def close(self) -> None:
         """Close the tool-call environments and their pool (the facade is closing)."""

@@ -17,9 +17,6 @@ SQLITE_MAX_INT = 2**63 - 1
 DEFAULT_MAX_QUEUED_TOTAL = 30
 
 
-DEFAULT_MAX_DRY_RUNS = 2
-
-
 def whole_number(value: Any, what: str, low: int, high: int, optional: bool = False) -> int | None:
     """``value`` when it is a whole number in ``low..high`` (or None where ``optional``); else SpecError with a
     sentence: a number from a browser or a script reaches the store, a file or a loop only in range."""
@@ -68,11 +65,3 @@ class WarmUp:
 
 
 SchedulerMode = Literal["thread", "detached", "none"]
-
-
-# Actions that play a model in an environment (dry runs, the arena): signed-in users only, a few calls a minute each,
-# off the request thread with a time limit.
-DRY_RUNS_PER_MINUTE = 5
-
-
-DRY_RUN_TIME_LIMIT_S = 300.0

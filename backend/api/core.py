@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
+from backend.api.guards import MODEL_CHECKS, build
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError, online_methods, parse_spec
 from backend.core.users import User, max_queued_per_user
@@ -27,7 +28,7 @@ from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
 from backend.training.preflight import check_and_plan
 from backend.training.process_limit import process_ceiling_problems
-from backend.training.reward_checks import job_memory_budget, model_check_slots, reward_model_hub_problems
+from backend.training.reward_checks import job_memory_budget, reward_model_hub_problems
 from backend.training.reward_models import reward_model_sources
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class StudioCore:
         self.tokens: dict[str, str] = {}
         # Checks that load the models a user named (a child each): a few at once, so users together cannot take the
         # Space's memory.
-        self.model_checks = model_check_slots()
+        self.model_checks = build(MODEL_CHECKS)
         with contextlib.suppress(OSError):  # tried again at the next start
             paths.move_user_folders(self.store.owners())
             self._sweep_half_files()

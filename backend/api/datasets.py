@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from backend.api.common import name_of, whole_number
 from backend.api.core import StudioCore, hub_token
+from backend.api.guards import BENCH_CALLS, BENCH_TIME, UPLOAD_CHECKS, build
 from backend.core.spec import JobSpec, Method, RewardSpec, SpecError
 from backend.core.uploads import upload_display_name
 from backend.core.users import User
@@ -20,39 +21,17 @@ from backend.data.upload_store import (
     stored_uploads,
     upload_quota,
 )
-from backend.data.uploads import CHECK_FOOTPRINT_BYTES, CHECK_SECONDS
+from backend.data.uploads import CHECK_SECONDS
 from backend.data.user_cache import cached_bytes
 from backend.jobs.access import reward_model_problems
 from backend.jobs.records import JobStatus
-from backend.platform.hardware import memory_room
-from backend.platform.limits import InFlight, RateLimiter, TimeLimit, int_setting
 from backend.training.reward_checks import bench_scores, machine_memory_budget, reward_model_hub_problems
 from backend.training.reward_models import model_sources
 
 if TYPE_CHECKING:
     from backend.training.preview import DatasetPreview
 
-UPLOAD_CHECKS_PER_USER = 2  # one person's uploads wait their turn beyond this, however many they send at once
-UPLOAD_CHECKS_SETTING = "STUDIO_MAX_UPLOAD_CHECKS"
-# The reward bench runs code a user wrote: a few calls a minute each, off the request thread with a time limit.
-BENCH_CALLS_PER_MINUTE = 20
-BENCH_TIME_LIMIT_S = 10.0
 UPLOAD_CHECK_WAIT_S = CHECK_SECONDS  # as long as one check may run: behind stuck checks, a refusal after that
-
-
-def upload_check_slots(room: int | None = None) -> InFlight:
-    """The in-flight limit of upload checks: ``UPLOAD_CHECKS_PER_USER`` per user and, on the whole Space, as many as
-    the memory left at start holds (``CHECK_FOOTPRINT_BYTES`` each, at least one) unless
-    ``STUDIO_MAX_UPLOAD_CHECKS`` says; one per facade.
-
-    >>> upload_check_slots(room=16 * 2**30).total, upload_check_slots(room=2**30).total
-    (6, 1)
-    """
-    room = memory_room() if room is None else room
-    fits = max(1, room // CHECK_FOOTPRINT_BYTES) if room is not None else UPLOAD_CHECKS_PER_USER
-    return InFlight(
-        "upload check", UPLOAD_CHECKS_PER_USER, int_setting(UPLOAD_CHECKS_SETTING, fits), UPLOAD_CHECKS_SETTING
-    )
 
 
 class DatasetOperations:
@@ -61,13 +40,12 @@ class DatasetOperations:
 
     def __init__(self, core: StudioCore) -> None:
         self.core = core
-        self._upload_checks = upload_check_slots()  # each check may take over 2 GB: as many as the memory holds
+        self._upload_checks = build(UPLOAD_CHECKS)  # each check may take over 2 GB: as many as the memory holds
         self._upload_quota = UploadQuota()
         self._upload_sources = SharedSources()
-        self._bench_calls = RateLimiter("reward bench", BENCH_CALLS_PER_MINUTE)
-        self._bench_time = TimeLimit(
-            "reward bench", BENCH_TIME_LIMIT_S, advice="use fewer or shorter completions, or simpler patterns"
-        )
+        # The reward bench runs code a user wrote: a few calls a minute each, off the request thread with a time limit.
+        self._bench_calls = build(BENCH_CALLS)
+        self._bench_time = build(BENCH_TIME)
 
     def close(self) -> None:
         """Stop the reward bench's pool (the facade is closing)."""
@@ -200,9 +178,9 @@ class DatasetOperations:
     ) -> list[dict[str, Any]]:
         """The reward test bench: each reward's score for completions a user typed, before any training.
 
-        Signed-in users only on a Space, ``BENCH_CALLS_PER_MINUTE`` per user, input capped (see
+        Signed-in users only on a Space, ``BENCH_CALLS`` a minute per user, input capped (see
         ``backend.methods.rewards.bench.bench_input_problems``) and scored off the request thread within
-        ``BENCH_TIME_LIMIT_S``.
+        ``BENCH_TIME`` (backend/api/guards.py).
         Raises SpecError (RateLimited, TimedOut) with the sentence to show.
         """
         from backend.methods.rewards.bench import bench_input_problems, score_completions

@@ -5,26 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from backend.api.common import (
-    DEFAULT_MAX_DRY_RUNS,
-    DRY_RUN_TIME_LIMIT_S,
-    DRY_RUNS_PER_MINUTE,
-    SQLITE_MAX_INT,
-    WarmUp,
-    whole_number,
-)
+from backend.api.common import SQLITE_MAX_INT, WarmUp, whole_number
 from backend.api.core import StudioCore, hub_token
+from backend.api.guards import DRY_RUN_CALLS, DRY_RUN_TIME, DRY_RUNS, SPLIT_CALLS, build
 from backend.api.jobs import JobOperations
 from backend.core.spec import JobSpec, SpecError
 from backend.core.users import User
-from backend.platform.limits import InFlight, RateLimiter, TimeLimit, held_run, int_setting
+from backend.platform.limits import InFlight, held_run
 
 if TYPE_CHECKING:
     from backend.environments.episodes import Episode
     from backend.environments.tasks import TaskCatalog
 
 T = TypeVar("T")
-SPLIT_LISTINGS_PER_MINUTE = 30  # the Train form asks each time the environment field changes
 
 
 class EnvironmentOperations:
@@ -34,19 +27,11 @@ class EnvironmentOperations:
     def __init__(self, core: StudioCore, jobs: JobOperations) -> None:
         self.core = core
         self.jobs = jobs
-        self._dry_run_calls = RateLimiter("dry run", DRY_RUNS_PER_MINUTE)
-        self._split_calls = RateLimiter("task split listing", SPLIT_LISTINGS_PER_MINUTE)
+        self._dry_run_calls = build(DRY_RUN_CALLS)
+        self._split_calls = build(SPLIT_CALLS)  # the Train form asks each time the environment field changes
         # Space-wide, beside the per-user limits: work one process can hold at once (settings read at start).
-        self._dry_runs = InFlight(
-            "dry run", 1, int_setting("STUDIO_MAX_DRY_RUNS", DEFAULT_MAX_DRY_RUNS), "STUDIO_MAX_DRY_RUNS"
-        )
-        self._dry_run_time = TimeLimit(
-            "dry run",
-            DRY_RUN_TIME_LIMIT_S,
-            workers=self._dry_runs.total,  # each dry run let in has its own thread: a slow server holds only its own
-            advice="lower environment.max_tool_calling_iterations or "
-            "rollout.max_completion_length, or try a smaller model",
-        )
+        self._dry_runs = build(DRY_RUNS)
+        self._dry_run_time = build(DRY_RUN_TIME)  # a thread per dry run let in: a slow server holds only its own
 
     def close(self) -> None:
         """Stop the dry runs' pool (the facade is closing)."""

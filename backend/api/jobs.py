@@ -14,6 +14,7 @@ from typing import Any
 
 from backend.api.common import SQLITE_MAX_INT, MetricsPage, Submitted, whole_number
 from backend.api.core import StudioCore, hub_token
+from backend.api.guards import ENVIRONMENT_CHECKS, build
 from backend.core.hub_names import BUILTIN_PREFIX
 from backend.core.spec import JobSpec, SpecError, load_spec_text
 from backend.core.users import User
@@ -25,17 +26,12 @@ from backend.jobs.records import RESUMABLE_STATUSES, JobRecord, JobStatus, stora
 from backend.jobs.scheduler import default_max_concurrent
 from backend.jobs.store_errors import InvalidTransition, JobNotFound
 from backend.platform.hardware import detect_device
-from backend.platform.limits import InFlight, int_setting
 from backend.platform.once import OnceWithin
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
 from backend.training.process_limit import process_ceiling_problems
 from backend.training.reward_checks import flat_group_warnings
 from backend.training.reward_models import reward_model_sources
 
-# Remote environments' pre-flights (submit and Check) at once: per user, and on the whole Space (at most half of
-# Gradio's 8 slots of an event, so others always find one free).
-ENVIRONMENT_CHECKS_PER_USER = 2
-DEFAULT_MAX_ENVIRONMENT_CHECKS = 4
 # A user's second submit of the same spec within this many seconds of the first's answer (a double click, a retried
 # request) is answered with the first job, and nothing new is queued.
 SUBMIT_ONCE_WINDOW_S = 10.0
@@ -83,12 +79,7 @@ class JobOperations:
         self.core = core
         # A remote environment's pre-flight talks to a stranger's server: a few at once per user and on the Space,
         # so slow servers hold only a few of Gradio's submit slots and never anyone else's.
-        self._environment_checks = InFlight(
-            "environment checks",
-            ENVIRONMENT_CHECKS_PER_USER,
-            int_setting("STUDIO_MAX_ENVIRONMENT_CHECKS", DEFAULT_MAX_ENVIRONMENT_CHECKS),
-            "STUDIO_MAX_ENVIRONMENT_CHECKS",
-        )
+        self._environment_checks = build(ENVIRONMENT_CHECKS)
         # In memory, not in the store: the window is seconds, one process serves the UI and the API, and a restart
         # forgets only what would have expired anyway; no column to migrate, and a repeat is answered before any
         # pre-flight work. An identical submit that arrives while the first is checked is refused at once

@@ -24,10 +24,9 @@ from backend.core.hub_names import BUILTIN_MODELS, hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, online_methods, quote_input
 from backend.jobs.records import is_job_id
 from backend.platform.child_env import child_environment, run_json_child
-from backend.platform.hardware import memory_room
 from backend.platform.hub_models import HubUnanswered, ModelNotOnHub, weights_bytes
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
-from backend.platform.limits import InFlight, int_setting
+from backend.platform.limits import int_setting
 from backend.platform.resource_errors import looks_like_oom
 from backend.training.memory import format_bytes
 from backend.training.reward_models import RewardModelSource
@@ -44,11 +43,6 @@ ANSWERS = ("ok", "refused", "skipped", "failed")
 
 # What a check's interpreter holds before it loads anything (torch and transformers imported).
 CHECK_INTERPRETER_BYTES = 768 * 2**20
-# Checks that load a user's models at once: one per user, and on the whole Space as many as its memory holds (at
-# most this many) unless STUDIO_MAX_MODEL_CHECKS says.
-MODEL_CHECKS_PER_USER = 1
-MAX_MODEL_CHECKS = 2
-MODEL_CHECKS_SETTING = "STUDIO_MAX_MODEL_CHECKS"
 
 
 def check_memory_bytes() -> int:
@@ -59,21 +53,6 @@ def check_memory_bytes() -> int:
 def check_seconds() -> int:
     """How long one check may take, downloads included (``STUDIO_MODEL_CHECK_SECONDS``)."""
     return int_setting("STUDIO_MODEL_CHECK_SECONDS", DEFAULT_CHECK_SECONDS, low=10)
-
-
-def model_check_slots(room: int | None = None) -> InFlight:
-    """The in-flight limit of checks that load a user's models: ``MODEL_CHECKS_PER_USER`` per user and, on the whole
-    Space, as many as the memory left at start holds (at most ``MAX_MODEL_CHECKS``, at least one).
-
-    >>> model_check_slots(room=64 * 2**30).total, model_check_slots(room=2**30).total
-    (2, 1)
-    """
-    room = memory_room() if room is None else room
-    footprint = check_memory_bytes() + CHECK_INTERPRETER_BYTES
-    fits = max(1, min(MAX_MODEL_CHECKS, room // footprint)) if room is not None else MAX_MODEL_CHECKS
-    return InFlight(
-        "reward model checks", MODEL_CHECKS_PER_USER, int_setting(MODEL_CHECKS_SETTING, fits), MODEL_CHECKS_SETTING
-    )
 
 
 # --- before anything is downloaded: the Hub's metadata ------------------------------------------------------------

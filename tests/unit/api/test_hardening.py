@@ -381,7 +381,7 @@ def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_wh
 def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stopped_waiting(data_dir, monkeypatch):
     import threading
 
-    from backend.api import common as api_module
+    from backend.api.guards import DRY_RUNS
     from backend.platform.limits import TimedOut, TimeLimit
 
     monkeypatch.setenv("STUDIO_MAX_DRY_RUNS", "1")
@@ -397,7 +397,7 @@ def test_a_dry_run_stays_counted_until_it_really_ends_even_after_its_caller_stop
         gate.set()
         wait_for(lambda: api.environments._dry_runs.in_flight() == 0, 5, what="the play to end")
         assert api.environments._held_run(api.environments._dry_runs, User("ben"), lambda: "played") == "played"
-        assert api_module.DEFAULT_MAX_DRY_RUNS == 2
+        assert DRY_RUNS.default == 2
     finally:
         gate.set()
         api.close()

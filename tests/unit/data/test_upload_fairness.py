@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
-from backend.api.datasets import upload_check_slots
+from backend.api.guards import UPLOAD_CHECKS, build
 from backend.core.users import User
 from backend.data import uploads as upload_module
 from backend.data.upload_store import size_text, upload_quota
@@ -155,10 +155,10 @@ def test_an_upload_that_would_wait_too_long_is_refused_with_a_sentence_and_keeps
 
 def test_the_space_wide_cap_comes_from_the_memory_and_a_check_over_it_waits(monkeypatch):
     gib = 2**30
-    assert upload_check_slots(room=16 * gib).total == 6  # 2.375 GiB a check: six fit in a 16 GB Space
-    assert upload_check_slots(room=1 * gib).total == 1  # at least one, however little is left
+    assert build(UPLOAD_CHECKS, room=16 * gib).total == 6  # 2.375 GiB a check: six fit in a 16 GB Space
+    assert build(UPLOAD_CHECKS, room=1 * gib).total == 1  # at least one, however little is left
     monkeypatch.setenv("STUDIO_MAX_UPLOAD_CHECKS", "3")
-    assert upload_check_slots(room=64 * gib).total == 3
+    assert build(UPLOAD_CHECKS, room=64 * gib).total == 3
     slots = InFlight("upload check", 2, 1, "STUDIO_MAX_UPLOAD_CHECKS")
     release = slots.hold("ann")
     with pytest.raises(Busy, match=r"this Space is running 1 at once after 0.2 s of waiting, the most it allows"):
