@@ -16,6 +16,7 @@ _EAGER = {
     "backend.api.studio": "StudioAPI",
     "backend.api.common": "Submitted WarmUp MetricsPage",
     "backend.api.benchmarks": "benchmark_choices",
+    "backend.api.guards": "GuardReading",
     "backend.api.catalogue": "CURATED_MODELS HF_JOB_FLAVORS DEFAULT_HF_JOB_FLAVOR REWARDS SpecField spec_field methods "
     "method_part field_methods generates environment_choices builtin_dataset_choices builtin_dataset_help Monitoring "
     "monitoring",

@@ -14,6 +14,7 @@ from backend.api.core import StudioCore
 from backend.api.datasets import DatasetOperations
 from backend.api.environments import EnvironmentOperations
 from backend.api.export import ExportOperations
+from backend.api.guards import GuardReading, guard_readings
 from backend.api.hub import HubOperations
 from backend.api.jobs import JobOperations
 from backend.api.sweeps import SweepOperations
@@ -146,6 +147,12 @@ class StudioAPI:
         jobs = self.core.paths.root / "jobs"
         exports = sum(folder_bytes(folder) for kind in ("merged", "gguf") for folder in jobs.glob(f"*/{kind}"))
         return {"export_bytes": exports, "download_bytes": folder_bytes(self.core.paths.downloads)}
+
+    def guards(self) -> list[GuardReading]:
+        """The facade's guards (backend/api/guards.py), each with its setting, its value read from the environment now
+        as the limiters read it at start, its default, what it limits, its kind and its refusal's sentences
+        (``python -m backend status``). A setting changed since this facade started applies at the next start."""
+        return guard_readings()
 
     def scheduler_health(self) -> SchedulerHealth | None:
         """The in-process scheduler's health for the header (alive, last error, failures in a row, jobs running);
