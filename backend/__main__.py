@@ -1,4 +1,4 @@
-"""``python -m backend``: the command-line entry (see backend/cli.py)."""
+"""``python -m backend``: the command-line entry (see backend/cli/)."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """The backend facade: the one door of the UI and the CLI (``StudioAPI``: ``api.jobs.submit``, ``api.chat.chat_pair``
-...), and the UI's whole vocabulary (types, enums, errors, catalogue), re-exported so ``components/`` imports nothing
-else.
+...), and the whole vocabulary of the UI and the CLI (types, enums, errors, catalogue), re-exported so ``components/``
+and ``backend/cli/`` import nothing else.
 
 ``StudioAPI`` (``studio``) is composed of parts by concern over one core (``core``): ``jobs``, ``datasets``,
 ``environments``, ``chat``, ``arena``, ``hub``, ``benchmarks``, ``export``. Each exported name is written once, in
@@ -20,18 +20,22 @@ _EAGER = {
     "backend.api.catalogue": "CURATED_MODELS HF_JOB_FLAVORS DEFAULT_HF_JOB_FLAVOR REWARDS SpecField spec_field methods "
     "method_part field_methods generates environment_choices builtin_dataset_choices builtin_dataset_help Monitoring "
     "monitoring",
-    "backend.core.artifacts": "LearningVerdict SignalWatch BenchmarkReport",
+    "backend.core.artifacts": "LearningVerdict SignalWatch BenchmarkReport JobArtifacts",
     "backend.core.benchmarks": "benchmark_compare_rows=compare_rows",
+    "backend.core.forecasts": "FORECAST_NO_SIGNAL=NO_SIGNAL",
     "backend.core.learning": "verdict_metric_line status_text drift_text",
     "backend.core.run_warnings": "judge_warnings",
-    "backend.core.spec": "JobSpec Method RewardSpec SpecError load_spec_text GGUF_TYPES EXPORT_FORMATS",
+    "backend.core.spec": "JobSpec Method RewardSpec SpecError load_spec_text with_settings GGUF_TYPES EXPORT_FORMATS",
     "backend.core.users": "User hub_user local_user",
     "backend.core.wording": "progress_text EVALUATING counted",
     "backend.data.upload_store": "StoredUpload UploadShelf",
+    "backend.environments.connection": "EnvironmentUnavailable",
+    "backend.environments.launcher": "EnvironmentStartError",
     "backend.jobs.scheduler": "SchedulerHealth",
     "backend.jobs.records": "JobRecord JobStatus",
     "backend.jobs.store_errors": "JobNotFound InvalidTransition StoreError ExportBusy",
-    "backend.jobs.sweeps": "SweepReport",
+    "backend.jobs.sweep_search": "SEARCHES",
+    "backend.jobs.sweeps": "SweepReport OBJECTIVES_HELP",
     "backend.models.demo": "DEMO_MODEL_ID DEMO_MODEL_NOTE is_demo_model ARITH_MODEL_ID demo_model_note demo_recipe",
     "backend.platform.hardware": "detect_device",
     "backend.platform.hub_status": "hub_status",
@@ -69,8 +73,8 @@ globals().update(
     {name: getattr(importlib.import_module(module), attribute) for name, (module, attribute) in _names(_EAGER).items()}
 )
 
-# The UI's vocabulary: components/ import these from here and nothing from other backend modules
-# (tests/unit/api/test_facade.py).
+# The UI's and the CLI's vocabulary: components/ and backend/cli/ import these from here and nothing from other
+# backend modules (tests/unit/repo/test_layers.py).
 __all__ = [*_names(_EAGER), *_LAZY_EXPORTS]
 
 

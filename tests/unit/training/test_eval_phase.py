@@ -187,7 +187,7 @@ def test_evaluation_reports_its_rows_and_logs_one_short_line(paths, store, caplo
 
 
 def test_submit_wait_bar_says_evaluating(store, capsys, monkeypatch):
-    from backend import cli
+    from backend.cli import records
 
     job = store.add(parse_spec(tiny_spec()))
     store.claim_next()
@@ -195,6 +195,8 @@ def test_submit_wait_bar_says_evaluating(store, capsys, monkeypatch):
     evaluating = store.get(job.id)
     store.finish(job.id, JobStatus.succeeded)
     answers = iter([evaluating, store.get(job.id)])
-    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
-    cli._wait(SimpleNamespace(jobs=SimpleNamespace(get_job=lambda job_id: next(answers))), job.id, quiet=False)
+    monkeypatch.setattr(records.time, "sleep", lambda s: None)
+    records.wait_for_job(
+        SimpleNamespace(jobs=SimpleNamespace(get_job=lambda job_id: next(answers))), job.id, quiet=False
+    )
     assert "evaluating: 64 / 256 rows (base and tuned)" in capsys.readouterr().err

@@ -3,19 +3,18 @@ say what it made; exit 1 when it failed or its push did."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
 import time
 from typing import Any
 
-from backend.api import GGUF_TYPES, StudioAPI
-from backend.jobs.records import JobRecord, JobStatus
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from backend.api import GGUF_TYPES, JobRecord, JobStatus, StudioAPI
+from backend.cli.common import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE
 
 
-def _format(args) -> str | None:
+def _format(args: argparse.Namespace) -> str | None:
     """The one format asked (merged, gguf, adapter), or None when none or several were."""
     asked = [name for name, on in (("merged", args.merged), ("gguf", args.gguf), ("adapter", args.adapter)) if on]
     return asked[0] if len(asked) == 1 else None
@@ -42,7 +41,7 @@ def _follow(api: StudioAPI, export_id: str, quiet: bool) -> JobRecord:
         raise SystemExit(130) from None
 
 
-def cmd_export(api: StudioAPI, args) -> int:
+def cmd_export(api: StudioAPI, args: argparse.Namespace) -> int:
     """``export``: queue the export, wait for it (unless ``--no-wait``) and print what it made."""
     format = _format(args)
     if format is None:
@@ -68,16 +67,16 @@ def cmd_export(api: StudioAPI, args) -> int:
         print(
             f"error: export {done.id} {done.status.value}: {done.error or done.artifacts.cancel_note}", file=sys.stderr
         )
-        return EXIT_FAILED
+        return EXIT_JOB_FAILED
     if format == "adapter" and args.out and outcome.download:  # the zip, where the person at this machine asked
         shutil.copyfile(outcome.download, args.out)
         outcome = outcome.model_copy(update={"download": args.out})
     record: dict[str, Any] = {"export_id": done.id, **outcome.model_dump(mode="json")}
     print(json.dumps(record, indent=2) if args.json else outcome.sentence)
-    return EXIT_FAILED if outcome.push_error else EXIT_OK
+    return EXIT_JOB_FAILED if outcome.push_error else EXIT_OK
 
 
-def add_export_command(sub: Any) -> None:
+def add_export(sub: Any) -> None:
     """The ``export`` subcommand on the CLI's subparsers."""
     p = sub.add_parser(
         "export",

@@ -4,26 +4,27 @@ exit 1 when the forecast job failed, 3 when it forecast no signal."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Any
 
-from backend.api import StudioAPI
-from backend.core.forecasts import NO_SIGNAL
-from backend.core.spec import with_settings
-from backend.jobs.records import JobStatus
+from backend.api import FORECAST_NO_SIGNAL, JobStatus, StudioAPI
+from backend.cli.common import EXIT_JOB_FAILED, EXIT_OK, spec_from_args
+from backend.cli.records import wait_for_job
 
-EXIT_OK, EXIT_FAILED, EXIT_NO_SIGNAL = 0, 1, 3
+EXIT_NO_SIGNAL = 3
 
 
-def cmd_forecast(api: StudioAPI, args, load_spec_file, wait) -> int:
+def cmd_forecast(api: StudioAPI, args: argparse.Namespace) -> int:
     """``forecast``: queue the spec's forecast, wait for it and print it (``--json``: the job's record)."""
-    submitted = api.jobs.forecast(with_settings(load_spec_file(args.spec_file), args.set), prompts=args.prompts)
+    submitted = api.jobs.forecast(spec_from_args(args), prompts=args.prompts)
     for warning in submitted.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     job_id = submitted.job.id
     if not args.json:
         print(f"queued forecast {job_id}; waiting for it (Ctrl-C stops waiting, not the job)", file=sys.stderr)
-    job = wait(api, job_id, quiet=True)
+    job = wait_for_job(api, job_id, quiet=True)
     forecast = job.artifacts.forecast
     if args.json:
         record = {"id": job.id, "status": job.status.value, "error": job.error}
@@ -37,12 +38,12 @@ def cmd_forecast(api: StudioAPI, args, load_spec_file, wait) -> int:
     else:
         print(f"{job.id} {job.status.value}: {job.error or 'no forecast was recorded'}", file=sys.stderr)
     if job.status is not JobStatus.succeeded or forecast is None:
-        return EXIT_FAILED
-    return EXIT_NO_SIGNAL if forecast.forecast == NO_SIGNAL else EXIT_OK
+        return EXIT_JOB_FAILED
+    return EXIT_NO_SIGNAL if forecast.forecast == FORECAST_NO_SIGNAL else EXIT_OK
 
 
-def add_forecast_command(sub, load_spec_file, wait) -> None:
-    """Register ``forecast`` on the CLI's subparsers (``load_spec_file`` and ``wait`` are the CLI's own helpers)."""
+def add_forecast(sub: Any) -> None:
+    """The ``forecast`` subcommand on the CLI's subparsers."""
     p = sub.add_parser(
         "forecast",
         help="will this rollout job (GRPO, RLOO) learn? play a few prompts of the starting model first; exit 3 on "
@@ -52,4 +53,4 @@ def add_forecast_command(sub, load_spec_file, wait) -> None:
     p.add_argument("--prompts", type=int, default=None, help="prompts to play (default: the spec's forecast.prompts)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="a setting over the file's")
-    p.set_defaults(func=lambda api, args: cmd_forecast(api, args, load_spec_file, wait))
+    p.set_defaults(func=cmd_forecast)

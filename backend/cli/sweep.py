@@ -1,5 +1,5 @@
 """The command line's sweeps: ``sweep SPEC --vary PATH=V1,V2 ...`` queues one, ``sweep-show ID`` reads it (``--wait``
-follows it to the end), ``sweep-cancel ID`` stops it with its children. ``backend/cli.py`` registers them."""
+follows it to the end), ``sweep-cancel ID`` stops it with its children."""
 
 from __future__ import annotations
 
@@ -7,14 +7,11 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from backend.api import StudioAPI
-from backend.jobs.sweep_search import SEARCHES
-from backend.jobs.sweeps import OBJECTIVES_HELP, SweepReport
+from backend.api import OBJECTIVES_HELP, SEARCHES, StudioAPI, SweepReport
+from backend.cli.common import EXIT_JOB_FAILED, EXIT_OK, spec_from_args
 
-EXIT_OK, EXIT_JOB_FAILED = 0, 1  # as backend/cli.py's
 POLL_S = 1.0
 
 
@@ -68,7 +65,7 @@ def _follow(api: StudioAPI, sweep_id: str, quiet: bool) -> SweepReport:
         raise SystemExit(130) from None
 
 
-def _finish(api: StudioAPI, report: SweepReport, args) -> int:
+def _finish(api: StudioAPI, report: SweepReport, args: argparse.Namespace) -> int:
     if args.wait:
         report = _follow(api, report.sweep.id, quiet=args.json)
     if args.json:
@@ -80,28 +77,30 @@ def _finish(api: StudioAPI, report: SweepReport, args) -> int:
     return EXIT_OK
 
 
-def cmd_sweep(api: StudioAPI, args, spec: dict[str, Any]) -> int:
+def cmd_sweep(api: StudioAPI, args: argparse.Namespace) -> int:
     """``sweep``: queue the spec once per point of the varied fields; ``--wait`` follows every child to the end."""
-    submitted = api.sweeps.submit(spec, args.vary, args.search, args.trials, args.objective)
+    if args.search is None:
+        args.search = "random" if args.trials is not None else "grid"
+    submitted = api.sweeps.submit(spec_from_args(args), args.vary, args.search, args.trials, args.objective)
     for warning in submitted.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return _finish(api, submitted.report, args)
 
 
-def cmd_sweep_show(api: StudioAPI, args) -> int:
+def cmd_sweep_show(api: StudioAPI, args: argparse.Namespace) -> int:
     """``sweep-show``: a sweep's children with their verdicts and scores, and its best."""
     return _finish(api, api.sweeps.get(args.sweep_id), args)
 
 
-def cmd_sweep_cancel(api: StudioAPI, args) -> int:
+def cmd_sweep_cancel(api: StudioAPI, args: argparse.Namespace) -> int:
     """``sweep-cancel``: cancel a sweep; its queued children are cancelled and its running ones stopped."""
     report = api.sweeps.cancel(args.sweep_id)
     print(f"cancelled sweep {args.sweep_id} ({len(report.children)} children)")
     return EXIT_OK
 
 
-def add_sweep_commands(sub: Any, load_spec: Callable[[argparse.Namespace], dict[str, Any]]) -> None:
-    """Register ``sweep``, ``sweep-show`` and ``sweep-cancel``; ``load_spec`` reads the spec file with its ``--set``."""
+def add_sweep(sub: Any) -> None:
+    """The ``sweep`` subcommand on the CLI's subparsers."""
     p = sub.add_parser("sweep", help="queue a spec several times with fields varied (a grid, a random sample, TPE)")
     p.add_argument("spec_file")
     p.add_argument(
@@ -118,18 +117,20 @@ def add_sweep_commands(sub: Any, load_spec: Callable[[argparse.Namespace], dict[
     p.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="a setting over the file's")
     p.add_argument("--wait", action="store_true", help="wait for every child; exit 1 unless the sweep succeeds")
     p.add_argument("--json", action="store_true", help="print {sweep, children, best} as JSON")
+    p.set_defaults(func=cmd_sweep)
 
-    def run(api: StudioAPI, args) -> int:
-        if args.search is None:
-            args.search = "random" if args.trials is not None else "grid"
-        return cmd_sweep(api, args, load_spec(args))
 
-    p.set_defaults(func=run)
+def add_sweep_show(sub: Any) -> None:
+    """The ``sweep-show`` subcommand on the CLI's subparsers."""
     p = sub.add_parser("sweep-show", help="show a sweep: its children, their verdicts and the best")
     p.add_argument("sweep_id")
     p.add_argument("--wait", action="store_true", help="wait for every child; exit 1 unless the sweep succeeds")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep_show)
+
+
+def add_sweep_cancel(sub: Any) -> None:
+    """The ``sweep-cancel`` subcommand on the CLI's subparsers."""
     p = sub.add_parser("sweep-cancel", help="cancel a sweep and its children")
     p.add_argument("sweep_id")
     p.set_defaults(func=cmd_sweep_cancel)
