@@ -4,6 +4,7 @@ row, each setting is written once and moves its own guard only, and the readings
 from __future__ import annotations
 
 import ast
+import json
 
 import pytest
 
@@ -153,3 +154,20 @@ def test_each_reading_quotes_what_the_limiter_built_from_its_row_says_at_its_lim
         else:
             assert reading.refusals == (f"{guard.what}: it did not finish within {reading.value:g} s; {guard.advice}",)
             limiter.close()
+
+
+def test_the_status_command_lists_every_guard_with_its_value_now(data_dir, unset, capsys):
+    """``python -m backend status`` (and ``--json``): each guard once, a setting changed in the environment shown with
+    its new value."""
+    from backend.cli import main
+
+    unset.setenv("STUDIO_MAX_ARENA_PLAYS", "5")
+    assert main(["status"]) == 0
+    printed = capsys.readouterr().out
+    listed = printed.split("Guards", 1)[1].splitlines()[1:]
+    assert len(listed) == len(GUARDS)
+    assert "  STUDIO_MAX_ARENA_PLAYS = 5: " in printed and "  STUDIO_MAX_DRY_RUNS = 2: " in printed
+    assert main(["status", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["guards"]
+    assert [g["key"] for g in shown] == [g.key for g in GUARDS]
+    assert {g["setting"]: g["value"] for g in shown if g["setting"]}["STUDIO_MAX_ARENA_PLAYS"] == 5
