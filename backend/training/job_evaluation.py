@@ -97,11 +97,13 @@ def run_environment_evaluation(
     parent_adapter: Path | None = None,
     callback=None,
     rows_held_out: bool = False,
+    held_out_played: list | None = None,
 ) -> dict:
     """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
     episodes: the environment's test split where it has one (``reset(split="test", index=i)``), else ``rows``
     (held out from training or not, as ``rows_held_out`` says); the result says which, and which tasks. The job's
-    progress says the episodes played so far (through ``callback``)."""
+    progress says the episodes played so far (through ``callback``); ``held_out_played`` is given the rows played
+    when they were held out (the drift answers their prompts where the dataset held none out)."""
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import concurrent_episodes
     from backend.environments.tasks import evaluation_episodes
@@ -124,6 +126,8 @@ def run_environment_evaluation(
             environment.url, rows, episodes, rows_held_out, timeout_s=min(spec.environment.timeout_s, 30.0)
         )
         log.info("the evaluation episodes are the %s (split %s)", source.episodes, source.split or "none")
+        if held_out_played is not None and source.held_out:
+            held_out_played.extend(source.rows)
         result = success_rates(
             trainer.model,
             trainer.processing_class,
@@ -200,6 +204,7 @@ def evaluate_trained(
     from backend.training.benchmark_jobs import benchmark_trained
 
     evaluation = environment_evaluation = None
+    test_tasks: list = []  # the environment's held-out tasks the evaluation played, where it had a test split
     if held_out is not None and (environment is None or spec.rollout.rewards):
         evaluation = run_evaluation(trainer, spec, held_out, paths, job_id, parent_adapter, callback)
         store.merge_artifacts(job_id, evaluation=without_rows(evaluation))
@@ -216,16 +221,18 @@ def evaluate_trained(
             parent_adapter,
             callback,
             rows_held_out=held_out is not None,
+            held_out_played=test_tasks,
         )
         store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
-    drift = run_drift(trainer, spec, held_out, environment, parent_adapter)
+    drift = run_drift(trainer, spec, held_out if held_out is not None else test_tasks, environment, parent_adapter)
     benchmarks = benchmark_trained(trainer, spec, paths, job_id, store, parent_adapter) if main_rank() else None
     record_learning(store, job_id, spec, evaluation, environment_evaluation, benchmarks, drift)
 
 
 def run_drift(trainer, spec: JobSpec, held_out, environment, parent_adapter: Path | None) -> DriftCheck | None:
-    """The tuned model's drift from where it started on the held-out prompts (an environment job's shown its tools);
-    a drift that cannot be measured is logged, never a failed job (None)."""
+    """The tuned model's drift from where it started on the held-out prompts (the dataset's held-out rows, or the
+    environment's test tasks; an environment job's shown its tools); a drift that cannot be measured is logged,
+    never a failed job (None)."""
     from backend.training.drift import drift_check, environment_tool_schemas
     from backend.training.evaluation import START_ADAPTER, load_start_adapter
 

@@ -80,6 +80,8 @@ def test_a_url_environment_with_a_test_split_is_evaluated_on_it(paths, store, tm
     assert calls.index(evaluated[0]) > calls.index(trained[-1]), "the test split is played after training only"
     learning = done.artifacts.learning
     assert learning is not None and "held-out 'test' split" in learning.sentence, learning
+    # The dataset held no rows out: the drift answers the test tasks' prompts instead of going unmeasured.
+    assert learning.drift is not None and learning.drift.mean is not None and learning.drift.rows >= 1, learning.drift
 
 
 def test_a_url_environment_without_splits_gets_a_verdict_saying_its_episodes_were_not_held_out(paths, store, tmp_path):
