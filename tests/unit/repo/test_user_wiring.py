@@ -57,7 +57,7 @@ def test_no_ui_handler_takes_the_profile_or_resolves_the_user_itself():
 def test_the_walk_finds_annotated_parameters_and_resolvers_in_nested_functions(tmp_path):
     (tmp_path / "components").mkdir()
     source = tmp_path / "components" / "tab.py"
-    source.write_text('''
+    source.write_text("""
 import gradio as gr
 from typing import Optional
 
@@ -75,7 +75,7 @@ def build(api):
 
 def optional(api, profile: Optional[gr.OAuthProfile]):
     return user_from(profile)
-''')
+""")
     assert own_ways_in(source, tmp_path) == [
         "components/tab.py:5 handler(profile: gr.OAuthProfile | None)",
         "components/tab.py:9 inner(token: 'gr.OAuthToken | None')",
