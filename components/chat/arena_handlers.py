@@ -19,7 +19,7 @@ from components.chat.arena_views import pair_note, table_rows, transcript_html
 from components.chat.views import SIDES
 from components.deep_links import landing, linked_episode
 from components.job_pickers import finished_job_choices, job_choice_id
-from components.session import as_user, require_user, user_from
+from components.session import as_user
 from components.wiring import bind
 
 TUNED_TITLE = "Tuned: this job's adapter"
@@ -52,11 +52,20 @@ def on_job(api: StudioAPI, user, job_choice):
 
 
 def play(
-    api: StudioAPI, job_choice, base, sampling_mode, first_row, first_message, episodes, request_profile, source=None
+    api: StudioAPI,
+    user,
+    job_choice,
+    base,
+    sampling_mode,
+    first_row,
+    first_message,
+    episodes=1,
+    source="rows",
 ):
     """Both sides play ``episodes`` episodes, streamed: what ``ArenaLayout.played`` shows after each turn; from the
-    job's evaluation rows, or (``source`` "test") from the environment's held-out test tasks."""
-    user = require_user(request_profile)
+    job's evaluation rows, or (``source`` "test") from the environment's held-out test tasks. One episode per side
+    (Play, which leaves ``episodes`` out) takes the first message, if given, in place of the row's prompt; Play N
+    plays ``episodes`` seeded episodes per side into the table."""
     job_id = job_choice_id(job_choice)
     if not job_id:
         raise gr.Error("Pick a finished job first.")
@@ -92,35 +101,6 @@ def play(
         raise gr.Error(str(exc)) from None
 
 
-def play_single(
-    api: StudioAPI,
-    job_choice,
-    base,
-    sampling_mode,
-    first_row,
-    first_message,
-    source="rows",
-    profile: gr.OAuthProfile | None = None,
-):
-    """One episode per side (the first message, if given, replaces the row's prompt)."""
-    yield from play(api, job_choice, base, sampling_mode, first_row, first_message, 1, profile, source)
-
-
-def play_n(
-    api: StudioAPI,
-    job_choice,
-    base,
-    sampling_mode,
-    first_row,
-    first_message,
-    episodes,
-    source="rows",
-    profile: gr.OAuthProfile | None = None,
-):
-    """``episodes`` seeded episodes per side, into the table."""
-    yield from play(api, job_choice, base, sampling_mode, first_row, first_message, episodes, profile, source)
-
-
 def open_row(played, job_choice, event: gr.SelectData):
     """A click on a table row opens its pair's two transcripts."""
     index = event.index[0] if isinstance(event.index, (list, tuple)) else event.index
@@ -135,9 +115,8 @@ def open_row(played, job_choice, event: gr.SelectData):
     )
 
 
-def record(api: StudioAPI, side: str, job_choice, episode, profile: gr.OAuthProfile | None = None):
+def record(api: StudioAPI, side: str, user, job_choice, episode):
     """Keep the shown pair as a DPO row: the side that played better is chosen, with both whole episodes."""
-    user = require_user(profile)
     job_id = job_choice_id(job_choice)
     if not job_id or not episode:
         return (
@@ -156,14 +135,13 @@ def record(api: StudioAPI, side: str, job_choice, episode, profile: gr.OAuthProf
     return said, gr.update(value=str(path), interactive=True)
 
 
-def open_link(api: StudioAPI, request: gr.Request, profile: gr.OAuthProfile | None = None):
+def open_link(api: StudioAPI, user, request: gr.Request):
     """``?job=<id>&episode=<n>``: the kept pair, read-only, for its owner; anyone else is told it is not theirs."""
     params = dict(request.query_params) if request is not None else {}
     _, job_id = landing(params)
     episode = linked_episode(params)
     if not job_id or episode is None:
         return [gr.skip()] * 9
-    user = user_from(profile)
     try:
         if user is None:
             raise JobNotFound(job_id)
@@ -193,18 +171,31 @@ def wire(api: StudioAPI, h: ArenaLayout, job: gr.Dropdown) -> None:
         as_user(bind(on_job, api), signed_in=False), job, [h.panel, h.info, h.base_choice, h.source], api_name=False
     )
     play_inputs = [job, h.base_choice, h.sampling, h.row, h.first]
-    # Bound, then wrapped: on ZeroGPU a play borrows a GPU (the facade stays in this process).
-    one, many = gpu_task(duration=300)(bind(play_single, api)), gpu_task(duration=600)(bind(play_n, api))
-    h.play_one.click(one, [*play_inputs, h.source], h.played, api_name="arena_play", concurrency_limit=None)
+    # One handler, two endpoints: Play leaves ``episodes`` out (its default, one), Play N gives it before the source.
+    # Wrapped last: on ZeroGPU a play borrows a GPU (the facade stays in this process).
+    played = as_user(bind(play, api))
+    common = {"outputs": h.played, "inputs_kwargs": {"source": h.source}, "concurrency_limit": None}
+    h.play_one.click(
+        gpu_task(duration=300)(played),
+        play_inputs,
+        api_name="arena_play",
+        api_description="One episode per side (the first message, if given, replaces the row's prompt).",
+        **common,
+    )
     h.play_many.click(
-        many, [*play_inputs, h.count, h.source], h.played, api_name="arena_play_n", concurrency_limit=None
+        gpu_task(duration=600)(played),
+        [*play_inputs, h.count],
+        api_name="arena_play_n",
+        api_description="``episodes`` seeded episodes per side, into the table.",
+        **common,
     )
     h.table.select(open_row, [h.pairs, job], [*h.panes.values(), h.shown, h.current], api_name=False)
     for side in SIDES:
         h.better[side].click(
-            bind(record, api, side), [job, h.current], [h.judged, h.export], api_name=f"arena_prefer_{side}"
+            as_user(bind(record, api, side)), [job, h.current], [h.judged, h.export], api_name=f"arena_prefer_{side}"
         )
-    gr.on(None, bind(open_link, api), None, [h.panel, job, *h.played], api_name=False)
+    opened = as_user(bind(open_link, api), signed_in=False)
+    gr.on(None, opened, None, [h.panel, job, *h.played], api_name=False)
 
 
 def _whole(value: Any, label: str) -> int:

@@ -17,15 +17,15 @@ from components.chat import views
 from components.chat.layout import EXPORT_IDS, ChatLayout
 from components.chat.views import SIDES
 from components.job_pickers import finished_job_choices, job_choice_id
-from components.session import as_user, require_user, user_from
+from components.session import as_user
 from components.wiring import bind
 
 EXPORT_FORMATS = {"dpo": "export_preferences", "kto": "export_thumbs"}  # format -> the API name of its file event
 
 
-def jobs(api: StudioAPI, profile: gr.OAuthProfile | None = None) -> list[str]:
+def jobs(api: StudioAPI, user) -> list[str]:
     """Finished jobs the user can chat with, as ``<id> · <method> · <name>``."""
-    return finished_job_choices(api, user_from(profile), generates=True)
+    return finished_job_choices(api, user, generates=True)
 
 
 def refresh_choices(api: StudioAPI, user):
@@ -79,6 +79,7 @@ def on_job_tools(api: StudioAPI, user, job_choice):
 
 def stream(
     api: StudioAPI,
+    user,
     job_choice,
     text,
     base_hist,
@@ -89,10 +90,8 @@ def stream(
     seed_value,
     sides_kept,
     chat_mode="compare",
-    profile: gr.OAuthProfile | None = None,
 ):
     """Both sides' answers to ``text``, streamed: (base chat, tuned chat, the emptied message box, kept histories)."""
-    user = require_user(profile)
     job_id = job_choice_id(job_choice)
     if not job_id:
         raise gr.Error("Pick a finished job first.")
@@ -136,6 +135,7 @@ def stream(
 
 def regenerate_turn(
     answer,
+    user,
     job_choice,
     base_hist,
     tuned_hist,
@@ -145,7 +145,6 @@ def regenerate_turn(
     seed_value,
     sides_kept,
     chat_mode="compare",
-    profile: gr.OAuthProfile | None = None,
 ):
     """The last exchange asked again (by ``answer``, the bound ``stream``), with a new seed (so a sampled answer
     changes; greedy ones stay the same)."""
@@ -157,6 +156,7 @@ def regenerate_turn(
         side: views.before_last_question(views.kept_or_shown(shown[side], sides_kept.get(side))) for side in SIDES
     }
     yield from answer(
+        user,
         job_choice,
         text,
         views.before_last_question(base_hist),
@@ -167,7 +167,6 @@ def regenerate_turn(
         int(seed_value or 0) + 1,
         kept_prev,
         chat_mode,
-        profile=profile,
     )
 
 
@@ -222,18 +221,8 @@ def run_tool_calls(api: StudioAPI, user, job_choice, which, base_hist, tuned_his
     return shown["base"], shown["tuned"], now, " ".join(notes + problems)
 
 
-def record_preference(
-    api: StudioAPI,
-    side: str,
-    job_choice,
-    base_hist,
-    tuned_hist,
-    system_prompt,
-    sides_kept,
-    profile: gr.OAuthProfile | None = None,
-):
+def record_preference(api: StudioAPI, side: str, user, job_choice, base_hist, tuned_hist, system_prompt, sides_kept):
     """``side``'s answer is the better one: a DPO row for this turn (a second pick replaces the first)."""
-    user = require_user(profile)
     log = api.chat.preference_log(user)
     sides_kept = sides_kept or {}
     try:
@@ -252,18 +241,9 @@ def record_preference(
 
 
 def record_thumb(
-    api: StudioAPI,
-    side: str,
-    label: bool,
-    job_choice,
-    base_hist,
-    tuned_hist,
-    system_prompt,
-    sides_kept,
-    profile: gr.OAuthProfile | None = None,
+    api: StudioAPI, side: str, label: bool, user, job_choice, base_hist, tuned_hist, system_prompt, sides_kept
 ):
     """A 👍/👎 on one side's last answer, kept as a KTO row; with no answer yet the note says so instead."""
-    user = require_user(profile)
     log = api.chat.thumb_log(user)
     try:
         row = log.record_turn(
@@ -284,10 +264,9 @@ def export_ready(api: StudioAPI, fmt: str, user):
     return gr.update(interactive=user is not None and bool(log.rows()))
 
 
-def export_now(api: StudioAPI, fmt: str, profile: gr.OAuthProfile | None = None):
+def export_now(api: StudioAPI, fmt: str, user):
     """The user's picks (DPO) or thumbs (KTO) as a .jsonl (for scripts; the buttons download the files kept
     ready)."""
-    user = require_user(profile)
     try:
         return str(api.chat.export_preferences(user, fmt))
     except ValueError as exc:
@@ -326,7 +305,7 @@ def on_mode(h: ChatLayout, mode):
 def wire(api: StudioAPI, h: ChatLayout) -> None:
     """Every event of the Chat tab."""
     h.mode.change(bind(on_mode, h), h.mode, [h.mode_info, h.temperature, h.seed], api_name=False, queue=False)
-    gr.api(bind(jobs, api), api_name="chat_jobs")
+    gr.api(as_user(bind(jobs, api), signed_in=False), api_name="chat_jobs")
     refresh = as_user(bind(refresh_choices, api), signed_in=False)
     h.refresh.click(refresh, None, h.job, api_name=False)
     h.job.focus(refresh, None, h.job, api_name=False)
@@ -337,13 +316,12 @@ def wire(api: StudioAPI, h: ChatLayout) -> None:
     h.job.change(as_user(bind(on_job_tools, api), signed_in=False), h.job, [h.tools_row, h.tools_info], api_name=False)
     settings = [h.system, h.temperature, h.max_tokens, h.seed, h.kept, h.mode]
     inputs = [h.job, h.message, *h.histories, *settings]
-    # Bound, then wrapped: on ZeroGPU the chat borrows a GPU per message (the facade stays in this process).
-    answer = gpu_task(duration=120)(bind(stream, api))
+    # Wrapped last: on ZeroGPU the chat borrows a GPU per message (the facade stays in this process).
+    answer = gpu_task(duration=120)(as_user(bind(stream, api)))
     _answering(h, h.send.click, answer, inputs, "chat_send")
     _answering(h, h.message.submit, answer, inputs, False)
-    _answering(
-        h, h.regenerate.click, bind(regenerate_turn, answer), [h.job, *h.histories, *settings], "chat_regenerate"
-    )
+    again = as_user(bind(regenerate_turn, gpu_task(duration=120)(bind(stream, api))))
+    _answering(h, h.regenerate.click, again, [h.job, *h.histories, *settings], "chat_regenerate")
     scorers = as_user(bind(reward_jobs, api), signed_in=False)
     h.score_job.focus(scorers, None, h.score_job, api_name=False)
     h.refresh.click(scorers, None, h.score_job, api_name=False)
@@ -363,15 +341,16 @@ def wire(api: StudioAPI, h: ChatLayout) -> None:
     )
     judged = [h.job, *h.histories, h.system, h.kept]
     for side in SIDES:
-        _arm(api, h, h.better[side].click, bind(record_preference, api, side), judged, "dpo", f"prefer_{side}")
+        preferred = as_user(bind(record_preference, api, side))
+        _arm(api, h, h.better[side].click, preferred, judged, "dpo", f"prefer_{side}")
     for side in SIDES:
         for label, button in ((True, h.ups[side]), (False, h.downs[side])):
             name = f"thumb_{side}_{'up' if label else 'down'}"
-            _arm(api, h, button.click, bind(record_thumb, api, side, label), judged, "kto", name)
+            _arm(api, h, button.click, as_user(bind(record_thumb, api, side, label)), judged, "kto", name)
     # For gradio_client: events whose output is a file, so the client downloads it (the buttons need no event).
     for fmt, api_name in EXPORT_FORMATS.items():
         api_export, api_file = gr.Button(visible=False), gr.File(visible=False)
-        api_export.click(bind(export_now, api, fmt), None, api_file, api_name=api_name)
+        api_export.click(as_user(bind(export_now, api, fmt)), None, api_file, api_name=api_name)
 
 
 def _answering(h: ChatLayout, trigger, handler, handler_inputs, api_name) -> None:

@@ -18,6 +18,7 @@ from backend.api import StudioAPI
 from components.jobs import handlers, layout
 from components.jobs.handlers import TrainForm, follow, pause
 from components.jobs.layout import JOBS_CSS
+from components.session import as_user
 from components.wiring import bind
 
 __all__ = ["JOBS_CSS", "JobsHandles", "build", "follow", "pause"]
@@ -43,7 +44,7 @@ def build(api: StudioAPI, train: TrainForm | None = None) -> JobsHandles:
         table=h.table,
         picker=h.picker,
         summary=h.summary,
-        refresh=bind(handlers.refresh, api, h),
+        refresh=as_user(bind(handlers.refresh, api, h), signed_in=False),
         refreshed=h.refreshed,
         timer=h.timer,
     )

@@ -15,9 +15,9 @@ from typing import Any
 
 import gradio as gr
 
-from backend.api import GGUF_TYPES, JobNotFound, JobStatus, SpecError, StudioAPI
+from backend.api import GGUF_TYPES, JobNotFound, JobStatus, SpecError, StudioAPI, User
 from components.job_pickers import job_choice_id
-from components.session import require_user, user_from
+from components.session import as_user
 from components.wiring import bind
 
 NO_SNIPPETS = "Snippets appear here once the job has succeeded with an adapter."
@@ -80,31 +80,20 @@ def _state(api: StudioAPI, job_id: str | None, user) -> list[Any]:
     return [note, download, button, gr.Timer(active=active)]
 
 
-def show(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+def show(api: StudioAPI, user: User | None, selected):
     """The picked job's snippets and its last export (progress, sentence, download), as the backend has them."""
-    user = user_from(profile)
     job_id = job_choice_id(selected)
     shown = use_markdown(api, job_id, user) if user is not None else ""
     return [shown, *_state(api, job_id, user)]
 
 
-def follow(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+def follow(api: StudioAPI, user: User | None, selected):
     """The timer's tick while an export runs: its progress, then its result and download; the snippets at its end."""
-    return show(api, selected, profile)
+    return show(api, user, selected)
 
 
-def export(
-    api: StudioAPI,
-    selected,
-    chosen,
-    to_hub,
-    repo_id,
-    is_private,
-    profile: gr.OAuthProfile | None,
-    token: gr.OAuthToken | None,
-):
+def export(api: StudioAPI, user: User, selected, chosen, to_hub, repo_id, is_private):
     """Queue an export of the picked job in the chosen format (pushed too when asked); the panel follows it."""
-    user = require_user(profile, token)
     job_id = job_choice_id(selected) or ""
     format, gguf_type = FORMATS.get(chosen, ("merged", "q8_0"))
     try:
@@ -121,13 +110,12 @@ def export(
         raise gr.Error("Pick one of your jobs first.") from None
     except SpecError as exc:  # a bad field, or ExportBusy: another export of yours is running
         raise gr.Error(" ".join(exc.problems)) from None
-    return show(api, selected, profile)
+    return show(api, user, selected)
 
 
-def archived(archive: Callable[[str, Any], Path], selected, profile: gr.OAuthProfile | None) -> Path:
+def archived(archive: Callable[[str, Any], Path], selected, user: User) -> Path:
     """``archive(job id, user)`` (a zip of the picked job's adapter) for the signed-in user, its refusals said as the
     sentence under the button."""
-    user = require_user(profile)
     try:
         return archive(job_choice_id(selected) or "", user)
     except JobNotFound:
@@ -155,10 +143,14 @@ def build(api: StudioAPI, picker: gr.Dropdown) -> ExportHandles:
     outputs = [use_this_model, note, download, export_button, timer]
     # On open: a job followed live may have finished since. (A pick fills the panel in the tab's own answer: one
     # event a pick, not one a panel; components/jobs/handlers.py, ``pick``.)
-    panel.expand(bind(show, api), picker, outputs, api_visibility="private", show_progress="hidden")
-    timer.tick(bind(follow, api), picker, outputs, api_visibility="private", show_progress="hidden")
+    panel.expand(
+        as_user(bind(show, api), signed_in=False), picker, outputs, api_visibility="private", show_progress="hidden"
+    )
+    timer.tick(
+        as_user(bind(follow, api), signed_in=False), picker, outputs, api_visibility="private", show_progress="hidden"
+    )
     export_button.click(
-        bind(export, api),
+        as_user(bind(export, api)),
         [picker, chosen, push, repo, private],
         outputs,
         api_name="export",

@@ -11,9 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from backend.api import JobNotFound, JobRecord, SpecError, StudioAPI
+from backend.api import JobNotFound, JobRecord, SpecError, StudioAPI, User
 from components.job_pickers import job_choice_id
-from components.session import require_user
 from components.train.forecast_views import offers_forecast_actions, suggested_note
 from components.train.form import spec_to_form
 from components.train.recipes import FIELDS
@@ -25,11 +24,8 @@ def button_updates(job: JobRecord | None) -> list:
     return [gr.update(visible=offered, interactive=offered) for offered in offers_forecast_actions(job)]
 
 
-def train_anyway(
-    api: StudioAPI, selected, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None
-) -> str:
+def train_anyway(api: StudioAPI, user: User, selected) -> str:
     """Queue the picked job again, to train whatever its forecast says; answered with the new job's link."""
-    user = require_user(profile, token)
     try:
         submitted = api.jobs.train_anyway(job_choice_id(selected) or "", user)
     except JobNotFound:
@@ -39,10 +35,9 @@ def train_anyway(
     return f"Training anyway, whatever the forecast says. {queued_markdown(submitted)}"
 
 
-def clone_suggested(api: StudioAPI, note, train, selected, profile: gr.OAuthProfile | None = None) -> dict[Any, Any]:
+def clone_suggested(api: StudioAPI, note, train, user: User, selected) -> dict[Any, Any]:
     """The picked job's settings with its forecast's suggested change, copied into the Train tab's form (as Clone
     does); the note says the change in the form's words, or the step to take first."""
-    user = require_user(profile)
     job_id = job_choice_id(selected) or ""
     try:
         job = api.jobs.get_job(job_id, user)

@@ -18,7 +18,7 @@ from components.job_pickers import job_choice_id
 from components.jobs import export_panel, forecast_actions, monitor, plots, sweep_panel, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
 from components.jobs.layout import RAW_LOG_LINES, REFRESH_S, JobsLayout
-from components.session import SIGN_IN_FIRST, require_user, user_from
+from components.session import SIGN_IN_FIRST, as_user
 from components.train.form import spec_to_form
 from components.train.recipes import FIELDS
 from components.wiring import bind
@@ -142,9 +142,9 @@ def listing(api: StudioAPI, user: User | None, selected) -> tuple[list[JobRecord
     return jobs, views.jobs_table(api, jobs, remote), update, picked
 
 
-def list_jobs(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+def list_jobs(api: StudioAPI, user: User | None, selected):
     """The user's jobs table and picker (the picker keeps the current choice, else picks the newest)."""
-    _, rows, picker_update, _ = listing(api, user_from(profile), selected)
+    _, rows, picker_update, _ = listing(api, user, selected)
     return rows, picker_update
 
 
@@ -164,20 +164,18 @@ def listed(api: StudioAPI, user: User | None, selected) -> tuple[list, JobRecord
     return values, picked
 
 
-def refresh(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
+def refresh(api: StudioAPI, h: JobsLayout, user: User | None, selected):
     """The whole tab, all of it sent (the page may show anything), and the digests of what it now shows."""
-    user = user_from(profile)
     values, picked = listed(api, user, selected)
     values = [*values, *detail_updates(api, h, user, picked)]
     return [*values, monitor.unchanged(values, None)[1]]
 
 
-def tick(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
+def tick(api: StudioAPI, h: JobsLayout, user: User | None, selected, seen):
     """The timer's refresh: only what changed since the page's last view. A finished job's plots, samples and log are
     not sent (nor redrawn by the browser) every 2 s, and a running job's at most every ``HEAVY_EVERY_S``, or at once
     when the job's status changed (its last samples and final curves when it ends). Until they are due they are not
     even built: reading the metrics and drawing the frames is most of a tick's work."""
-    user = user_from(profile)
     values, picked = listed(api, user, selected)
     now, state = time.monotonic(), views.heavy_state(picked)
     if seen and now - seen.get(HEAVY_AT, 0.0) < HEAVY_EVERY_S and seen.get(HEAVY_OF) == state:
@@ -199,26 +197,24 @@ def sent(h: JobsLayout, values: list, seen: dict | None, outputs: list) -> list:
     return [*(gr.skip() if kept else value for value, kept in zip(values, same)), digests]
 
 
-def open_first(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
+def open_first(api: StudioAPI, h: JobsLayout, user: User | None, selected, seen):
     """The tab opened, first part: the list and the picked job's summary, what changed since the page last drew them.
     The plots, samples and logs follow (``open_rest``): drawing them is most of a refresh's cost."""
-    user = user_from(profile)
     values, picked = listed(api, user, selected)
     light = light_updates(api, h, user, picked)
     return [*sent(h, [*values, *light], seen, [*h.everything[:6], *h.light]), follow()]
 
 
-def open_rest(api: StudioAPI, h: JobsLayout, selected, seen, profile: gr.OAuthProfile | None = None):
+def open_rest(api: StudioAPI, h: JobsLayout, user: User | None, selected, seen):
     """The tab opened, second part: the picked job's plots, samples and logs, what changed since last drawn."""
-    user = user_from(profile)
     job = _picked(api, selected, user)
     *answers, digests = sent(h, heavy_updates(api, h, user, job), seen, h.heavy)
     return [*answers, {**digests, HEAVY_AT: time.monotonic(), HEAVY_OF: views.heavy_state(job)}]
 
 
-def show_job(api: StudioAPI, h: JobsLayout, selected, profile: gr.OAuthProfile | None = None):
+def show_job(api: StudioAPI, h: JobsLayout, user: User | None, selected):
     """The picked job's detail at once (not at the next tick), in the order of ``h.detail``."""
-    return _detail_of(api, h, selected, user_from(profile))[0]
+    return _detail_of(api, h, selected, user)[0]
 
 
 def _detail_of(api: StudioAPI, h: JobsLayout, selected, user: User | None) -> tuple[list, JobRecord | None]:
@@ -230,22 +226,22 @@ def _detail_of(api: StudioAPI, h: JobsLayout, selected, user: User | None) -> tu
     return detail, job
 
 
-def pick(api: StudioAPI, h: JobsLayout, selected, seen, sweep_seen, profile: gr.OAuthProfile | None = None):
+def pick(api: StudioAPI, h: JobsLayout, user: User | None, selected, seen, sweep_seen):
     """Another job picked: everything that follows the pick in one answer (``h.picked``): its detail, the last job's
     download and action note gone, the digests of what the page now shows (so the next tick sends only what changed
     since), its sweep and its "Use this model" snippets.
 
     One event a pick, not one per panel: Gradio's page walks every output it has ever updated at each event's start
     and end (issue 47: each pick's six events cost seconds of main thread on a page used for a while)."""
-    detail, job = _detail_of(api, h, selected, user_from(profile))
+    detail, job = _detail_of(api, h, selected, user)
     _, digests = monitor.unchanged(detail, seen, (h.position[id(c)] for c in h.detail))
     return [
         *detail,
         gr.update(value=None, visible=False),
         "",
         {**digests, HEAVY_AT: time.monotonic(), HEAVY_OF: views.heavy_state(job)},
-        *sweep_panel.show(api, selected, sweep_seen, profile),
-        *export_panel.show(api, selected, profile),
+        *sweep_panel.show(api, user, selected, sweep_seen),
+        *export_panel.show(api, user, selected),
     ]
 
 
@@ -256,9 +252,8 @@ def _picked(api: StudioAPI, selected, user: User | None) -> JobRecord | None:
         return None
 
 
-def compare(api: StudioAPI, job_ids, metric, profile: gr.OAuthProfile | None = None):
+def compare(api: StudioAPI, user: User | None, job_ids, metric):
     """Overlay ``metric`` (smoothed) of the picked jobs in one plot."""
-    user = user_from(profile)
     if user is None or not job_ids:
         return gr.update(visible=False, value=""), "Pick two or more jobs to compare."
     jobs = []
@@ -280,9 +275,9 @@ def compare(api: StudioAPI, job_ids, metric, profile: gr.OAuthProfile | None = N
     )
 
 
-def prepare(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+def prepare(api: StudioAPI, user: User, selected):
     """Zip the picked job's adapter into a fresh downloads path (on click only, never in the refresh)."""
-    path = export_panel.archived(api.jobs.adapter_archive, selected, profile)
+    path = export_panel.archived(api.jobs.adapter_archive, selected, user)
     size_mb = path.stat().st_size / 1e6
     return (
         gr.update(value=str(path), visible=True),
@@ -290,9 +285,8 @@ def prepare(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
     )
 
 
-def cancel(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+def cancel(api: StudioAPI, user: User, selected):
     """Cancel the picked job: a queued one at once, a running one at its next step."""
-    user = require_user(profile)
     try:
         status = api.jobs.cancel(job_choice_id(selected) or "", user)
     except JobNotFound:
@@ -304,9 +298,8 @@ def cancel(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
     return "Asked to stop: it ends at its next training step."
 
 
-def resume(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
+def resume(api: StudioAPI, user: User, selected):
     """Queue the picked job again, from its last checkpoint."""
-    user = require_user(profile)
     try:
         job = api.jobs.resume(job_choice_id(selected) or "", user)
     except JobNotFound:
@@ -316,13 +309,10 @@ def resume(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None):
     return f"Queued again: {job.id} continues from its last checkpoint."
 
 
-def push(
-    api: StudioAPI, selected, repo, private, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None
-):
+def push(api: StudioAPI, user: User, selected, repo, private):
     """Push the picked job's adapter to the Hub in one commit."""
     from backend.api import PushError  # loads the model card's drawing code: on first use only
 
-    user = require_user(profile, token)
     try:
         result = api.hub.push_to_hub(
             job_choice_id(selected) or "", user, repo_id=(repo or "").strip() or None, private=bool(private)
@@ -334,11 +324,10 @@ def push(
     return f"Pushed to [{result.repo_id}]({result.url}) in one commit ({len(result.files)} files)."
 
 
-def refresh_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+def refresh_remote(api: StudioAPI, user: User, hf_id):
     """The user's Hugging Face Jobs, and the stage and log tail of the one named."""
     from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
 
-    user = require_user(profile, token)
     rows = views.remote_rows(api.hub.list_remote_jobs(user, refresh=True))  # the jobs table shows these stages too
     if not (hf_id or "").strip():
         return rows, "", ""
@@ -353,11 +342,10 @@ def refresh_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None
     return views.remote_rows(api.hub.list_remote_jobs(user)), status, "\n".join(lines)
 
 
-def cancel_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None, token: gr.OAuthToken | None = None):
+def cancel_remote(api: StudioAPI, user: User, hf_id):
     """Ask Hugging Face Jobs to cancel the named job."""
     from backend.api import RemoteJobError  # loads huggingface_hub's jobs client: on first use only
 
-    user = require_user(profile, token)
     try:
         api.hub.cancel_remote_job((hf_id or "").strip(), user)
     except JobNotFound:
@@ -367,9 +355,8 @@ def cancel_remote(api: StudioAPI, hf_id, profile: gr.OAuthProfile | None = None,
     return "Asked Hugging Face Jobs to cancel it; refresh to see the stage."
 
 
-def clone(api: StudioAPI, h: JobsLayout, train: TrainForm, selected, profile: gr.OAuthProfile | None = None):
+def clone(api: StudioAPI, h: JobsLayout, train: TrainForm, user: User, selected):
     """The picked job's settings copied into the Train tab's form."""
-    user = require_user(profile)
     try:
         job = api.jobs.get_job(job_choice_id(selected) or "", user)
     except JobNotFound:
@@ -381,18 +368,20 @@ def clone(api: StudioAPI, h: JobsLayout, train: TrainForm, selected, profile: gr
     }
 
 
-def clone_best(api: StudioAPI, h: JobsLayout, train: TrainForm, selected, profile: gr.OAuthProfile | None = None):
+def clone_best(api: StudioAPI, h: JobsLayout, train: TrainForm, user: User, selected):
     """The best child of the picked job's sweep cloned into the Train tab's form, as Clone does for one job."""
-    return clone(api, h, train, sweep_panel.best_job_id(api, selected, require_user(profile)), profile)
+    return clone(api, h, train, user, sweep_panel.best_job_id(api, selected, user))
 
 
 def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
-    """Every event of the Jobs tab."""
+    """Every event of the Jobs tab: a view shows a visitor (user None) nothing, an action asks them to sign in."""
     h.raw_log.expand(None, None, None, js=SCROLL_LOG_TO_END)
     _wire_compare(api, h)
     # Answered directly, not through Gradio's queue, whose round trip (and one-at-a-time default per event) was most
     # of its latency (benchmarks/latency.py). An idle page that ticked on every tab cost its browser a fifth of a core.
-    h.timer.tick(bind(tick, api, h), [h.picker, h.shown], h.refreshed, api_name="refresh_jobs", **QUIET)
+    h.timer.tick(
+        as_user(bind(tick, api, h), signed_in=False), [h.picker, h.shown], h.refreshed, api_name="refresh_jobs", **QUIET
+    )
     # The first view without waiting for a tick: when the Jobs tab is opened here, and on page load in
     # components/deep_links.py, once it has put the job the address links to (if any) in the picker.
     # Two parts, each only what changed: the summary shows at once, the plots draw after it (issue 24: the whole tab
@@ -401,9 +390,13 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
         # The timer starts in the same answer as the summary: one request on opening, not two.
         first = [*h.everything[:6], *h.light, h.shown, h.timer]
         Context.block.select(
-            bind(open_first, api, h), [h.picker, h.shown], first, api_visibility="private", **QUIET
+            as_user(bind(open_first, api, h), signed_in=False),
+            [h.picker, h.shown],
+            first,
+            api_visibility="private",
+            **QUIET,
         ).then(
-            bind(open_rest, api, h),
+            as_user(bind(open_rest, api, h), signed_in=False),
             [h.picker, h.shown],
             [*h.heavy, h.shown],
             api_visibility="private",
@@ -411,39 +404,48 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
             **QUIET,
         )
     h.picker.change(
-        bind(pick, api, h),
+        as_user(bind(pick, api, h), signed_in=False),
         [h.picker, h.shown, h.sweep.shown],
         h.picked,
         api_name="show_job",
         trigger_mode="always_last",
         **QUIET,
     )
-    h.picker.focus(bind(list_jobs, api), h.picker, [h.table, h.picker], api_name="list_jobs", queue=False)
-    h.prepare_button.click(bind(prepare, api), h.picker, [h.download, h.action_note], api_name="prepare_download")
-    again = {"api_visibility": "private", "show_progress": "hidden"}
-    h.cancel_button.click(bind(cancel, api), h.picker, h.action_note, api_name="cancel_job").then(
-        bind(refresh, api, h), h.picker, h.refreshed, **again
+    h.picker.focus(
+        as_user(bind(list_jobs, api), signed_in=False), h.picker, [h.table, h.picker], api_name="list_jobs", queue=False
     )
-    h.resume_button.click(bind(resume, api), h.picker, h.action_note, api_name="resume_job").then(
-        bind(refresh, api, h), h.picker, h.refreshed, **again
+    h.prepare_button.click(
+        as_user(bind(prepare, api)), h.picker, [h.download, h.action_note], api_name="prepare_download"
+    )
+    again = {"api_visibility": "private", "show_progress": "hidden"}
+    refreshed = as_user(bind(refresh, api, h), signed_in=False)
+    h.cancel_button.click(as_user(bind(cancel, api)), h.picker, h.action_note, api_name="cancel_job").then(
+        refreshed, h.picker, h.refreshed, **again
+    )
+    h.resume_button.click(as_user(bind(resume, api)), h.picker, h.action_note, api_name="resume_job").then(
+        refreshed, h.picker, h.refreshed, **again
     )
     h.train_anyway_button.click(
-        bind(forecast_actions.train_anyway, api), h.picker, h.action_note, api_name="train_anyway"
-    ).then(bind(refresh, api, h), h.picker, h.refreshed, **again)
-    h.push_button.click(bind(push, api), [h.picker, h.push_repo, h.push_private], h.action_note, api_name="push_to_hub")
+        as_user(bind(forecast_actions.train_anyway, api)), h.picker, h.action_note, api_name="train_anyway"
+    ).then(refreshed, h.picker, h.refreshed, **again)
+    pushed = as_user(bind(push, api))
+    h.push_button.click(pushed, [h.picker, h.push_repo, h.push_private], h.action_note, api_name="push_to_hub")
     remote_outputs = [h.remote_table, h.remote_status, h.remote_log]
-    h.remote_refresh.click(bind(refresh_remote, api), h.remote_id, remote_outputs, api_name="remote_status")
-    h.remote_cancel.click(bind(cancel_remote, api), h.remote_id, h.remote_status, api_name="cancel_remote")
+    h.remote_refresh.click(as_user(bind(refresh_remote, api)), h.remote_id, remote_outputs, api_name="remote_status")
+    h.remote_cancel.click(as_user(bind(cancel_remote, api)), h.remote_id, h.remote_status, api_name="cancel_remote")
     sweep_panel.wire(api, h.sweep, h.picker)
     if train is not None:
         h.clone_button.click(
-            bind(clone, api, h, train), h.picker, [*train.input_list(), h.action_note], api_name="clone_job"
+            as_user(bind(clone, api, h, train)), h.picker, [*train.input_list(), h.action_note], api_name="clone_job"
         )
         h.sweep.clone_best.click(
-            bind(clone_best, api, h, train), h.picker, [*train.input_list(), h.action_note], api_name="clone_best"
+            as_user(bind(clone_best, api, h, train)),
+            h.picker,
+            [*train.input_list(), h.action_note],
+            api_name="clone_best",
         )
         h.clone_suggested_button.click(
-            bind(forecast_actions.clone_suggested, api, h.action_note, train),
+            as_user(bind(forecast_actions.clone_suggested, api, h.action_note, train)),
             h.picker,
             [*train.input_list(), h.action_note],
             api_name="clone_suggested",
@@ -452,7 +454,8 @@ def wire(api: StudioAPI, h: JobsLayout, train: TrainForm | None) -> None:
 
 def _wire_compare(api: StudioAPI, h: JobsLayout) -> None:
     inputs, outputs = [h.compare_jobs, h.compare_metric], [h.compare_plot, h.compare_note]
+    compared = as_user(bind(compare, api), signed_in=False)
     for trigger in (h.compare_jobs.change, h.compare_metric.change):
         # the last selection is drawn, not dropped while the one before draws
-        trigger(bind(compare, api), inputs, outputs, api_visibility="private", trigger_mode="always_last")
-    h.compare_again.click(bind(compare, api), inputs, outputs, api_name="compare_jobs")
+        trigger(compared, inputs, outputs, api_visibility="private", trigger_mode="always_last")
+    h.compare_again.click(compared, inputs, outputs, api_name="compare_jobs")

@@ -11,7 +11,7 @@ import gradio as gr
 from backend.api import JobNotFound, SpecError, StudioAPI, SweepReport, User
 from components.job_pickers import job_choice_id
 from components.jobs import sweep_views
-from components.session import require_user, user_from
+from components.session import as_user
 from components.wiring import bind
 
 # Hidden by a class, never unmounted (visible=False): a plot unmounted while it draws threw "Cannot read properties
@@ -70,9 +70,9 @@ def picked_sweep(api: StudioAPI, selected, user: User | None) -> SweepReport | N
         return None
 
 
-def show(api: StudioAPI, selected, seen, profile: gr.OAuthProfile | None = None) -> list:
+def show(api: StudioAPI, user: User | None, selected, seen) -> list:
     """The panel for the picked job's sweep (hidden when it has none); nothing sent when it shows that already."""
-    report = picked_sweep(api, selected, user_from(profile))
+    report = picked_sweep(api, selected, user)
     now = sweep_views.digest(report)
     follow = gr.Timer(active=report is not None and not report.finished)
     if now == seen:
@@ -109,9 +109,8 @@ def best_job_id(api: StudioAPI, selected, user: User) -> str:
     return report.best.child.job_id
 
 
-def cancel(api: StudioAPI, selected, profile: gr.OAuthProfile | None = None) -> tuple[str, str]:
+def cancel(api: StudioAPI, user: User, selected) -> tuple[str, str]:
     """Cancel the picked job's sweep: its queued children at once, its running ones at their next step."""
-    user = require_user(profile)
     report = picked_sweep(api, selected, user)
     if report is None:
         raise gr.Error("Pick a job of one of your sweeps first.")
@@ -126,7 +125,8 @@ def wire(api: StudioAPI, panel: SweepHandles, picker: gr.Dropdown) -> None:
     """Followed on its own timer while it runs; Cancel the sweep. (A pick shows it in the tab's own answer, and Clone
     the best is wired by the tab's handlers, which own Clone.)"""
     quiet = {"api_visibility": "private", "queue": False, "show_progress": "hidden"}
-    panel.timer.tick(bind(show, api), [picker, panel.shown], panel.outputs, **quiet)
-    panel.cancel.click(bind(cancel, api), picker, [panel.note, panel.shown], api_name="cancel_sweep").then(
-        bind(show, api), [picker, panel.shown], panel.outputs, **quiet
+    shown = as_user(bind(show, api), signed_in=False)
+    panel.timer.tick(shown, [picker, panel.shown], panel.outputs, **quiet)
+    panel.cancel.click(as_user(bind(cancel, api)), picker, [panel.note, panel.shown], api_name="cancel_sweep").then(
+        shown, [picker, panel.shown], panel.outputs, **quiet
     )

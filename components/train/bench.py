@@ -3,10 +3,8 @@ dataset row or the picked dataset's first row."""
 
 from __future__ import annotations
 
-import gradio as gr
-
 from backend.api import SpecError, StudioAPI, generates, methods
-from components.session import require_user
+from components.session import as_user
 from components.train import views
 from components.train.fields import FormError, parse_rewards
 from components.train.form import bench_table, form_to_spec
@@ -21,6 +19,7 @@ BENCH_DATASET = ("dataset_source", "builtin_dataset", "hub_dataset", "hub_split"
 def on_bench(
     api: StudioAPI,
     ui: TrainLayout,
+    user,
     rewards_yaml,
     completions,
     row_json,
@@ -31,13 +30,10 @@ def on_bench(
     upload_id=None,
     column_map=None,
     method=None,
-    profile: gr.OAuthProfile | None = None,
-    token: gr.OAuthToken | None = None,
 ):
     """Scores per reward as a table, and a sentence: which row was scored against, or what to fix (shown next to the
     bench; an exception would leave only a bare "Error" in the table's frame). The dataset fields are optional for
     scripts (gradio_client treats a None default as optional): the form's defaults then."""
-    user = require_user(profile, token)
     dataset_args = (
         dataset_source or "builtin",
         builtin_dataset or "math-demo",
@@ -77,7 +73,7 @@ def wire(api: StudioAPI, ui: TrainLayout) -> None:
     """The reward test bench: score typed completions with the editor's rewards, against a dataset row."""
     inputs = ui.inputs
     ui.bench_button.click(
-        bind(on_bench, api, ui),
+        as_user(bind(on_bench, api, ui)),
         [inputs["rollout_rewards"], ui.bench_completions, ui.bench_row, *(inputs[name] for name in BENCH_DATASET)],
         [ui.bench_out, ui.bench_note],
         api_name="score_rewards",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from backend.api import JobNotFound, JobRecord, SpecError, StudioAPI
-from components.session import as_user, user_from
+from components.session import as_user
 from components.train import forecast_views
 from components.train.fields import FormError
 from components.train.form import form_to_spec
@@ -81,9 +81,9 @@ def show(api: StudioAPI, job_id: str | None, user) -> list:
     return drawn(job_id, job, place)
 
 
-def follow(api: StudioAPI, job_id, profile: gr.OAuthProfile | None = None):
+def follow(api: StudioAPI, user, job_id):
     """The timer's tick while the forecast is queued or running: its progress, then its answer."""
-    return show(api, job_id, user_from(profile))
+    return show(api, job_id, user)
 
 
 def start(api: StudioAPI, user, checked, *args):
@@ -121,7 +121,7 @@ def wire(api: StudioAPI, panel: ForecastHandles, checked_event, result: gr.Markd
         show_progress="hidden",
     )
     panel.timer.tick(
-        bind(follow, api),
+        as_user(bind(follow, api), signed_in=False),
         panel.job,
         panel.outputs,
         api_visibility="private",

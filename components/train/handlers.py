@@ -22,7 +22,7 @@ from backend.api import (
     load_spec_text,
 )
 from components.job_pickers import finished_job_choices, job_choice_id
-from components.session import as_user, require_user
+from components.session import as_user
 from components.train import bench, forecast_panel, splits_note, uploads_panel, views
 from components.train.fields import BASE_MODEL_HELP, SECTIONS, FormError, parse_column_map
 from components.train.form import (
@@ -221,19 +221,10 @@ def _wire_form(api: StudioAPI, ui: TrainLayout) -> None:
 
 
 # The Column mapping comes last with a None default, so scripts that send (file, method) keep working: gradio_client
-# reads optional parameters from the handler's own signature (as_user's *inputs hides them).
-def on_upload(
-    api: StudioAPI,
-    ui: TrainLayout,
-    file,
-    method,
-    column_map=None,
-    profile: gr.OAuthProfile | None = None,
-    token: gr.OAuthToken | None = None,
-):
+# reads optional parameters from the handler's own signature (as_user shows Gradio the handler's, after ``user``).
+def on_upload(api: StudioAPI, ui: TrainLayout, user, file, method, column_map=None):
     """Keep an uploaded dataset file if it reads for the method (with the Column mapping)."""
     upload_id, note, box, widget = ui.inputs["upload_id"], ui.upload_note, ui.errors["dataset"], ui.upload
-    user = require_user(profile, token)
     if file is None:
         return {upload_id: "", note: gr.update(value="", visible=False), box: "", widget: gr.update()}
     path = Path(file if isinstance(file, str) else file.name)
@@ -317,7 +308,7 @@ def _wire_upload(api: StudioAPI, ui: TrainLayout) -> None:
     _held(
         ui,
         widget.upload,
-        bind(on_upload, api, ui),
+        as_user(bind(on_upload, api, ui)),
         [widget, inputs["method"], inputs["column_map"]],
         [inputs["upload_id"], note, box, widget],
         api_name="upload_dataset",
@@ -445,9 +436,8 @@ def on_hf_jobs(api: StudioAPI, ui: TrainLayout, user, *args):
     return {ui.result: f"Sent to Hugging Face Jobs as **{hf_id}** ({flavor}). Follow it in the Jobs tab.", **boxes}
 
 
-def submit_spec(api: StudioAPI, spec_json: str, profile: gr.OAuthProfile | None = None) -> str:
+def submit_spec(api: StudioAPI, user, spec_json: str) -> str:
     """Queue a job from a JSON spec (for scripts and gradio_client); returns the job id."""
-    user = require_user(profile)
     try:
         return api.jobs.submit(load_spec_text(spec_json), user=user).job.id
     except SpecError as exc:
@@ -492,4 +482,4 @@ def _wire_actions(api: StudioAPI, ui: TrainLayout) -> None:
         [ui.result, *boxes],
         api_name="send_to_hf_jobs",
     )
-    gr.api(bind(submit_spec, api), api_name="submit_spec")
+    gr.api(as_user(bind(submit_spec, api)), api_name="submit_spec")

@@ -139,8 +139,7 @@ def test_the_ui_and_the_api_share_the_window(api):
     from components.train.handlers import submit_spec
 
     first = api.jobs.submit(tiny_spec(), user=ALICE).job.id
-    profile = type("Profile", (), {"username": "alice"})()
-    assert submit_spec(api, json.dumps(tiny_spec()), profile) == first
+    assert submit_spec(api, ALICE, json.dumps(tiny_spec())) == first
     assert len(api.jobs.list_jobs()) == 1
 
 

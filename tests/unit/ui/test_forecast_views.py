@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from backend.api import JobStatus, StudioAPI
+from backend.api import JobStatus, StudioAPI, local_user
 from backend.core.artifacts import JobArtifacts
 from backend.core.forecasts import Forecast, ForecastChange, ForecastSample
 from backend.core.spec import parse_spec
@@ -173,7 +173,7 @@ def _stored(api: StudioAPI, made: Forecast, **overrides) -> str:
 def test_clone_with_the_suggested_change_fills_the_form_with_it_and_says_it_in_the_forms_words(api):
     train = SimpleNamespace(inputs={name: name for name in FIELDS})  # each input by its field name
     job_id = _stored(api, CUT.model_copy(update={"stopped": True}))
-    filled = forecast_actions.clone_suggested(api, "note", train, job_id)
+    filled = forecast_actions.clone_suggested(api, "note", train, local_user(), job_id)
     assert filled["rollout_max_completion_length"] == 96 and filled["method"] == "grpo"
     assert filled["note"] == (
         f"Settings of {job_id} copied into the Train tab with the forecast's suggested change: raise Max completion "
@@ -181,10 +181,11 @@ def test_clone_with_the_suggested_change_fills_the_form_with_it_and_says_it_in_t
     )
     env = {"environment": {"name": "builtin:arithmetic"}, "rollout": {"num_generations": 8, "rewards": []}}
     warm = _stored(api, NEVER_CALLED, forecast={"only": True}, **env)
-    filled = forecast_actions.clone_suggested(api, "note", train, warm)
+    filled = forecast_actions.clone_suggested(api, "note", train, local_user(), warm)
     assert filled["env_name"] == "builtin:arithmetic"
     assert filled["rollout_max_completion_length"] == api.jobs.get_job(warm).spec.rollout.max_completion_length
     assert "copied into the Train tab unchanged: the forecast says to warm up first" in filled["note"]
     assert 'Use "Warm up on this environment" in the Train tab' in filled["note"]
+    learnable = _stored(api, LEARNABLE, forecast={"only": True})
     with pytest.raises(gr.Error):  # nothing to change: the button is not offered, and a script is told so
-        forecast_actions.clone_suggested(api, "note", train, _stored(api, LEARNABLE, forecast={"only": True}))
+        forecast_actions.clone_suggested(api, "note", train, local_user(), learnable)

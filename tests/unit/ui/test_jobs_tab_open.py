@@ -36,7 +36,7 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
 
         clock = [1000.0]
         monkeypatch.setattr(jobs_tab.time, "monotonic", lambda: clock[0])
-        first = tick(job.id, {})
+        first = tick(None, None, job.id, {})  # no profile or token: the local user
         seen = first[-1]
         assert first[names.index("job-plot-panel")] != gr.skip() and first[names.index("job-summary")] != gr.skip()
 
@@ -45,14 +45,14 @@ def test_a_running_jobs_plots_are_resent_at_most_every_ten_seconds_and_its_summa
         heavy_built = []
         build_heavy = jobs_tab.heavy_updates
         monkeypatch.setattr(jobs_tab, "heavy_updates", lambda *a: heavy_built.append(a) or build_heavy(*a))
-        second = tick(job.id, seen)
+        second = tick(None, None, job.id, seen)
         assert heavy_built == [], "a tick that sends no plots reads no metrics and draws no frames"
         sent = {n for n, v in zip(names, second) if not (isinstance(v, dict) and v == gr.skip())}
         assert "job-progress" in sent, f"the progress follows every tick: {sent}"
         assert not sent & {"job-plot-panel", "job-log-rows", "job-log"}, f"plots and logs resent 2 s later: {sent}"
 
         clock[0] += jobs_tab.HEAVY_EVERY_S
-        third = tick(job.id, second[-1])
+        third = tick(None, None, job.id, second[-1])
         sent = {n for n, v in zip(names, third) if not (isinstance(v, dict) and v == gr.skip())}
         assert {"job-plot-panel", "job-log-rows"} <= sent, f"the new step's plot and log row are sent 10 s on: {sent}"
     finally:
