@@ -1,7 +1,7 @@
 """Walks a job through the house: the backend files its submit and its worker enter, how often each job it names is
 read from the store, and how often its dataset is loaded, in each process.
 
-    python benchmarks/walk.py [--specs grpo-reward sft-parent distill-teacher] [--files] [--record]
+    python benchmarks/walk.py [--specs grpo-reward sft-parent distill-teacher] [--files] [--label TEXT] [--record]
 
 In a temporary data folder it stores the jobs the specs name as succeeded, without training them (a reward job's
 score-head adapter, an SFT job's LoRA adapter, each saved as the worker saves it), then walks each spec:
@@ -300,7 +300,7 @@ def walk_spec(data_dir: Path, name: str, spec: dict, named: dict[str, str]) -> d
     return {"spec": name, "submit": submit, "worker": worker}
 
 
-def describe(name: str, trip: str, figures: dict[str, Any], named: dict[str, str]) -> tuple[str, str]:
+def describe(name: str, trip: str, figures: dict[str, Any], named: dict[str, str], label: str) -> tuple[str, str]:
     """(what, figure) of one trip, for report()."""
     which = {job_id: what for what, job_id in named.items()}
     reads = [f"{which[job_id]} job read {n}x" for job_id, n in figures["reads"].items() if n]
@@ -308,13 +308,14 @@ def describe(name: str, trip: str, figures: dict[str, Any], named: dict[str, str
     figure = f"{len(figures['files'])} backend files; " + "; ".join(
         [*reads, f"dataset loaded {figures['loads']}x" + (f" ({callers})" if callers else "")]
     )
-    return f"walk, {name}: the {trip} trip ({figures['seconds']} s)", figure
+    return f"walk{f' ({label})' if label else ''}, {name}: the {trip} trip ({figures['seconds']} s)", figure
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", nargs="+", default=["grpo-reward", "sft-parent", "distill-teacher"])
     parser.add_argument("--files", action="store_true", help="list the backend files each trip enters")
+    parser.add_argument("--label", default="", help="a word on the code walked, in each row (a commit, before/after)")
     parser.add_argument("--record", action="store_true", help="append the figures to docs/benchmarks.md")
     parser.add_argument("--trip", choices=["submit", "worker"], help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.specs:
             walked = walk_spec(data_dir, name, {**every[name], "owner": OWNER}, named)
             walks.append(walked)
-            rows += [describe(name, trip, walked[trip], named) for trip in ("submit", "worker")]
+            rows += [describe(name, trip, walked[trip], named, args.label) for trip in ("submit", "worker")]
     if args.files:
         for walked in walks:
             for trip in ("submit", "worker"):
