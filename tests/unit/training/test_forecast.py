@@ -71,8 +71,16 @@ def _stats(**given):
         (_stats(reward_ceiling=0.0), False, NO_SIGNAL, "no answer earned any reward", None),
         # groups alike inside, different across: sampling too cold
         (_stats(), False, NO_SIGNAL, "each group's answers scored alike", "rollout.temperature"),
-        # tools called, no episode different yet: not certain, weak
-        (_stats(tool_calls_per_episode=0.1, reward_ceiling=0.0), True, WEAK, "no group of 16", "rollout.temperature"),
+        # tools called, no episode different yet: not certain, weak, and nothing it saw names a change
+        (_stats(tool_calls_per_episode=0.1, reward_ceiling=0.0), True, WEAK, "no group of 16", None),
+        # ... and a random model babbling to the limit: not a measured episode length, said as an upper figure
+        (
+            _stats(tool_calls_per_episode=0.0, episode_tokens=256, clipped=0.97, max_completion_length=96),
+            True,
+            NO_SIGNAL,
+            "within 96 tokens (episodes here take up to 256; 97% of the answers ran to the limit)",
+            "rollout.max_completion_length",
+        ),
         # one group in twenty: weak
         (_stats(prompts=20, groups_with_spread=1, spread=0.05), False, WEAK, "only 1 of 20", "rollout.temperature"),
         # a reward model whose favourite answer is right no more often than a random one
@@ -94,7 +102,7 @@ def test_each_cause_gets_its_forecast_and_first_change(stats, environment, word,
     if word == LEARNABLE:
         assert change is None
     else:
-        assert change is not None and change.path == path
+        assert (change.path if change is not None else None) == path, change
 
 
 def test_the_forecast_takes_at_most_a_tenth_of_the_job():
