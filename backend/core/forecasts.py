@@ -31,6 +31,9 @@ MAX_SHARE = 0.10  # of the job's prompts: the forecast takes at most a tenth of 
 MIN_PROMPTS = 2
 # Below this share of groups that scored differently the run has little to learn from (see the module's docstring).
 WEAK_SPREAD = 0.1
+# Fewer prompts than this promise nothing: the warm-up demo's GRPO stage (a tenth of its prompts is 2) saw both of
+# its groups score differently at seed 1, then did not improve on the held-out tasks (benchmarks/forecast.py).
+MIN_PROMISE_PROMPTS = 8
 # From this share of completions cut at max_completion_length, the cut is the cause named first.
 CUT_CAUSE = 0.5
 # A reward model whose best-scored answer is right no more often than a random answer of its group, plus this, is
@@ -286,6 +289,12 @@ def judge(stats: dict[str, Any], environment: bool, temperature: float, num_gene
     if stats["spread"] < WEAK_SPREAD:
         cause = f"only {stats['groups_with_spread']} of {groups} groups scored differently"
         return {"forecast": WEAK, "cause": cause, "change": _raise_something(stats, temperature, num_generations)}
+    if groups < MIN_PROMISE_PROMPTS:
+        cause = (
+            f"{stats['groups_with_spread']} of {groups} groups scored differently, but {groups} prompts are too few to "
+            "promise it learns (the forecast plays at most a tenth of the job's prompts)"
+        )
+        return {"forecast": WEAK, "cause": cause, "change": None}
     return {
         "forecast": LEARNABLE,
         "cause": "enough groups scored differently to learn from",

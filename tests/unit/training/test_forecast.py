@@ -92,6 +92,8 @@ def _stats(**given):
             "rollout.rewards",
         ),
         (_stats(groups_with_spread=6, spread=0.375), False, LEARNABLE, "enough groups", None),
+        # two groups of two, both different: too few prompts to promise anything (the warm-up demo's GRPO stage)
+        (_stats(prompts=2, groups_with_spread=2, spread=1.0), True, WEAK, "2 prompts are too few to promise", None),
     ],
 )
 def test_each_cause_gets_its_forecast_and_first_change(stats, environment, word, cause, path):
@@ -145,11 +147,11 @@ def module_api(tmp_path_factory):
 
 
 def test_the_arithmetic_model_is_learnable_and_a_forecast_only_job_trains_nothing(module_api):
-    job = _run(module_api, _grpo(forecast={"only": True, "prompts": 4}))
+    job = _run(module_api, _grpo(forecast={"only": True, "prompts": 8}))
     forecast = job.artifacts.forecast
     assert job.status is JobStatus.succeeded and job.spec.kind == "forecast"
     assert forecast.forecast == LEARNABLE, forecast.sentence()
-    assert forecast.prompts == 4 and forecast.completions == 32 and forecast.groups_with_spread >= 1
+    assert forecast.prompts == 8 and forecast.completions == 64 and forecast.groups_with_spread >= 1
     assert forecast.reward_floor == 0.0 and forecast.reward_ceiling == 1.0 and forecast.clipped < 0.5
     assert forecast.samples and all("=" in s.completion for s in forecast.samples)  # the model's worked sums
     assert forecast.seconds < 60
