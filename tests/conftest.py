@@ -1,4 +1,5 @@
-"""Shared fixtures and hooks: offline mode, one demo model build per session, a fresh data directory per test.
+"""Shared fixtures and hooks: offline mode, one demo model build per session, a fresh data directory per test, and the
+facade on it (``api``, closed after each test).
 
 Plain helpers (waits, a quick spec, the app and browser drivers) are in tests/helpers."""
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from backend.api import StudioAPI
 from backend.core.paths import DataPaths
 from backend.jobs.launchers import WORKER_POOL_VAR, PoolLauncher, SubprocessLauncher
 from backend.jobs.scheduler import Scheduler
@@ -123,6 +125,27 @@ def paths(data_dir) -> DataPaths:
 @pytest.fixture()
 def store(paths) -> JobStore:
     return JobStore(paths.db)
+
+
+@pytest.fixture()
+def make_api(paths, request):
+    """Build facades: ``make_api(data_dir=None, **kwargs)`` is ``StudioAPI(data_dir or paths.root, scheduler="none",
+    **kwargs)``, closed after the test (its threads, sockets and pools), each one. For a facade built after the test
+    sets something up (a setting in the environment) or on another data dir."""
+
+    def make(data_dir: Path | str | None = None, **kwargs) -> StudioAPI:
+        kwargs.setdefault("scheduler", "none")  # nothing runs: jobs stay queued
+        api = StudioAPI(data_dir or paths.root, **kwargs)
+        request.addfinalizer(api.close)
+        return api
+
+    return make
+
+
+@pytest.fixture()
+def api(make_api) -> StudioAPI:
+    """The facade on the test's data dir, with no scheduler (jobs stay queued); closed after the test."""
+    return make_api()
 
 
 @pytest.fixture()

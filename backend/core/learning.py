@@ -40,11 +40,12 @@ from backend.core.artifacts import DriftCheck, GuardCheck, LearningVerdict, Verd
 
 BOOTSTRAP_SAMPLES = 2000
 # The drift (mean per-token KL from the start on the tuned model's own held-out answers, nats) beyond which a
-# verdict adds a caution. Set above the largest figure the healthy examples reach, with a margin (benchmarks/drift.py,
-# docs/benchmarks.md, 2026-12-06, seed 0): sft-demo 0.028, dpo-demo 0.009, grpo-demo 0.020, kto-demo 0.039 (±0.009,
-# the largest), about 4 times that interval's top; the KTO recipe that games its gap (beta 0.1, lr 2e-3, 300 steps)
-# drifted 0.56 (±0.12) with seed 0 and 0.88 (±0.25) with the example's seed, 3 to 4 times it. rloo-demo and
-# grpo-env-demo were not measured (the shared machine's load).
+# verdict adds a caution. Set above the largest figure the healthy examples reach over seeds 0-2, with a margin
+# (benchmarks/drift.py and benchmarks/forecast.py, docs/benchmarks.md, 2026-12-06): sft-demo 0.028-0.036, dpo-demo
+# 0.009-0.018, kto-demo 0.039 (seed 0), grpo-demo 0.017-0.021, rloo-demo 0.014-0.019, grpo-env-demo 0.022-0.058 (the
+# largest), about 3.4 times that. What gamed its signal drifted 3 to 8 times it: the KTO recipe that games its gap
+# (beta 0.1, lr 2e-3, 300 steps) 0.56 and 0.88; grpo-rm-demo, whose reward model the policy games (worse by 37-39
+# points), 0.58, 1.55 and 1.60.
 HEALTHY_DRIFT = 0.2
 BOOTSTRAP_SEED = 0
 NO_SIGNAL = "no_signal"

@@ -46,14 +46,15 @@ def job_prompts(spec: JobSpec) -> int | None:
     return max(1, completions // spec.rollout.num_generations)
 
 
-def episode_tokens(spec: JobSpec) -> int:
-    """The tokens an episode of the job's model in its environment takes: its measured recipe's, else the
-    environment's typical episode (what pre-flight warns against)."""
+def episode_tokens(spec: JobSpec) -> tuple[int, bool]:
+    """The tokens an episode of the job's model in its environment takes, and whether that was measured: its
+    measured recipe's, else the environment's typical episode (what pre-flight warns against, an upper figure)."""
     from backend.environments.runtime import typical_episode_tokens
     from backend.models.demo import environment_recipe
 
     measured = environment_recipe(spec.model.name_or_path, spec.method.value, spec.environment.name)
-    return int(measured.get("rollout.max_completion_length") or typical_episode_tokens(spec))
+    recipe = measured.get("rollout.max_completion_length")
+    return (int(recipe), True) if recipe else (typical_episode_tokens(spec), False)
 
 
 def _text(value: Any) -> str:
@@ -237,9 +238,9 @@ def _forecast(spec: JobSpec, group: int, played: _Played, seconds: float) -> For
         "reward_model_best_right": best,
         "random_pick_right": pick,
     }
-    stats["episode_tokens"] = episode_tokens(spec) if environment else None
+    stats["episode_tokens"], stats["episode_measured"] = episode_tokens(spec) if environment else (None, False)
     verdict = judge(stats, environment, spec.rollout.temperature, group)
-    stats.pop("episode_tokens")
+    del stats["episode_tokens"], stats["episode_measured"]
     step = max(1, len(totals) // SAMPLES)
     samples = [
         ForecastSample(

@@ -60,6 +60,7 @@ def page(app):
 
 @pytest.fixture()
 def store(app) -> JobStore:
+    """The module app's store (its data dir, not the test's own): the conftest ``store`` is the test's."""
     return app[1]
 
 

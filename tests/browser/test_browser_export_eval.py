@@ -40,6 +40,7 @@ app = app_fixture()
 
 @pytest.fixture(scope="module")
 def store(app) -> JobStore:
+    """The module app's store (its data dir, not the test's own): the conftest ``store`` is the test's."""
     return JobStore(DataPaths(app.data_dir).db)
 
 

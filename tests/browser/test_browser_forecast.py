@@ -4,7 +4,7 @@ Jobs tab offers the forecast's answers, and "Clone with the suggested change" fi
 
 The form starts on builtin:tiny-qwen3-arith; picking GRPO fills in its demo recipe (examples/grpo-demo.yaml:
 arith-prompts, the accuracy reward, 24 completion tokens). At 4 tokens no answer gets to its \\boxed{} result, every
-group scores 0 alike, and the forecast names the cut. Forecast prompts is set to 4 to keep each forecast short.
+group scores 0 alike, and the forecast names the cut. Forecast prompts is set to 8, the fewest "learnable" is said from.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, page_fixture, pick_j
 
 pytestmark = BROWSER_MARKS
 
-FORECAST_WITHIN_MS = 120_000  # a worker loads the model and plays 4 prompts x 8 completions (some 10-40 s on a CPU)
+FORECAST_WITHIN_MS = 120_000  # a worker loads the model and plays 8 prompts x 8 completions (some 10-40 s on a CPU)
 
 app = app_fixture()
 page = page_fixture(header=True)
@@ -49,7 +49,7 @@ def test_check_forecasts_no_signal_names_the_field_to_change_then_learnable_once
     completion = page.get_by_label("Max completion length", exact=True)
     expect(completion).to_have_value("24")
     completion.fill("4")
-    page.get_by_label("Forecast prompts", exact=True).fill("4")
+    page.get_by_label("Forecast prompts", exact=True).fill("8")  # the fewest a "learnable" may be promised from
     expect(page.get_by_label("Train even with no signal", exact=True)).not_to_be_checked()
 
     page.locator("#check-button").click()
@@ -59,7 +59,7 @@ def test_check_forecasts_no_signal_names_the_field_to_change_then_learnable_once
     assert any(re.search(r"🔮 (Forecast \S+ queued|Forecasting…)", text) for text in said[:-1]), said
     answer = said[-1]
     assert "cut at 4 tokens" in answer and "raise Max completion length to 96" in answer, answer
-    assert "0 of 4 groups scored differently" in answer, answer
+    assert "0 of 8 groups scored differently" in answer, answer
     samples = page.locator("#forecast-samples")
     expect(samples).to_be_visible()
     expect(samples).to_contain_text("reward")

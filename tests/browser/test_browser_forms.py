@@ -40,6 +40,7 @@ page = page_fixture(header=True)
 
 @pytest.fixture()
 def store(app) -> JobStore:
+    """The module app's store (its data dir, not the test's own): the conftest ``store`` is the test's."""
     return JobStore(DataPaths(app.data_dir).db)
 
 

@@ -31,6 +31,7 @@ no_new_page_errors = page_errors_per_test()
 
 @pytest.fixture(scope="module")
 def store(app) -> JobStore:
+    """The module app's store (its data dir, not the test's own): the conftest ``store`` is the test's."""
     return JobStore(DataPaths(app.data_dir).db)
 
 

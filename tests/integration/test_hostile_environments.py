@@ -113,6 +113,7 @@ def space(tmp_path_factory, models_dir, servers):
 
 @pytest.fixture(scope="module")
 def store(space) -> JobStore:
+    """The module Space's store (its data dir, not the test's own): the conftest ``store`` is the test's."""
     return JobStore(DataPaths(space.data_dir).db)
 
 

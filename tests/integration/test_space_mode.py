@@ -36,6 +36,7 @@ space = app_fixture(space=True)
 
 @pytest.fixture(scope="module")
 def store(space) -> JobStore:
+    """The module Space's store (its data dir, not the test's own): the conftest ``store`` is the test's."""
     return JobStore(DataPaths(space.data_dir).db)
 
 

@@ -23,13 +23,6 @@ CHAT_ROWS = [
 ]
 
 
-@pytest.fixture()
-def api(paths):
-    api = StudioAPI(paths.root, scheduler="none")  # nothing runs: jobs stay queued
-    yield api
-    api.close()
-
-
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -15,8 +15,6 @@ import os
 
 import pytest
 
-from backend.api import StudioAPI
-
 GUARDS = ("SPACE_ID", "STUDIO_ENVIRONMENT_HOSTS")
 
 
@@ -36,13 +34,6 @@ def taken_away(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(environ_type, "__delitem__", spy)
     return taken
-
-
-@pytest.fixture
-def api(paths):
-    api = StudioAPI(paths.root, scheduler="none")  # nothing runs: jobs stay queued
-    yield api
-    api.close()
 
 
 def spec(method: str, dataset: dict) -> dict:

@@ -18,19 +18,12 @@ SETTINGS = [name for guard in GUARDS for name in (guard.setting, guard.per_user_
 ROOM = 16 * 2**30  # the memory left, fixed so that a guard sized by it reads the same twice
 
 
-@pytest.fixture()
+@pytest.fixture(autouse=True)
 def unset(monkeypatch):
-    """No guard's setting in the environment: every guard at its default."""
+    """No guard's setting in the environment: every guard at its default (the shared ``api`` is built so)."""
     for name in SETTINGS:
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
-
-
-@pytest.fixture()
-def api(tmp_path, unset):
-    api = StudioAPI(tmp_path / "data", scheduler="none")
-    yield api
-    api.close()
 
 
 def held_limiters(api: StudioAPI) -> dict[int, tuple[str, object]]:

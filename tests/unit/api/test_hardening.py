@@ -82,11 +82,9 @@ NUMBER_CASES = [
 
 
 @pytest.fixture()
-def api_with_a_job(data_dir):
-    api = StudioAPI(data_dir, scheduler="none")
+def api_with_a_job(api):
     job = api.jobs.submit(tiny_spec(), "alice").job
-    yield api, job.id
-    api.close()
+    return api, job.id
 
 
 @pytest.mark.parametrize("call,expected", [c[1:] for c in NUMBER_CASES], ids=[c[0] for c in NUMBER_CASES])
@@ -332,12 +330,12 @@ def test_the_whole_queue_has_a_limit_that_says_which_and_when(data_dir, monkeypa
 
 
 @pytest.fixture()
-def chat_job(data_dir, models_dir, tmp_path, monkeypatch):
+def chat_job(make_api, models_dir, tmp_path, monkeypatch):
     """An API whose Space allows 3 chat streams (2 per person), and a finished job with an adapter, per owner."""
     from tests.unit.chat.test_chat import _build_adapter
 
     monkeypatch.setenv("STUDIO_MAX_CHAT_STREAMS", "3")
-    api = StudioAPI(data_dir, scheduler="none")
+    api = make_api()
     adapter = _build_adapter(models_dir, tmp_path / "adapter", seed=1)
     jobs = {}
     for owner in ("ann", "ben", "cat"):
@@ -346,8 +344,7 @@ def chat_job(data_dir, models_dir, tmp_path, monkeypatch):
         api.core.store.merge_artifacts(job.id, adapter_dir=str(adapter))
         api.core.store.finish(job.id, JobStatus.succeeded)
         jobs[owner] = job.id
-    yield api, jobs
-    api.close()
+    return api, jobs
 
 
 def test_chat_streams_are_limited_per_person_and_on_the_whole_space_and_freed_when_dropped(chat_job):

@@ -9,11 +9,6 @@ from backend.core.spec import SpecError
 from tests.helpers import tiny_spec
 
 
-@pytest.fixture()
-def api(paths):
-    return StudioAPI(paths.root, scheduler="none")
-
-
 def _refused(api, spec, *fragments):
     with pytest.raises(SpecError) as err:
         api.jobs.submit(spec)

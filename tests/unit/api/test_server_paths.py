@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.core.users import User
 from backend.jobs.records import JobStatus
@@ -18,8 +17,7 @@ LOCAL = User("local", is_admin=True, local=True)
 
 
 @pytest.fixture()
-def failed_job(tmp_path):
-    api = StudioAPI(tmp_path / "data", scheduler="none")
+def failed_job(api):
     store, paths = api.core.store, api.core.paths
     job = store.add(parse_spec(tiny_spec(owner="alice", output={"run_name": "r1"})))
     store.claim_next()
@@ -32,8 +30,7 @@ def failed_job(tmp_path):
     store.finish(job.id, JobStatus.failed, error=error, artifacts={"adapter_dir": str(adapter)})
     paths.job_log(job.id).parent.mkdir(parents=True, exist_ok=True)
     paths.job_log(job.id).write_text(f"saving to {adapter}\n")
-    yield api, job.id
-    api.close()
+    return api, job.id
 
 
 def test_a_strangers_job_error_log_and_snippets_name_no_server_folder(failed_job):

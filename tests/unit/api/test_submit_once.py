@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from backend.api import SpecError, StudioAPI
+from backend.api import SpecError
 from backend.api.jobs import SUBMIT_ONCE_WINDOW_S
 from backend.core.users import User
 from backend.jobs.records import JobStatus
@@ -35,12 +35,11 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture()
-def api(paths, clock):
-    api = StudioAPI(paths.root, scheduler="none")  # nothing runs: jobs stay queued
-    api.jobs.once.clock = clock
-    yield api
-    api.close()
+@pytest.fixture(autouse=True)
+def on_the_clock(request, clock) -> None:
+    """The shared ``api`` (jobs stay queued), where a test uses it, counts its submit window on ``clock``."""
+    if "api" in request.fixturenames:
+        request.getfixturevalue("api").jobs.once.clock = clock
 
 
 def test_the_same_spec_twice_within_the_window_queues_one_job_and_answers_its_id(api, clock):

@@ -23,13 +23,6 @@ from tests.unit.jobs.test_sweeps import LR, SPEC
 ALICE, BOB = User("alice"), User("bob")
 
 
-@pytest.fixture()
-def api(paths):
-    studio = StudioAPI(paths.root, scheduler="none")  # nothing runs: jobs stay queued
-    yield studio
-    studio.close()
-
-
 def refused(call) -> str:
     with pytest.raises(SpecError) as caught:
         call()

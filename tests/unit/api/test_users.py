@@ -2,7 +2,6 @@
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.core.spec import SpecError
 from backend.core.users import User, hub_user, local_user
 from backend.jobs.records import JobStatus
@@ -10,11 +9,6 @@ from backend.jobs.store_errors import JobNotFound
 from tests.helpers import tiny_spec
 
 ALICE, BOB = User("alice"), User("bob")
-
-
-@pytest.fixture()
-def api(paths):
-    return StudioAPI(paths.root, scheduler="none")  # nothing runs: jobs stay queued
 
 
 def test_a_user_sees_and_touches_only_their_own_jobs(api):

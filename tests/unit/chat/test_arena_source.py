@@ -7,8 +7,6 @@ rows choice never claims to be the evaluation's episodes when they were not.
 
 from __future__ import annotations
 
-import pytest
-
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.core.users import local_user
@@ -19,13 +17,6 @@ from tests.helpers import tiny_spec
 
 TEST_SPLIT = {"episodes_from": "test split", "held_out": True, "split": "test", "task_indexes": [0, 1]}
 HELD_OUT_ROWS = {"episodes_from": "held-out rows", "held_out": False, "split": None}
-
-
-@pytest.fixture
-def api(paths):
-    api = StudioAPI(paths.root, scheduler="none")
-    yield api
-    api.close()
 
 
 def evaluated_job(api: StudioAPI, played: dict) -> str:

@@ -8,7 +8,6 @@ import inspect
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.api.chat import ChatOperations
 from backend.chat.side_by_side import PairUpdate, mode_turn
 from backend.core.artifacts import LearningVerdict
@@ -72,11 +71,6 @@ def test_conversation_mode_keeps_history_and_sampling():
 def test_an_unknown_mode_is_a_sentence():
     with pytest.raises(ValueError, match="'compare' or 'conversation', not 'debate'"):
         mode_turn("debate", [], [], GenerationSettings())
-
-
-@pytest.fixture()
-def api(tmp_path):
-    return StudioAPI(tmp_path / "data", scheduler="none")
 
 
 GRPO_VERDICT = LearningVerdict(

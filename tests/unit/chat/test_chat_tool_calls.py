@@ -111,13 +111,6 @@ def tool_adapter(tmp_path_factory) -> Path:
     return build_tool_adapter(tmp_path_factory.mktemp("tool-adapter") / "adapter")
 
 
-@pytest.fixture()
-def api(data_dir):
-    api = StudioAPI(data_dir, scheduler="none")
-    yield api
-    api.close()
-
-
 def _server_pid(api: StudioAPI, owner: str, job_id: str) -> int:
     session = api.chat._tools.sessions._sessions[(owner, job_id)]
     assert session.environment is not None and session.environment.server_pid

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.api.guards import UPLOAD_CHECKS, build
 from backend.core.users import User
 from backend.data import uploads as upload_module
@@ -20,13 +19,6 @@ from tests.helpers import tiny_spec
 from tests.unit.api.test_access import CHAT_ROWS, files_under, refused, write_jsonl
 
 ANN, BEN = User("ann"), User("ben")
-
-
-@pytest.fixture()
-def api(paths):
-    api = StudioAPI(paths.root, scheduler="none")
-    yield api
-    api.close()
 
 
 def temp_copy(tmp_path: Path, name: str = "chats.jsonl", rows: list[dict] | None = None, folder: str = "f00d") -> Path:

@@ -47,20 +47,23 @@ GENERATED_FILES = {
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, models_dir):
-    """One real tiny SFT job, trained once for the module: (paths, store, job)."""
+    """One real tiny SFT job, trained once for the module: (paths, store, job); its facade is closed after them."""
     root = tmp_path_factory.mktemp("publish") / "data"
     root.mkdir()
     (root / "models").symlink_to(models_dir, target_is_directory=True)
     paths = DataPaths(root).ensure()
     api = StudioAPI(paths.root, scheduler="none")
     job = api.jobs.submit(tiny_spec(output={"run_name": "tiny chat sft"})).job
-    scheduler = Scheduler(paths, poll_interval=0.1).start()
     try:
-        done = wait_status(api.core.store, job.id, {JobStatus.succeeded, JobStatus.failed})
+        scheduler = Scheduler(paths, poll_interval=0.1).start()
+        try:
+            done = wait_status(api.core.store, job.id, {JobStatus.succeeded, JobStatus.failed})
+        finally:
+            scheduler.stop()
+        assert done.status is JobStatus.succeeded, done.error
+        yield paths, api.core.store, done
     finally:
-        scheduler.stop()
-    assert done.status is JobStatus.succeeded, done.error
-    return paths, api.core.store, done
+        api.close()
 
 
 @pytest.fixture()

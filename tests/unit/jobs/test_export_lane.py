@@ -11,13 +11,7 @@ import pytest
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec, SpecError
 from backend.jobs.records import JobStatus
-from backend.jobs.store import JobStore
 from backend.jobs.store_errors import ExportBusy
-
-
-@pytest.fixture()
-def store(tmp_path) -> JobStore:
-    return JobStore(DataPaths(tmp_path).ensure().db)
 
 
 def _export(owner: str, job_id: str = "src") -> JobSpec:

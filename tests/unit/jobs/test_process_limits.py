@@ -11,7 +11,6 @@ import sqlite3
 import pytest
 
 import backend.platform.hardware
-from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
 from backend.core.users import User
 from backend.jobs.store import JobStore
@@ -34,13 +33,6 @@ def two_cores_no_gpu(monkeypatch):
     monkeypatch.setattr(backend.platform.hardware, "gpu_count_without_torch", lambda: 0)
     monkeypatch.delenv("SPACE_ID", raising=False)
     monkeypatch.delenv("STUDIO_MAX_PROCESSES_PER_JOB", raising=False)
-
-
-@pytest.fixture()
-def api(paths):
-    studio = StudioAPI(paths.root, scheduler="none")
-    yield studio
-    studio.close()
 
 
 # --- the ceiling ------------------------------------------------------------------------------------------------

@@ -37,12 +37,6 @@ def _overwrite(store, job_id, column, value):
 POISONED_SPEC = _spec().to_json().replace('"epochs":1.0', '"epochs":null')
 
 
-@pytest.fixture()
-def store(tmp_path):
-    """A store on its own: these tests need no model or data directory."""
-    return JobStore(tmp_path / "studio.sqlite3")
-
-
 def test_unreadable_rows_are_skipped_named_and_explained(store):
     first, poisoned, garbled, odd_status, last = (store.add(_spec()) for _ in range(5))
     _overwrite(store, poisoned.id, "spec", POISONED_SPEC)

@@ -8,7 +8,6 @@ import sqlite3
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.core.spec import SpecError
 from backend.core.users import User
 from backend.jobs.migrations import SCHEMA_VERSION
@@ -26,13 +25,6 @@ SPEC = {
     "output": {"run_name": "lr"},
 }
 LR = "training.learning_rate"
-
-
-@pytest.fixture()
-def api(paths):
-    studio = StudioAPI(paths.root, scheduler="none")
-    yield studio
-    studio.close()
 
 
 def _learning(after: float, higher_is_better: bool = True, verdict: str = "improved") -> dict:

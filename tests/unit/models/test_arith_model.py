@@ -110,15 +110,6 @@ def _run(api, spec: dict):
     return api.jobs.get_job(job.id)
 
 
-@pytest.fixture()
-def api(data_dir):
-    from backend.api import StudioAPI
-
-    api = StudioAPI(data_dir, scheduler="none")
-    yield api
-    api.close()
-
-
 def test_a_staged_jobs_verdict_compares_against_its_parent(api):
     """The child's 'before' is the parent's adapter, not the base; base, start and tuned are all scored."""
     parent = _run(api, tiny_spec(eval={"holdout_rows": 4}))

@@ -7,22 +7,12 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
-from backend.api import StudioAPI
 from backend.core.users import User
 from backend.data import uploads as upload_module
 from backend.platform.child_env import child_environment
 from tests.unit.api.test_access import CHAT_ROWS, write_jsonl
 
 ANN = User("ann")
-
-
-@pytest.fixture()
-def api(paths):
-    api = StudioAPI(paths.root, scheduler="none")
-    yield api
-    api.close()
 
 
 def test_the_child_environment_is_an_allow_list(monkeypatch):

@@ -63,13 +63,6 @@ GRPO = {
 }
 
 
-@pytest.fixture()
-def api(tmp_path):
-    api = StudioAPI(tmp_path / "data", scheduler="none")
-    yield api
-    api.close()
-
-
 def _job(api: StudioAPI, status=JobStatus.succeeded, made: Forecast | None = None, **overrides):
     """A GRPO job (``overrides`` of its spec) in ``status`` with the forecast it ``made``."""
     job = api.core.store.add(parse_spec(tiny_spec(**{**GRPO, **overrides})))

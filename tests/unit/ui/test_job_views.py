@@ -22,11 +22,6 @@ from components.jobs import views as job_views
 from tests.helpers import tiny_spec
 
 
-@pytest.fixture()
-def api(tmp_path):
-    return StudioAPI(tmp_path / "data", scheduler="none")
-
-
 def _job(api: StudioAPI, **overrides):
     return api.core.store.add(parse_spec(tiny_spec(**overrides)))
 

@@ -11,17 +11,11 @@ import sys
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.core.spec import Method, SpecError, load_spec_text, parse_spec
 from backend.core.users import User
 from backend.data.uploads import keep_upload
 from components.train.form import FORM_FIELDS, labelled_warning, queue_place
 from tests.helpers import ROOT, tiny_spec
-
-
-@pytest.fixture()
-def api(paths):
-    return StudioAPI(paths.root, scheduler="none")
 
 
 # --- the Queue result -----------------------------------------------------------------------------------------

@@ -3,9 +3,7 @@ judged against the measured recipe the form filled in, and against what the job 
 
 from __future__ import annotations
 
-import pytest
-
-from backend.api import ARITH_MODEL_ID, JobStatus, LearningVerdict, StudioAPI
+from backend.api import ARITH_MODEL_ID, JobStatus, LearningVerdict
 from backend.core.spec import parse_spec
 from backend.core.users import User
 from backend.models.demo import environment_recipe
@@ -16,11 +14,6 @@ from components.train.recipes import recipe_updates
 ENV = "builtin:arithmetic"
 LENGTH = "rollout.max_completion_length ("
 SFT_FIRST = "first run SFT on a few tool-call demonstrations"
-
-
-@pytest.fixture()
-def api(paths):
-    return StudioAPI(paths.root, scheduler="none")
 
 
 def _arithmetic_form() -> dict:

@@ -3,19 +3,12 @@ read), its method, where it runs; and a user whose only jobs are remote ones see
 
 from __future__ import annotations
 
-import pytest
-
 from backend.api import StudioAPI
 from backend.core.spec import parse_spec
 from backend.core.users import User
 from components.jobs import handlers
 from components.jobs import views as job_views
 from tests.helpers import tiny_spec
-
-
-@pytest.fixture()
-def api(tmp_path):
-    return StudioAPI(tmp_path / "data", scheduler="none")
 
 
 def _remote(api: StudioAPI, hf_id: str, owner: str = "ann") -> None:

@@ -7,18 +7,10 @@ import math
 
 import pytest
 
-from backend.api import StudioAPI
 from backend.jobs.records import JobStatus
 from components.jobs import sweep_views
 from components.train import sweep_views as train_sweep
 from tests.unit.jobs.test_sweeps import LR, SPEC, _finish, _learning
-
-
-@pytest.fixture()
-def api(paths):
-    studio = StudioAPI(paths.root, scheduler="none")
-    yield studio
-    studio.close()
 
 
 def _rated(after: float, verdict: str = "improved") -> dict:
