@@ -21,23 +21,17 @@ from typing import NoReturn
 
 from backend.core.paths import DataPaths
 from backend.core.spec import JobSpec
-from backend.data.loading import load_training_dataset, split_holdout
+from backend.data.loading import JobData, split_holdout
 from backend.data.user_cache import held_folder
 from backend.jobs.failures import describe_failure, with_log_tail
-from backend.jobs.lineage import checkpoint_step, last_checkpoint, runnable_spec, starting_adapter
+from backend.jobs.lineage import checkpoint_step, last_checkpoint
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.reporter import JobReporter, NullReporter
 from backend.jobs.store import JobStore
-from backend.methods.table import reward_columns
-from backend.training.distributed import (
-    die_with_launcher,
-    launched_as_rank,
-    lost_a_peer,
-    per_process_spec,
-    whole_spec,
-)
+from backend.training.distributed import die_with_launcher, launched_as_rank, lost_a_peer, whole_spec
 from backend.training.job_evaluation import evaluate_trained
-from backend.training.reward_models import reward_model_sources
+from backend.training.named_jobs import NamedJobs, read_named_jobs
+from backend.training.prepared import PreparedJob, prepare_job
 
 log = logging.getLogger("studio.worker")
 
@@ -45,33 +39,24 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 
 
-def load_job_dataset(spec: JobSpec, paths: DataPaths, environment=None, kept_in: Path | None = None):
-    """(dataset, format) as the job's trainer reads it; memory-mapped from ``kept_in`` when the job holds a folder in
-    its owner's datasets cache (``held_folder``), else held in memory."""
-    # An environment's reset receives the dataset's columns, so an environment job keeps them all.
-    return load_training_dataset(
-        spec.dataset,
-        spec.method,
-        reward_columns(spec),
-        keep_all=environment is not None,
-        uploads_dir=paths.uploads(spec.owner),  # the owner the job was stored under: whose upload the id names
-        kept_in=kept_in,
-    )
-
-
-def tuned_spec(job, spec: JobSpec, paths: DataPaths, loaded, store: JobReporter) -> JobSpec:
-    """The spec with auto-tune's choices for this machine (logged and kept as ``artifacts.auto_tune``); a
+def prepare_stored_job(
+    job: JobRecord, named: NamedJobs, paths: DataPaths, store: JobReporter, kept_in: Path | None
+) -> PreparedJob:
+    """The stored job made ready to train, once (backend/training/prepared.py): with the jobs it names (``named``,
+    read as they are now), its rows memory-mapped from ``kept_in`` (a folder of its owner's datasets cache the job
+    holds, ``held_folder``), and auto-tune's plan for this machine, logged and kept as ``artifacts.auto_tune``; a
     resumed job keeps its first attempt's choices, so its checkpoint still matches."""
-    from backend.training.autotune import as_run, plan, record
+    from backend.training.autotune import record
 
-    if job.resume and job.artifacts.auto_tune:
+    first = job.artifacts.auto_tune if job.resume else None
+    prepared = prepare_job(named, paths, kept_in, preflight=False, kept_choices=first.settings if first else None)
+    if prepared.tuning is None:
         log.info("auto-tune: keeping the first attempt's choices")
-        return as_run(spec, job.artifacts)
-    tuning = plan(spec, paths.models, loaded)
-    for choice in tuning.choices:
+        return prepared
+    for choice in prepared.tuning.choices:
         log.info("auto-tune: %s", choice)
-    store.merge_artifacts(job.id, auto_tune=record(tuning))
-    return tuning.spec
+    store.merge_artifacts(job.id, auto_tune=record(prepared.tuning))
+    return prepared
 
 
 def build_trainer(
@@ -80,13 +65,14 @@ def build_trainer(
     job_id: str,
     callbacks: list,
     parent_adapter: Path | None,
+    data: JobData,
     environment=None,
-    loaded=None,
     reward_models=None,
 ):
-    """The TRL trainer for the job's method, and the held-out rows for the before/after evaluation (or None);
-    ``reward_models``: where the reward models its rewards name come from (``lineage.reward_model_sources``)."""
-    dataset, fmt = loaded or load_job_dataset(spec, paths, environment)
+    """The TRL trainer for the job's method on its ``data`` (its rows as ``loading.load_job_data`` loads them), and the
+    held-out rows for the before/after evaluation (or None); ``reward_models``: where the reward models its rewards
+    name come from (``named_jobs.reward_model_sources``)."""
+    dataset, fmt = data
     train, held_out = split_holdout(dataset, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     log.info("dataset ready: %d rows to train on, %d held out", len(train), len(held_out) if held_out else 0)
     from backend.methods.table import TrainerInputs, support
@@ -109,16 +95,16 @@ def build_trainer(
 
 
 def build_job_trainer(
+    prepared: PreparedJob,
     spec: JobSpec,
     paths: DataPaths,
     job_id: str,
     store: JobReporter,
     callbacks: list,
-    parent_adapter: Path | None,
     environment=None,
-    loaded=None,
 ):
-    """:func:`build_trainer`, and with ``output.push_checkpoints`` the watch over its checkpoint pushes (or None).
+    """:func:`build_trainer` of the prepared job as ``spec`` runs it (its own, with the Hub's checkpoint settings the
+    worker resolved), and with ``output.push_checkpoints`` the watch over its checkpoint pushes (or None).
 
     A push problem never fails the job: without a token, offline, or when the Hub will not create the repo, the reason
     is logged and recorded (``hub_checkpoint_error``) and the job trains with its checkpoints kept here only.
@@ -132,15 +118,20 @@ def build_job_trainer(
         without_checkpoint_push,
     )
 
-    sources = reward_model_sources(store, spec)  # the reward jobs were checked at submit; read again, as stored now
-    spec = runnable_spec(store, spec)  # a distillation teacher named by its job id: that job's adapter folder
+    named = prepared.named
+    spec = named.runnable(spec)  # a distillation teacher named by its job id: that job's adapter folder
+    parent_adapter = prepared.parent_adapter
+
+    def build(spec: JobSpec):
+        return build_trainer(spec, paths, job_id, callbacks, parent_adapter, prepared.data, environment, named.rewards)
+
     token = os.environ.get("HF_TOKEN")
     refusal = push_refusal(token) if spec.output.push_checkpoints else None
     if refusal is not None:
         record_push_failure(store, job_id, refusal)
         spec = without_checkpoint_push(spec)
     try:
-        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded, sources)
+        trainer, held_out = build(spec)
     except Exception as exc:
         if not (spec.output.push_checkpoints and repo_creation_failed(exc)):
             raise
@@ -151,7 +142,7 @@ def build_job_trainer(
             store, job_id, describe_checkpoint_failure(exc, repo, paths.job_output(job_id), None, token)
         )
         spec = without_checkpoint_push(spec)
-        trainer, held_out = build_trainer(spec, paths, job_id, callbacks, parent_adapter, environment, loaded, sources)
+        trainer, held_out = build(spec)
     watch = None
     if spec.output.push_checkpoints and trainer.hub_model_id:  # set on rank 0 only: the one that pushes
         from backend.hub.checkpoint_push import CheckpointPushWatch
@@ -335,19 +326,17 @@ def train_job(
     """
     job_id, spec = job.id, job.spec
     output_dir = paths.job_output(job_id)
-    parent_adapter = starting_adapter(store, spec)
+    named = read_named_jobs(spec, store, stored=True)  # held to their rules at submit; read as they are now
+    parent_adapter = named.adapter()
     if parent_adapter is not None:
         store.merge_artifacts(job_id, parent_job_id=spec.model.parent_job_id, parent_adapter=str(parent_adapter))
     environment = open_job_environment(spec, store, job_id, stack)
     # The job's copies of its rows (and the trainer's) lie in its owner's folder until it ends (user_cache.py).
     kept_in = stack.enter_context(held_folder(spec.dataset.source, paths.uploads(spec.owner)))
-    loaded = load_job_dataset(spec, paths, environment, kept_in)
-    # Several processes share the spec's global batch: auto-tune plans each process's share.
-    spec = tuned_spec(job, per_process_spec(spec, spec.training.num_processes), paths, loaded, store)
+    prepared = prepare_stored_job(job, named, paths, store, kept_in)
+    spec = prepared.spec  # one process's share of the batch, auto-tune's choices applied
     start_from_hub(spec, output_dir, store, job_id)
-    trainer, held_out, pushes = build_job_trainer(
-        spec, paths, job_id, store, [callback], parent_adapter, environment, loaded
-    )
+    trainer, held_out, pushes = build_job_trainer(prepared, spec, paths, job_id, store, [callback], environment)
     log.info("trainer ready: model loaded and data prepared")
     from backend.training.forecast import forecast_first
 

@@ -26,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 def build(data_dir: Path, rows: int, steps: int):
     """(spec, trainer, held-out rows) of the SFT example with ``rows`` held out, as the worker builds them."""
     from backend.api import StudioAPI, load_spec_text
+    from backend.data.loading import load_job_data
     from backend.training.callbacks import StoreReportingCallback
     from backend.worker import build_trainer
 
@@ -37,7 +38,8 @@ def build(data_dir: Path, rows: int, steps: int):
     job = api.jobs.submit(spec_dict).job
     spec = api.core.store.get(job.id).spec
     callback = StoreReportingCallback(api.core.store, job.id, threading.Event())
-    trainer, held_out = build_trainer(spec, api.core.paths, job.id, [callback], None)
+    data = load_job_data(spec, api.core.paths.uploads(spec.owner))
+    trainer, held_out = build_trainer(spec, api.core.paths, job.id, [callback], None, data)
     return spec, trainer, held_out, api
 
 

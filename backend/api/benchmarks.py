@@ -13,6 +13,7 @@ from backend.core.spec import SpecError
 from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.store_errors import JobNotFound
+from backend.training.named_jobs import require_generating
 from backend.training.preflight import check_model
 
 
@@ -45,7 +46,7 @@ class BenchmarkOperations:
         except JobNotFound:
             job = None
         if job is not None:
-            self.core.require_generating(job, "be scored on lm-eval benchmarks")
+            require_generating(job, "be scored on lm-eval benchmarks")
             if job.status is not JobStatus.succeeded or not job.artifacts.adapter_dir:
                 raise SpecError([f"evaluate.job_id: job {job.id} has no adapter to evaluate ({job.status.value})"])
             data |= {

@@ -15,6 +15,7 @@ from backend.api.jobs import JobOperations
 from backend.core.spec import SpecError
 from backend.core.users import User
 from backend.platform.limits import HeldStream, held_run, int_setting
+from backend.training.named_jobs import require_generating
 from backend.workflows.chat_tools import DEFAULT_IDLE_S, DEFAULT_MAX_SESSIONS, SIDES, ChatToolSessions
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class ChatOperations:
         from backend.chat.side_by_side import ChatModels
 
         job = self.jobs.get_job(job_id, user)
-        self.core.require_generating(job, "chat")
+        require_generating(job, "chat")
         with self._lock:
             if self._models is None:
                 self._models = ChatModels(self.core.paths.models)
@@ -94,7 +95,7 @@ class ChatOperations:
         without an answer; another user's job is JobNotFound."""
         from backend.chat.answer_scores import AnswerScorer
         from backend.chat.side_by_side import message_text
-        from backend.training.reward_models import reward_job_source
+        from backend.training.named_jobs import reward_job_source
 
         self.core.require_user(user, "score answers")
         source = reward_job_source(self.core.store, job_id, user)

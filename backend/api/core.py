@@ -9,30 +9,24 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from backend.api.common import DEFAULT_MAX_QUEUED_TOTAL, SchedulerMode
 from backend.api.guards import MODEL_CHECKS, build
 from backend.core.paths import DataPaths
-from backend.core.spec import JobSpec, SpecError, online_methods, parse_spec
+from backend.core.spec import JobSpec, SpecError, parse_spec
 from backend.core.users import User, max_queued_per_user
 from backend.data.user_cache import held_folder
 from backend.jobs.access import authorize_spec
-from backend.jobs.lineage import Lineage, named_jobs, resolve_lineage, saved_adapter
-from backend.jobs.records import JobRecord
 from backend.jobs.remote_registry import RemoteRegistry
 from backend.jobs.scheduler import Scheduler, spawn_detached
 from backend.jobs.store_open import open_store
 from backend.platform.limits import int_setting
 from backend.platform.space_runtime import on_space
 from backend.platform.storage import StoragePlan
-from backend.training.preflight import check_and_plan
+from backend.training.named_jobs import NamedJobs, read_named_jobs
+from backend.training.prepared import PreparedJob, prepare_job
 from backend.training.process_limit import process_ceiling_problems
-from backend.training.reward_checks import job_memory_budget, reward_model_hub_problems
-from backend.training.reward_models import reward_model_sources
-
-if TYPE_CHECKING:
-    from backend.training.autotune import Tuning
 
 
 class StudioCore:
@@ -81,30 +75,20 @@ class StudioCore:
     ) -> JobSpec:
         """The parsed spec, owned by ``user`` and holding only what they may read (backend/jobs/access.py), parent
         resolved. ``user=None`` is a trusted caller in this process (the CLI, tests)."""
-        return self.prepare_lineage(spec, owner, user).spec
+        return self.named(spec, owner, user).spec
 
-    def prepare_lineage(
+    def named(
         self, spec: JobSpec | dict[str, Any] | str, owner: str | None = None, user: User | None = None
-    ) -> Lineage:
-        """:meth:`prepare`, with the parent job read on the way (backend/jobs/lineage.py)."""
+    ) -> NamedJobs:
+        """:meth:`prepare`, with every job the spec names read on the way, once, and held to its rule
+        (backend/training/named_jobs.py)."""
         if not isinstance(spec, JobSpec):
             spec = parse_spec(spec)
         if spec.export is not None:  # its own door: api.export.submit checks what an export may name
             raise SpecError(["export: queue an export with the Export panel or `python -m backend export JOB_ID`"])
         if owner is not None and owner != spec.owner:
             spec = spec.model_copy(update={"owner": owner})
-        spec = authorize_spec(spec, user, self.paths)
-        lineage = resolve_lineage(spec, self.store, user)
-        reward_model_sources(self.store, spec, user)  # a reward job must be the user's own, finished reward job
-        parent = lineage.parent
-        if parent is not None and (spec.evaluate is not None or spec.method != parent.spec.method):
-            # a score head continues only as the same method: another method (or a benchmark) needs a language model
-            self.require_generating(
-                parent, "be scored on lm-eval benchmarks" if spec.evaluate else "be trained further"
-            )
-        for path, job in named_jobs(lineage.spec, self.store, user)[1]:  # the stored spec keeps the job's id
-            self.require_generating(job, f"teach ({path})")  # a reward model's score head cannot teach
-        return lineage
+        return read_named_jobs(authorize_spec(spec, user, self.paths), self.store, user)
 
     def sweep_door(self, spec: JobSpec, user: User | None) -> JobSpec:
         """The door a TPE sweep's later child passes in the scheduler's tick (backend/jobs/sweep_door.py): the same
@@ -114,30 +98,16 @@ class StudioCore:
             raise SpecError(problems)
         return prepared
 
-    def preflight(self, spec: JobSpec, token: str | bool | None = None) -> tuple[list[str], Tuning]:
-        """Pre-flight of a prepared spec as it will run (a job it names read as its adapter folder): SpecError with
-        every problem, or (warnings, what auto-tune would choose here). A sentence names such a job by its id, not
-        by its folder on the server. The Hub reward models come first, from the Hub's metadata (read with ``token``:
-        :func:`hub_token`), before anything is downloaded."""
-        if spec.method in online_methods():
-            problems = reward_model_hub_problems(spec.rollout.rewards, token, job_memory_budget(spec))
-            if problems:
-                raise SpecError(problems)
-        runnable, named = named_jobs(spec, self.store)
-        folders = {str(saved_adapter(job)): f"job {job.id}" for _, job in named}
-
-        def said(text: str) -> str:
-            for folder, name in folders.items():
-                text = text.replace(folder, name)
-            return text
-
-        try:
-            # The rows memory-mapped from a folder of the owner's, not held in the app's memory (user_cache.py).
-            with held_folder(spec.dataset.source, self.uploads_of(spec)) as kept_in:
-                warnings, tuning = check_and_plan(runnable, self.paths.models, self.uploads_of(spec), kept_in)
-        except SpecError as exc:
-            raise SpecError([said(problem) for problem in exc.problems]) from None
-        return [said(warning) for warning in warnings], tuning
+    @contextlib.contextmanager
+    def prepared(self, named: NamedJobs, token: str | bool | None = None) -> Iterator[PreparedJob]:
+        """The job ``named`` (:meth:`named`) prepared at submit, with its pre-flight (backend/training/prepared.py):
+        SpecError with every problem, or the job with its rows, auto-tune's plan here and the warnings. The Hub reward
+        models come first, from the Hub's metadata (read with ``token``: :func:`hub_token`), before anything is
+        downloaded. The rows are memory-mapped from a folder of the owner's held while the caller uses them, not held
+        in the app's memory (user_cache.py)."""
+        spec = named.spec
+        with held_folder(spec.dataset.source, self.uploads_of(spec)) as kept_in:
+            yield prepare_job(named, self.paths, kept_in, token=token)
 
     @contextlib.contextmanager
     def model_check(self, user: User | None) -> Iterator[None]:
@@ -151,19 +121,6 @@ class StudioCore:
             yield
         finally:
             release()
-
-    def require_generating(self, job: JobRecord, what: str) -> None:
-        """Refuse, with a sentence, to ``what`` (chat with, export, benchmark, continue) a job whose model does not
-        generate text: a reward model puts a score head on its base, which scores answers and writes none."""
-        from backend.methods.table import support
-
-        if not support(job.spec.method).head.generates:
-            raise SpecError(
-                [
-                    f"job {job.id} trained a {job.spec.method.value} model, which scores answers and writes none: "
-                    f"it cannot {what}; pick a job that trained a language model"
-                ]
-            )
 
     def uploads_of(self, spec: JobSpec) -> Path:
         """The uploads folder a spec's ``upload`` datasets resolve in: its owner's."""

@@ -25,8 +25,8 @@ from backend.data.uploads import CHECK_SECONDS
 from backend.data.user_cache import cached_bytes
 from backend.jobs.access import reward_model_problems
 from backend.jobs.records import JobStatus
+from backend.training.named_jobs import model_sources
 from backend.training.reward_checks import bench_scores, machine_memory_budget, reward_model_hub_problems
-from backend.training.reward_models import model_sources
 
 if TYPE_CHECKING:
     from backend.training.preview import DatasetPreview
@@ -161,13 +161,15 @@ class DatasetOperations:
 
     def preview(self, spec: JobSpec | dict[str, Any] | str, rows: int = 3, user: User | None = None) -> DatasetPreview:
         """The first rows of the job's data rendered exactly as its trainer will see them, with token counts."""
+        from backend.data.loading import load_training_dataset
         from backend.models.loading import load_tokenizer, resolve_model
         from backend.training.preview import preview_dataset
 
         whole_number(rows, "the number of preview rows", 1, 100)
         spec = self.core.prepare(spec, user=user)
         tokenizer = load_tokenizer(resolve_model(spec.model, self.core.paths.models), spec.model)
-        return preview_dataset(spec, tokenizer, rows, uploads_dir=self.core.uploads_of(spec))
+        data = load_training_dataset(spec.dataset, spec.method, uploads_dir=self.core.uploads_of(spec))
+        return preview_dataset(spec, tokenizer, data, rows)
 
     def score_rewards(
         self,

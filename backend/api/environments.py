@@ -47,8 +47,8 @@ class EnvironmentOperations:
         self.core.require_user(user, "dry run")
         whole_number(row, "the dry run's row", 0, SQLITE_MAX_INT)
         whole_number(seed, "the dry run's seed", 0, 2**32 - 1, optional=True)
-        lineage = self.core.prepare_lineage(spec, user=user)
-        spec, adapter = lineage.spec, lineage.adapter()
+        named = self.core.named(spec, user=user)
+        spec, adapter = named.spec, named.adapter()
 
         def play() -> Episode:
             return dry_run(
@@ -104,10 +104,12 @@ class EnvironmentOperations:
         if user is not None:
             self._dry_run_calls.check(user.name)  # it plays the environment up to rows x 4 times
         owner = user.name if user is not None else None
-        spec = self.core.prepare(spec, owner, user)
+        named = self.core.named(spec, owner, user)
+        spec = named.spec
         if not spec.environment.name:  # the spec ties an environment to a method that plays one
             raise SpecError(["environment.name: a warm-up is for a GRPO job with an environment; pick one first"])
-        self.core.preflight(spec, hub_token(user))  # refuse before playing anything
+        with self.core.prepared(named, hub_token(user)):  # refuse before playing anything
+            pass
         shown = write_demonstrations(spec, self.core.uploads_of(spec), demonstrations_to_play(rows))
         sft = self.jobs.submit(warmup_spec(spec, shown.upload_id, shown.rows, steps, learning_rate), owner, user)
         try:

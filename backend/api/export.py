@@ -19,6 +19,7 @@ from backend.jobs.access import may_name_server_paths, server_paths_hidden
 from backend.jobs.lineage import saved_adapter
 from backend.jobs.records import JobRecord, JobStatus
 from backend.jobs.store_errors import JobNotFound
+from backend.training.named_jobs import require_generating
 
 if TYPE_CHECKING:
     from backend.hub.snippets import UseSnippet
@@ -127,7 +128,7 @@ class ExportOperations:
                 [f"export.job_id: job {job.id} is {job.status.value}: only a job that succeeded has a model to export"]
             )
         if format != "adapter":
-            self.core.require_generating(job, "be exported as a merged language model")
+            require_generating(job, "be exported as a merged language model")
             if not job.spec.lora.enabled:
                 raise SpecError(
                     [f"export.format: job {job.id} trained all weights, its saved model is whole: export the adapter"]

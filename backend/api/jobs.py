@@ -28,9 +28,10 @@ from backend.jobs.store_errors import InvalidTransition, JobNotFound
 from backend.platform.hardware import detect_device
 from backend.platform.once import OnceWithin
 from backend.platform.space_runtime import ZERO_GPU_REFUSAL, on_zero_gpu
+from backend.training.named_jobs import NamedJobs
+from backend.training.prepared import PreparedJob
 from backend.training.process_limit import process_ceiling_problems
 from backend.training.reward_checks import flat_group_warnings
-from backend.training.reward_models import reward_model_sources
 
 # A user's second submit of the same spec within this many seconds of the first's answer (a double click, a retried
 # request) is answered with the first job, and nothing new is queued.
@@ -100,13 +101,12 @@ class JobOperations:
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
         if user is not None:
             owner = user.name
-        spec = self.core.prepare(spec, owner, user)
-        refuse_processes(spec, user)
+        named = self.core.named(spec, owner, user)
+        refuse_processes(named.spec, user)
         if user is None:
-            return self._queue(spec, user)
-        prepared = spec
-        key = submission_key(spec)
-        return self.once.run(key, lambda: self._queue(prepared, user), self._still_queued, _being_queued)[0]
+            return self._queue(named, user)
+        key = submission_key(named.spec)
+        return self.once.run(key, lambda: self._queue(named, user), self._still_queued, _being_queued)[0]
 
     def forecast(
         self, spec: JobSpec | dict[str, Any] | str, prompts: int | None = None, user: User | None = None
@@ -170,14 +170,14 @@ class JobOperations:
             return None
         return dataclasses.replace(first, job=job, queue_position=self.core.store.queue_position(job.id), repeated=True)
 
-    def _queue(self, spec: JobSpec, user: User | None) -> Submitted:
-        """Pre-flight a prepared spec and queue it."""
+    def _queue(self, named: NamedJobs, user: User | None) -> Submitted:
+        """Prepare the job (its pre-flight, backend/training/prepared.py) and queue it."""
+        spec = named.spec
         queue_limit, total_limit = self.core.queue_limits(user)
         if queue_limit is not None:  # answered before the slow pre-flight; a job of N processes takes N places
             self.core.store.check_queue_room(spec.owner, queue_limit, total_limit, spec.training.num_processes)
-        with self.environment_check(spec, user):
-            warnings = self.core.preflight(spec, hub_token(user))[0] + _token_warnings(spec, user)
-            warnings += self._reward_model_warnings(spec, user)
+        with self.environment_check(spec, user), self.core.prepared(named, hub_token(user)) as prepared:
+            warnings = [*prepared.warnings, *_token_warnings(spec, user), *self._reward_model_warnings(prepared, user)]
         free = self._free_workers()  # counted before adding: the scheduler may start this job at once
         job = self.core.store.add(spec, max_queued_for_owner=queue_limit, max_queued_total=total_limit)
         if wants_hub_token(spec) and user is not None and user.token:
@@ -187,10 +187,10 @@ class JobOperations:
         self.core.kick()
         return Submitted(job, self.core.store.queue_position(job.id), warnings, free)
 
-    def _reward_model_warnings(self, spec: JobSpec, user: User | None) -> list[str]:
+    def _reward_model_warnings(self, prepared: PreparedJob, user: User | None) -> list[str]:
         """Pre-flight's word on each reward model the rewards name whose scores barely vary within a group: in a
         child with limits (``training.reward_checks``), counted in the limits on such checks while it runs."""
-        sources = reward_model_sources(self.core.store, spec, user)
+        sources, spec = prepared.named.rewards, prepared.stored
         if not sources:
             return []
         with self.core.model_check(user):
@@ -206,12 +206,14 @@ class JobOperations:
     def check(self, spec: JobSpec | dict[str, Any] | str, user: User | None = None) -> tuple[list[str], str]:
         """Pre-flight without queueing: (warnings, the memory estimate and auto-tune's choices for this machine, as
         text). Raises SpecError like submit would."""
-        spec = self.core.prepare(spec, user=user)
+        named = self.core.named(spec, user=user)
+        spec = named.spec
         refuse_processes(spec, user)
-        with self.environment_check(spec, user):
-            warnings, tuning = self.core.preflight(spec, hub_token(user))
-            warnings += self._reward_model_warnings(spec, user)
+        with self.environment_check(spec, user), self.core.prepared(named, hub_token(user)) as prepared:
+            warnings = [*prepared.warnings, *self._reward_model_warnings(prepared, user)]
         warnings += _token_warnings(spec, user)
+        tuning = prepared.tuning
+        assert tuning is not None  # a pre-flight always plans
         estimate = tuning.estimate
         text = f"Estimated peak memory on {detect_device().describe()}: {estimate.describe()}"
         if estimate.advice:

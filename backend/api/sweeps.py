@@ -56,7 +56,8 @@ class SweepOperations:
         """
         if on_zero_gpu():
             raise SpecError([f"spec: {ZERO_GPU_REFUSAL}"])
-        base = self.core.prepare(spec, user=user)
+        named = self.core.named(spec, user=user)
+        base = named.spec
         refuse_processes(base, user)  # a TPE sweep's children all start from the base
         dimensions = parse_dimensions(vary)
         size = check_size(dimensions, search, trials)
@@ -75,8 +76,8 @@ class SweepOperations:
                 raise SpecError([f"{problem} (the child with {values})" for problem in problems])
         queue_limit, total_limit = self.core.queue_limits(user)
         self.store.check_room(base, search, size, children, queue_limit, total_limit)  # before the slow part
-        with self.jobs.environment_check(base, user):
-            warnings = self.core.preflight(base, hub_token(user))[0] + _token_warnings(base, user)
+        with self.jobs.environment_check(base, user), self.core.prepared(named, hub_token(user)) as ready:
+            warnings = [*ready.warnings, *_token_warnings(base, user)]
         self.store.create(
             sweep_id, base, dimensions, search, size, objective, children, queue_limit, total_limit, rights_of(user)
         )

@@ -9,14 +9,14 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from backend.core.spec import DatasetSpec, Method, SpecError, quote_input
+from backend.core.spec import DatasetSpec, JobSpec, Method, SpecError, quote_input
 from backend.core.uploads import UPLOAD_AGAIN, upload_display_name, upload_file
 from backend.core.wording import counted
 from backend.data.builtin import BUILTIN_DATASETS
 from backend.data.user_cache import cache_root, read_folder
-from backend.methods.table import DataFormat, support
+from backend.methods.table import DataFormat, reward_columns, support
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -261,6 +261,28 @@ def detect_format(columns: list[str], method: Method) -> tuple[str, tuple[str, .
     return data_format.name, data_format.columns
 
 
+class JobData(NamedTuple):
+    """A job's rows as its trainer reads them, and their detected format: what :func:`load_training_dataset` loads."""
+
+    rows: Dataset
+    format: str
+
+
+def load_job_data(spec: JobSpec, uploads_dir: Path | None, kept_in: Path | None = None) -> JobData:
+    """The job's rows as its trainer reads them: with the columns its rewards read, and every column for a job with an
+    environment (its ``reset`` receives them all). ``uploads_dir`` is the owner's uploads folder (the owner the job is
+    stored under: whose upload the id names); the rows are memory-mapped from ``kept_in`` when the caller holds such a
+    folder (``user_cache.held_folder``), else held in memory."""
+    return load_training_dataset(
+        spec.dataset,
+        spec.method,
+        reward_columns(spec),
+        keep_all=bool(spec.environment.name),
+        uploads_dir=uploads_dir,
+        kept_in=kept_in,
+    )
+
+
 def load_training_dataset(
     spec: DatasetSpec,
     method: Method,
@@ -270,7 +292,7 @@ def load_training_dataset(
     cache: Path | None = None,
     kept_in: Path | None = None,
     check_raw: Callable[[Dataset], None] | None = None,
-) -> tuple[Dataset, str]:
+) -> JobData:
     """The dataset ready for the trainer (mapped, trimmed to the needed columns) and its detected format.
 
     ``keep_columns`` are extra columns the job needs (e.g. a reward's ground truth); missing ones are an error.
@@ -319,7 +341,7 @@ def load_training_dataset(
             )
     if problems:
         raise SpecError(problems)
-    return ds, fmt
+    return JobData(ds, fmt)
 
 
 def _as_text(ds: Dataset, columns: tuple[str, ...]) -> Dataset:

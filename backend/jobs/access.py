@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Protocol
 
 from backend.core.benchmarks import task_problem
 from backend.core.hub_names import BUILTIN_MODELS, is_local_path, is_repo_id
@@ -18,8 +19,6 @@ from backend.core.spec import DatasetSpec, JobSpec, ModelSpec, SpecError, quote_
 from backend.core.uploads import UPLOAD_INSTEAD, looks_like_file_path, upload_file
 from backend.core.users import User
 from backend.jobs.records import JobRecord, is_job_id
-from backend.jobs.reporter import JobReporter
-from backend.jobs.store import JobStore
 from backend.jobs.store_errors import JobNotFound
 
 
@@ -61,7 +60,16 @@ def server_paths_hidden(text: str, data_root: Path) -> str:
 # --- jobs --------------------------------------------------------------------------------------------------------
 
 
-def readable_job(store: JobStore | JobReporter, job_id: str, user: User | None) -> JobRecord:
+class JobReads(Protocol):
+    """What reading a job needs of a store: the store itself, a running job's reporter, or a spec's reads of its jobs
+    (``training.named_jobs``)."""
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job as stored (JobNotFound when there is none)."""
+        ...
+
+
+def readable_job(store: JobReads, job_id: str, user: User | None) -> JobRecord:
     """The job if ``user`` may read it; another user's job is JobNotFound (its existence is not theirs to know)."""
     job = store.get(job_id)
     if user is not None and not user.can_access(job.owner):
@@ -73,8 +81,8 @@ def readable_job(store: JobStore | JobReporter, job_id: str, user: User | None) 
 
 
 def authorize_spec(spec: JobSpec, user: User | None, paths: DataPaths) -> JobSpec:
-    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use; a parent
-    job is read (as ``user`` may see it) by backend/jobs/lineage.py."""
+    """The spec as ``user`` may run it (owned by them), or SpecError naming every field they may not use; the jobs
+    it names are read (as ``user`` may see them) by backend/training/named_jobs.py."""
     if user is not None and spec.owner != user.name:
         spec = spec.model_copy(update={"owner": user.name})
     problems = [
@@ -131,8 +139,8 @@ def model_problems(model: ModelSpec, user: User | None) -> list[str]:
 
 
 def reward_model_problems(rewards, user: User | None) -> list[str]:
-    """What forbids ``user`` a reward model named by Hub id or folder (a job id is judged by ``lineage``): the same
-    rule as the base model's."""
+    """What forbids ``user`` a reward model named by Hub id or folder (a job id is judged by
+    ``training.named_jobs``): the same rule as the base model's."""
     if may_name_server_paths(user):
         return []
     named = [(i, r.model) for i, r in enumerate(rewards) if r.model and not is_job_id(r.model)]

@@ -94,7 +94,7 @@ FIELD = "distillation.teacher"
 def teacher_problems(spec: JobSpec, models_dir: Path) -> list[str]:
     """Pre-flight's refusals of the teacher, one sentence each naming :data:`FIELD`: none named, a folder that is not
     there, a model that cannot be loaded, or one whose tokens are not the student's (the base model has been found
-    by then). A job id has become its adapter folder before this (the facade's ``named_jobs``)."""
+    by then). A job id has become its adapter folder before this (``training.named_jobs.NamedJobs.runnable``)."""
     from transformers import AutoConfig, AutoTokenizer
 
     teacher = spec.distillation.teacher.strip()

@@ -48,7 +48,7 @@ class TrainerInputs:
     parent_adapter: Path | None = None
     held_out: Any = None  # the before/after evaluation's rows, or None
     environment: Any = None  # an open OpenEnv environment (GRPO), or None
-    reward_models: Any = None  # the reward models the rollout's rewards name: jobs.lineage.reward_model_sources
+    reward_models: Any = None  # the reward models the rollout's rewards name: training.named_jobs.reward_model_sources
 
 
 def always(spec: JobSpec) -> bool:

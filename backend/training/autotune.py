@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from backend.core.artifacts import JobArtifacts
+    from backend.data.loading import JobData
 
 # Pack when a typical example fills at most this fraction of training.max_length.
 PACK_WHEN_SHORTER_THAN = 0.25
@@ -317,28 +318,27 @@ def _decide_batch(
     )
 
 
-def measure_lengths(spec: JobSpec, tokenizer, loaded: tuple[Any, str]) -> ExampleLengths | None:
-    """Token lengths of the first examples, rendered as the trainer will render them."""
+def measure_lengths(spec: JobSpec, tokenizer, data: JobData) -> ExampleLengths | None:
+    """Token lengths of the first examples of the job's ``data``, rendered as the trainer will render them."""
     from backend.training.preview import preview_dataset
 
-    preview = preview_dataset(spec, tokenizer, rows=LENGTH_SAMPLE_ROWS, loaded=loaded)
+    preview = preview_dataset(spec, tokenizer, data, rows=LENGTH_SAMPLE_ROWS)
     lengths = sorted(row.longest for row in preview.rows)
     if not lengths:
         return None
     return ExampleLengths(longest=lengths[-1], median=lengths[len(lengths) // 2])
 
 
-def plan(
-    spec: JobSpec, models_dir: Path, loaded: tuple[Any, str], tokenizer=None, device: DeviceInfo | None = None
-) -> Tuning:
-    """Tune ``spec`` for this machine: measure its examples, read the model config and the free memory."""
+def plan(spec: JobSpec, models_dir: Path, data: JobData, tokenizer=None, device: DeviceInfo | None = None) -> Tuning:
+    """Tune ``spec`` for this machine: measure its examples (``data``: the prepared job's rows), read the model config
+    and the free memory."""
     from backend.models.loading import load_tokenizer, resolve_model
     from backend.platform.hardware import detect_device
     from backend.training.memory import load_model_config
 
     tokenizer = tokenizer or load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
     device = device or detect_device()
-    lengths = measure_lengths(spec, tokenizer, loaded)
+    lengths = measure_lengths(spec, tokenizer, data)
     return tune(
         spec,
         load_model_config(spec, models_dir),
@@ -350,7 +350,11 @@ def plan(
 
 def as_run(spec: JobSpec, artifacts: JobArtifacts) -> JobSpec:
     """The spec as the worker ran it: the user's, with auto-tune's choices (``artifacts.auto_tune``) applied."""
-    settings = artifacts.auto_tune.settings if artifacts.auto_tune else {}
+    return with_choices(spec, artifacts.auto_tune.settings if artifacts.auto_tune else {})
+
+
+def with_choices(spec: JobSpec, settings: dict[str, Any]) -> JobSpec:
+    """``spec`` with auto-tune's chosen ``settings`` (spec path -> value, ``Tuning.settings``) applied."""
     return _apply(spec, settings) if settings else spec
 
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from backend.core.hub_names import hub_offline, is_local_path
 from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
 from backend.core.wording import counted
-from backend.data.loading import AUTO_HOLDOUT_MIN_DATASET, holdout_size, load_training_dataset, split_holdout
-from backend.methods.table import reward_columns, support
+from backend.data.loading import AUTO_HOLDOUT_MIN_DATASET, JobData, holdout_size, load_job_data, split_holdout
+from backend.methods.table import support
 from backend.models.demo import ARITH_MODEL_ID, BUILTIN_MODELS, environment_recipe
 from backend.platform.hub_status import HUB_UNREACHABLE, hub_reachable
 
@@ -71,21 +71,24 @@ def check_hub_dataset(spec: JobSpec) -> None:
 
 
 def check_spec(spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None) -> list[str]:
-    """Raise SpecError with every problem found; return warnings (the job can still be queued).
+    """Raise SpecError with every problem found; return warnings (the job can still be queued). ``spec`` is as it runs
+    (a job it names already its folder: the facade's pre-flight is ``training.prepared.prepare_job``'s).
 
     ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
     """
-    return check_and_plan(spec, models_dir, uploads_dir)[0]
+    data = checked_data(spec, models_dir, uploads_dir)
+    return advisories(spec, models_dir, data)[0] + hub_push_warnings(spec)
 
 
-def check_and_plan(
+def checked_data(
     spec: JobSpec, models_dir: Path, uploads_dir: Path | None = None, kept_in: Path | None = None
-) -> tuple[list[str], Tuning]:
-    """:func:`check_spec`, and what auto-tune would choose for the job on this machine (with its estimate). With
-    ``kept_in`` (a folder the caller holds, ``backend/data/user_cache.py``) the rows are memory-mapped from there, not
-    held in memory."""
+) -> JobData:
+    """SpecError with every reason the job cannot run (its model, its method's own checks, its data, the Hub, its
+    batch and processes); else its rows, loaded here once as the trainer reads them (``loading.load_job_data``). With
+    ``kept_in`` (a folder the caller holds, ``backend/data/user_cache.py``) the rows are memory-mapped from there,
+    not held in memory."""
     problems: list[str] = []
-    loaded = None
+    data = None
     try:
         check_model(spec.model)
         # The method's own checks (a distillation teacher's tokenizer against the student's) read the base model.
@@ -94,16 +97,9 @@ def check_and_plan(
         problems.extend(exc.problems)
     try:
         check_hub_dataset(spec)
-        loaded = load_training_dataset(
-            spec.dataset,
-            spec.method,
-            reward_columns(spec),
-            keep_all=bool(spec.environment.name),
-            uploads_dir=uploads_dir,
-            kept_in=kept_in,
-        )
+        data = load_job_data(spec, uploads_dir, kept_in)
         # The worker splits the same way; a hold-out that leaves nothing to train on is refused here, not there.
-        split_holdout(loaded[0], spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
+        split_holdout(data.rows, spec.eval.holdout_fraction, spec.eval.holdout_rows, spec.training.seed)
     except SpecError as exc:
         problems.extend(exc.problems)
     problems.extend(hub_checkpoint_problems(spec))
@@ -114,10 +110,9 @@ def check_and_plan(
             f"(got {spec.training.batch_size}); raise it or use auto"
         )
     problems.extend(process_problems(spec))
-    if problems:
+    if problems or data is None:
         raise SpecError(problems)
-    warnings, tuning = advisories(spec, models_dir, loaded)
-    return warnings + hub_push_warnings(spec), tuning
+    return data
 
 
 def process_problems(spec: JobSpec) -> list[str]:
@@ -155,9 +150,9 @@ def process_problems(spec: JobSpec) -> list[str]:
     return problems
 
 
-def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str], Tuning]:
-    """What a practitioner would flag before a run: the data rendered through the chat template, and memory (the
-    estimate of the job as auto-tune would run it, from the examples' measured lengths)."""
+def advisories(spec: JobSpec, models_dir: Path, data: JobData) -> tuple[list[str], Tuning]:
+    """What a practitioner would flag before a run: the job's ``data`` rendered through the chat template, and memory
+    (the estimate of the job as auto-tune would run it, from the examples' measured lengths)."""
     from backend.models.loading import load_tokenizer, resolve_model
     from backend.platform.hardware import detect_device
     from backend.training.autotune import plan
@@ -169,7 +164,7 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     warnings: list[str] = []
     tokenizer = load_tokenizer(resolve_model(spec.model, models_dir), spec.model)
     # Raises SpecError when chat data meets a model without a chat template.
-    preview = preview_dataset(spec, tokenizer, rows=8, loaded=loaded)
+    preview = preview_dataset(spec, tokenizer, data, rows=8)
     if preview.summary.over_max_length:
         warnings.append(
             f"{preview.summary.over_max_length} of the first {len(preview.rows)} rows are longer than "
@@ -179,14 +174,13 @@ def advisories(spec: JobSpec, models_dir: Path, loaded=None) -> tuple[list[str],
     if spec.environment.name:
         warnings.extend(environment_advisories(spec, tokenizer))
     device = detect_device()
-    loaded = loaded or load_training_dataset(spec.dataset, spec.method)
     # The job as one of its processes runs it: its share of the batch (each process holds a copy of the model).
-    tuning = plan(per_process_spec(spec, spec.training.num_processes), models_dir, loaded, tokenizer, device)
+    tuning = plan(per_process_spec(spec, spec.training.num_processes), models_dir, data, tokenizer, device)
     memory_warning = check_memory(tuning.estimate, device)
     if memory_warning:
         warnings += [memory_warning, memory_offer(tuning.estimate, device, spec)]
-    # The rows left to train on, counted rather than split a second time (check_and_plan split them once).
-    rows = len(loaded[0])
+    # The rows left to train on, counted rather than split a second time (checked_data split them once).
+    rows = len(data.rows)
     held_out = holdout_size(rows, spec.eval.holdout_fraction, spec.eval.holdout_rows)
     if spec.eval.holdout_rows == "auto" and held_out == 0:
         warnings.append(

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from backend.core.spec import JobSpec
-from backend.data.loading import load_training_dataset
+from backend.data.loading import JobData
 from backend.methods.rendering import PreviewRow, Renderer, require_chat_template
 from backend.methods.table import support
-
-if TYPE_CHECKING:
-    from datasets import Dataset
 
 
 @dataclass(frozen=True)
@@ -36,17 +31,14 @@ class DatasetPreview:
     summary: PreviewSummary
 
 
-def preview_dataset(
-    spec: JobSpec, tokenizer, rows: int = 3, loaded: tuple[Dataset, str] | None = None, uploads_dir: Path | None = None
-) -> DatasetPreview:
-    """Load the job's data as training will and render its first ``rows`` examples through ``tokenizer``.
+def preview_dataset(spec: JobSpec, tokenizer, data: JobData, rows: int = 3) -> DatasetPreview:
+    """The first ``rows`` examples of the job's ``data`` (its rows as ``load_training_dataset`` loaded them: the
+    prepared job's, or the Preview button's) rendered through ``tokenizer`` as training will render them.
 
-    ``loaded`` is the (dataset, format) pair from ``load_training_dataset`` when the caller has it already;
-    ``uploads_dir`` is the job owner's uploads folder (for ``dataset.source: upload``).
     GRPO rows show the prompt only (with the generation prompt); the sampled completions add up to
     ``rollout.max_completion_length`` tokens on top during training.
     """
-    dataset, fmt = loaded or load_training_dataset(spec.dataset, spec.method, uploads_dir=uploads_dir)
+    dataset, fmt = data
     examples = [dataset[i] for i in range(min(rows, len(dataset)))]
     if examples:
         require_chat_template(examples[0], tokenizer, spec.model.name_or_path)

@@ -11,11 +11,11 @@ Two ceilings, the lower one applies:
 
 from __future__ import annotations
 
+from backend.core.paths import on_space
 from backend.core.spec import JobSpec
 from backend.core.users import User
 from backend.platform import hardware
 from backend.platform.limits import int_setting
-from backend.platform.space_runtime import on_space
 
 SPACE_SETTING = "STUDIO_MAX_PROCESSES_PER_JOB"
 DEFAULT_SPACE_PROCESSES = 1

@@ -1,7 +1,6 @@
 """Reward models in an online job's rewards (``rollout.rewards``' ``{model: JOB_ID or Hub id, weight}``): where each
-comes from, the rule for a reward job (the user's own, of method reward, succeeded with its adapter saved), and
-pre-flight's word when one scores a group's completions alike. The facade asks it at submit and on the reward bench,
-the worker when it builds the trainer."""
+loads from (a :class:`RewardModelSource`; a reward job's is read and held to its rule by ``training.named_jobs``), and
+pre-flight's word when one scores a group's completions alike (run in the child of ``training.reward_checks``)."""
 
 from __future__ import annotations
 
@@ -9,18 +8,10 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.core.spec import JobSpec, ModelSpec, SpecError, online_methods, quote_input, shorten
-from backend.core.users import User
+from backend.core.spec import JobSpec, ModelSpec, SpecError, quote_input, shorten
 from backend.core.wording import counted
 from backend.data.loading import load_training_dataset
-from backend.jobs.access import readable_job
-from backend.jobs.lineage import saved_adapter
-from backend.jobs.records import JobStatus, is_job_id
-from backend.jobs.reporter import JobReporter
-from backend.jobs.store import JobStore
-from backend.jobs.store_errors import JobNotFound, UnreadableJob
-from backend.methods.reward import SCORE_HEAD
-from backend.methods.table import reward_columns, support
+from backend.methods.table import reward_columns
 
 
 @dataclass(frozen=True)
@@ -31,61 +22,6 @@ class RewardModelSource:
     model: ModelSpec
     adapter: Path | None = None
     max_length: int | None = None  # a reward job's training.max_length: the longest conversation it read
-
-
-def reward_model_sources(
-    store: JobStore | JobReporter, spec: JobSpec, user: User | None = None
-) -> dict[str, RewardModelSource]:
-    """:func:`model_sources` of an online job's rewards (none for other methods)."""
-    return model_sources(store, spec.rollout.rewards if spec.method in online_methods() else (), user)
-
-
-def model_sources(store: JobStore | JobReporter, rewards, user: User | None = None) -> dict[str, RewardModelSource]:
-    """Each reward model ``rewards`` name, by the name given: a job id must be ``user``'s own reward job that
-    succeeded with its adapter saved (SpecError, one sentence per entry, naming its field); any other name is a
-    sequence-classification model to load as it is (``access.reward_model_problems`` has judged the name)."""
-    sources: dict[str, RewardModelSource] = {}
-    problems: list[str] = []
-    for index, reward in enumerate(rewards):
-        if reward.model is None or reward.model in sources:
-            continue
-        field = f"rollout.rewards[{index}].model"
-        if not is_job_id(reward.model):
-            sources[reward.model] = RewardModelSource(ModelSpec(name_or_path=reward.model))
-            continue
-        try:
-            sources[reward.model] = reward_job_source(store, reward.model, user)
-        except (JobNotFound, UnreadableJob):
-            problems.append(f"{field}: there is no job {quote_input(reward.model)} of yours")
-        except SpecError as exc:
-            problems += [f"{field}: {problem}" for problem in exc.problems]
-    if problems:
-        raise SpecError(problems)
-    return sources
-
-
-def reward_job_source(store: JobStore | JobReporter, job_id: str, user: User | None = None) -> RewardModelSource:
-    """Where ``user``'s finished reward job ``job_id`` is loaded from: its base model with the score-head adapter on
-    top, or the saved folder alone when it trained all weights. A job that is no reward model, or did not succeed
-    with its model saved, is a SpecError of one sentence; another user's or a missing job is JobNotFound."""
-    job = readable_job(store, job_id, user)
-    if support(job.spec.method).head != SCORE_HEAD:
-        raise SpecError(
-            [f"job {job.id} trained a {job.spec.method.value} model, not a reward model; pick a job of method reward"]
-        )
-    saved = saved_adapter(job)
-    if job.status is not JobStatus.succeeded or saved is None:
-        raise SpecError(
-            [
-                f"job {job.id} is {job.status.value}; only a reward job that succeeded (its model saved) can score "
-                "completions"
-            ]
-        )
-    max_length = job.spec.training.max_length
-    if job.spec.lora.enabled:
-        return RewardModelSource(job.spec.model, saved, max_length)
-    # all weights trained: the folder is the model
-    return RewardModelSource(ModelSpec(name_or_path=str(saved)), max_length=max_length)
 
 
 # A reward model whose scores spread less than this within a group gives GRPO and RLOO next to no advantage to learn
@@ -102,7 +38,7 @@ def reward_model_warnings(
     uploads_dir: Path | None = None,
     cache_dir: Path | None = None,
 ) -> list[str]:
-    """A warning per reward model (``sources``: ``jobs.lineage.reward_model_sources``) whose scores barely vary within
+    """A warning per reward model (``sources``: ``named_jobs.reward_model_sources``) whose scores barely vary within
     a group: the base model samples a group of completions for each of a few prompts, as the rollout samples them,
     and the reward model scores them; a within-group standard deviation under ``FLAT_GROUP_STD`` means the job would
     learn next to nothing from it. A reward model that cannot be loaded at all is a SpecError naming its entry.

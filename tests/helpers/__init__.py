@@ -26,6 +26,14 @@ def tiny_spec(**overrides) -> dict:
     return spec
 
 
+def job_data(spec, paths):
+    """A job's rows as its worker loads them (``backend.data.loading.load_job_data``, the owner's uploads), for a test
+    that builds the trainer itself (``backend.worker.build_trainer``)."""
+    from backend.data.loading import load_job_data
+
+    return load_job_data(spec, paths.uploads(spec.owner))
+
+
 def wait_for(predicate, timeout: float = 120.0, interval: float = 0.1, what: str = "condition", sleep=time.sleep):
     """``predicate()``'s first truthy value, asked every ``interval`` s until ``timeout``, else fail saying ``what``.
     ``sleep`` waits between asks (a browser test passes its page's, so the page delivers its events meanwhile)."""

@@ -69,7 +69,7 @@ def score_completions(
     """Score typed completions with every reward, as GRPO would for one dataset row.
 
     A reward model (``{model: ...}``) scores the row's ``prompt`` and each completion as the trainer does; its
-    source is in ``model_sources`` (``jobs.lineage.model_sources``, by the name given) and it loads under
+    source is in ``model_sources`` (``training.named_jobs.model_sources``, by the name given) and it loads under
     ``models_dir``.
 
     Returns one ``{"completion", "scores", "total", "notes"}`` per completion. ``scores`` maps each reward's

@@ -84,8 +84,8 @@ def _as_assistant(completion: Any) -> list[dict[str, str]]:
 
 
 def load_model_rewards(sources: Mapping[str, Any], models_dir: Path) -> dict[str, ModelReward]:
-    """A scorer for each reward model a job names (``jobs.lineage.RewardModelSource`` by the name in the spec),
-    loaded once each, on the CPU until the trainer moves it."""
+    """A scorer for each reward model a job names (``training.reward_models.RewardModelSource`` by the name in the
+    spec), loaded once each, on the CPU until the trainer moves it."""
     from backend.models.inference import load_reward_model
 
     return {

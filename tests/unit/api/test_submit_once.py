@@ -3,6 +3,7 @@ job, whichever door it comes through; another user, another spec or a later subm
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -102,15 +103,17 @@ def test_concurrent_identical_submits_queue_one_job_and_wait_for_nothing(api, mo
     while it ran were answered at once with a sentence, not held until it ended (issue 47: seven requests waiting on
     one user's slow check held the server's slots, and another user's submit waited 14 s)."""
     started = threading.Barrier(8)
-    preflight = api.jobs.core.preflight
+    prepared = api.jobs.core.prepared
     calls = []
 
-    def slow_preflight(spec, token=None):
-        calls.append(spec)
+    @contextlib.contextmanager
+    def slow_preflight(named, token=None):
+        calls.append(named)
         time.sleep(1.0)  # the slow part of a submit, while the other seven arrive
-        return preflight(spec, token)
+        with prepared(named, token) as job:
+            yield job
 
-    monkeypatch.setattr(api.jobs.core, "preflight", slow_preflight)
+    monkeypatch.setattr(api.jobs.core, "prepared", slow_preflight)
 
     def submit(_):
         started.wait()

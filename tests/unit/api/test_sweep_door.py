@@ -7,6 +7,7 @@ before the slow pre-flight."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import pytest
 
@@ -133,7 +134,7 @@ def test_the_queue_limit_answers_a_sweep_before_its_pre_flight(api, store, monke
     for n in range(3):
         api.jobs.submit({**SPEC, "output": {"run_name": f"job {n}"}}, user=ALICE)
     preflights = []
-    monkeypatch.setattr(api.core, "preflight", lambda spec, token=None: preflights.append(spec) or ([], None))
+    monkeypatch.setattr(api.core, "prepared", lambda named, token=None: preflights.append(named) or nullcontext())
     answer = refused(lambda: api.sweeps.submit(SPEC, [f"{LR}=1e-4,5e-4"], user=ALICE))  # what the Sweep panel calls
     assert answer == (
         "this sweep queues 2 job(s) and you already have 3 waiting; the limit per user is 3: vary fewer values, or "

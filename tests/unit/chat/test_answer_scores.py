@@ -11,7 +11,7 @@ from backend.core.spec import parse_spec
 from backend.core.users import User, local_user
 from backend.jobs.records import JobStatus
 from backend.worker import build_trainer
-from tests.helpers import tiny_spec
+from tests.helpers import job_data, tiny_spec
 from tests.unit.methods.test_reward import REWARD
 
 QUESTION = {"role": "user", "content": "What is 2 + 3?"}
@@ -37,7 +37,7 @@ def scored_api(tmp_path_factory, models_dir):
         api.core.store.claim_next()
         adapter = api.core.paths.job_dir(job.id) / "adapter"
         if name != "sft":
-            trainer, _ = build_trainer(job.spec, api.core.paths, job.id, [], None)
+            trainer, _ = build_trainer(job.spec, api.core.paths, job.id, [], None, job_data(job.spec, api.core.paths))
             trainer.train()
             trainer.save_model(str(adapter))
             trainer.processing_class.save_pretrained(adapter)

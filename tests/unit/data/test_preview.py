@@ -7,6 +7,7 @@ import json
 import pytest
 
 from backend.core.spec import JobSpec, SpecError
+from backend.data.loading import load_training_dataset
 from backend.training.preview import preview_dataset
 from tests.helpers import tiny_spec
 
@@ -65,6 +66,11 @@ def make_spec(tmp_path):
     return make
 
 
+def preview_of(spec: JobSpec, tokenizer, rows: int = 3):
+    """The preview of ``spec``'s rows, loaded as the Preview button loads them."""
+    return preview_dataset(spec, tokenizer, load_training_dataset(spec.dataset, spec.method), rows)
+
+
 def token_count(tokenizer, rendered: str) -> int:
     # The demo tokenizer adds no BOS, so the rendered text re-tokenizes to exactly the training ids.
     return len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
@@ -78,7 +84,7 @@ def assert_counts_match(tokenizer, preview) -> None:
 
 
 def test_messages_render_through_the_chat_template(make_spec, tokenizer):
-    preview = preview_dataset(make_spec(MESSAGES), tokenizer, rows=3)
+    preview = preview_of(make_spec(MESSAGES), tokenizer, rows=3)
     assert (preview.format, preview.columns, preview.total_rows) == ("conversational", ["messages"], 4)
     assert len(preview.rows) == 3
     first = preview.rows[0].rendered
@@ -90,8 +96,8 @@ def test_messages_render_through_the_chat_template(make_spec, tokenizer):
 
 def test_assistant_only_loss_uses_trls_training_template(make_spec, tokenizer):
     """Qwen3's stock template drops earlier turns' think blocks; the training template TRL swaps in keeps them."""
-    with_mask = preview_dataset(make_spec(MESSAGES), tokenizer).rows[1].rendered
-    without = preview_dataset(make_spec(MESSAGES, sft={"completion_only_loss": False}), tokenizer).rows[1].rendered
+    with_mask = preview_of(make_spec(MESSAGES), tokenizer).rows[1].rendered
+    without = preview_of(make_spec(MESSAGES, sft={"completion_only_loss": False}), tokenizer).rows[1].rendered
     assert with_mask.count("<think>\n\n</think>") == 2
     assert without.count("<think>\n\n</think>") == 1
     assert without == tokenizer.apply_chat_template(MESSAGES[1]["messages"], tokenize=False)
@@ -99,13 +105,13 @@ def test_assistant_only_loss_uses_trls_training_template(make_spec, tokenizer):
 
 def test_column_mapping_shows_mapped_columns(make_spec, tokenizer):
     rows = [{"conversation": row["messages"], "source": "x"} for row in MESSAGES]
-    preview = preview_dataset(make_spec(rows, dataset={"columns": {"messages": "conversation"}}), tokenizer, rows=1)
+    preview = preview_of(make_spec(rows, dataset={"columns": {"messages": "conversation"}}), tokenizer, rows=1)
     assert preview.columns == ["messages"]
     assert "<|im_start|>user\nWhat is 2 + 2?<|im_end|>" in preview.rows[0].rendered
 
 
 def test_conversational_prompt_completion_is_one_conversation(make_spec, tokenizer):
-    preview = preview_dataset(make_spec(PROMPT_COMPLETION_CHAT), tokenizer)
+    preview = preview_of(make_spec(PROMPT_COMPLETION_CHAT), tokenizer)
     assert preview.format == "prompt-completion"
     rendered = preview.rows[0].rendered
     example = PROMPT_COMPLETION_CHAT[0]
@@ -117,12 +123,12 @@ def test_conversational_prompt_completion_is_one_conversation(make_spec, tokeniz
 
 
 def test_plain_prompt_completion_and_text_get_one_eos(make_spec, tokenizer):
-    pc = preview_dataset(make_spec(PROMPT_COMPLETION_TEXT), tokenizer)
+    pc = preview_of(make_spec(PROMPT_COMPLETION_TEXT), tokenizer)
     assert [row.rendered for row in pc.rows] == [
         "Question: 2 + 2? Answer: 4." + EOS,
         "Question: capital of France? Answer: Paris." + EOS,
     ]
-    text = preview_dataset(make_spec(TEXT), tokenizer)
+    text = preview_of(make_spec(TEXT), tokenizer)
     assert text.format == "language-modeling"
     assert [row.rendered for row in text.rows] == ["The sky is blue." + EOS, "Grass is green." + EOS]
     assert_counts_match(tokenizer, pc)
@@ -130,7 +136,7 @@ def test_plain_prompt_completion_and_text_get_one_eos(make_spec, tokenizer):
 
 
 def test_preference_renders_both_sides(make_spec, tokenizer):
-    preview = preview_dataset(make_spec(PREFERENCE_CHAT, method="dpo"), tokenizer)
+    preview = preview_of(make_spec(PREFERENCE_CHAT, method="dpo"), tokenizer)
     assert preview.format == "preference"
     row = preview.rows[1]
     assert row.rendered_chosen.startswith("<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n")
@@ -143,21 +149,21 @@ def test_preference_renders_both_sides(make_spec, tokenizer):
 
 def test_implicit_preference_matches_explicit_prompt(make_spec, tokenizer):
     implicit = [{"chosen": r["prompt"] + r["chosen"], "rejected": r["prompt"] + r["rejected"]} for r in PREFERENCE_CHAT]
-    explicit_rows = preview_dataset(make_spec(PREFERENCE_CHAT, method="dpo"), tokenizer).rows
-    preview = preview_dataset(make_spec(implicit, method="dpo"), tokenizer)
+    explicit_rows = preview_of(make_spec(PREFERENCE_CHAT, method="dpo"), tokenizer).rows
+    preview = preview_of(make_spec(implicit, method="dpo"), tokenizer)
     assert preview.format == "implicit-preference"
     assert preview.rows == explicit_rows
 
 
 def test_plain_preference_appends_eos_to_each_side(make_spec, tokenizer):
-    row = preview_dataset(make_spec(PREFERENCE_TEXT, method="dpo"), tokenizer).rows[0]
+    row = preview_of(make_spec(PREFERENCE_TEXT, method="dpo"), tokenizer).rows[0]
     assert (row.rendered_chosen, row.rendered_rejected) == ("2 + 2 = 4" + EOS, "2 + 2 = 5" + EOS)
 
 
 @pytest.mark.parametrize("enable_thinking", [None, True, False])
 def test_prompt_only_ends_with_the_generation_prompt(make_spec, tokenizer, enable_thinking):
     spec = make_spec(PROMPT_ONLY, method="grpo", grpo={"enable_thinking": enable_thinking, "num_generations": 2})
-    preview = preview_dataset(spec, tokenizer)
+    preview = preview_of(spec, tokenizer)
     # the rows' solution is kept where present: the answer-accuracy guard reads it
     assert (preview.format, preview.columns) == ("prompt-only", ["prompt", "solution"])
     rendered = preview.rows[0].rendered
@@ -169,7 +175,7 @@ def test_prompt_only_ends_with_the_generation_prompt(make_spec, tokenizer, enabl
 
 
 def test_over_max_length_flips_with_a_small_max_length(make_spec, tokenizer):
-    roomy = preview_dataset(make_spec(MESSAGES), tokenizer, rows=4)
+    roomy = preview_of(make_spec(MESSAGES), tokenizer, rows=4)
     assert roomy.summary.over_max_length == 0
     assert roomy.summary.max_length == 128
     lengths = [row.n_tokens for row in roomy.rows]
@@ -177,25 +183,25 @@ def test_over_max_length_flips_with_a_small_max_length(make_spec, tokenizer):
     assert roomy.summary.mean_tokens == pytest.approx(sum(lengths) / 4)
 
     cutoff = sorted(lengths)[1]  # at least the two longest rows are over
-    tight = preview_dataset(make_spec(MESSAGES, training={"max_length": cutoff}), tokenizer, rows=4)
+    tight = preview_of(make_spec(MESSAGES, training={"max_length": cutoff}), tokenizer, rows=4)
     assert [row.over_max_length for row in tight.rows] == [n > cutoff for n in lengths]
     assert tight.summary.over_max_length == sum(n > cutoff for n in lengths) >= 2
 
 
 def test_preference_row_is_over_when_either_side_is(make_spec, tokenizer):
-    roomy = preview_dataset(make_spec(PREFERENCE_CHAT, method="dpo"), tokenizer).rows[1]
+    roomy = preview_of(make_spec(PREFERENCE_CHAT, method="dpo"), tokenizer).rows[1]
     between = (roomy.n_tokens_rejected + roomy.n_tokens_chosen) // 2
     assert roomy.n_tokens_rejected <= between < roomy.n_tokens_chosen
-    tight = preview_dataset(make_spec(PREFERENCE_CHAT, method="dpo", training={"max_length": between}), tokenizer)
+    tight = preview_of(make_spec(PREFERENCE_CHAT, method="dpo", training={"max_length": between}), tokenizer)
     assert tight.rows[1].over_max_length
 
 
 def test_conversational_data_needs_a_chat_template(make_spec, tokenizer):
     tokenizer.chat_template = None
     with pytest.raises(SpecError, match="has no chat template; use a chat/instruct model or plain text data"):
-        preview_dataset(make_spec(MESSAGES), tokenizer)
+        preview_of(make_spec(MESSAGES), tokenizer)
     # Plain text never touches the template.
-    assert preview_dataset(make_spec(TEXT), tokenizer).rows[0].rendered == "The sky is blue." + EOS
+    assert preview_of(make_spec(TEXT), tokenizer).rows[0].rendered == "The sky is blue." + EOS
 
 
 def test_sft_preview_matches_what_sfttrainer_tokenizes(make_spec, tokenizer, models_dir, tmp_path):
@@ -209,7 +215,7 @@ def test_sft_preview_matches_what_sfttrainer_tokenizes(make_spec, tokenizer, mod
         trainer = build_sft_trainer(
             spec, tmp_path / "out", models_dir, callbacks=[], dataset=dataset, dataset_format=fmt
         )
-        preview = preview_dataset(spec, tokenizer, rows=len(rows))
+        preview = preview_of(spec, tokenizer, rows=len(rows))
         for prepared, row in zip(trainer.train_dataset, preview.rows, strict=True):
             assert len(prepared["input_ids"]) == row.n_tokens
             assert tokenizer.decode(prepared["input_ids"]) == row.rendered
@@ -223,7 +229,7 @@ def test_dpo_preview_matches_what_dpotrainer_tokenizes(make_spec, tokenizer, dem
     trainer = DPOTrainer(
         model=str(demo_model_path), args=args, train_dataset=_dataset(PREFERENCE_CHAT), processing_class=tokenizer
     )
-    preview = preview_dataset(spec, tokenizer)
+    preview = preview_of(spec, tokenizer)
     for prepared, row in zip(trainer.train_dataset, preview.rows, strict=True):
         assert tokenizer.decode(prepared["prompt_ids"] + prepared["chosen_ids"]) == row.rendered_chosen
         assert tokenizer.decode(prepared["prompt_ids"] + prepared["rejected_ids"]) == row.rendered_rejected

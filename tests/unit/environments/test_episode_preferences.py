@@ -13,7 +13,7 @@ from backend.core.spec import DatasetSpec, Method, SpecError, parse_spec
 from backend.environments.episodes import Episode
 from backend.jobs.records import JobStatus
 from backend.models.demo import ARITH_MODEL_DIR
-from tests.helpers import tiny_spec, wait_status
+from tests.helpers import job_data, tiny_spec, wait_status
 
 # What transformers' get_json_schema makes of ``def submit_answer(answer: int)`` with its docstring.
 TOOLS = [
@@ -217,6 +217,7 @@ def test_trls_dpo_trainer_tokenizes_exported_rows_as_the_preview_renders_them_an
     paths, store, scheduler_factory
 ):
     from backend.api import StudioAPI
+    from backend.data.loading import load_training_dataset
     from backend.training.preview import preview_dataset
     from backend.worker import build_trainer
 
@@ -236,11 +237,11 @@ def test_trls_dpo_trainer_tokenizes_exported_rows_as_the_preview_renders_them_an
     spec = parse_spec(spec_dict)
 
     # What DPOTrainer tokenized is what the preview shows: the schema in the system turn, every call as written.
-    trainer, held_out = build_trainer(spec, paths, store.add(spec).id, [], None)
+    trainer, held_out = build_trainer(spec, paths, store.add(spec).id, [], None, job_data(spec, paths))
     tok = trainer.processing_class
     example = trainer.train_dataset[0]
     sequence = example["prompt_ids"] + example["chosen_ids"]
-    preview = preview_dataset(spec, tok, rows=6).rows
+    preview = preview_dataset(spec, tok, load_training_dataset(spec.dataset, spec.method), rows=6).rows
     shown = next(p for p in preview if p.rendered_chosen == tok.decode(sequence))
     assert shown.n_tokens_chosen == len(sequence)
     assert json.dumps(TOOLS[0]) in shown.rendered_chosen

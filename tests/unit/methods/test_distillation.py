@@ -19,7 +19,7 @@ from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
 from backend.models.demo import ARITH_MODEL_DIR, ARITH_MODEL_ID
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
-from tests.helpers import ROOT, tiny_spec
+from tests.helpers import ROOT, job_data, tiny_spec
 from tests.unit.hub.test_trl_cli import parse_like_trl_cli
 
 # The random demo model learns from the arithmetic model: the same tokenizer, a different network.
@@ -89,7 +89,7 @@ def test_a_few_steps_move_the_student_toward_the_teacher_and_train_only_the_adap
     spec = parse_spec(tiny_spec(**DISTILL))
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, held_out = build_trainer(spec, paths, job.id, [callback], None)
+    trainer, held_out = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths))
     assert type(trainer).__name__ == "DistillationTrainer" and len(held_out) == 8
     teacher = AutoModelForCausalLM.from_pretrained(ARITH_MODEL_DIR).eval()  # loaded here, apart from the trainer's
     tokenizer = trainer.processing_class

@@ -16,7 +16,7 @@ from backend.data.loading import load_training_dataset
 from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
-from tests.helpers import tiny_spec
+from tests.helpers import job_data, tiny_spec
 from tests.integration.test_cli import cli
 from tests.unit.hub.test_trl_cli import parse_like_trl_cli
 
@@ -88,7 +88,7 @@ def test_kto_trains_the_adapter_only_and_logs_kto_metrics(paths, store):
     spec = parse_spec(tiny_spec(**KTO))
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, _ = build_trainer(spec, paths, job.id, [callback], None)
+    trainer, _ = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths))
     assert type(trainer).__name__ == "KTOTrainer" and trainer.ref_model is None  # reference = adapter switched off
     before = {n: p.detach().float().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
@@ -150,7 +150,9 @@ def test_thumbs_from_the_chat_become_a_kto_dataset_that_trains(paths, store):
 
     spec = parse_spec(tiny_spec(**{**KTO, "dataset": {"source": "file", "name": str(exported)}}))
     job = store.add(spec)
-    trainer, _ = build_trainer(spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())], None)
+    trainer, _ = build_trainer(
+        spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())], None, job_data(spec, paths)
+    )
     assert trainer.train_dataset.num_rows == 12
     before = {n: p.detach().float().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()

@@ -10,11 +10,11 @@ from safetensors.torch import load_file
 
 from backend.api import StudioAPI
 from backend.core.spec import SpecError, parse_spec
-from backend.jobs.lineage import resolve_parent
 from backend.jobs.records import JobStatus
 from backend.training.callbacks import StoreReportingCallback
+from backend.training.named_jobs import read_named_jobs
 from backend.worker import build_trainer
-from tests.helpers import tiny_spec, wait_status
+from tests.helpers import job_data, tiny_spec, wait_status
 
 FINAL = {JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled, JobStatus.interrupted}
 
@@ -42,7 +42,7 @@ def _in_process(paths, store, spec_dict, parent_adapter=None):
     spec = parse_spec(tiny_spec(**spec_dict))
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, held_out = build_trainer(spec, paths, job.id, [callback], parent_adapter)
+    trainer, held_out = build_trainer(spec, paths, job.id, [callback], parent_adapter, job_data(spec, paths))
     return job, trainer, held_out
 
 
@@ -102,7 +102,7 @@ def test_rollout_log_completions_off_keeps_no_samples(paths, store):
     spec = parse_spec(tiny_spec(**{**GRPO, "grpo": {**GRPO["grpo"], "log_completions": False}}))
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, _ = build_trainer(spec, paths, job.id, [callback], None)
+    trainer, _ = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths))
     assert callback._sample_source is None and trainer.args.log_completions is False
 
 
@@ -136,10 +136,10 @@ def test_sft_then_dpo_starts_from_the_sft_adapter_and_records_lineage(paths, sto
     sft_adapter = load_file(f"{sft_done.artifacts.adapter_dir}/adapter_model.safetensors")
 
     # The starting weights of the staged job are exactly the SFT job's saved adapter.
-    staged = resolve_parent(parse_spec(tiny_spec(**DPO, model={"parent_job_id": sft.id})), store)
+    staged = read_named_jobs(parse_spec(tiny_spec(**DPO, model={"parent_job_id": sft.id})), store).spec
     assert staged.model.name_or_path == sft_done.spec.model.name_or_path and staged.lora == sft_done.spec.lora
     probe = store.add(staged)
-    trainer, _ = build_trainer(staged, paths, probe.id, [], paths.job_adapter(sft.id))
+    trainer, _ = build_trainer(staged, paths, probe.id, [], paths.job_adapter(sft.id), job_data(staged, paths))
     start = {n: p for n, p in trainer.model.named_parameters() if ".default." in n}
     assert len(start) == len(sft_adapter)
     for name, tensor in sft_adapter.items():

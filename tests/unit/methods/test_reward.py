@@ -18,7 +18,7 @@ from backend.data.loading import load_training_dataset
 from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
-from tests.helpers import ROOT, tiny_spec
+from tests.helpers import ROOT, job_data, tiny_spec
 from tests.integration.test_cli import cli
 from tests.unit.hub.test_trl_cli import parse_like_trl_cli
 
@@ -85,7 +85,7 @@ def test_reward_trains_the_adapter_and_the_head_only_and_logs_accuracy_and_margi
     spec = parse_spec(tiny_spec(**REWARD))
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, _ = build_trainer(spec, paths, job.id, [callback], None)
+    trainer, _ = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths))
     assert type(trainer).__name__ == "RewardTrainer" and trainer.model.config.num_labels == 1
     before = {n: p.detach().float().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
@@ -109,7 +109,7 @@ def test_a_reward_model_staged_on_an_sft_job_starts_from_its_adapter_and_keeps_i
     sft_adapter = _build_adapter(paths.models, tmp_path / "sft-adapter", seed=3)
     spec = parse_spec(tiny_spec(**REWARD))
     job = store.add(spec)
-    trainer, _ = build_trainer(spec, paths, job.id, [], sft_adapter)
+    trainer, _ = build_trainer(spec, paths, job.id, [], sft_adapter, job_data(spec, paths))
     parent = load_file(sft_adapter / "adapter_model.safetensors")
     started = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     assert started and all(torch.equal(w, parent[n.replace(".default", "")]) for n, w in started.items())
@@ -229,7 +229,7 @@ def test_a_reward_models_use_snippet_loads_its_score_head_and_scores_an_answer(p
 
     spec = parse_spec(tiny_spec(**REWARD))
     job = store.add(spec)
-    trainer, _ = build_trainer(spec, paths, job.id, [], None)
+    trainer, _ = build_trainer(spec, paths, job.id, [], None, job_data(spec, paths))
     trainer.train()
     trainer.save_model(str(tmp_path / "adapter"))
     trainer.processing_class.save_pretrained(tmp_path / "adapter")

@@ -15,9 +15,9 @@ from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
 from backend.training.callbacks import StoreReportingCallback
-from backend.training.reward_models import reward_model_sources
+from backend.training.named_jobs import reward_model_sources
 from backend.worker import build_trainer
-from tests.helpers import tiny_spec
+from tests.helpers import job_data, tiny_spec
 
 ALICE, BOB = User("alice"), User("bob")
 REWARD_JOB = {"method": "reward", "dataset": {"source": "builtin", "name": "preferences-demo"}, "owner": "alice"}
@@ -99,7 +99,7 @@ def test_a_reward_job_scores_grpos_completions_and_its_scores_are_the_logged_rew
     assert sources[rm].adapter == paths.job_adapter(rm) and sources[rm].model.name_or_path == "builtin:tiny-qwen3"
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, _ = build_trainer(spec, paths, job.id, [callback], None, reward_models=sources)
+    trainer, _ = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths), reward_models=sources)
     assert trainer.args.reward_weights == [1.0]
     trainer.train()
     logged = [m for m in store.metrics(job.id) if "reward" in m]
@@ -181,7 +181,9 @@ def test_rloo_takes_the_reward_model_as_grpo_does(paths, store):
     rm = _reward_job(paths, store)
     spec = parse_spec({**_grpo(rm), "method": "rloo"})
     job = store.add(spec)
-    trainer, _ = build_trainer(spec, paths, job.id, [], None, reward_models=reward_model_sources(store, spec, ALICE))
+    trainer, _ = build_trainer(
+        spec, paths, job.id, [], None, job_data(spec, paths), reward_models=reward_model_sources(store, spec, ALICE)
+    )
     assert type(trainer).__name__ == "RLOOTrainer"
     (scorer,), weights = trainer.studio_rewards
     assert scorer.__name__ == "reward_model" and weights == [1.0] and trainer.reward_funcs == [scorer]

@@ -12,7 +12,7 @@ from backend.models.scoring import render_texts as _render
 from backend.training.callbacks import StoreReportingCallback
 from backend.training.evaluation import evaluate_before_after
 from backend.worker import build_trainer
-from tests.helpers import tiny_spec
+from tests.helpers import job_data, tiny_spec
 
 DPO = {
     "method": "dpo",
@@ -40,7 +40,7 @@ def _tuned_trainer(paths, store, spec_dict):
     spec = parse_spec(tiny_spec(**spec_dict))
     job = store.add(spec)
     trainer, held_out = build_trainer(
-        spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())], None
+        spec, paths, job.id, [StoreReportingCallback(store, job.id, threading.Event())], None, job_data(spec, paths)
     )
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():

@@ -190,10 +190,10 @@ def test_check_and_the_job_read_one_memory_budget(paths, store, monkeypatch):
     memory when it plans, says the same figure and makes the same choices as Check did for the same spec."""
     import backend.training.memory
     from backend.api import StudioAPI
-    from backend.data.loading import load_training_dataset
     from backend.platform.hardware import detect_device
     from backend.training.memory import memory_budget, read_total_ram
-    from backend.worker import tuned_spec
+    from backend.training.named_jobs import read_named_jobs
+    from backend.worker import prepare_stored_job
     from components.jobs.views import summary_markdown
 
     api = StudioAPI(paths.root, scheduler="none")
@@ -205,7 +205,7 @@ def test_check_and_the_job_read_one_memory_budget(paths, store, monkeypatch):
 
     available["now"] = 18 * GB  # the worker's own process takes from what the machine has available
     job = store.add(parse_spec(tiny_spec()))
-    tuned_spec(job, job.spec, paths, load_training_dataset(job.spec.dataset, job.spec.method), store)
+    prepare_stored_job(job, read_named_jobs(job.spec, store, stored=True), paths, store, None)
     ran = store.get(job.id)
 
     device = detect_device()

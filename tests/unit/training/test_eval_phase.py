@@ -20,7 +20,7 @@ from backend.training.callbacks import StoreReportingCallback
 from backend.training.eta import training_eta
 from backend.training.job_evaluation import run_evaluation
 from backend.worker import build_trainer
-from tests.helpers import tiny_spec
+from tests.helpers import job_data, tiny_spec
 
 SFT_ARITH = {
     "model": {"name_or_path": "builtin:tiny-qwen3-arith"},
@@ -129,7 +129,7 @@ def _sft_trainer(paths, store):
     spec = parse_spec(tiny_spec(**SFT_ARITH))
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, held_out = build_trainer(spec, paths, job.id, [callback], None)
+    trainer, held_out = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # a tuned side that answers differently from the base
         for name, param in trainer.model.named_parameters():

@@ -30,7 +30,7 @@ from backend.training.memory import parameter_breakdown
 from backend.training.meter import PerformanceMeter
 from backend.worker import build_trainer
 from components.jobs.views import summary_markdown
-from tests.helpers import tiny_spec
+from tests.helpers import job_data, tiny_spec
 
 # Qwen3-0.6B's shape (its config.json), built without a download.
 QWEN3_0_6B = dict(
@@ -164,7 +164,7 @@ def test_a_grpo_run_records_figures_for_prompt_and_completion_tokens(paths, stor
     )
     job = store.add(spec)
     callback = StoreReportingCallback(store, job.id, threading.Event())
-    trainer, _ = build_trainer(spec, paths, job.id, [callback], None)
+    trainer, _ = build_trainer(spec, paths, job.id, [callback], None, job_data(spec, paths))
     trainer.train()
     logged = _assert_figures_on_every_training_row(store.metrics(job.id))
     assert len(logged) == 2

@@ -11,8 +11,9 @@ import pytest
 from backend.core.spec import RewardSpec, SpecError, parse_spec
 from backend.core.users import User
 from backend.platform import hub_status
+from backend.training.named_jobs import reward_model_sources
 from backend.training.reward_checks import flat_group_warnings, reward_model_hub_problems
-from backend.training.reward_models import RewardModelSource, reward_model_sources
+from backend.training.reward_models import RewardModelSource
 from tests.helpers import tiny_spec
 from tests.helpers.hub_server import FakeCommit, FakeHub
 
