@@ -7,11 +7,11 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from typing import Any
 
 from backend.api import GGUF_TYPES, JobRecord, JobStatus, StudioAPI
 from backend.cli.common import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE
+from backend.cli.records import follow_job
 
 
 def _format(args: argparse.Namespace) -> str | None:
@@ -23,22 +23,16 @@ def _format(args: argparse.Namespace) -> str | None:
 def _follow(api: StudioAPI, export_id: str, quiet: bool) -> JobRecord:
     """Wait for the export job to end, its phases said on stderr as they come."""
     said = None
-    try:
-        while True:
-            job = api.jobs.get_job(export_id)
-            phase = (job.progress or {}).get("phase")
-            if phase and phase != said and not quiet:
-                print(f"{export_id}: {phase}…", file=sys.stderr)
-                said = phase
-            if job.status.finished:
-                return job
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        print(
-            f"\nStopped waiting; export {export_id} keeps running (python -m backend cancel {export_id})",
-            file=sys.stderr,
-        )
-        raise SystemExit(130) from None
+
+    def seen(job: JobRecord) -> None:
+        nonlocal said
+        phase = (job.progress or {}).get("phase")
+        if phase and phase != said and not quiet:
+            print(f"{export_id}: {phase}…", file=sys.stderr)
+            said = phase
+
+    stopped = f"Stopped waiting; export {export_id} keeps running (python -m backend cancel {export_id})"
+    return follow_job(api, export_id, seen, stopped)
 
 
 def cmd_export(api: StudioAPI, args: argparse.Namespace) -> int:

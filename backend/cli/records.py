@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from backend.api import (
@@ -134,6 +135,21 @@ def print_record(data: dict[str, Any]) -> None:
         print(f"{'error':<{width}}  {data['error']}")
 
 
+def follow_job(api: StudioAPI, job_id: str, seen: Callable[[JobRecord], None], stopped: str) -> JobRecord:
+    """Poll a job every half second until it ends, handing each reading to ``seen``; Ctrl-C stops the wait (not the
+    job) with exit code 130 after saying ``stopped`` on stderr."""
+    try:
+        while True:
+            job = api.jobs.get_job(job_id)
+            seen(job)
+            if job.status.finished:
+                return job
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print(f"\n{stopped}", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
 def wait_for_job(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
     """Follow a job to its end: a progress bar of its steps, then of its evaluation's rows (none when ``quiet``), and
     its no-signal warning once, when it first appears. Ctrl-C stops the wait with 130, not the job."""
@@ -141,41 +157,36 @@ def wait_for_job(api: StudioAPI, job_id: str, quiet: bool) -> JobRecord:
 
     bar = None
     warned = False  # the no-signal warning is said once, when it first appears
+
+    def seen(job: JobRecord) -> None:
+        nonlocal bar, warned
+        warning = signal_text(job.artifacts.signal)
+        if warning and not warned:
+            warned = True
+            tqdm.write(f"warning: {job_id}: {warning}", file=sys.stderr)
+        progress = job.progress
+        evaluating = progress.get("phase") == EVALUATING and not job.status.finished
+        if not quiet and evaluating:
+            if bar is None or bar.unit != "row":  # the training bar ends; the evaluation's rows follow
+                if bar is not None:  # training is over: its bar ends full, even if a poll missed the last steps
+                    bar.n = bar.total
+                    bar.refresh()
+                    bar.close()
+                bar = tqdm(total=progress.get("eval_rows") or 0, desc=job_id, unit="row", dynamic_ncols=True)
+            bar.n = progress.get("eval_done", 0)
+            bar.set_postfix_str(progress_text(progress), refresh=False)
+            bar.refresh()
+        elif not quiet and progress.get("total_steps") and (bar is None or bar.unit == "step"):
+            if bar is None:
+                bar = tqdm(total=progress["total_steps"], desc=job_id, unit="step", dynamic_ncols=True)
+            bar.n = progress["step"]
+            if progress.get("loss") is not None:
+                bar.set_postfix(loss=f"{progress['loss']:.4f}", refresh=False)
+            bar.refresh()
+
+    stopped = f"Stopped waiting; job {job_id} keeps running. Cancel it with: python -m backend cancel {job_id}"
     try:
-        while True:
-            job = api.jobs.get_job(job_id)
-            warning = signal_text(job.artifacts.signal)
-            if warning and not warned:
-                warned = True
-                tqdm.write(f"warning: {job_id}: {warning}", file=sys.stderr)
-            progress = job.progress
-            evaluating = progress.get("phase") == EVALUATING and not job.status.finished
-            if not quiet and evaluating:
-                if bar is None or bar.unit != "row":  # the training bar ends; the evaluation's rows follow
-                    if bar is not None:  # training is over: its bar ends full, even if a poll missed the last steps
-                        bar.n = bar.total
-                        bar.refresh()
-                        bar.close()
-                    bar = tqdm(total=progress.get("eval_rows") or 0, desc=job_id, unit="row", dynamic_ncols=True)
-                bar.n = progress.get("eval_done", 0)
-                bar.set_postfix_str(progress_text(progress), refresh=False)
-                bar.refresh()
-            elif not quiet and progress.get("total_steps") and (bar is None or bar.unit == "step"):
-                if bar is None:
-                    bar = tqdm(total=progress["total_steps"], desc=job_id, unit="step", dynamic_ncols=True)
-                bar.n = progress["step"]
-                if progress.get("loss") is not None:
-                    bar.set_postfix(loss=f"{progress['loss']:.4f}", refresh=False)
-                bar.refresh()
-            if job.status.finished:
-                return job
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        print(
-            f"\nStopped waiting; job {job_id} keeps running. Cancel it with: python -m backend cancel {job_id}",
-            file=sys.stderr,
-        )
-        raise SystemExit(130) from None
+        return follow_job(api, job_id, seen, stopped)
     finally:
         if bar is not None:
             bar.close()
