@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -36,8 +37,10 @@ def _environment_left_whole() -> Iterator[None]:
     yield
 
 
+@cache
 def _load_dataset() -> Callable[..., Dataset]:
-    """datasets' ``load_dataset``, its downloads made to leave os.environ whole (see ``_STACKED_BARS``)."""
+    """datasets' ``load_dataset``, its downloads made to leave os.environ whole (see ``_STACKED_BARS``): patched once
+    per process, on first use."""
     from datasets import load_dataset
     from datasets.download import download_manager
 

@@ -97,13 +97,12 @@ def run_environment_evaluation(
     parent_adapter: Path | None = None,
     callback=None,
     rows_held_out: bool = False,
-    held_out_played: list | None = None,
-) -> dict:
+) -> tuple[dict, list]:
     """Success rate and mean reward of base, start (a staged job's parent adapter) and tuned over the same seeded
     episodes: the environment's test split where it has one (``reset(split="test", index=i)``), else ``rows``
     (held out from training or not, as ``rows_held_out`` says); the result says which, and which tasks. The job's
-    progress says the episodes played so far (through ``callback``); ``held_out_played`` is given the rows played
-    when they were held out (the drift answers their prompts where the dataset held none out)."""
+    progress says the episodes played so far (through ``callback``). Returns (the evaluation, the held-out tasks it
+    played: the drift answers their prompts where the dataset held none out; empty where it played no such tasks)."""
     from backend.environments.episodes import EpisodeSettings, success_rates
     from backend.environments.runtime import concurrent_episodes
     from backend.environments.tasks import evaluation_episodes
@@ -120,14 +119,16 @@ def run_environment_evaluation(
         if callback is not None:
             callback.evaluation_progress(trainer.state, done, total, sides, unit="episodes")
 
+    held_out_tasks: list = []
+
     def compute() -> dict:
         episodes = spec.environment.eval_episodes
         source = evaluation_episodes(
             environment.url, rows, episodes, rows_held_out, timeout_s=min(spec.environment.timeout_s, 30.0)
         )
         log.info("the evaluation episodes are the %s (split %s)", source.episodes, source.split or "none")
-        if held_out_played is not None and source.held_out:
-            held_out_played.extend(source.rows)
+        if source.held_out:
+            held_out_tasks.extend(source.rows)
         result = success_rates(
             trainer.model,
             trainer.processing_class,
@@ -143,7 +144,7 @@ def run_environment_evaluation(
         )
         return {**source.record(), **result}
 
-    return recorded_evaluation("environment_evaluation", compute, paths, job_id)
+    return recorded_evaluation("environment_evaluation", compute, paths, job_id), held_out_tasks
 
 
 def without_rows(evaluation: dict) -> dict:
@@ -211,7 +212,7 @@ def evaluate_trained(
     if environment is not None and spec.environment.eval_episodes:
         rows = held_out if held_out is not None else trainer.train_dataset
         rows = [rows[i] for i in range(len(rows))]
-        environment_evaluation = run_environment_evaluation(
+        environment_evaluation, test_tasks = run_environment_evaluation(
             trainer,
             spec,
             environment,
@@ -221,7 +222,6 @@ def evaluate_trained(
             parent_adapter,
             callback,
             rows_held_out=held_out is not None,
-            held_out_played=test_tasks,
         )
         store.merge_artifacts(job_id, environment_evaluation=without_rows(environment_evaluation))
     drift = run_drift(trainer, spec, held_out if held_out is not None else test_tasks, environment, parent_adapter)
