@@ -10,6 +10,7 @@ import pytest
 from backend.environments.builtin.registry import BUILTIN_ENVIRONMENTS
 from backend.environments.builtin.serving import EnvironmentServer, ServedEnvironment
 from tests.helpers import ROOT
+from tests.helpers.source import functions
 
 SKELETON = {"build_app", "main", "__getattr__", "state", "get_metadata"}
 
@@ -19,7 +20,7 @@ def test_each_server_is_its_game_on_the_shared_skeleton(name):
     module_name = BUILTIN_ENVIRONMENTS[name].module
     module = importlib.import_module(module_name)
     tree = ast.parse((ROOT / (module_name.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
-    written = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    written = {node.name for node in functions(tree)}
     assert not written & SKELETON, f"{module_name} writes its own {sorted(written & SKELETON)}"
     server = module.SERVER
     assert isinstance(server, EnvironmentServer) and issubclass(server.environment, ServedEnvironment)

@@ -13,20 +13,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers import ROOT
+from tests.helpers.source import FunctionNode, functions
 
 SHARED = "conftest.py"
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 def fixtures(tree: ast.AST) -> Iterator[FunctionNode]:
     """Every function (nested ones too) decorated with ``pytest.fixture`` or ``fixture``, called or not."""
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for decorator in node.decorator_list:
-                named = decorator.func if isinstance(decorator, ast.Call) else decorator
-                if ast.unparse(named) in ("pytest.fixture", "fixture"):
-                    yield node
-                    break
+    for node in functions(tree):
+        for decorator in node.decorator_list:
+            named = decorator.func if isinstance(decorator, ast.Call) else decorator
+            if ast.unparse(named) in ("pytest.fixture", "fixture"):
+                yield node
+                break
 
 
 def unclosed_facades(fixture: FunctionNode) -> list[int]:

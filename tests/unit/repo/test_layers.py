@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT
+from tests.helpers.source import functions
 
 # Bottom-up, in tiers read off the import graph: a package imports only packages of lower tiers, never one of its own
 # tier. A module belongs to the longest package its dotted name starts with.
@@ -417,10 +418,9 @@ def oversized(paths: dict[str, Path]) -> list[str]:
         text = path.read_text()
         if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
             found.append(f"{name}: {lines} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if (length := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
-                    found.append(f"{name}.{node.name}: {length} lines")
+        for node in functions(ast.parse(text)):
+            if (length := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                found.append(f"{name}.{node.name}: {length} lines")
     return found
 
 

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 from tests.helpers import ROOT
+from tests.helpers.source import functions
 
 OAUTH = ("OAuthProfile", "OAuthToken")
 RESOLVERS = ("require_user", "user_from")  # the profile read into a user: session.py's, for as_user
@@ -22,17 +23,18 @@ def own_ways_in(path: Path, root: Path = ROOT) -> list[str]:
     """``file:line function`` for each function (nested ones too) with a parameter annotated as an OAuth profile or
     token, or that calls a resolver of the profile itself."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            arguments = node.args
-            every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
-            taken = [
-                f"{argument.arg}: {ast.unparse(argument.annotation)}"
-                for argument in filter(None, every)
-                if argument.annotation is not None and any(name in ast.unparse(argument.annotation) for name in OAUTH)
-            ]
-            if taken:
-                found.append((node.lineno, f"{node.name}({', '.join(taken)})"))
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for function in functions(tree):
+        arguments = function.args
+        every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
+        taken = [
+            f"{argument.arg}: {ast.unparse(argument.annotation)}"
+            for argument in filter(None, every)
+            if argument.annotation is not None and any(name in ast.unparse(argument.annotation) for name in OAUTH)
+        ]
+        if taken:
+            found.append((function.lineno, f"{function.name}({', '.join(taken)})"))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if called in RESOLVERS:
