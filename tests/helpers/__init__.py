@@ -1,13 +1,30 @@
-"""What tests share besides fixtures (those are in tests/conftest.py): the repository's root, a quick spec, waits."""
+"""What tests share besides fixtures (those are in tests/conftest.py): the repository's root, the command line, a
+quick spec, waits."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from backend.jobs.store import JobStatus, JobStore
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m backend ARGS`` as a user runs it, from the repository's root (the data dir: ``STUDIO_DATA_DIR`` of
+    this process's environment, or of ``env``, which is added to it)."""
+    return subprocess.run(
+        [sys.executable, "-m", "backend", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 def tiny_spec(**overrides) -> dict:

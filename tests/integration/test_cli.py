@@ -4,8 +4,6 @@ process on stored records (nothing trains), how it prints the learning verdict a
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,21 +13,10 @@ from backend.core.paths import DataPaths
 from backend.core.spec import parse_spec
 from backend.jobs.records import JobStatus
 from backend.jobs.scheduler import Scheduler
-from tests.helpers import ROOT, tiny_spec, wait_for, wait_status
+from tests.helpers import cli, tiny_spec, wait_for, wait_status
 from tests.helpers.arith_scoring import chat_tab_scores
 
 pytestmark = pytest.mark.slow
-
-
-def cli(*args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "backend", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
 
 
 def test_submit_wait_runs_the_example_to_a_saved_adapter_with_a_progress_bar(data_dir):
@@ -99,27 +86,6 @@ def test_method_examples_make_the_model_better_on_held_out_rows(data_dir, exampl
         _chat_tab_answers_are_readable_and_the_tuned_side_is_right_more_often(data_dir, record["id"])
     shown = cli("show", record["id"]).stdout
     assert learning["sentence"] in shown and "eval tuned" in shown
-
-
-def test_the_environment_example_raises_the_success_rate_by_teaching_the_tool(data_dir):
-    """GRPO in the built-in arithmetic environment, as a benchmark: greedy episodes on 128 held-out problems succeed
-    more often after the job than at its start (the verdict's 95% interval excludes zero), because the model learned
-    to submit its answers with the tool: the base mostly answers in text, which the environment never hears."""
-    started = time.monotonic()
-    result = cli("submit", "examples/grpo-env-demo.yaml", "--wait", "--json", timeout=480)
-    seconds = time.monotonic() - started
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = json.loads(result.stdout)
-    assert record["status"] == "succeeded"
-    played = record["artifacts"]["environment_evaluation"]
-    assert played["episodes"] == 128
-    learning = record["artifacts"]["learning"]
-    assert learning["metric"] == "success" and learning["rows"] == 128, learning
-    assert learning["verdict"] == "improved", learning["sentence"]
-    assert learning["delta"] - learning["ci95"] > 0 and learning["after"] >= learning["before"] + 0.10, learning
-    assert played["tuned"]["tool_calls_per_episode"] >= played["base"]["tool_calls_per_episode"] + 0.3, played
-    assert learning["sentence"] in cli("show", record["id"]).stdout
-    print(f"grpo-env-demo: {learning['sentence']} in {seconds:.0f} s")
 
 
 def test_failed_job_makes_wait_exit_non_zero(data_dir, tmp_path, demo_model_path):
@@ -330,7 +296,6 @@ def test_show_prints_an_improvement_and_a_job_without_a_verdict_as_before(data_d
 
 def test_submit_wait_says_the_warning_once_as_it_appears_then_the_verdict(data_dir, store, tmp_path, capsys):
     import threading
-    import time
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(GRPO_SPEC))

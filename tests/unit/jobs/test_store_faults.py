@@ -14,8 +14,7 @@ from backend.core.users import User
 from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
 from backend.jobs.store_errors import QuotaExceeded, StoreCorrupt, UnreadableJob
-from tests.helpers import tiny_spec
-from tests.integration.test_cli import cli
+from tests.helpers import cli, tiny_spec
 
 OWNERS = ("alice", "bob", "carol")
 LIMIT = 3

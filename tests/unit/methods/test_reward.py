@@ -18,8 +18,7 @@ from backend.data.loading import load_training_dataset
 from backend.hub.trl_cli import trl_cli_config, trl_cli_yaml
 from backend.training.callbacks import StoreReportingCallback
 from backend.worker import build_trainer
-from tests.helpers import ROOT, job_data, tiny_spec
-from tests.integration.test_cli import cli
+from tests.helpers import ROOT, cli, job_data, tiny_spec
 from tests.unit.hub.test_trl_cli import parse_like_trl_cli
 
 REWARD = {

@@ -13,8 +13,7 @@ from backend.api import SpecError, StudioAPI
 from backend.core.benchmarks import BUILTIN_TASKS, task_info, task_problem, task_score
 from backend.core.spec import parse_spec
 from backend.jobs.records import JobStatus
-from tests.helpers import ROOT, tiny_spec, wait_for, wait_status
-from tests.integration.test_cli import cli
+from tests.helpers import ROOT, cli, tiny_spec, wait_for, wait_status
 
 ARITH = "builtin:tiny-qwen3-arith"
 ROWS = ROOT / "backend" / "assets" / "datasets" / "arith-prompts.jsonl"
