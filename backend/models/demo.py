@@ -115,8 +115,8 @@ DEMO_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
         "rloo": _ONLINE_RECIPE,
         "reward": {
             "dataset.name": "arith-preferences",
-            "training.max_steps": 1500,
-            "training.learning_rate": 2e-3,
+            "training.max_steps": 750,
+            "training.learning_rate": 3e-3,
             "training.batch_size": 16,
             "training.max_length": 128,
             "eval.holdout_rows": 256,
