@@ -29,7 +29,7 @@ from playwright.sync_api import expect
 from backend.core.paths import DataPaths
 from backend.jobs.records import JobStatus
 from backend.jobs.store import JobStore
-from tests.helpers import ROOT, cli, wait_for
+from tests.helpers import ROOT, cli, leaves, wait_for
 from tests.helpers.apps import app_fixture, session_cookie
 from tests.helpers.browser import (
     ARTIFACTS,
@@ -172,17 +172,11 @@ def _trained(spec) -> dict[str, object]:
     """What decides what a job trains and how it is judged, leaf by leaf (``training.max_steps``: 40): its spec but for
     what tests/unit/ui/test_demo_recipes.py keeps out of a recipe as not changing what is learned, its output (name,
     Hub push) and how often it saves a checkpoint."""
-    leaves: dict[str, object] = {}
-
-    def walk(prefix: str, value: object) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                walk(f"{prefix}{key}.", inner)
-        else:
-            leaves[prefix.rstrip(".")] = value
-
-    walk("", json.loads(spec.to_json()))
-    return {path: value for path, value in leaves.items() if not path.startswith(("output.", "training.save_steps"))}
+    return {
+        path: value
+        for path, value in leaves(json.loads(spec.to_json())).items()
+        if not path.startswith(("output.", "training.save_steps"))
+    }
 
 
 def test_both_sides_play_live_and_play_8_repeats_the_stored_success_rate(app, job):

@@ -43,6 +43,19 @@ def tiny_spec(**overrides) -> dict:
     return spec
 
 
+def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
+    """A nested mapping's leaves by dotted path (a list, such as the rewards, is one leaf).
+
+    >>> leaves({"training": {"max_steps": 40, "seed": 42}, "method": "grpo"})
+    {'training.max_steps': 40, 'training.seed': 42, 'method': 'grpo'}
+    """
+    found: dict[str, object] = {}
+    for name, value in tree.items():
+        path = f"{prefix}{name}"
+        found.update(leaves(value, f"{path}.") if isinstance(value, dict) else {path: value})
+    return found
+
+
 def job_data(spec, paths):
     """A job's rows as its worker loads them (``backend.data.loading.load_job_data``, the owner's uploads), for a test
     that builds the trainer itself (``backend.worker.build_trainer``)."""

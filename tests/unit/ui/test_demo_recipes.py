@@ -8,7 +8,7 @@ import yaml
 
 from backend.api import ARITH_MODEL_ID, JobSpec, demo_recipe, methods
 from backend.core.spec import parse_spec
-from tests.helpers import ROOT
+from tests.helpers import ROOT, leaves
 
 EXAMPLES = {
     method: ROOT / "examples" / f"{method}-demo.yaml"
@@ -27,15 +27,6 @@ def _get(tree, path: str):
             return _MISSING
         tree = tree[name]
     return tree
-
-
-def _leaves(tree: dict, prefix: str = "") -> dict[str, object]:
-    """A nested mapping's leaves by dotted path (a list, such as the rewards, is one leaf)."""
-    leaves: dict[str, object] = {}
-    for name, value in tree.items():
-        path = f"{prefix}{name}"
-        leaves.update(_leaves(value, f"{path}.") if isinstance(value, dict) else {path: value})
-    return leaves
 
 
 def test_every_method_of_the_arith_model_has_a_recipe_and_other_models_none():
@@ -62,7 +53,7 @@ def test_each_recipe_is_its_example(method):
     spec = parse_spec(example)
     default = JobSpec()
     departs = []
-    for path in _leaves(example):
+    for path in leaves(example):
         if path.startswith(NOT_RECIPE) or path in recipe or path == "method":
             continue
         value, plain = spec, default
@@ -111,7 +102,7 @@ def test_the_arithmetic_environments_recipe_is_its_example():
     assert not differ, f"the builtin:arithmetic recipe and {ENV_EXAMPLE.name} differ: {differ}"
     departs = [
         path
-        for path in _leaves(example)
+        for path in leaves(example)
         if not path.startswith(NOT_RECIPE)
         and path not in recipe
         and path not in ("method", "environment.name")
