@@ -20,6 +20,7 @@ _EAGER = {
     "backend.api.catalogue": "CURATED_MODELS HF_JOB_FLAVORS DEFAULT_HF_JOB_FLAVOR REWARDS SpecField spec_field methods "
     "method_part field_methods generates environment_choices builtin_dataset_choices builtin_dataset_help Monitoring "
     "monitoring",
+    "backend.chat.feedback_log": "message_text",
     "backend.core.artifacts": "LearningVerdict SignalWatch BenchmarkReport JobArtifacts",
     "backend.core.benchmarks": "benchmark_compare_rows=compare_rows",
     "backend.core.forecasts": "FORECAST_NO_SIGNAL=NO_SIGNAL",
@@ -46,7 +47,7 @@ _EAGER = {
 # Imported on first use (PEP 562): these modules load torch, transformers, datasets or huggingface_hub, which the
 # CLI and the scheduler should not pay for at start-up.
 _LAZY = {
-    "backend.chat.side_by_side": "CHAT_MODES message_text",
+    "backend.chat.side_by_side": "CHAT_MODES",
     "backend.chat.tool_calls": "ChatAnswer ToolCall",
     "backend.data.uploads": "UnmappedUpload",
     "backend.hub.hf_jobs": "RemoteJobError",

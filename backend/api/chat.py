@@ -94,7 +94,7 @@ class ChatOperations:
         user's chat streams while it runs. Sentences (SpecError): not a reward model, not finished, a conversation
         without an answer; another user's job is JobNotFound."""
         from backend.chat.answer_scores import AnswerScorer
-        from backend.chat.side_by_side import message_text
+        from backend.chat.feedback_log import message_text
         from backend.training.named_jobs import reward_job_source
 
         self.core.require_user(user, "score answers")

@@ -26,8 +26,18 @@ class NotSaved(ValueError):
     """A row or an export could not be written (a full disk, a read-only folder): the log is exactly as it was."""
 
 
+def message_text(content: Any) -> str | None:
+    """A message's text: a string as is, or the text parts of a multimodal content list joined (the chat widget
+    hands content either way)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(parts) if parts else None
+    return None
+
+
 def _text(content: Any) -> str:
-    from backend.chat.side_by_side import message_text  # the chat widget hands content as a string or as typed parts
 
     return message_text(content) or ""
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from transformers.generation.streamers import BaseStreamer
 
+from backend.chat.feedback_log import message_text
 from backend.chat.tool_calls import ChatAnswer, read_answer
 from backend.core.spec import ModelSpec, QuantizationSpec
 from backend.models.inference import load_for_inference
@@ -114,16 +115,6 @@ def build_prompt(history: Sequence[Message], user_message: str, system_prompt: s
             messages.append({"role": "tool", "name": str(turn.get("name") or ""), "content": content})
     messages.append({"role": "user", "content": user_message})
     return messages
-
-
-def message_text(content: Any) -> str | None:
-    """A message's text: a string as is, or the text parts of a multimodal content list joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-        return "".join(parts) if parts else None
-    return None
 
 
 def visible_text(text: str, final: bool) -> str:
