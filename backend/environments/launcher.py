@@ -204,5 +204,15 @@ def start_builtin(
         python = app_python()
     except InterpreterError as exc:
         raise EnvironmentStartError(str(exc)) from None
-    argv = [python, "-m", builtin.module, "--host", HOST, "--max-sessions", str(max_sessions)]
+    # The package's entry runs builtin.module without Gradio, which openenv would import for a web page never served.
+    argv = [
+        python,
+        "-m",
+        "backend.environments.builtin",
+        builtin.name,
+        "--host",
+        HOST,
+        "--max-sessions",
+        str(max_sessions),
+    ]
     return start_server_process(argv, name=name, timeout_s=timeout_s, wait=wait, log_dir=log_dir)

@@ -7,6 +7,7 @@ adapter relies on. All servers start once, side by side, in a module-scoped fixt
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -293,6 +294,23 @@ def test_launcher_passes_the_session_limit(servers):
         observed(second("reset", {}))
         with ws_session(url) as third:
             assert error_of(third("reset", {}))["code"] == "CAPACITY_REACHED"
+
+
+def test_a_builtin_server_runs_without_gradio(servers):
+    """openenv imports Gradio for a web page these servers never serve: 2.9 s of a 4.5 s start. The launcher starts
+    each through ``python -m backend.environments.builtin NAME``, which serves its module with Gradio unimportable;
+    here that entry, asked for --help once the module is loaded, has openenv and no Gradio."""
+    for name, running in servers.items():
+        if name in BUILTIN_ENVIRONMENTS:
+            assert running.process.args[1:4] == ["-m", "backend.environments.builtin", name], running.process.args
+    probe = (
+        "import sys\n"
+        "from backend.environments.builtin.__main__ import main\n"
+        "try:\n    main(['-', 'arithmetic', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sys.modules.get('gradio') is None, 'openenv.core.env_server' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split()[-2:] == ["True", "True"], done.stdout[-2000:] + done.stderr[-2000:]
 
 
 # --- foreign servers ------------------------------------------------------------------------------------------
