@@ -32,10 +32,13 @@ KINDS = (
     ("backend.worker_pool", "pool and its forked workers"),
     ("backend.worker", "fresh workers"),
     ("backend.jobs.scheduler", "detached schedulers"),
-    ("-m backend", "CLI"),
     ("backend.environments", "environment servers"),
-    ("serve", "environment servers"),
+    ("server", "environment servers"),  # the tests' own OpenEnv servers (tests/helpers/env_servers, OpenEnv's)
     ("uvicorn", "environment servers"),
+    ("backend.data.uploads", "upload checks"),
+    ("backend.training.reward_checks", "reward-model checks"),
+    ("backend.workflows.gguf_child", "GGUF conversion"),
+    ("-m backend ", "CLI"),
     ("pytest", "test processes"),
     ("exec(eval(sys.stdin", "test processes"),  # pytest-xdist's workers
     ("playwright", "playwright driver"),
