@@ -38,7 +38,6 @@ def message_text(content: Any) -> str | None:
 
 
 def _text(content: Any) -> str:
-
     return message_text(content) or ""
 
 
