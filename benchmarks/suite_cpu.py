@@ -4,10 +4,11 @@ processes, workers forked from the pre-imported pool, fresh workers, the CLI, ch
 
     python benchmarks/suite_cpu.py --label "fresh-clone .ci/run at 1a2b3c4" [--record] -- bash .ci/run
 
-The suite's wall time on 2 cores is bounded below by its CPU seconds / 2 once both cores are busy (they were 97%
-busy in the 2026-12-07 run), so cutting the wall means cutting CPU seconds; a test that waits costs wall time only
-where it leaves a core idle. This script says which kind of process to make cheaper. A process that lives under
-half a second between two looks is missed; what the machine's other processes spend is counted as "other".
+The suite's wall time on 2 cores is bounded below by its CPU seconds / 2 once both cores are busy (vmstat read them
+97% busy through a pytest run on 2026-12-07, and this script 90% over a whole `.ci/run`, pip included), so cutting
+the wall means cutting CPU seconds; a test that waits costs wall time only where it leaves a core idle. This script
+says which kind of process to make cheaper. A process that lives under half a second between two looks is missed;
+what the machine's other processes spend is counted as "other".
 """
 
 from __future__ import annotations
