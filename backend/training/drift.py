@@ -37,9 +37,20 @@ from backend.models.scoring import render_texts, row_tools, split_answer
 DRIFT_PROMPTS = 64
 # Tokens of each greedy answer scored at most (an answer that ends sooner is scored to its end).
 DRIFT_ANSWER_TOKENS = 96
-# Prompts per forward pass (two sequences each: tuned and start), so the vocabulary-wide log-probabilities of a large
-# model's batch stay small.
-DRIFT_BATCH_PROMPTS = 8
+# The most bytes one forward pass's vocabulary-wide fp32 log-probabilities may take (two sequences per prompt: tuned
+# and start). A 151,936-token vocabulary (Qwen) fits 9 prompts of 96 answer tokens; the demo model's 1,024, all 64,
+# which decode in one batch instead of eight: 8.1 s -> 3.2 s on 2 CPU cores (benchmarks/drift.py --batching).
+DRIFT_LOGITS_BYTES = 1 << 30
+
+
+def prompts_per_batch(vocab: int, answer_tokens: int = DRIFT_ANSWER_TOKENS, limit: int = DRIFT_PROMPTS) -> int:
+    """How many prompts one forward pass takes, by what their log-probabilities weigh (``DRIFT_LOGITS_BYTES``).
+
+    >>> prompts_per_batch(151_936), prompts_per_batch(1_024), prompts_per_batch(10_000_000)
+    (9, 64, 1)
+    """
+    per_prompt = 2 * (answer_tokens + 1) * vocab * 4
+    return max(1, min(limit, DRIFT_LOGITS_BYTES // per_prompt))
 
 
 def held_out_prompts(rows: Sequence[dict[str, Any]], limit: int = DRIFT_PROMPTS) -> list[tuple[Any, Any]]:
@@ -132,9 +143,10 @@ def measure_drift(
     model.eval()
     values: list[float] = []
     tokens = 0
+    batch = prompts_per_batch(model.get_output_embeddings().weight.shape[0], max_new_tokens)
     try:
-        for first in range(0, len(prompts), DRIFT_BATCH_PROMPTS):
-            chunk = prompts[first : first + DRIFT_BATCH_PROMPTS]
+        for first in range(0, len(prompts), batch):
+            chunk = prompts[first : first + batch]
             texts = [render_texts(tokenizer, prompt, tools=tools)[0] for prompt, tools in chunk]
             ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
             # online trainers turn the model's cache off for training; decoding without it is slow

@@ -66,6 +66,27 @@ def test_an_unchanged_adapter_drifts_zero_and_a_perturbed_one_drifts(tuned):
     assert from_base == pytest.approx(large, rel=1e-4)
 
 
+def test_a_small_vocabulary_decodes_its_prompts_in_one_batch_with_the_same_drift(tuned, monkeypatch):
+    """The batch is sized by what its log-probabilities weigh: the demo model's 1,024-token vocabulary takes every
+    prompt at once (one decode, not one per 8 prompts), and the figures do not depend on the batch."""
+    from backend.training import drift
+
+    model, tokenizer = tuned
+    _perturb(model, "default", 0.5, 2)
+    prompts = [([{"role": "user", "content": f"What is {a} + {2 * a + 1}?"}], None) for a in range(24)]
+    batches = []
+    real = drift.mixed_generate
+    monkeypatch.setattr(
+        drift, "mixed_generate", lambda m, t, texts, *a, **k: batches.append(len(texts)) or real(m, t, texts, *a, **k)
+    )
+    whole, _ = measure_drift(model, tokenizer, prompts, max_new_tokens=12)
+    assert batches == [24]
+    monkeypatch.setattr(drift, "DRIFT_LOGITS_BYTES", 8 * 2 * 13 * 1024 * 4)  # room for 8 prompts of 12 tokens
+    in_eights, _ = measure_drift(model, tokenizer, prompts, max_new_tokens=12)
+    assert batches == [24, 8, 8, 8]
+    assert whole == pytest.approx(in_eights, rel=1e-4, abs=1e-6)
+
+
 def test_the_check_on_held_out_rows_and_a_reward_model_that_writes_no_answers(tuned):
     model, tokenizer = tuned
     spec = parse_spec(tiny_spec(dataset={"source": "builtin", "name": "arith-sft"}))
