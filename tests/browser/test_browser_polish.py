@@ -347,7 +347,9 @@ def test_picking_another_job_draws_its_plots_and_the_ticks_after_draw_nothing(pa
 def _ask(page, text: str) -> None:
     page.locator("#chat-input textarea").fill(text)
     page.locator("#chat-send").click()
-    expect(page.locator("#chat-tuned [data-testid='user']").last).to_have_text(text, timeout=15_000)
+    # The first question of an app process loads both sides' model first (transformers' imports, about 10 s of CPU):
+    # 15 s ran out on a machine at about half its usual speed (2026-12-07).
+    expect(page.locator("#chat-tuned [data-testid='user']").last).to_have_text(text, timeout=60_000)
     expect(page.locator("#chat-tuned [data-testid='status-tracker']")).to_have_class(
         re.compile("hide"), timeout=120_000
     )
