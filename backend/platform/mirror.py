@@ -184,7 +184,10 @@ class Mirror:
     publishes that snapshot under a temporary name, renamed. So S is at least as new as every durable checkpoint
     (the trainer's callback commits a step's metrics before its checkpoint is written): a resume from the newest
     one leaves no step missing. When a job ended between the copy and the backup, its files are copied once more
-    before S is published, so S never names an adapter that is not there whole. A thread runs a cycle when
+    before S is published, so S never names an adapter that is not there whole. What the live side deleted (a
+    rotated checkpoint) goes from the durable side only after S is published: a cycle cut short between its copies
+    and its snapshot leaves the previous S beside the checkpoints it can resume from, not only newer ones the restore
+    sets aside (``reaping``). A thread runs a cycle when
     something changed, at most one every ``interval_s``; a job reaching a final status is copied at once; ``stop``
     runs a last cycle.
     """
@@ -286,15 +289,20 @@ class Mirror:
             try:
                 before = self._finished_jobs()
                 snapshot = (self.live / DB_NAME).exists() and (self._store_changed() or before != self._finished)
-                self._sync_files()
+                present = self._sync_files()
+                copied_since: set[str] = set()
                 if snapshot:
                     backup_store(self.live / DB_NAME, pending)
                     after = self._finished_jobs()
                     if after != before:  # a job ended meanwhile: its adapter again, so the snapshot names none half
-                        self._sync_files(deletions=False)
+                        copied_since = self._sync_files()
                     copy_file_atomically(pending, self.durable / DB_NAME)
                     self.status.last_snapshot_at = time.time()
                     self._finished = after
+                # Only now, with the new snapshot published: until then the durable store is the previous one, and a
+                # checkpoint rotated away since may be the newest it can resume from (the restore sets aside every
+                # checkpoint past the store's last logged step).
+                self._delete_gone(present, copied_since)
                 self.status.last_error = None
                 return True
             except (OSError, sqlite3.Error) as exc:
@@ -306,7 +314,9 @@ class Mirror:
             finally:
                 pending.unlink(missing_ok=True)
 
-    def _sync_files(self, deletions: bool = True) -> None:
+    def _sync_files(self) -> set[str]:
+        """Copy what changed on the live side; what it holds (files and complete checkpoints), for
+        :meth:`_delete_gone`."""
         if self._seen is None:
             durable_files, durable_checkpoints = _scan(self.durable)
             self._seen = set(durable_files) | set(durable_checkpoints)
@@ -345,9 +355,12 @@ class Mirror:
                     continue
                 self.status.files_copied += 1
             self._checkpoints[rel] = state
-        present = set(files) | set(checkpoints)
-        if not deletions:
-            return
+        return set(files) | set(checkpoints)
+
+    def _delete_gone(self, present: set[str], copied_since: set[str]) -> None:
+        """Remove from the durable side what the live side no longer held at ``present``'s scan (a deleted job, a
+        rotated checkpoint); ``copied_since``: what a later scan of the same cycle copied, there now too."""
+        assert self._seen is not None  # set by the cycle's first _sync_files
         for rel in self._seen - present:  # deleted on the live side since the last cycle (a job, a rotated checkpoint)
             target = self.durable / rel
             if target.is_dir():
@@ -357,7 +370,7 @@ class Mirror:
             self._copied.pop(rel, None)
             self._checkpoints.pop(rel, None)
             _prune_empty(target.parent, self.durable)
-        self._seen = present
+        self._seen = present | copied_since
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:

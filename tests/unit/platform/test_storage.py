@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from backend.api import StudioAPI
+from backend.core.spec import parse_spec
 from backend.jobs.records import JobStatus
 from backend.platform.mirror import Mirror
 from backend.platform.storage import DB_NAME, StorageError, storage_plan
@@ -127,6 +128,49 @@ def test_checkpoints_reach_data_whole_and_follow_rotation(tmp_path):
     shutil.rmtree(half)
     assert Mirror(live, data, interval_s=60).sync()
     assert not (data / "jobs").exists()
+
+
+def test_a_cycle_cut_before_its_snapshot_keeps_a_checkpoint_the_last_snapshot_can_resume_from(tmp_path, monkeypatch):
+    """Seen 2026-12-07 on a slow machine: a restart resumed a job from the start. The cycle before the SIGKILL had
+    copied the new checkpoints and deleted the rotated one, but its snapshot never came: the durable store was the
+    older one, every durable checkpoint was past its last logged step, and the restore sets those aside."""
+    import backend.platform.mirror as mirror_module
+    from backend.jobs.store import JobStore
+
+    live, data = tmp_path / "local", tmp_path / "data"
+    live.mkdir()
+    store = JobStore(live / DB_NAME)
+    output = live / "jobs" / "j1" / "output"
+
+    def checkpoint(step: int) -> Path:
+        folder = output / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        for name in ("adapter_model.safetensors", "trainer_state.json"):
+            (folder / name).write_text(f"{name} {step}")
+        return folder
+
+    first = checkpoint(10)
+    mirror = Mirror(live, data, interval_s=60)
+    try:
+        assert mirror.sync() and (data / DB_NAME).exists()
+        durable = data / "jobs" / "j1" / "output"
+        store.add(parse_spec(tiny_spec()))  # the store moved on (steps logged), then two checkpoints, one rotated
+        checkpoint(20)
+        shutil.rmtree(first)
+
+        def no_room(*_args) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(mirror_module, "backup_store", no_room)
+        assert not mirror.sync()
+        assert sorted(p.name for p in durable.iterdir()) == ["checkpoint-10", "checkpoint-20"], (
+            "the published snapshot's checkpoint stays until a newer snapshot is published"
+        )
+        monkeypatch.undo()
+        assert mirror.sync()
+        assert sorted(p.name for p in durable.iterdir()) == ["checkpoint-20"]
+    finally:
+        store.close()
 
 
 def test_only_the_process_serving_the_queue_writes_data(tmp_path, models_dir, monkeypatch):
