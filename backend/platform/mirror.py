@@ -289,20 +289,19 @@ class Mirror:
             try:
                 before = self._finished_jobs()
                 snapshot = (self.live / DB_NAME).exists() and (self._store_changed() or before != self._finished)
-                present = self._sync_files()
-                copied_since: set[str] = set()
+                gone = self._sync_files()
                 if snapshot:
                     backup_store(self.live / DB_NAME, pending)
                     after = self._finished_jobs()
                     if after != before:  # a job ended meanwhile: its adapter again, so the snapshot names none half
-                        copied_since = self._sync_files()
+                        self._sync_files()  # what it finds gone waits for the next cycle
                     copy_file_atomically(pending, self.durable / DB_NAME)
                     self.status.last_snapshot_at = time.time()
                     self._finished = after
                 # Only now, with the new snapshot published: until then the durable store is the previous one, and a
                 # checkpoint rotated away since may be the newest it can resume from (the restore sets aside every
                 # checkpoint past the store's last logged step).
-                self._delete_gone(present, copied_since)
+                self._delete_gone(gone)
                 self.status.last_error = None
                 return True
             except (OSError, sqlite3.Error) as exc:
@@ -315,8 +314,8 @@ class Mirror:
                 pending.unlink(missing_ok=True)
 
     def _sync_files(self) -> set[str]:
-        """Copy what changed on the live side; what it holds (files and complete checkpoints), for
-        :meth:`_delete_gone`."""
+        """Copy what changed on the live side; what the durable side holds that the live side no longer does (a
+        deleted job, a rotated checkpoint), for :meth:`_delete_gone` once the cycle's snapshot is published."""
         if self._seen is None:
             durable_files, durable_checkpoints = _scan(self.durable)
             self._seen = set(durable_files) | set(durable_checkpoints)
@@ -355,13 +354,15 @@ class Mirror:
                     continue
                 self.status.files_copied += 1
             self._checkpoints[rel] = state
-        return set(files) | set(checkpoints)
+        present = set(files) | set(checkpoints)
+        gone = self._seen - present
+        self._seen |= present  # a cycle cut short still knows what it copied, to delete it once it is gone
+        return gone
 
-    def _delete_gone(self, present: set[str], copied_since: set[str]) -> None:
-        """Remove from the durable side what the live side no longer held at ``present``'s scan (a deleted job, a
-        rotated checkpoint); ``copied_since``: what a later scan of the same cycle copied, there now too."""
+    def _delete_gone(self, gone: set[str]) -> None:
+        """Remove ``gone`` (what :meth:`_sync_files` found deleted on the live side) from the durable side."""
         assert self._seen is not None  # set by the cycle's first _sync_files
-        for rel in self._seen - present:  # deleted on the live side since the last cycle (a job, a rotated checkpoint)
+        for rel in gone:
             target = self.durable / rel
             if target.is_dir():
                 shutil.rmtree(target, ignore_errors=True)
@@ -370,7 +371,7 @@ class Mirror:
             self._copied.pop(rel, None)
             self._checkpoints.pop(rel, None)
             _prune_empty(target.parent, self.durable)
-        self._seen = present | copied_since
+        self._seen -= gone
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:

@@ -167,8 +167,11 @@ def test_a_cycle_cut_before_its_snapshot_keeps_a_checkpoint_the_last_snapshot_ca
             "the published snapshot's checkpoint stays until a newer snapshot is published"
         )
         monkeypatch.undo()
+        checkpoint(30)  # and the one the cut cycle copied rotated away too: it must not stay on /data for good
+        shutil.rmtree(output / "checkpoint-20")
+        store.add(parse_spec(tiny_spec()))
         assert mirror.sync()
-        assert sorted(p.name for p in durable.iterdir()) == ["checkpoint-20"]
+        assert sorted(p.name for p in durable.iterdir()) == ["checkpoint-30"]
     finally:
         store.close()
 
