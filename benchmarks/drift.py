@@ -82,7 +82,8 @@ def batching_rows() -> list[tuple[str, str]]:
     prompts = [([{"role": "user", "content": f"What is {a} + {a * 7 % 50}?"}], [tool]) for a in range(64)]
     vocab = model.get_output_embeddings().weight.shape[0]
     rows = []
-    for label, budget in (("batches of 8 prompts", 8 * 2 * 97 * vocab * 4), ("one batch", drift.DRIFT_LOGITS_BYTES)):
+    eight = 8 * 2 * (drift.DRIFT_ANSWER_TOKENS + 1) * vocab * 4  # prompts_per_batch's weight of 8 prompts
+    for label, budget in (("batches of 8 prompts", eight), ("one batch", drift.DRIFT_LOGITS_BYTES)):
         drift.DRIFT_LOGITS_BYTES = budget
         began = time.monotonic()
         values, tokens = drift.measure_drift(model, tokenizer, prompts)
