@@ -49,7 +49,7 @@ SPACE_ENV = {
 
 def _up(url: str) -> bool:
     try:
-        return urllib.request.urlopen(url, timeout=2).status == 200
+        return urllib.request.urlopen(url, timeout=10).status == 200
     except OSError:
         return False
 
@@ -146,10 +146,12 @@ def launch_app(data_dir: Path, space: bool = False, extra_env: dict[str, str] | 
         )
     app = RunningApp(f"http://127.0.0.1:{port}/", data_dir, proc, log_path, space)
     try:
-        deadline = time.monotonic() + 90
-        while not _up(app.url) and proc.poll() is None and time.monotonic() < deadline:
+        deadline, up = time.monotonic() + 90, False
+        while proc.poll() is None and time.monotonic() < deadline and not (up := _up(app.url)):
             time.sleep(0.5)
-        assert proc.poll() is None and _up(app.url), "the app did not start:\n" + app.log_tail()
+        # Once it answered it is up: asking again could time out on a loaded machine (both pytest processes and the
+        # worker pool importing at the session's start) and call a running app dead.
+        assert up, f"the app did not start (exit code {proc.poll()}):\n" + app.log_tail()
         yield app
     finally:
         try:
