@@ -314,7 +314,10 @@ def _child() -> None:
 
     request = json.loads(sys.stdin.read())
     os.nice(10)  # the app's requests and the jobs come first
-    import safetensors  # noqa: F401 - imported before the limit, which then counts only what the check adds
+    # Imported before the limit, which then counts only what the check adds. datasets too: the rows' reader loads
+    # parts of numpy that transformers' scikit-learn import loaded first before backend/platform/lean_imports.py.
+    import datasets  # noqa: F401
+    import safetensors  # noqa: F401
     import tokenizers  # noqa: F401
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer  # noqa: F401
