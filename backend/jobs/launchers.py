@@ -54,9 +54,11 @@ RUNTIME_ONLY_VARIABLES = frozenset(
         "HF_HUB_DISABLE_TELEMETRY",
         "DISABLE_TELEMETRY",
         "DO_NOT_TRACK",
-        # scikit-learn sets it (os.environ.setdefault) when imported: in the app, lm_eval's metrics import it. Only an
-        # Intel OpenMP runtime loading a second copy reads it, and a child that imports scikit-learn sets it first
+        # scikit-learn sets both (os.environ.setdefault) when imported, threadpoolctl the first: in the app, lm_eval's
+        # metrics import them. Only an Intel OpenMP runtime reads them as it loads, and a child that imports
+        # scikit-learn sets them itself first
         "KMP_DUPLICATE_LIB_OK",
+        "KMP_INIT_AT_FORK",
         # datasets sets it around each download (mock.patch.dict of os.environ, which concurrent loads in threads can
         # leave behind); it only stacks progress bars, read at call time
         "HF_DATASETS_STACK_MULTIPROCESSING_DOWNLOAD_PROGRESS_BARS",
