@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backend.models.demo import ensure_demo_model  # noqa: E402 - after the path, so it runs from anywhere
+from benchmarks.suite_cpu import processes  # noqa: E402
 from tests.helpers.apps import data_dir_with_models, launch_app  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -43,25 +44,14 @@ COUNT_FRAMES = """(() => {
 })()"""
 
 
-def cpu_seconds(match: bytes) -> float:
+def cpu_seconds(match: str) -> float:
     """User + system CPU seconds of every process whose command line contains ``match``."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if match not in (entry / "cmdline").read_bytes():
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except OSError:
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(cpu for cpu, command in processes().values() if match in command)
 
 
 def process_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of process ``pid``."""
+    return sum(cpu for (found, _), (cpu, _) in processes().items() if found == str(pid))
 
 
 def measure(seconds: float, tabs: list[str]) -> list[tuple[str, str]]:
@@ -91,9 +81,9 @@ def measure(seconds: float, tabs: list[str]) -> list[tuple[str, str]]:
                     page.get_by_role("tab", name=tab).click()
                     page.wait_for_timeout(4000)  # the tab's own first requests settle
                     frames_before = page.evaluate("({...window.__frames})")
-                    chromium, app_cpu, requests = cpu_seconds(b"chromium"), process_seconds(app.proc.pid), len(sent)
+                    chromium, app_cpu, requests = cpu_seconds("chromium"), process_seconds(app.proc.pid), len(sent)
                     page.wait_for_timeout(seconds * 1000)
-                    chromium = cpu_seconds(b"chromium") - chromium
+                    chromium = cpu_seconds("chromium") - chromium
                     app_cpu = process_seconds(app.proc.pid) - app_cpu
                     frames = {
                         caller: n - frames_before.get(caller, 0)
