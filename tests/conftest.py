@@ -57,6 +57,19 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+BROWSER_TESTS = Path(__file__).parent / "browser"
+
+
+@pytest.hookimpl(trylast=True)  # after the module's own fixtures (its pages) are torn down
+def pytest_runtest_teardown(item, nextitem):
+    """Stop this process's Chromium (``tests.helpers.browser``) once the next test is not a browser test: browser
+    modules in a row share it, and no other module runs beside Playwright's event loop."""
+    if nextitem is None or BROWSER_TESTS not in Path(nextitem.path).parents:
+        from tests.helpers.browser import close_chromium
+
+        close_chromium()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def worker_pool(request, tmp_path_factory):
     """One pre-imported worker pool for the session (``backend.worker_pool``), when slow tests run: every scheduler,

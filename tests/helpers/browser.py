@@ -33,19 +33,56 @@ BROWSER_MARKS = [
 ]
 
 
+# The test process's one Chromium (and Playwright's driver), started by the first ``chromium()`` and kept through the
+# browser modules that run one after another in this process: a launch of both costs about 2 CPU s, once per module
+# and per page before. Each ``chromium()`` block still gets pages of its own: it closes every context opened during
+# it. The conftest stops it (``close_chromium``) before any other module runs: Playwright's sync API keeps its asyncio
+# loop running on this thread, where ``asyncio.run`` then refuses to start.
+_SHARED: dict = {}
+
+
+def _shared_browser():
+    browser = _SHARED.get("browser")
+    if browser is None or not browser.is_connected():
+        from playwright.sync_api import sync_playwright
+
+        if "playwright" not in _SHARED:
+            _SHARED["playwright"] = sync_playwright().start()
+        browser = _SHARED["playwright"].chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        _SHARED["browser"] = browser
+    return browser
+
+
+def close_chromium() -> None:
+    """Stop the test process's Chromium and Playwright's driver, if ``chromium()`` started them."""
+    browser, playwright = _SHARED.pop("browser", None), _SHARED.pop("playwright", None)
+    try:
+        if browser is not None and browser.is_connected():
+            browser.close()
+    finally:
+        if playwright is not None:
+            playwright.stop()
+
+
 @contextmanager
 def chromium() -> Iterator:
-    """A headless Chromium for a module's tests (closed after)."""
-    from playwright.sync_api import expect, sync_playwright
+    """The test process's headless Chromium for a block (a module's tests, a page): every context opened in the block
+    is closed after it, so its pages, cookies and downloads go with it."""
+    from playwright.sync_api import expect
 
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
-        try:
-            yield browser
-        finally:
-            browser.close()
+    browser = _shared_browser()
+    before = set(browser.contexts)
+    try:
+        yield browser
+    finally:
+        if browser.is_connected():
+            for context in browser.contexts:
+                if context not in before:
+                    context.close()
 
 
 def _elsewhere(message) -> bool:
