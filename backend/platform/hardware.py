@@ -26,8 +26,25 @@ class DeviceInfo:
         return f"{self.count} x {self.name}{free}"
 
 
+CPU_DEVICE = DeviceInfo(kind="cpu", name="CPU", count=0, total_memory_gb=None, free_memory_gb=None, bf16=False)
+
+
+def no_gpu_in_sight(dev: Path = Path("/dev")) -> bool:
+    """Whether this machine shows no GPU that torch could use, read without importing torch: no NVIDIA GPU (in the
+    driver's /proc, as ``gpu_count_without_torch`` counts them, or as a node in ``dev``) and no ROCm device."""
+    if gpu_count_without_torch() or (dev / "kfd").exists():
+        return False
+    try:
+        return not any(dev.glob("nvidia[0-9]*"))
+    except OSError:
+        return False
+
+
 def detect_device() -> DeviceInfo:
-    """The first CUDA device (with its free memory), else the CPU; imports torch."""
+    """The first CUDA device (with its free memory), else the CPU. It imports torch only where a GPU may be there: on
+    a CPU machine, the app's header and the pre-flight say "CPU" without the 3-4 CPU s of that import."""
+    if no_gpu_in_sight():
+        return CPU_DEVICE
     import torch
 
     if torch.cuda.is_available():
@@ -40,7 +57,7 @@ def detect_device() -> DeviceInfo:
             free_memory_gb=free / 2**30,
             bf16=torch.cuda.is_bf16_supported(),
         )
-    return DeviceInfo(kind="cpu", name="CPU", count=0, total_memory_gb=None, free_memory_gb=None, bf16=False)
+    return CPU_DEVICE
 
 
 def gpu_count_without_torch() -> int:
