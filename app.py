@@ -11,7 +11,11 @@ import os
 import signal
 import sys
 
-import gradio as gr
+# Gradio switches matplotlib to its "agg" backend around every event; named here, matplotlib need not import pyplot
+# to find its default first (0.65 CPU s of the app's first event, benchmarks/page_load.py). A server draws no window.
+os.environ.setdefault("MPLBACKEND", "agg")
+
+import gradio as gr  # noqa: E402 - after MPLBACKEND
 
 from backend.api import StorageError, StoreError, StudioAPI, hub_status
 from components import chat, deep_links, header, jobs, train

@@ -59,6 +59,9 @@ RUNTIME_ONLY_VARIABLES = frozenset(
         # scikit-learn sets them itself first
         "KMP_DUPLICATE_LIB_OK",
         "KMP_INIT_AT_FORK",
+        # app.py sets it before Gradio imports matplotlib; the pool and its workers never import matplotlib (they draw
+        # nothing), and a child that did would read it then, from the job's environment
+        "MPLBACKEND",
         # datasets sets it around each download (mock.patch.dict of os.environ, which concurrent loads in threads can
         # leave behind); it only stacks progress bars, read at call time
         "HF_DATASETS_STACK_MULTIPROCESSING_DOWNLOAD_PROGRESS_BARS",

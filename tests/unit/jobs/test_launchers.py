@@ -100,6 +100,7 @@ def test_the_pool_forks_only_what_a_fresh_interpreter_would_run_the_same(tmp_pat
     runtime = {"STUDIO_X": "b", "HF_TOKEN": "t", "TMPDIR": "/tmp/x", "GRADIO_SERVER_PORT": "1", "PYTHONPATH": "/a:/a"}
     runtime["HF_HUB_DISABLE_TELEMETRY"] = "True"  # what Gradio sets in the app
     runtime.update(KMP_DUPLICATE_LIB_OK="True", KMP_INIT_AT_FORK="FALSE")  # what scikit-learn sets when imported
+    runtime["MPLBACKEND"] = "agg"  # what app.py sets for Gradio's matplotlib (no worker imports matplotlib)
     # A Space's own variables: its id and host are read per call, its sign-in settings set again in the child.
     runtime.update(SPACE_ID="alice/studio", SYSTEM="spaces", OAUTH_CLIENT_ID="c", OPENID_PROVIDER_URL="http://h")
     launcher._pool["env"]["PYTHONPATH"] = "/a"
