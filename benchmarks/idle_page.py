@@ -30,8 +30,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from backend.models.demo import ensure_demo_model  # noqa: E402 - after the path, so it runs from anywhere
 from benchmarks.suite_cpu import processes  # noqa: E402
 from tests.helpers.apps import data_dir_with_models, launch_app  # noqa: E402
+from tests.helpers.browser import launch_chromium  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
 # Counts the page's animation-frame requests by the script frame that asked (its first line outside this wrapper).
 COUNT_FRAMES = """(() => {
     const raf = window.requestAnimationFrame.bind(window);
@@ -68,9 +68,7 @@ def measure(seconds: float, tabs: list[str]) -> list[tuple[str, str]]:
             idle = process_seconds(app.proc.pid) - before
             rows.append(("idle page: the app with no page open", f"{idle:.2f} CPU s in {seconds:.0f} s"))
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(
-                    executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
-                )
+                browser = launch_chromium(pw)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.add_init_script(COUNT_FRAMES)
                 sent: list[str] = []

@@ -42,8 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.latency import _fill_store, _summary, job_status, launch_app, start_training  # noqa: E402 - after the path
+from tests.helpers.browser import launch_chromium  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
 QUIET_MS = 300  # no request in flight and no long task for this long: the page is free
 FREE_CAP_MS = 10_000  # a page not free by then is counted as free then (it never was: it ticks every 2 s)
 
@@ -144,7 +144,7 @@ def main() -> None:
         switch: list[tuple[float, float]] = []
         to_train, waited, errors = [], [], []
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+            browser = launch_chromium(pw)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.add_init_script(WATCH)
             page.on("pageerror", lambda e: errors.append(str(e)))

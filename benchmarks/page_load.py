@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from backend.models.demo import ensure_demo_model  # noqa: E402 - after the path, so it runs from anywhere
-from benchmarks.idle_page import CHROMIUM, cpu_seconds, process_seconds  # noqa: E402
+from benchmarks.idle_page import cpu_seconds, process_seconds  # noqa: E402
 from tests.helpers.apps import data_dir_with_models, launch_app  # noqa: E402
+from tests.helpers.browser import launch_chromium  # noqa: E402
 
 KEYS = ("seconds", "app", "chromium")
 
@@ -40,7 +41,7 @@ def one_app(models: Path, tmp: Path) -> dict[str, float]:
 
     figures: dict[str, float] = {}
     with launch_app(data_dir_with_models(tmp / "data", models)) as app, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        browser = launch_chromium(pw)
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         for load, go in (("first load", lambda: page.goto(app.url)), ("reload", page.reload)):
             app_cpu, chromium, started = process_seconds(app.proc.pid), cpu_seconds("chromium"), time.monotonic()

@@ -18,6 +18,7 @@ from tests.helpers import ROOT, wait_for
 
 # Playwright's own browser download does not work offline; CI installs Debian's chromium (see .ci/run).
 CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu"]
 # How long an ``expect`` waits unless it says otherwise. Playwright's 5 s is an idle machine's: on CI's 2 shared
 # cores, with another test's job training beside the app, an answer that is right comes in 5-10 s (the arena's
 # pick, a sweep's cancel). A test about speed gives its own, shorter timeout.
@@ -41,6 +42,11 @@ BROWSER_MARKS = [
 _SHARED: dict = {}
 
 
+def launch_chromium(playwright):
+    """Debian's Chromium, headless, as the tests and the browser benchmarks run it."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
 def _shared_browser():
     browser = _SHARED.get("browser")
     if browser is None or not browser.is_connected():
@@ -48,9 +54,7 @@ def _shared_browser():
 
         if "playwright" not in _SHARED:
             _SHARED["playwright"] = sync_playwright().start()
-        browser = _SHARED["playwright"].chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
+        browser = launch_chromium(_SHARED["playwright"])
         _SHARED["browser"] = browser
     return browser
 
