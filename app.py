@@ -117,6 +117,11 @@ def _launch(demo: gr.Blocks, api: StudioAPI) -> None:
         # On a Space the data dir is /data/studio, outside the working directory and the temp folder, the only
         # places Gradio serves files from by default: the downloads folder (and only it) must be allowed.
         allowed_paths=[str(api.core.paths.downloads)],
+        # Gradio's run history copies every event's inputs and outputs (plots, logs, samples) into the browser's
+        # localStorage, up to 100 runs, re-read and re-written whole on each event: the Jobs tab's twentieth pick
+        # spent 10x the first's time in it. The Jobs tab is the studio's history; and what a user typed stays
+        # out of the browser's storage (off also deletes what an earlier version saved there).
+        run_history=False,
     )
 
 

@@ -4,6 +4,11 @@ of resize observers and long tasks.
 
 Before the fix, Gradio's LinePlot made a new ResizeObserver on every redraw and never released the old ones: each
 pick left about 24 more live observers, their callbacks ran on every layout, and picks went 5 s, 13 s, ... 27 s.
+
+Then Gradio 6's run history: every event's inputs and outputs (the pick's plots, log rows and samples) were copied
+into the browser's localStorage, up to 100 runs, the whole list parsed and written again at each event. A pick's
+blocked main-thread time doubled over twenty picks (CI's run 61: 0.6 s to 2.1 s a pick), and what a user typed
+stayed in the browser's storage. The app turns it off.
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ SLOWEST_PICK_S = 5.0
 SLOWER_BY = 1.5
 
 app = app_fixture()
+
+# The page's localStorage entries that hold Gradio's run history (its keys start "gradio:run-history"), with their
+# sizes in characters.
+STORED_RUNS = """() => Object.fromEntries(Object.keys(localStorage)
+    .filter((key) => key.startsWith("gradio:run-history"))
+    .map((key) => [key, localStorage.getItem(key).length]))"""
 
 SFT = tiny_spec(
     output={"run_name": "picks-sft"},
@@ -82,12 +93,16 @@ def test_the_twentieth_pick_is_as_fast_as_the_first_and_leaves_nothing_behind(ap
             times.append(seconds)
             work.append(page_work(page))
         page.screenshot(path=ARTIFACTS / "jobs-twenty-picks.png", full_page=True)
+        stored = page.evaluate(STORED_RUNS)
+        footer_runs = page.locator("footer").get_by_role("link", name="Runs").count()
     first, last = statistics.median(times[:5]), statistics.median(times[-5:])
     report = (
         f"picks (s): {[round(t, 2) for t in times]}; live resize observers: {[w['live'] for w in work]}; "
         f"long tasks (ms, cumulative): {[round(w['longTaskMs']) for w in work]}"
     )
     print(report)
+    # The page keeps no copy of what it sent and got: no run history in the browser's storage, no "Runs" page.
+    assert stored == {} and footer_runs == 0, f"run history in localStorage (key: bytes): {stored}"
     # Nothing a pick makes outlives it: the page after twenty picks holds no more observers than after four.
     assert work[-1]["live"] <= work[3]["live"] + 2, report
     # The main thread's blocked time per pick does not grow: the last five cost no more than the first five.
