@@ -14,6 +14,7 @@ import gradio as gr
 from gradio.context import Context
 
 from backend.api import JobNotFound, JobRecord, JobStatus, StudioAPI, User, generates
+from components import tables
 from components.job_pickers import job_choice_id
 from components.jobs import export_panel, forecast_actions, monitor, plots, sweep_panel, views
 from components.jobs.benchmark_views import benchmarks_compare_markdown, benchmarks_markdown
@@ -31,6 +32,8 @@ __all__ = ["REFRESH_S", "follow", "pause", "wire"]
 HEAVY_EVERY_S = 10.0
 HEAVY_AT = "heavy_at"  # the key, in the page's digests, of when its plots, samples and logs were last sent
 HEAVY_OF = "heavy_of"  # and of the job (and its status) they were sent for: a change sends them at once
+SAMPLES_CAPTION = "Sampled completions (GRPO), newest step first"
+LOG_ROWS_CAPTION = "Training log (newest first)"
 # Scroll the raw log to its last line when its accordion opens (a few times, while it renders).
 SCROLL_LOG_TO_END = """() => {
     const scroll = (tries) => {
@@ -96,8 +99,8 @@ def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
         return [
             "",
             "",
-            gr.update(visible=False, value=None),
-            gr.update(visible=False, value=None),
+            gr.update(visible=False, value=""),
+            gr.update(visible=False, value=""),
             "",
         ]
     method = job.spec.method.value
@@ -109,8 +112,8 @@ def heavy_updates(api: StudioAPI, h: JobsLayout, user: User | None, job: JobReco
     return [
         plots.plots_html(method, metrics, (job.progress or {}).get("total_steps")),
         monitor.best_and_worst(kept, weights),
-        gr.update(value=monitor.samples_table(kept, weights), visible=bool(kept)),
-        gr.update(value=rows, visible=not rows.empty),
+        gr.update(value=tables.html_table(monitor.samples_table(kept, weights), SAMPLES_CAPTION), visible=bool(kept)),
+        gr.update(value=tables.html_table(rows, LOG_ROWS_CAPTION), visible=not rows.empty),
         "\n".join(api.jobs.log_tail(job.id, RAW_LOG_LINES, user=user)),
     ]
 

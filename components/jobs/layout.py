@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from backend.api import StudioAPI
-from components import charts
+from components import charts, tables
 from components.jobs import benchmark_panel, export_panel, monitor, sweep_panel, views
 
 REFRESH_S = 2.0
@@ -15,17 +15,14 @@ RAW_LOG_LINES = 400
 JOBS_CSS = (
     """
 #job-log textarea { font-family: ui-monospace, monospace; font-size: 0.85em; }
-/* The jobs and samples tables fit their frame at 1280 px (the jobs' ETA and created columns, the samples' rewards
-   were past the edge): cells wrap (Gradio sizes the columns from hidden sizing rows, which it kept on one line);
-   the jobs table's text is smaller. A header never breaks inside a word ("ste" over "p"). */
+/* The jobs table fits its frame at 1280 px (its ETA and created columns were past the edge): cells wrap (Gradio
+   sizes the columns from hidden sizing rows, which it kept on one line), in smaller text. */
 #jobs-table .header-table, #jobs-table .virtual-row { font-size: var(--text-sm); }
-#jobs-table .sizing-body td, #jobs-table .virtual-row span, #job-samples .sizing-body td {
-    white-space: normal; text-overflow: clip;
-}
-#job-samples th span.header { white-space: nowrap; word-break: normal; overflow-wrap: normal; }
+#jobs-table .sizing-body td, #jobs-table .virtual-row span { white-space: normal; text-overflow: clip; }
 """
     + sweep_panel.SWEEP_CSS
     + charts.CHART_CSS
+    + tables.TABLE_CSS
 )
 
 
@@ -54,8 +51,8 @@ class JobsLayout:
     plots: gr.HTML  # every metric family's chart of the picked job (monitor.plots_html)
     evaluation: gr.Markdown
     samples_note: gr.Markdown
-    samples: gr.Dataframe
-    log_rows: gr.Dataframe
+    samples: gr.HTML
+    log_rows: gr.HTML
     raw_log: gr.Accordion
     log: gr.Textbox
     compare_box: gr.Column
@@ -191,17 +188,10 @@ def _lay_out_detail(api: StudioAPI, parts: dict) -> None:
         parts["plots"] = gr.HTML(elem_id="job-plot-panel")
     parts["evaluation"] = gr.Markdown(elem_id="job-evaluation")
     parts["samples_note"] = gr.Markdown(elem_id="job-samples-best")
-    parts["samples"] = gr.Dataframe(
-        value=None,
-        interactive=False,
-        label="Sampled completions (GRPO), newest step first",
-        elem_id="job-samples",
-        visible=False,
-        wrap=True,
-    )
-    parts["log_rows"] = gr.Dataframe(
-        value=None, interactive=False, label="Training log (newest first)", elem_id="job-log-rows", visible=False
-    )
+    # Tables drawn on the server (components/tables.py), replaced whole at each update: Gradio's Dataframe kept every
+    # pick's old cells alive.
+    parts["samples"] = gr.HTML(elem_id="job-samples", visible=False)
+    parts["log_rows"] = gr.HTML(elem_id="job-log-rows", visible=False)
     with gr.Accordion("Raw log", open=False, elem_id="job-raw-log") as parts["raw_log"]:
         # A plain text box, kept scrolled to its end: the code editor it was opened at its top and drew only the
         # lines in view, so a finished job's log seemed to stop at its 36th line (issue 24).

@@ -181,7 +181,7 @@ def test_legends_name_metrics_in_words_in_full_and_the_samples_headers_keep_whol
         })"""
     )
     assert not broken, f"headers broken inside a word: {broken}"
-    widths = samples.locator(".virtual-table-viewport").evaluate("v => [v.scrollWidth, v.clientWidth]")
+    widths = samples.locator(".studio-table").evaluate("v => [v.scrollWidth, v.clientWidth]")
     assert widths[0] <= widths[1], f"the samples table scrolls sideways: {widths}"
     _no_errors(page)
 

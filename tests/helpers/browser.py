@@ -459,6 +459,17 @@ def page_work(page) -> dict:
     return page.evaluate("() => ({...window.__pageWork})")
 
 
+def kept_after_collection(page) -> dict:
+    """What the page's renderer keeps alive once its garbage is collected (CDP): DOM ``nodes``, event ``listeners``."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("HeapProfiler.collectGarbage")
+        counts = cdp.send("Memory.getDOMCounters")
+    finally:
+        cdp.detach()
+    return {"nodes": counts["nodes"], "listeners": counts["jsEventListeners"]}
+
+
 def timed_pick(page, job_id: str, timeout_ms: int = 60_000) -> float:
     """Pick ``job_id`` in the Jobs tab's picker (type its id, Enter) and return the seconds from Enter until its
     summary names it (its plots come in the same answer): what a user waits for."""
