@@ -67,6 +67,13 @@ def show(api: StudioAPI, ui: UploadsHandles, user: User | None) -> dict:
     return listing(api, ui, user)
 
 
+def relist(api: StudioAPI, ui: UploadsHandles, user: User | None) -> dict:
+    """``show`` without the note: the list after the form's upload changed, which a Delete's answer does when it
+    forgets the form's dataset (the note saying what was deleted stays)."""
+    shown = listing(api, ui, user)
+    return {ui.summary: shown[ui.summary], ui.pick: shown[ui.pick]}
+
+
 def delete(
     api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox, user: User, picked: str | None, current: str | None
 ) -> dict:
@@ -90,6 +97,6 @@ def wire(api: StudioAPI, ui: UploadsHandles, upload_id: gr.Textbox) -> None:
     listed = as_user(bind(show, api, ui), signed_in=False)
     ui.accordion.expand(listed, None, shown, api_name=False)
     ui.refresh.click(listed, None, shown, api_name="list_uploads")
-    upload_id.change(listed, None, shown, api_name=False)
+    upload_id.change(as_user(bind(relist, api, ui), signed_in=False), None, [ui.summary, ui.pick], api_name=False)
     removed = as_user(bind(delete, api, ui, upload_id))
     ui.delete.click(removed, [ui.pick, upload_id], [*shown, upload_id], api_name="delete_upload")

@@ -12,7 +12,7 @@ from tests.helpers.browser import ARTIFACTS, BROWSER_MARKS, open_page
 from tests.unit.api.test_access import CHAT_ROWS, write_jsonl
 
 pytestmark = BROWSER_MARKS
-
+SETTLE_MS = 3_000  # time for the events an answer sets off (a field it cleared fires its change) to answer too
 
 app = app_fixture()
 
@@ -32,6 +32,11 @@ def test_an_upload_is_listed_in_your_uploads_and_delete_removes_it(app, tmp_path
         page.get_by_role("option", name=re.compile(r"^chats\.jsonl \(\d+ KB, kept ")).click()
         page.screenshot(path=ARTIFACTS / "your-uploads.png", full_page=True)
         page.locator("#uploads-delete").click()
-        expect(page.locator("#uploads-note")).to_contain_text(re.compile(r"Deleted chats\.jsonl \(\d+ KB\)\."))
+        note = page.locator("#uploads-note")
+        expect(note).to_contain_text(re.compile(r"Deleted chats\.jsonl \(\d+ KB\)\."))
         expect(summary).to_have_text("No uploads kept")
+        # The sentence stays: it was the form's dataset, and forgetting it there relists the panel, which once wiped
+        # the note a moment after it showed (CI's stop-62 run saw an empty note).
+        page.wait_for_timeout(SETTLE_MS)
+        expect(note).to_contain_text(re.compile(r"Deleted chats\.jsonl \(\d+ KB\)\."), timeout=1_000)
         assert not list((app.data_dir / "uploads").glob("*/*.jsonl"))
