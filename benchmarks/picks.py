@@ -32,12 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.latency import launch_app  # noqa: E402 - after the path
-from tests.helpers.browser import count_page_work, kept_after_collection, launch_chromium, page_work, timed_pick  # noqa: E402
-
-# The localStorage entries of Gradio's run history (their keys start "gradio:run-history"): characters in all.
-RUN_HISTORY_CHARS = """() => Object.keys(localStorage)
-    .filter((key) => key.startsWith("gradio:run-history"))
-    .reduce((total, key) => total + localStorage.getItem(key).length, 0)"""
+from tests.helpers.browser import (  # noqa: E402
+    count_page_work,
+    kept_after_collection,
+    launch_chromium,
+    page_work,
+    stored_run_history,
+    timed_pick,
+)
 
 
 def fill_store(data: Path, steps: int) -> list[str]:
@@ -127,7 +129,7 @@ def measure(picks: int, steps: int) -> dict:
                 blocked.append(page_work(page)["longTaskMs"] - before)
                 if i in (5, picks - 1):
                     kept.append(kept_after_collection(page))
-            stored = page.evaluate(RUN_HISTORY_CHARS)
+            stored = sum(stored_run_history(page).values())
             browser.close()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -32,6 +32,7 @@ from tests.helpers.browser import (
     kept_after_collection,
     open_page,
     page_work,
+    stored_run_history,
     timed_pick,
 )
 
@@ -44,12 +45,6 @@ SLOWEST_PICK_S = 5.0
 SLOWER_BY = 1.5
 
 app = app_fixture()
-
-# The page's localStorage entries that hold Gradio's run history (its keys start "gradio:run-history"), with their
-# sizes in characters.
-STORED_RUNS = """() => Object.fromEntries(Object.keys(localStorage)
-    .filter((key) => key.startsWith("gradio:run-history"))
-    .map((key) => [key, localStorage.getItem(key).length]))"""
 
 SFT = tiny_spec(
     output={"run_name": "picks-sft"},
@@ -97,7 +92,7 @@ def test_the_twentieth_pick_is_as_fast_as_the_first_and_leaves_nothing_behind(ap
             if i in (5, PICKS - 1):  # (after the first five picks' blocked time is counted: a collection blocks too)
                 kept.append(kept_after_collection(page))
         page.screenshot(path=ARTIFACTS / "jobs-twenty-picks.png", full_page=True)
-        stored = page.evaluate(STORED_RUNS)
+        stored = stored_run_history(page)
         footer_runs = page.locator("footer").get_by_role("link", name="Runs").count()
     first, last = statistics.median(times[:5]), statistics.median(times[-5:])
     report = (

@@ -459,6 +459,17 @@ def page_work(page) -> dict:
     return page.evaluate("() => ({...window.__pageWork})")
 
 
+# Gradio's run history in the page's localStorage (its keys start "gradio:run-history"): each key's size in characters.
+_STORED_RUNS = """() => Object.fromEntries(Object.keys(localStorage)
+    .filter((key) => key.startsWith("gradio:run-history"))
+    .map((key) => [key, localStorage.getItem(key).length]))"""
+
+
+def stored_run_history(page) -> dict[str, int]:
+    """The page's localStorage entries of Gradio's run history, with their sizes in characters ({} when none)."""
+    return page.evaluate(_STORED_RUNS)
+
+
 def kept_after_collection(page) -> dict:
     """What the page's renderer keeps alive once its garbage is collected (CDP): DOM ``nodes``, event ``listeners``."""
     cdp = page.context.new_cdp_session(page)
