@@ -6,6 +6,7 @@ One app for the module (its own data dir): the tests run in order on it, each re
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +61,7 @@ def _job_id(result_markdown: str) -> str:
 
 def _cpu_seconds(pid: int) -> float:
     """A process's user + system CPU seconds, from /proc/PID/stat."""
-    fields = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
